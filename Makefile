@@ -1,0 +1,109 @@
+# cupola: GPU memory allocation experiments from Lua 5.4.
+#
+#   make            build build/cupola/core.so (C core + CUDA kernels)
+#   make deps       install what is missing from Debian's packages (idempotent)
+#   make test       deps, build, C tests and the busted suite; ends "N passed, N failed"
+#   make demo       deps, build, run the main experiment
+#   make gpu-check  on the GPU machine: build, suite with #gpu, compute-sanitizer, examples, bench
+#   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR)
+#
+# Variables worth overriding: LUA (lua5.4), LUA_INCDIR, CUDA_HOME, NVCC, CUPOLA_BACKEND.
+
+LUA        ?= lua5.4
+LUA_INCDIR ?= $(shell pkg-config --variable=includedir lua5.4 2>/dev/null || echo /usr/include)/lua5.4
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+
+BUILD  := build
+OBJ    := $(BUILD)/obj
+MODULE := $(BUILD)/cupola/core.so
+
+CC     ?= gcc
+WARN   := -Wall -Wextra -pedantic -Wmissing-prototypes -Wstrict-prototypes -Wshadow \
+          -Wpointer-arith -Wcast-qual -Wundef -Wvla
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(EXTRA_CFLAGS)
+CPPFLAGS += -Isrc/core -Icuda
+LDLIBS := -lpthread -lm -lz
+
+CORE_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_nocuda.c,$(wildcard src/core/*.c))
+LUA_SRC  := $(wildcard src/lua/*.c)
+CU_SRC   := $(wildcard cuda/*.cu)
+
+ifneq ($(NVCC),)
+  HAVE_CUDA := 1
+  CORE_SRC  += src/core/backend_cuda.c
+  CPPFLAGS  += -I$(CUDA_HOME)/include
+  # Static runtime: the module loads (and falls back to the host backend) on
+  # machines with no driver at all.
+  LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
+  NVCCFLAGS ?= -O3 -lineinfo
+  NVCCFLAGS += -std=c++17 -Icuda -Isrc/core \
+               -gencode arch=compute_80,code=sm_80 \
+               -gencode arch=compute_90,code=sm_90 \
+               -gencode arch=compute_90,code=compute_90 \
+               -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra \
+               -Werror all-warnings
+else
+  CORE_SRC  += src/core/backend_nocuda.c
+endif
+
+CORE_OBJ := $(CORE_SRC:src/core/%.c=$(OBJ)/core/%.o)
+LUA_OBJ  := $(LUA_SRC:src/lua/%.c=$(OBJ)/lua/%.o)
+CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o))
+DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
+
+.PHONY: all deps test test-c test-lua demo gpu-check install clean
+all: $(MODULE)
+
+$(MODULE): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) src/lua/exports.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
+	    -Wl,--version-script=src/lua/exports.map -Wl,--no-undefined-version $(LDLIBS)
+
+# Header dependencies are written by the compilers (-MMD -MP) beside each
+# object and included below, so a changed header rebuilds what uses it.
+$(OBJ)/core/%.o: src/core/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(OBJ)/lua/%.o: src/lua/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -I$(LUA_INCDIR) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(OBJ)/cuda/%.o: cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+-include $(DEPFILES)
+
+# C-level tests of the core (no Lua): each tests/c/test_*.c is a program.
+C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
+$(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/c -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+-include $(C_TESTS:=.d)
+
+deps:
+	@sh .ci/deps.sh
+
+test: deps all $(C_TESTS)
+	@$(LUA) spec/run.lua $(C_TESTS)
+
+demo: deps all
+	@bin/cupola examples/demo.lua
+
+gpu-check:
+	@sh bench/gpu-check.sh
+
+LUADIR ?= /usr/local/share/lua/5.4
+LIBDIR ?= /usr/local/lib/lua/5.4
+BINDIR ?= /usr/local/bin
+install: all
+	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola $(DESTDIR)$(BINDIR)
+	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
+	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
+	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,189 @@
+/*
+ * backend.h: the one interface through which cupola's core talks to a device.
+ *
+ * Two implementations exist: backend_cuda.c (the CUDA runtime) and
+ * backend_host.c (the CPU: memory from the OS, one worker thread per stream,
+ * kernels run on the CPU).  The binding and every allocator see only this
+ * table, so an experiment behaves the same on either.
+ *
+ * Conventions
+ *  - Every entry returns a cp_status.  On failure the backend has stored a
+ *    message with cp_error_set() (error.h); for the CUDA backend it starts with
+ *    the CUDA error name ("cudaErrorInvalidValue: invalid argument").
+ *  - CP_ERR_OOM is reserved for "the memory is not there": callers turn it
+ *    into nil, msg, "out_of_memory" and everything stays consistent.
+ *  - A NULL cp_stream means the default (legacy) stream.
+ *  - Handles (streams, events, pools) are opaque and owned by whoever created
+ *    them; destroy functions never synchronize the device, and tolerate being
+ *    called while the process shuts down.
+ *  - The functions are thread-safe in the sense CUDA's are: any host thread
+ *    may call any of them.
+ *
+ * This header compiles as C and C++.
+ */
+#ifndef CUPOLA_BACKEND_H
+#define CUPOLA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cp_stream cp_stream;   /* an in-order queue of device work */
+typedef struct cp_event cp_event;     /* a marker recorded on a stream */
+typedef struct cp_mempool cp_mempool; /* a native stream-ordered pool */
+
+/* Where raw memory lives (cp_backend.mem_alloc). */
+typedef enum cp_memkind {
+    CP_MEM_DEVICE = 0, /* cudaMalloc */
+    CP_MEM_MANAGED,    /* cudaMallocManaged */
+    CP_MEM_PINNED      /* cudaMallocHost */
+} cp_memkind;
+
+/* Element types of the built-in kernels. */
+typedef enum cp_dtype {
+    CP_F32 = 0,
+    CP_F64,
+    CP_I32,
+    CP_U32,
+    CP_U8,
+    CP_DTYPE_COUNT
+} cp_dtype;
+
+/* A kernel argument or result of any cp_dtype. */
+typedef union cp_scalar {
+    double f;
+    int64_t i;
+    uint64_t u;
+} cp_scalar;
+
+/* Launch shape; 0 means "choose from the problem size". */
+typedef struct cp_shape {
+    unsigned grid;
+    unsigned block;
+} cp_shape;
+
+/* Native pool attributes (cudaMemPoolAttr*).  The first four are writable. */
+typedef enum cp_pool_attr {
+    CP_POOL_RELEASE_THRESHOLD = 0,
+    CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES,
+    CP_POOL_REUSE_ALLOW_OPPORTUNISTIC,
+    CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+    CP_POOL_RESERVED_MEM_CURRENT,
+    CP_POOL_RESERVED_MEM_HIGH,
+    CP_POOL_USED_MEM_CURRENT,
+    CP_POOL_USED_MEM_HIGH,
+    CP_POOL_ATTR_COUNT
+} cp_pool_attr;
+
+/* cudaMemPoolProps, the parts cupola exposes. */
+typedef struct cp_mempool_props {
+    int location_host;   /* 0: device memory, 1: pinned host memory */
+    int handle_posix_fd; /* 1: exportable as a POSIX file descriptor */
+    size_t max_size;     /* 0: no limit */
+} cp_mempool_props;
+
+typedef struct cp_device_info {
+    char name[256];
+    int index;
+    uint64_t memory; /* total bytes */
+    int sms;
+    int cc_major, cc_minor;
+    int mempools; /* stream-ordered allocator supported */
+    int driver;   /* CUDA versions as 1000*major + 10*minor; 0 on host */
+    int runtime;
+    int priority_least, priority_greatest; /* stream priority range */
+} cp_device_info;
+
+typedef struct cp_backend {
+    const char *name; /* "cuda" or "host" */
+
+    /* device */
+    cp_status (*device_info)(cp_device_info *out);
+    cp_status (*device_synchronize)(void);
+    cp_status (*mem_get_info)(size_t *free_bytes, size_t *total_bytes);
+
+    /* streams: blocking != 0 orders the stream with the legacy default stream */
+    cp_status (*stream_create)(cp_stream **out, int priority, int blocking);
+    cp_status (*stream_destroy)(cp_stream *s);
+    cp_status (*stream_synchronize)(cp_stream *s);
+    cp_status (*stream_query)(cp_stream *s, int *idle);
+    cp_status (*stream_wait_event)(cp_stream *s, cp_event *e);
+    /* a number that names s for the life of the process and is never reused
+     * (a freed stream's address may come back for a new one); 0 for NULL */
+    uint64_t (*stream_id)(const cp_stream *s);
+
+    /* events; elapsed needs both created with timing and both completed */
+    cp_status (*event_create)(cp_event **out, int timing);
+    cp_status (*event_destroy)(cp_event *e);
+    cp_status (*event_record)(cp_event *e, cp_stream *s);
+    cp_status (*event_synchronize)(cp_event *e);
+    cp_status (*event_query)(cp_event *e, int *done);
+    cp_status (*event_elapsed)(cp_event *start, cp_event *end, float *ms);
+
+    /* raw memory: synchronous (cudaMalloc: synchronizes the device) */
+    cp_status (*mem_alloc)(void **out, size_t bytes, cp_memkind kind);
+    cp_status (*mem_free)(void *p, cp_memkind kind);
+
+    /* stream-ordered memory from the device's current pool
+     * (cudaMallocAsync); mem_free_async also frees blocks of any mempool
+     * (cudaFreeAsync does not need to be told the pool). */
+    cp_status (*mem_alloc_async)(void **out, size_t bytes, cp_stream *s);
+    cp_status (*mem_free_async)(void *p, cp_stream *s);
+
+    /* native pools; the default pool belongs to the device, never destroy it */
+    cp_status (*mempool_default)(cp_mempool **out);
+    cp_status (*mempool_create)(cp_mempool **out, const cp_mempool_props *props);
+    cp_status (*mempool_destroy)(cp_mempool *p);
+    cp_status (*mempool_alloc)(cp_mempool *p, void **out, size_t bytes, cp_stream *s);
+    cp_status (*mempool_get_attr)(cp_mempool *p, cp_pool_attr a, uint64_t *v);
+    cp_status (*mempool_set_attr)(cp_mempool *p, cp_pool_attr a, uint64_t v);
+    cp_status (*mempool_trim)(cp_mempool *p, size_t keep_bytes);
+    cp_status (*mempool_set_current)(cp_mempool *p);
+    cp_status (*mempool_get_current)(cp_mempool **out);
+
+    /* copies and memset, ordered on s; host pointers may be pageable
+     * (the copy then completes before the call returns, as in CUDA) */
+    cp_status (*memcpy_async)(void *dst, const void *src, size_t bytes, cp_stream *s);
+    cp_status (*memset_async)(void *dst, int byte, size_t bytes, cp_stream *s);
+
+    /* built-in kernels (bodies in cuda/kernel_body.h, shared by both backends) */
+    cp_status (*k_fill)(void *p, size_t count, cp_dtype t, cp_scalar v,
+                        const cp_shape *sh, cp_stream *s);
+    cp_status (*k_sqrt_index)(float *p, size_t count, const cp_shape *sh, cp_stream *s);
+    /* checksum waits for s and returns the result (see kernel_body.h) */
+    cp_status (*k_checksum)(const void *p, size_t bytes, cp_dtype t, const cp_shape *sh,
+                            cp_stream *s, cp_scalar *out);
+    cp_status (*k_spin)(uint64_t microseconds, cp_stream *s);
+    /* pattern: fill with a pattern derived from seed; verify counts the
+     * bytes that differ from it, waiting for s (data-integrity checks) */
+    cp_status (*k_pattern)(void *p, size_t bytes, uint64_t seed, cp_stream *s);
+    cp_status (*k_verify)(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
+                          uint64_t *bad);
+} cp_backend;
+
+/* The backends compiled into this module.  cp_backend_cuda_probe() tells
+ * whether a usable device exists, without side effects beyond initialising
+ * the runtime; it fills why with the reason when there is none. */
+extern const cp_backend cp_backend_cuda;
+extern const cp_backend cp_backend_host;
+int cp_backend_cuda_probe(char *why, size_t whylen);
+
+/* The backend in use, chosen once per process by cp_backend_select(). */
+extern const cp_backend *cp_be;
+
+/* Chooses the backend: force is NULL/"" (auto), "cuda" or "host".  Returns
+ * CP_OK, or an error (forced cuda without a device, unknown name) with the
+ * message set.  Selecting again returns the backend already chosen, and fails
+ * if force names another one. */
+cp_status cp_backend_select(const char *force);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUPOLA_BACKEND_H */

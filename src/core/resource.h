@@ -1,0 +1,96 @@
+/*
+ * resource.h: the allocator interface of cupola's C pools (RMM's shape).
+ *
+ * A cp_resource hands out blocks of device-visible memory, stream-ordered:
+ * alloc(bytes, stream) and free(ptr, bytes, stream).  Allocators (pool_*.c)
+ * sub-allocate from an upstream resource; adaptors (adaptor_*.c) wrap any
+ * resource and add a limit or a trace log.  The public entry points below
+ * take the resource's lock, call its ops and keep the statistics, so every
+ * allocator counts the same way and none of them repeats that code.
+ *
+ * Plain C: never includes lua.h.  Compiles as C and C++.
+ */
+#ifndef CUPOLA_RESOURCE_H
+#define CUPOLA_RESOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cp_resource cp_resource;
+
+/* Statistics of one resource, in bytes unless named otherwise. */
+typedef struct cp_stats {
+    uint64_t used;          /* sum of the sizes of live blocks, as requested */
+    uint64_t used_peak;
+    uint64_t reserved;      /* taken from the upstream and not yet returned */
+    uint64_t reserved_peak;
+    uint64_t allocs;        /* successful allocations */
+    uint64_t frees;
+    uint64_t failed;        /* allocations answered with out of memory */
+    uint64_t largest_free;  /* largest block the pool could hand out now */
+    uint64_t free_bytes;    /* reserved bytes not held by live blocks */
+    double fragmentation;   /* 1 - largest_free / free_bytes (0 when no free) */
+} cp_stats;
+
+/* How a block freed on one stream may be reused on another (seed 001). */
+typedef enum cp_reuse {
+    CP_REUSE_STREAM = 0, /* only on the stream it was freed on */
+    CP_REUSE_EVENT,      /* elsewhere once the free's event has completed */
+    CP_REUSE_WAIT        /* elsewhere at once, the new stream waiting on the event */
+} cp_reuse;
+
+/* Upstreams: where a pool's memory comes from. */
+typedef enum cp_upstream_kind {
+    CP_UP_DEVICE = 0, /* cudaMalloc */
+    CP_UP_ASYNC,      /* cudaMallocAsync from the device's current pool */
+    CP_UP_MANAGED,    /* cudaMallocManaged */
+    CP_UP_PINNED,     /* cudaMallocHost */
+    CP_UP_VIRTUAL     /* addresses only, no memory behind them */
+} cp_upstream_kind;
+
+/* Everything cupola.pool{...} accepts, already validated by the binding. */
+typedef struct cp_pool_opts {
+    const char *kind;         /* "arena", "freelist", "tlsf", "caching" */
+    cp_upstream_kind upstream;
+    uint64_t initial;         /* bytes reserved at creation (0: none) */
+    int grow;                 /* may reserve more from upstream when full */
+    uint64_t max;             /* hard limit on reserved bytes (0: none) */
+    uint64_t alignment;       /* power of two, >= 1; default 256 */
+    uint64_t release_threshold; /* free bytes kept at trim/synchronize */
+    cp_reuse reuse;
+    int fallback;             /* serve what the pool cannot from upstream */
+} cp_pool_opts;
+
+/* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
+ * CP_ERR_OOM when the initial reservation cannot be had. */
+cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
+
+/* The entry points.  alloc returns CP_ERR_OOM (and counts a failure) when the
+ * request cannot be served; the resource stays consistent.  free must be
+ * given the size that was allocated; s is the stream whose work last used
+ * the block, after which the block may be reused. */
+cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out);
+cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s);
+cp_status cp_resource_trim(cp_resource *r, size_t keep_bytes);
+cp_status cp_resource_reset(cp_resource *r); /* CP_ERR_UNSUPPORTED unless arena */
+void cp_resource_stats(cp_resource *r, cp_stats *out);
+const char *cp_resource_kind(const cp_resource *r);
+/* Returns all memory to the upstream; the caller guarantees no live blocks
+ * (the binding refuses to close a pool that has some). */
+void cp_resource_destroy(cp_resource *r);
+
+/* Adaptors: each returns a new resource that owns `inner`. */
+cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit);
+cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUPOLA_RESOURCE_H */
