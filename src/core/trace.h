@@ -1,0 +1,109 @@
+/*
+ * trace.h: allocation traces in RMM's logging-adaptor CSV format, loaded into
+ * compact arrays and replayed against any cp_resource entirely in C.
+ *
+ *     Thread,Time,Action,Pointer,Size,Stream
+ *     0,2.000,allocate,0x7f76ec000000,154389504,0x0
+ *
+ * Time is microseconds (a decimal number), Action is "allocate" or "free",
+ * Pointer and Stream are hexadecimal (with or without 0x).  Files may be
+ * plain or gzip-compressed (read transparently).  A free's Size may be 0 or
+ * missing in some logs; the loader takes the size from the matching allocate.
+ *
+ * Loading checks the whole file and fails with CP_ERR_INVALID and a message
+ * naming the file, the line and the reason ("t.csv:17: size is not a
+ * number"): wrong header, unknown action, bad hex, missing columns, a free of
+ * a pointer that is not live, an allocate of a pointer already live, or a
+ * truncated gzip stream.
+ *
+ * Replay walks the events in file order.  Each distinct trace stream gets a
+ * cp_stream made for the replay (stream 0 maps to NULL, the default stream);
+ * an allocate is served on its row's stream, a free is done on the stream
+ * named in the free row.  An allocation the resource refuses (CP_ERR_OOM) is
+ * counted in `failed`, the replay goes on, and the later free of that pointer
+ * is skipped.  Time is measured with clock_gettime around the whole loop.
+ *
+ * Plain C: never includes lua.h.  Compiles as C and C++.
+ */
+#ifndef CUPOLA_TRACE_H
+#define CUPOLA_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "resource.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cp_trace cp_trace;
+
+/* What the trace itself says, computed at load time. */
+typedef struct cp_trace_info {
+    size_t events;       /* rows after the header */
+    size_t allocs;       /* allocate rows */
+    size_t frees;        /* free rows */
+    size_t streams;      /* distinct Stream values */
+    size_t threads;      /* distinct Thread values */
+    size_t leaked;       /* blocks still live at the end of the trace */
+    uint64_t peak_live;  /* largest sum of live sizes at any moment */
+    uint64_t total_bytes;/* sum of all allocation sizes */
+    uint64_t max_size;   /* largest single allocation */
+    double duration_us;  /* Time of the last row minus Time of the first */
+} cp_trace_info;
+
+/* One event, as the Lua side may want to inspect it (cp_trace_event). */
+typedef struct cp_trace_row {
+    int is_free;       /* 0: allocate, 1: free */
+    uint64_t pointer;
+    uint64_t size;
+    uint64_t stream;   /* the trace's stream value */
+    uint32_t thread;
+    double time_us;
+} cp_trace_row;
+
+typedef struct cp_replay_opts {
+    int single_stream; /* nonzero: replay every row on the default stream
+                          (NULL) instead of one cp_stream per trace stream */
+    int repeat;        /* replay the trace this many times (<= 1: once); time
+                          and figures are over all repetitions */
+    int synchronize;   /* nonzero: synchronize the replay streams at the end */
+} cp_replay_opts;
+
+typedef struct cp_replay_result {
+    uint64_t events;            /* events replayed (all repetitions) */
+    double ns_per_event;        /* wall time of the loop / events */
+    double seconds;             /* wall time of the loop */
+    uint64_t peak_live;         /* largest sum of live requested sizes seen */
+    uint64_t peak_reserved;     /* the resource's reserved_peak during replay */
+    double reserved_over_live;  /* peak_reserved / peak_live (0 if no live) */
+    uint64_t failed;            /* allocations refused */
+    uint64_t skipped_frees;     /* frees of pointers whose allocate failed */
+} cp_replay_result;
+
+/* Loads path (plain or gzip).  CP_ERR_INVALID with "path:line: reason" for
+ * malformed input, CP_ERR_BACKEND when the file cannot be opened. */
+cp_status cp_trace_load(const char *path, cp_trace **out);
+void cp_trace_free(cp_trace *t);
+
+size_t cp_trace_events(const cp_trace *t);
+void cp_trace_info_get(const cp_trace *t, cp_trace_info *out);
+/* Row i (0-based, < cp_trace_events); CP_ERR_INVALID when out of range. */
+cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out);
+const char *cp_trace_path(const cp_trace *t);
+
+/* Replays t against r.  The resource's statistics are read before and after;
+ * peak_reserved is r's reserved_peak at the end (reset by nothing: replay a
+ * fresh pool for a clean figure).  Blocks still live at the end of the trace
+ * are freed after the timed loop, so the pool is left empty.  Returns CP_OK
+ * even when some allocations failed (see out->failed); other errors (stream
+ * creation, a non-OOM failure of the resource) stop the replay. */
+cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                          cp_replay_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUPOLA_TRACE_H */
