@@ -1,0 +1,1266 @@
+/*
+ * backend_host.c: the device emulated on the CPU (cp_backend_host).
+ *
+ * Every script, example and spec runs on a machine without a GPU with the
+ * semantics of CUDA; the work is really asynchronous, timings are the host's.
+ *
+ * Policy, exactly:
+ *  - Memory comes from the OS (posix_memalign, 256-byte aligned, sizes
+ *    rounded up to 256).  Device, managed and pinned memory are all host
+ *    memory.  A request larger than RAM + swap is refused with CP_ERR_OOM
+ *    rather than trusted to overcommit.  mem_alloc and mem_free of any kind
+ *    first synchronize the device, as cudaMalloc/cudaFree do implicitly (for
+ *    mem_free that is also what keeps queued work off freed memory).
+ *  - Streams: each stream is an in-order FIFO of work items run by its own
+ *    worker thread.  Item k enqueued on a stream has ticket k; the stream's
+ *    `completed` is the ticket of its last finished item.  An item may carry
+ *    dependencies (sid, ticket) that its worker waits for before running it.
+ *  - The legacy default stream (NULL) is a stream with its own worker and
+ *    sid 0.  As in CUDA: an item enqueued on it depends on everything already
+ *    enqueued on every blocking stream, and an item enqueued on a blocking
+ *    stream depends on everything already enqueued on the legacy stream;
+ *    non-blocking streams never wait for it.  Synchronizing or querying the
+ *    legacy stream covers the blocking streams' work enqueued before the call.
+ *    Dependencies are captured at enqueue time, so they never form a cycle.
+ *  - stream_destroy returns at once; the queued work still runs, then the
+ *    worker exits and is joined (and the stream freed) by the next
+ *    stream_create, stream_destroy or device_synchronize, or at exit.
+ *  - Events: record enqueues a marker; when the marker runs it stores the
+ *    host's CLOCK_MONOTONIC time.  query/synchronize/stream_wait_event refer
+ *    to the most recent record at the time of the call; an event never
+ *    recorded is complete and waiting on it is a no-op; elapsed needs both
+ *    events created with timing, recorded and complete.
+ *  - Copies: memcpy_async enqueues the copy and waits for it, because the
+ *    binding passes pageable memory (Lua strings), for which CUDA's copy is
+ *    synchronous with the host; the copy is still ordered on the stream.
+ *    memset_async is asynchronous.
+ *  - Kernels run on the worker with the bodies of cuda/kernel_body.h; launch
+ *    shapes are validated as CUDA would (block 1..1024, grid 1..2^31-1, 0 =
+ *    choose) and otherwise ignored.  spin sleeps the worker.  Checksums sum
+ *    in element order (integers: wrapping 64-bit, i32 sign-extended; floats:
+ *    in double), so float checksums agree with the CUDA backend only up to
+ *    rounding, since the GPU sums in another order.
+ *  - Priorities are accepted and ignored; the reported range is 0..0.
+ *  - Synchronization points (device, stream and event synchronize) let the
+ *    native pools (host_pool.c) return memory above their release threshold.
+ *  - Thread safety: one global mutex protects every stream, event and pool;
+ *    workers hold it only to take and retire items, never while running one.
+ *  - Process exit (or dlclose of the module): a destructor drains and joins
+ *    every worker, so no thread runs the module's code once it is unmapped,
+ *    and frees what the backend itself owns.
+ */
+#include "backend.h"
+#include "host_pool.h"
+#include "kernel_body.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HOST_ALIGN 256u
+
+typedef struct hdep {
+    uint64_t sid, ticket;
+} hdep;
+
+typedef struct hwork hwork;
+struct hwork {
+    hwork *next;
+    void (*run)(hwork *w);         /* the work itself, run without the lock */
+    void (*done_locked)(hwork *w); /* bookkeeping under the lock, before completion */
+    uint64_t ticket;
+    hdep inline_deps[2];
+    hdep *deps;
+    size_t ndeps, capdeps;
+    union {
+        struct { void *dst; const void *src; size_t n; } copy;
+        struct { void *dst; int byte; size_t n; } set;
+        struct { void *p; size_t count; cp_dtype t; cp_scalar v; } fill;
+        struct { float *p; size_t count; } sqrt;
+        struct { const void *p; size_t bytes; cp_dtype t; cp_scalar *out; } sum;
+        struct { uint64_t us; } spin;
+        struct { void *p; size_t bytes; uint64_t seed; uint64_t *bad; } pat;
+        struct { cp_event *e; uint64_t gen; } mark;
+    } u;
+};
+
+struct cp_stream {
+    uint64_t id; /* 0 for the legacy stream */
+    int blocking;
+    int legacy;
+    hwork *head, *tail;
+    uint64_t enqueued, completed;
+    pthread_t thread;
+    pthread_cond_t work_cv; /* signalled when an item is queued or the worker must exit */
+    int destroyed;          /* the owner gave it up: exit when drained, become a zombie */
+    int stop;               /* process shutdown: exit when drained, stay registered */
+    int joined;             /* worker joined at shutdown; only the struct remains */
+    cp_stream *next, *prev; /* registry (or zombie list through next) */
+    hdep *known;            /* per other stream: highest ticket this one has waited for */
+    size_t nknown, capknown;
+};
+
+struct cp_event {
+    int timing;
+    int recorded;
+    uint64_t sid, ticket; /* the most recent record */
+    uint64_t gen;         /* bumped by each record; a marker of an older one stores nothing */
+    struct timespec at;   /* when the marker of generation gen ran */
+    int refs;             /* the owner and each pending marker */
+};
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t done;   /* broadcast when any item completes or a worker exits */
+    cp_stream *streams;    /* every stream whose worker has not exited, legacy included */
+    cp_stream *zombies;    /* destroyed streams whose worker exited, waiting to be joined */
+    cp_stream legacy;
+    int legacy_started;
+    int nworkers;
+    int used;     /* any stream was ever started: the destructor has work */
+    int shutdown; /* the destructor ran: no new workers */
+} G = {.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static _Atomic uint64_t next_sid = 1;
+
+void cp_host_lock(void)
+{
+    pthread_mutex_lock(&G.mu);
+}
+
+void cp_host_unlock(void)
+{
+    pthread_mutex_unlock(&G.mu);
+}
+
+/* ---- work items --------------------------------------------------------- */
+
+static hwork *work_new(void (*run)(hwork *))
+{
+    hwork *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->run = run;
+    w->deps = w->inline_deps;
+    w->capdeps = sizeof w->inline_deps / sizeof w->inline_deps[0];
+    return w;
+}
+
+static void work_free(hwork *w)
+{
+    if (w->deps != w->inline_deps)
+        free(w->deps);
+    free(w);
+}
+
+static int work_add_dep(hwork *w, uint64_t sid, uint64_t ticket)
+{
+    if (ticket == 0)
+        return 1;
+    if (w->ndeps == w->capdeps) {
+        size_t cap = w->capdeps * 2;
+        hdep *d = malloc(cap * sizeof *d);
+        if (!d)
+            return 0;
+        memcpy(d, w->deps, w->ndeps * sizeof *d);
+        if (w->deps != w->inline_deps)
+            free(w->deps);
+        w->deps = d;
+        w->capdeps = cap;
+    }
+    w->deps[w->ndeps].sid = sid;
+    w->deps[w->ndeps].ticket = ticket;
+    w->ndeps++;
+    return 1;
+}
+
+/* ---- the stream registry ------------------------------------------------ */
+
+static cp_stream *find_locked(uint64_t sid)
+{
+    for (cp_stream *s = G.streams; s; s = s->next)
+        if (s->id == sid)
+            return s;
+    return NULL;
+}
+
+static void registry_add_locked(cp_stream *s)
+{
+    s->prev = NULL;
+    s->next = G.streams;
+    if (G.streams)
+        G.streams->prev = s;
+    G.streams = s;
+}
+
+static void registry_remove_locked(cp_stream *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        G.streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->next = s->prev = NULL;
+}
+
+int cp_host_done_locked(uint64_t sid, uint64_t ticket)
+{
+    cp_stream *s;
+    if (ticket == 0)
+        return 1;
+    s = find_locked(sid);
+    return !s || s->completed >= ticket;
+}
+
+void cp_host_wait_done_locked(uint64_t sid, uint64_t ticket)
+{
+    while (!cp_host_done_locked(sid, ticket))
+        pthread_cond_wait(&G.done, &G.mu);
+}
+
+static int deps_done_locked(const hwork *w)
+{
+    for (size_t i = 0; i < w->ndeps; i++)
+        if (!cp_host_done_locked(w->deps[i].sid, w->deps[i].ticket))
+            return 0;
+    return 1;
+}
+
+static int idle_locked(const cp_stream *s)
+{
+    return s->completed == s->enqueued;
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+static void *worker_main(void *arg)
+{
+    cp_stream *s = arg;
+
+    pthread_mutex_lock(&G.mu);
+    for (;;) {
+        hwork *w;
+        while (!s->head && !s->destroyed && !s->stop)
+            pthread_cond_wait(&s->work_cv, &G.mu);
+        w = s->head;
+        if (!w)
+            break;
+        while (!deps_done_locked(w))
+            pthread_cond_wait(&G.done, &G.mu);
+        pthread_mutex_unlock(&G.mu);
+        if (w->run)
+            w->run(w);
+        pthread_mutex_lock(&G.mu);
+        if (w->done_locked)
+            w->done_locked(w);
+        s->head = w->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->completed = w->ticket;
+        pthread_cond_broadcast(&G.done);
+        work_free(w);
+    }
+    G.nworkers--;
+    if (s->destroyed) {
+        registry_remove_locked(s);
+        s->next = G.zombies;
+        G.zombies = s;
+    }
+    pthread_cond_broadcast(&G.done);
+    pthread_mutex_unlock(&G.mu);
+    return NULL;
+}
+
+static cp_status start_worker_locked(cp_stream *s)
+{
+    int rc = pthread_create(&s->thread, NULL, worker_main, s);
+    if (rc != 0)
+        return cp_error_set(CP_ERR_BACKEND, "host backend: cannot start a stream worker: %s",
+                            strerror(rc));
+    G.nworkers++;
+    G.used = 1;
+    return CP_OK;
+}
+
+static void stream_free(cp_stream *s)
+{
+    pthread_cond_destroy(&s->work_cv);
+    free(s->known);
+    free(s);
+}
+
+/* Joins the workers of destroyed streams that have drained; never called
+ * with the lock held, since a join may wait for a worker's last unlock. */
+static void reap_zombies(void)
+{
+    cp_stream *z;
+    pthread_mutex_lock(&G.mu);
+    z = G.zombies;
+    G.zombies = NULL;
+    pthread_mutex_unlock(&G.mu);
+    while (z) {
+        cp_stream *next = z->next;
+        pthread_join(z->thread, NULL);
+        stream_free(z);
+        z = next;
+    }
+}
+
+/* The legacy stream, its worker started on first use. */
+static cp_stream *legacy_locked(void)
+{
+    if (!G.legacy_started) {
+        if (G.shutdown) {
+            cp_error_set(CP_ERR_BACKEND, "host backend: the process is shutting down");
+            return NULL;
+        }
+        G.legacy.id = 0;
+        G.legacy.legacy = 1;
+        G.legacy.blocking = 1;
+        pthread_cond_init(&G.legacy.work_cv, NULL);
+        if (start_worker_locked(&G.legacy) != CP_OK) {
+            pthread_cond_destroy(&G.legacy.work_cv);
+            return NULL;
+        }
+        registry_add_locked(&G.legacy);
+        G.legacy_started = 1;
+    }
+    return &G.legacy;
+}
+
+static cp_stream *resolve_locked(cp_stream *s)
+{
+    return s ? s : legacy_locked();
+}
+
+/* Appends w to s, adding the legacy-stream dependencies.  Frees w on error. */
+static cp_status enqueue_locked(cp_stream *s, hwork *w)
+{
+    if (s->stop || s->joined || s->destroyed) {
+        work_free(w);
+        return cp_error_set(CP_ERR_BACKEND, s->destroyed
+                                                ? "host backend: stream used after destroy"
+                                                : "host backend: the process is shutting down");
+    }
+    if (s->legacy) {
+        for (cp_stream *o = G.streams; o; o = o->next)
+            if (o != s && o->blocking && !idle_locked(o) && !work_add_dep(w, o->id, o->enqueued))
+                goto oom;
+    } else if (s->blocking && G.legacy_started && !idle_locked(&G.legacy)) {
+        if (!work_add_dep(w, G.legacy.id, G.legacy.enqueued))
+            goto oom;
+    }
+    w->ticket = ++s->enqueued;
+    w->next = NULL;
+    if (s->tail)
+        s->tail->next = w;
+    else
+        s->head = w;
+    s->tail = w;
+    pthread_cond_signal(&s->work_cv);
+    return CP_OK;
+oom:
+    work_free(w);
+    return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a work item");
+}
+
+/* Enqueues w on s (NULL: legacy); sid and ticket (optional) get its place. */
+static cp_status enqueue(cp_stream *s, hwork *w, uint64_t *sid, uint64_t *ticket)
+{
+    cp_status st;
+    cp_stream *hs;
+    pthread_mutex_lock(&G.mu);
+    hs = resolve_locked(s);
+    if (!hs) {
+        work_free(w);
+        pthread_mutex_unlock(&G.mu);
+        return CP_ERR_BACKEND;
+    }
+    st = enqueue_locked(hs, w);
+    if (st == CP_OK) {
+        if (sid)
+            *sid = hs->id;
+        if (ticket)
+            *ticket = w->ticket;
+    }
+    pthread_mutex_unlock(&G.mu);
+    return st;
+}
+
+/* Enqueues w and waits until it has run: the synchronous kernels and copies. */
+static cp_status enqueue_and_wait(cp_stream *s, hwork *w)
+{
+    uint64_t sid = 0, ticket = 0;
+    cp_status st = enqueue(s, w, &sid, &ticket);
+    if (st != CP_OK)
+        return st;
+    pthread_mutex_lock(&G.mu);
+    cp_host_wait_done_locked(sid, ticket);
+    pthread_mutex_unlock(&G.mu);
+    return CP_OK;
+}
+
+static hwork *work_or_oom(void (*run)(hwork *))
+{
+    hwork *w = work_new(run);
+    if (!w)
+        cp_error_set(CP_ERR_OOM, "host backend: out of memory for a work item");
+    return w;
+}
+
+/* Remembers that work enqueued on s from now on follows (sid, ticket). */
+static void known_note_locked(cp_stream *s, uint64_t sid, uint64_t ticket)
+{
+    for (size_t i = 0; i < s->nknown; i++)
+        if (s->known[i].sid == sid) {
+            if (s->known[i].ticket < ticket)
+                s->known[i].ticket = ticket;
+            return;
+        }
+    if (s->nknown == s->capknown) {
+        size_t cap = s->capknown ? s->capknown * 2 : 4;
+        hdep *k = realloc(s->known, cap * sizeof *k);
+        if (!k)
+            return; /* only an optimisation for pool reuse is lost */
+        s->known = k;
+        s->capknown = cap;
+    }
+    s->known[s->nknown].sid = sid;
+    s->known[s->nknown].ticket = ticket;
+    s->nknown++;
+}
+
+uint64_t cp_host_known_locked(cp_stream *s, uint64_t sid)
+{
+    const cp_stream *hs = s ? s : (G.legacy_started ? &G.legacy : NULL);
+    if (!hs)
+        return 0;
+    for (size_t i = 0; i < hs->nknown; i++)
+        if (hs->known[i].sid == sid)
+            return hs->known[i].ticket;
+    return 0;
+}
+
+cp_status cp_host_enqueue_wait_locked(cp_stream *s, uint64_t sid, uint64_t ticket)
+{
+    cp_stream *hs = resolve_locked(s);
+    hwork *w;
+    if (!hs)
+        return CP_ERR_BACKEND;
+    if (hs->id == sid || cp_host_done_locked(sid, ticket))
+        return CP_OK;
+    w = work_or_oom(NULL);
+    if (!w)
+        return CP_ERR_OOM;
+    if (!work_add_dep(w, sid, ticket)) {
+        work_free(w);
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a work item");
+    }
+    known_note_locked(hs, sid, ticket);
+    return enqueue_locked(hs, w);
+}
+
+cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *ticket)
+{
+    cp_stream *hs = resolve_locked(s);
+    hwork *w;
+    cp_status st;
+    if (!hs)
+        return CP_ERR_BACKEND;
+    w = work_or_oom(NULL);
+    if (!w)
+        return CP_ERR_OOM;
+    st = enqueue_locked(hs, w);
+    if (st == CP_OK) {
+        *sid = hs->id;
+        *ticket = w->ticket;
+    }
+    return st;
+}
+
+int cp_host_too_big(size_t bytes)
+{
+    struct sysinfo si;
+    unsigned long long limit;
+    if (bytes > SIZE_MAX - HOST_ALIGN)
+        return 1;
+    if (sysinfo(&si) != 0)
+        return 0;
+    limit = ((unsigned long long)si.totalram + si.totalswap) * (si.mem_unit ? si.mem_unit : 1);
+    return (unsigned long long)bytes > limit;
+}
+
+/* ---- device --------------------------------------------------------------- */
+
+static cp_status h_device_info(cp_device_info *out)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "device_info: out is NULL");
+    memset(out, 0, sizeof *out);
+    strcpy(out->name, "host");
+    out->index = 0;
+    out->memory = (pages > 0 && psize > 0) ? (uint64_t)pages * (uint64_t)psize : 0;
+    out->sms = cpus > 0 ? (int)cpus : 1;
+    out->cc_major = 0;
+    out->cc_minor = 0;
+    out->mempools = 1;
+    out->driver = 0;
+    out->runtime = 0;
+    out->priority_least = 0;
+    out->priority_greatest = 0;
+    return CP_OK;
+}
+
+static cp_status h_device_synchronize(void)
+{
+    hdep *snap = NULL;
+    size_t n = 0, cap = 0;
+
+    reap_zombies();
+    pthread_mutex_lock(&G.mu);
+    /* Snapshot what is enqueued now, so that work submitted meanwhile by
+     * other threads cannot keep this call waiting forever. */
+    for (cp_stream *s = G.streams; s; s = s->next)
+        cap++;
+    snap = cap ? malloc(cap * sizeof *snap) : NULL;
+    if (cap && !snap) {
+        /* no memory for the snapshot: wait until every stream is idle */
+        for (;;) {
+            cp_stream *busy = NULL;
+            for (cp_stream *s = G.streams; s && !busy; s = s->next)
+                if (!idle_locked(s))
+                    busy = s;
+            if (!busy)
+                break;
+            pthread_cond_wait(&G.done, &G.mu);
+        }
+    } else {
+        for (cp_stream *s = G.streams; s; s = s->next)
+            if (!idle_locked(s)) {
+                snap[n].sid = s->id;
+                snap[n].ticket = s->enqueued;
+                n++;
+            }
+        for (size_t i = 0; i < n; i++)
+            cp_host_wait_done_locked(snap[i].sid, snap[i].ticket);
+    }
+    cp_host_pool_release_locked();
+    pthread_mutex_unlock(&G.mu);
+    free(snap);
+    reap_zombies();
+    return CP_OK;
+}
+
+static cp_status h_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    long psize = sysconf(_SC_PAGESIZE);
+    if (!free_bytes || !total_bytes)
+        return cp_error_set(CP_ERR_INVALID, "mem_get_info: NULL argument");
+    *total_bytes = (pages > 0 && psize > 0) ? (size_t)pages * (size_t)psize : 0;
+    *free_bytes = (avail > 0 && psize > 0) ? (size_t)avail * (size_t)psize : 0;
+    return CP_OK;
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
+{
+    cp_stream *s;
+    cp_status st;
+    (void)priority; /* accepted and ignored: the host has one priority */
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "stream_create: out is NULL");
+    *out = NULL;
+    reap_zombies();
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a stream");
+    s->id = atomic_fetch_add(&next_sid, 1);
+    s->blocking = blocking != 0;
+    pthread_cond_init(&s->work_cv, NULL);
+    pthread_mutex_lock(&G.mu);
+    if (G.shutdown) {
+        st = cp_error_set(CP_ERR_BACKEND, "host backend: the process is shutting down");
+    } else {
+        registry_add_locked(s);
+        st = start_worker_locked(s);
+        if (st != CP_OK)
+            registry_remove_locked(s);
+    }
+    pthread_mutex_unlock(&G.mu);
+    if (st != CP_OK) {
+        stream_free(s);
+        return st;
+    }
+    *out = s;
+    return CP_OK;
+}
+
+static cp_status h_stream_destroy(cp_stream *s)
+{
+    if (!s)
+        return cp_error_set(CP_ERR_INVALID, "stream_destroy: the default stream cannot be destroyed");
+    pthread_mutex_lock(&G.mu);
+    if (s->joined) {
+        /* its worker was stopped at process exit: only the struct is left */
+        registry_remove_locked(s);
+        pthread_mutex_unlock(&G.mu);
+        stream_free(s);
+        return CP_OK;
+    }
+    s->destroyed = 1;
+    pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&G.mu);
+    reap_zombies();
+    return CP_OK;
+}
+
+/* Waits for what is enqueued on s now; for the legacy stream, also for the
+ * blocking streams' work, which anything enqueued on it would wait for. */
+static cp_status h_stream_synchronize(cp_stream *s)
+{
+    pthread_mutex_lock(&G.mu);
+    if (s) {
+        cp_host_wait_done_locked(s->id, s->enqueued);
+    } else {
+        hwork probe;
+        int complete = 1;
+        memset(&probe, 0, sizeof probe);
+        probe.deps = probe.inline_deps;
+        probe.capdeps = sizeof probe.inline_deps / sizeof probe.inline_deps[0];
+        for (cp_stream *o = G.streams; o && complete; o = o->next)
+            if ((o->blocking || o->legacy) && !idle_locked(o) &&
+                !work_add_dep(&probe, o->id, o->enqueued))
+                complete = 0;
+        for (size_t i = 0; i < probe.ndeps; i++)
+            cp_host_wait_done_locked(probe.deps[i].sid, probe.deps[i].ticket);
+        if (probe.deps != probe.inline_deps)
+            free(probe.deps);
+        while (!complete) {
+            /* no memory for the snapshot: wait until they are all idle */
+            complete = 1;
+            for (cp_stream *o = G.streams; o && complete; o = o->next)
+                if ((o->blocking || o->legacy) && !idle_locked(o))
+                    complete = 0;
+            if (!complete)
+                pthread_cond_wait(&G.done, &G.mu);
+        }
+    }
+    cp_host_pool_release_locked();
+    pthread_mutex_unlock(&G.mu);
+    return CP_OK;
+}
+
+static cp_status h_stream_query(cp_stream *s, int *idle)
+{
+    if (!idle)
+        return cp_error_set(CP_ERR_INVALID, "stream_query: idle is NULL");
+    pthread_mutex_lock(&G.mu);
+    if (s) {
+        *idle = idle_locked(s);
+    } else {
+        *idle = 1;
+        for (cp_stream *o = G.streams; o; o = o->next)
+            if ((o->blocking || o->legacy) && !idle_locked(o))
+                *idle = 0;
+    }
+    pthread_mutex_unlock(&G.mu);
+    return CP_OK;
+}
+
+static cp_status h_stream_wait_event(cp_stream *s, cp_event *e)
+{
+    cp_status st = CP_OK;
+    cp_stream *hs;
+    if (!e)
+        return cp_error_set(CP_ERR_INVALID, "stream_wait_event: event is NULL");
+    pthread_mutex_lock(&G.mu);
+    if (e->recorded) {
+        hs = resolve_locked(s);
+        if (!hs) {
+            st = CP_ERR_BACKEND;
+        } else {
+            known_note_locked(hs, e->sid, e->ticket);
+            if (hs->id != e->sid && !cp_host_done_locked(e->sid, e->ticket)) {
+                hwork *w = work_or_oom(NULL);
+                if (!w)
+                    st = CP_ERR_OOM;
+                else if (!work_add_dep(w, e->sid, e->ticket)) {
+                    work_free(w);
+                    st = cp_error_set(CP_ERR_OOM, "host backend: out of memory for a work item");
+                } else {
+                    st = enqueue_locked(hs, w);
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&G.mu);
+    return st;
+}
+
+static uint64_t h_stream_id(const cp_stream *s)
+{
+    return s ? s->id : 0;
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+static cp_status h_event_create(cp_event **out, int timing)
+{
+    cp_event *e;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "event_create: out is NULL");
+    e = calloc(1, sizeof *e);
+    if (!e) {
+        *out = NULL;
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for an event");
+    }
+    e->timing = timing != 0;
+    e->refs = 1;
+    *out = e;
+    return CP_OK;
+}
+
+static void event_unref_locked(cp_event *e)
+{
+    if (--e->refs == 0)
+        free(e);
+}
+
+/* As cudaEventDestroy: returns at once; a pending marker keeps the struct. */
+static cp_status h_event_destroy(cp_event *e)
+{
+    if (!e)
+        return cp_error_set(CP_ERR_INVALID, "event_destroy: event is NULL");
+    pthread_mutex_lock(&G.mu);
+    event_unref_locked(e);
+    pthread_mutex_unlock(&G.mu);
+    return CP_OK;
+}
+
+static void mark_done_locked(hwork *w)
+{
+    cp_event *e = w->u.mark.e;
+    if (w->u.mark.gen == e->gen)
+        clock_gettime(CLOCK_MONOTONIC, &e->at);
+    event_unref_locked(e);
+}
+
+static cp_status h_event_record(cp_event *e, cp_stream *s)
+{
+    cp_stream *hs;
+    hwork *w;
+    cp_status st;
+    if (!e)
+        return cp_error_set(CP_ERR_INVALID, "event_record: event is NULL");
+    w = work_or_oom(NULL);
+    if (!w)
+        return CP_ERR_OOM;
+    w->done_locked = mark_done_locked;
+    pthread_mutex_lock(&G.mu);
+    hs = resolve_locked(s);
+    if (!hs) {
+        work_free(w);
+        pthread_mutex_unlock(&G.mu);
+        return CP_ERR_BACKEND;
+    }
+    w->u.mark.e = e;
+    w->u.mark.gen = e->gen + 1;
+    st = enqueue_locked(hs, w);
+    if (st == CP_OK) {
+        e->refs++;
+        e->gen++;
+        e->recorded = 1;
+        e->sid = hs->id;
+        e->ticket = w->ticket; /* w cannot have run yet: we hold the lock */
+    }
+    pthread_mutex_unlock(&G.mu);
+    return st;
+}
+
+static cp_status h_event_synchronize(cp_event *e)
+{
+    if (!e)
+        return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
+    pthread_mutex_lock(&G.mu);
+    if (e->recorded)
+        cp_host_wait_done_locked(e->sid, e->ticket);
+    cp_host_pool_release_locked();
+    pthread_mutex_unlock(&G.mu);
+    return CP_OK;
+}
+
+static cp_status h_event_query(cp_event *e, int *done)
+{
+    if (!e || !done)
+        return cp_error_set(CP_ERR_INVALID, "event_query: NULL argument");
+    pthread_mutex_lock(&G.mu);
+    *done = !e->recorded || cp_host_done_locked(e->sid, e->ticket);
+    pthread_mutex_unlock(&G.mu);
+    return CP_OK;
+}
+
+static cp_status h_event_elapsed(cp_event *start, cp_event *end, float *ms)
+{
+    cp_status st = CP_OK;
+    if (!start || !end || !ms)
+        return cp_error_set(CP_ERR_INVALID, "event_elapsed: NULL argument");
+    pthread_mutex_lock(&G.mu);
+    if (!start->timing || !end->timing)
+        st = cp_error_set(CP_ERR_INVALID,
+                          "invalid resource handle: elapsed time needs both events created with "
+                          "timing enabled");
+    else if (!start->recorded || !end->recorded)
+        st = cp_error_set(CP_ERR_INVALID,
+                          "invalid resource handle: elapsed time of an event that was never "
+                          "recorded");
+    else if (!cp_host_done_locked(start->sid, start->ticket) ||
+             !cp_host_done_locked(end->sid, end->ticket))
+        st = cp_error_set(CP_ERR_NOT_READY, "device not ready: an event has not completed yet");
+    else
+        *ms = (float)((double)(end->at.tv_sec - start->at.tv_sec) * 1e3 +
+                      (double)(end->at.tv_nsec - start->at.tv_nsec) / 1e6);
+    pthread_mutex_unlock(&G.mu);
+    return st;
+}
+
+/* ---- raw memory ------------------------------------------------------------ */
+
+static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
+{
+    void *p = NULL;
+    size_t rounded;
+    int rc;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mem_alloc: out is NULL");
+    *out = NULL;
+    if (kind != CP_MEM_DEVICE && kind != CP_MEM_MANAGED && kind != CP_MEM_PINNED)
+        return cp_error_set(CP_ERR_INVALID, "mem_alloc: unknown memory kind %d", (int)kind);
+    if (bytes == 0)
+        return CP_OK; /* cudaMalloc(0) succeeds with NULL */
+    if (cp_host_too_big(bytes))
+        return cp_error_set(CP_ERR_OOM,
+                            "out of memory: %zu bytes exceed the host's memory and swap", bytes);
+    rounded = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+    if (kind == CP_MEM_DEVICE)
+        h_device_synchronize();
+    rc = posix_memalign(&p, HOST_ALIGN, rounded);
+    if (rc != 0 || !p)
+        return cp_error_set(CP_ERR_OOM, "out of memory: cannot allocate %zu bytes of host memory",
+                            bytes);
+    *out = p;
+    return CP_OK;
+}
+
+static cp_status h_mem_free(void *p, cp_memkind kind)
+{
+    (void)kind;
+    if (!p)
+        return CP_OK;
+    h_device_synchronize();
+    free(p);
+    return CP_OK;
+}
+
+/* ---- copies and kernels ------------------------------------------------------ */
+
+static void run_copy(hwork *w)
+{
+    memmove(w->u.copy.dst, w->u.copy.src, w->u.copy.n);
+}
+
+static void run_set(hwork *w)
+{
+    memset(w->u.set.dst, w->u.set.byte, w->u.set.n);
+}
+
+static void run_fill(hwork *w)
+{
+    size_t n = w->u.fill.count;
+    cp_scalar v = w->u.fill.v;
+    switch (w->u.fill.t) {
+    case CP_F32: {
+        float *p = w->u.fill.p, x = (float)v.f;
+        for (size_t i = 0; i < n; i++)
+            p[i] = x;
+        break;
+    }
+    case CP_F64: {
+        double *p = w->u.fill.p;
+        for (size_t i = 0; i < n; i++)
+            p[i] = v.f;
+        break;
+    }
+    case CP_I32: {
+        int32_t *p = w->u.fill.p, x = (int32_t)v.i;
+        for (size_t i = 0; i < n; i++)
+            p[i] = x;
+        break;
+    }
+    case CP_U32: {
+        uint32_t *p = w->u.fill.p, x = (uint32_t)v.u;
+        for (size_t i = 0; i < n; i++)
+            p[i] = x;
+        break;
+    }
+    case CP_U8:
+        memset(w->u.fill.p, (int)(uint8_t)v.u, n);
+        break;
+    default:
+        break;
+    }
+}
+
+static void run_sqrt(hwork *w)
+{
+    for (size_t i = 0; i < w->u.sqrt.count; i++)
+        w->u.sqrt.p[i] = cp_body_sqrt_index(i);
+}
+
+static void run_sum(hwork *w)
+{
+    const void *p = w->u.sum.p;
+    cp_scalar *out = w->u.sum.out;
+    switch (w->u.sum.t) {
+    case CP_F32: {
+        const float *a = p;
+        size_t n = w->u.sum.bytes / sizeof *a;
+        double acc = 0;
+        for (size_t i = 0; i < n; i++)
+            acc += (double)a[i];
+        out->f = acc;
+        break;
+    }
+    case CP_F64: {
+        const double *a = p;
+        size_t n = w->u.sum.bytes / sizeof *a;
+        double acc = 0;
+        for (size_t i = 0; i < n; i++)
+            acc += a[i];
+        out->f = acc;
+        break;
+    }
+    case CP_I32: {
+        const int32_t *a = p;
+        size_t n = w->u.sum.bytes / sizeof *a;
+        uint64_t acc = 0;
+        for (size_t i = 0; i < n; i++)
+            acc += (uint64_t)(int64_t)a[i];
+        memcpy(&out->i, &acc, sizeof acc); /* wrapping, as the GPU's unsigned sum */
+        break;
+    }
+    case CP_U32: {
+        const uint32_t *a = p;
+        size_t n = w->u.sum.bytes / sizeof *a;
+        uint64_t acc = 0;
+        for (size_t i = 0; i < n; i++)
+            acc += a[i];
+        out->u = acc;
+        break;
+    }
+    case CP_U8: {
+        const uint8_t *a = p;
+        uint64_t acc = 0;
+        for (size_t i = 0; i < w->u.sum.bytes; i++)
+            acc += a[i];
+        out->u = acc;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void run_spin(hwork *w)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += (time_t)(w->u.spin.us / 1000000u);
+    t.tv_nsec += (long)(w->u.spin.us % 1000000u) * 1000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR)
+        ;
+}
+
+static void run_pattern(hwork *w)
+{
+    uint8_t *p = w->u.pat.p;
+    for (size_t i = 0; i < w->u.pat.bytes; i++)
+        p[i] = cp_body_pattern_byte(w->u.pat.seed, i);
+}
+
+static void run_verify(hwork *w)
+{
+    const uint8_t *p = w->u.pat.p;
+    uint64_t bad = 0;
+    for (size_t i = 0; i < w->u.pat.bytes; i++)
+        bad += p[i] != cp_body_pattern_byte(w->u.pat.seed, i);
+    *w->u.pat.bad = bad;
+}
+
+static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
+{
+    hwork *w;
+    if (bytes == 0)
+        return CP_OK;
+    if (!dst || !src)
+        return cp_error_set(CP_ERR_INVALID, "memcpy_async: NULL pointer");
+    w = work_or_oom(run_copy);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.copy.dst = dst;
+    w->u.copy.src = src;
+    w->u.copy.n = bytes;
+    /* synchronous for the caller: the source may be a Lua string (pageable) */
+    return enqueue_and_wait(s, w);
+}
+
+static cp_status h_memset_async(void *dst, int byte, size_t bytes, cp_stream *s)
+{
+    hwork *w;
+    if (bytes == 0)
+        return CP_OK;
+    if (!dst)
+        return cp_error_set(CP_ERR_INVALID, "memset_async: NULL pointer");
+    w = work_or_oom(run_set);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.set.dst = dst;
+    w->u.set.byte = byte;
+    w->u.set.n = bytes;
+    return enqueue(s, w, NULL, NULL);
+}
+
+static cp_status check_shape(const cp_shape *sh)
+{
+    if (!sh)
+        return CP_OK;
+    if (sh->block > 1024u)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid configuration argument: block of %u threads (1..1024)",
+                            sh->block);
+    if (sh->grid > 0x7fffffffu)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid configuration argument: grid of %u blocks (1..2147483647)",
+                            sh->grid);
+    return CP_OK;
+}
+
+static cp_status check_dtype(cp_dtype t)
+{
+    if ((unsigned)t >= (unsigned)CP_DTYPE_COUNT)
+        return cp_error_set(CP_ERR_INVALID, "unknown element type %d", (int)t);
+    return CP_OK;
+}
+
+static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const cp_shape *sh,
+                          cp_stream *s)
+{
+    hwork *w;
+    cp_status st = check_shape(sh);
+    if (st == CP_OK)
+        st = check_dtype(t);
+    if (st != CP_OK)
+        return st;
+    if (count == 0)
+        return CP_OK;
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "fill: NULL pointer");
+    w = work_or_oom(run_fill);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.fill.p = p;
+    w->u.fill.count = count;
+    w->u.fill.t = t;
+    w->u.fill.v = v;
+    return enqueue(s, w, NULL, NULL);
+}
+
+static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_stream *s)
+{
+    hwork *w;
+    cp_status st = check_shape(sh);
+    if (st != CP_OK)
+        return st;
+    if (count == 0)
+        return CP_OK;
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "sqrt_index: NULL pointer");
+    w = work_or_oom(run_sqrt);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.sqrt.p = p;
+    w->u.sqrt.count = count;
+    return enqueue(s, w, NULL, NULL);
+}
+
+static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_shape *sh,
+                              cp_stream *s, cp_scalar *out)
+{
+    hwork *w;
+    cp_scalar r;
+    cp_status st = check_shape(sh);
+    if (st == CP_OK)
+        st = check_dtype(t);
+    if (st != CP_OK)
+        return st;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "checksum: out is NULL");
+    r.u = 0;
+    if (bytes > 0 && !p)
+        return cp_error_set(CP_ERR_INVALID, "checksum: NULL pointer");
+    w = work_or_oom(run_sum);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.sum.p = p;
+    w->u.sum.bytes = bytes;
+    w->u.sum.t = t;
+    w->u.sum.out = &r;
+    st = enqueue_and_wait(s, w);
+    if (st == CP_OK)
+        *out = r;
+    return st;
+}
+
+static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
+{
+    hwork *w = work_or_oom(run_spin);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.spin.us = microseconds;
+    return enqueue(s, w, NULL, NULL);
+}
+
+static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
+{
+    hwork *w;
+    if (bytes == 0)
+        return CP_OK;
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "pattern: NULL pointer");
+    w = work_or_oom(run_pattern);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.pat.p = p;
+    w->u.pat.bytes = bytes;
+    w->u.pat.seed = seed;
+    return enqueue(s, w, NULL, NULL);
+}
+
+static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
+                            uint64_t *bad)
+{
+    hwork *w;
+    uint64_t r = 0;
+    cp_status st;
+    if (!bad)
+        return cp_error_set(CP_ERR_INVALID, "verify: bad is NULL");
+    if (bytes > 0 && !p)
+        return cp_error_set(CP_ERR_INVALID, "verify: NULL pointer");
+    w = work_or_oom(run_verify);
+    if (!w)
+        return CP_ERR_OOM;
+    /* the union keeps a mutable pointer; verify only reads through it */
+    memcpy(&w->u.pat.p, &p, sizeof p);
+    w->u.pat.bytes = bytes;
+    w->u.pat.seed = seed;
+    w->u.pat.bad = &r;
+    st = enqueue_and_wait(s, w);
+    if (st == CP_OK)
+        *bad = r;
+    return st;
+}
+
+/* ---- process exit --------------------------------------------------------- */
+
+/* Drains and joins every worker: at exit the threads must not outlive the
+ * module's code (dlclose unmaps it).  Streams the owner never destroyed keep
+ * their struct, marked joined, so a late stream_destroy is still safe. */
+__attribute__((destructor)) static void host_shutdown(void)
+{
+    cp_stream *live = NULL;
+    pthread_mutex_lock(&G.mu);
+    if (!G.used) {
+        G.shutdown = 1;
+        pthread_mutex_unlock(&G.mu);
+        return;
+    }
+    G.shutdown = 1;
+    for (cp_stream *s = G.streams; s; s = s->next) {
+        s->stop = 1;
+        pthread_cond_signal(&s->work_cv);
+    }
+    while (G.nworkers > 0)
+        pthread_cond_wait(&G.done, &G.mu);
+    for (cp_stream *s = G.streams; s; s = s->next)
+        s->joined = 1;
+    live = G.streams;
+    pthread_mutex_unlock(&G.mu);
+    reap_zombies();
+    /* no worker runs now and none can start: join without the lock */
+    for (cp_stream *s = live; s; s = s->next)
+        pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&G.mu);
+    if (G.legacy_started) {
+        registry_remove_locked(&G.legacy);
+        free(G.legacy.known);
+        G.legacy.known = NULL;
+        G.legacy.nknown = G.legacy.capknown = 0;
+    }
+    pthread_mutex_unlock(&G.mu);
+    cp_host_pool_shutdown();
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+const cp_backend cp_backend_host = {
+    .name = "host",
+    .device_info = h_device_info,
+    .device_synchronize = h_device_synchronize,
+    .mem_get_info = h_mem_get_info,
+    .stream_create = h_stream_create,
+    .stream_destroy = h_stream_destroy,
+    .stream_synchronize = h_stream_synchronize,
+    .stream_query = h_stream_query,
+    .stream_wait_event = h_stream_wait_event,
+    .stream_id = h_stream_id,
+    .event_create = h_event_create,
+    .event_destroy = h_event_destroy,
+    .event_record = h_event_record,
+    .event_synchronize = h_event_synchronize,
+    .event_query = h_event_query,
+    .event_elapsed = h_event_elapsed,
+    .mem_alloc = h_mem_alloc,
+    .mem_free = h_mem_free,
+    .mem_alloc_async = cp_host_pool_alloc_current,
+    .mem_free_async = cp_host_pool_free,
+    .mempool_default = cp_host_pool_default,
+    .mempool_create = cp_host_pool_create,
+    .mempool_destroy = cp_host_pool_destroy,
+    .mempool_alloc = cp_host_pool_alloc,
+    .mempool_get_attr = cp_host_pool_get_attr,
+    .mempool_set_attr = cp_host_pool_set_attr,
+    .mempool_trim = cp_host_pool_trim,
+    .mempool_set_current = cp_host_pool_set_current,
+    .mempool_get_current = cp_host_pool_get_current,
+    .memcpy_async = h_memcpy_async,
+    .memset_async = h_memset_async,
+    .k_fill = h_k_fill,
+    .k_sqrt_index = h_k_sqrt_index,
+    .k_checksum = h_k_checksum,
+    .k_spin = h_k_spin,
+    .k_pattern = h_k_pattern,
+    .k_verify = h_k_verify,
+};

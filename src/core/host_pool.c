@@ -1,0 +1,678 @@
+/*
+ * host_pool.c: CUDA's stream-ordered memory pools (cudaMemPool_t,
+ * cudaMallocAsync/cudaFreeAsync) emulated for the host backend.
+ *
+ * Policy, exactly:
+ *  - A pool reserves memory from the OS in chunks of max(2 MiB, request
+ *    rounded up to 2 MiB), 256-byte aligned, never exceeding max_size
+ *    (when set; the last chunk may then be smaller).  When a new chunk cannot
+ *    be had, entirely unused chunks are returned first and the request is
+ *    tried once more; then it fails with CP_ERR_OOM and nothing changes.
+ *  - Requests are rounded up to 256 bytes (the pool's granularity); used
+ *    counts the rounded sizes of live allocations, reserved the chunks held.
+ *    Both keep a high-water mark, which can only be reset to the current value.
+ *  - Sub-allocation is best fit over the pool's free blocks, splitting the
+ *    chosen block; adjacent free blocks coalesce when their reuse
+ *    constraints agree (see below).
+ *  - mem_free_async(p, s) enqueues a marker on s; the block remembers
+ *    (sid, ticket) of that marker: the point after which no work on s touches
+ *    it.  used drops at once.  A freed block may then be handed to an
+ *    allocation on stream t when
+ *      1. t is s (stream order makes it safe), or
+ *      2. reuse_allow_opportunistic and the marker has run (the block then
+ *         becomes unconstrained), or
+ *      3. reuse_follow_event_dependencies and t has waited (stream_wait_event
+ *         or an inserted wait) for a position of s at or after the marker;
+ *         only direct waits count, not transitive ones, or
+ *      4. reuse_allow_internal_dependencies: the pool enqueues on t a wait
+ *         for the marker, then hands the block out.  Blocks usable by 1-3 are
+ *         preferred to those needing 4; among each, the smallest that fits.
+ *    Two free blocks merge if both are unconstrained or both were freed on
+ *    the same stream (the merged block keeps the later ticket).
+ *  - Synchronization points (device, stream, event synchronize) return
+ *    chunks that are entirely free, and whose frees have run, to the OS while
+ *    reserved > release_threshold (default 0).  trim(keep) does the same
+ *    down to keep.
+ *  - mem_free_async finds the pool through a pointer -> block hash table, as
+ *    cudaFreeAsync is not told the pool.
+ *  - The default pool is a singleton created on first use that lives for the
+ *    process; it is the current pool until set_current names another, and
+ *    again when that pool is destroyed.  mempool_destroy waits for the frees
+ *    still pending on its blocks (not a device synchronization), then
+ *    returns all of its memory, live allocations included.
+ *  - location_host pools are host memory like all others; handle_posix_fd is
+ *    accepted but export to another process is not emulated.
+ *  - All state is protected by the host backend's global lock (host_pool.h).
+ */
+#include "host_pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define POOL_GRAN 256u
+#define POOL_CHUNK ((size_t)2 << 20)
+
+typedef struct hchunk hchunk;
+typedef struct hblock hblock;
+
+struct hblock {
+    hblock *prev, *next;   /* address order within the chunk */
+    hblock *fprev, *fnext; /* the pool's free list, while free */
+    hblock *hnext;         /* pointer-map chain, while allocated */
+    hchunk *chunk;
+    char *ptr;
+    size_t size;
+    int free;
+    uint64_t fsid, fticket; /* the free's marker; fticket 0: unconstrained */
+};
+
+struct hchunk {
+    hchunk *prev, *next;
+    cp_mempool *pool;
+    char *base;
+    size_t size;
+    hblock *first;
+};
+
+struct cp_mempool {
+    cp_mempool *prev, *next; /* registry of live pools */
+    int is_default;
+    cp_mempool_props props;
+    uint64_t threshold;
+    int follow_events, opportunistic, internal_deps;
+    uint64_t used, used_high, reserved, reserved_high;
+    hchunk *chunks;
+    hblock *free_head;
+};
+
+static cp_mempool *pools;        /* every live pool, the default included */
+static cp_mempool *default_pool; /* created on first use */
+static cp_mempool *current_pool; /* NULL: the default */
+
+/* ---- pointer -> block map -------------------------------------------------- */
+
+static hblock **map_buckets;
+static size_t map_nbuckets, map_count;
+
+static size_t map_hash(const void *p, size_t nb)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p >> 8;
+    x *= 0x9e3779b97f4a7c15ull;
+    return (size_t)(x >> 32) & (nb - 1);
+}
+
+static void map_grow(void)
+{
+    size_t nb = map_nbuckets ? map_nbuckets * 2 : 256;
+    hblock **nbk = calloc(nb, sizeof *nbk);
+    if (!nbk)
+        return; /* a fuller table still works */
+    for (size_t i = 0; i < map_nbuckets; i++) {
+        hblock *b = map_buckets[i];
+        while (b) {
+            hblock *next = b->hnext;
+            size_t h = map_hash(b->ptr, nb);
+            b->hnext = nbk[h];
+            nbk[h] = b;
+            b = next;
+        }
+    }
+    free(map_buckets);
+    map_buckets = nbk;
+    map_nbuckets = nb;
+}
+
+static int map_insert(hblock *b)
+{
+    size_t h;
+    if (map_count >= map_nbuckets * 2)
+        map_grow();
+    if (!map_buckets)
+        return 0;
+    h = map_hash(b->ptr, map_nbuckets);
+    b->hnext = map_buckets[h];
+    map_buckets[h] = b;
+    map_count++;
+    return 1;
+}
+
+static hblock *map_remove(const void *p)
+{
+    hblock **pp;
+    if (!map_buckets)
+        return NULL;
+    for (pp = &map_buckets[map_hash(p, map_nbuckets)]; *pp; pp = &(*pp)->hnext)
+        if ((*pp)->ptr == p) {
+            hblock *b = *pp;
+            *pp = b->hnext;
+            b->hnext = NULL;
+            map_count--;
+            return b;
+        }
+    return NULL;
+}
+
+/* ---- blocks ------------------------------------------------------------------ */
+
+static void free_push(cp_mempool *p, hblock *b)
+{
+    b->free = 1;
+    b->fprev = NULL;
+    b->fnext = p->free_head;
+    if (p->free_head)
+        p->free_head->fprev = b;
+    p->free_head = b;
+}
+
+static void free_unlink(cp_mempool *p, hblock *b)
+{
+    if (b->fprev)
+        b->fprev->fnext = b->fnext;
+    else
+        p->free_head = b->fnext;
+    if (b->fnext)
+        b->fnext->fprev = b->fprev;
+    b->fprev = b->fnext = NULL;
+    b->free = 0;
+}
+
+/* Drops the constraint of a block whose free has run, where the pool lets
+ * any stream reuse such a block. */
+static void clean(const cp_mempool *p, hblock *b)
+{
+    if (b->fticket && p->opportunistic && cp_host_done_locked(b->fsid, b->fticket)) {
+        b->fticket = 0;
+        b->fsid = 0;
+    }
+}
+
+static int mergeable(const hblock *a, const hblock *b)
+{
+    return a->free && b->free && (a->fticket == 0) == (b->fticket == 0) &&
+           (a->fticket == 0 || a->fsid == b->fsid);
+}
+
+/* Absorbs b->next into b. */
+static void absorb_next(cp_mempool *p, hblock *b)
+{
+    hblock *n = b->next;
+    free_unlink(p, n);
+    b->size += n->size;
+    if (n->fticket > b->fticket)
+        b->fticket = n->fticket;
+    b->next = n->next;
+    if (n->next)
+        n->next->prev = b;
+    free(n);
+}
+
+/* Merges free b with its neighbours where allowed; returns the result. */
+static hblock *coalesce(cp_mempool *p, hblock *b)
+{
+    if (b->next && mergeable(b, b->next))
+        absorb_next(p, b);
+    if (b->prev && mergeable(b->prev, b)) {
+        b = b->prev;
+        absorb_next(p, b);
+    }
+    return b;
+}
+
+/* Cleans every free block and merges what became mergeable. */
+static void tidy(cp_mempool *p)
+{
+    for (hchunk *c = p->chunks; c; c = c->next) {
+        for (hblock *b = c->first; b; b = b->next)
+            if (b->free)
+                clean(p, b);
+        for (hblock *b = c->first; b; b = b->next)
+            while (b->free && b->next && mergeable(b, b->next))
+                absorb_next(p, b);
+    }
+}
+
+/* ---- chunks ------------------------------------------------------------------ */
+
+static void chunk_release(cp_mempool *p, hchunk *c)
+{
+    hblock *b = c->first;
+    while (b) {
+        hblock *next = b->next;
+        if (b->free)
+            free_unlink(p, b);
+        else
+            map_remove(b->ptr);
+        free(b);
+        b = next;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        p->chunks = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    p->reserved -= c->size;
+    free(c->base);
+    free(c);
+}
+
+/* A chunk whose blocks are all free, with their frees run, touches no
+ * pending work (its blocks need not have merged: constrained blocks of
+ * different streams do not). */
+static int chunk_unused(const hchunk *c)
+{
+    for (const hblock *b = c->first; b; b = b->next)
+        if (!b->free || !cp_host_done_locked(b->fsid, b->fticket))
+            return 0;
+    return 1;
+}
+
+/* Returns unused chunks while reserved > keep; returns the bytes released. */
+static size_t release_to(cp_mempool *p, uint64_t keep)
+{
+    size_t released = 0;
+    hchunk *c = p->chunks;
+    tidy(p);
+    while (c && p->reserved > keep) {
+        hchunk *next = c->next;
+        if (chunk_unused(c)) {
+            released += c->size;
+            chunk_release(p, c);
+        }
+        c = next;
+    }
+    return released;
+}
+
+static hblock *chunk_add(cp_mempool *p, size_t need)
+{
+    size_t size = need <= POOL_CHUNK ? POOL_CHUNK : (need + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK;
+    hchunk *c;
+    hblock *b;
+    void *mem = NULL;
+
+    if (size < need) /* rounding overflowed */
+        size = need;
+    if (p->props.max_size) {
+        size_t room = p->reserved >= p->props.max_size ? 0 : p->props.max_size - p->reserved;
+        if (size > room)
+            size = room / POOL_GRAN * POOL_GRAN;
+        if (size < need)
+            return NULL;
+    }
+    if (cp_host_too_big(size))
+        return NULL;
+    c = calloc(1, sizeof *c);
+    b = calloc(1, sizeof *b);
+    if (!c || !b || posix_memalign(&mem, POOL_GRAN, size) != 0 || !mem) {
+        free(c);
+        free(b);
+        return NULL;
+    }
+    c->pool = p;
+    c->base = mem;
+    c->size = size;
+    c->first = b;
+    c->next = p->chunks;
+    if (p->chunks)
+        p->chunks->prev = c;
+    p->chunks = c;
+    b->chunk = c;
+    b->ptr = mem;
+    b->size = size;
+    free_push(p, b);
+    p->reserved += size;
+    if (p->reserved > p->reserved_high)
+        p->reserved_high = p->reserved;
+    return b;
+}
+
+/* ---- pools ------------------------------------------------------------------- */
+
+static cp_mempool *pool_new(const cp_mempool_props *props)
+{
+    cp_mempool *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    if (props)
+        p->props = *props;
+    /* CUDA's defaults: every reuse policy enabled, threshold 0 */
+    p->follow_events = p->opportunistic = p->internal_deps = 1;
+    p->next = pools;
+    if (pools)
+        pools->prev = p;
+    pools = p;
+    return p;
+}
+
+static cp_mempool *default_locked(void)
+{
+    if (!default_pool) {
+        default_pool = pool_new(NULL);
+        if (default_pool)
+            default_pool->is_default = 1;
+    }
+    return default_pool;
+}
+
+cp_status cp_host_pool_default(cp_mempool **out)
+{
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_default: out is NULL");
+    cp_host_lock();
+    *out = default_locked();
+    cp_host_unlock();
+    return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
+}
+
+cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
+{
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_create: out is NULL");
+    cp_host_lock();
+    *out = pool_new(props);
+    cp_host_unlock();
+    return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
+}
+
+cp_status cp_host_pool_destroy(cp_mempool *p)
+{
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_destroy: pool is NULL");
+    cp_host_lock();
+    if (p->is_default) {
+        cp_host_unlock();
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the device's default pool cannot be destroyed");
+    }
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        pools = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    if (current_pool == p)
+        current_pool = NULL;
+    /* unmap live blocks first, so a racing free finds nothing */
+    for (hchunk *c = p->chunks; c; c = c->next)
+        for (hblock *b = c->first; b; b = b->next)
+            if (!b->free)
+                map_remove(b->ptr);
+    /* queued work on freed blocks may still touch them */
+    for (hchunk *c = p->chunks; c; c = c->next)
+        for (hblock *b = c->first; b; b = b->next)
+            if (b->free)
+                cp_host_wait_done_locked(b->fsid, b->fticket);
+    while (p->chunks) {
+        hchunk *c = p->chunks;
+        for (hblock *b = c->first; b;) {
+            hblock *next = b->next;
+            free(b);
+            b = next;
+        }
+        c->first = NULL;
+        p->chunks = c->next;
+        free(c->base);
+        free(c);
+    }
+    cp_host_unlock();
+    free(p);
+    return CP_OK;
+}
+
+static int usable_now(const cp_mempool *p, const hblock *b, cp_stream *s, uint64_t sid)
+{
+    if (b->fticket == 0 || b->fsid == sid)
+        return 1;
+    if (p->opportunistic && cp_host_done_locked(b->fsid, b->fticket))
+        return 1;
+    return p->follow_events && cp_host_known_locked(s, b->fsid) >= b->fticket;
+}
+
+cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream *s)
+{
+    hblock *best = NULL, *waited = NULL, *b;
+    size_t need;
+    uint64_t sid = s ? cp_backend_host.stream_id(s) : 0;
+    cp_status st;
+
+    if (!p || !out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_alloc: NULL argument");
+    *out = NULL;
+    if (bytes == 0)
+        return CP_OK; /* as cudaMallocAsync(0): success, NULL */
+    if (cp_host_too_big(bytes))
+        return cp_error_set(CP_ERR_OOM,
+                            "out of memory: %zu bytes exceed the host's memory and swap", bytes);
+    need = (bytes + POOL_GRAN - 1) / POOL_GRAN * POOL_GRAN;
+
+    cp_host_lock();
+    tidy(p);
+    for (hblock *f = p->free_head; f; f = f->fnext) {
+        if (f->size < need)
+            continue;
+        if (usable_now(p, f, s, sid)) {
+            if (!best || f->size < best->size)
+                best = f;
+        } else if (p->internal_deps) {
+            if (!waited || f->size < waited->size)
+                waited = f;
+        }
+    }
+    b = best;
+    if (!b && waited) {
+        st = cp_host_enqueue_wait_locked(s, waited->fsid, waited->fticket);
+        if (st != CP_OK) {
+            cp_host_unlock();
+            return st;
+        }
+        b = waited;
+    }
+    if (!b) {
+        b = chunk_add(p, need);
+        if (!b && release_to(p, 0) > 0)
+            b = chunk_add(p, need);
+        if (!b) {
+            cp_host_unlock();
+            if (p->props.max_size)
+                return cp_error_set(CP_ERR_OOM,
+                                    "out of memory: %zu bytes do not fit in the pool "
+                                    "(max_size %zu, %llu reserved)",
+                                    bytes, p->props.max_size, (unsigned long long)p->reserved);
+            return cp_error_set(CP_ERR_OOM,
+                                "out of memory: cannot reserve %zu bytes of host memory", bytes);
+        }
+    }
+    if (b->size - need >= POOL_GRAN) {
+        hblock *rest = calloc(1, sizeof *rest);
+        if (rest) {
+            rest->chunk = b->chunk;
+            rest->ptr = b->ptr + need;
+            rest->size = b->size - need;
+            rest->fsid = b->fsid;
+            rest->fticket = b->fticket;
+            rest->prev = b;
+            rest->next = b->next;
+            if (b->next)
+                b->next->prev = rest;
+            b->next = rest;
+            b->size = need;
+            free_push(p, rest);
+        }
+    }
+    free_unlink(p, b);
+    b->fsid = b->fticket = 0;
+    if (!map_insert(b)) {
+        free_push(p, b);
+        coalesce(p, b);
+        cp_host_unlock();
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for the pointer map");
+    }
+    p->used += b->size;
+    if (p->used > p->used_high)
+        p->used_high = p->used;
+    *out = b->ptr;
+    cp_host_unlock();
+    return CP_OK;
+}
+
+cp_status cp_host_pool_alloc_current(void **out, size_t bytes, cp_stream *s)
+{
+    cp_mempool *p;
+    cp_host_lock();
+    p = current_pool ? current_pool : default_locked();
+    cp_host_unlock();
+    if (!p)
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
+    return cp_host_pool_alloc(p, out, bytes, s);
+}
+
+cp_status cp_host_pool_free(void *ptr, cp_stream *s)
+{
+    hblock *b;
+    cp_mempool *p;
+    uint64_t sid = 0, ticket = 0;
+    cp_status st;
+
+    if (!ptr)
+        return CP_OK;
+    cp_host_lock();
+    b = map_remove(ptr);
+    if (!b) {
+        cp_host_unlock();
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: pointer %p was not allocated by a stream-ordered pool "
+                            "(or was already freed)",
+                            ptr);
+    }
+    st = cp_host_enqueue_mark_locked(s, &sid, &ticket);
+    if (st != CP_OK) {
+        map_insert(b); /* the bucket array exists: cannot fail */
+        cp_host_unlock();
+        return st;
+    }
+    p = b->chunk->pool;
+    p->used -= b->size;
+    b->fsid = sid;
+    b->fticket = ticket;
+    free_push(p, b);
+    coalesce(p, b);
+    cp_host_unlock();
+    return CP_OK;
+}
+
+cp_status cp_host_pool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
+{
+    cp_status st = CP_OK;
+    if (!p || !v)
+        return cp_error_set(CP_ERR_INVALID, "mempool_get_attr: NULL argument");
+    cp_host_lock();
+    switch (a) {
+    case CP_POOL_RELEASE_THRESHOLD: *v = p->threshold; break;
+    case CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: *v = (uint64_t)p->follow_events; break;
+    case CP_POOL_REUSE_ALLOW_OPPORTUNISTIC: *v = (uint64_t)p->opportunistic; break;
+    case CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *v = (uint64_t)p->internal_deps; break;
+    case CP_POOL_RESERVED_MEM_CURRENT: *v = p->reserved; break;
+    case CP_POOL_RESERVED_MEM_HIGH: *v = p->reserved_high; break;
+    case CP_POOL_USED_MEM_CURRENT: *v = p->used; break;
+    case CP_POOL_USED_MEM_HIGH: *v = p->used_high; break;
+    default:
+        st = cp_error_set(CP_ERR_INVALID, "invalid value: unknown pool attribute %d", (int)a);
+    }
+    cp_host_unlock();
+    return st;
+}
+
+cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
+{
+    cp_status st = CP_OK;
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_set_attr: pool is NULL");
+    cp_host_lock();
+    switch (a) {
+    case CP_POOL_RELEASE_THRESHOLD: p->threshold = v; break;
+    case CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: p->follow_events = v != 0; break;
+    case CP_POOL_REUSE_ALLOW_OPPORTUNISTIC: p->opportunistic = v != 0; break;
+    case CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES: p->internal_deps = v != 0; break;
+    case CP_POOL_RESERVED_MEM_HIGH:
+    case CP_POOL_USED_MEM_HIGH:
+        if (v != 0)
+            st = cp_error_set(CP_ERR_INVALID,
+                              "invalid value: a pool's high-water mark can only be reset (set to 0)");
+        else if (a == CP_POOL_RESERVED_MEM_HIGH)
+            p->reserved_high = p->reserved;
+        else
+            p->used_high = p->used;
+        break;
+    case CP_POOL_RESERVED_MEM_CURRENT:
+    case CP_POOL_USED_MEM_CURRENT:
+        st = cp_error_set(CP_ERR_INVALID,
+                          "invalid value: reserved_current and used_current are read-only");
+        break;
+    default:
+        st = cp_error_set(CP_ERR_INVALID, "invalid value: unknown pool attribute %d", (int)a);
+    }
+    cp_host_unlock();
+    return st;
+}
+
+cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes)
+{
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_trim: pool is NULL");
+    cp_host_lock();
+    release_to(p, keep_bytes);
+    cp_host_unlock();
+    return CP_OK;
+}
+
+cp_status cp_host_pool_set_current(cp_mempool *p)
+{
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "invalid value: set_current needs a pool");
+    cp_host_lock();
+    current_pool = p->is_default ? NULL : p;
+    cp_host_unlock();
+    return CP_OK;
+}
+
+cp_status cp_host_pool_get_current(cp_mempool **out)
+{
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_get_current: out is NULL");
+    cp_host_lock();
+    *out = current_pool ? current_pool : default_locked();
+    cp_host_unlock();
+    return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
+}
+
+void cp_host_pool_release_locked(void)
+{
+    for (cp_mempool *p = pools; p; p = p->next)
+        if (p->reserved > p->threshold)
+            release_to(p, p->threshold);
+}
+
+void cp_host_pool_shutdown(void)
+{
+    cp_host_lock();
+    if (default_pool) {
+        cp_mempool *p = default_pool;
+        while (p->chunks)
+            chunk_release(p, p->chunks);
+        if (p->prev)
+            p->prev->next = p->next;
+        else
+            pools = p->next;
+        if (p->next)
+            p->next->prev = p->prev;
+        default_pool = NULL;
+        free(p);
+    }
+    if (map_count == 0) {
+        free(map_buckets);
+        map_buckets = NULL;
+        map_nbuckets = 0;
+    }
+    cp_host_unlock();
+}

@@ -1,0 +1,70 @@
+/*
+ * host_pool.h: the seam between the host backend's streams (backend_host.c)
+ * and its emulation of CUDA's stream-ordered memory pools (host_pool.c).
+ *
+ * Both halves share one lock, the host backend's global lock: a pool decides
+ * whether a freed block may be reused by looking at stream tickets, and the
+ * stream side must see pool state consistently when it releases memory at a
+ * synchronization point.  Functions named *_locked expect that lock held.
+ *
+ * Stream positions are named by (sid, ticket): sid is the stream's
+ * process-unique id (0 for the legacy default stream) and ticket the
+ * 1-based index of an item enqueued on it; ticket 0 means "nothing", which
+ * is always complete.  A stream that no longer exists has completed all its
+ * tickets.
+ *
+ * Internal to the core; never included by the binding.
+ */
+#ifndef CUPOLA_HOST_POOL_H
+#define CUPOLA_HOST_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- provided by backend_host.c ---------------------------------------- */
+void cp_host_lock(void);
+void cp_host_unlock(void);
+/* 1 when ticket of stream sid has completed (ran on its worker). */
+int cp_host_done_locked(uint64_t sid, uint64_t ticket);
+/* Blocks (releasing the lock meanwhile) until cp_host_done_locked holds. */
+void cp_host_wait_done_locked(uint64_t sid, uint64_t ticket);
+/* The highest ticket of stream sid that work enqueued on s from now on is
+ * known to follow, through stream_wait_event or inserted waits (0: none). */
+uint64_t cp_host_known_locked(cp_stream *s, uint64_t sid);
+/* Enqueues on s (NULL: legacy) an item that waits for (sid, ticket). */
+cp_status cp_host_enqueue_wait_locked(cp_stream *s, uint64_t sid, uint64_t ticket);
+/* Enqueues on s a no-op marker; returns the position it occupies. */
+cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *ticket);
+/* 1 when bytes exceed what the machine could ever back (RAM + swap): such
+ * requests are refused as out of memory instead of trusting overcommit. */
+int cp_host_too_big(size_t bytes);
+
+/* ---- provided by host_pool.c -------------------------------------------- */
+cp_status cp_host_pool_default(cp_mempool **out);
+cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props);
+cp_status cp_host_pool_destroy(cp_mempool *p);
+cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream *s);
+cp_status cp_host_pool_alloc_current(void **out, size_t bytes, cp_stream *s);
+cp_status cp_host_pool_free(void *ptr, cp_stream *s);
+cp_status cp_host_pool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v);
+cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v);
+cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes);
+cp_status cp_host_pool_set_current(cp_mempool *p);
+cp_status cp_host_pool_get_current(cp_mempool **out);
+/* A synchronization point: every pool returns unused memory to the OS down
+ * to its release threshold. */
+void cp_host_pool_release_locked(void);
+/* Process exit, after every worker has stopped: frees the default pool. */
+void cp_host_pool_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CUPOLA_HOST_POOL_H */

@@ -1,0 +1,605 @@
+/*
+ * test_host_backend.c: the host backend's semantics, checked in C.
+ *
+ * Forces the host backend and proves what CI relies on: real asynchrony,
+ * in-order streams, events, cross-stream waits, the legacy stream's ordering
+ * with blocking and non-blocking streams, the native pools' documented
+ * behaviour (watermarks, release at synchronization, trim, the three reuse
+ * policies), out of memory as data, the kernels, and a multi-threaded stress
+ * for ThreadSanitizer.  Prints TAP-style lines and "# N passed, N failed";
+ * exits non-zero on any failure.
+ *
+ * Timing checks use generous bounds (the machine is shared): a 50 ms spin
+ * must not block the caller for 5 ms, and waiting for it must take at least
+ * most of it.
+ */
+#include "backend.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int passed, failed, num;
+
+static void check(int cond, const char *name)
+{
+    num++;
+    if (cond) {
+        passed++;
+        printf("ok %d - %s\n", num, name);
+    } else {
+        failed++;
+        printf("not ok %d - %s\n", num, name);
+        if (*cp_error_msg())
+            printf("#   last error: %s\n", cp_error_msg());
+    }
+    fflush(stdout);
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+#define BE cp_be
+#define MiB ((size_t)1 << 20)
+
+static uint64_t attr(cp_mempool *p, cp_pool_attr a)
+{
+    uint64_t v = ~(uint64_t)0;
+    if (BE->mempool_get_attr(p, a, &v) != CP_OK)
+        return ~(uint64_t)0;
+    return v;
+}
+
+static int stream_idle(cp_stream *s)
+{
+    int idle = -1;
+    if (BE->stream_query(s, &idle) != CP_OK)
+        return -1;
+    return idle;
+}
+
+static int event_done(cp_event *e)
+{
+    int done = -1;
+    if (BE->event_query(e, &done) != CP_OK)
+        return -1;
+    return done;
+}
+
+static void test_device(void)
+{
+    cp_device_info di;
+    size_t fr = 0, tot = 0;
+    check(strcmp(BE->name, "host") == 0, "host backend selected");
+    check(BE->device_info(&di) == CP_OK && strcmp(di.name, "host") == 0 && di.memory > 0 &&
+              di.mempools == 1 && di.sms >= 1 && di.driver == 0,
+          "device_info describes the host");
+    check(BE->mem_get_info(&fr, &tot) == CP_OK && tot == di.memory && fr <= tot,
+          "mem_get_info: free <= total = physical memory");
+}
+
+static void test_async(void)
+{
+    cp_stream *s = NULL, *s2 = NULL;
+    double t0, dt;
+    check(BE->stream_create(&s, 0, 0) == CP_OK && s, "stream_create");
+    check(BE->stream_create(&s2, 0, 0) == CP_OK && s2, "second stream_create");
+    check(BE->stream_id(s) != 0 && BE->stream_id(s) != BE->stream_id(s2) && BE->stream_id(NULL) == 0,
+          "stream ids are distinct and non-zero; 0 for the default stream");
+    check(stream_idle(s) == 1, "a new stream is idle");
+    t0 = now_ms();
+    check(BE->k_spin(50000, s) == CP_OK, "spin 50 ms enqueued");
+    dt = now_ms() - t0;
+    check(dt < 5.0, "spin returns at once (< 5 ms)");
+    check(stream_idle(s) == 0, "query is false while the spin runs");
+    check(stream_idle(s2) == 1, "another stream is not affected");
+    check(BE->stream_synchronize(s) == CP_OK, "stream_synchronize");
+    dt = now_ms() - t0;
+    check(dt >= 45.0, "synchronize waited for the spin");
+    check(stream_idle(s) == 1, "query is true after synchronize");
+
+    {
+        /* in order: the last write wins although the first waits behind a spin */
+        void *buf = NULL;
+        cp_scalar sum;
+        check(BE->mem_alloc(&buf, 4096, CP_MEM_DEVICE) == CP_OK && buf, "mem_alloc 4 KiB");
+        check(((uintptr_t)buf & 255) == 0, "mem_alloc is 256-byte aligned");
+        BE->k_spin(20000, s);
+        BE->memset_async(buf, 1, 4096, s);
+        BE->memset_async(buf, 2, 4096, s);
+        check(BE->k_checksum(buf, 4096, CP_U8, NULL, s, &sum) == CP_OK && sum.u == 2 * 4096,
+              "work on a stream runs in order");
+        check(BE->mem_free(buf, CP_MEM_DEVICE) == CP_OK, "mem_free");
+    }
+    {
+        /* destroy returns at once; the queued work still runs */
+        t0 = now_ms();
+        BE->k_spin(30000, s2);
+        check(BE->stream_destroy(s2) == CP_OK && now_ms() - t0 < 10.0,
+              "stream_destroy returns at once with work queued");
+        BE->device_synchronize();
+        check(now_ms() - t0 >= 25.0, "device_synchronize waits for a destroyed stream's work");
+    }
+    BE->stream_destroy(s);
+}
+
+static void test_events(void)
+{
+    cp_stream *s = NULL, *b = NULL;
+    cp_event *e1 = NULL, *e2 = NULL, *nt = NULL, *never = NULL;
+    float ms = -1;
+    BE->stream_create(&s, 0, 0);
+    BE->stream_create(&b, 0, 0);
+    check(BE->event_create(&e1, 1) == CP_OK && BE->event_create(&e2, 1) == CP_OK &&
+              BE->event_create(&nt, 0) == CP_OK && BE->event_create(&never, 1) == CP_OK,
+          "event_create");
+    check(event_done(never) == 1, "an unrecorded event is complete");
+    check(BE->event_synchronize(never) == CP_OK, "synchronizing an unrecorded event returns");
+    check(BE->event_elapsed(never, e1, &ms) == CP_ERR_INVALID,
+          "elapsed of an unrecorded event is an error");
+    check(BE->stream_wait_event(s, never) == CP_OK && stream_idle(s) == 1,
+          "waiting for an unrecorded event is a no-op");
+
+    BE->event_record(e1, s);
+    BE->k_spin(40000, s);
+    BE->event_record(e2, s);
+    BE->event_record(nt, s);
+    check(event_done(e2) == 0, "an event behind a spin is not complete");
+    check(BE->event_elapsed(e1, e2, &ms) == CP_ERR_NOT_READY, "elapsed before completion: not ready");
+    check(BE->event_synchronize(e2) == CP_OK && event_done(e2) == 1, "event_synchronize");
+    check(BE->event_elapsed(e1, e2, &ms) == CP_OK && ms >= 35.0f && ms < 1000.0f,
+          "elapsed measures the spin");
+    printf("#   elapsed over a 40 ms spin: %.3f ms\n", (double)ms);
+    check(BE->event_elapsed(e1, nt, &ms) == CP_ERR_INVALID,
+          "elapsed with an event created without timing is an error");
+
+    /* cross-stream wait: b's marker follows a's spin */
+    {
+        cp_event *ea = NULL, *eb = NULL;
+        double t0 = now_ms();
+        BE->event_create(&ea, 1);
+        BE->event_create(&eb, 1);
+        BE->k_spin(50000, s);
+        BE->event_record(ea, s);
+        BE->stream_wait_event(b, ea);
+        BE->event_record(eb, b);
+        check(now_ms() - t0 < 5.0 && event_done(eb) == 0, "stream_wait_event does not block the host");
+        BE->stream_synchronize(b);
+        check(now_ms() - t0 >= 45.0 && event_done(ea) == 1, "a stream waits for another's event");
+        check(BE->event_elapsed(ea, eb, &ms) == CP_OK && ms >= 0.0f,
+              "the waiting stream's work ran after the event");
+        /* re-recording: the event refers to its latest record */
+        BE->event_record(ea, b);
+        check(event_done(ea) == 1 || BE->event_synchronize(ea) == CP_OK, "re-record on an idle stream");
+        BE->k_spin(30000, s);
+        BE->event_record(ea, s);
+        check(event_done(ea) == 0, "re-recording behind a spin: query refers to the new record");
+        BE->event_synchronize(ea);
+        BE->event_destroy(ea);
+        BE->event_destroy(eb);
+    }
+    /* destroying an event with its marker still queued */
+    {
+        cp_event *tmp = NULL;
+        BE->event_create(&tmp, 1);
+        BE->k_spin(10000, s);
+        BE->event_record(tmp, s);
+        check(BE->event_destroy(tmp) == CP_OK, "event_destroy with a pending record");
+        BE->stream_synchronize(s);
+    }
+    BE->event_destroy(e1);
+    BE->event_destroy(e2);
+    BE->event_destroy(nt);
+    BE->event_destroy(never);
+    BE->stream_destroy(s);
+    BE->stream_destroy(b);
+}
+
+static void test_legacy(void)
+{
+    cp_stream *blk = NULL, *nb = NULL;
+    cp_event *e = NULL;
+    double t0;
+    BE->stream_create(&blk, 0, 1);
+    BE->stream_create(&nb, 0, 0);
+    BE->event_create(&e, 0);
+
+    /* legacy work waits for a blocking stream */
+    t0 = now_ms();
+    BE->k_spin(50000, blk);
+    BE->event_record(e, NULL);
+    check(event_done(e) == 0, "legacy work waits for prior work on a blocking stream");
+    BE->event_synchronize(e);
+    check(now_ms() - t0 >= 45.0, "... until that work is done");
+
+    /* ... but not for a non-blocking one */
+    t0 = now_ms();
+    BE->k_spin(50000, nb);
+    BE->event_record(e, NULL);
+    BE->event_synchronize(e);
+    check(now_ms() - t0 < 30.0 && stream_idle(nb) == 0,
+          "legacy work does not wait for a non-blocking stream");
+    BE->stream_synchronize(nb);
+
+    /* blocking streams wait for prior legacy work; non-blocking ones do not */
+    t0 = now_ms();
+    BE->k_spin(50000, NULL);
+    BE->event_record(e, nb);
+    BE->event_synchronize(e);
+    check(now_ms() - t0 < 30.0, "a non-blocking stream does not wait for legacy work");
+    BE->event_record(e, blk);
+    check(event_done(e) == 0, "a blocking stream waits for prior legacy work");
+    BE->event_synchronize(e);
+    check(now_ms() - t0 >= 45.0, "... until that work is done");
+
+    /* synchronizing the legacy stream covers the blocking streams */
+    t0 = now_ms();
+    BE->k_spin(40000, blk);
+    check(stream_idle(NULL) == 0, "the legacy stream is busy while a blocking stream is");
+    BE->stream_synchronize(NULL);
+    check(now_ms() - t0 >= 35.0 && stream_idle(blk) == 1,
+          "synchronizing the legacy stream waits for blocking streams");
+
+    BE->event_destroy(e);
+    BE->stream_destroy(blk);
+    BE->stream_destroy(nb);
+}
+
+static cp_mempool *new_pool(size_t max)
+{
+    cp_mempool *p = NULL;
+    cp_mempool_props props = {0, 0, max};
+    if (BE->mempool_create(&p, &props) != CP_OK)
+        return NULL;
+    return p;
+}
+
+static void test_pool_accounting(void)
+{
+    cp_mempool *p = new_pool(0), *def = NULL, *cur = NULL;
+    cp_stream *s = NULL;
+    void *a = NULL, *b = NULL;
+    BE->stream_create(&s, 0, 0);
+    check(p != NULL, "mempool_create");
+    check(attr(p, CP_POOL_RELEASE_THRESHOLD) == 0 &&
+              attr(p, CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES) == 1 &&
+              attr(p, CP_POOL_REUSE_ALLOW_OPPORTUNISTIC) == 1 &&
+              attr(p, CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES) == 1,
+          "pool defaults: threshold 0, every reuse policy on");
+    check(BE->mempool_alloc(p, &a, MiB, s) == CP_OK && a && ((uintptr_t)a & 255) == 0,
+          "pool alloc 1 MiB, aligned");
+    check(attr(p, CP_POOL_USED_MEM_CURRENT) == MiB && attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 2 * MiB,
+          "used 1 MiB, reserved one 2 MiB chunk");
+    check(BE->mempool_alloc(p, &b, 100, s) == CP_OK && attr(p, CP_POOL_USED_MEM_CURRENT) == MiB + 256,
+          "used counts sizes rounded to 256");
+    check(BE->mem_free_async(a, s) == CP_OK && BE->mem_free_async(b, s) == CP_OK &&
+              attr(p, CP_POOL_USED_MEM_CURRENT) == 0,
+          "free_async: used drops");
+    check(attr(p, CP_POOL_USED_MEM_HIGH) == MiB + 256, "used_high keeps the peak");
+    check(attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 2 * MiB, "reserved kept until a synchronization");
+    BE->stream_synchronize(s);
+    check(attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 0, "threshold 0: released at stream synchronize");
+    check(attr(p, CP_POOL_RESERVED_MEM_HIGH) == 2 * MiB, "reserved_high keeps the peak");
+    check(BE->mempool_set_attr(p, CP_POOL_USED_MEM_HIGH, 0) == CP_OK &&
+              BE->mempool_set_attr(p, CP_POOL_RESERVED_MEM_HIGH, 0) == CP_OK &&
+              attr(p, CP_POOL_USED_MEM_HIGH) == 0 && attr(p, CP_POOL_RESERVED_MEM_HIGH) == 0,
+          "watermarks reset to current");
+    check(BE->mempool_set_attr(p, CP_POOL_USED_MEM_HIGH, 5) == CP_ERR_INVALID &&
+              BE->mempool_set_attr(p, CP_POOL_USED_MEM_CURRENT, 0) == CP_ERR_INVALID &&
+              BE->mempool_set_attr(p, CP_POOL_RESERVED_MEM_CURRENT, 0) == CP_ERR_INVALID,
+          "current values are read-only; high only resets to 0");
+
+    check(BE->mempool_set_attr(p, CP_POOL_RELEASE_THRESHOLD, 64 * MiB) == CP_OK &&
+              attr(p, CP_POOL_RELEASE_THRESHOLD) == 64 * MiB,
+          "set release threshold");
+    BE->mempool_alloc(p, &a, 3 * MiB, s);
+    check(attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 4 * MiB, "a 3 MiB request reserves 4 MiB");
+    BE->mem_free_async(a, s);
+    BE->device_synchronize();
+    check(attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 4 * MiB, "below the threshold: kept at synchronize");
+    BE->mempool_alloc(p, &b, 3 * MiB, s);
+    check(b == a && attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 4 * MiB, "kept memory is reused");
+    BE->mem_free_async(b, s);
+    BE->stream_synchronize(s);
+    check(BE->mempool_trim(p, 0) == CP_OK && attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 0,
+          "trim(0) returns everything unused");
+
+    check(BE->mem_free_async(a, s) == CP_ERR_INVALID, "double free_async is an error");
+    {
+        int x;
+        check(BE->mem_free_async(&x, s) == CP_ERR_INVALID &&
+                  strstr(cp_error_msg(), "not allocated by a stream-ordered pool") != NULL,
+              "free_async of a foreign pointer is an error");
+    }
+
+    /* current pool */
+    check(BE->mempool_default(&def) == CP_OK && def && BE->mempool_get_current(&cur) == CP_OK &&
+              cur == def,
+          "the default pool is current");
+    check(BE->mempool_set_current(p) == CP_OK && BE->mempool_get_current(&cur) == CP_OK && cur == p,
+          "set_current");
+    check(BE->mem_alloc_async(&a, 1000, s) == CP_OK && attr(p, CP_POOL_USED_MEM_CURRENT) == 1024,
+          "malloc_async serves from the current pool");
+    check(BE->mem_free_async(a, NULL) == CP_OK && attr(p, CP_POOL_USED_MEM_CURRENT) == 0,
+          "free_async finds the pool (on the default stream)");
+    check(BE->mempool_destroy(def) == CP_ERR_INVALID, "the default pool cannot be destroyed");
+    check(BE->mempool_destroy(p) == CP_OK && BE->mempool_get_current(&cur) == CP_OK && cur == def,
+          "destroying the current pool makes the default current again");
+    BE->stream_destroy(s);
+}
+
+static void test_pool_reuse(void)
+{
+    cp_stream *A = NULL, *B = NULL;
+    void *pa = NULL, *pb = NULL;
+    cp_event *ea = NULL, *eb = NULL;
+    float ms = -1;
+    cp_mempool *p;
+    BE->stream_create(&A, 0, 0);
+    BE->stream_create(&B, 0, 0);
+    BE->event_create(&ea, 1);
+    BE->event_create(&eb, 1);
+
+    /* no opportunistic, no internal dependencies: not handed over */
+    p = new_pool(0);
+    BE->mempool_set_attr(p, CP_POOL_REUSE_ALLOW_OPPORTUNISTIC, 0);
+    BE->mempool_set_attr(p, CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 0);
+    BE->mempool_alloc(p, &pa, 2 * MiB, A);
+    BE->k_spin(50000, A);
+    BE->mem_free_async(pa, A);
+    check(BE->mempool_alloc(p, &pb, 2 * MiB, B) == CP_OK && pb != pa &&
+              attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 4 * MiB,
+          "a block freed behind a pending spin is not handed to another stream");
+    BE->mem_free_async(pb, B);
+    BE->mempool_alloc(p, &pb, 2 * MiB, A);
+    check(pb == pa, "... but is reused at once on the stream that freed it");
+    BE->mem_free_async(pb, A);
+    BE->device_synchronize();
+    BE->mempool_destroy(p);
+
+    /* follow event dependencies */
+    p = new_pool(0);
+    BE->mempool_set_attr(p, CP_POOL_REUSE_ALLOW_OPPORTUNISTIC, 0);
+    BE->mempool_set_attr(p, CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 0);
+    BE->mempool_alloc(p, &pa, 2 * MiB, A);
+    BE->k_spin(50000, A);
+    BE->mem_free_async(pa, A);
+    BE->event_record(ea, A);
+    BE->stream_wait_event(B, ea);
+    check(BE->mempool_alloc(p, &pb, 2 * MiB, B) == CP_OK && pb == pa,
+          "follow_event_dependencies: reused by a stream that waited on a later event");
+    BE->mem_free_async(pb, B);
+    BE->device_synchronize();
+    BE->mempool_destroy(p);
+
+    /* internal dependencies: handed over, B ordered after A */
+    p = new_pool(0);
+    BE->mempool_alloc(p, &pa, 2 * MiB, A);
+    BE->k_spin(50000, A);
+    BE->mem_free_async(pa, A);
+    BE->event_record(ea, A);
+    check(BE->mempool_alloc(p, &pb, 2 * MiB, B) == CP_OK && pb == pa &&
+              attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 2 * MiB,
+          "internal dependencies: the block is handed to another stream");
+    BE->event_record(eb, B);
+    check(event_done(eb) == 0, "... which now waits for the freeing stream");
+    BE->event_synchronize(eb);
+    check(event_done(ea) == 1 && BE->event_elapsed(ea, eb, &ms) == CP_OK && ms >= 0.0f,
+          "... and runs after the free");
+    BE->mem_free_async(pb, B);
+    BE->device_synchronize();
+    BE->mempool_destroy(p);
+
+    /* opportunistic: once the free has run, another stream may take it */
+    p = new_pool(0);
+    BE->mempool_set_attr(p, CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 0);
+    BE->mempool_set_attr(p, CP_POOL_RELEASE_THRESHOLD, 64 * MiB);
+    BE->mempool_alloc(p, &pa, 2 * MiB, A);
+    BE->k_spin(10000, A);
+    BE->mem_free_async(pa, A);
+    BE->stream_synchronize(A);
+    check(BE->mempool_alloc(p, &pb, 2 * MiB, B) == CP_OK && pb == pa,
+          "opportunistic: a completed free is reused by another stream");
+    BE->mem_free_async(pb, B);
+    BE->device_synchronize();
+    BE->mempool_destroy(p);
+
+    BE->event_destroy(ea);
+    BE->event_destroy(eb);
+    BE->stream_destroy(A);
+    BE->stream_destroy(B);
+}
+
+static void test_oom(void)
+{
+    void *p = (void *)1;
+    cp_mempool *mp = new_pool(4 * MiB), *def = NULL;
+    void *a = NULL, *b = NULL;
+    check(BE->mem_alloc(&p, (size_t)1 << 50, CP_MEM_DEVICE) == CP_ERR_OOM && p == NULL,
+          "mem_alloc of 1<<50 bytes: out of memory");
+    check(BE->mem_alloc(&p, SIZE_MAX, CP_MEM_PINNED) == CP_ERR_OOM, "mem_alloc of SIZE_MAX: out of memory");
+    BE->mempool_default(&def);
+    check(BE->mempool_alloc(def, &p, (size_t)1 << 50, NULL) == CP_ERR_OOM &&
+              attr(def, CP_POOL_USED_MEM_CURRENT) == 0,
+          "pool alloc of 1<<50 bytes: out of memory, pool unchanged");
+    check(BE->mem_alloc_async(&p, SIZE_MAX - 10, NULL) == CP_ERR_OOM, "malloc_async of SIZE_MAX: out of memory");
+    check(BE->mempool_alloc(mp, &a, 3 * MiB, NULL) == CP_OK, "max_size pool: 3 of 4 MiB");
+    check(BE->mempool_alloc(mp, &b, 2 * MiB, NULL) == CP_ERR_OOM &&
+              attr(mp, CP_POOL_RESERVED_MEM_CURRENT) <= 4 * MiB &&
+              attr(mp, CP_POOL_USED_MEM_CURRENT) == 3 * MiB,
+          "max_size enforced: out of memory, pool consistent");
+    check(BE->mempool_alloc(mp, &b, MiB, NULL) == CP_OK, "the rest still fits");
+    BE->mem_free_async(a, NULL);
+    BE->mem_free_async(b, NULL);
+    BE->device_synchronize();
+    BE->mempool_destroy(mp);
+}
+
+static void test_kernels(void)
+{
+    cp_stream *s = NULL;
+    void *buf = NULL;
+    cp_scalar v, r;
+    const size_t n = 1000;
+    cp_shape bad = {0, 2048}, good = {7, 128};
+    BE->stream_create(&s, 0, 0);
+    BE->mem_alloc(&buf, n * 8, CP_MEM_DEVICE);
+
+    v.f = 1.5;
+    BE->k_fill(buf, n, CP_F32, v, NULL, s);
+    check(BE->k_checksum(buf, n * 4, CP_F32, NULL, s, &r) == CP_OK && r.f == 1500.0, "fill f32 + checksum");
+    v.f = -0.25;
+    BE->k_fill(buf, n, CP_F64, v, &good, s);
+    check(BE->k_checksum(buf, n * 8, CP_F64, NULL, s, &r) == CP_OK && r.f == -250.0, "fill f64 + checksum");
+    v.i = -3;
+    BE->k_fill(buf, n, CP_I32, v, NULL, s);
+    check(BE->k_checksum(buf, n * 4, CP_I32, NULL, s, &r) == CP_OK && r.i == -3000, "fill i32 + checksum");
+    v.u = 0xffffffffu;
+    BE->k_fill(buf, n, CP_U32, v, NULL, s);
+    check(BE->k_checksum(buf, n * 4, CP_U32, NULL, s, &r) == CP_OK && r.u == 4294967295ull * n,
+          "fill u32 + checksum");
+    v.u = 200;
+    BE->k_fill(buf, n, CP_U8, v, NULL, s);
+    check(BE->k_checksum(buf, n, CP_U8, NULL, s, &r) == CP_OK && r.u == 200ull * n, "fill u8 + checksum");
+    check(BE->k_fill(buf, n, CP_U8, v, &bad, s) == CP_ERR_INVALID, "a block of 2048 threads is rejected");
+    check(BE->k_fill(buf, n, CP_DTYPE_COUNT, v, NULL, s) == CP_ERR_INVALID, "an unknown dtype is rejected");
+
+    {
+        double want = 0;
+        for (size_t i = 0; i < n * 2; i++)
+            want += (double)sqrtf((float)i);
+        BE->k_sqrt_index(buf, n * 2, NULL, s);
+        check(BE->k_checksum(buf, n * 8, CP_F32, NULL, s, &r) == CP_OK && fabs(r.f - want) < 1e-6 * want,
+              "sqrt_index checksum matches the CPU sum");
+    }
+    {
+        uint64_t nbad = 99;
+        unsigned char x = 0;
+        BE->k_pattern(buf, n * 8, 42, s);
+        check(BE->k_verify(buf, n * 8, 42, s, &nbad) == CP_OK && nbad == 0, "pattern verifies");
+        check(BE->k_verify(buf, n * 8, 43, s, &nbad) == CP_OK && nbad > n * 7, "another seed does not");
+        BE->memcpy_async(&x, (char *)buf + 100, 1, s);
+        x ^= 0x5a;
+        BE->memcpy_async((char *)buf + 100, &x, 1, s);
+        check(BE->k_verify(buf, n * 8, 42, s, &nbad) == CP_OK && nbad == 1, "a corrupted byte is counted");
+    }
+    {
+        char out[6] = {0};
+        BE->memcpy_async(buf, "hello", 6, s);
+        check(BE->memcpy_async(out, buf, 6, s) == CP_OK && strcmp(out, "hello") == 0,
+              "memcpy_async round trip (synchronous for the caller)");
+    }
+    BE->mem_free(buf, CP_MEM_DEVICE);
+    BE->stream_destroy(s);
+}
+
+/* ---- multi-threaded stress (for ThreadSanitizer) ---- */
+
+#define NSTREAMS 3
+static cp_stream *shared[NSTREAMS];
+static cp_mempool *stress_pool;
+static int stress_errors;
+static pthread_mutex_t stress_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void stress_fail(void)
+{
+    pthread_mutex_lock(&stress_mu);
+    stress_errors++;
+    pthread_mutex_unlock(&stress_mu);
+}
+
+static void *stress_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    cp_event *e = NULL;
+    if (BE->event_create(&e, 1) != CP_OK) {
+        stress_fail();
+        return NULL;
+    }
+    for (int it = 0; it < 150; it++) {
+        cp_stream *s = shared[rand_r(&seed) % NSTREAMS];
+        cp_stream *o = shared[rand_r(&seed) % NSTREAMS];
+        size_t bytes = 256 + (size_t)(rand_r(&seed) % 65536);
+        void *p = NULL;
+        uint64_t bad = 0;
+        uint64_t tag = (uint64_t)seed * 1000003u + (uint64_t)it;
+        cp_status st = (it & 1) ? BE->mempool_alloc(stress_pool, &p, bytes, s)
+                                : BE->mem_alloc_async(&p, bytes, s);
+        if (st != CP_OK || !p) {
+            stress_fail();
+            continue;
+        }
+        if (BE->k_pattern(p, bytes, tag, s) != CP_OK)
+            stress_fail();
+        if (it % 10 == 0)
+            BE->k_spin(200, s);
+        BE->event_record(e, s);
+        BE->stream_wait_event(o, e);
+        /* verify on another stream, ordered by the event */
+        if (BE->k_verify(p, bytes, tag, o, &bad) != CP_OK || bad != 0)
+            stress_fail();
+        if (BE->mem_free_async(p, o) != CP_OK)
+            stress_fail();
+        if (it % 50 == 0) {
+            int done;
+            BE->event_query(e, &done);
+            BE->stream_synchronize(s);
+        }
+    }
+    BE->event_destroy(e);
+    return NULL;
+}
+
+static void test_stress(void)
+{
+    pthread_t th[4];
+    int ok = 1;
+    cp_mempool *def = NULL;
+    BE->stream_create(&shared[0], 0, 1);
+    BE->stream_create(&shared[1], 0, 0);
+    shared[2] = NULL; /* the legacy stream */
+    stress_pool = new_pool(0);
+    for (int i = 0; i < 4; i++)
+        ok &= pthread_create(&th[i], NULL, stress_thread, (void *)(uintptr_t)(i + 1)) == 0;
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    BE->device_synchronize();
+    BE->mempool_default(&def);
+    check(ok && stress_errors == 0, "stress: 4 threads x 150 alloc/pattern/verify/free across 3 streams");
+    check(attr(stress_pool, CP_POOL_USED_MEM_CURRENT) == 0 && attr(def, CP_POOL_USED_MEM_CURRENT) == 0,
+          "stress: pools balanced afterwards");
+    check(attr(stress_pool, CP_POOL_RESERVED_MEM_CURRENT) == 0 &&
+              attr(def, CP_POOL_RESERVED_MEM_CURRENT) == 0,
+          "stress: everything released at device synchronize");
+    BE->mempool_destroy(stress_pool);
+    BE->stream_destroy(shared[0]);
+    BE->stream_destroy(shared[1]);
+}
+
+int main(void)
+{
+    if (cp_backend_select("host") != CP_OK) {
+        printf("not ok 1 - select host backend: %s\n# 0 passed, 1 failed\n", cp_error_msg());
+        return 1;
+    }
+    test_device();
+    test_async();
+    test_events();
+    test_legacy();
+    test_pool_accounting();
+    test_pool_reuse();
+    test_oom();
+    test_kernels();
+    test_stress();
+    BE->device_synchronize();
+    printf("# %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
