@@ -1,0 +1,56 @@
+--- cupola.bench: timing helpers for experiments.
+-- Device work is timed with events (what the device did), host work with the
+-- monotonic clock (what the caller waited); both after a warm-up, reporting
+-- the median of several repetitions.
+local core = require "cupola.core"
+
+local bench = {}
+
+local function median(xs)
+  local s = {}
+  for i, v in ipairs(xs) do s[i] = v end
+  table.sort(s)
+  local n = #s
+  if n == 0 then return 0 end
+  if n % 2 == 1 then return s[(n + 1) // 2] end
+  return (s[n // 2] + s[n // 2 + 1]) / 2
+end
+bench.median = median
+
+--- bench.device_ms(fn, {stream=, reps=5, warmup=1}) -> median ms, all samples
+-- Records an event before and after fn() on the stream and waits for it.
+function bench.device_ms(fn, opts)
+  opts = opts or {}
+  local s = opts.stream or core.default_stream
+  local reps, warmup = opts.reps or 5, opts.warmup or 1
+  local e0 <close> = core.event { timing = true }
+  local e1 <close> = core.event { timing = true }
+  for _ = 1, warmup do fn() end
+  s:synchronize()
+  local samples = {}
+  for i = 1, reps do
+    e0:record(s)
+    fn()
+    e1:record(s)
+    e1:synchronize()
+    samples[i] = e0:elapsed(e1)
+  end
+  return median(samples), samples
+end
+
+--- bench.host_ns(fn, n, {reps=5, warmup=1}) -> median ns per call of fn
+-- over n calls per repetition (host wall time).
+function bench.host_ns(fn, n, opts)
+  opts = opts or {}
+  local reps, warmup = opts.reps or 5, opts.warmup or 1
+  for _ = 1, warmup do fn() end
+  local samples = {}
+  for r = 1, reps do
+    local t0 = core.clock()
+    for _ = 1, n do fn() end
+    samples[r] = (core.clock() - t0) * 1e9 / n
+  end
+  return median(samples), samples
+end
+
+return bench

@@ -1,0 +1,153 @@
+/*
+ * binding.h: what the per-type binding files (l_*.c) share.
+ *
+ * Handle types follow Lua's own liolib: a metatable per type with __name,
+ * checked with luaL_checkudata; the userdata is pushed in its released state
+ * before the resource is acquired, so an error half-way leaves nothing
+ * dangling; one release function serves __gc, __close and close().
+ *
+ * Streams, native pools and custom pools must outlive the Lua objects that
+ * name them (a buffer may be finalized after its pool in the same GC cycle),
+ * so their userdata box a reference-counted C object (luv's shape): the Lua
+ * object holds one reference and every live buffer one more.
+ */
+#ifndef CUPOLA_BINDING_H
+#define CUPOLA_BINDING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "backend.h"
+#include "resource.h"
+
+#define L_STREAM "cupola.Stream"
+#define L_EVENT "cupola.Event"
+#define L_BUFFER "cupola.Buffer"
+#define L_MEMPOOL "cupola.Mempool"
+#define L_POOL "cupola.Pool"
+#define L_TRACE "cupola.Trace"
+
+/* A stream shared by its Lua handle and the buffers ordered on it. */
+typedef struct l_streamref {
+    cp_stream *s; /* NULL: the legacy default stream */
+    int refs;
+} l_streamref;
+
+/* A native (CUDA) memory pool. */
+typedef struct l_mempoolref {
+    cp_mempool *p;
+    int refs;       /* the Lua handle (while open) + live buffers */
+    int live;       /* live buffers */
+    int is_default; /* the device's: never destroyed */
+} l_mempoolref;
+
+/* A custom pool (resource.h). */
+typedef struct l_poolref {
+    cp_resource *r;
+    int refs;
+    int live;
+    int has_memory;      /* 0 for the virtual upstream: no bytes to touch */
+    uint64_t generation; /* bumped by reset(): older buffers are gone */
+} l_poolref;
+
+/* Stream and Event userdata. */
+typedef struct l_stream {
+    l_streamref *ref; /* NULL once closed */
+    int is_default;
+} l_stream;
+
+typedef struct l_event {
+    cp_event *e; /* NULL once closed */
+    int timing;
+} l_event;
+
+/* Where a buffer's memory came from, and so how it goes back. */
+typedef enum l_origin {
+    L_FROM_MALLOC = 0, /* cupola.malloc: cudaMalloc / cudaFree */
+    L_FROM_ASYNC,      /* cupola.malloc_async: the current pool */
+    L_FROM_MEMPOOL,    /* Mempool:alloc */
+    L_FROM_POOL        /* a custom pool */
+} l_origin;
+
+typedef struct l_buffer {
+    void *ptr; /* NULL once freed */
+    size_t size;
+    l_origin origin;
+    l_streamref *stream; /* the stream it is ordered on (one reference) */
+    l_mempoolref *mempool;
+    l_poolref *pool;
+    uint64_t generation; /* of pool, at allocation */
+} l_buffer;
+
+/* The user values of a Buffer: its Stream and its pool (Mempool or Pool). */
+#define L_UV_STREAM 1
+#define L_UV_POOL 2
+
+/* --- helpers (l_util.c) --- */
+
+/* Raises a Lua error with the core's message for st (never returns). */
+int l_fail(lua_State *L, cp_status st);
+/* Raises unless st is CP_OK. */
+void l_check(lua_State *L, cp_status st);
+/* For allocations: CP_ERR_OOM pushes nil, msg, "out_of_memory" and returns 3;
+ * CP_OK returns 0; anything else raises. */
+int l_alloc_result(lua_State *L, cp_status st);
+
+/* A size argument: integer bytes or a string with binary units ("4MiB").
+ * Negative, fractional or malformed sizes raise an argument error. */
+size_t l_checksize(lua_State *L, int arg);
+/* Parses a size string; returns 0 and fills *out on success. */
+int l_parsesize(const char *s, uint64_t *out);
+
+/* Option tables: checks that idx is a table (or absent, when optional) whose
+ * keys are all in allowed (NULL-terminated); raises naming the unknown one. */
+void l_checkoptions(lua_State *L, int idx, const char *fname, const char *const allowed[]);
+/* Typed option fields of the table at idx (absent: def). */
+lua_Integer l_optint_field(lua_State *L, int idx, const char *key, lua_Integer def);
+int l_optbool_field(lua_State *L, int idx, const char *key, int def);
+size_t l_optsize_field(lua_State *L, int idx, const char *key, size_t def);
+const char *l_optstring_field(lua_State *L, int idx, const char *key, const char *def);
+
+/* --- streams (l_stream.c) --- */
+/* The legacy default stream's reference (never released). */
+l_streamref *l_defaultstream(void);
+/* The stream argument at arg: absent or nil gives the default stream. */
+l_streamref *l_optstream(lua_State *L, int arg);
+/* A stream found in an option table's field "stream" (absent: default). */
+l_streamref *l_optstream_field(lua_State *L, int idx);
+/* Reference counting of a stream shared by its handle and its buffers. */
+void l_streamref_retain(l_streamref *r);
+void l_streamref_release(l_streamref *r);
+
+/* --- buffers (l_buffer.c) --- */
+/* Pushes a new Buffer in its freed state; the caller fills it. */
+l_buffer *l_newbuffer(lua_State *L);
+/* Sets the buffer at idx to own p, ordered on sref (whose Lua object is at
+ * stream_idx; 0 or nil there: the default stream) and takes the stream
+ * reference.  The caller sets the pool fields and the pool user value. */
+void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origin,
+                     int stream_idx, l_streamref *sref);
+l_buffer *l_checkbuffer(lua_State *L, int arg); /* a live buffer */
+/* Releases memory that lived in poolref / mempoolref (called by buffers). */
+void l_mempoolref_release(l_mempoolref *r);
+void l_poolref_release(l_poolref *r);
+/* Whether a buffer's bytes may be touched (raises otherwise). */
+void l_checkmemory(lua_State *L, l_buffer *b, int arg);
+
+/* --- registration --- */
+void l_open_stream(lua_State *L);  /* each adds its functions to the module table at -1 */
+void l_open_event(lua_State *L);
+void l_open_buffer(lua_State *L);
+void l_open_mempool(lua_State *L);
+void l_open_kernels(lua_State *L);
+void l_open_pool(lua_State *L);
+void l_open_trace(lua_State *L);
+
+/* Creates the metatable tname with __name, the given metamethods and a
+ * method table as __index (methods may be NULL). Leaves nothing on the stack. */
+void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const luaL_Reg *methods);
+
+#endif /* CUPOLA_BINDING_H */

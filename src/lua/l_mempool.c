@@ -1,0 +1,374 @@
+/*
+ * l_mempool.c: CUDA's native stream-ordered pools as cupola.Mempool:
+ * cupola.mempool{...}, cupola.mempool.default(), .current(), .set_current(),
+ * and cupola.malloc_async, which allocates from the current one.
+ *
+ * Attributes are fields (p.release_threshold = "256MiB"); the read-only ones
+ * raise when assigned.  On the host backend the same calls are served by
+ * cupola's own stream-ordered pool with CUDA's documented semantics.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+typedef struct l_mempool {
+    l_mempoolref *ref; /* NULL once closed */
+} l_mempool;
+
+static const struct {
+    const char *name;
+    cp_pool_attr attr;
+    int writable;
+    int boolean;
+} attrs[] = {
+    {"release_threshold", CP_POOL_RELEASE_THRESHOLD, 1, 0},
+    {"reuse_follow_event_dependencies", CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES, 1, 1},
+    {"reuse_allow_opportunistic", CP_POOL_REUSE_ALLOW_OPPORTUNISTIC, 1, 1},
+    {"reuse_allow_internal_dependencies", CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 1, 1},
+    {"reserved_current", CP_POOL_RESERVED_MEM_CURRENT, 0, 0},
+    {"reserved_high", CP_POOL_RESERVED_MEM_HIGH, 0, 0},
+    {"used_current", CP_POOL_USED_MEM_CURRENT, 0, 0},
+    {"used_high", CP_POOL_USED_MEM_HIGH, 0, 0},
+};
+#define NATTRS (sizeof attrs / sizeof attrs[0])
+
+void l_mempoolref_release(l_mempoolref *r)
+{
+    if (r && --r->refs == 0) {
+        if (!r->is_default)
+            cp_be->mempool_destroy(r->p);
+        free(r);
+    }
+}
+
+static l_mempool *tomempool(lua_State *L, int arg)
+{
+    l_mempool *m = (l_mempool *)luaL_checkudata(L, arg, L_MEMPOOL);
+    if (!m->ref)
+        luaL_error(L, "attempt to use a closed " L_MEMPOOL);
+    return m;
+}
+
+static l_mempool *newmempool(lua_State *L)
+{
+    l_mempool *m = (l_mempool *)lua_newuserdatauv(L, sizeof *m, 0);
+    m->ref = NULL;
+    luaL_setmetatable(L, L_MEMPOOL);
+    m->ref = (l_mempoolref *)calloc(1, sizeof *m->ref);
+    if (!m->ref)
+        luaL_error(L, "cupola.mempool: out of host memory");
+    m->ref->refs = 1;
+    return m;
+}
+
+static int find_attr(const char *k)
+{
+    size_t i;
+    for (i = 0; i < NATTRS; i++)
+        if (strcmp(attrs[i].name, k) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void set_attr(lua_State *L, l_mempool *m, int i, int validx)
+{
+    uint64_t v;
+    if (attrs[i].boolean) {
+        luaL_argexpected(L, lua_isboolean(L, validx), validx, "boolean");
+        v = (uint64_t)lua_toboolean(L, validx);
+    } else {
+        v = (uint64_t)l_checksize(L, validx);
+    }
+    l_check(L, cp_be->mempool_set_attr(m->ref->p, attrs[i].attr, v));
+}
+
+/* cupola.mempool{location=, max_size=, release_threshold=, handle=, reuse_*=} */
+static int mempool_new(lua_State *L)
+{
+    static const char *const opts[] = {"location", "max_size", "release_threshold", "handle",
+                                       "reuse_follow_event_dependencies", "reuse_allow_opportunistic",
+                                       "reuse_allow_internal_dependencies", NULL};
+    static const char *const locations[] = {"device", "host", NULL};
+    static const char *const handles[] = {"none", "posix_fd", NULL};
+    cp_mempool_props props;
+    l_mempool *m;
+    cp_mempool *p = NULL;
+    size_t i;
+
+    if (lua_istable(L, 1) == 0 && !lua_isnoneornil(L, 1))
+        luaL_typeerror(L, 1, "table of options");
+    if (lua_isnoneornil(L, 1)) {
+        lua_settop(L, 0);
+        lua_newtable(L);
+    }
+    l_checkoptions(L, 1, "cupola.mempool", opts);
+    memset(&props, 0, sizeof props);
+    lua_getfield(L, 1, "location");
+    props.location_host = luaL_checkoption(L, -1, "device", locations);
+    lua_getfield(L, 1, "handle");
+    props.handle_posix_fd = luaL_checkoption(L, -1, "none", handles);
+    lua_pop(L, 2);
+    props.max_size = l_optsize_field(L, 1, "max_size", 0);
+
+    m = newmempool(L);
+    l_check(L, cp_be->mempool_create(&p, &props));
+    m->ref->p = p;
+    for (i = 0; i < NATTRS; i++) {
+        if (!attrs[i].writable)
+            continue;
+        if (lua_getfield(L, 1, attrs[i].name) != LUA_TNIL)
+            set_attr(L, m, (int)i, lua_gettop(L));
+        lua_pop(L, 1);
+    }
+    return 1;
+}
+
+/* The device's default pool: one Lua object per state. */
+static void push_default(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.default") == LUA_TNIL) {
+        cp_mempool *p = NULL;
+        l_mempool *m;
+        lua_pop(L, 1);
+        l_check(L, cp_be->mempool_default(&p));
+        m = newmempool(L);
+        m->ref->p = p;
+        m->ref->is_default = 1;
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.default");
+    }
+}
+
+static int mempool_default(lua_State *L)
+{
+    push_default(L);
+    return 1;
+}
+
+static void push_current(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current") == LUA_TNIL) {
+        lua_pop(L, 1);
+        push_default(L);
+    }
+}
+
+static int mempool_current(lua_State *L)
+{
+    push_current(L);
+    return 1;
+}
+
+static int mempool_set_current(lua_State *L)
+{
+    l_mempool *m = tomempool(L, 1);
+    l_check(L, cp_be->mempool_set_current(m->ref->p));
+    lua_pushvalue(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+    return 0;
+}
+
+/* Allocates into a new Buffer from m (the Mempool at midx) on the stream
+ * argument at sarg; origin says which API served it. */
+static int alloc_into(lua_State *L, int midx, size_t n, int sarg, l_origin origin)
+{
+    l_mempool *m = tomempool(L, midx);
+    l_streamref *s = l_optstream(L, sarg);
+    void *p = NULL;
+    int nret;
+    l_buffer *b;
+
+    luaL_argcheck(L, n > 0, midx == 1 ? 2 : 1, "size must be at least 1 byte");
+    b = l_newbuffer(L);
+    nret = l_alloc_result(L, origin == L_FROM_ASYNC ? cp_be->mem_alloc_async(&p, n, s->s)
+                                                    : cp_be->mempool_alloc(m->ref->p, &p, n, s->s));
+    if (nret)
+        return nret;
+    l_buffer_attach(L, -1, p, n, origin, sarg, s);
+    lua_pushvalue(L, midx);
+    lua_setiuservalue(L, -2, L_UV_POOL);
+    b->mempool = m->ref;
+    m->ref->refs++;
+    m->ref->live++;
+    return 1;
+}
+
+/* p:alloc(size, s): cudaMallocFromPoolAsync. */
+static int mempool_alloc(lua_State *L)
+{
+    size_t n;
+    tomempool(L, 1);
+    n = l_checksize(L, 2);
+    return alloc_into(L, 1, n, 3, L_FROM_MEMPOOL);
+}
+
+/* cupola.malloc_async(size, s): cudaMallocAsync from the current pool. */
+static int l_malloc_async(lua_State *L)
+{
+    size_t n = l_checksize(L, 1);
+    lua_settop(L, 2);
+    push_current(L); /* index 3 */
+    return alloc_into(L, 3, n, 2, L_FROM_ASYNC);
+}
+
+static int mempool_trim(lua_State *L)
+{
+    l_mempool *m = tomempool(L, 1);
+    size_t keep = lua_isnoneornil(L, 2) ? 0 : l_checksize(L, 2);
+    l_check(L, cp_be->mempool_trim(m->ref->p, keep));
+    return 0;
+}
+
+static int mempool_reset_high(lua_State *L)
+{
+    l_mempool *m = tomempool(L, 1);
+    l_check(L, cp_be->mempool_set_attr(m->ref->p, CP_POOL_RESERVED_MEM_HIGH, 0));
+    l_check(L, cp_be->mempool_set_attr(m->ref->p, CP_POOL_USED_MEM_HIGH, 0));
+    return 0;
+}
+
+static void push_attr(lua_State *L, l_mempool *m, int i)
+{
+    uint64_t v = 0;
+    l_check(L, cp_be->mempool_get_attr(m->ref->p, attrs[i].attr, &v));
+    if (attrs[i].boolean)
+        lua_pushboolean(L, v != 0);
+    else
+        lua_pushinteger(L, (lua_Integer)v);
+}
+
+/* p:stats() -> every attribute in one table. */
+static int mempool_stats(lua_State *L)
+{
+    l_mempool *m = tomempool(L, 1);
+    size_t i;
+    lua_createtable(L, 0, NATTRS + 1);
+    for (i = 0; i < NATTRS; i++) {
+        push_attr(L, m, (int)i);
+        lua_setfield(L, -2, attrs[i].name);
+    }
+    lua_pushinteger(L, m->ref->live);
+    lua_setfield(L, -2, "live_buffers");
+    return 1;
+}
+
+/* p:close(): refuses while buffers are live; the default pool is the
+ * device's and closing it only closes this handle... which would leave the
+ * state without one, so it is refused too. */
+static int mempool_close(lua_State *L)
+{
+    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    if (!m->ref)
+        return 0;
+    if (m->ref->is_default)
+        return luaL_error(L, L_MEMPOOL ":close: the device's default pool cannot be closed");
+    if (m->ref->live > 0)
+        return luaL_error(L, L_MEMPOOL ":close: the pool has %d live buffer%s; free them first",
+                          m->ref->live, m->ref->live == 1 ? "" : "s");
+    /* A pool being destroyed must not stay the device's current one. */
+    lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+    if (lua_rawequal(L, -1, 1)) {
+        push_default(L);
+        l_check(L, cp_be->mempool_set_current(tomempool(L, -1)->ref->p));
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+    }
+    l_mempoolref_release(m->ref);
+    m->ref = NULL;
+    return 0;
+}
+
+/* __gc: the pool lives on while buffers need it (they hold references). */
+static int mempool_gc(lua_State *L)
+{
+    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    if (m->ref) {
+        l_mempoolref_release(m->ref);
+        m->ref = NULL;
+    }
+    return 0;
+}
+
+static int mempool_index(lua_State *L)
+{
+    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    const char *k = luaL_checkstring(L, 2);
+    int i;
+    lua_getmetatable(L, 1);
+    lua_getfield(L, -1, "methods");
+    if (lua_getfield(L, -1, k) != LUA_TNIL)
+        return 1;
+    if (strcmp(k, "closed") == 0) {
+        lua_pushboolean(L, m->ref == NULL);
+        return 1;
+    }
+    if ((i = find_attr(k)) < 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    push_attr(L, tomempool(L, 1), i);
+    return 1;
+}
+
+static int mempool_newindex(lua_State *L)
+{
+    l_mempool *m = tomempool(L, 1);
+    const char *k = luaL_checkstring(L, 2);
+    int i = find_attr(k);
+    if (i < 0)
+        return luaL_error(L, L_MEMPOOL " has no attribute '%s'", k);
+    if (!attrs[i].writable)
+        return luaL_error(L, L_MEMPOOL " attribute '%s' is read-only%s", k,
+                          strstr(k, "_high") ? " (use reset_high())" : "");
+    set_attr(L, m, i, 3);
+    return 0;
+}
+
+static int mempool_tostring(lua_State *L)
+{
+    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    if (!m->ref)
+        lua_pushliteral(L, L_MEMPOOL " (closed)");
+    else
+        lua_pushfstring(L, L_MEMPOOL " (%s, %d live)", m->ref->is_default ? "default" : "custom",
+                        m->ref->live);
+    return 1;
+}
+
+static int mempool_call(lua_State *L)
+{
+    lua_remove(L, 1); /* the cupola.mempool table */
+    return mempool_new(L);
+}
+
+void l_open_mempool(lua_State *L)
+{
+    static const luaL_Reg meta[] = {{"__gc", mempool_gc},         {"__close", mempool_gc},
+                                    {"__index", mempool_index},   {"__newindex", mempool_newindex},
+                                    {"__tostring", mempool_tostring}, {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"alloc", mempool_alloc},   {"trim", mempool_trim},
+                                       {"reset_high", mempool_reset_high},
+                                       {"stats", mempool_stats},   {"close", mempool_close},
+                                       {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"default", mempool_default},
+                                     {"current", mempool_current},
+                                     {"set_current", mempool_set_current},
+                                     {"new", mempool_new},
+                                     {NULL, NULL}};
+    luaL_newmetatable(L, L_MEMPOOL);
+    luaL_setfuncs(L, meta, 0);
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "methods");
+    lua_pop(L, 1);
+
+    luaL_newlib(L, funcs);
+    lua_newtable(L);
+    lua_pushcfunction(L, mempool_call);
+    lua_setfield(L, -2, "__call");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, -2, "mempool");
+
+    lua_pushcfunction(L, l_malloc_async);
+    lua_setfield(L, -2, "malloc_async");
+}

@@ -1,0 +1,280 @@
+/*
+ * l_pool.c: cupola.Pool, the allocators written in C (resource.h):
+ * cupola.pool{kind=, upstream=, initial=, grow=, max=, alignment=,
+ * release_threshold=, reuse=, fallback=, limit=, log=}.
+ *
+ * The pool is reference counted (l_poolref): the Lua handle and each live
+ * buffer hold a reference, so a pool collected in the same cycle as its
+ * buffers is destroyed only after the last of them has given its block back.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+typedef struct l_pool {
+    l_poolref *ref; /* NULL once closed */
+    cp_pool_opts opts;
+    char kind[16];
+} l_pool;
+
+static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", NULL};
+static const char *const upstreams[] = {"device", "async", "managed", "pinned", "virtual", NULL};
+static const char *const reuses[] = {"stream", "event", "wait", NULL};
+
+void l_poolref_release(l_poolref *r)
+{
+    if (r && --r->refs == 0) {
+        cp_resource_destroy(r->r);
+        free(r);
+    }
+}
+
+static l_pool *topool(lua_State *L, int arg)
+{
+    l_pool *p = (l_pool *)luaL_checkudata(L, arg, L_POOL);
+    if (!p->ref)
+        luaL_error(L, "attempt to use a closed " L_POOL);
+    return p;
+}
+
+static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
+                       const char *const list[])
+{
+    const char *v = l_optstring_field(L, idx, key, def);
+    int i;
+    for (i = 0; list[i]; i++)
+        if (strcmp(v, list[i]) == 0)
+            return i;
+    lua_pushfstring(L, "cupola.pool: option '%s' must be one of", key);
+    for (i = 0; list[i]; i++)
+        lua_pushfstring(L, "%s %s", i ? "," : "", list[i]);
+    lua_pushfstring(L, ", not '%s'", v);
+    lua_concat(L, i + 2);
+    return lua_error(L);
+}
+
+static int pool_new(lua_State *L)
+{
+    static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
+                                       "release_threshold", "reuse", "fallback", "limit", "log",
+                                       NULL};
+    l_pool *p;
+    cp_resource *r = NULL, *outer;
+    size_t limit;
+    const char *log;
+    int k;
+
+    if (lua_isnoneornil(L, 1)) {
+        lua_settop(L, 0);
+        lua_newtable(L);
+    }
+    l_checkoptions(L, 1, "cupola.pool", opts);
+    p = (l_pool *)lua_newuserdatauv(L, sizeof *p, 0);
+    memset(p, 0, sizeof *p);
+    luaL_setmetatable(L, L_POOL);
+
+    k = checkchoice(L, 1, "kind", "tlsf", kinds);
+    snprintf(p->kind, sizeof p->kind, "%s", kinds[k]);
+    p->opts.kind = p->kind;
+    p->opts.upstream = (cp_upstream_kind)checkchoice(L, 1, "upstream", "device", upstreams);
+    p->opts.reuse = (cp_reuse)checkchoice(L, 1, "reuse", "event", reuses);
+    p->opts.initial = l_optsize_field(L, 1, "initial", 0);
+    p->opts.grow = l_optbool_field(L, 1, "grow", 1);
+    p->opts.max = l_optsize_field(L, 1, "max", 0);
+    p->opts.alignment = l_optsize_field(L, 1, "alignment", 256);
+    p->opts.release_threshold = l_optsize_field(L, 1, "release_threshold", 0);
+    p->opts.fallback = l_optbool_field(L, 1, "fallback", 0);
+    if (p->opts.alignment == 0 || (p->opts.alignment & (p->opts.alignment - 1)) != 0)
+        return luaL_error(L, "cupola.pool: option 'alignment' must be a power of two, not %I",
+                          (lua_Integer)p->opts.alignment);
+    if (p->opts.max && p->opts.initial > p->opts.max)
+        return luaL_error(L, "cupola.pool: option 'initial' is larger than 'max'");
+    limit = l_optsize_field(L, 1, "limit", 0);
+    log = l_optstring_field(L, 1, "log", NULL);
+
+    p->ref = (l_poolref *)calloc(1, sizeof *p->ref);
+    if (!p->ref)
+        return luaL_error(L, "cupola.pool: out of host memory");
+    p->ref->refs = 1;
+    p->ref->has_memory = p->opts.upstream != CP_UP_VIRTUAL;
+    {
+        int nret = l_alloc_result(L, cp_pool_create(&r, &p->opts));
+        if (nret) {
+            free(p->ref);
+            p->ref = NULL;
+            return nret;
+        }
+    }
+    /* Adaptors wrap the pool; each owns what it wraps. */
+    outer = r;
+    if (limit && cp_limit_adaptor(&outer, r, limit) != CP_OK) {
+        cp_resource_destroy(r);
+        free(p->ref);
+        p->ref = NULL;
+        return l_fail(L, CP_ERR_BACKEND);
+    }
+    r = outer;
+    if (log && cp_log_adaptor(&outer, r, log) != CP_OK) {
+        cp_resource_destroy(r);
+        free(p->ref);
+        p->ref = NULL;
+        return l_fail(L, CP_ERR_INVALID);
+    }
+    p->ref->r = outer;
+    return 1;
+}
+
+/* p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory" */
+static int pool_alloc(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    size_t n = l_checksize(L, 2);
+    l_streamref *s = l_optstream(L, 3);
+    void *ptr = NULL;
+    l_buffer *b;
+    int nret;
+
+    luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte");
+    b = l_newbuffer(L);
+    if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0)
+        return nret;
+    l_buffer_attach(L, -1, ptr, n, L_FROM_POOL, 3, s);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, L_UV_POOL);
+    b->pool = p->ref;
+    b->generation = p->ref->generation;
+    p->ref->refs++;
+    p->ref->live++;
+    return 1;
+}
+
+static int pool_trim(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    size_t keep = lua_isnoneornil(L, 2) ? 0 : l_checksize(L, 2);
+    l_check(L, cp_resource_trim(p->ref->r, keep));
+    return 0;
+}
+
+/* p:reset(): an arena frees everything at once; its live buffers are closed. */
+static int pool_reset(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    cp_status st = cp_resource_reset(p->ref->r);
+    if (st == CP_ERR_UNSUPPORTED)
+        return luaL_error(L, L_POOL ":reset: only arena pools can be reset (this one is '%s')",
+                          p->kind);
+    l_check(L, st);
+    p->ref->generation++;
+    p->ref->live = 0;
+    return 0;
+}
+
+static int pool_stats(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    cp_stats s;
+    cp_resource_stats(p->ref->r, &s);
+    lua_createtable(L, 0, 12);
+#define SETI(f)                                   \
+    lua_pushinteger(L, (lua_Integer)s.f);         \
+    lua_setfield(L, -2, #f)
+    SETI(used);
+    SETI(used_peak);
+    SETI(reserved);
+    SETI(reserved_peak);
+    SETI(allocs);
+    SETI(frees);
+    SETI(failed);
+    SETI(largest_free);
+    SETI(free_bytes);
+#undef SETI
+    lua_pushnumber(L, s.fragmentation);
+    lua_setfield(L, -2, "fragmentation");
+    lua_pushinteger(L, p->ref->live);
+    lua_setfield(L, -2, "live_buffers");
+    return 1;
+}
+
+static int pool_close(lua_State *L)
+{
+    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
+    if (!p->ref)
+        return 0;
+    if (p->ref->live > 0)
+        return luaL_error(L, L_POOL ":close: the pool has %d live buffer%s; free them first",
+                          p->ref->live, p->ref->live == 1 ? "" : "s");
+    l_poolref_release(p->ref);
+    p->ref = NULL;
+    return 0;
+}
+
+static int pool_gc(lua_State *L)
+{
+    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
+    if (p->ref) {
+        l_poolref_release(p->ref);
+        p->ref = NULL;
+    }
+    return 0;
+}
+
+static int pool_index(lua_State *L)
+{
+    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
+    const char *k = luaL_checkstring(L, 2);
+    lua_getmetatable(L, 1);
+    lua_getfield(L, -1, "methods");
+    if (lua_getfield(L, -1, k) != LUA_TNIL)
+        return 1;
+    if (strcmp(k, "kind") == 0)
+        lua_pushstring(L, p->kind);
+    else if (strcmp(k, "upstream") == 0)
+        lua_pushstring(L, upstreams[p->opts.upstream]);
+    else if (strcmp(k, "reuse") == 0)
+        lua_pushstring(L, reuses[p->opts.reuse]);
+    else if (strcmp(k, "alignment") == 0)
+        lua_pushinteger(L, (lua_Integer)p->opts.alignment);
+    else if (strcmp(k, "closed") == 0)
+        lua_pushboolean(L, p->ref == NULL);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
+static int pool_tostring(lua_State *L)
+{
+    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
+    if (!p->ref)
+        lua_pushfstring(L, L_POOL " (%s, closed)", p->kind);
+    else
+        lua_pushfstring(L, L_POOL " (%s over %s, %d live)", p->kind, upstreams[p->opts.upstream],
+                        p->ref->live);
+    return 1;
+}
+
+/* For l_trace.c: the resource behind a Pool argument. */
+cp_resource *l_checkresource(lua_State *L, int arg);
+cp_resource *l_checkresource(lua_State *L, int arg)
+{
+    return topool(L, arg)->ref->r;
+}
+
+void l_open_pool(lua_State *L)
+{
+    static const luaL_Reg meta[] = {{"__gc", pool_gc},           {"__close", pool_gc},
+                                    {"__index", pool_index},     {"__tostring", pool_tostring},
+                                    {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"alloc", pool_alloc}, {"trim", pool_trim},
+                                       {"reset", pool_reset}, {"stats", pool_stats},
+                                       {"close", pool_close}, {NULL, NULL}};
+    luaL_newmetatable(L, L_POOL);
+    luaL_setfuncs(L, meta, 0);
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "methods");
+    lua_pop(L, 1);
+    lua_pushcfunction(L, pool_new);
+    lua_setfield(L, -2, "pool");
+}

@@ -1,0 +1,198 @@
+/*
+ * l_util.c: errors, sizes and option tables for every binding file.
+ */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "binding.h"
+
+int l_fail(lua_State *L, cp_status st)
+{
+    const char *msg = cp_error_msg();
+    (void)st;
+    return luaL_error(L, "%s", *msg ? msg : "cupola: operation failed");
+}
+
+void l_check(lua_State *L, cp_status st)
+{
+    if (st != CP_OK)
+        l_fail(L, st);
+}
+
+int l_alloc_result(lua_State *L, cp_status st)
+{
+    if (st == CP_OK)
+        return 0;
+    if (st != CP_ERR_OOM)
+        return l_fail(L, st);
+    lua_pushnil(L);
+    lua_pushstring(L, *cp_error_msg() ? cp_error_msg() : "out of memory");
+    lua_pushliteral(L, "out_of_memory");
+    return 3;
+}
+
+/* "4MiB", "4 MiB", "1.5GiB", "256B", "4096": binary units only, because the
+ * contract's sizes are what allocators count (1 KiB = 1024 B). */
+int l_parsesize(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        int shift;
+    } units[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}};
+    char *end;
+    double mant;
+    size_t i;
+
+    while (isspace((unsigned char)*s))
+        s++;
+    if (!isdigit((unsigned char)*s))
+        return -1; /* no sign, no hex, no "inf" */
+    mant = strtod(s, &end);
+    while (isspace((unsigned char)*end))
+        end++;
+    for (i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            double v = ldexp(mant, units[i].shift);
+            if (!(v >= 0) || v != floor(v) || v >= 18446744073709551616.0)
+                return -1;
+            *out = (uint64_t)v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+size_t l_checksize(lua_State *L, int arg)
+{
+    if (lua_type(L, arg) == LUA_TNUMBER) {
+        int isint;
+        lua_Integer n = lua_tointegerx(L, arg, &isint);
+        if (!isint)
+            luaL_argerror(L, arg, "size must be a whole number of bytes");
+        if (n < 0)
+            luaL_argerror(L, arg, "size must not be negative");
+        return (size_t)n;
+    }
+    if (lua_type(L, arg) == LUA_TSTRING) {
+        uint64_t v;
+        const char *s = lua_tostring(L, arg);
+        if (l_parsesize(s, &v) != 0)
+            return (size_t)luaL_argerror(
+                L, arg,
+                lua_pushfstring(L, "malformed size '%s' (expected e.g. 4096, \"64KiB\", \"4MiB\")", s));
+        if (v > (uint64_t)SIZE_MAX / 2)
+            luaL_argerror(L, arg, "size too large");
+        return (size_t)v;
+    }
+    return (size_t)luaL_typeerror(L, arg, "size (integer or string such as \"4MiB\")");
+}
+
+void l_checkoptions(lua_State *L, int idx, const char *fname, const char *const allowed[])
+{
+    if (lua_isnoneornil(L, idx))
+        return;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, idx) != 0) {
+        size_t i;
+        int known = 0;
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TSTRING) {
+            const char *k = lua_tostring(L, -1);
+            for (i = 0; allowed[i]; i++)
+                if (strcmp(k, allowed[i]) == 0)
+                    known = 1;
+            if (!known)
+                luaL_error(L, "%s: unknown option '%s'", fname, k);
+        } else {
+            luaL_error(L, "%s: option names must be strings, not %s", fname, luaL_typename(L, -1));
+        }
+    }
+}
+
+static int getfield(lua_State *L, int idx, const char *key)
+{
+    if (lua_isnoneornil(L, idx)) {
+        lua_pushnil(L);
+        return LUA_TNIL;
+    }
+    return lua_getfield(L, idx, key);
+}
+
+lua_Integer l_optint_field(lua_State *L, int idx, const char *key, lua_Integer def)
+{
+    lua_Integer v = def;
+    int t = getfield(L, idx, key);
+    if (t != LUA_TNIL) {
+        int isint;
+        v = lua_tointegerx(L, -1, &isint);
+        if (!isint)
+            luaL_error(L, "option '%s' must be an integer, not %s", key, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+int l_optbool_field(lua_State *L, int idx, const char *key, int def)
+{
+    int v = def;
+    int t = getfield(L, idx, key);
+    if (t == LUA_TBOOLEAN)
+        v = lua_toboolean(L, -1);
+    else if (t != LUA_TNIL)
+        luaL_error(L, "option '%s' must be a boolean, not %s", key, luaL_typename(L, -1));
+    lua_pop(L, 1);
+    return v;
+}
+
+size_t l_optsize_field(lua_State *L, int idx, const char *key, size_t def)
+{
+    size_t v = def;
+    int t = getfield(L, idx, key);
+    if (t != LUA_TNIL) {
+        if (t == LUA_TNUMBER || t == LUA_TSTRING) {
+            uint64_t u;
+            int isint;
+            lua_Integer n = lua_tointegerx(L, -1, &isint);
+            if (t == LUA_TNUMBER && isint && n >= 0)
+                v = (size_t)n;
+            else if (t == LUA_TSTRING && l_parsesize(lua_tostring(L, -1), &u) == 0 &&
+                     u <= (uint64_t)SIZE_MAX / 2)
+                v = (size_t)u;
+            else
+                luaL_error(L, "option '%s': bad size '%s'", key, luaL_tolstring(L, -1, NULL));
+        } else {
+            luaL_error(L, "option '%s' must be a size, not %s", key, luaL_typename(L, -1));
+        }
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+const char *l_optstring_field(lua_State *L, int idx, const char *key, const char *def)
+{
+    const char *v = def;
+    int t = getfield(L, idx, key);
+    if (t == LUA_TSTRING) {
+        /* The string stays alive in the option table the caller holds. */
+        v = lua_tostring(L, -1);
+    } else if (t != LUA_TNIL) {
+        luaL_error(L, "option '%s' must be a string, not %s", key, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const luaL_Reg *methods)
+{
+    luaL_newmetatable(L, tname);
+    luaL_setfuncs(L, meta, 0);
+    if (methods) {
+        lua_newtable(L);
+        luaL_setfuncs(L, methods, 0);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+}
