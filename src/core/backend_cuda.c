@@ -1,0 +1,989 @@
+/*
+ * backend_cuda.c: the backend table (backend.h) over the CUDA runtime.
+ *
+ * Plain C11 calling cuda_runtime_api.h; the kernels live in cuda/kernels.cu
+ * behind extern "C" launchers.  The runtime is linked statically, so the
+ * probe below runs (and answers "no") on machines without a driver.
+ *
+ * Everything runs on device 0, the device cupola uses.  Streams, events and
+ * pools are small malloc'd wrappers around the CUDA handles, so that the
+ * backend can remember what CUDA will not tell it (a stream's process-unique
+ * id, whether an event has timing or was ever recorded, which cupola pool a
+ * raw cudaMemPool_t is).
+ *
+ * Error policy: every CUDA return code is checked; a failure stores
+ * "cudaErrorX: text (operation)" and maps the error to a cp_status.  Destroy
+ * and free functions never synchronize and treat the runtime's shutdown
+ * errors as success, because finalizers run them at process exit.
+ */
+#include "backend.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels.h"
+
+#define CP_DEVICE 0 /* the device cupola uses */
+
+struct cp_stream {
+    cudaStream_t h;
+    uint64_t id;
+};
+
+struct cp_event {
+    cudaEvent_t h;
+    int timing;
+    atomic_int recorded; /* CUDA reports "never recorded" only as a bad handle */
+};
+
+struct cp_mempool {
+    cudaMemPool_t h;
+    int is_default;
+    int location_host;
+    struct cp_mempool *next; /* registry of live pools, for get_current */
+};
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static cp_status status_of(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return CP_OK;
+    case cudaErrorMemoryAllocation: return CP_ERR_OOM;
+    case cudaErrorNotReady: return CP_ERR_NOT_READY;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidResourceHandle: return CP_ERR_INVALID;
+    case cudaErrorNotSupported: return CP_ERR_UNSUPPORTED;
+    default: return CP_ERR_BACKEND;
+    }
+}
+
+/* Stores the message for a failed CUDA call and returns its status.  The
+ * message starts with the CUDA error name (backend.h's convention).  The
+ * thread's last error is cleared so that a later launch's check reports
+ * that launch, not this older failure (after an OOM above all, which
+ * callers treat as data and carry on from). */
+static cp_status fail(cudaError_t e, const char *op)
+{
+    (void)cudaGetLastError();
+    return cp_error_set(status_of(e), "%s: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e),
+                        op);
+}
+
+#define CHECK(call, op)                                                                           \
+    do {                                                                                          \
+        cudaError_t check_e_ = (call);                                                            \
+        if (check_e_ != cudaSuccess)                                                              \
+            return fail(check_e_, op);                                                            \
+    } while (0)
+
+/* The runtime is being torn down (process exit): a handle or block is gone
+ * with it, so releasing it has nothing left to do. */
+static int shutting_down(cudaError_t e)
+{
+    return e == cudaErrorCudartUnloading || e == cudaErrorContextIsDestroyed;
+}
+
+static cp_status release_result(cudaError_t e, const char *op)
+{
+    if (e == cudaSuccess || shutting_down(e)) {
+        (void)cudaGetLastError();
+        return CP_OK;
+    }
+    return fail(e, op);
+}
+
+static cudaStream_t stream_handle(const cp_stream *s)
+{
+    return s ? s->h : cudaStreamLegacy;
+}
+
+/* ---- probe ------------------------------------------------------------------ */
+
+int cp_backend_cuda_probe(char *why, size_t whylen)
+{
+    char dummy[1];
+    int n = 0;
+    cudaError_t e;
+    const char *op = NULL;
+
+    if (!why || whylen == 0) {
+        why = dummy;
+        whylen = sizeof dummy;
+    }
+    why[0] = '\0';
+    if ((e = cudaGetDeviceCount(&n)) != cudaSuccess) {
+        op = "cudaGetDeviceCount";
+    } else if (n < 1) {
+        snprintf(why, whylen, "no CUDA device found");
+        return 0;
+    } else if ((e = cudaSetDevice(CP_DEVICE)) != cudaSuccess) {
+        op = "cudaSetDevice";
+    } else if ((e = cudaFree(NULL)) != cudaSuccess) { /* creates the context */
+        op = "cudaFree(0), creating the context";
+    } else if ((e = cp_cuda_kernels_check()) != cudaSuccess) {
+        op = "cupola's kernels (built for sm_80 and sm_90) cannot run on this device";
+    }
+    if (op) {
+        snprintf(why, whylen, "%s: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e), op);
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- device ----------------------------------------------------------------- */
+
+static cp_status cuda_device_info(cp_device_info *out)
+{
+    struct cudaDeviceProp prop;
+    int v = 0;
+
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "device_info: out is NULL");
+    memset(out, 0, sizeof *out);
+    CHECK(cudaGetDeviceProperties(&prop, CP_DEVICE), "cudaGetDeviceProperties");
+    snprintf(out->name, sizeof out->name, "%s", prop.name);
+    out->index = CP_DEVICE;
+    out->memory = (uint64_t)prop.totalGlobalMem;
+    out->sms = prop.multiProcessorCount;
+    out->cc_major = prop.major;
+    out->cc_minor = prop.minor;
+    CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, CP_DEVICE),
+          "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
+    out->mempools = v != 0;
+    CHECK(cudaDriverGetVersion(&out->driver), "cudaDriverGetVersion");
+    CHECK(cudaRuntimeGetVersion(&out->runtime), "cudaRuntimeGetVersion");
+    CHECK(cudaDeviceGetStreamPriorityRange(&out->priority_least, &out->priority_greatest),
+          "cudaDeviceGetStreamPriorityRange");
+    return CP_OK;
+}
+
+static cp_status cuda_device_synchronize(void)
+{
+    CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return CP_OK;
+}
+
+static cp_status cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+{
+    size_t f = 0, t = 0;
+    CHECK(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    if (free_bytes)
+        *free_bytes = f;
+    if (total_bytes)
+        *total_bytes = t;
+    return CP_OK;
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+/* Ids start at 1 (0 names the default stream) and are never reused. */
+static atomic_uint_least64_t next_stream_id = 1;
+
+static cp_status cuda_stream_create(cp_stream **out, int priority, int blocking)
+{
+    int least = 0, greatest = 0;
+    cp_stream *s;
+    cudaError_t e;
+
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "stream_create: out is NULL");
+    *out = NULL;
+    CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    /* CUDA would clamp silently; an experiment asking for a priority the
+     * device lacks should hear about it. */
+    if (priority > least || priority < greatest)
+        return cp_error_set(CP_ERR_INVALID,
+                            "stream priority %d is out of range: this device accepts %d (lowest) "
+                            "to %d (highest); lower numbers mean higher priority",
+                            priority, least, greatest);
+    if (!(s = malloc(sizeof *s)))
+        return cp_error_set(CP_ERR_OOM, "stream_create: out of host memory");
+    e = cudaStreamCreateWithPriority(&s->h, blocking ? cudaStreamDefault : cudaStreamNonBlocking,
+                                     priority);
+    if (e != cudaSuccess) {
+        free(s);
+        return fail(e, "cudaStreamCreateWithPriority");
+    }
+    s->id = atomic_fetch_add(&next_stream_id, 1);
+    *out = s;
+    return CP_OK;
+}
+
+static cp_status cuda_stream_destroy(cp_stream *s)
+{
+    cudaError_t e;
+    if (!s) /* the default stream is not ours to destroy */
+        return CP_OK;
+    /* Returns at once; work still queued completes first (no sync). */
+    e = cudaStreamDestroy(s->h);
+    free(s);
+    return release_result(e, "cudaStreamDestroy");
+}
+
+static cp_status cuda_stream_synchronize(cp_stream *s)
+{
+    CHECK(cudaStreamSynchronize(stream_handle(s)), "cudaStreamSynchronize");
+    return CP_OK;
+}
+
+static cp_status cuda_stream_query(cp_stream *s, int *idle)
+{
+    cudaError_t e;
+    if (!idle)
+        return cp_error_set(CP_ERR_INVALID, "stream_query: idle is NULL");
+    e = cudaStreamQuery(stream_handle(s));
+    if (e == cudaSuccess || e == cudaErrorNotReady) {
+        *idle = e == cudaSuccess;
+        return CP_OK;
+    }
+    return fail(e, "cudaStreamQuery");
+}
+
+static cp_status cuda_stream_wait_event(cp_stream *s, cp_event *ev)
+{
+    if (!ev)
+        return cp_error_set(CP_ERR_INVALID, "stream_wait_event: event is NULL");
+    CHECK(cudaStreamWaitEvent(stream_handle(s), ev->h, 0), "cudaStreamWaitEvent");
+    return CP_OK;
+}
+
+static uint64_t cuda_stream_id(const cp_stream *s)
+{
+    return s ? s->id : 0;
+}
+
+/* ---- events --------------------------------------------------------------------- */
+
+static cp_status cuda_event_create(cp_event **out, int timing)
+{
+    cp_event *ev;
+    cudaError_t e;
+
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "event_create: out is NULL");
+    *out = NULL;
+    if (!(ev = malloc(sizeof *ev)))
+        return cp_error_set(CP_ERR_OOM, "event_create: out of host memory");
+    e = cudaEventCreateWithFlags(&ev->h, timing ? cudaEventDefault : cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        free(ev);
+        return fail(e, "cudaEventCreateWithFlags");
+    }
+    ev->timing = timing != 0;
+    atomic_init(&ev->recorded, 0);
+    *out = ev;
+    return CP_OK;
+}
+
+static cp_status cuda_event_destroy(cp_event *ev)
+{
+    cudaError_t e;
+    if (!ev)
+        return CP_OK;
+    e = cudaEventDestroy(ev->h);
+    free(ev);
+    return release_result(e, "cudaEventDestroy");
+}
+
+static cp_status cuda_event_record(cp_event *ev, cp_stream *s)
+{
+    if (!ev)
+        return cp_error_set(CP_ERR_INVALID, "event_record: event is NULL");
+    CHECK(cudaEventRecord(ev->h, stream_handle(s)), "cudaEventRecord");
+    atomic_store(&ev->recorded, 1);
+    return CP_OK;
+}
+
+static cp_status cuda_event_synchronize(cp_event *ev)
+{
+    if (!ev)
+        return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
+    CHECK(cudaEventSynchronize(ev->h), "cudaEventSynchronize");
+    return CP_OK;
+}
+
+static cp_status cuda_event_query(cp_event *ev, int *done)
+{
+    cudaError_t e;
+    if (!ev || !done)
+        return cp_error_set(CP_ERR_INVALID, "event_query: event or done is NULL");
+    e = cudaEventQuery(ev->h);
+    if (e == cudaSuccess || e == cudaErrorNotReady) {
+        *done = e == cudaSuccess;
+        return CP_OK;
+    }
+    return fail(e, "cudaEventQuery");
+}
+
+static cp_status cuda_event_elapsed(cp_event *start, cp_event *end, float *ms)
+{
+    cudaError_t e;
+
+    if (!start || !end || !ms)
+        return cp_error_set(CP_ERR_INVALID, "event_elapsed: start, end or ms is NULL");
+    /* CUDA answers all of these with cudaErrorInvalidResourceHandle; say
+     * which it is. */
+    if (!start->timing || !end->timing)
+        return cp_error_set(CP_ERR_INVALID,
+                            "elapsed time needs timing events: the %s event was created without "
+                            "timing (timing=false)",
+                            !start->timing ? "start" : "end");
+    if (!atomic_load(&start->recorded) || !atomic_load(&end->recorded))
+        return cp_error_set(CP_ERR_INVALID, "elapsed time: the %s event was not recorded",
+                            !atomic_load(&start->recorded) ? "start" : "end");
+    e = cudaEventElapsedTime(ms, start->h, end->h);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return cp_error_set(CP_ERR_NOT_READY,
+                            "%s: %s (cudaEventElapsedTime: an event has not completed yet; "
+                            "synchronize on it first)",
+                            cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (e != cudaSuccess)
+        return fail(e, "cudaEventElapsedTime");
+    return CP_OK;
+}
+
+/* ---- raw memory --------------------------------------------------------------------- */
+
+static cp_status cuda_mem_alloc(void **out, size_t bytes, cp_memkind kind)
+{
+    void *p = NULL;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mem_alloc: out is NULL");
+    *out = NULL;
+    switch (kind) {
+    case CP_MEM_DEVICE: CHECK(cudaMalloc(&p, bytes), "cudaMalloc"); break;
+    case CP_MEM_MANAGED:
+        CHECK(cudaMallocManaged(&p, bytes, cudaMemAttachGlobal), "cudaMallocManaged");
+        break;
+    case CP_MEM_PINNED: CHECK(cudaMallocHost(&p, bytes), "cudaMallocHost"); break;
+    default: return cp_error_set(CP_ERR_INVALID, "mem_alloc: unknown memory kind %d", (int)kind);
+    }
+    *out = p;
+    return CP_OK;
+}
+
+static cp_status cuda_mem_free(void *p, cp_memkind kind)
+{
+    if (!p)
+        return CP_OK;
+    switch (kind) {
+    case CP_MEM_DEVICE:
+    case CP_MEM_MANAGED: return release_result(cudaFree(p), "cudaFree");
+    case CP_MEM_PINNED: return release_result(cudaFreeHost(p), "cudaFreeHost");
+    default: return cp_error_set(CP_ERR_INVALID, "mem_free: unknown memory kind %d", (int)kind);
+    }
+}
+
+static cp_status cuda_mem_alloc_async(void **out, size_t bytes, cp_stream *s)
+{
+    void *p = NULL;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mem_alloc_async: out is NULL");
+    *out = NULL;
+    CHECK(cudaMallocAsync(&p, bytes, stream_handle(s)), "cudaMallocAsync");
+    *out = p;
+    return CP_OK;
+}
+
+static cp_status cuda_mem_free_async(void *p, cp_stream *s)
+{
+    if (!p)
+        return CP_OK;
+    return release_result(cudaFreeAsync(p, stream_handle(s)), "cudaFreeAsync");
+}
+
+/* ---- native pools --------------------------------------------------------------------- */
+
+/* The default pool's wrapper (a singleton, never destroyed) and the list of
+ * pools created here, so that get_current can hand back the very cp_mempool
+ * that was made current.  One lock: pools are created rarely. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cp_mempool default_pool;
+static int default_pool_ready;
+static struct cp_mempool *live_pools;
+
+static const char *const pool_attr_names[CP_POOL_ATTR_COUNT] = {
+    "release_threshold", "reuse_follow_event_dependencies", "reuse_allow_opportunistic",
+    "reuse_allow_internal_dependencies", "reserved_current", "reserved_high", "used_current",
+    "used_high",
+};
+
+static cp_status cuda_mempool_default(cp_mempool **out)
+{
+    cp_status st = CP_OK;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_default: out is NULL");
+    pthread_mutex_lock(&pool_lock);
+    if (!default_pool_ready) {
+        cudaMemPool_t h;
+        cudaError_t e = cudaDeviceGetDefaultMemPool(&h, CP_DEVICE);
+        if (e != cudaSuccess) {
+            st = fail(e, "cudaDeviceGetDefaultMemPool");
+        } else {
+            default_pool.h = h;
+            default_pool.is_default = 1;
+            default_pool.location_host = 0;
+            default_pool.next = NULL;
+            default_pool_ready = 1;
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+    *out = st == CP_OK ? &default_pool : NULL;
+    return st;
+}
+
+static cp_status device_attr(enum cudaDeviceAttr a, int *v, const char *what)
+{
+    CHECK(cudaDeviceGetAttribute(v, a, CP_DEVICE), what);
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *props)
+{
+    static const cp_mempool_props defaults = {0, 0, 0};
+    struct cudaMemPoolProps pp;
+    cp_mempool *p;
+    cudaError_t e;
+    cp_status st;
+    int v = 0;
+
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_create: out is NULL");
+    *out = NULL;
+    if (!props)
+        props = &defaults;
+    if (props->location_host && props->handle_posix_fd)
+        return cp_error_set(CP_ERR_INVALID,
+                            "a host-memory pool cannot be exported: CUDA allows no handle types "
+                            "for location host");
+    if (props->location_host) {
+        if ((st = device_attr(cudaDevAttrHostMemoryPoolsSupported, &v,
+                              "cudaDeviceGetAttribute(cudaDevAttrHostMemoryPoolsSupported)")))
+            return st;
+        if (!v)
+            return cp_error_set(CP_ERR_UNSUPPORTED,
+                                "this device or driver does not support host-memory pools "
+                                "(cudaDevAttrHostMemoryPoolsSupported is 0)");
+    }
+    if (props->handle_posix_fd) {
+        if ((st = device_attr(cudaDevAttrMemoryPoolSupportedHandleTypes, &v,
+                              "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolSupportedHandleTypes)")))
+            return st;
+        if (!(v & cudaMemHandleTypePosixFileDescriptor))
+            return cp_error_set(CP_ERR_UNSUPPORTED,
+                                "this device or driver cannot export pool memory as POSIX file "
+                                "descriptors");
+    }
+
+    memset(&pp, 0, sizeof pp); /* every reserved field must be 0 */
+    pp.allocType = cudaMemAllocationTypePinned;
+    pp.handleTypes =
+        props->handle_posix_fd ? cudaMemHandleTypePosixFileDescriptor : cudaMemHandleTypeNone;
+    pp.location.type = props->location_host ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+    pp.location.id = props->location_host ? 0 : CP_DEVICE; /* ignored for host */
+    pp.maxSize = props->max_size;
+
+    if (!(p = malloc(sizeof *p)))
+        return cp_error_set(CP_ERR_OOM, "mempool_create: out of host memory");
+    if ((e = cudaMemPoolCreate(&p->h, &pp)) != cudaSuccess) {
+        free(p);
+        return fail(e, "cudaMemPoolCreate");
+    }
+    if (props->location_host) {
+        /* A host pool is reachable only from the CPU until the device is
+         * granted access; cupola's kernels and copies need the device. */
+        struct cudaMemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = CP_DEVICE;
+        access.flags = cudaMemAccessFlagsProtReadWrite;
+        if ((e = cudaMemPoolSetAccess(p->h, &access, 1)) != cudaSuccess) {
+            st = fail(e, "cudaMemPoolSetAccess");
+            (void)cudaMemPoolDestroy(p->h);
+            (void)cudaGetLastError();
+            free(p);
+            return st;
+        }
+    }
+    p->is_default = 0;
+    p->location_host = props->location_host != 0;
+    pthread_mutex_lock(&pool_lock);
+    p->next = live_pools;
+    live_pools = p;
+    pthread_mutex_unlock(&pool_lock);
+    *out = p;
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_destroy(cp_mempool *p)
+{
+    cp_mempool **link;
+    cudaError_t e;
+
+    if (!p)
+        return CP_OK;
+    if (p->is_default)
+        return cp_error_set(CP_ERR_INVALID, "the device's default pool cannot be destroyed");
+    pthread_mutex_lock(&pool_lock);
+    for (link = &live_pools; *link; link = &(*link)->next) {
+        if (*link == p) {
+            *link = p->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+    /* Returns at once; CUDA releases the memory once outstanding blocks and
+     * frees are done, and makes the default pool current again if this one
+     * was. */
+    e = cudaMemPoolDestroy(p->h);
+    free(p);
+    return release_result(e, "cudaMemPoolDestroy");
+}
+
+static cp_status cuda_mempool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream *s)
+{
+    void *ptr = NULL;
+    if (!p || !out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_alloc: pool or out is NULL");
+    *out = NULL;
+    CHECK(cudaMallocFromPoolAsync(&ptr, bytes, p->h, stream_handle(s)), "cudaMallocFromPoolAsync");
+    *out = ptr;
+    return CP_OK;
+}
+
+/* CUDA's pool attributes come in two value types: the reuse flags are int,
+ * the threshold and the byte counters cuuint64_t. */
+static enum cudaMemPoolAttr pool_attr_cuda(cp_pool_attr a)
+{
+    switch (a) {
+    case CP_POOL_RELEASE_THRESHOLD: return cudaMemPoolAttrReleaseThreshold;
+    case CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: return cudaMemPoolReuseFollowEventDependencies;
+    case CP_POOL_REUSE_ALLOW_OPPORTUNISTIC: return cudaMemPoolReuseAllowOpportunistic;
+    case CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        return cudaMemPoolReuseAllowInternalDependencies;
+    case CP_POOL_RESERVED_MEM_CURRENT: return cudaMemPoolAttrReservedMemCurrent;
+    case CP_POOL_RESERVED_MEM_HIGH: return cudaMemPoolAttrReservedMemHigh;
+    case CP_POOL_USED_MEM_CURRENT: return cudaMemPoolAttrUsedMemCurrent;
+    case CP_POOL_USED_MEM_HIGH: return cudaMemPoolAttrUsedMemHigh;
+    default: return (enum cudaMemPoolAttr)0;
+    }
+}
+
+static int pool_attr_is_int(cp_pool_attr a)
+{
+    return a == CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES || a == CP_POOL_REUSE_ALLOW_OPPORTUNISTIC ||
+           a == CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+}
+
+static cp_status cuda_mempool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
+{
+    if (!p || !v)
+        return cp_error_set(CP_ERR_INVALID, "mempool_get_attr: pool or v is NULL");
+    if ((unsigned)a >= CP_POOL_ATTR_COUNT)
+        return cp_error_set(CP_ERR_INVALID, "unknown pool attribute %d", (int)a);
+    if (pool_attr_is_int(a)) {
+        int x = 0;
+        CHECK(cudaMemPoolGetAttribute(p->h, pool_attr_cuda(a), &x), "cudaMemPoolGetAttribute");
+        *v = x != 0;
+    } else {
+        uint64_t x = 0; /* cuuint64_t */
+        CHECK(cudaMemPoolGetAttribute(p->h, pool_attr_cuda(a), &x), "cudaMemPoolGetAttribute");
+        *v = x;
+    }
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
+{
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_set_attr: pool is NULL");
+    switch (a) {
+    case CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CP_POOL_REUSE_ALLOW_OPPORTUNISTIC:
+    case CP_POOL_REUSE_ALLOW_INTERNAL_DEPENDENCIES: {
+        int x = v != 0;
+        CHECK(cudaMemPoolSetAttribute(p->h, pool_attr_cuda(a), &x), "cudaMemPoolSetAttribute");
+        return CP_OK;
+    }
+    case CP_POOL_RELEASE_THRESHOLD: {
+        uint64_t x = v;
+        CHECK(cudaMemPoolSetAttribute(p->h, pool_attr_cuda(a), &x), "cudaMemPoolSetAttribute");
+        return CP_OK;
+    }
+    case CP_POOL_RESERVED_MEM_HIGH:
+    case CP_POOL_USED_MEM_HIGH: {
+        /* CUDA accepts only 0 here, meaning "reset the watermark to the
+         * current value". */
+        uint64_t x = 0;
+        if (v != 0)
+            return cp_error_set(CP_ERR_INVALID,
+                                "pool attribute %s can only be reset: set it to 0 and it becomes "
+                                "the current value",
+                                pool_attr_names[a]);
+        CHECK(cudaMemPoolSetAttribute(p->h, pool_attr_cuda(a), &x), "cudaMemPoolSetAttribute");
+        return CP_OK;
+    }
+    case CP_POOL_RESERVED_MEM_CURRENT:
+    case CP_POOL_USED_MEM_CURRENT:
+        return cp_error_set(CP_ERR_INVALID, "pool attribute %s is read-only", pool_attr_names[a]);
+    default: return cp_error_set(CP_ERR_INVALID, "unknown pool attribute %d", (int)a);
+    }
+}
+
+static cp_status cuda_mempool_trim(cp_mempool *p, size_t keep_bytes)
+{
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_trim: pool is NULL");
+    CHECK(cudaMemPoolTrimTo(p->h, keep_bytes), "cudaMemPoolTrimTo");
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_set_current(cp_mempool *p)
+{
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_set_current: pool is NULL");
+    if (p->location_host)
+        return cp_error_set(CP_ERR_INVALID,
+                            "a host-memory pool cannot be the device's current pool");
+    CHECK(cudaDeviceSetMemPool(CP_DEVICE, p->h), "cudaDeviceSetMemPool");
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_get_current(cp_mempool **out)
+{
+    cudaMemPool_t h;
+    cp_mempool *def, *p;
+    cp_status st;
+
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_get_current: out is NULL");
+    *out = NULL;
+    if ((st = cuda_mempool_default(&def)) != CP_OK)
+        return st;
+    CHECK(cudaDeviceGetMemPool(&h, CP_DEVICE), "cudaDeviceGetMemPool");
+    if (h == def->h) {
+        *out = def;
+        return CP_OK;
+    }
+    pthread_mutex_lock(&pool_lock);
+    for (p = live_pools; p && p->h != h; p = p->next)
+        ;
+    pthread_mutex_unlock(&pool_lock);
+    if (!p)
+        return cp_error_set(CP_ERR_UNSUPPORTED,
+                            "the device's current pool was made current outside cupola");
+    *out = p;
+    return CP_OK;
+}
+
+/* ---- copies ------------------------------------------------------------------------ */
+
+static cp_status cuda_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
+{
+    if (bytes == 0)
+        return CP_OK;
+    if (!dst || !src)
+        return cp_error_set(CP_ERR_INVALID, "memcpy_async: dst or src is NULL");
+    /* cudaMemcpyDefault: unified addressing tells the direction. */
+    CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_handle(s)),
+          "cudaMemcpyAsync");
+    return CP_OK;
+}
+
+static cp_status cuda_memset_async(void *dst, int byte, size_t bytes, cp_stream *s)
+{
+    if (bytes == 0)
+        return CP_OK;
+    if (!dst)
+        return cp_error_set(CP_ERR_INVALID, "memset_async: dst is NULL");
+    CHECK(cudaMemsetAsync(dst, byte, bytes, stream_handle(s)), "cudaMemsetAsync");
+    return CP_OK;
+}
+
+/* ---- kernels --------------------------------------------------------------------------- */
+
+static const char *const dtype_names[CP_DTYPE_COUNT] = {"f32", "f64", "i32", "u32", "u8"};
+static const size_t dtype_sizes[CP_DTYPE_COUNT] = {4, 8, 4, 4, 1};
+
+/* Says which part of a user-given shape is wrong (the launchers only
+ * answer cudaErrorInvalidValue). */
+static cp_status check_shape(const cp_shape *sh, unsigned max_grid, const char *kernel,
+                             unsigned *grid, unsigned *block)
+{
+    *grid = sh ? sh->grid : 0;
+    *block = sh ? sh->block : 0;
+    if (*block > CP_CUDA_MAX_BLOCK)
+        return cp_error_set(CP_ERR_INVALID,
+                            "%s: block %u is out of range (1 to %u threads, 0 to choose)", kernel,
+                            *block, CP_CUDA_MAX_BLOCK);
+    if (*grid > max_grid)
+        return cp_error_set(CP_ERR_INVALID,
+                            "%s: grid %u is out of range (1 to %u blocks, 0 to choose)", kernel,
+                            *grid, max_grid);
+    return CP_OK;
+}
+
+static cp_status check_dtype(cp_dtype t, const char *kernel)
+{
+    if ((unsigned)t >= CP_DTYPE_COUNT)
+        return cp_error_set(CP_ERR_INVALID, "%s: unknown element type %d", kernel, (int)t);
+    return CP_OK;
+}
+
+static cp_status check_aligned(const void *p, size_t align, const char *kernel, const char *type)
+{
+    if ((uintptr_t)p % align != 0)
+        return cp_error_set(CP_ERR_INVALID, "%s: address %p is not aligned for %s elements",
+                            kernel, (void *)(uintptr_t)p, type);
+    return CP_OK;
+}
+
+static cp_status cuda_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const cp_shape *sh,
+                             cp_stream *s)
+{
+    unsigned grid, block;
+    cp_status st;
+    if ((st = check_dtype(t, "fill")) ||
+        (st = check_shape(sh, CP_CUDA_MAX_GRID, "fill", &grid, &block)) ||
+        (st = check_aligned(p, dtype_sizes[t], "fill", dtype_names[t])))
+        return st;
+    if (!p && count > 0)
+        return cp_error_set(CP_ERR_INVALID, "fill: pointer is NULL");
+    CHECK(cp_cuda_fill(p, count, t, v, grid, block, stream_handle(s)), "fill kernel launch");
+    return CP_OK;
+}
+
+static cp_status cuda_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_stream *s)
+{
+    unsigned grid, block;
+    cp_status st;
+    if ((st = check_shape(sh, CP_CUDA_MAX_GRID, "sqrt_index", &grid, &block)) ||
+        (st = check_aligned(p, sizeof(float), "sqrt_index", "f32")))
+        return st;
+    if (!p && count > 0)
+        return cp_error_set(CP_ERR_INVALID, "sqrt_index: pointer is NULL");
+    CHECK(cp_cuda_sqrt_index(p, count, grid, block, stream_handle(s)), "sqrt_index kernel launch");
+    return CP_OK;
+}
+
+/* Scratch for the reductions comes from a private pool, so that a checksum
+ * never shows up in the statistics of the user's current pool (used_high,
+ * reserved) that experiments measure.  The pool keeps what it reserved
+ * (threshold: max), so repeated checksums cost no mapping.  Without pool
+ * support, scratch falls back to cudaMalloc. */
+static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+static int scratch_state; /* 0: not tried, 1: pool, -1: no pool support */
+static cudaMemPool_t scratch_pool;
+
+static cp_status scratch_init(int *state)
+{
+    cp_status st = CP_OK;
+    pthread_mutex_lock(&scratch_lock);
+    if (scratch_state == 0) {
+        struct cudaMemPoolProps pp;
+        cudaError_t e;
+        int v = 0;
+        memset(&pp, 0, sizeof pp);
+        pp.allocType = cudaMemAllocationTypePinned;
+        pp.handleTypes = cudaMemHandleTypeNone;
+        pp.location.type = cudaMemLocationTypeDevice;
+        pp.location.id = CP_DEVICE;
+        e = cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, CP_DEVICE);
+        if (e != cudaSuccess) {
+            st = fail(e, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
+        } else if (!v) {
+            scratch_state = -1;
+        } else if ((e = cudaMemPoolCreate(&scratch_pool, &pp)) != cudaSuccess) {
+            st = fail(e, "cudaMemPoolCreate (checksum scratch)");
+        } else {
+            uint64_t keep = UINT64_MAX;
+            e = cudaMemPoolSetAttribute(scratch_pool, cudaMemPoolAttrReleaseThreshold, &keep);
+            if (e != cudaSuccess) {
+                st = fail(e, "cudaMemPoolSetAttribute (checksum scratch)");
+                (void)cudaMemPoolDestroy(scratch_pool);
+                (void)cudaGetLastError();
+            } else {
+                scratch_state = 1;
+            }
+        }
+    }
+    *state = scratch_state;
+    pthread_mutex_unlock(&scratch_lock);
+    return st;
+}
+
+static cp_status scratch_get(void **out, size_t bytes, cudaStream_t s, int *pooled)
+{
+    cp_status st;
+    int state = 0;
+    *out = NULL;
+    if ((st = scratch_init(&state)) != CP_OK)
+        return st;
+    *pooled = state == 1;
+    if (*pooled)
+        CHECK(cudaMallocFromPoolAsync(out, bytes, scratch_pool, s),
+              "cudaMallocFromPoolAsync (kernel scratch)");
+    else
+        CHECK(cudaMalloc(out, bytes), "cudaMalloc (kernel scratch)");
+    return CP_OK;
+}
+
+static cudaError_t scratch_put(void *p, cudaStream_t s, int pooled)
+{
+    return pooled ? cudaFreeAsync(p, s) : cudaFree(p);
+}
+
+/* Runs a reduction's tail: copies the 8-byte result at scratch to *bits,
+ * waits for s, and releases scratch whatever happened.  launch_e is the
+ * launcher's result; the first error wins. */
+static cp_status finish_reduction(cudaError_t launch_e, const char *launch_op, void *scratch,
+                                  int pooled, cudaStream_t s, uint64_t *bits)
+{
+    cudaError_t e = launch_e, e2;
+    const char *op = launch_op;
+    if (e == cudaSuccess) {
+        /* Pageable destination: returns once the copy is done. */
+        e = cudaMemcpyAsync(bits, scratch, sizeof *bits, cudaMemcpyDeviceToHost, s);
+        op = "cudaMemcpyAsync (reduction result)";
+    }
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(s);
+        op = "cudaStreamSynchronize";
+    }
+    e2 = scratch_put(scratch, s, pooled);
+    if (e != cudaSuccess)
+        return fail(e, op);
+    if (e2 != cudaSuccess)
+        return fail(e2, pooled ? "cudaFreeAsync (kernel scratch)" : "cudaFree (kernel scratch)");
+    return CP_OK;
+}
+
+static cp_status cuda_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_shape *sh,
+                                 cp_stream *s, cp_scalar *out)
+{
+    unsigned grid, block;
+    size_t scratch_bytes = 0;
+    void *scratch = NULL;
+    uint64_t bits = 0;
+    int pooled = 0;
+    cudaStream_t cs = stream_handle(s);
+    cp_status st;
+
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "checksum: out is NULL");
+    if ((st = check_dtype(t, "checksum")) ||
+        (st = check_shape(sh, CP_CUDA_MAX_REDUCE_GRID, "checksum", &grid, &block)) ||
+        (st = check_aligned(p, dtype_sizes[t], "checksum", dtype_names[t])))
+        return st;
+    if (!p && bytes >= dtype_sizes[t])
+        return cp_error_set(CP_ERR_INVALID, "checksum: pointer is NULL");
+    CHECK(cp_cuda_checksum_scratch(bytes, t, grid, block, &scratch_bytes), "checksum shape");
+    if ((st = scratch_get(&scratch, scratch_bytes, cs, &pooled)) != CP_OK)
+        return st;
+    st = finish_reduction(cp_cuda_checksum(p, bytes, t, grid, block, scratch, cs),
+                          "checksum kernel launch", scratch, pooled, cs, &bits);
+    if (st != CP_OK)
+        return st;
+    switch (t) {
+    case CP_F32:
+    case CP_F64: memcpy(&out->f, &bits, sizeof out->f); break;
+    case CP_I32: memcpy(&out->i, &bits, sizeof out->i); break; /* two's complement */
+    default: out->u = bits; break;
+    }
+    return CP_OK;
+}
+
+static cp_status cuda_k_spin(uint64_t microseconds, cp_stream *s)
+{
+    CHECK(cp_cuda_spin(microseconds, stream_handle(s)), "spin kernel launch");
+    return CP_OK;
+}
+
+static cp_status cuda_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
+{
+    if (!p && bytes > 0)
+        return cp_error_set(CP_ERR_INVALID, "pattern: pointer is NULL");
+    CHECK(cp_cuda_pattern(p, bytes, seed, stream_handle(s)), "pattern kernel launch");
+    return CP_OK;
+}
+
+static cp_status cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
+                               uint64_t *bad)
+{
+    void *scratch = NULL;
+    uint64_t bits = 0;
+    int pooled = 0;
+    cudaStream_t cs = stream_handle(s);
+    cp_status st;
+
+    if (!bad)
+        return cp_error_set(CP_ERR_INVALID, "verify: bad is NULL");
+    if (!p && bytes > 0)
+        return cp_error_set(CP_ERR_INVALID, "verify: pointer is NULL");
+    if ((st = scratch_get(&scratch, sizeof(unsigned long long), cs, &pooled)) != CP_OK)
+        return st;
+    st = finish_reduction(cp_cuda_verify(p, bytes, seed, (unsigned long long *)scratch, cs),
+                          "verify kernel launch", scratch, pooled, cs, &bits);
+    if (st != CP_OK)
+        return st;
+    *bad = bits;
+    return CP_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+const cp_backend cp_backend_cuda = {
+    .name = "cuda",
+
+    .device_info = cuda_device_info,
+    .device_synchronize = cuda_device_synchronize,
+    .mem_get_info = cuda_mem_get_info,
+
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_query = cuda_stream_query,
+    .stream_wait_event = cuda_stream_wait_event,
+    .stream_id = cuda_stream_id,
+
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_synchronize = cuda_event_synchronize,
+    .event_query = cuda_event_query,
+    .event_elapsed = cuda_event_elapsed,
+
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .mem_alloc_async = cuda_mem_alloc_async,
+    .mem_free_async = cuda_mem_free_async,
+
+    .mempool_default = cuda_mempool_default,
+    .mempool_create = cuda_mempool_create,
+    .mempool_destroy = cuda_mempool_destroy,
+    .mempool_alloc = cuda_mempool_alloc,
+    .mempool_get_attr = cuda_mempool_get_attr,
+    .mempool_set_attr = cuda_mempool_set_attr,
+    .mempool_trim = cuda_mempool_trim,
+    .mempool_set_current = cuda_mempool_set_current,
+    .mempool_get_current = cuda_mempool_get_current,
+
+    .memcpy_async = cuda_memcpy_async,
+    .memset_async = cuda_memset_async,
+
+    .k_fill = cuda_k_fill,
+    .k_sqrt_index = cuda_k_sqrt_index,
+    .k_checksum = cuda_k_checksum,
+    .k_spin = cuda_k_spin,
+    .k_pattern = cuda_k_pattern,
+    .k_verify = cuda_k_verify,
+};
