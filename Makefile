@@ -7,7 +7,8 @@
 #   make gpu-check  on the GPU machine: build, suite with #gpu, compute-sanitizer, examples, bench
 #   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR)
 #
-# Variables worth overriding: LUA (lua5.4), LUA_INCDIR, CUDA_HOME, NVCC, CUPOLA_BACKEND.
+# Variables worth overriding: LUA (lua5.4), LUA_INCDIR, CUDA_HOME, NVCC (empty: no CUDA),
+# BUILD (the build folder), EXTRA_CFLAGS, EXTRA_LDFLAGS (sanitizer builds).
 
 LUA        ?= lua5.4
 LUA_INCDIR ?= $(shell pkg-config --variable=includedir lua5.4 2>/dev/null || echo /usr/include)/lua5.4
@@ -58,7 +59,7 @@ all: $(MODULE)
 
 $(MODULE): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) src/lua/exports.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
+	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
 	    -Wl,--version-script=src/lua/exports.map -Wl,--no-undefined-version $(LDLIBS)
 
 # Header dependencies are written by the compilers (-MMD -MP) beside each
@@ -81,11 +82,18 @@ $(OBJ)/cuda/%.o: cuda/%.cu
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/c -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
+# The seeds' benchmark written directly in CUDA C, beside the Lua version.
+$(BUILD)/bench/seed000: bench/seed000.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
+
+# CUPOLA_NO_DEPS=1 skips the installation (the GPU machine has no network;
+# bench/gpu-check.sh brings Lua with it).
 deps:
-	@sh .ci/deps.sh
+	@[ -n "$${CUPOLA_NO_DEPS:-}" ] || sh .ci/deps.sh
 
 test: deps all $(C_TESTS)
 	@$(LUA) spec/run.lua $(C_TESTS)
