@@ -40,7 +40,8 @@
  *    in element order (integers: wrapping 64-bit, i32 sign-extended; floats:
  *    in double), so float checksums agree with the CUDA backend only up to
  *    rounding, since the GPU sums in another order.
- *  - Priorities are accepted and ignored; the reported range is 0..0.
+ *  - Priorities: the range reported is CUDA's 0 (least) .. -5 (greatest);
+ *    one outside it is CP_ERR_INVALID, one inside is accepted and ignored.
  *  - Synchronization points (device, stream and event synchronize) let the
  *    native pools (host_pool.c) return memory above their release threshold.
  *  - Thread safety: one global mutex protects every stream, event and pool;
@@ -63,6 +64,10 @@
 #include <unistd.h>
 
 #define HOST_ALIGN 256u
+/* CUDA's range on current GPUs (lower is higher priority), so scripts that
+ * set priorities run unchanged; the host ignores them. */
+#define HOST_PRIO_LEAST 0
+#define HOST_PRIO_GREATEST (-5)
 
 typedef struct hdep {
     uint64_t sid, ticket;
@@ -486,14 +491,19 @@ cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *tic
 
 int cp_host_too_big(size_t bytes)
 {
-    struct sysinfo si;
-    unsigned long long limit;
+    /* RAM + swap, read once: a syscall per allocation would show in replays */
+    static _Atomic unsigned long long limit;
+    unsigned long long lim = atomic_load(&limit);
     if (bytes > SIZE_MAX - HOST_ALIGN)
         return 1;
-    if (sysinfo(&si) != 0)
-        return 0;
-    limit = ((unsigned long long)si.totalram + si.totalswap) * (si.mem_unit ? si.mem_unit : 1);
-    return (unsigned long long)bytes > limit;
+    if (lim == 0) {
+        struct sysinfo si;
+        if (sysinfo(&si) != 0)
+            return 0;
+        lim = ((unsigned long long)si.totalram + si.totalswap) * (si.mem_unit ? si.mem_unit : 1);
+        atomic_store(&limit, lim);
+    }
+    return (unsigned long long)bytes > lim;
 }
 
 /* ---- device --------------------------------------------------------------- */
@@ -514,8 +524,8 @@ static cp_status h_device_info(cp_device_info *out)
     out->mempools = 1;
     out->driver = 0;
     out->runtime = 0;
-    out->priority_least = 0;
-    out->priority_greatest = 0;
+    out->priority_least = HOST_PRIO_LEAST;
+    out->priority_greatest = HOST_PRIO_GREATEST;
     return CP_OK;
 }
 
@@ -576,10 +586,16 @@ static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
 {
     cp_stream *s;
     cp_status st;
-    (void)priority; /* accepted and ignored: the host has one priority */
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "stream_create: out is NULL");
     *out = NULL;
+    /* validated like the CUDA backend does, then ignored: one worker per
+     * stream already gives each stream its own share of the CPU */
+    if (priority > HOST_PRIO_LEAST || priority < HOST_PRIO_GREATEST)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: stream priority %d is outside the device's range "
+                            "%d (least) .. %d (greatest)",
+                            priority, HOST_PRIO_LEAST, HOST_PRIO_GREATEST);
     reap_zombies();
     s = calloc(1, sizeof *s);
     if (!s)

@@ -37,11 +37,14 @@
  *    cudaFreeAsync is not told the pool.
  *  - The default pool is a singleton created on first use that lives for the
  *    process; it is the current pool until set_current names another, and
- *    again when that pool is destroyed.  mempool_destroy waits for the frees
- *    still pending on its blocks (not a device synchronization), then
- *    returns all of its memory, live allocations included.
- *  - location_host pools are host memory like all others; handle_posix_fd is
- *    accepted but export to another process is not emulated.
+ *    again when that pool is destroyed.  mempool_destroy returns at once
+ *    with all of the pool's memory, live allocations included: at once if no
+ *    queued free on it is pending, else at the first synchronization point
+ *    (or exit) after those frees have run, as CUDA defers it.
+ *  - location_host pools are host memory like all others; as in CUDA they
+ *    cannot be the current pool nor have posix fd handles (CP_ERR_INVALID).
+ *    A device pool's handle_posix_fd is accepted; export to another process
+ *    is not emulated.
  *  - All state is protected by the host backend's global lock (host_pool.h).
  */
 #include "host_pool.h"
@@ -72,6 +75,7 @@ struct hchunk {
     char *base;
     size_t size;
     hblock *first;
+    int dirty; /* a block was cleaned: merge at the next tidy */
 };
 
 struct cp_mempool {
@@ -218,13 +222,26 @@ static hblock *coalesce(cp_mempool *p, hblock *b)
     return b;
 }
 
-/* Cleans every free block and merges what became mergeable. */
+/* Cleans the free blocks whose frees have run and merges, in the chunks
+ * where something was cleaned, what became mergeable.  Two passes, because
+ * merging unlinks free-list entries that the first pass walks. */
 static void tidy(cp_mempool *p)
 {
+    int any = 0;
+    if (!p->opportunistic)
+        return;
+    for (hblock *f = p->free_head; f; f = f->fnext)
+        if (f->fticket) {
+            clean(p, f);
+            if (!f->fticket)
+                any = f->chunk->dirty = 1;
+        }
+    if (!any)
+        return;
     for (hchunk *c = p->chunks; c; c = c->next) {
-        for (hblock *b = c->first; b; b = b->next)
-            if (b->free)
-                clean(p, b);
+        if (!c->dirty)
+            continue;
+        c->dirty = 0;
         for (hblock *b = c->first; b; b = b->next)
             while (b->free && b->next && mergeable(b, b->next))
                 absorb_next(p, b);
@@ -369,12 +386,65 @@ cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
 {
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_create: out is NULL");
+    *out = NULL;
+    if (props && props->location_host && props->handle_posix_fd)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: a pool of host memory cannot be exported "
+                            "(posix fd handles)");
     cp_host_lock();
     *out = pool_new(props);
     cp_host_unlock();
     return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
 }
 
+/* 1 when no queued work can still touch the pool's memory. */
+static int pool_quiet(const cp_mempool *p)
+{
+    for (const hchunk *c = p->chunks; c; c = c->next)
+        for (const hblock *b = c->first; b; b = b->next)
+            if (b->free && !cp_host_done_locked(b->fsid, b->fticket))
+                return 0;
+    return 1;
+}
+
+/* Returns every chunk to the OS and frees the pool; its live blocks must
+ * already be out of the pointer map. */
+static void pool_free_all(cp_mempool *p)
+{
+    while (p->chunks) {
+        hchunk *c = p->chunks;
+        for (hblock *b = c->first; b;) {
+            hblock *next = b->next;
+            free(b);
+            b = next;
+        }
+        p->chunks = c->next;
+        free(c->base);
+        free(c);
+    }
+    free(p);
+}
+
+/* Destroyed pools whose memory queued work may still touch: freed at the
+ * next synchronization point (or exit) once their frees have run. */
+static cp_mempool *doomed;
+
+static void reap_doomed_locked(int force)
+{
+    cp_mempool **pp = &doomed;
+    while (*pp) {
+        cp_mempool *p = *pp;
+        if (force || pool_quiet(p)) {
+            *pp = p->next;
+            pool_free_all(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+/* As cudaMemPoolDestroy: returns at once and never waits for the device;
+ * memory that pending frees may still touch is returned once they have run. */
 cp_status cp_host_pool_destroy(cp_mempool *p)
 {
     if (!p)
@@ -391,32 +461,21 @@ cp_status cp_host_pool_destroy(cp_mempool *p)
         pools = p->next;
     if (p->next)
         p->next->prev = p->prev;
+    p->prev = p->next = NULL;
     if (current_pool == p)
         current_pool = NULL;
-    /* unmap live blocks first, so a racing free finds nothing */
+    /* live blocks leave the map now, so a late free reports a foreign pointer */
     for (hchunk *c = p->chunks; c; c = c->next)
         for (hblock *b = c->first; b; b = b->next)
             if (!b->free)
                 map_remove(b->ptr);
-    /* queued work on freed blocks may still touch them */
-    for (hchunk *c = p->chunks; c; c = c->next)
-        for (hblock *b = c->first; b; b = b->next)
-            if (b->free)
-                cp_host_wait_done_locked(b->fsid, b->fticket);
-    while (p->chunks) {
-        hchunk *c = p->chunks;
-        for (hblock *b = c->first; b;) {
-            hblock *next = b->next;
-            free(b);
-            b = next;
-        }
-        c->first = NULL;
-        p->chunks = c->next;
-        free(c->base);
-        free(c);
+    if (pool_quiet(p)) {
+        pool_free_all(p);
+    } else {
+        p->next = doomed;
+        doomed = p;
     }
     cp_host_unlock();
-    free(p);
     return CP_OK;
 }
 
@@ -630,6 +689,10 @@ cp_status cp_host_pool_set_current(cp_mempool *p)
 {
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "invalid value: set_current needs a pool");
+    if (p->props.location_host)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: a pool of host memory cannot be the device's "
+                            "current pool");
     cp_host_lock();
     current_pool = p->is_default ? NULL : p;
     cp_host_unlock();
@@ -648,6 +711,7 @@ cp_status cp_host_pool_get_current(cp_mempool **out)
 
 void cp_host_pool_release_locked(void)
 {
+    reap_doomed_locked(0);
     for (cp_mempool *p = pools; p; p = p->next)
         if (p->reserved > p->threshold)
             release_to(p, p->threshold);
@@ -656,6 +720,7 @@ void cp_host_pool_release_locked(void)
 void cp_host_pool_shutdown(void)
 {
     cp_host_lock();
+    reap_doomed_locked(1); /* every worker has stopped: nothing is pending */
     if (default_pool) {
         cp_mempool *p = default_pool;
         while (p->chunks)

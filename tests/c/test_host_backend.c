@@ -84,6 +84,16 @@ static void test_device(void)
           "device_info describes the host");
     check(BE->mem_get_info(&fr, &tot) == CP_OK && tot == di.memory && fr <= tot,
           "mem_get_info: free <= total = physical memory");
+    {
+        cp_stream *s = NULL;
+        check(di.priority_least == 0 && di.priority_greatest == -5, "CUDA's priority range 0..-5");
+        check(BE->stream_create(&s, -5, 0) == CP_OK && s && BE->stream_destroy(s) == CP_OK,
+              "a stream at the greatest priority");
+        s = NULL;
+        check(BE->stream_create(&s, 1, 0) == CP_ERR_INVALID && !s &&
+                  strstr(cp_error_msg(), "priority") != NULL,
+              "an out-of-range priority is rejected");
+    }
 }
 
 static void test_async(void)
@@ -331,6 +341,17 @@ static void test_pool_accounting(void)
     check(BE->mem_free_async(a, NULL) == CP_OK && attr(p, CP_POOL_USED_MEM_CURRENT) == 0,
           "free_async finds the pool (on the default stream)");
     check(BE->mempool_destroy(def) == CP_ERR_INVALID, "the default pool cannot be destroyed");
+    {
+        cp_mempool *hp = NULL;
+        cp_mempool_props hprops = {1, 0, 0};
+        check(BE->mempool_create(&hp, &hprops) == CP_OK && hp &&
+                  BE->mempool_set_current(hp) == CP_ERR_INVALID && BE->mempool_destroy(hp) == CP_OK,
+              "a host-located pool cannot be current");
+        hprops.handle_posix_fd = 1;
+        hp = NULL;
+        check(BE->mempool_create(&hp, &hprops) == CP_ERR_INVALID && !hp,
+              "a host-located pool cannot have posix fd handles");
+    }
     check(BE->mempool_destroy(p) == CP_OK && BE->mempool_get_current(&cur) == CP_OK && cur == def,
           "destroying the current pool makes the default current again");
     BE->stream_destroy(s);
@@ -411,6 +432,22 @@ static void test_pool_reuse(void)
     BE->mem_free_async(pb, B);
     BE->device_synchronize();
     BE->mempool_destroy(p);
+
+    /* destroy never waits: memory behind a pending free goes back later */
+    {
+        double t0;
+        p = new_pool(0);
+        BE->mempool_alloc(p, &pa, MiB, A);
+        BE->mempool_alloc(p, &pb, MiB, A); /* left live: destroy frees it too */
+        BE->k_spin(40000, A);
+        BE->mem_free_async(pa, A);
+        t0 = now_ms();
+        check(BE->mempool_destroy(p) == CP_OK && now_ms() - t0 < 5.0,
+              "mempool_destroy returns at once with a free pending");
+        check(BE->mem_free_async(pb, A) == CP_ERR_INVALID,
+              "a block of a destroyed pool is no longer known");
+        BE->device_synchronize();
+    }
 
     BE->event_destroy(ea);
     BE->event_destroy(eb);
