@@ -131,3 +131,17 @@ test-tsan:
 	    echo "== $$t (tsan)"; \
 	    CUPOLA_BACKEND=host TSAN_OPTIONS="halt_on_error=1" $$t || exit 1; \
 	done
+
+# test-tsan-lua: the busted suite on the host backend with a TSAN-built
+# module, libtsan preloaded into the (uninstrumented) interpreter.  busted
+# must not re-exec itself through sh (--ignore-lua), and the specs that start
+# subprocesses are filtered out: sh crashes with libtsan preloaded.
+TSAN_LIB := $(shell $(CC) -print-file-name=libtsan.so)
+TSAN_BUSTED := $(shell command -v busted 2>/dev/null || echo busted)
+.PHONY: test-tsan-lua
+test-tsan-lua:
+	@$(MAKE) --no-print-directory NVCC= BUILD=$(TSAN_BUILD) \
+	    EXTRA_CFLAGS="-fsanitize=thread -O1 -g" $(TSAN_BUILD)/cupola/core.so
+	CUPOLA_BACKEND=host TSAN_OPTIONS="halt_on_error=1" LD_PRELOAD=$(TSAN_LIB) \
+	    $(LUA) $(TSAN_BUSTED) --ignore-lua --cpath="$(TSAN_BUILD)/?.so" -o utfTerminal \
+	    --filter-out="CUPOLA_BACKEND="
