@@ -54,25 +54,34 @@ LUA_OBJ  := $(LUA_SRC:src/lua/%.c=$(OBJ)/lua/%.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
-.PHONY: all deps test test-c test-lua demo gpu-check install clean
+.PHONY: all deps test test-c test-lua demo gpu-check install clean FORCE
 all: $(MODULE)
 
-$(MODULE): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) src/lua/exports.map
+# The build's configuration, rewritten only when it changes: objects depend
+# on it, so switching between a CUDA and a host-only build (NVCC=), or
+# changing flags, rebuilds instead of linking stale objects.
+CONFIG_STAMP := $(BUILD)/config.stamp
+BUILD_CONFIG := cuda=$(HAVE_CUDA) cc=$(CC) cflags=$(CFLAGS) ldflags=$(EXTRA_LDFLAGS) nvcc=$(NVCC) $(NVCCFLAGS)
+$(CONFIG_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(BUILD_CONFIG)' | cmp -s - $@ || echo '$(BUILD_CONFIG)' > $@
+
+$(MODULE): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) src/lua/exports.map $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
 	    -Wl,--version-script=src/lua/exports.map -Wl,--no-undefined-version $(LDLIBS)
 
 # Header dependencies are written by the compilers (-MMD -MP) beside each
 # object and included below, so a changed header rebuilds what uses it.
-$(OBJ)/core/%.o: src/core/%.c
+$(OBJ)/core/%.o: src/core/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(OBJ)/lua/%.o: src/lua/%.c
+$(OBJ)/lua/%.o: src/lua/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -I$(LUA_INCDIR) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(OBJ)/cuda/%.o: cuda/%.cu
+$(OBJ)/cuda/%.o: cuda/%.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 

@@ -11,3 +11,14 @@ function _G.gpu_it(name, fn)
     busted.pending(name .. " #gpu (needs a CUDA device; backend is " .. cupola.backend() .. ")")
   end
 end
+
+-- CUPOLA_SLOW=1 (sanitizers, valgrind) relaxes assertions about how fast
+-- the host returns: those tools slow every call, which is not what they check.
+_G.SLOW = os.getenv "CUPOLA_SLOW" ~= nil
+
+--- assert_fast(seconds, limit, what): that an operation returned quickly.
+function _G.assert_fast(seconds, limit, what)
+  if not SLOW then
+    assert(seconds < limit, string.format("%s took %.3f s (limit %.3f s)", what, seconds, limit))
+  end
+end

@@ -1,0 +1,109 @@
+#!/bin/sh
+# bench/gpu-check.sh (make gpu-check): everything cupola checks on the GPU
+# machine, in one command.
+#
+#   sh bench/gpu-check.sh [stage ...]     stages: build test sanitize examples bench
+#                                         (default: all of them, in that order)
+#
+# The GPU machine has CUDA but no Lua and no network: Lua 5.4, busted and
+# their modules travel as Debian packages in .deps/ (see README, "Running on
+# a GPU") and are unpacked into a private prefix.  Logs and figures go to
+# $OUT (the device tool's return folder) or bench/results/tmp.
+# Environment: CUPOLA_COMMIT names the commit being checked (the tree that
+# travels has no .git); SANITIZE_TOOLS narrows the compute-sanitizer tools.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results/tmp}
+mkdir -p "$OUT"
+stages=${*:-build test sanitize examples bench}
+commit=${CUPOLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+status=0
+summary="$OUT/gpu-check-summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+# --- Lua from .deps --------------------------------------------------------
+if ! command -v lua5.4 >/dev/null 2>&1 || [ ! -f /usr/include/lua5.4/lua.h ]; then
+    R=/tmp/cupola-lua
+    if [ ! -x $R/usr/bin/lua5.4 ]; then
+        for f in .deps/*.deb; do dpkg -x "$f" $R || exit 1; done
+    fi
+    export PATH=$R/usr/bin:$PATH
+    export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LUA_PATH="$R/usr/share/lua/5.4/?.lua;$R/usr/share/lua/5.4/?/init.lua;;"
+    export LUA_CPATH="$R/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
+    export BUSTED="lua5.4 $R/usr/bin/busted"
+    LUA_INC=$R/usr/include/lua5.4
+    # zlib's headers may be missing there too; the library itself is not.
+    ZFLAGS="-I$R/usr/include"
+    ZLD="-L$R/usr/lib/x86_64-linux-gnu"
+else
+    export BUSTED="lua5.4 $(command -v busted)"
+    LUA_INC=/usr/include/lua5.4
+    ZFLAGS="" ZLD=""
+fi
+export CUPOLA_NO_DEPS=1
+# Traces: ../shared/traces where it exists, else the copy carried in .traces.
+[ -d ../shared/traces ] || export CUPOLA_TRACES=${CUPOLA_TRACES:-$PWD/.traces}
+
+note "gpu-check: commit $commit, $(date -u +%Y-%m-%dT%H:%MZ)"
+note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo none)"
+
+run_stage() { # name command...
+    name=$1
+    shift
+    t0=$(date +%s)
+    "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    t1=$(date +%s)
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$name.log" | tail -1)
+    note "$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" $((t1 - t0)) "$last")"
+    [ $rc -eq 0 ] || status=1
+    return $rc
+}
+
+C_TESTS=$(ls tests/c/test_*.c 2>/dev/null | sed 's|tests/c/|build/tests/|; s|\.c$||')
+
+for stage in $stages; do
+    case $stage in
+    build)
+        run_stage build make -j8 all $C_TESTS build/bench/seed000 LUA_INCDIR="$LUA_INC" \
+            EXTRA_CFLAGS="-Werror $ZFLAGS" EXTRA_LDFLAGS="$ZLD" || { cat "$OUT/build.log" | tail -30; exit 1; }
+        ;;
+    test)
+        # The whole suite, #gpu specs included, on the CUDA backend.
+        CUPOLA_BACKEND=cuda run_stage test lua5.4 spec/run.lua $C_TESTS
+        # And the host backend on the same machine: same specs, same results.
+        CUPOLA_BACKEND=host run_stage test-host lua5.4 spec/run.lua $C_TESTS
+        ;;
+    sanitize)
+        # compute-sanitizer over the busted suite (device-side errors, API
+        # errors, races in shared memory, barriers, uninitialized reads).
+        # Timing assertions are relaxed (CUPOLA_SLOW): the tools slow every
+        # API call, which is not what these runs check.
+        for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+            extra=""
+            [ "$tool" = memcheck ] && extra="--leak-check full"
+            CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 run_stage "sanitize-$tool" \
+                compute-sanitizer --tool "$tool" $extra --error-exitcode 86 \
+                --target-processes all --print-limit 20 \
+                lua5.4 spec/run.lua $C_TESTS
+        done
+        ;;
+    examples)
+        for ex in examples/*.lua; do
+            n=$(basename "$ex" .lua)
+            CUPOLA_BACKEND=cuda run_stage "example-$n" bin/cupola "$ex"
+        done
+        ;;
+    bench)
+        CUPOLA_COMMIT=$commit CUPOLA_BACKEND=cuda run_stage bench lua5.4 bench/run.lua "$OUT"
+        ;;
+    *)
+        note "unknown stage $stage"
+        status=1
+        ;;
+    esac
+done
+note "gpu-check: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+exit $status

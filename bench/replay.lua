@@ -1,0 +1,39 @@
+-- bench/replay.lua: every shared trace on every allocator, replayed in C.
+-- Reports reserved/live (peak reserved over peak live bytes) and ns per
+-- event beside PyTorch's caching allocator on the same work.
+--   bin/cupola bench/replay.lua [traces-folder]
+local cupola = cupola or require "cupola"
+
+-- PyTorch's peak reserved over peak live, from shared/traces/README.md.
+local pytorch = { resnet50_train = 1.21, gpt2_train = 1.10, t5_train_varlen = 1.14 }
+
+local function traces_dir()
+  local cands = { arg and arg[1], os.getenv "CUPOLA_TRACES", "../shared/traces", ".traces" }
+  for _, d in ipairs(cands) do
+    if d and io.open(d .. "/resnet50_train.csv.gz", "rb") then return d end
+  end
+  error("no traces found (pass a folder, or set CUPOLA_TRACES)")
+end
+
+local dir = traces_dir()
+local upstreams = { "virtual" }
+if cupola.backend() == "cuda" then upstreams[2] = "device" end
+local rows = {}
+for _, name in ipairs { "resnet50_train", "gpt2_train", "t5_train_varlen" } do
+  local t <close> = cupola.trace.load(dir .. "/" .. name .. ".csv.gz")
+  for _, up in ipairs(upstreams) do
+    for _, kind in ipairs { "tlsf", "freelist", "caching" } do
+      local p <close> = cupola.pool { kind = kind, upstream = up }
+      local first = cupola.trace.replay(t, p)
+      -- ns/event: the median of further replays on the warm pool.
+      local ns = {}
+      for i = 1, 5 do ns[i] = cupola.trace.replay(t, p).ns_per_event end
+      rows[#rows + 1] = { name, kind, up, first.events, string.format("%.3f", first.reserved_over_live),
+        string.format("%.2f", pytorch[name]), string.format("%.1f", cupola.bench.median(ns)), first.failed }
+    end
+  end
+end
+print(string.format("trace replay, backend %s (%s)", cupola.backend(), cupola.device().name))
+print(cupola.report.table({ "trace", "pool", "upstream", "events", "reserved/live", "pytorch", "ns/event", "failed" },
+  rows))
+return rows
