@@ -85,6 +85,11 @@ const char *cp_resource_kind(const cp_resource *r);
  * (the binding refuses to close a pool that has some). */
 void cp_resource_destroy(cp_resource *r);
 
+/* An upstream on its own, as a resource (RMM's shape): every block is a
+ * separate upstream allocation.  The name is "device", "async", ... */
+cp_status cp_upstream_create(cp_resource **out, cp_upstream_kind kind);
+const char *cp_upstream_name(cp_upstream_kind kind);
+
 /* Adaptors: each returns a new resource that owns `inner`. */
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit);
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path);

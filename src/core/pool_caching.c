@@ -1,0 +1,127 @@
+/*
+ * pool_caching.c: a caching allocator with size classes, small and large
+ * segments, split and merge (the shape of CUB's and PyTorch's), over the
+ * block heap of pool_common.h.
+ *
+ * Policy, exactly:
+ *  - Requests are rounded up to 512 bytes (or to the alignment if larger).
+ *  - Rounded requests of at most 1 MiB are small: they come from small
+ *    segments of 2 MiB.  Larger requests are large: they come from large
+ *    segments, 20 MiB for requests under 10 MiB, else the request rounded
+ *    up to 2 MiB.  Small and large blocks never mix, so long-lived small
+ *    tensors cannot pin large segments.
+ *  - Each of the two sub-pools orders its free blocks by (size, address):
+ *    the choice is the best fit, lowest address first.  Blocks another
+ *    stream may not take yet (streamorder.h; CUB's rule: another stream
+ *    reuses a block once its free's event has completed) are passed over,
+ *    at most 64 of them.
+ *  - A small fit is split when at least 512 bytes remain; a large fit when
+ *    more than 1 MiB remains (a smaller tail stays with the block, as
+ *    internal waste, rather than leave an unusable sliver in a large
+ *    segment).
+ *  - Free merges a block with its free neighbours at once.
+ *  - Where it improves on PyTorch's: when nothing fits, segments that are
+ *    entirely free are returned before a new one is taken (PyTorch only
+ *    does so after the device has refused), so cached but useless segments
+ *    do not add to the reserved peak; and trim() returns empty segments.
+ */
+#include "pool_common.h"
+
+#include <stdlib.h>
+
+#define MIB (UINT64_C(1) << 20)
+#define MIN_BLOCK UINT64_C(512)
+#define SMALL_MAX MIB
+#define SMALL_SEG (2 * MIB)
+#define LARGE_SEG (20 * MIB)
+#define LARGE_CUT (10 * MIB)
+#define ROUND_LARGE (2 * MIB)
+
+typedef struct caching {
+    cp_heap h;
+    cp_blk *root[2]; /* 0: small, 1: large */
+} caching;
+
+static uint64_t c_round(cp_heap *h, uint64_t bytes)
+{
+    uint64_t a = h->align > MIN_BLOCK ? h->align : MIN_BLOCK;
+    if (bytes == 0)
+        bytes = 1;
+    return (bytes + a - 1) & ~(a - 1);
+}
+
+static uint8_t c_pool_of(cp_heap *h, uint64_t size)
+{
+    (void)h;
+    return size > SMALL_MAX;
+}
+
+static uint64_t c_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
+{
+    uint64_t c;
+    *pool = c_pool_of(h, size);
+    if (!*pool)
+        return SMALL_SEG;
+    if (size < LARGE_CUT)
+        return LARGE_SEG;
+    c = (size + ROUND_LARGE - 1) & ~(ROUND_LARGE - 1);
+    return c < size ? size : c;
+}
+
+static int c_split(cp_heap *h, const cp_blk *b, uint64_t size)
+{
+    uint64_t rem = b->size - size;
+    (void)h;
+    return b->pool ? rem > SMALL_MAX : rem >= MIN_BLOCK;
+}
+
+static void c_insert(cp_heap *h, cp_blk *b)
+{
+    cp_treap_insert(&((caching *)h)->root[b->pool], b);
+}
+
+static void c_remove(cp_heap *h, cp_blk *b)
+{
+    cp_treap_remove(&((caching *)h)->root[b->pool], b);
+}
+
+static cp_blk *c_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
+{
+    return cp_treap_find(h, ((caching *)h)->root[pool], size, sid, s);
+}
+
+static uint64_t c_largest(cp_heap *h)
+{
+    caching *c = (caching *)h;
+    uint64_t a = cp_treap_max(c->root[0]), b = cp_treap_max(c->root[1]);
+    return a > b ? a : b;
+}
+
+static const cp_heap_policy caching_policy = {
+    "caching", c_round, c_chunk, c_pool_of, c_split, c_insert, c_remove, c_find, c_largest,
+    NULL,
+};
+
+static const cp_resource_ops caching_ops = {
+    "caching", cp_heap_alloc, cp_heap_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
+    cp_heap_destroy,
+};
+
+cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+{
+    caching *c = calloc(1, sizeof *c);
+    cp_status st;
+    *out = NULL;
+    if (!c) {
+        cp_resource_destroy(up);
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    }
+    cp_resource_init(&c->h.base, &caching_ops);
+    st = cp_heap_init(&c->h, up, o, &caching_policy);
+    if (st != CP_OK) {
+        cp_heap_destroy(&c->h.base);
+        return st;
+    }
+    *out = &c->h.base;
+    return CP_OK;
+}

@@ -1,0 +1,504 @@
+/*
+ * pool_common.c: the block heap behind freelist, tlsf and caching (policy in
+ * pool_common.h), and the (size, address) treap two of them index with.
+ */
+#include "pool_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- descriptors ---- */
+
+static cp_blk *blk_new(cp_heap *h)
+{
+    cp_blk *b = h->spare;
+    if (!b) {
+        cp_blk_slab *sl = malloc(sizeof *sl);
+        size_t i;
+        if (!sl)
+            return NULL;
+        memset(sl, 0, sizeof *sl); /* destroy tells used from spare by size */
+        sl->next = h->slabs;
+        h->slabs = sl;
+        for (i = 0; i < sizeof sl->blks / sizeof sl->blks[0]; i++) {
+            sl->blks[i].r = h->spare;
+            h->spare = &sl->blks[i];
+        }
+        b = h->spare;
+    }
+    h->spare = b->r;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+static void blk_put(cp_heap *h, cp_blk *b)
+{
+    b->size = 0;
+    b->up_bytes = 0;
+    b->is_free = 0;
+    b->tag.ev = NULL;
+    b->r = h->spare;
+    h->spare = b;
+}
+
+/* ---- entirely free chunks ---- */
+
+static void empty_push(cp_heap *h, cp_blk *b)
+{
+    b->ep = NULL;
+    b->en = h->empty;
+    if (h->empty)
+        h->empty->ep = b;
+    h->empty = b;
+    b->in_empty = 1;
+}
+
+static void empty_unlink(cp_heap *h, cp_blk *b)
+{
+    if (b->ep)
+        b->ep->en = b->en;
+    else
+        h->empty = b->en;
+    if (b->en)
+        b->en->ep = b->ep;
+    b->in_empty = 0;
+}
+
+/* ---- chunks ---- */
+
+static int async_up(const cp_heap *h)
+{
+    return h->o.upstream == CP_UP_ASYNC;
+}
+
+/* Returns an entirely free chunk to the upstream.  cudaFree orders itself
+ * after all device work; a stream-ordered free on the default stream does
+ * not, so callers synchronize first for the async upstream. */
+static void chunk_release(cp_heap *h, cp_blk *b)
+{
+    h->pol->remove(h, b);
+    empty_unlink(h, b);
+    cp_so_tag_release(&h->so, &b->tag);
+    h->free_bytes -= b->size;
+    h->base.reserved -= b->up_bytes;
+    h->chunks--;
+    cp_resource_free(h->up, (void *)(uintptr_t)b->up_ptr, (size_t)b->up_bytes, NULL);
+    blk_put(h, b);
+}
+
+static int release_empty(cp_heap *h, uint64_t keep)
+{
+    int n = 0;
+    if (!h->empty || h->free_bytes <= keep)
+        return 0;
+    if (async_up(h) && cp_be->device_synchronize() != CP_OK)
+        return 0;
+    while (h->empty && h->free_bytes > keep) {
+        chunk_release(h, h->empty);
+        n++;
+    }
+    return n;
+}
+
+/* Takes a chunk of at least `size` bytes from the upstream; the new block
+ * is free and in the index.  want is the preferred chunk size. */
+static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t pool,
+                           cp_stream *s, cp_blk **out)
+{
+    cp_blk *b;
+    void *p = NULL;
+    cp_status st = CP_ERR_OOM;
+    uint64_t pad = h->align > h->up_align ? h->align - h->up_align : 0;
+    uint64_t res = h->base.reserved + h->base.fb_bytes;
+    uint64_t max = h->o.max;
+
+    if (want < size)
+        want = size;
+    if (max) {
+        if (res + size + pad > max || res + size + pad < res)
+            return cp_error_set(CP_ERR_OOM, "out of memory: %llu more bytes would pass the "
+                                "pool's max of %llu (reserved %llu)",
+                                (unsigned long long)size, (unsigned long long)max,
+                                (unsigned long long)res);
+        if (res + want + pad > max)
+            want = (max - res - pad) & ~(h->align - 1);
+        if (want < size)
+            want = size;
+    }
+    b = blk_new(h);
+    if (!b)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for block descriptors");
+    if (want > size) {
+        st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
+        if (st != CP_OK && st != CP_ERR_OOM) {
+            blk_put(h, b);
+            return st;
+        }
+    }
+    if (st != CP_OK) {
+        want = size; /* the upstream may still have room for the request alone */
+        st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
+    }
+    if (st != CP_OK) {
+        blk_put(h, b);
+        return st;
+    }
+    b->up_ptr = (uint64_t)(uintptr_t)p;
+    b->up_bytes = want + pad;
+    b->addr = (b->up_ptr + h->align - 1) & ~(h->align - 1);
+    b->size = (b->up_ptr + b->up_bytes - b->addr) & ~(h->align - 1);
+    b->is_free = 1;
+    b->pool = pool;
+    b->prio = cp_heap_rand(h);
+    /* Fresh memory is idle, except cudaMallocAsync's, which is ordered on s. */
+    if (async_up(h)) {
+        b->tag.sid = cp_so_sid(s);
+        b->tag.ev = NULL;
+        h->so.need_sync = 1;
+    } else {
+        b->tag.sid = CP_SO_ANY;
+        b->tag.ev = NULL;
+    }
+    h->base.reserved += b->up_bytes;
+    h->free_bytes += b->size;
+    h->chunks++;
+    h->pol->insert(h, b);
+    empty_push(h, b);
+    *out = b;
+    return CP_OK;
+}
+
+cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
+                       const cp_heap_policy *pol)
+{
+    h->up = up;
+    h->o = *o;
+    h->pol = pol;
+    h->align = o->alignment ? o->alignment : 256;
+    h->up_align = cp_upstream_alignment(o->upstream);
+    h->rng = 0x9E3779B9u;
+    cp_so_init(&h->so, o->reuse);
+    if (cp_ptrmap_init(&h->live, 1024) != 0)
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    if (o->initial) {
+        cp_blk *b;
+        uint8_t pool = 0;
+        uint64_t size = pol->round(h, o->initial);
+        cp_status st;
+        pol->chunk_size(h, size, &pool);
+        st = chunk_add(h, size, size, pool, NULL, &b);
+        if (st != CP_OK)
+            return st;
+    }
+    return CP_OK;
+}
+
+/* ---- alloc / free ---- */
+
+cp_status cp_heap_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    cp_heap *h = (cp_heap *)r;
+    uint64_t size = h->pol->round(h, bytes);
+    uint64_t sid = cp_so_sid(s);
+    uint8_t pool = h->pol->pool_of(h, size);
+    cp_blk *b;
+
+    if (size < bytes)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes", bytes);
+    cp_so_note(&h->so, sid);
+    b = h->pol->find(h, size, pool, sid, s);
+    if (!b) {
+        uint64_t want;
+        uint8_t cpool = pool;
+        cp_status st;
+        if (!h->o.grow)
+            return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes do not fit in the pool "
+                                "(reserved %llu, free %llu, grow=false)", bytes,
+                                (unsigned long long)h->base.reserved,
+                                (unsigned long long)h->free_bytes);
+        want = h->pol->chunk_size(h, size, &cpool);
+        release_empty(h, 0);
+        st = chunk_add(h, size, want, cpool, s, &b);
+        if (st != CP_OK)
+            return st;
+    }
+    h->pol->remove(h, b);
+    if (b->in_empty)
+        empty_unlink(h, b);
+    if (b->size > size && h->pol->split(h, b, size)) {
+        cp_blk *rem = blk_new(h);
+        if (rem) {
+            rem->addr = b->addr + size;
+            rem->size = b->size - size;
+            rem->prev = b;
+            rem->next = b->next;
+            if (b->next)
+                b->next->prev = rem;
+            b->next = rem;
+            rem->is_free = 1;
+            rem->pool = b->pool;
+            rem->prio = cp_heap_rand(h);
+            cp_so_tag_copy(&rem->tag, &b->tag);
+            b->size = size;
+            h->pol->insert(h, rem);
+        }
+    }
+    if (cp_ptrmap_put(&h->live, b->addr, b) != 0) {
+        h->pol->insert(h, b); /* unsplit remainder stays apart: still consistent */
+        if (!b->prev && !b->next)
+            empty_push(h, b);
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the block map");
+    }
+    cp_so_tag_release(&h->so, &b->tag);
+    b->is_free = 0;
+    h->free_bytes -= b->size;
+    *out = (void *)(uintptr_t)b->addr;
+    return CP_OK;
+}
+
+cp_status cp_heap_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    cp_heap *h = (cp_heap *)r;
+    uint64_t sid = cp_so_sid(s);
+    cp_blk *b = cp_ptrmap_del(&h->live, (uint64_t)(uintptr_t)p), *n;
+
+    if (!b)
+        return cp_error_set(CP_ERR_INVALID, "free of %p: not a live block of this %s pool "
+                            "(double free, or a block of another pool)", p, h->pol->kind);
+    if (bytes > b->size) {
+        cp_ptrmap_put(&h->live, b->addr, b);
+        return cp_error_set(CP_ERR_INVALID, "free of %p: size %zu is larger than the block "
+                            "(%llu bytes)", p, bytes, (unsigned long long)b->size);
+    }
+    cp_so_note(&h->so, sid);
+    cp_so_tag_free(&h->so, &b->tag, sid, s);
+    b->is_free = 1;
+    h->free_bytes += b->size;
+    n = b->next;
+    if (n && n->is_free && cp_so_merge(&h->so, &b->tag, &n->tag)) {
+        h->pol->remove(h, n);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next)
+            n->next->prev = b;
+        blk_put(h, n);
+    }
+    n = b->prev;
+    if (n && n->is_free && cp_so_merge(&h->so, &n->tag, &b->tag)) {
+        h->pol->remove(h, n);
+        n->size += b->size;
+        n->next = b->next;
+        if (b->next)
+            b->next->prev = n;
+        blk_put(h, b);
+        b = n;
+    }
+    h->pol->insert(h, b);
+    if (!b->prev && !b->next)
+        empty_push(h, b);
+    return CP_OK;
+}
+
+/* After multi-stream use, free neighbours of different streams stay apart
+ * until their frees are known complete.  Settling re-tags what is complete
+ * and merges what now may be, so that whole chunks appear for trim. */
+static void settle(cp_heap *h)
+{
+    cp_blk_slab *sl;
+    size_t i;
+    cp_so_sync(&h->so);
+    for (sl = h->slabs; sl; sl = sl->next)
+        for (i = 0; i < sizeof sl->blks / sizeof sl->blks[0]; i++)
+            if (sl->blks[i].is_free)
+                cp_so_settle(&h->so, &sl->blks[i].tag);
+    for (sl = h->slabs; sl; sl = sl->next) {
+        for (i = 0; i < sizeof sl->blks / sizeof sl->blks[0]; i++) {
+            cp_blk *b = &sl->blks[i], *n;
+            int merged = 0;
+            if (!b->is_free)
+                continue;
+            while ((n = b->next) && n->is_free && cp_so_merge(&h->so, &b->tag, &n->tag)) {
+                if (!merged)
+                    h->pol->remove(h, b);
+                merged = 1;
+                h->pol->remove(h, n);
+                b->size += n->size;
+                b->next = n->next;
+                if (n->next)
+                    n->next->prev = b;
+                blk_put(h, n);
+            }
+            if (merged) {
+                h->pol->insert(h, b);
+                if (!b->prev && !b->next && !b->in_empty)
+                    empty_push(h, b);
+            }
+        }
+    }
+}
+
+cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes)
+{
+    cp_heap *h = (cp_heap *)r;
+    if (h->so.multi)
+        settle(h);
+    /* A pool that may not grow keeps its chunks: it could never get them back. */
+    if (h->o.grow)
+        release_empty(h, keep_bytes);
+    return CP_OK;
+}
+
+void cp_heap_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes)
+{
+    cp_heap *h = (cp_heap *)r;
+    *largest = h->pol->largest(h);
+    *free_bytes = h->free_bytes;
+}
+
+void cp_heap_destroy(cp_resource *r)
+{
+    cp_heap *h = (cp_heap *)r;
+    cp_blk_slab *sl;
+    uint64_t i;
+    int synced = 0;
+    /* Every chunk is returned whole: walk the heads of the descriptors in
+     * use (live or free) through the slabs. */
+    for (sl = h->slabs; sl; sl = sl->next) {
+        for (i = 0; i < sizeof sl->blks / sizeof sl->blks[0]; i++) {
+            cp_blk *b = &sl->blks[i];
+            if (b->up_bytes && !b->prev && b->size) {
+                if (async_up(h) && !synced) {
+                    cp_be->device_synchronize();
+                    synced = 1;
+                }
+                cp_resource_free(h->up, (void *)(uintptr_t)b->up_ptr, (size_t)b->up_bytes,
+                                 NULL);
+            }
+            if (b->is_free)
+                cp_so_tag_release(&h->so, &b->tag);
+        }
+    }
+    if (h->pol->fini)
+        h->pol->fini(h);
+    while (h->slabs) {
+        sl = h->slabs->next;
+        free(h->slabs);
+        h->slabs = sl;
+    }
+    cp_so_fini(&h->so);
+    cp_ptrmap_fini(&h->live);
+    cp_resource_destroy(h->up);
+    free(h);
+}
+
+/* ---- treap ordered by (size, addr) ---- */
+
+static int key_less(uint64_t s1, uint64_t a1, uint64_t s2, uint64_t a2)
+{
+    return s1 < s2 || (s1 == s2 && a1 < a2);
+}
+
+static cp_blk *rot_right(cp_blk *t)
+{
+    cp_blk *l = t->l;
+    t->l = l->r;
+    l->r = t;
+    return l;
+}
+
+static cp_blk *rot_left(cp_blk *t)
+{
+    cp_blk *r = t->r;
+    t->r = r->l;
+    r->l = t;
+    return r;
+}
+
+static cp_blk *treap_ins(cp_blk *t, cp_blk *b)
+{
+    if (!t)
+        return b;
+    if (key_less(b->size, b->addr, t->size, t->addr)) {
+        t->l = treap_ins(t->l, b);
+        if (t->l->prio > t->prio)
+            t = rot_right(t);
+    } else {
+        t->r = treap_ins(t->r, b);
+        if (t->r->prio > t->prio)
+            t = rot_left(t);
+    }
+    return t;
+}
+
+void cp_treap_insert(cp_blk **root, cp_blk *b)
+{
+    b->l = b->r = NULL;
+    *root = treap_ins(*root, b);
+}
+
+void cp_treap_remove(cp_blk **root, cp_blk *b)
+{
+    cp_blk **pp = root;
+    /* Find the link that points at b, then rotate b down to a leaf. */
+    while (*pp && *pp != b)
+        pp = key_less(b->size, b->addr, (*pp)->size, (*pp)->addr) ? &(*pp)->l : &(*pp)->r;
+    if (!*pp)
+        return;
+    for (;;) {
+        cp_blk *t = *pp;
+        if (!t->l) {
+            *pp = t->r;
+            break;
+        }
+        if (!t->r) {
+            *pp = t->l;
+            break;
+        }
+        if (t->l->prio > t->r->prio) {
+            *pp = rot_right(t);
+            pp = &(*pp)->r;
+        } else {
+            *pp = rot_left(t);
+            pp = &(*pp)->l;
+        }
+    }
+    b->l = b->r = NULL;
+}
+
+/* Smallest node with key >= (size, addr) */
+static cp_blk *lower_bound(cp_blk *t, uint64_t size, uint64_t addr)
+{
+    cp_blk *best = NULL;
+    while (t) {
+        if (key_less(t->size, t->addr, size, addr)) {
+            t = t->r;
+        } else {
+            best = t;
+            t = t->l;
+        }
+    }
+    return best;
+}
+
+cp_blk *cp_treap_find(cp_heap *h, cp_blk *root, uint64_t size, uint64_t sid, cp_stream *s)
+{
+    cp_blk *b = lower_bound(root, size, 0);
+    int tries = 0;
+    /* Blocks another stream cannot take yet are skipped, a bounded number of
+     * times: past that, growing is cheaper than searching. */
+    while (b && !cp_so_usable(&h->so, &b->tag, sid, s)) {
+        if (++tries >= 64)
+            return NULL;
+        b = lower_bound(root, b->size, b->addr + 1);
+    }
+    return b;
+}
+
+uint64_t cp_treap_max(const cp_blk *t)
+{
+    if (!t)
+        return 0;
+    while (t->r)
+        t = t->r;
+    return t->size;
+}

@@ -1,0 +1,106 @@
+/*
+ * pool_freelist.c: best fit with splitting and coalescing, over the block
+ * heap of pool_common.h.
+ *
+ * Policy, exactly:
+ *  - Requests are rounded up to the alignment (default 256 bytes).
+ *  - The free blocks are ordered by (size, address) in a treap, so the
+ *    choice is the smallest free block that fits and, among blocks of that
+ *    size, the one at the lowest address (address-ordered best fit: it keeps
+ *    the upper parts of chunks free, so whole chunks can be given back).
+ *    Blocks another stream may not take yet (streamorder.h) are passed over,
+ *    at most 64 of them; then the pool grows.  O(log n) per operation.
+ *  - A fit is split when the remainder is at least one alignment unit; the
+ *    remainder stays free in the tree.
+ *  - Free merges the block with its free physical neighbours at once
+ *    (streamorder permitting).
+ *  - Growth: a chunk of the request rounded up to 2 MiB, never less than
+ *    2 MiB, after returning entirely free chunks (pool_common.h).
+ */
+#include "pool_common.h"
+
+#include <stdlib.h>
+
+#define GRANULE (UINT64_C(2) << 20)
+
+typedef struct freelist {
+    cp_heap h;
+    cp_blk *root;
+} freelist;
+
+static uint64_t f_round(cp_heap *h, uint64_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    return (bytes + h->align - 1) & ~(h->align - 1);
+}
+
+static uint64_t f_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
+{
+    uint64_t c = (size + GRANULE - 1) & ~(GRANULE - 1);
+    (void)h;
+    *pool = 0;
+    return c < size ? size : c;
+}
+
+static uint8_t f_pool_of(cp_heap *h, uint64_t size)
+{
+    (void)h;
+    (void)size;
+    return 0;
+}
+
+static int f_split(cp_heap *h, const cp_blk *b, uint64_t size)
+{
+    return b->size - size >= h->align;
+}
+
+static void f_insert(cp_heap *h, cp_blk *b)
+{
+    cp_treap_insert(&((freelist *)h)->root, b);
+}
+
+static void f_remove(cp_heap *h, cp_blk *b)
+{
+    cp_treap_remove(&((freelist *)h)->root, b);
+}
+
+static cp_blk *f_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
+{
+    (void)pool;
+    return cp_treap_find(h, ((freelist *)h)->root, size, sid, s);
+}
+
+static uint64_t f_largest(cp_heap *h)
+{
+    return cp_treap_max(((freelist *)h)->root);
+}
+
+static const cp_heap_policy freelist_policy = {
+    "freelist", f_round, f_chunk, f_pool_of, f_split, f_insert, f_remove, f_find, f_largest,
+    NULL,
+};
+
+static const cp_resource_ops freelist_ops = {
+    "freelist", cp_heap_alloc, cp_heap_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
+    cp_heap_destroy,
+};
+
+cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+{
+    freelist *f = calloc(1, sizeof *f);
+    cp_status st;
+    *out = NULL;
+    if (!f) {
+        cp_resource_destroy(up);
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    }
+    cp_resource_init(&f->h.base, &freelist_ops);
+    st = cp_heap_init(&f->h, up, o, &freelist_policy);
+    if (st != CP_OK) {
+        cp_heap_destroy(&f->h.base);
+        return st;
+    }
+    *out = &f->h.base;
+    return CP_OK;
+}

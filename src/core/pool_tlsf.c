@@ -1,0 +1,204 @@
+/*
+ * pool_tlsf.c: two-level segregated fit (after Masmano et al.), O(1) allocate
+ * and free over the block heap of pool_common.h.
+ *
+ * Policy, exactly:
+ *  - Requests are rounded up to the alignment (default 256 bytes); sizes are
+ *    counted in units of the alignment, u.
+ *  - Free blocks sit in one of 64 x 64 segregated lists: u < 64 has one
+ *    exact list per size; above, the first level is floor(log2 u) and the
+ *    second level the next 6 bits, so a list spans 1/64 (1.6%) of its size.
+ *    Two bitmaps (first level, and second level per first level) say which
+ *    lists are non-empty.  Lists are LIFO.
+ *  - Allocation first looks at up to 8 blocks of the request's own list and
+ *    takes the first that fits (within 1.6% of the request); failing that it
+ *    takes the head of the first non-empty list above it, found with two
+ *    find-first-set operations, where every block fits.  Blocks another
+ *    stream may not take yet (streamorder.h) are passed over, at most 32 of
+ *    them, after which the pool grows rather than search on.
+ *  - A fit is split when the remainder is at least one alignment unit; the
+ *    remainder goes back to its list.  Free merges with free physical
+ *    neighbours at once (streamorder permitting), so no two mergeable free
+ *    blocks are ever adjacent.
+ *  - Growth: a new chunk of the request rounded up to 2 MiB, never less than
+ *    2 MiB, after returning entirely free chunks (pool_common.h).  Chunks
+ *    are what reserved counts.
+ */
+#include "pool_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SL_BITS 6
+#define SL_COUNT (1 << SL_BITS)
+#define FL_COUNT 64
+#define SCAN_OWN 8
+#define SKIP_MAX 32
+#define GRANULE (UINT64_C(2) << 20)
+
+typedef struct tlsf {
+    cp_heap h;
+    unsigned shift;             /* log2(alignment) */
+    uint64_t fl_map;
+    uint64_t sl_map[FL_COUNT];
+    cp_blk *heads[FL_COUNT][SL_COUNT];
+} tlsf;
+
+static inline unsigned log2_floor(uint64_t v)
+{
+    return 63u - (unsigned)__builtin_clzll(v);
+}
+
+/* The list a block of u units belongs to. */
+static inline void map_insert(uint64_t u, unsigned *fl, unsigned *sl)
+{
+    if (u < SL_COUNT) {
+        *fl = 0;
+        *sl = (unsigned)u;
+    } else {
+        unsigned f = log2_floor(u);
+        *fl = f - SL_BITS + 1;
+        *sl = (unsigned)(u >> (f - SL_BITS)) & (SL_COUNT - 1);
+    }
+}
+
+static uint64_t t_round(cp_heap *h, uint64_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    return (bytes + h->align - 1) & ~(h->align - 1);
+}
+
+static uint64_t t_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
+{
+    uint64_t c = (size + GRANULE - 1) & ~(GRANULE - 1);
+    (void)h;
+    *pool = 0;
+    return c < size ? size : c;
+}
+
+static uint8_t t_pool_of(cp_heap *h, uint64_t size)
+{
+    (void)h;
+    (void)size;
+    return 0;
+}
+
+static int t_split(cp_heap *h, const cp_blk *b, uint64_t size)
+{
+    return b->size - size >= h->align;
+}
+
+static void t_insert(cp_heap *h, cp_blk *b)
+{
+    tlsf *t = (tlsf *)h;
+    unsigned fl, sl;
+    map_insert(b->size >> t->shift, &fl, &sl);
+    b->cls = (uint16_t)(fl * SL_COUNT + sl);
+    b->l = NULL;
+    b->r = t->heads[fl][sl];
+    if (b->r)
+        b->r->l = b;
+    t->heads[fl][sl] = b;
+    t->fl_map |= UINT64_C(1) << fl;
+    t->sl_map[fl] |= UINT64_C(1) << sl;
+}
+
+static void t_remove(cp_heap *h, cp_blk *b)
+{
+    tlsf *t = (tlsf *)h;
+    unsigned fl = b->cls / SL_COUNT, sl = b->cls % SL_COUNT;
+    if (b->l)
+        b->l->r = b->r;
+    else
+        t->heads[fl][sl] = b->r;
+    if (b->r)
+        b->r->l = b->l;
+    if (!t->heads[fl][sl]) {
+        t->sl_map[fl] &= ~(UINT64_C(1) << sl);
+        if (!t->sl_map[fl])
+            t->fl_map &= ~(UINT64_C(1) << fl);
+    }
+    b->l = b->r = NULL;
+}
+
+static cp_blk *t_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
+{
+    tlsf *t = (tlsf *)h;
+    uint64_t u = size >> t->shift;
+    unsigned fl, sl, skipped = 0, n = 0;
+    uint64_t slm, flm;
+    cp_blk *b;
+    (void)pool;
+
+    /* The request's own list holds blocks within 1.6% of it: the closest fits. */
+    map_insert(u, &fl, &sl);
+    for (b = t->heads[fl][sl]; b && n < SCAN_OWN; b = b->r, n++)
+        if (b->size >= size && cp_so_usable(&h->so, &b->tag, sid, s))
+            return b;
+
+    /* Then the first non-empty list above: every block there fits. */
+    slm = sl + 1 < SL_COUNT ? t->sl_map[fl] & (~UINT64_C(0) << (sl + 1)) : 0;
+    for (;;) {
+        if (!slm) {
+            flm = fl + 1 < FL_COUNT ? t->fl_map & (~UINT64_C(0) << (fl + 1)) : 0;
+            if (!flm)
+                return NULL;
+            fl = (unsigned)__builtin_ctzll(flm);
+            slm = t->sl_map[fl];
+        }
+        sl = (unsigned)__builtin_ctzll(slm);
+        for (b = t->heads[fl][sl]; b; b = b->r) {
+            if (cp_so_usable(&h->so, &b->tag, sid, s))
+                return b;
+            if (++skipped >= SKIP_MAX)
+                return NULL;
+        }
+        slm &= ~(UINT64_C(1) << sl);
+    }
+}
+
+static uint64_t t_largest(cp_heap *h)
+{
+    tlsf *t = (tlsf *)h;
+    uint64_t best = 0;
+    unsigned fl, sl;
+    cp_blk *b;
+    if (!t->fl_map)
+        return 0;
+    fl = log2_floor(t->fl_map);
+    sl = log2_floor(t->sl_map[fl]);
+    for (b = t->heads[fl][sl]; b; b = b->r)
+        if (b->size > best)
+            best = b->size;
+    return best;
+}
+
+static const cp_heap_policy tlsf_policy = {
+    "tlsf", t_round, t_chunk, t_pool_of, t_split, t_insert, t_remove, t_find, t_largest, NULL,
+};
+
+static const cp_resource_ops tlsf_ops = {
+    "tlsf", cp_heap_alloc, cp_heap_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
+    cp_heap_destroy,
+};
+
+cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+{
+    tlsf *t = calloc(1, sizeof *t);
+    cp_status st;
+    *out = NULL;
+    if (!t) {
+        cp_resource_destroy(up);
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    }
+    cp_resource_init(&t->h.base, &tlsf_ops);
+    t->shift = log2_floor(o->alignment ? o->alignment : 256);
+    st = cp_heap_init(&t->h, up, o, &tlsf_policy);
+    if (st != CP_OK) {
+        cp_heap_destroy(&t->h.base);
+        return st;
+    }
+    *out = &t->h.base;
+    return CP_OK;
+}

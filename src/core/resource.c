@@ -1,0 +1,236 @@
+/*
+ * resource.c: the public entry points of every resource, and the pool factory.
+ *
+ * Statistics live here, once: each entry point takes the resource's lock,
+ * calls the implementation and counts (used as requested, allocs, frees,
+ * failures, peaks).  Reserved bytes are kept by the implementation, because
+ * only it knows when it talks to its upstream; the peak is sampled after each
+ * allocation, the only operation that can make reserved grow.
+ *
+ * Fallback (seed 002): when a pool answers out of memory and was created with
+ * fallback, the request goes straight to the pool's own upstream kind and the
+ * address is remembered so that free returns it there.  Fallback bytes count
+ * as reserved, and `max` bounds them too: it is a hard limit.
+ */
+#include "resource_impl.h"
+
+#include <string.h>
+
+void cp_resource_init(cp_resource *r, const cp_resource_ops *ops)
+{
+    memset(r, 0, sizeof *r);
+    r->ops = ops;
+    atomic_init(&r->lock, 0);
+}
+
+static void note_reserved(cp_resource *r)
+{
+    uint64_t res = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
+    if (res > r->st.reserved_peak)
+        r->st.reserved_peak = res;
+}
+
+static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    cp_status st;
+    uint64_t res = r->reserved + r->fb_bytes;
+    if (r->max && (bytes > r->max || res > r->max - bytes))
+        return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes would pass the pool's "
+                            "max of %llu bytes (fallback included)",
+                            bytes, (unsigned long long)r->max);
+    if (!r->fb_map.slots && cp_ptrmap_init(&r->fb_map, 16) != 0)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the fallback map");
+    st = cp_resource_alloc(r->fallback, bytes, s, out);
+    if (st != CP_OK)
+        return st;
+    if (cp_ptrmap_put(&r->fb_map, (uint64_t)(uintptr_t)*out, (void *)(uintptr_t)bytes) != 0) {
+        cp_resource_free(r->fallback, *out, bytes, s);
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the fallback map");
+    }
+    r->fb_bytes += bytes;
+    return CP_OK;
+}
+
+cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    cp_status st;
+    cp_lock(&r->lock);
+    st = r->ops->alloc(r, bytes, s, out);
+    if (st == CP_ERR_OOM && r->fallback)
+        st = fallback_alloc(r, bytes, s, out);
+    if (st == CP_OK) {
+        r->st.allocs++;
+        r->st.used += bytes;
+        if (r->st.used > r->st.used_peak)
+            r->st.used_peak = r->st.used;
+    } else if (st == CP_ERR_OOM) {
+        r->st.failed++;
+    }
+    note_reserved(r);
+    cp_unlock(&r->lock);
+    if (st != CP_OK)
+        *out = NULL;
+    return st;
+}
+
+cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    cp_status st;
+    if (!p)
+        return CP_OK;
+    cp_lock(&r->lock);
+    if (r->fb_map.count) {
+        void *v = cp_ptrmap_get(&r->fb_map, (uint64_t)(uintptr_t)p);
+        if (v) {
+            size_t fbytes = (size_t)(uintptr_t)v;
+            cp_ptrmap_del(&r->fb_map, (uint64_t)(uintptr_t)p);
+            st = cp_resource_free(r->fallback, p, fbytes, s);
+            r->fb_bytes -= fbytes;
+            goto count;
+        }
+    }
+    st = r->ops->free(r, p, bytes, s);
+count:
+    if (st == CP_OK) {
+        r->st.frees++;
+        r->st.used -= bytes < r->st.used ? bytes : r->st.used;
+    }
+    cp_unlock(&r->lock);
+    return st;
+}
+
+cp_status cp_resource_trim(cp_resource *r, size_t keep_bytes)
+{
+    cp_status st = CP_OK;
+    cp_lock(&r->lock);
+    if (r->ops->trim)
+        st = r->ops->trim(r, keep_bytes);
+    cp_unlock(&r->lock);
+    return st;
+}
+
+cp_status cp_resource_reset(cp_resource *r)
+{
+    cp_status st;
+    cp_lock(&r->lock);
+    if (!r->ops->reset) {
+        st = cp_error_set(CP_ERR_UNSUPPORTED, "reset() is only supported by arena pools, "
+                          "not by '%s'", r->ops->kind);
+    } else {
+        st = r->ops->reset(r);
+        if (st == CP_OK) {
+            /* Everything the arena handed out is free now; fallback blocks
+             * are separate allocations and stay live. */
+            r->st.frees += r->st.allocs - r->st.frees;
+            r->st.used = 0;
+        }
+    }
+    cp_unlock(&r->lock);
+    return st;
+}
+
+void cp_resource_stats(cp_resource *r, cp_stats *out)
+{
+    uint64_t largest = 0, fb = 0;
+    cp_lock(&r->lock);
+    *out = r->st;
+    out->reserved = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
+    if (r->ops->free_info)
+        r->ops->free_info(r, &largest, &fb);
+    cp_unlock(&r->lock);
+    out->largest_free = largest;
+    out->free_bytes = fb;
+    out->fragmentation = fb ? 1.0 - (double)largest / (double)fb : 0.0;
+}
+
+uint64_t cp_resource_reserved(cp_resource *r)
+{
+    uint64_t v;
+    cp_lock(&r->lock);
+    v = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
+    cp_unlock(&r->lock);
+    return v;
+}
+
+const char *cp_resource_kind(const cp_resource *r)
+{
+    return r->ops->kind;
+}
+
+void cp_resource_destroy(cp_resource *r)
+{
+    if (!r)
+        return;
+    if (r->fallback) {
+        /* Fallback blocks still live are returned too (the caller promised
+         * none are in use). */
+        uint64_t i;
+        for (i = 0; r->fb_map.slots && i <= r->fb_map.mask; i++)
+            if (r->fb_map.slots[i].key)
+                cp_resource_free(r->fallback, (void *)(uintptr_t)r->fb_map.slots[i].key,
+                                 (size_t)(uintptr_t)r->fb_map.slots[i].val, NULL);
+        cp_ptrmap_fini(&r->fb_map);
+        cp_resource_destroy(r->fallback);
+    }
+    r->ops->destroy(r);
+}
+
+cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
+{
+    cp_pool_opts o = *opts;
+    cp_resource *up = NULL, *fb = NULL, *pool = NULL;
+    cp_status st;
+    static const struct {
+        const char *kind;
+        cp_status (*create)(cp_resource **, cp_resource *, const cp_pool_opts *);
+    } kinds[] = {
+        {"arena", cp_arena_create},
+        {"freelist", cp_freelist_create},
+        {"tlsf", cp_tlsf_create},
+        {"caching", cp_caching_create},
+    };
+    size_t i;
+
+    *out = NULL;
+    if (!o.kind)
+        return cp_error_set(CP_ERR_INVALID, "pool kind missing");
+    if (o.alignment == 0)
+        o.alignment = 256;
+    if (o.alignment & (o.alignment - 1))
+        return cp_error_set(CP_ERR_INVALID, "alignment %llu is not a power of two",
+                            (unsigned long long)o.alignment);
+    if (o.upstream > CP_UP_VIRTUAL)
+        return cp_error_set(CP_ERR_INVALID, "unknown upstream %d", (int)o.upstream);
+    if (o.reuse > CP_REUSE_WAIT)
+        return cp_error_set(CP_ERR_INVALID, "unknown reuse policy %d", (int)o.reuse);
+    if (o.max && o.initial > o.max)
+        return cp_error_set(CP_ERR_INVALID, "initial (%llu) is larger than max (%llu)",
+                            (unsigned long long)o.initial, (unsigned long long)o.max);
+    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kinds[i].kind, o.kind) == 0)
+            break;
+    if (i == sizeof kinds / sizeof kinds[0])
+        return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (arena, freelist, tlsf, "
+                            "caching)", o.kind);
+    if (o.upstream != CP_UP_VIRTUAL && !cp_be)
+        return cp_error_set(CP_ERR_INVALID, "no backend selected (cp_backend_select)");
+    st = cp_upstream_create_internal(&up, o.upstream);
+    if (st != CP_OK)
+        return st;
+    if (o.fallback) {
+        st = cp_upstream_create_internal(&fb, o.upstream);
+        if (st != CP_OK) {
+            cp_resource_destroy(up);
+            return st;
+        }
+    }
+    st = kinds[i].create(&pool, up, &o); /* owns up, even on failure */
+    if (st != CP_OK) {
+        cp_resource_destroy(fb);
+        return st;
+    }
+    pool->fallback = fb;
+    pool->max = o.max;
+    *out = pool;
+    return CP_OK;
+}

@@ -1,0 +1,90 @@
+/*
+ * resource_impl.h: what lies behind a cp_resource (internal to the core).
+ *
+ * A resource is this header followed by its implementation's state.  The
+ * public entry points (resource.c) take the lock, call the ops and keep the
+ * statistics; an implementation only keeps `reserved` (bytes it holds from
+ * its upstream) and answers free_info.  Implementations never lock: the
+ * entry point already holds the resource's lock when an op runs.
+ */
+#ifndef CUPOLA_RESOURCE_IMPL_H
+#define CUPOLA_RESOURCE_IMPL_H
+
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "ptrmap.h"
+#include "resource.h"
+
+typedef struct cp_resource_ops {
+    const char *kind;
+    cp_status (*alloc)(cp_resource *r, size_t bytes, cp_stream *s, void **out);
+    cp_status (*free)(cp_resource *r, void *p, size_t bytes, cp_stream *s);
+    cp_status (*trim)(cp_resource *r, size_t keep_bytes);   /* NULL: nothing to do */
+    cp_status (*reset)(cp_resource *r);                     /* NULL: unsupported */
+    /* largest block that could be handed out now, and free reserved bytes */
+    void (*free_info)(cp_resource *r, uint64_t *largest, uint64_t *free_bytes);
+    /* reserved bytes of an adaptor, read from what it wraps (NULL: r->reserved) */
+    uint64_t (*reserved)(cp_resource *r);
+    void (*destroy)(cp_resource *r);
+} cp_resource_ops;
+
+struct cp_resource {
+    const cp_resource_ops *ops;
+    atomic_int lock;
+    uint64_t reserved;     /* kept by the implementation */
+    cp_stats st;           /* kept by the entry points (reserved read at stats time) */
+    /* Fallback (cp_pool_opts.fallback): requests the pool refuses are served
+     * straight by this upstream and remembered here, so free finds them. */
+    cp_resource *fallback;
+    cp_ptrmap fb_map;      /* address -> size (as a pointer-sized integer) */
+    uint64_t fb_bytes;
+    uint64_t max;          /* hard limit on reserved + fb_bytes (0: none) */
+};
+
+/* Initialises the common header (lock, zeroed stats). */
+void cp_resource_init(cp_resource *r, const cp_resource_ops *ops);
+
+/* A spin lock: the critical sections are tens of nanoseconds, far below what
+ * a futex round trip costs; contended waiters yield the core (2-core hosts). */
+static inline void cp_lock_slow(atomic_int *l)
+{
+    unsigned spins = 0;
+    for (;;) {
+        if (!atomic_load_explicit(l, memory_order_relaxed) &&
+            !atomic_exchange_explicit(l, 1, memory_order_acquire))
+            return;
+        if (++spins > 64) {
+            sched_yield();
+            spins = 0;
+        }
+    }
+}
+
+static inline void cp_lock(atomic_int *l)
+{
+    if (!atomic_exchange_explicit(l, 1, memory_order_acquire))
+        return;
+    cp_lock_slow(l);
+}
+
+static inline void cp_unlock(atomic_int *l)
+{
+    atomic_store_explicit(l, 0, memory_order_release);
+}
+
+/* Upstreams as resources (upstream.c). */
+cp_status cp_upstream_create_internal(cp_resource **out, cp_upstream_kind kind);
+/* The alignment the upstream's addresses have by construction. */
+uint64_t cp_upstream_alignment(cp_upstream_kind kind);
+
+/* Pool constructors (one per pool_*.c); each takes ownership of up. */
+cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+
+/* reserved bytes of any resource (locks it briefly) */
+uint64_t cp_resource_reserved(cp_resource *r);
+
+#endif /* CUPOLA_RESOURCE_IMPL_H */

@@ -1,0 +1,191 @@
+/*
+ * streamorder.c: the slow paths of stream-ordered reuse (see streamorder.h
+ * for the policy).  Everything here runs only when a pool is used from more
+ * than one stream.
+ */
+#include "streamorder.h"
+
+#include <stdlib.h>
+
+void cp_so_init(cp_so *so, cp_reuse policy)
+{
+    so->policy = policy;
+    so->multi = 0;
+    so->have_first = 0;
+    so->first_sid = 0;
+    so->need_sync = 0;
+    so->seq = 0;
+    so->pool = NULL;
+    so->events_created = so->events_recorded = so->syncs = so->waits = 0;
+}
+
+void cp_so_fini(cp_so *so)
+{
+    cp_so_ev *ev = so->pool;
+    while (ev) {
+        cp_so_ev *next = ev->next;
+        if (ev->e && cp_be)
+            cp_be->event_destroy(ev->e);
+        free(ev);
+        ev = next;
+    }
+    so->pool = NULL;
+}
+
+void cp_so_ev_put(cp_so *so, cp_so_ev *ev)
+{
+    if (--ev->refs == 0) {
+        ev->next = so->pool;
+        so->pool = ev;
+    }
+}
+
+static cp_so_ev *ev_get(cp_so *so)
+{
+    cp_so_ev *ev = so->pool;
+    if (ev) {
+        so->pool = ev->next;
+    } else {
+        ev = malloc(sizeof *ev);
+        if (!ev)
+            return NULL;
+        /* Events without timing: recording them is cheaper on CUDA. */
+        if (cp_be->event_create(&ev->e, 0) != CP_OK) {
+            free(ev);
+            return NULL;
+        }
+        so->events_created++;
+    }
+    ev->refs = 1;
+    ev->done = 0;
+    ev->next = NULL;
+    return ev;
+}
+
+void cp_so_tag_free_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
+{
+    cp_so_ev *ev = ev_get(so);
+    (void)sid;
+    if (ev && cp_be->event_record(ev->e, s) == CP_OK) {
+        ev->seq = ++so->seq;
+        so->events_recorded++;
+        t->ev = ev;
+        return;
+    }
+    /* No event could be had: the block stays on its stream, and crossing
+     * later costs one device synchronization (safe whatever happens to s). */
+    if (ev)
+        cp_so_ev_put(so, ev);
+    so->need_sync = 1;
+}
+
+/* Blocks with no event (freed in single-stream mode, or MIXED) become safe
+ * everywhere after one device synchronization. */
+static int sync_once(cp_so *so)
+{
+    if (so->need_sync) {
+        if (cp_be && cp_be->device_synchronize() != CP_OK)
+            return 0;
+        so->need_sync = 0;
+        so->syncs++;
+    }
+    return 1;
+}
+
+int cp_so_sync(cp_so *so)
+{
+    return sync_once(so);
+}
+
+int cp_so_settle(cp_so *so, cp_so_tag *t)
+{
+    int done = 0;
+    if (t->sid == CP_SO_ANY)
+        return 1;
+    if (!t->ev) {
+        if (so->need_sync)
+            return 0;
+    } else if (!t->ev->done) {
+        if (cp_be->event_query(t->ev->e, &done) != CP_OK || !done)
+            return 0;
+        t->ev->done = 1;
+    }
+    cp_so_tag_release(so, t);
+    t->sid = CP_SO_ANY;
+    return 1;
+}
+
+int cp_so_usable_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
+{
+    (void)sid;
+    if (so->policy == CP_REUSE_STREAM)
+        return 0;
+    if (!t->ev) {
+        if (!sync_once(so))
+            return 0;
+        t->sid = CP_SO_ANY;
+        return 1;
+    }
+    if (t->ev->done) {
+        cp_so_tag_release(so, t);
+        t->sid = CP_SO_ANY;
+        return 1;
+    }
+    if (so->policy == CP_REUSE_EVENT) {
+        int done = 0;
+        if (cp_be->event_query(t->ev->e, &done) != CP_OK || !done)
+            return 0;
+        t->ev->done = 1;
+        cp_so_tag_release(so, t);
+        t->sid = CP_SO_ANY;
+        return 1;
+    }
+    /* CP_REUSE_WAIT: s waits for the free's event, then may use the block. */
+    if (cp_be->stream_wait_event(s, t->ev->e) != CP_OK)
+        return 0;
+    so->waits++;
+    return 1;
+}
+
+int cp_so_merge_slow(cp_so *so, cp_so_tag *a, cp_so_tag *b)
+{
+    if (b->sid == CP_SO_ANY) {
+        cp_so_tag_release(so, b);
+        return 1;
+    }
+    if (a->sid == CP_SO_ANY) {
+        cp_so_tag_release(so, a);
+        *a = *b;
+        b->ev = NULL;
+        return 1;
+    }
+    if (a->sid != b->sid)
+        return 0;
+    if (!a->ev || !b->ev) {
+        /* One part has no event: keep none, and let crossing streams pay a
+         * device synchronization (sound whatever the order of the frees). */
+        cp_so_tag_release(so, a);
+        cp_so_tag_release(so, b);
+        so->need_sync = 1;
+        return 1;
+    }
+    /* Same stream: the later event covers the earlier one. */
+    if (b->ev->seq > a->ev->seq) {
+        cp_so_ev *tmp = a->ev;
+        a->ev = b->ev;
+        b->ev = tmp;
+    }
+    cp_so_tag_release(so, b);
+    return 1;
+}
+
+void cp_so_join(cp_so *so, cp_so_tag *a, cp_so_tag *b)
+{
+    if (cp_so_merge(so, a, b))
+        return;
+    /* Different streams: only a device synchronization orders both. */
+    cp_so_tag_release(so, a);
+    cp_so_tag_release(so, b);
+    a->sid = CP_SO_MIXED;
+    so->need_sync = 1;
+}

@@ -1,0 +1,148 @@
+/*
+ * streamorder.h: stream-ordered reuse of freed blocks, shared by every pool.
+ *
+ * Every free block carries a tag: the id of the stream it was freed on
+ * (cp_be->stream_id, never the pointer, since stream addresses get reused)
+ * and, when the pool is used from more than one stream, a pooled event
+ * recorded on that stream right after the free.  A request on stream s may
+ * take the block when
+ *   - s is the stream it was freed on, or the block is known idle (ANY);
+ *   - CP_REUSE_EVENT: the event has completed (cp_be->event_query); the
+ *     block is then re-tagged ANY so the query is paid once;
+ *   - CP_REUSE_WAIT: at once, after cp_be->stream_wait_event(s, event).
+ * CP_REUSE_STREAM never crosses streams.
+ *
+ * Cost: while a pool has only ever seen one stream no event is recorded at
+ * all, so the hot path is a compare of two integers.  The first operation on
+ * a second stream switches the pool to multi-stream mode for good; from then
+ * on each free records a pooled event (no create/destroy per free).  Blocks
+ * freed before the switch have no event; the first time one of them is
+ * wanted on another stream (event/wait policies) the pool synchronizes the
+ * device once, which covers all of them, because their stream may no longer
+ * exist and so cannot be recorded on after the fact.
+ *
+ * Merging two free neighbours is allowed when the result is at least as
+ * strict as both parts: equal stream ids (keep the later event, which covers
+ * the earlier on an in-order stream), or one part ANY (the result takes the
+ * other's tag).  Blocks of different streams are not merged until their
+ * events are known complete.
+ *
+ * The functions are called with the pool's lock held.
+ */
+#ifndef CUPOLA_STREAMORDER_H
+#define CUPOLA_STREAMORDER_H
+
+#include <stdint.h>
+
+#include "resource.h"
+
+#define CP_SO_ANY UINT64_MAX          /* idle: usable on any stream */
+#define CP_SO_MIXED (UINT64_MAX - 1)  /* freed on several streams, no event */
+
+typedef struct cp_so_ev {
+    cp_event *e;
+    uint64_t seq;          /* recording order within the pool */
+    uint32_t refs;
+    uint32_t done;         /* event_query said complete */
+    struct cp_so_ev *next; /* free list */
+} cp_so_ev;
+
+typedef struct cp_so_tag {
+    uint64_t sid;  /* stream freed on, CP_SO_ANY or CP_SO_MIXED */
+    cp_so_ev *ev;  /* NULL: none recorded (single-stream mode, or failure) */
+} cp_so_tag;
+
+typedef struct cp_so {
+    cp_reuse policy;
+    int multi;           /* more than one stream seen */
+    int have_first;
+    uint64_t first_sid;
+    int need_sync;       /* event-less foreign blocks exist, not yet synced */
+    uint64_t seq;
+    cp_so_ev *pool;      /* recycled events */
+    uint64_t events_created, events_recorded, syncs, waits;
+} cp_so;
+
+void cp_so_init(cp_so *so, cp_reuse policy);
+/* Destroys the pooled events; every tag must have been released. */
+void cp_so_fini(cp_so *so);
+
+static inline uint64_t cp_so_sid(const cp_stream *s)
+{
+    return s ? cp_be->stream_id(s) : 0;
+}
+
+/* Notes that the pool is used on sid (call at every alloc and free). */
+static inline void cp_so_note(cp_so *so, uint64_t sid)
+{
+    if (so->have_first) {
+        if (sid != so->first_sid && !so->multi)
+            so->multi = 1;
+    } else {
+        so->have_first = 1;
+        so->first_sid = sid;
+    }
+}
+
+/* Tags a block freed on s (recording an event in multi-stream mode). */
+void cp_so_tag_free_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s);
+static inline void cp_so_tag_free(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
+{
+    t->sid = sid;
+    t->ev = NULL;
+    if (so->multi)
+        cp_so_tag_free_slow(so, t, sid, s);
+    else
+        so->need_sync = 1;
+}
+
+/* Drops the tag's event reference (the block is being handed out). */
+void cp_so_ev_put(cp_so *so, cp_so_ev *ev);
+static inline void cp_so_tag_release(cp_so *so, cp_so_tag *t)
+{
+    if (t->ev) {
+        cp_so_ev_put(so, t->ev);
+        t->ev = NULL;
+    }
+}
+
+/* Copies a tag for the remainder of a split block (one more reference). */
+static inline void cp_so_tag_copy(cp_so_tag *dst, const cp_so_tag *src)
+{
+    *dst = *src;
+    if (src->ev)
+        src->ev->refs++;
+}
+
+/* May a block tagged t be used on stream s (id sid) now?  May insert a wait
+ * (CP_REUSE_WAIT) or re-tag t as ANY; returns 1 if usable. */
+int cp_so_usable_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s);
+static inline int cp_so_usable(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
+{
+    if (t->sid == sid || t->sid == CP_SO_ANY)
+        return 1;
+    return cp_so_usable_slow(so, t, sid, s);
+}
+
+/* Can blocks tagged a and b be merged?  If so, writes the merged tag to a
+ * and releases what b held; returns 1. */
+int cp_so_merge_slow(cp_so *so, cp_so_tag *a, cp_so_tag *b);
+static inline int cp_so_merge(cp_so *so, cp_so_tag *a, cp_so_tag *b)
+{
+    if (a->sid == b->sid && !a->ev && !b->ev)
+        return 1;
+    return cp_so_merge_slow(so, a, b);
+}
+
+/* Re-tags t as ANY if its free is known complete (event queried, or no
+ * event and the device synchronized since); returns 1 if t is ANY now.
+ * cp_so_sync synchronizes the device if event-less blocks are pending
+ * (trim uses it before settling: it is about to return memory anyway). */
+int cp_so_settle(cp_so *so, cp_so_tag *t);
+int cp_so_sync(cp_so *so);
+
+/* Joins tag b into a for a region that cannot refuse (the arena): different
+ * streams give CP_SO_MIXED. */
+void cp_so_join(cp_so *so, cp_so_tag *a, cp_so_tag *b);
+
+#endif /* CUPOLA_STREAMORDER_H */

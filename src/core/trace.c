@@ -1,0 +1,482 @@
+/*
+ * trace.c: loading RMM logging-adaptor CSV traces and replaying them in C
+ * (format and rules in trace.h).
+ *
+ * The loader pairs every free with its allocate once, through a hash map
+ * keyed by pointer, and stores the allocate's ordinal in the free row; the
+ * replay then finds the block handed out for that allocate by indexing an
+ * array, with no hashing inside the timed loop.  Rows are kept as parallel
+ * arrays (structure of arrays), 26 bytes a row.
+ */
+#include "trace.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zlib.h>
+
+#include "ptrmap.h"
+
+struct cp_trace {
+    char *path;
+    size_t n, cap;
+    uint8_t *is_free;
+    uint32_t *ord;      /* allocate: its ordinal; free: the allocate's ordinal */
+    uint64_t *ptr;
+    uint64_t *size;
+    uint32_t *stream;   /* index into streams[] */
+    uint32_t *thread;
+    double *time;
+    size_t nallocs;
+    uint64_t *streams;  /* distinct Stream values, in order of appearance */
+    size_t nstreams;
+    cp_trace_info info;
+};
+
+#define HEADER "Thread,Time,Action,Pointer,Size,Stream"
+
+static int grow_rows(cp_trace *t)
+{
+    size_t cap = t->cap ? 2 * t->cap : 4096;
+#define RE(f)                                                   \
+    do {                                                        \
+        void *np = realloc(t->f, cap * sizeof *t->f);           \
+        if (!np)                                                \
+            return -1;                                          \
+        t->f = np;                                              \
+    } while (0)
+    RE(is_free);
+    RE(ord);
+    RE(ptr);
+    RE(size);
+    RE(stream);
+    RE(thread);
+    RE(time);
+#undef RE
+    t->cap = cap;
+    return 0;
+}
+
+void cp_trace_free(cp_trace *t)
+{
+    if (!t)
+        return;
+    free(t->path);
+    free(t->is_free);
+    free(t->ord);
+    free(t->ptr);
+    free(t->size);
+    free(t->stream);
+    free(t->thread);
+    free(t->time);
+    free(t->streams);
+    free(t);
+}
+
+static int parse_hex(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    int n = 0;
+    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+        s += 2;
+    for (; *s; s++, n++) {
+        unsigned d;
+        if (*s >= '0' && *s <= '9')
+            d = (unsigned)(*s - '0');
+        else if (*s >= 'a' && *s <= 'f')
+            d = (unsigned)(*s - 'a' + 10);
+        else if (*s >= 'A' && *s <= 'F')
+            d = (unsigned)(*s - 'A' + 10);
+        else
+            return -1;
+        if (n >= 16)
+            return -1;
+        v = v * 16 + d;
+    }
+    if (n == 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_dec(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!*s)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+typedef struct loader {
+    cp_trace *t;
+    gzFile gz;
+    const char *path;
+    size_t line;
+    cp_ptrmap live;     /* pointer -> allocate ordinal + 1 */
+    cp_ptrmap streams;  /* stream value + 1 -> index + 1 */
+    cp_ptrmap threads;  /* thread value + 1 -> 1 */
+    uint64_t live_bytes;
+    uint64_t *osize;    /* size of each allocate, by ordinal */
+    size_t ocap;
+} loader;
+
+static cp_status bad(loader *ld, const char *why, const char *detail)
+{
+    return cp_error_set(CP_ERR_INVALID, "%s:%zu: %s%s%s%s", ld->path, ld->line, why,
+                        detail ? " ('" : "", detail ? detail : "", detail ? "')" : "");
+}
+
+static cp_status parse_row(loader *ld, char *line)
+{
+    cp_trace *t = ld->t;
+    char *col[7];
+    int ncol = 0;
+    char *p = line;
+    uint64_t thread, ptr, size, stream;
+    double time;
+    char *end;
+    int is_free;
+    void *v;
+    size_t i = t->n;
+
+    col[ncol++] = p;
+    for (; *p; p++) {
+        if (*p == ',') {
+            *p = '\0';
+            if (ncol == 7)
+                break;
+            col[ncol++] = p + 1;
+        }
+    }
+    if (ncol != 6)
+        return ncol < 6 ? cp_error_set(CP_ERR_INVALID, "%s:%zu: expected 6 columns "
+                                       "(Thread,Time,Action,Pointer,Size,Stream), found %d",
+                                       ld->path, ld->line, ncol)
+                        : cp_error_set(CP_ERR_INVALID, "%s:%zu: expected 6 columns, found more",
+                                       ld->path, ld->line);
+    if (parse_dec(col[0], &thread) != 0)
+        return bad(ld, "thread is not a decimal number", col[0]);
+    errno = 0;
+    time = strtod(col[1], &end);
+    if (end == col[1] || *end || errno)
+        return bad(ld, "time is not a number", col[1]);
+    if (strcmp(col[2], "allocate") == 0)
+        is_free = 0;
+    else if (strcmp(col[2], "free") == 0)
+        is_free = 1;
+    else if (strcmp(col[2], "allocate failure") == 0 || strcmp(col[2], "free failure") == 0)
+        return CP_OK; /* RMM logs refused requests; they did not change the heap */
+    else
+        return bad(ld, "action must be 'allocate' or 'free'", col[2]);
+    if (parse_hex(col[3], &ptr) != 0)
+        return bad(ld, "pointer is not a hexadecimal number", col[3]);
+    if (ptr == 0)
+        return bad(ld, "pointer is 0", NULL);
+    if (parse_dec(col[4], &size) != 0)
+        return bad(ld, "size is not a number", col[4]);
+    if (parse_hex(col[5], &stream) != 0)
+        return bad(ld, "stream is not a hexadecimal number", col[5]);
+
+    if (t->n == t->cap && grow_rows(t) != 0)
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    if (!is_free) {
+        if (cp_ptrmap_get(&ld->live, ptr))
+            return cp_error_set(CP_ERR_INVALID, "%s:%zu: allocate of 0x%llx, which is already "
+                                "live", ld->path, ld->line, (unsigned long long)ptr);
+        if (t->nallocs == ld->ocap) {
+            size_t cap = ld->ocap ? 2 * ld->ocap : 4096;
+            uint64_t *np = realloc(ld->osize, cap * sizeof *np);
+            if (!np)
+                return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+            ld->osize = np;
+            ld->ocap = cap;
+        }
+        ld->osize[t->nallocs] = size;
+        if (cp_ptrmap_put(&ld->live, ptr, (void *)(uintptr_t)(t->nallocs + 1)) != 0)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+        t->ord[i] = (uint32_t)t->nallocs++;
+        ld->live_bytes += size;
+        if (ld->live_bytes > t->info.peak_live)
+            t->info.peak_live = ld->live_bytes;
+        t->info.allocs++;
+        t->info.total_bytes += size;
+        if (size > t->info.max_size)
+            t->info.max_size = size;
+    } else {
+        v = cp_ptrmap_del(&ld->live, ptr);
+        if (!v)
+            return cp_error_set(CP_ERR_INVALID, "%s:%zu: free of 0x%llx, which is not live "
+                                "(never allocated in this trace, or freed twice)", ld->path,
+                                ld->line, (unsigned long long)ptr);
+        t->ord[i] = (uint32_t)((uintptr_t)v - 1);
+        ld->live_bytes -= ld->osize[t->ord[i]];
+        t->info.frees++;
+    }
+    v = cp_ptrmap_get(&ld->streams, stream + 1);
+    if (!v) {
+        uint64_t *np = realloc(t->streams, (t->nstreams + 1) * sizeof *np);
+        if (!np)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+        t->streams = np;
+        t->streams[t->nstreams++] = stream;
+        v = (void *)(uintptr_t)t->nstreams;
+        if (cp_ptrmap_put(&ld->streams, stream + 1, v) != 0)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    }
+    if (!cp_ptrmap_get(&ld->threads, thread + 1)) {
+        if (cp_ptrmap_put(&ld->threads, thread + 1, (void *)1) != 0)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+        t->info.threads++;
+    }
+    t->is_free[i] = (uint8_t)is_free;
+    t->ptr[i] = ptr;
+    t->size[i] = size;
+    t->stream[i] = (uint32_t)((uintptr_t)v - 1);
+    t->thread[i] = (uint32_t)thread;
+    t->time[i] = time;
+    t->n++;
+    return CP_OK;
+}
+
+static cp_status load(loader *ld)
+{
+    char buf[1024];
+    int err;
+    for (;;) {
+        size_t len;
+        cp_status st;
+        if (!gzgets(ld->gz, buf, sizeof buf))
+            break;
+        ld->line++;
+        len = strlen(buf);
+        if (len && buf[len - 1] != '\n' && !gzeof(ld->gz))
+            return bad(ld, "line too long", NULL);
+        while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+            buf[--len] = '\0';
+        if (ld->line == 1) {
+            if (strcmp(buf, HEADER) != 0)
+                return cp_error_set(CP_ERR_INVALID, "%s:1: header must be '" HEADER "', "
+                                    "found '%.80s'", ld->path, buf);
+            continue;
+        }
+        if (len == 0)
+            continue; /* a blank line (the end of a file often has one) */
+        st = parse_row(ld, buf);
+        if (st != CP_OK)
+            return st;
+        if (ld->t->nallocs >= UINT32_MAX)
+            return bad(ld, "too many allocations (more than 2^32)", NULL);
+    }
+    {
+        const char *msg = gzerror(ld->gz, &err);
+        if (err != Z_OK && err != Z_STREAM_END)
+            return cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data (%s)",
+                                ld->path, ld->line + 1, msg);
+    }
+    if (ld->line == 0)
+        return cp_error_set(CP_ERR_INVALID, "%s:1: empty file (expected the header '" HEADER
+                            "')", ld->path);
+    return CP_OK;
+}
+
+cp_status cp_trace_load(const char *path, cp_trace **out)
+{
+    loader ld;
+    cp_trace *t;
+    cp_status st;
+
+    *out = NULL;
+    memset(&ld, 0, sizeof ld);
+    t = calloc(1, sizeof *t);
+    if (!t)
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    t->path = malloc(strlen(path) + 1);
+    if (!t->path) {
+        free(t);
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    }
+    strcpy(t->path, path);
+    ld.t = t;
+    ld.path = path;
+    ld.gz = gzopen(path, "rb");
+    if (!ld.gz) {
+        cp_trace_free(t);
+        return cp_error_set(CP_ERR_BACKEND, "%s: cannot open: %s", path,
+                            errno ? strerror(errno) : "out of memory");
+    }
+    gzbuffer(ld.gz, 1 << 17);
+    if (cp_ptrmap_init(&ld.live, 4096) != 0 || cp_ptrmap_init(&ld.streams, 16) != 0 ||
+        cp_ptrmap_init(&ld.threads, 16) != 0) {
+        st = cp_error_set(CP_ERR_OOM, "out of host memory");
+    } else {
+        st = load(&ld);
+    }
+    gzclose(ld.gz);
+    if (st == CP_OK) {
+        t->info.events = t->n;
+        t->info.streams = t->nstreams;
+        t->info.leaked = (size_t)ld.live.count;
+        t->info.duration_us = t->n ? t->time[t->n - 1] - t->time[0] : 0.0;
+    }
+    cp_ptrmap_fini(&ld.live);
+    cp_ptrmap_fini(&ld.streams);
+    cp_ptrmap_fini(&ld.threads);
+    free(ld.osize);
+    if (st != CP_OK) {
+        cp_trace_free(t);
+        return st;
+    }
+    *out = t;
+    return CP_OK;
+}
+
+size_t cp_trace_events(const cp_trace *t)
+{
+    return t->n;
+}
+
+void cp_trace_info_get(const cp_trace *t, cp_trace_info *out)
+{
+    *out = t->info;
+}
+
+const char *cp_trace_path(const cp_trace *t)
+{
+    return t->path;
+}
+
+cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out)
+{
+    if (i >= t->n)
+        return cp_error_set(CP_ERR_INVALID, "event %zu out of range (the trace has %zu)", i,
+                            t->n);
+    out->is_free = t->is_free[i];
+    out->pointer = t->ptr[i];
+    out->size = t->size[i];
+    out->stream = t->streams[t->stream[i]];
+    out->thread = t->thread[i];
+    out->time_us = t->time[i];
+    return CP_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                          cp_replay_result *out)
+{
+    cp_replay_opts def = {0, 1, 0};
+    cp_stream **sv = NULL;
+    void **blk = NULL;
+    uint64_t *bsize = NULL;
+    uint32_t *bstream = NULL;
+    cp_status st = CP_OK;
+    size_t i, k;
+    int rep, reps;
+    uint64_t live = 0;
+    double t0, t1;
+    cp_stats stats;
+
+    memset(out, 0, sizeof *out);
+    if (!o)
+        o = &def;
+    reps = o->repeat > 1 ? o->repeat : 1;
+    sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
+    blk = calloc(t->nallocs ? t->nallocs : 1, sizeof *blk);
+    bsize = calloc(t->nallocs ? t->nallocs : 1, sizeof *bsize);
+    bstream = calloc(t->nallocs ? t->nallocs : 1, sizeof *bstream);
+    if (!sv || !blk || !bsize || !bstream) {
+        st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+        goto done;
+    }
+    /* Stream 0 is the default stream; every other trace stream gets its own. */
+    for (k = 0; k < t->nstreams; k++) {
+        if (t->streams[k] == 0 || o->single_stream || !cp_be)
+            continue;
+        st = cp_be->stream_create(&sv[k], 0, 0);
+        if (st != CP_OK)
+            goto done;
+    }
+
+    t0 = now_s();
+    for (rep = 0; rep < reps && st == CP_OK; rep++) {
+        for (i = 0; i < t->n; i++) {
+            uint32_t a = t->ord[i];
+            cp_stream *s = sv[t->stream[i]];
+            if (!t->is_free[i]) {
+                uint64_t size = t->size[i];
+                st = cp_resource_alloc(r, (size_t)size, s, &blk[a]);
+                if (st != CP_OK) {
+                    blk[a] = NULL;
+                    if (st != CP_ERR_OOM)
+                        break;
+                    st = CP_OK;
+                    out->failed++;
+                    continue;
+                }
+                bsize[a] = size;
+                bstream[a] = t->stream[i];
+                live += size;
+                if (live > out->peak_live)
+                    out->peak_live = live;
+            } else {
+                if (!blk[a]) {
+                    out->skipped_frees++;
+                    continue;
+                }
+                st = cp_resource_free(r, blk[a], (size_t)bsize[a], s);
+                if (st != CP_OK)
+                    break;
+                blk[a] = NULL;
+                live -= bsize[a];
+            }
+        }
+        out->events += i;
+        /* Blocks the trace never frees are returned before the next round
+         * (and at the end, so the pool is left empty). */
+        for (k = 0; k < t->nallocs; k++) {
+            if (blk[k]) {
+                cp_status fs = cp_resource_free(r, blk[k], (size_t)bsize[k], sv[bstream[k]]);
+                if (fs != CP_OK && st == CP_OK)
+                    st = fs;
+                blk[k] = NULL;
+                live -= bsize[k];
+            }
+        }
+    }
+    t1 = now_s();
+    out->seconds = t1 - t0;
+    out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
+    cp_resource_stats(r, &stats);
+    out->peak_reserved = stats.reserved_peak;
+    out->reserved_over_live =
+        out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
+    if (o->synchronize && cp_be) {
+        for (k = 0; k < t->nstreams; k++)
+            cp_be->stream_synchronize(sv[k]);
+    }
+done:
+    if (sv) {
+        for (k = 0; k < t->nstreams; k++)
+            if (sv[k])
+                cp_be->stream_destroy(sv[k]);
+    }
+    free(sv);
+    free(blk);
+    free(bsize);
+    free(bstream);
+    return st;
+}

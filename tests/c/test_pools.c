@@ -1,0 +1,603 @@
+/*
+ * test_pools.c: the conformance test of every pool kind over every upstream
+ * (TAP output).  Each case runs on the fake backend (fake_backend.h: stream
+ * completion under the test's control) and again on the host backend.
+ *
+ *  - random alloc/free over two streams and the default one: live blocks
+ *    never overlap, are aligned, stats are conserved (used == sum of live
+ *    sizes, reserved >= used, allocs - frees == live), all returned at the end;
+ *  - out of memory is reported (CP_ERR_OOM, failed counter) and recovered from;
+ *  - 4 host threads share a pool, each checking its blocks' contents;
+ *  - stream safety: reuse=stream never hands a block freed on A to B;
+ *    reuse=event not before A's work has completed; reuse=wait at once, with
+ *    B waiting on A's event; blocks freed before the pool saw a second stream;
+ *  - invalid frees, fallback, arena reset, limit adaptor.
+ *
+ * Built with -DTEST_NO_HOST when the host backend is not linked in.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_backend.h"
+#include "resource.h"
+
+static int n_ok, n_fail, n_test;
+static char group[160];
+
+static void ok(int cond, const char *fmt, ...)
+{
+    va_list ap;
+    n_test++;
+    if (cond)
+        n_ok++;
+    else
+        n_fail++;
+    printf("%s %d - %s: ", cond ? "ok" : "not ok", n_test, group);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    if (!cond && cp_error_msg()[0])
+        printf(" (last error: %s)", cp_error_msg());
+    printf("\n");
+}
+
+static const char *kinds[] = {"arena", "freelist", "tlsf", "caching"};
+static const char *upnames[] = {"device", "async", "managed", "pinned", "virtual"};
+
+static int is_heap(const char *kind)
+{
+    return strcmp(kind, "arena") != 0;
+}
+
+static cp_pool_opts opts(const char *kind, cp_upstream_kind up, cp_reuse reuse)
+{
+    cp_pool_opts o;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.upstream = up;
+    o.grow = 1;
+    o.alignment = 256;
+    o.reuse = reuse;
+    return o;
+}
+
+typedef struct live_blk {
+    uintptr_t p;
+    size_t n;
+    cp_stream *s;
+} live_blk;
+
+static int cmp_live(const void *a, const void *b)
+{
+    uintptr_t x = ((const live_blk *)a)->p, y = ((const live_blk *)b)->p;
+    return (x > y) - (x < y);
+}
+
+/* 1 when no two live blocks overlap. */
+static int no_overlap(const live_blk *v, size_t n)
+{
+    live_blk *c = malloc((n ? n : 1) * sizeof *c);
+    size_t i;
+    int good = 1;
+    memcpy(c, v, n * sizeof *c);
+    qsort(c, n, sizeof *c, cmp_live);
+    for (i = 1; i < n; i++)
+        if (c[i - 1].p + c[i - 1].n > c[i].p)
+            good = 0;
+    free(c);
+    return good;
+}
+
+static int stats_consistent(cp_resource *r, const live_blk *v, size_t n, char *why, size_t wl)
+{
+    cp_stats st;
+    uint64_t sum = 0;
+    size_t i;
+    for (i = 0; i < n; i++)
+        sum += v[i].n;
+    cp_resource_stats(r, &st);
+    if (st.used != sum)
+        return snprintf(why, wl, "used %llu != sum of live %llu", (unsigned long long)st.used,
+                        (unsigned long long)sum), 0;
+    if (st.reserved < st.used)
+        return snprintf(why, wl, "reserved %llu < used %llu", (unsigned long long)st.reserved,
+                        (unsigned long long)st.used), 0;
+    if (st.allocs - st.frees != n)
+        return snprintf(why, wl, "allocs-frees %llu != live %zu",
+                        (unsigned long long)(st.allocs - st.frees), n), 0;
+    if (st.free_bytes > st.reserved || st.largest_free > st.free_bytes)
+        return snprintf(why, wl, "free figures off: largest %llu free %llu reserved %llu",
+                        (unsigned long long)st.largest_free, (unsigned long long)st.free_bytes,
+                        (unsigned long long)st.reserved), 0;
+    if (st.fragmentation < 0 || st.fragmentation > 1)
+        return snprintf(why, wl, "fragmentation %g", st.fragmentation), 0;
+    if (st.used_peak < st.used || st.reserved_peak < st.reserved)
+        return snprintf(why, wl, "peaks below current"), 0;
+    return 1;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static size_t rnd_size(void)
+{
+    switch (rnd() % 4) {
+    case 0: return 1 + rnd() % 512;
+    case 1: return 1 + rnd() % 65536;
+    case 2: return 1 + rnd() % (1u << 20);
+    default: return 1 + rnd() % (6u << 20);
+    }
+}
+
+/* ---- random sequences over streams ---- */
+
+static void test_random(const char *kind, cp_upstream_kind up, cp_reuse reuse)
+{
+    cp_pool_opts o = opts(kind, up, reuse);
+    cp_resource *r;
+    cp_stream *sv[3] = {NULL, NULL, NULL};
+    live_blk *v = calloc(4096, sizeof *v);
+    size_t n = 0, i;
+    int aligned = 1, overlap_ok = 1, stats_ok = 1, alloc_ok = 1, free_ok = 1;
+    char why[256] = "";
+    cp_stats st;
+
+    cp_be->stream_create(&sv[1], 0, 0);
+    cp_be->stream_create(&sv[2], 0, 0);
+    if (cp_pool_create(&r, &o) != CP_OK) {
+        ok(0, "create");
+        goto out;
+    }
+    for (i = 0; i < 3000; i++) {
+        int do_alloc = n == 0 || (n < 4096 && rnd() % 100 < 55);
+        if (do_alloc) {
+            size_t sz = rnd_size();
+            cp_stream *s = sv[rnd() % 3];
+            void *p;
+            if (cp_resource_alloc(r, sz, s, &p) != CP_OK) {
+                alloc_ok = 0;
+                snprintf(why, sizeof why, "%s", cp_error_msg());
+                break;
+            }
+            if ((uintptr_t)p % 256)
+                aligned = 0;
+            v[n].p = (uintptr_t)p;
+            v[n].n = sz;
+            v[n].s = s;
+            n++;
+            if (rnd() % 8 == 0)
+                cp_be->k_spin(10, s);
+        } else {
+            size_t k = rnd() % n;
+            /* free on the stream that used it, or sometimes on another one */
+            cp_stream *s = rnd() % 4 ? v[k].s : sv[rnd() % 3];
+            if (cp_resource_free(r, (void *)v[k].p, v[k].n, s) != CP_OK)
+                free_ok = 0;
+            v[k] = v[--n];
+        }
+        if (rnd() % 16 == 0)
+            fake_complete(sv[rnd() % 3]);
+        if (i % 100 == 0) {
+            if (!no_overlap(v, n))
+                overlap_ok = 0;
+            if (stats_ok && !stats_consistent(r, v, n, why, sizeof why))
+                stats_ok = 0;
+        }
+    }
+    ok(alloc_ok, "3000 random allocations served %s", why);
+    ok(aligned, "every block 256-byte aligned");
+    ok(overlap_ok && no_overlap(v, n), "live blocks never overlap");
+    ok(stats_ok, "stats conserved %s", stats_ok ? "" : why);
+    while (n) {
+        n--;
+        if (cp_resource_free(r, (void *)v[n].p, v[n].n, v[n].s) != CP_OK)
+            free_ok = 0;
+    }
+    ok(free_ok, "every free accepted");
+    cp_resource_stats(r, &st);
+    ok(st.used == 0 && st.allocs == st.frees, "all returned: used %llu, allocs %llu frees %llu",
+       (unsigned long long)st.used, (unsigned long long)st.allocs,
+       (unsigned long long)st.frees);
+    if (is_heap(kind)) {
+        ok(st.free_bytes == st.reserved, "free bytes == reserved when empty (%llu, %llu)",
+           (unsigned long long)st.free_bytes, (unsigned long long)st.reserved);
+    }
+    cp_be->device_synchronize();
+    cp_resource_trim(r, 0);
+    cp_resource_stats(r, &st);
+    if (is_heap(kind))
+        ok(st.reserved == 0, "trim(0) returns every chunk (reserved %llu)",
+           (unsigned long long)st.reserved);
+    cp_resource_destroy(r);
+out:
+    cp_be->stream_destroy(sv[1]);
+    cp_be->stream_destroy(sv[2]);
+    free(v);
+}
+
+/* ---- out of memory ---- */
+
+static void test_oom(const char *kind, cp_upstream_kind up)
+{
+    cp_pool_opts o = opts(kind, up, CP_REUSE_STREAM);
+    cp_resource *r;
+    void *p[64];
+    int n = 0, i;
+    cp_status st = CP_OK;
+    cp_stats s1, s2;
+    void *q;
+
+    o.max = 8u << 20;
+    if (cp_pool_create(&r, &o) != CP_OK) {
+        ok(0, "create with max");
+        return;
+    }
+    while (n < 64 && (st = cp_resource_alloc(r, 1u << 20, NULL, &p[n])) == CP_OK)
+        n++;
+    ok(st == CP_ERR_OOM && n >= 1 && n <= 8, "max=8MiB: %d x 1MiB served, then CP_ERR_OOM", n);
+    ok(strstr(cp_error_msg(), "out of memory") != NULL, "message says out of memory: %s",
+       cp_error_msg());
+    cp_resource_stats(r, &s1);
+    ok(s1.failed == 1 && s1.reserved <= o.max, "failed counter 1 (%llu), reserved %llu <= max",
+       (unsigned long long)s1.failed, (unsigned long long)s1.reserved);
+    st = cp_resource_alloc(r, 64u << 20, NULL, &q);
+    ok(st == CP_ERR_OOM, "a request larger than max is refused");
+    for (i = 0; i < n; i++)
+        cp_resource_free(r, p[i], 1u << 20, NULL);
+    st = cp_resource_alloc(r, 1u << 20, NULL, &q);
+    ok(st == CP_OK, "recovered: allocation works after frees");
+    if (st == CP_OK)
+        cp_resource_free(r, q, 1u << 20, NULL);
+    cp_resource_stats(r, &s2);
+    ok(s2.used == 0 && s2.failed == 2, "consistent after OOM: used %llu failed %llu",
+       (unsigned long long)s2.used, (unsigned long long)s2.failed);
+    cp_resource_destroy(r);
+}
+
+/* ---- threads ---- */
+
+typedef struct thr {
+    cp_resource *r;
+    int id;
+    int bad;
+    int failed;
+    int real_memory;
+} thr;
+
+static void *thread_main(void *arg)
+{
+    thr *t = arg;
+    cp_stream *s = NULL;
+    live_blk v[64];
+    int n = 0, i;
+    uint64_t seed = 0x1234567ull * (uint64_t)(t->id + 1);
+    cp_be->stream_create(&s, 0, 0);
+    for (i = 0; i < 2000; i++) {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        if (n < 64 && (n == 0 || seed % 2)) {
+            size_t sz = 16 + seed % (256u << 10);
+            void *p;
+            if (cp_resource_alloc(t->r, sz, s, &p) != CP_OK) {
+                t->failed++;
+                continue;
+            }
+            if (t->real_memory) {
+                uint64_t tag = ((uint64_t)t->id << 32) | (uint64_t)i;
+                memcpy(p, &tag, 8);
+                memcpy((char *)p + sz - 8, &tag, 8);
+            }
+            v[n].p = (uintptr_t)p;
+            v[n].n = sz;
+            v[n].s = (cp_stream *)(uintptr_t)i; /* the tag's low half */
+            n++;
+        } else {
+            int k = (int)(seed % (uint64_t)n);
+            if (t->real_memory) {
+                uint64_t tag = ((uint64_t)t->id << 32) | (uint64_t)(uintptr_t)v[k].s, a, b;
+                memcpy(&a, (void *)v[k].p, 8);
+                memcpy(&b, (char *)v[k].p + v[k].n - 8, 8);
+                if (a != tag || b != tag)
+                    t->bad++;
+            }
+            cp_resource_free(t->r, (void *)v[k].p, v[k].n, s);
+            v[k] = v[--n];
+        }
+    }
+    while (n--)
+        cp_resource_free(t->r, (void *)v[n].p, v[n].n, s);
+    cp_be->stream_synchronize(s);
+    cp_be->stream_destroy(s);
+    return NULL;
+}
+
+static void test_threads(const char *kind, cp_upstream_kind up)
+{
+    cp_pool_opts o = opts(kind, up, CP_REUSE_WAIT);
+    cp_resource *r;
+    pthread_t th[4];
+    thr t[4];
+    int i, bad = 0, failed = 0;
+    cp_stats st;
+    if (cp_pool_create(&r, &o) != CP_OK) {
+        ok(0, "create");
+        return;
+    }
+    for (i = 0; i < 4; i++) {
+        t[i].r = r;
+        t[i].id = i;
+        t[i].bad = t[i].failed = 0;
+        t[i].real_memory = up != CP_UP_VIRTUAL;
+        pthread_create(&th[i], NULL, thread_main, &t[i]);
+    }
+    for (i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        bad += t[i].bad;
+        failed += t[i].failed;
+    }
+    cp_resource_stats(r, &st);
+    ok(failed == 0, "4 threads: no allocation failed (%d)", failed);
+    ok(bad == 0, "4 threads: no block overwritten by another (%d corrupted)", bad);
+    ok(st.used == 0 && st.allocs == st.frees && st.allocs > 0,
+       "4 threads: stats balance (allocs %llu frees %llu used %llu)",
+       (unsigned long long)st.allocs, (unsigned long long)st.frees,
+       (unsigned long long)st.used);
+    cp_resource_destroy(r);
+}
+
+/* ---- stream safety ---- */
+
+static int overlaps(uintptr_t a, size_t an, uintptr_t b, size_t bn)
+{
+    return a < b + bn && b < a + an;
+}
+
+/* Allocates count blocks of sz on s; returns how many overlap [x, x+xn). */
+static int alloc_many(cp_resource *r, cp_stream *s, size_t sz, int count, uintptr_t x,
+                      size_t xn, void **out)
+{
+    int i, hits = 0;
+    for (i = 0; i < count; i++) {
+        if (cp_resource_alloc(r, sz, s, &out[i]) != CP_OK) {
+            out[i] = NULL;
+            continue;
+        }
+        if (overlaps((uintptr_t)out[i], sz, x, xn))
+            hits++;
+    }
+    return hits;
+}
+
+static void free_many(cp_resource *r, cp_stream *s, size_t sz, int count, void **v)
+{
+    int i;
+    for (i = 0; i < count; i++)
+        if (v[i])
+            cp_resource_free(r, v[i], sz, s);
+}
+
+static void test_streams(const char *kind, cp_upstream_kind up, int real_backend)
+{
+    const size_t SZ = 64u << 10;
+    cp_stream *a = NULL, *b = NULL;
+    cp_resource *r;
+    cp_pool_opts o;
+    void *x, *y, *v[16];
+    int hits;
+    cp_be->stream_create(&a, 0, 0);
+    cp_be->stream_create(&b, 0, 0);
+
+    /* reuse=stream: never across */
+    o = opts(kind, up, CP_REUSE_STREAM);
+    if (cp_pool_create(&r, &o) == CP_OK) {
+        cp_resource_alloc(r, SZ, a, &x);
+        cp_resource_alloc(r, SZ, b, &y);
+        cp_be->k_spin(20000, a);
+        cp_resource_free(r, x, SZ, a);
+        hits = alloc_many(r, b, SZ, 16, (uintptr_t)x, SZ, v);
+        ok(hits == 0, "reuse=stream: block freed on A never returned on B (%d)", hits);
+        if (!real_backend)
+            fake_complete(a);
+        cp_be->stream_synchronize(a);
+        free_many(r, b, SZ, 16, v);
+        hits = alloc_many(r, b, SZ, 16, (uintptr_t)x, SZ, v);
+        ok(hits == 0, "reuse=stream: not even after A completed (%d)", hits);
+        free_many(r, b, SZ, 16, v);
+        cp_resource_free(r, y, SZ, b);
+        cp_be->device_synchronize();
+        cp_resource_destroy(r);
+    }
+
+    /* reuse=event: only after A's work completed */
+    o = opts(kind, up, CP_REUSE_EVENT);
+    if (cp_pool_create(&r, &o) == CP_OK) {
+        cp_resource_alloc(r, SZ, a, &x);
+        cp_resource_alloc(r, SZ, b, &y);
+        cp_be->k_spin(20000, a);
+        cp_resource_free(r, x, SZ, a);
+        if (!real_backend) {
+            hits = alloc_many(r, b, SZ, 16, (uintptr_t)x, SZ, v);
+            ok(hits == 0, "reuse=event: not reused while A's work is pending (%d)", hits);
+            free_many(r, b, SZ, 16, v);
+            fake_complete(a);
+        } else {
+            /* A real backend may finish the spin at any time: check only that
+             * any reuse happened after A's work completed. */
+            int idle = 0;
+            hits = alloc_many(r, b, SZ, 1, (uintptr_t)x, SZ, v);
+            cp_be->stream_query(a, &idle);
+            ok(!hits || idle, "reuse=event: reused only once A was idle");
+            free_many(r, b, SZ, 1, v);
+            cp_be->stream_synchronize(a);
+        }
+        hits = alloc_many(r, b, SZ, 1, (uintptr_t)x, SZ, v);
+        if (is_heap(kind))
+            ok(hits == 1, "reuse=event: reused on B once A's event completed");
+        free_many(r, b, SZ, 1, v);
+        cp_resource_free(r, y, SZ, b);
+        cp_be->device_synchronize();
+        cp_resource_destroy(r);
+    }
+
+    /* reuse=wait: at once, B waiting on A */
+    o = opts(kind, up, CP_REUSE_WAIT);
+    if (cp_pool_create(&r, &o) == CP_OK) {
+        uint64_t waits = real_backend ? 0 : b->waits;
+        cp_resource_alloc(r, SZ, a, &x);
+        cp_resource_alloc(r, SZ, b, &y);
+        cp_be->k_spin(20000, a);
+        cp_resource_free(r, x, SZ, a);
+        hits = alloc_many(r, b, SZ, 1, (uintptr_t)x, SZ, v);
+        if (is_heap(kind)) {
+            ok(hits == 1, "reuse=wait: reused on B at once");
+            if (!real_backend)
+                ok(b->waits > waits && b->waited_on == a, "reuse=wait: B waits on A's event");
+        }
+        free_many(r, b, SZ, 1, v);
+        cp_resource_free(r, y, SZ, b);
+        cp_be->device_synchronize();
+        cp_resource_destroy(r);
+    }
+
+    /* blocks freed while the pool knew one stream carry no event; crossing
+     * later must still be ordered (a device synchronization) */
+    if (!real_backend) {
+        o = opts(kind, up, CP_REUSE_EVENT);
+        if (cp_pool_create(&r, &o) == CP_OK) {
+            uint64_t syncs = fake_syncs;
+            cp_resource_alloc(r, SZ, a, &x);
+            cp_be->k_spin(20000, a);
+            cp_resource_free(r, x, SZ, a);
+            hits = alloc_many(r, b, SZ, 1, (uintptr_t)x, SZ, v);
+            ok(hits == 0 || fake_syncs > syncs,
+               "single-stream frees: crossing to B only after a synchronization");
+            free_many(r, b, SZ, 1, v);
+            cp_be->device_synchronize();
+            cp_resource_destroy(r);
+        }
+    }
+    cp_be->stream_destroy(a);
+    cp_be->stream_destroy(b);
+}
+
+/* ---- misuse, fallback, reset, limit ---- */
+
+static void test_misc(const char *kind, cp_upstream_kind up)
+{
+    cp_pool_opts o = opts(kind, up, CP_REUSE_STREAM);
+    cp_resource *r, *l;
+    void *p, *q;
+    cp_stats st;
+    cp_status s;
+
+    if (cp_pool_create(&r, &o) != CP_OK) {
+        ok(0, "create");
+        return;
+    }
+    cp_resource_alloc(r, 1000, NULL, &p);
+    s = cp_resource_free(r, (char *)p + 256, 1000, NULL);
+    ok(s == CP_ERR_INVALID, "free of an address inside a block is refused: %s", cp_error_msg());
+    cp_resource_free(r, p, 1000, NULL);
+    s = cp_resource_free(r, p, 1000, NULL);
+    ok(s == CP_ERR_INVALID, "double free is refused");
+    cp_resource_stats(r, &st);
+    ok(st.frees == 1 && st.used == 0, "refused frees leave the stats alone");
+    s = cp_resource_reset(r);
+    if (is_heap(kind)) {
+        ok(s == CP_ERR_UNSUPPORTED, "reset() unsupported");
+    } else {
+        void *a1, *a2;
+        cp_resource_alloc(r, 4096, NULL, &a1);
+        cp_resource_alloc(r, 4096, NULL, &q);
+        s = cp_resource_reset(r);
+        cp_resource_stats(r, &st);
+        ok(s == CP_OK && st.used == 0 && st.allocs == st.frees, "reset() frees everything");
+        cp_resource_alloc(r, 4096, NULL, &a2);
+        ok(a2 == a1, "after reset() the arena starts over at its base");
+        ok(cp_resource_free(r, q, 4096, NULL) == CP_ERR_INVALID,
+           "a block from before reset() cannot be freed");
+        cp_resource_free(r, a2, 4096, NULL);
+    }
+    cp_resource_destroy(r);
+
+    /* fallback: a pool that may not grow serves big requests from upstream */
+    o = opts(kind, up, CP_REUSE_STREAM);
+    o.grow = 0;
+    o.initial = 1u << 20;
+    o.fallback = 1;
+    if (cp_pool_create(&r, &o) == CP_OK) {
+        s = cp_resource_alloc(r, 4u << 20, NULL, &p);
+        cp_resource_stats(r, &st);
+        ok(s == CP_OK && st.reserved >= (5u << 20), "fallback serves what the pool cannot "
+           "(reserved %llu)", (unsigned long long)st.reserved);
+        if (s == CP_OK)
+            cp_resource_free(r, p, 4u << 20, NULL);
+        cp_resource_stats(r, &st);
+        ok(st.used == 0 && st.reserved == (1u << 20), "fallback block returned upstream");
+        cp_resource_destroy(r);
+    } else {
+        ok(0, "create with fallback: %s", cp_error_msg());
+    }
+
+    /* limit adaptor */
+    o = opts(kind, up, CP_REUSE_STREAM);
+    if (cp_pool_create(&r, &o) == CP_OK && cp_limit_adaptor(&l, r, 3u << 20) == CP_OK) {
+        cp_status s1 = cp_resource_alloc(l, 2u << 20, NULL, &p);
+        cp_status s2 = cp_resource_alloc(l, 2u << 20, NULL, &q);
+        cp_resource_stats(l, &st);
+        ok(s1 == CP_OK && s2 == CP_ERR_OOM && st.failed == 1,
+           "limit adaptor refuses past its limit");
+        ok(st.reserved >= st.used && st.used == (2u << 20), "limit adaptor stats");
+        cp_resource_free(l, p, 2u << 20, NULL);
+        cp_resource_destroy(l);
+    } else {
+        ok(0, "limit adaptor");
+    }
+}
+
+static void run_all(const char *backend, int real)
+{
+    size_t k;
+    int u;
+    for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        for (u = 0; u <= CP_UP_VIRTUAL; u++) {
+            snprintf(group, sizeof group, "%s %s/%s", backend, kinds[k], upnames[u]);
+            test_random(kinds[k], (cp_upstream_kind)u, CP_REUSE_WAIT);
+            if (u == CP_UP_VIRTUAL || u == CP_UP_DEVICE) {
+                test_random(kinds[k], (cp_upstream_kind)u, CP_REUSE_STREAM);
+                test_random(kinds[k], (cp_upstream_kind)u, CP_REUSE_EVENT);
+            }
+            test_oom(kinds[k], (cp_upstream_kind)u);
+            test_streams(kinds[k], (cp_upstream_kind)u, real);
+            if (u == CP_UP_DEVICE || u == CP_UP_VIRTUAL) {
+                test_threads(kinds[k], (cp_upstream_kind)u);
+                test_misc(kinds[k], (cp_upstream_kind)u);
+            }
+        }
+    }
+}
+
+int main(void)
+{
+    cp_be = &fake_backend;
+    run_all("fake", 0);
+#ifndef TEST_NO_HOST
+    cp_be = NULL;
+    if (cp_backend_select("host") == CP_OK)
+        run_all("host", 1);
+    else
+        ok(0, "host backend: %s", cp_error_msg());
+#endif
+    printf("# %d passed, %d failed\n", n_ok, n_fail);
+    return n_fail ? 1 : 0;
+}
