@@ -3,7 +3,7 @@
  * virtual upstream and prints peak reserved / peak live and ns per event
  * (median of several runs; each run replays a fresh pool).
  *
- *   cc ... bench/replay.c build/obj/core/*.o -lz -lpthread -lm -o build/bench_replay
+ *   cc ... bench/replay.c build/obj/core/(all objects) -lz -lpthread -lm -o build/bench_replay
  *   build/bench_replay [runs] [trace.csv.gz ...]   (default: $CUPOLA_TRACES or
  *                                                  ../shared/traces, 5 runs)
  */

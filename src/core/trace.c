@@ -258,8 +258,17 @@ static cp_status load(loader *ld)
             break;
         ld->line++;
         len = strlen(buf);
-        if (len && buf[len - 1] != '\n' && !gzeof(ld->gz))
-            return bad(ld, "line too long", NULL);
+        if (len && buf[len - 1] != '\n') {
+            /* A last line without its newline: complete only if the stream
+             * ended cleanly (a truncated gzip member hands out its partial
+             * last line before reporting the error). */
+            const char *msg = gzerror(ld->gz, &err);
+            if (err != Z_OK && err != Z_STREAM_END)
+                return cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data "
+                                    "(%s)", ld->path, ld->line, msg);
+            if (!gzeof(ld->gz))
+                return bad(ld, "line too long", NULL);
+        }
         while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
             buf[--len] = '\0';
         if (ld->line == 1) {
