@@ -344,8 +344,11 @@ static cp_stream *resolve_locked(cp_stream *s)
     return s ? s : legacy_locked();
 }
 
-/* Appends w to s, adding the legacy-stream dependencies.  Frees w on error. */
-static cp_status enqueue_locked(cp_stream *s, hwork *w)
+/* Appends w to s, adding the legacy-stream dependencies; *ticket (optional)
+ * gets its place.  Takes w: frees it on error, or at once when it is an
+ * empty marker with nothing to wait for on an idle stream, which is then
+ * complete on the spot (cheap frees for allocation-heavy replays). */
+static cp_status enqueue_locked(cp_stream *s, hwork *w, uint64_t *ticket)
 {
     if (s->stop || s->joined || s->destroyed) {
         work_free(w);
@@ -362,6 +365,13 @@ static cp_status enqueue_locked(cp_stream *s, hwork *w)
             goto oom;
     }
     w->ticket = ++s->enqueued;
+    if (ticket)
+        *ticket = w->ticket;
+    if (!w->run && !w->done_locked && w->ndeps == 0 && !s->head) {
+        s->completed = w->ticket;
+        work_free(w);
+        return CP_OK;
+    }
     w->next = NULL;
     if (s->tail)
         s->tail->next = w;
@@ -387,13 +397,9 @@ static cp_status enqueue(cp_stream *s, hwork *w, uint64_t *sid, uint64_t *ticket
         pthread_mutex_unlock(&G.mu);
         return CP_ERR_BACKEND;
     }
-    st = enqueue_locked(hs, w);
-    if (st == CP_OK) {
-        if (sid)
-            *sid = hs->id;
-        if (ticket)
-            *ticket = w->ticket;
-    }
+    st = enqueue_locked(hs, w, ticket);
+    if (st == CP_OK && sid)
+        *sid = hs->id;
     pthread_mutex_unlock(&G.mu);
     return st;
 }
@@ -468,7 +474,7 @@ cp_status cp_host_enqueue_wait_locked(cp_stream *s, uint64_t sid, uint64_t ticke
         return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a work item");
     }
     known_note_locked(hs, sid, ticket);
-    return enqueue_locked(hs, w);
+    return enqueue_locked(hs, w, NULL);
 }
 
 cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *ticket)
@@ -481,11 +487,9 @@ cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *tic
     w = work_or_oom(NULL);
     if (!w)
         return CP_ERR_OOM;
-    st = enqueue_locked(hs, w);
-    if (st == CP_OK) {
+    st = enqueue_locked(hs, w, ticket);
+    if (st == CP_OK)
         *sid = hs->id;
-        *ticket = w->ticket;
-    }
     return st;
 }
 
@@ -714,7 +718,7 @@ static cp_status h_stream_wait_event(cp_stream *s, cp_event *e)
                     work_free(w);
                     st = cp_error_set(CP_ERR_OOM, "host backend: out of memory for a work item");
                 } else {
-                    st = enqueue_locked(hs, w);
+                    st = enqueue_locked(hs, w, NULL);
                 }
             }
         }
@@ -773,6 +777,7 @@ static void mark_done_locked(hwork *w)
 
 static cp_status h_event_record(cp_event *e, cp_stream *s)
 {
+    uint64_t ticket = 0;
     cp_stream *hs;
     hwork *w;
     cp_status st;
@@ -791,13 +796,14 @@ static cp_status h_event_record(cp_event *e, cp_stream *s)
     }
     w->u.mark.e = e;
     w->u.mark.gen = e->gen + 1;
-    st = enqueue_locked(hs, w);
+    st = enqueue_locked(hs, w, &ticket);
     if (st == CP_OK) {
+        /* the marker cannot have run yet: we hold the lock */
         e->refs++;
         e->gen++;
         e->recorded = 1;
         e->sid = hs->id;
-        e->ticket = w->ticket; /* w cannot have run yet: we hold the lock */
+        e->ticket = ticket;
     }
     pthread_mutex_unlock(&G.mu);
     return st;

@@ -54,13 +54,17 @@
 
 #define POOL_GRAN 256u
 #define POOL_CHUNK ((size_t)2 << 20)
+#define POOL_BINS 64
 
 typedef struct hchunk hchunk;
 typedef struct hblock hblock;
 
 struct hblock {
     hblock *prev, *next;   /* address order within the chunk */
-    hblock *fprev, *fnext; /* the pool's free list, while free */
+    hblock *fprev, *fnext; /* the pool's size bin, while free */
+    hblock *pprev, *pnext; /* the pool's pending list, while free and constrained */
+    int bin;               /* the bin it sits in, while free */
+    int pending;
     hblock *hnext;         /* pointer-map chain, while allocated */
     hchunk *chunk;
     char *ptr;
@@ -86,7 +90,8 @@ struct cp_mempool {
     int follow_events, opportunistic, internal_deps;
     uint64_t used, used_high, reserved, reserved_high;
     hchunk *chunks;
-    hblock *free_head;
+    hblock *bins[POOL_BINS]; /* free blocks by floor(log2(size)) */
+    hblock *pending;         /* free blocks whose constraint may still lift */
 };
 
 static cp_mempool *pools;        /* every live pool, the default included */
@@ -158,14 +163,48 @@ static hblock *map_remove(const void *p)
 
 /* ---- blocks ------------------------------------------------------------------ */
 
+static int bin_of(size_t size)
+{
+    return 63 - __builtin_clzll((unsigned long long)size);
+}
+
+static void pend_add(cp_mempool *p, hblock *b)
+{
+    if (b->pending)
+        return;
+    b->pending = 1;
+    b->pprev = NULL;
+    b->pnext = p->pending;
+    if (p->pending)
+        p->pending->pprev = b;
+    p->pending = b;
+}
+
+static void pend_del(cp_mempool *p, hblock *b)
+{
+    if (!b->pending)
+        return;
+    if (b->pprev)
+        b->pprev->pnext = b->pnext;
+    else
+        p->pending = b->pnext;
+    if (b->pnext)
+        b->pnext->pprev = b->pprev;
+    b->pprev = b->pnext = NULL;
+    b->pending = 0;
+}
+
 static void free_push(cp_mempool *p, hblock *b)
 {
     b->free = 1;
+    b->bin = bin_of(b->size);
     b->fprev = NULL;
-    b->fnext = p->free_head;
-    if (p->free_head)
-        p->free_head->fprev = b;
-    p->free_head = b;
+    b->fnext = p->bins[b->bin];
+    if (p->bins[b->bin])
+        p->bins[b->bin]->fprev = b;
+    p->bins[b->bin] = b;
+    if (b->fticket)
+        pend_add(p, b);
 }
 
 static void free_unlink(cp_mempool *p, hblock *b)
@@ -173,20 +212,22 @@ static void free_unlink(cp_mempool *p, hblock *b)
     if (b->fprev)
         b->fprev->fnext = b->fnext;
     else
-        p->free_head = b->fnext;
+        p->bins[b->bin] = b->fnext;
     if (b->fnext)
         b->fnext->fprev = b->fprev;
     b->fprev = b->fnext = NULL;
     b->free = 0;
+    pend_del(p, b);
 }
 
 /* Drops the constraint of a block whose free has run, where the pool lets
  * any stream reuse such a block. */
-static void clean(const cp_mempool *p, hblock *b)
+static void clean(cp_mempool *p, hblock *b)
 {
     if (b->fticket && p->opportunistic && cp_host_done_locked(b->fsid, b->fticket)) {
         b->fticket = 0;
         b->fsid = 0;
+        pend_del(p, b);
     }
 }
 
@@ -201,6 +242,7 @@ static void absorb_next(cp_mempool *p, hblock *b)
 {
     hblock *n = b->next;
     free_unlink(p, n);
+    free_unlink(p, b); /* its size bin changes */
     b->size += n->size;
     if (n->fticket > b->fticket)
         b->fticket = n->fticket;
@@ -208,6 +250,7 @@ static void absorb_next(cp_mempool *p, hblock *b)
     if (n->next)
         n->next->prev = b;
     free(n);
+    free_push(p, b);
 }
 
 /* Merges free b with its neighbours where allowed; returns the result. */
@@ -230,12 +273,12 @@ static void tidy(cp_mempool *p)
     int any = 0;
     if (!p->opportunistic)
         return;
-    for (hblock *f = p->free_head; f; f = f->fnext)
-        if (f->fticket) {
-            clean(p, f);
-            if (!f->fticket)
-                any = f->chunk->dirty = 1;
-        }
+    for (hblock *f = p->pending, *next; f; f = next) {
+        next = f->pnext; /* clean unlinks f only */
+        clean(p, f);
+        if (!f->fticket)
+            any = f->chunk->dirty = 1;
+    }
     if (!any)
         return;
     for (hchunk *c = p->chunks; c; c = c->next) {
@@ -507,17 +550,21 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
 
     cp_host_lock();
     tidy(p);
-    for (hblock *f = p->free_head; f; f = f->fnext) {
-        if (f->size < need)
-            continue;
-        if (usable_now(p, f, s, sid)) {
-            if (!best || f->size < best->size)
-                best = f;
-        } else if (p->internal_deps) {
-            if (!waited || f->size < waited->size)
-                waited = f;
+    /* Best fit: every block of a higher bin is larger than any of a lower
+     * one, so the first bin holding a usable block holds the best.  Blocks
+     * needing an inserted wait are the fallback, best fit too. */
+    for (int bin = bin_of(need); bin < POOL_BINS && !best; bin++)
+        for (hblock *f = p->bins[bin]; f; f = f->fnext) {
+            if (f->size < need)
+                continue;
+            if (usable_now(p, f, s, sid)) {
+                if (!best || f->size < best->size)
+                    best = f;
+            } else if (p->internal_deps) {
+                if (!waited || f->size < waited->size)
+                    waited = f;
+            }
         }
-    }
     b = best;
     if (!b && waited) {
         st = cp_host_enqueue_wait_locked(s, waited->fsid, waited->fticket);
@@ -555,7 +602,7 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
             if (b->next)
                 b->next->prev = rest;
             b->next = rest;
-            b->size = need;
+            b->size = need; /* b leaves its bin below: it remembers which */
             free_push(p, rest);
         }
     }
@@ -614,6 +661,7 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
     p->used -= b->size;
     b->fsid = sid;
     b->fticket = ticket;
+    clean(p, b); /* the marker may have completed on the spot */
     free_push(p, b);
     coalesce(p, b);
     cp_host_unlock();
