@@ -590,6 +590,21 @@ static void *stress_thread(void *arg)
             BE->event_query(e, &done);
             BE->stream_synchronize(s);
         }
+        if (it % 25 == 0) {
+            /* a short-lived stream: destroyed with work queued while a
+             * shared stream still waits for it */
+            cp_stream *mine = NULL;
+            if (BE->stream_create(&mine, 0, (int)(seed & 1)) != CP_OK) {
+                stress_fail();
+                continue;
+            }
+            BE->k_spin(300, mine);
+            BE->event_record(e, mine);
+            BE->stream_wait_event(o, e);
+            BE->stream_destroy(mine);
+            if (it % 75 == 0)
+                BE->device_synchronize();
+        }
     }
     BE->event_destroy(e);
     return NULL;
