@@ -11,9 +11,9 @@
  *  - Requests are rounded up to 256 bytes (the pool's granularity); used
  *    counts the rounded sizes of live allocations, reserved the chunks held.
  *    Both keep a high-water mark, which can only be reset to the current value.
- *  - Sub-allocation is best fit over the pool's free blocks, splitting the
- *    chosen block; adjacent free blocks coalesce when their reuse
- *    constraints agree (see below).
+ *  - Sub-allocation is best fit over the pool's free blocks (kept in
+ *    power-of-two size bins), splitting the chosen block; adjacent free
+ *    blocks coalesce when their reuse constraints agree (see below).
  *  - mem_free_async(p, s) enqueues a marker on s; the block remembers
  *    (sid, ticket) of that marker: the point after which no work on s touches
  *    it.  used drops at once.  A freed block may then be handed to an
@@ -37,10 +37,10 @@
  *    cudaFreeAsync is not told the pool.
  *  - The default pool is a singleton created on first use that lives for the
  *    process; it is the current pool until set_current names another, and
- *    again when that pool is destroyed.  mempool_destroy returns at once
- *    with all of the pool's memory, live allocations included: at once if no
- *    queued free on it is pending, else at the first synchronization point
- *    (or exit) after those frees have run, as CUDA defers it.
+ *    again when that pool is destroyed.  mempool_destroy returns at once;
+ *    the pool's memory, live allocations included, goes back to the OS then
+ *    if no queued free on it is pending, else at the first synchronization
+ *    point (or exit) after those frees have run, as CUDA defers it.
  *  - location_host pools are host memory like all others; as in CUDA they
  *    cannot be the current pool nor have posix fd handles (CP_ERR_INVALID).
  *    A device pool's handle_posix_fd is accepted; export to another process
