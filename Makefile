@@ -138,7 +138,7 @@ test-tsan:
 	    $(patsubst $(BUILD)/%,$(TSAN_BUILD)/%,$(C_TESTS))
 	@for t in $(patsubst $(BUILD)/%,$(TSAN_BUILD)/%,$(C_TESTS)); do \
 	    echo "== $$t (tsan)"; \
-	    CUPOLA_BACKEND=host TSAN_OPTIONS="halt_on_error=1" $$t || exit 1; \
+	    CUPOLA_BACKEND=host TSAN_OPTIONS="halt_on_error=1" timeout 900 $$t || exit 1; \
 	done
 
 # test-tsan-lua: the busted suite on the host backend with a TSAN-built
