@@ -146,6 +146,10 @@ void l_open_kernels(lua_State *L);
 void l_open_pool(lua_State *L);
 void l_open_trace(lua_State *L);
 
+/* __newindex of handle types whose fields are all read-only: raises
+ * "cupola.Buffer field 'size' is read-only". */
+int l_readonly_newindex(lua_State *L);
+
 /* Creates the metatable tname with __name, the given metamethods and a
  * method table as __index (methods may be NULL). Leaves nothing on the stack. */
 void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const luaL_Reg *methods);

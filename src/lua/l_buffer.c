@@ -385,7 +385,8 @@ void l_open_buffer(lua_State *L)
 {
     static const luaL_Reg meta[] = {{"__gc", buffer_gc},     {"__close", buffer_gc},
                                     {"__index", buffer_index}, {"__tostring", buffer_tostring},
-                                    {"__len", buffer_len},     {NULL, NULL}};
+                                    {"__len", buffer_len},     {"__newindex", l_readonly_newindex},
+                                    {NULL, NULL}};
     static const luaL_Reg methods[] = {{"free", buffer_free},       {"close", buffer_close},
                                        {"read", buffer_read},       {"write", buffer_write},
                                        {"memset", buffer_memset},   {"copy_to", buffer_copy_to},

@@ -83,6 +83,19 @@ static void set_attr(lua_State *L, l_mempool *m, int i, int validx)
     l_check(L, cp_be->mempool_set_attr(m->ref->p, attrs[i].attr, v));
 }
 
+/* Option key of the table at 1, one of list: raises naming the option
+ * (luaL_checkoption on a field would say "bad argument #-1"). */
+static int checkchoice(lua_State *L, const char *key, const char *def, const char *const list[])
+{
+    const char *v = l_optstring_field(L, 1, key, def);
+    int i;
+    for (i = 0; list[i]; i++)
+        if (strcmp(v, list[i]) == 0)
+            return i;
+    return luaL_error(L, "cupola.mempool: invalid option '%s' for '%s' (one of %s, %s)", v, key,
+                      list[0], list[1]);
+}
+
 /* cupola.mempool{location=, max_size=, release_threshold=, handle=, reuse_*=} */
 static int mempool_new(lua_State *L)
 {
@@ -104,11 +117,8 @@ static int mempool_new(lua_State *L)
     }
     l_checkoptions(L, 1, "cupola.mempool", opts);
     memset(&props, 0, sizeof props);
-    lua_getfield(L, 1, "location");
-    props.location_host = luaL_checkoption(L, -1, "device", locations);
-    lua_getfield(L, 1, "handle");
-    props.handle_posix_fd = luaL_checkoption(L, -1, "none", handles);
-    lua_pop(L, 2);
+    props.location_host = checkchoice(L, "location", "device", locations);
+    props.handle_posix_fd = checkchoice(L, "handle", "none", handles);
     props.max_size = l_optsize_field(L, 1, "max_size", 0);
 
     m = newmempool(L);

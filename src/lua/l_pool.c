@@ -266,7 +266,7 @@ void l_open_pool(lua_State *L)
 {
     static const luaL_Reg meta[] = {{"__gc", pool_gc},           {"__close", pool_gc},
                                     {"__index", pool_index},     {"__tostring", pool_tostring},
-                                    {NULL, NULL}};
+                                    {"__newindex", l_readonly_newindex}, {NULL, NULL}};
     static const luaL_Reg methods[] = {{"alloc", pool_alloc}, {"trim", pool_trim},
                                        {"reset", pool_reset}, {"stats", pool_stats},
                                        {"close", pool_close}, {NULL, NULL}};

@@ -50,6 +50,11 @@ int l_parsesize(const char *s, uint64_t *out)
     if (!isdigit((unsigned char)*s))
         return -1; /* no sign, no hex, no "inf" */
     mant = strtod(s, &end);
+    /* strtod also reads hex ("0x10") and exponents ("1e3"): only decimal
+     * digits and a point are a size. */
+    for (const char *c = s; c < end; c++)
+        if (!isdigit((unsigned char)*c) && *c != '.')
+            return -1;
     while (isspace((unsigned char)*end))
         end++;
     for (i = 0; i < sizeof units / sizeof units[0]; i++) {
@@ -183,6 +188,14 @@ const char *l_optstring_field(lua_State *L, int idx, const char *key, const char
     }
     lua_pop(L, 1);
     return v;
+}
+
+int l_readonly_newindex(lua_State *L)
+{
+    const char *tname = luaL_typename(L, 1);
+    if (luaL_getmetafield(L, 1, "__name") == LUA_TSTRING)
+        tname = lua_tostring(L, -1);
+    return luaL_error(L, "%s field '%s' is read-only", tname, luaL_tolstring(L, 2, NULL));
 }
 
 void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const luaL_Reg *methods)

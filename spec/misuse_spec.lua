@@ -1,0 +1,532 @@
+-- The misuse catalogue (issue 4): wrong uses of every handle type, each of
+-- which must end in a Lua error that names the problem, or in
+-- nil, msg, "out_of_memory" -- never in a crash, a corrupted pool or a leak.
+--
+-- Each case is its own `it`, so the count of cases is the count of tests in
+-- this file.  After the cases that touch a pool, the pool is checked to be
+-- still consistent (a refused operation must leave it as it was).
+local cupola = require "cupola"
+local K = cupola.kernels
+
+-- raises(fn, text): fn raises an error containing text (plain, not a pattern).
+local function raises(fn, text)
+  assert.error_matches(fn, text, 1, true)
+end
+
+-- oom(a, b, c): the three results of an allocation that could not be served.
+local function oom(a, b, c)
+  assert.is_nil(a)
+  assert.equals("string", type(b))
+  assert.equals("out_of_memory", c)
+end
+
+-- consistent(p): what a pool's statistics must say whatever happened before.
+local function consistent(p, live)
+  local st = p:stats()
+  assert.equals(live or 0, st.live_buffers)
+  assert.is_true(st.used <= st.reserved)
+  assert.is_true(st.free_bytes + st.used <= st.reserved)
+  assert.is_true(st.largest_free <= st.free_bytes)
+  if (live or 0) == 0 then assert.equals(0, st.used) end
+end
+
+local function tmpfile(text)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+describe("misuse: sizes", function()
+  it("a negative size is an argument error", function()
+    raises(function() cupola.bytes(-1) end, "size must not be negative")
+  end)
+
+  it("a fractional size is an argument error", function()
+    raises(function() cupola.bytes(1.5) end, "size must be a whole number of bytes")
+  end)
+
+  it("NaN and huge floats are not sizes", function()
+    raises(function() cupola.bytes(0 / 0) end, "size must be a whole number of bytes")
+    raises(function() cupola.bytes(1e300) end, "size must be a whole number of bytes")
+  end)
+
+  it("a malformed size string names the string", function()
+    raises(function() cupola.bytes "12XB" end, "malformed size '12XB'")
+    raises(function() cupola.bytes "-4MiB" end, "malformed size '-4MiB'")
+    raises(function() cupola.bytes "4MB" end, "malformed size '4MB'") -- decimal units are not sizes
+    raises(function() cupola.bytes "1.3B" end, "malformed size '1.3B'")
+  end)
+
+  -- Bug fixed with this spec: strtod read hex, so "0x10" was 16 bytes.
+  it("hexadecimal and exponent strings are not sizes", function()
+    raises(function() cupola.bytes "0x10" end, "malformed size '0x10'")
+    raises(function() cupola.bytes "1e3" end, "malformed size '1e3'")
+    raises(function() cupola.bytes "inf" end, "malformed size 'inf'")
+  end)
+
+  it("a size of the wrong type says what a size is", function()
+    raises(function() cupola.bytes {} end, "size (integer or string such as \"4MiB\") expected, got table")
+  end)
+
+  it("a zero-byte allocation is refused", function()
+    raises(function() cupola.malloc(0) end, "size must be at least 1 byte")
+    raises(function() cupola.malloc_async(0) end, "size must be at least 1 byte")
+  end)
+
+  it("a huge cudaMalloc is out of memory, not a crash", function()
+    oom(cupola.malloc "1TiB")
+    oom(cupola.malloc(math.maxinteger))
+  end)
+
+  it("a huge cudaMallocAsync is out of memory", function()
+    oom(cupola.malloc_async "1TiB")
+    -- the current pool still serves afterwards
+    local b = assert(cupola.malloc_async(64))
+    b:free()
+  end)
+end)
+
+describe("misuse: pools", function()
+  it("an unknown kind lists the kinds", function()
+    raises(function() cupola.pool { kind = "buddy" } end,
+      "option 'kind' must be one of arena, freelist, tlsf, caching, not 'buddy'")
+  end)
+
+  it("an unknown upstream lists the upstreams", function()
+    raises(function() cupola.pool { upstream = "disk" } end, "option 'upstream' must be one of")
+  end)
+
+  it("an unknown reuse policy lists the policies", function()
+    raises(function() cupola.pool { reuse = "never" } end, "option 'reuse' must be one of stream, event, wait")
+  end)
+
+  it("an unknown option is named", function()
+    raises(function() cupola.pool { sise = 1 } end, "cupola.pool: unknown option 'sise'")
+  end)
+
+  it("options must be a table", function()
+    raises(function() cupola.pool(5) end, "table expected, got number")
+  end)
+
+  it("alignment must be a power of two", function()
+    raises(function() cupola.pool { alignment = 3 } end, "option 'alignment' must be a power of two, not 3")
+    raises(function() cupola.pool { alignment = 0 } end, "option 'alignment' must be a power of two, not 0")
+  end)
+
+  it("initial larger than max is refused", function()
+    raises(function() cupola.pool { initial = "2MiB", max = "1MiB" } end, "'initial' is larger than 'max'")
+  end)
+
+  it("options of the wrong type are named", function()
+    raises(function() cupola.pool { grow = "yes" } end, "option 'grow' must be a boolean, not string")
+    raises(function() cupola.pool { max = -1 } end, "option 'max': bad size '-1'")
+  end)
+
+  it("a negative or huge allocation from a pool", function()
+    local p <close> = cupola.pool { kind = "tlsf" }
+    raises(function() p:alloc(-1) end, "size must not be negative")
+    raises(function() p:alloc(0) end, "size must be at least 1 byte")
+    oom(p:alloc "1TiB")
+    oom(p:alloc(math.maxinteger))
+    consistent(p)
+    local st = p:stats()
+    assert.is_true(st.failed >= 2)
+  end)
+
+  it("an allocation past max is out of memory and the pool stays usable", function()
+    local p <close> = cupola.pool { kind = "tlsf", max = "1MiB" }
+    oom(p:alloc "2MiB")
+    local b = assert(p:alloc "512KiB")
+    consistent(p, 1)
+    b:free()
+    consistent(p)
+  end)
+
+  it("an allocation that does not fit a pool that may not grow", function()
+    local p <close> = cupola.pool { kind = "freelist", initial = "1MiB", grow = false }
+    oom(p:alloc "2MiB")
+    consistent(p)
+  end)
+
+  it("an allocation past a limit adaptor", function()
+    local p <close> = cupola.pool { limit = "1MiB" }
+    oom(p:alloc "2MiB")
+    consistent(p)
+  end)
+
+  it("an initial reservation that cannot be had", function()
+    oom(cupola.pool { initial = "1TiB" })
+  end)
+
+  it("reset() on a pool that is not an arena", function()
+    local p <close> = cupola.pool { kind = "tlsf" }
+    raises(function() p:reset() end, "only arena pools can be reset (this one is 'tlsf')")
+  end)
+
+  it("close() with live buffers says how many", function()
+    local p = cupola.pool { kind = "freelist" }
+    local a, b = p:alloc(100), p:alloc(200)
+    raises(function() p:close() end, "the pool has 2 live buffers; free them first")
+    consistent(p, 2)
+    a:free(); b:free()
+    p:close()
+    p:close() -- twice is fine
+  end)
+
+  it("a closed pool cannot allocate or report", function()
+    local p = cupola.pool {}
+    p:close()
+    raises(function() p:alloc(10) end, "attempt to use a closed cupola.Pool")
+    raises(function() p:stats() end, "attempt to use a closed cupola.Pool")
+    raises(function() p:trim() end, "attempt to use a closed cupola.Pool")
+  end)
+
+  it("trim takes a size", function()
+    local p <close> = cupola.pool {}
+    raises(function() p:trim(-1) end, "size must not be negative")
+    raises(function() p:trim "abc" end, "malformed size 'abc'")
+  end)
+
+  -- Bug fixed with this spec: assigning a field said "attempt to index".
+  it("pool fields are read-only", function()
+    local p <close> = cupola.pool {}
+    raises(function() p.kind = "arena" end, "cupola.Pool field 'kind' is read-only")
+  end)
+
+  it("a method called on the wrong type of handle", function()
+    local p <close> = cupola.pool {}
+    local b = p:alloc(16)
+    raises(function() p.alloc(b, 10) end, "cupola.Pool expected, got cupola.Buffer")
+    b:free()
+  end)
+
+  it("a log adaptor whose file cannot be written", function()
+    raises(function() cupola.pool { log = "/nonexistent/dir/x.csv" } end, "cannot open '/nonexistent/dir/x.csv'")
+  end)
+end)
+
+describe("misuse: buffers", function()
+  local pool
+  before_each(function() pool = cupola.pool { kind = "freelist" } end)
+  after_each(function()
+    consistent(pool, 0)
+    pool:close()
+  end)
+
+  it("double free", function()
+    local b = pool:alloc(100)
+    b:free()
+    raises(function() b:free() end, "double free (the buffer was already freed)")
+    b:close() -- close stays safe twice
+  end)
+
+  it("a freed buffer cannot be read, written or launched on", function()
+    local b = pool:alloc(100)
+    b:free()
+    raises(function() b:read() end, "attempt to use a closed cupola.Buffer")
+    raises(function() b:write "x" end, "attempt to use a closed cupola.Buffer")
+    raises(function() K.fill(b, 1) end, "attempt to use a closed cupola.Buffer")
+    assert.equals(0, b.address)
+    assert.is_true(b.freed)
+  end)
+
+  it("reads out of range", function()
+    local b <close> = pool:alloc(100)
+    raises(function() b:read(101) end, "offset 101 out of range 0..100")
+    raises(function() b:read(-1) end, "offset -1 out of range 0..100")
+    raises(function() b:read(math.mininteger) end, "out of range 0..100")
+    raises(function() b:read(50, 51) end, "length 51 runs past the end of a 100-byte buffer")
+    raises(function() b:read(0, -1) end, "length -1 runs past the end")
+    raises(function() b:read(0, math.maxinteger) end, "runs past the end of a 100-byte buffer")
+  end)
+
+  it("writes out of range", function()
+    local b <close> = pool:alloc(100)
+    raises(function() b:write(string.rep("x", 101)) end, "101 bytes at offset 0 run past the end of a 100-byte buffer")
+    raises(function() b:write("x", 100) end, "1 bytes at offset 100 run past the end")
+    raises(function() b:write("x", math.maxinteger) end, "out of range 0..100")
+    raises(function() b:write {} end, "string expected, got table")
+  end)
+
+  it("memset takes a byte", function()
+    local b <close> = pool:alloc(100)
+    raises(function() b:memset(256) end, "byte must be in 0..255")
+    raises(function() b:memset(-1) end, "byte must be in 0..255")
+    raises(function() b:memset(1.5) end, "number has no integer representation")
+  end)
+
+  it("a copy into a smaller buffer", function()
+    local a <close> = pool:alloc(100)
+    local b <close> = pool:alloc(50)
+    raises(function() a:copy_to(b) end, "destination holds 50 bytes, source has 100")
+    raises(function() a:copy_to "x" end, "cupola.Buffer expected, got string")
+  end)
+
+  it("free on a closed stream", function()
+    local b = pool:alloc(100)
+    local s = cupola.stream()
+    s:close()
+    raises(function() b:free(s) end, "attempt to use a closed cupola.Stream")
+    b:free() -- the refused free left it live
+  end)
+
+  it("free on something that is not a stream", function()
+    local b = pool:alloc(100)
+    raises(function() b:free(5) end, "cupola.Stream expected, got number")
+    raises(function() b:free(cupola.event()) end, "cupola.Stream expected, got cupola.Event")
+    b:free()
+  end)
+
+  it("allocation on a closed stream", function()
+    local s = cupola.stream()
+    s:close()
+    raises(function() pool:alloc(10, s) end, "attempt to use a closed cupola.Stream")
+    raises(function() pool:alloc(10, "s") end, "cupola.Stream expected, got string")
+  end)
+
+  -- Bug fixed with this spec: assigning a field said "attempt to index".
+  it("buffer fields are read-only", function()
+    local b <close> = pool:alloc(100)
+    raises(function() b.size = 5 end, "cupola.Buffer field 'size' is read-only")
+    raises(function() b.address = 0 end, "cupola.Buffer field 'address' is read-only")
+    assert.equals(100, b.size)
+  end)
+
+  it("a buffer of an arena used after its pool's reset()", function()
+    local arena <close> = cupola.pool { kind = "arena" }
+    local b = arena:alloc(10)
+    arena:reset()
+    raises(function() b:read() end, "freed by its pool's reset()")
+    b:free() -- drops the references
+    raises(function() b:free() end, "double free")
+    consistent(arena)
+  end)
+
+  it("a buffer used after its pool's handle was closed", function()
+    local b
+    do
+      local p <close> = cupola.pool { kind = "tlsf" }
+      b = p:alloc(16)
+    end
+    -- the buffer keeps the pool's memory alive and works...
+    b:write "hi"
+    assert.equals("hi", b:read(0, 2))
+    -- ...but the handle it names is closed
+    raises(function() b.pool:alloc(5) end, "attempt to use a closed cupola.Pool")
+    b:free()
+  end)
+
+  it("the bytes of a buffer with no memory (virtual upstream)", function()
+    local v <close> = cupola.pool { upstream = "virtual" }
+    local b <close> = v:alloc(1000)
+    local real <close> = pool:alloc(100)
+    raises(function() b:write "a" end, "buffer has no memory behind it (virtual upstream)")
+    raises(function() b:read() end, "buffer has no memory behind it")
+    raises(function() K.fill(b, 1) end, "buffer has no memory behind it")
+    raises(function() real:copy_to(b) end, "buffer has no memory behind it")
+  end)
+end)
+
+describe("misuse: streams and events", function()
+  it("unknown and mistyped stream options", function()
+    raises(function() cupola.stream { prio = 1 } end, "cupola.stream: unknown option 'prio'")
+    raises(function() cupola.stream { priority = "high" } end, "option 'priority' must be an integer, not string")
+    raises(function() cupola.stream { blocking = 1 } end, "option 'blocking' must be a boolean, not number")
+    raises(function() cupola.stream "x" end, "table expected, got string")
+  end)
+
+  it("a priority outside the device's range", function()
+    raises(function() cupola.stream { priority = 1000 } end, "stream priority 1000 is out") -- "outside the range" (host), "out of range" (CUDA)
+  end)
+
+  it("a closed stream", function()
+    local s = cupola.stream()
+    s:close()
+    raises(function() s:synchronize() end, "attempt to use a closed cupola.Stream")
+    raises(function() s:query() end, "attempt to use a closed cupola.Stream")
+    raises(function() K.spin(1, { stream = s }) end, "attempt to use a closed cupola.Stream")
+    s:close() -- twice is fine
+  end)
+
+  it("closing the default stream closes nothing", function()
+    cupola.default_stream:close()
+    cupola.default_stream:synchronize()
+    assert.is_false(cupola.default_stream.closed)
+  end)
+
+  it("a closed event", function()
+    local e = cupola.event()
+    e:close()
+    raises(function() e:query() end, "attempt to use a closed cupola.Event")
+    raises(function() e:record() end, "attempt to use a closed cupola.Event")
+    local s <close> = cupola.stream()
+    raises(function() s:wait(e) end, "attempt to use a closed cupola.Event")
+  end)
+
+  it("elapsed time without timing", function()
+    local a <close> = cupola.event { timing = false }
+    local b <close> = cupola.event()
+    a:record(); b:record()
+    raises(function() a:elapsed(b) end, "both events need timing")
+    raises(function() b:elapsed(nil) end, "cupola.Event expected, got nil")
+  end)
+
+  it("elapsed time of an event never recorded", function()
+    local a <close> = cupola.event()
+    local b <close> = cupola.event()
+    assert.has_error(function() a:elapsed(b) end)
+  end)
+
+  it("events and streams of the wrong type", function()
+    local e <close> = cupola.event()
+    local s <close> = cupola.stream()
+    raises(function() e:record(5) end, "cupola.Stream expected, got number")
+    raises(function() s:wait(s) end, "cupola.Event expected, got cupola.Stream")
+    raises(function() cupola.event { timed = true } end, "cupola.event: unknown option 'timed'")
+  end)
+end)
+
+describe("misuse: kernels", function()
+  local pool, b
+  before_each(function()
+    pool = cupola.pool { kind = "tlsf" }
+    b = pool:alloc(1024)
+  end)
+  after_each(function()
+    b:free()
+    consistent(pool)
+    pool:close()
+  end)
+
+  it("bad launch shapes", function()
+    raises(function() K.fill(b, 1, { grid = -1 }) end, "option 'grid' must be in 1..2147483647")
+    raises(function() K.fill(b, 1, { grid = 2 ^ 31 }) end, "option 'grid' must be in 1..2147483647")
+    raises(function() K.fill(b, 1, { grid = 1.5 }) end, "option 'grid' must be an integer")
+    raises(function() K.fill(b, 1, { block = 2048 }) end, "option 'block' must be in 1..1024")
+    raises(function() K.sqrt_index(b, { block = -3 }) end, "option 'block' must be in 1..1024")
+  end)
+
+  it("a small shape still covers the buffer (grid-stride loops)", function()
+    K.fill(b, 2, { type = "u8", grid = 1, block = 1 })
+    assert.equals(2048, K.checksum(b, { type = "u8" }))
+  end)
+
+  it("unknown element types", function()
+    raises(function() K.fill(b, 1, { type = "f16" }) end, "option 'type' must be one of f32, f64, i32, u32, u8, not 'f16'")
+    raises(function() K.checksum(b, { type = "bf16" }) end, "not 'bf16'")
+  end)
+
+  it("values out of the element type's range", function()
+    raises(function() K.fill(b, 300, { type = "u8" }) end, "u8 value must be in 0..255")
+    raises(function() K.fill(b, 1.5, { type = "i32" }) end, "an integer type needs an integer value")
+    raises(function() K.fill(b, -1, { type = "u32" }) end, "u32 value must be in 0..4294967295")
+    raises(function() K.fill(b, "x") end, "number expected, got string")
+  end)
+
+  it("unknown and malformed launch options", function()
+    raises(function() K.fill(b, 1, { colour = 1 }) end, "cupola.kernels.fill: unknown option 'colour'")
+    raises(function() K.sqrt_index(b, { type = "f32" }) end, "cupola.kernels.sqrt_index: unknown option 'type'")
+    raises(function() K.fill(b, 1, { 1 }) end, "option names must be strings, not number")
+    raises(function() K.fill(b, 1, "x") end, "table expected, got string")
+    raises(function() K.fill(b, 1, { stream = 5 }) end, "option 'stream' must be a cupola.Stream, not number")
+  end)
+
+  it("kernels on something that is not a buffer", function()
+    raises(function() K.fill("b", 1) end, "cupola.Buffer expected, got string")
+    raises(function() K.checksum(nil) end, "cupola.Buffer expected, got nil")
+  end)
+
+  it("spin takes whole microseconds in range", function()
+    raises(function() K.spin(-1) end, "microseconds must be in 0..60000000")
+    raises(function() K.spin(1e12) end, "microseconds must be in 0..60000000")
+    raises(function() K.spin(1.5) end, "number has no integer representation")
+  end)
+
+  it("pattern and verify need a seed", function()
+    raises(function() K.pattern(b) end, "number expected, got no value")
+    raises(function() K.verify(b, "x") end, "number expected, got string")
+  end)
+end)
+
+describe("misuse: native pools", function()
+  it("unknown options and locations are named", function()
+    raises(function() cupola.mempool { size = 1 } end, "cupola.mempool: unknown option 'size'")
+    -- Bug fixed with this spec: the message was "bad argument #-1".
+    raises(function() cupola.mempool { location = "moon" } end,
+      "invalid option 'moon' for 'location' (one of device, host)")
+    raises(function() cupola.mempool "x" end, "table of options expected, got string")
+    raises(function() cupola.mempool { max_size = -1 } end, "option 'max_size': bad size '-1'")
+  end)
+
+  it("read-only attributes", function()
+    local m <close> = cupola.mempool()
+    raises(function() m.used_high = 0 end, "attribute 'used_high' is read-only (use reset_high())")
+    raises(function() m.reserved_current = 0 end, "attribute 'reserved_current' is read-only")
+  end)
+
+  it("unknown attributes and values of the wrong type", function()
+    local m <close> = cupola.mempool()
+    raises(function() m.colour = 0 end, "cupola.Mempool has no attribute 'colour'")
+    raises(function() m.reuse_allow_opportunistic = 1 end, "boolean expected, got number")
+    raises(function() m.release_threshold = -5 end, "size must not be negative")
+    raises(function() m.release_threshold = "abc" end, "malformed size 'abc'")
+  end)
+
+  it("the default pool cannot be closed", function()
+    raises(function() cupola.mempool.default():close() end, "the device's default pool cannot be closed")
+  end)
+
+  it("close() with live buffers, and a closed pool", function()
+    local m = cupola.mempool()
+    local b = m:alloc(10)
+    raises(function() m:close() end, "the pool has 1 live buffer; free them first")
+    b:free()
+    m:close()
+    raises(function() m:alloc(10) end, "attempt to use a closed cupola.Mempool")
+    raises(function() cupola.mempool.set_current(m) end, "attempt to use a closed cupola.Mempool")
+    raises(function() cupola.mempool.set_current {} end, "cupola.Mempool expected, got table")
+  end)
+
+  it("an allocation past max_size is out of memory", function()
+    local m <close> = cupola.mempool { max_size = "1MiB" }
+    oom(m:alloc "2MiB")
+    raises(function() m:alloc(0) end, "size must be at least 1 byte")
+    raises(function() m:trim(-1) end, "size must not be negative")
+    local b = assert(m:alloc "256KiB")
+    b:free()
+  end)
+end)
+
+describe("misuse: traces", function()
+  it("a file that does not exist", function()
+    raises(function() cupola.trace.load "/nonexistent.csv" end, "/nonexistent.csv: cannot open")
+    raises(function() cupola.trace.load {} end, "string expected, got table")
+  end)
+
+  it("a malformed row names the file and the line", function()
+    local path = tmpfile "Thread,Time,Action,Pointer,Size,Stream\n0,1.0,allocate,0x10,zz,0x0\n"
+    raises(function() cupola.trace.load(path) end, path .. ":2: size is not a number")
+    os.remove(path)
+  end)
+
+  it("events out of range, unknown replay options, a closed trace", function()
+    local path = tmpfile "Thread,Time,Action,Pointer,Size,Stream\n0,1.0,allocate,0x10,100,0x0\n0,2.0,free,0x10,100,0x0\n"
+    local t = cupola.trace.load(path)
+    os.remove(path)
+    local p <close> = cupola.pool { upstream = "virtual" }
+    raises(function() t:event(0) end, "event 0 out of range 1..2")
+    raises(function() t:event(3) end, "event 3 out of range 1..2")
+    raises(function() t:replay(p, { reps = 2 }) end, "cupola.trace.replay: unknown option 'reps'")
+    raises(function() t:replay(p, { ["repeat"] = 0 }) end, "option 'repeat' must be in 1..1000000")
+    raises(function() cupola.trace.replay({}, p) end, "cupola.Trace expected, got table")
+    local closed = cupola.pool {}
+    closed:close()
+    raises(function() t:replay(closed) end, "attempt to use a closed cupola.Pool")
+    t:close()
+    raises(function() return #t end, "attempt to use a closed cupola.Trace")
+    raises(function() t:info() end, "attempt to use a closed cupola.Trace")
+    consistent(p)
+  end)
+end)
