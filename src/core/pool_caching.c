@@ -20,10 +20,15 @@
  *    internal waste, rather than leave an unusable sliver in a large
  *    segment).
  *  - Free merges a block with its free neighbours at once.
- *  - Where it improves on PyTorch's: when nothing fits, segments that are
- *    entirely free are returned before a new one is taken (PyTorch only
- *    does so after the device has refused), so cached but useless segments
- *    do not add to the reserved peak; and trim() returns empty segments.
+ *  - Where it improves on PyTorch's: requests of 64 MiB or more are big and
+ *    take an entirely free large segment that fits them within 1/32,
+ *    unsplit, or a segment of their own, and small requests do not split
+ *    entirely free segments of 64 MiB or more that are over 8 times their
+ *    size; so a big block, once freed, leaves a whole segment to reuse or
+ *    return rather than a hole that the next big request cannot use.  When
+ *    nothing fits, entirely free segments are returned before a new one is
+ *    taken, as far as needed to keep reserved within its peak so far
+ *    (PyTorch returns cached segments only after the device has refused).
  */
 #include "pool_common.h"
 
@@ -102,8 +107,18 @@ static const cp_heap_policy caching_policy = {
     NULL,
 };
 
+static cp_status c_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    return cp_heap_alloc_with(r, bytes, s, out, &caching_policy);
+}
+
+static cp_status c_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    return cp_heap_free_with(r, p, bytes, s, &caching_policy);
+}
+
 static const cp_resource_ops caching_ops = {
-    "caching", cp_heap_alloc, cp_heap_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
+    "caching", c_alloc, c_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
     cp_heap_destroy,
 };
 
@@ -117,6 +132,7 @@ cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_op
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     }
     cp_resource_init(&c->h.base, &caching_ops);
+    c->h.big = CP_HEAP_BIG;
     st = cp_heap_init(&c->h, up, o, &caching_policy);
     if (st != CP_OK) {
         cp_heap_destroy(&c->h.base);

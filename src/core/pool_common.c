@@ -9,59 +9,20 @@
 
 /* ---- descriptors ---- */
 
-static cp_blk *blk_new(cp_heap *h)
+cp_blk *cp_blk_refill(cp_heap *h)
 {
-    cp_blk *b = h->spare;
-    if (!b) {
-        cp_blk_slab *sl = malloc(sizeof *sl);
-        size_t i;
-        if (!sl)
-            return NULL;
-        memset(sl, 0, sizeof *sl); /* destroy tells used from spare by size */
-        sl->next = h->slabs;
-        h->slabs = sl;
-        for (i = 0; i < sizeof sl->blks / sizeof sl->blks[0]; i++) {
-            sl->blks[i].r = h->spare;
-            h->spare = &sl->blks[i];
-        }
-        b = h->spare;
+    cp_blk_slab *sl = malloc(sizeof *sl);
+    size_t i;
+    if (!sl)
+        return NULL;
+    memset(sl, 0, sizeof *sl); /* destroy tells used from spare by size */
+    sl->next = h->slabs;
+    h->slabs = sl;
+    for (i = 0; i < sizeof sl->blks / sizeof sl->blks[0]; i++) {
+        sl->blks[i].r = h->spare;
+        h->spare = &sl->blks[i];
     }
-    h->spare = b->r;
-    memset(b, 0, sizeof *b);
-    return b;
-}
-
-static void blk_put(cp_heap *h, cp_blk *b)
-{
-    b->size = 0;
-    b->up_bytes = 0;
-    b->is_free = 0;
-    b->tag.ev = NULL;
-    b->r = h->spare;
-    h->spare = b;
-}
-
-/* ---- entirely free chunks ---- */
-
-static void empty_push(cp_heap *h, cp_blk *b)
-{
-    b->ep = NULL;
-    b->en = h->empty;
-    if (h->empty)
-        h->empty->ep = b;
-    h->empty = b;
-    b->in_empty = 1;
-}
-
-static void empty_unlink(cp_heap *h, cp_blk *b)
-{
-    if (b->ep)
-        b->ep->en = b->en;
-    else
-        h->empty = b->en;
-    if (b->en)
-        b->en->ep = b->ep;
-    b->in_empty = 0;
+    return cp_blk_new(h);
 }
 
 /* ---- chunks ---- */
@@ -77,13 +38,13 @@ static int async_up(const cp_heap *h)
 static void chunk_release(cp_heap *h, cp_blk *b)
 {
     h->pol->remove(h, b);
-    empty_unlink(h, b);
+    cp_empty_unlink(h, b);
     cp_so_tag_release(&h->so, &b->tag);
     h->free_bytes -= b->size;
     h->base.reserved -= b->up_bytes;
     h->chunks--;
     cp_resource_free(h->up, (void *)(uintptr_t)b->up_ptr, (size_t)b->up_bytes, NULL);
-    blk_put(h, b);
+    cp_blk_put(h, b);
 }
 
 static int release_empty(cp_heap *h, uint64_t keep)
@@ -98,6 +59,34 @@ static int release_empty(cp_heap *h, uint64_t keep)
         n++;
     }
     return n;
+}
+
+/* Before growing by want bytes: entirely free chunks are returned only as
+ * far as needed to keep reserved within its peak so far (and within max).
+ * Returning them all would cost the same peak but many more upstream calls
+ * (cudaFree/cudaMalloc) in a loop whose steps repeat; returning none would
+ * let cached chunks that do not fit the request raise the peak. */
+static void make_room(cp_heap *h, uint64_t want)
+{
+    uint64_t res = h->base.reserved + h->base.fb_bytes;
+    uint64_t cap = h->base.st.reserved_peak;
+    int synced = 0;
+    if (h->o.max && h->o.max < cap)
+        cap = h->o.max;
+    while (h->empty && res + want > cap) {
+        cp_blk *b = h->empty, *big = b;
+        /* the largest first: fewest upstream calls for the room needed */
+        for (; b; b = b->en)
+            if (b->up_bytes > big->up_bytes)
+                big = b;
+        if (async_up(h) && !synced) {
+            if (cp_be->device_synchronize() != CP_OK)
+                return;
+            synced = 1;
+        }
+        res -= big->up_bytes;
+        chunk_release(h, big);
+    }
 }
 
 /* Takes a chunk of at least `size` bytes from the upstream; the new block
@@ -125,13 +114,13 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
         if (want < size)
             want = size;
     }
-    b = blk_new(h);
+    b = cp_blk_new(h);
     if (!b)
         return cp_error_set(CP_ERR_OOM, "out of host memory for block descriptors");
     if (want > size) {
         st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
         if (st != CP_OK && st != CP_ERR_OOM) {
-            blk_put(h, b);
+            cp_blk_put(h, b);
             return st;
         }
     }
@@ -140,9 +129,10 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
         st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
     }
     if (st != CP_OK) {
-        blk_put(h, b);
+        cp_blk_put(h, b);
         return st;
     }
+    b->prev = b->next = NULL;
     b->up_ptr = (uint64_t)(uintptr_t)p;
     b->up_bytes = want + pad;
     b->addr = (b->up_ptr + h->align - 1) & ~(h->align - 1);
@@ -163,7 +153,7 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
     h->free_bytes += b->size;
     h->chunks++;
     h->pol->insert(h, b);
-    empty_push(h, b);
+    cp_empty_push(h, b);
     *out = b;
     return CP_OK;
 }
@@ -195,108 +185,89 @@ cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
 
 /* ---- alloc / free ---- */
 
-cp_status cp_heap_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, uint64_t sid,
+                       cp_stream *s, cp_blk **out)
 {
-    cp_heap *h = (cp_heap *)r;
-    uint64_t size = h->pol->round(h, bytes);
-    uint64_t sid = cp_so_sid(s);
-    uint8_t pool = h->pol->pool_of(h, size);
-    cp_blk *b;
-
+    uint64_t want;
+    uint8_t cpool = pool;
+    cp_status st;
+    cp_blk *b = NULL;
     if (size < bytes)
         return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes", bytes);
-    cp_so_note(&h->so, sid);
-    b = h->pol->find(h, size, pool, sid, s);
-    if (!b) {
-        uint64_t want;
-        uint8_t cpool = pool;
-        cp_status st;
-        if (!h->o.grow)
-            return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes do not fit in the pool "
-                                "(reserved %llu, free %llu, grow=false)", bytes,
-                                (unsigned long long)h->base.reserved,
-                                (unsigned long long)h->free_bytes);
-        want = h->pol->chunk_size(h, size, &cpool);
-        release_empty(h, 0);
-        st = chunk_add(h, size, want, cpool, s, &b);
-        if (st != CP_OK)
-            return st;
+    if (!h->o.grow)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes do not fit in the pool "
+                            "(reserved %llu, free %llu, grow=false)", bytes,
+                            (unsigned long long)h->base.reserved,
+                            (unsigned long long)h->free_bytes);
+    want = h->pol->chunk_size(h, size, &cpool);
+    make_room(h, want);
+    st = chunk_add(h, size, want, cpool, s, &b);
+    if (st == CP_ERR_OOM && h->big) {
+        /* No more memory: any fit, in any free block, will do now (the
+         * caller clears the flag once the block is handed out). */
+        h->desperate = 1;
+        b = h->pol->find(h, size, pool, sid, s);
+        if (b)
+            st = CP_OK;
+        else
+            h->desperate = 0;
     }
-    h->pol->remove(h, b);
-    if (b->in_empty)
-        empty_unlink(h, b);
-    if (b->size > size && h->pol->split(h, b, size)) {
-        cp_blk *rem = blk_new(h);
-        if (rem) {
-            rem->addr = b->addr + size;
-            rem->size = b->size - size;
-            rem->prev = b;
-            rem->next = b->next;
-            if (b->next)
-                b->next->prev = rem;
-            b->next = rem;
-            rem->is_free = 1;
-            rem->pool = b->pool;
-            rem->prio = cp_heap_rand(h);
-            cp_so_tag_copy(&rem->tag, &b->tag);
-            b->size = size;
-            h->pol->insert(h, rem);
-        }
-    }
-    if (cp_ptrmap_put(&h->live, b->addr, b) != 0) {
-        h->pol->insert(h, b); /* unsplit remainder stays apart: still consistent */
-        if (!b->prev && !b->next)
-            empty_push(h, b);
-        return cp_error_set(CP_ERR_OOM, "out of host memory for the block map");
-    }
-    cp_so_tag_release(&h->so, &b->tag);
-    b->is_free = 0;
-    h->free_bytes -= b->size;
-    *out = (void *)(uintptr_t)b->addr;
-    return CP_OK;
+    *out = b;
+    return st;
 }
 
-cp_status cp_heap_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+uint64_t cp_heap_chunk_for(const cp_heap *h, uint64_t size)
 {
-    cp_heap *h = (cp_heap *)r;
-    uint64_t sid = cp_so_sid(s);
-    cp_blk *b = cp_ptrmap_del(&h->live, (uint64_t)(uintptr_t)p), *n;
+    uint64_t best = 0, k;
+    double best_waste = 2.0;
+    if (h->big && size >= h->big) {
+        uint64_t c = (size + CP_HEAP_GRANULE - 1) & ~(CP_HEAP_GRANULE - 1);
+        return c < size ? size : c;
+    }
+    for (k = 1; k <= 8; k++) {
+        uint64_t need = k * size, c = (need + CP_HEAP_GRANULE - 1) & ~(CP_HEAP_GRANULE - 1);
+        double waste;
+        if (c < need)
+            break;
+        waste = (double)(c - need) / (double)c;
+        if (waste <= 1.0 / 32)
+            return c;
+        if (waste < best_waste) {
+            best_waste = waste;
+            best = c;
+        }
+    }
+    return best ? best : size;
+}
 
+cp_blk *cp_heap_find_whole(cp_heap *h, uint64_t size, uint64_t sid, cp_stream *s)
+{
+    cp_blk *b, *best = NULL;
+    int n = 0;
+    for (b = h->empty; b && n < 64; b = b->en, n++)
+        if (b->size >= size && b->size - size <= size / 32 &&
+            (!best || b->size < best->size) && cp_so_usable(&h->so, &b->tag, sid, s))
+            best = b;
+    return best;
+}
+
+cp_status cp_heap_bad_free(cp_heap *h, void *p, size_t bytes, cp_blk *b)
+{
     if (!b)
         return cp_error_set(CP_ERR_INVALID, "free of %p: not a live block of this %s pool "
                             "(double free, or a block of another pool)", p, h->pol->kind);
-    if (bytes > b->size) {
-        cp_ptrmap_put(&h->live, b->addr, b);
-        return cp_error_set(CP_ERR_INVALID, "free of %p: size %zu is larger than the block "
-                            "(%llu bytes)", p, bytes, (unsigned long long)b->size);
-    }
-    cp_so_note(&h->so, sid);
-    cp_so_tag_free(&h->so, &b->tag, sid, s);
-    b->is_free = 1;
-    h->free_bytes += b->size;
-    n = b->next;
-    if (n && n->is_free && cp_so_merge(&h->so, &b->tag, &n->tag)) {
-        h->pol->remove(h, n);
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next)
-            n->next->prev = b;
-        blk_put(h, n);
-    }
-    n = b->prev;
-    if (n && n->is_free && cp_so_merge(&h->so, &n->tag, &b->tag)) {
-        h->pol->remove(h, n);
-        n->size += b->size;
-        n->next = b->next;
-        if (b->next)
-            b->next->prev = n;
-        blk_put(h, b);
-        b = n;
-    }
-    h->pol->insert(h, b);
+    cp_ptrmap_put(&h->live, b->addr, b);
+    return cp_error_set(CP_ERR_INVALID, "free of %p: size %zu is larger than the block "
+                        "(%llu bytes)", p, bytes, (unsigned long long)b->size);
+}
+
+cp_status cp_heap_map_full(cp_heap *h, cp_blk *b)
+{
+    h->pol->insert(h, b); /* unsplit remainder stays apart: still consistent */
     if (!b->prev && !b->next)
-        empty_push(h, b);
-    return CP_OK;
+        cp_empty_push(h, b);
+    h->desperate = 0;
+    return cp_error_set(CP_ERR_OOM, "out of host memory for the block map");
 }
 
 /* After multi-stream use, free neighbours of different streams stay apart
@@ -326,15 +297,21 @@ static void settle(cp_heap *h)
                 b->next = n->next;
                 if (n->next)
                     n->next->prev = b;
-                blk_put(h, n);
+                cp_blk_put(h, n);
             }
             if (merged) {
                 h->pol->insert(h, b);
                 if (!b->prev && !b->next && !b->in_empty)
-                    empty_push(h, b);
+                    cp_empty_push(h, b);
             }
         }
     }
+}
+
+void cp_heap_release_idle(cp_heap *h)
+{
+    if (h->o.grow)
+        release_empty(h, h->o.release_threshold);
 }
 
 cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes)
@@ -484,9 +461,10 @@ cp_blk *cp_treap_find(cp_heap *h, cp_blk *root, uint64_t size, uint64_t sid, cp_
 {
     cp_blk *b = lower_bound(root, size, 0);
     int tries = 0;
-    /* Blocks another stream cannot take yet are skipped, a bounded number of
-     * times: past that, growing is cheaper than searching. */
-    while (b && !cp_so_usable(&h->so, &b->tag, sid, s)) {
+    /* Blocks another stream cannot take yet, and whole chunks kept for big
+     * requests, are skipped a bounded number of times: past that, growing
+     * is cheaper than searching. */
+    while (b && (cp_heap_keep_whole(h, b, size) || !cp_so_usable(&h->so, &b->tag, sid, s))) {
         if (++tries >= 64)
             return NULL;
         b = lower_bound(root, b->size, b->addr + 1);

@@ -15,19 +15,35 @@
  *    with the tag of the block it came from;
  *  - a freed block merges with free neighbours whose stream tags allow it
  *    (streamorder.h);
- *  - when nothing fits, the chunks that are entirely free are returned to
- *    the upstream first (none of them could hold the request, and returning
- *    them keeps the reserved peak down), then a new chunk of
- *    policy->chunk_size bytes is taken (or just the request, when that
- *    would pass max or the upstream refuses the larger size);
+ *  - requests of `big` bytes or more take an entirely free chunk that fits
+ *    them within 1/32, unsplit, or get a chunk of their own; smaller ones do
+ *    not split such chunks when over 8 times their size (cp_heap_keep_whole),
+ *    unless the pool cannot grow;
+ *  - when nothing fits, entirely free chunks are returned to the upstream
+ *    as far as needed to keep reserved within its peak so far (and max),
+ *    then a new chunk of policy->chunk_size bytes is taken (or just the
+ *    request, when that would pass max or the upstream refuses the larger
+ *    size); if even that fails, any fit anywhere is taken;
+ *  - with release_threshold set (nonzero), a free that empties a chunk
+ *    returns entirely free chunks while more than release_threshold bytes
+ *    are free; 0 keeps them until growth or trim;
  *  - trim(keep) returns entirely free chunks while more than keep bytes are
- *    free; release_threshold is the keep used after a growth.
+ *    free (after settling stream tags, synchronizing the device if blocks
+ *    freed on other streams have no event).
  */
 #ifndef CUPOLA_POOL_COMMON_H
 #define CUPOLA_POOL_COMMON_H
 
 #include "resource_impl.h"
 #include "streamorder.h"
+
+/* Requests from this size up are "big": served by entirely free chunks that
+ * fit them within 1/32, or by a chunk of their own (see cp_heap_find_whole).
+ * 64 MiB: several times the largest layer-sized tensors of small models, and
+ * a size at which one more upstream call per block costs little. */
+#ifndef CP_HEAP_BIG
+#define CP_HEAP_BIG (UINT64_C(64) << 20)
+#endif
 
 typedef struct cp_blk cp_blk;
 struct cp_blk {
@@ -84,6 +100,8 @@ struct cp_heap {
     uint64_t up_align;
     uint64_t free_bytes;
     uint64_t chunks;
+    uint64_t big;          /* requests >= big get whole chunks (0: never) */
+    int desperate;         /* growth failed: any fit will do */
     uint32_t rng;
 };
 
@@ -93,12 +111,42 @@ struct cp_heap {
 cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
                        const cp_heap_policy *pol);
 
-cp_status cp_heap_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out);
-cp_status cp_heap_free(cp_resource *r, void *p, size_t bytes, cp_stream *s);
+/* Slow paths of the inline alloc and free below. */
+cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, uint64_t sid,
+                       cp_stream *s, cp_blk **out);
+cp_status cp_heap_bad_free(cp_heap *h, void *p, size_t bytes, cp_blk *b);
+cp_status cp_heap_map_full(cp_heap *h, cp_blk *b);
+cp_blk *cp_blk_refill(cp_heap *h);
+/* Returns entirely free chunks while more than release_threshold bytes are
+ * free (called when a free empties a chunk and a threshold is set). */
+void cp_heap_release_idle(cp_heap *h);
 cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes);
 void cp_heap_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes);
 /* Returns everything to the upstream and frees h itself. */
 void cp_heap_destroy(cp_resource *r);
+
+/* Chunks are whole granules of 2 MiB (cudaMalloc's own granule).  A big
+ * request gets exactly its granules.  Another request that would leave
+ * much of its last granule unused gets room for a few more of its size
+ * (layers repeat, and each would waste the same tail): the smallest k <= 8
+ * whose k requests fill their granules to within 1/32, failing that the k
+ * that wastes the smallest fraction. */
+#define CP_HEAP_GRANULE (UINT64_C(2) << 20)
+uint64_t cp_heap_chunk_for(const cp_heap *h, uint64_t size);
+
+/* For a big request: the entirely free chunk that fits it best with at most
+ * 1/32 to spare, or NULL. */
+cp_blk *cp_heap_find_whole(cp_heap *h, uint64_t size, uint64_t sid, cp_stream *s);
+
+/* Should the search pass over free block b for a request of size?  Entirely
+ * free chunks of big blocks are kept for big requests (small ones would
+ * split them and make the next big request grow the pool by its full
+ * size), unless the pool cannot grow. */
+static inline int cp_heap_keep_whole(const cp_heap *h, const cp_blk *b, uint64_t size)
+{
+    return !b->prev && !b->next && h->big && !h->desperate && b->size >= h->big &&
+           size * 8 <= b->size;
+}
 
 static inline uint32_t cp_heap_rand(cp_heap *h)
 {
@@ -118,5 +166,148 @@ void cp_treap_remove(cp_blk **root, cp_blk *b);
 /* Smallest (size, addr) >= (size, 0) whose tag is usable on s. */
 cp_blk *cp_treap_find(cp_heap *h, cp_blk *root, uint64_t size, uint64_t sid, cp_stream *s);
 uint64_t cp_treap_max(const cp_blk *root);
+
+/* ---- descriptors and the list of entirely free chunks ---- */
+
+/* A descriptor whose links and chunk fields are clear (cp_blk_put keeps
+ * returned ones that way); the caller sets the rest. */
+static inline cp_blk *cp_blk_new(cp_heap *h)
+{
+    cp_blk *b = h->spare;
+    if (!b)
+        return cp_blk_refill(h);
+    h->spare = b->r;
+    return b;
+}
+
+static inline void cp_blk_put(cp_heap *h, cp_blk *b)
+{
+    b->size = 0;
+    b->up_bytes = 0;
+    b->is_free = 0;
+    b->in_empty = 0;
+    b->tag.ev = NULL;
+    b->r = h->spare;
+    h->spare = b;
+}
+
+static inline void cp_empty_push(cp_heap *h, cp_blk *b)
+{
+    b->ep = NULL;
+    b->en = h->empty;
+    if (h->empty)
+        h->empty->ep = b;
+    h->empty = b;
+    b->in_empty = 1;
+}
+
+static inline void cp_empty_unlink(cp_heap *h, cp_blk *b)
+{
+    if (b->ep)
+        b->ep->en = b->en;
+    else
+        h->empty = b->en;
+    if (b->en)
+        b->en->ep = b->ep;
+    b->in_empty = 0;
+}
+
+/* ---- alloc and free, specialised per pool ----
+ * Each pool's ops call these with its own constant policy, so the compiler
+ * turns the policy's calls into direct, inlined ones on the hot path. */
+
+static inline cp_status cp_heap_alloc_with(cp_resource *r, size_t bytes, cp_stream *s,
+                                           void **out, const cp_heap_policy *pol)
+{
+    cp_heap *h = (cp_heap *)r;
+    uint64_t size = pol->round(h, bytes);
+    uint64_t sid = cp_so_sid(s);
+    uint8_t pool = pol->pool_of(h, size);
+    int big = h->big && size >= h->big;
+    cp_blk *b;
+
+    cp_so_note(&h->so, sid);
+    b = big ? cp_heap_find_whole(h, size, sid, s) : pol->find(h, size, pool, sid, s);
+    if (__builtin_expect(!b || size < bytes, 0)) {
+        cp_status st = cp_heap_grow(h, bytes, size, pool, sid, s, &b);
+        if (st != CP_OK)
+            return st;
+        if (h->desperate)
+            big = 0;
+    }
+    pol->remove(h, b);
+    if (b->in_empty)
+        cp_empty_unlink(h, b);
+    /* A big request keeps its whole chunk's spare tail (at most 1/32, or
+     * the last granule): the chunk must stay whole to be reused or returned
+     * whole. */
+    if (b->size > size && !big && pol->split(h, b, size)) {
+        cp_blk *rem = cp_blk_new(h);
+        if (rem) {
+            rem->addr = b->addr + size;
+            rem->size = b->size - size;
+            rem->prev = b;
+            rem->next = b->next;
+            if (b->next)
+                b->next->prev = rem;
+            b->next = rem;
+            rem->is_free = 1;
+            rem->pool = b->pool;
+            rem->prio = cp_heap_rand(h);
+            cp_so_tag_copy(&rem->tag, &b->tag);
+            b->size = size;
+            pol->insert(h, rem);
+        }
+    }
+    if (__builtin_expect(cp_ptrmap_put(&h->live, b->addr, b) != 0, 0))
+        return cp_heap_map_full(h, b);
+    h->desperate = 0;
+    cp_so_tag_release(&h->so, &b->tag);
+    b->is_free = 0;
+    h->free_bytes -= b->size;
+    *out = (void *)(uintptr_t)b->addr;
+    return CP_OK;
+}
+
+static inline cp_status cp_heap_free_with(cp_resource *r, void *p, size_t bytes, cp_stream *s,
+                                          const cp_heap_policy *pol)
+{
+    cp_heap *h = (cp_heap *)r;
+    uint64_t sid = cp_so_sid(s);
+    cp_blk *b = (cp_blk *)cp_ptrmap_del(&h->live, (uint64_t)(uintptr_t)p), *n;
+
+    if (__builtin_expect(!b || bytes > b->size, 0))
+        return cp_heap_bad_free(h, p, bytes, b);
+    cp_so_note(&h->so, sid);
+    cp_so_tag_free(&h->so, &b->tag, sid, s);
+    b->is_free = 1;
+    h->free_bytes += b->size;
+    n = b->next;
+    if (n && n->is_free && cp_so_merge(&h->so, &b->tag, &n->tag)) {
+        pol->remove(h, n);
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next)
+            n->next->prev = b;
+        cp_blk_put(h, n);
+    }
+    n = b->prev;
+    if (n && n->is_free && cp_so_merge(&h->so, &n->tag, &b->tag)) {
+        pol->remove(h, n);
+        n->size += b->size;
+        n->next = b->next;
+        if (b->next)
+            b->next->prev = n;
+        cp_blk_put(h, b);
+        b = n;
+    }
+    pol->insert(h, b);
+    if (!b->prev && !b->next) {
+        cp_empty_push(h, b);
+        if (h->o.release_threshold && h->free_bytes > h->o.release_threshold)
+            cp_heap_release_idle(h);
+    }
+    return CP_OK;
+}
 
 #endif /* CUPOLA_POOL_COMMON_H */

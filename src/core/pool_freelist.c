@@ -8,20 +8,25 @@
  *    choice is the smallest free block that fits and, among blocks of that
  *    size, the one at the lowest address (address-ordered best fit: it keeps
  *    the upper parts of chunks free, so whole chunks can be given back).
- *    Blocks another stream may not take yet (streamorder.h) are passed over,
- *    at most 64 of them; then the pool grows.  O(log n) per operation.
- *  - A fit is split when the remainder is at least one alignment unit; the
- *    remainder stays free in the tree.
+ *    Passed over: blocks another stream may not take yet (streamorder.h),
+ *    and entirely free chunks of 64 MiB or more that are over 8 times the
+ *    request; at most 64 of them, then the pool grows.  O(log n) per
+ *    operation.
+ *  - Requests of 64 MiB or more are big: they take the entirely free chunk
+ *    that fits them best within 1/32, unsplit, or a chunk of their own.
+ *  - Other fits are split when the remainder is at least one alignment
+ *    unit; the remainder stays free in the tree.
  *  - Free merges the block with its free physical neighbours at once
  *    (streamorder permitting).
- *  - Growth: a chunk of the request rounded up to 2 MiB, never less than
- *    2 MiB, after returning entirely free chunks (pool_common.h).
+ *  - Growth (pool_common.h): whole 2 MiB granules, with room for up to 8
+ *    requests of the size when one would waste much of its last granule;
+ *    entirely free chunks are returned first as far as needed to keep
+ *    reserved within its peak.
  */
 #include "pool_common.h"
 
 #include <stdlib.h>
 
-#define GRANULE (UINT64_C(2) << 20)
 
 typedef struct freelist {
     cp_heap h;
@@ -37,10 +42,8 @@ static uint64_t f_round(cp_heap *h, uint64_t bytes)
 
 static uint64_t f_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
 {
-    uint64_t c = (size + GRANULE - 1) & ~(GRANULE - 1);
-    (void)h;
     *pool = 0;
-    return c < size ? size : c;
+    return cp_heap_chunk_for(h, size);
 }
 
 static uint8_t f_pool_of(cp_heap *h, uint64_t size)
@@ -81,8 +84,18 @@ static const cp_heap_policy freelist_policy = {
     NULL,
 };
 
+static cp_status f_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    return cp_heap_alloc_with(r, bytes, s, out, &freelist_policy);
+}
+
+static cp_status f_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    return cp_heap_free_with(r, p, bytes, s, &freelist_policy);
+}
+
 static const cp_resource_ops freelist_ops = {
-    "freelist", cp_heap_alloc, cp_heap_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
+    "freelist", f_alloc, f_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
     cp_heap_destroy,
 };
 
@@ -96,6 +109,7 @@ cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_o
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     }
     cp_resource_init(&f->h.base, &freelist_ops);
+    f->h.big = CP_HEAP_BIG;
     st = cp_heap_init(&f->h, up, o, &freelist_policy);
     if (st != CP_OK) {
         cp_heap_destroy(&f->h.base);

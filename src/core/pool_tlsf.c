@@ -13,16 +13,23 @@
  *  - Allocation first looks at up to 8 blocks of the request's own list and
  *    takes the first that fits (within 1.6% of the request); failing that it
  *    takes the head of the first non-empty list above it, found with two
- *    find-first-set operations, where every block fits.  Blocks another
- *    stream may not take yet (streamorder.h) are passed over, at most 32 of
- *    them, after which the pool grows rather than search on.
- *  - A fit is split when the remainder is at least one alignment unit; the
- *    remainder goes back to its list.  Free merges with free physical
+ *    find-first-set operations, where every block fits.  Passed over: blocks
+ *    another stream may not take yet (streamorder.h), and entirely free
+ *    chunks of 64 MiB or more that are over 8 times the request (kept for
+ *    the big requests they were made for); at most 32 are passed over, then
+ *    the pool grows rather than search on.
+ *  - Requests of 64 MiB or more are big: they take an entirely free chunk
+ *    that fits them within 1/32 (the best such), unsplit, or a chunk of
+ *    their own.  So a big block, once freed, leaves a whole chunk to reuse
+ *    or return, never a hole between live blocks.
+ *  - Other fits are split when the remainder is at least one alignment unit;
+ *    the remainder goes back to its list.  Free merges with free physical
  *    neighbours at once (streamorder permitting), so no two mergeable free
  *    blocks are ever adjacent.
- *  - Growth: a new chunk of the request rounded up to 2 MiB, never less than
- *    2 MiB, after returning entirely free chunks (pool_common.h).  Chunks
- *    are what reserved counts.
+ *  - Growth (pool_common.h): whole 2 MiB granules, with room for up to 8
+ *    requests of the size when one would waste much of its last granule;
+ *    entirely free chunks are returned first as far as needed to keep
+ *    reserved within its peak.  Chunks are what reserved counts.
  */
 #include "pool_common.h"
 
@@ -34,14 +41,17 @@
 #define FL_COUNT 64
 #define SCAN_OWN 8
 #define SKIP_MAX 32
-#define GRANULE (UINT64_C(2) << 20)
+
+typedef struct tlsf_index {
+    uint64_t fl_map;
+    uint64_t sl_map[FL_COUNT];
+    cp_blk *heads[FL_COUNT][SL_COUNT];
+} tlsf_index;
 
 typedef struct tlsf {
     cp_heap h;
     unsigned shift;             /* log2(alignment) */
-    uint64_t fl_map;
-    uint64_t sl_map[FL_COUNT];
-    cp_blk *heads[FL_COUNT][SL_COUNT];
+    tlsf_index ix[1];
 } tlsf;
 
 static inline unsigned log2_floor(uint64_t v)
@@ -69,19 +79,17 @@ static uint64_t t_round(cp_heap *h, uint64_t bytes)
     return (bytes + h->align - 1) & ~(h->align - 1);
 }
 
-static uint64_t t_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
-{
-    uint64_t c = (size + GRANULE - 1) & ~(GRANULE - 1);
-    (void)h;
-    *pool = 0;
-    return c < size ? size : c;
-}
-
 static uint8_t t_pool_of(cp_heap *h, uint64_t size)
 {
     (void)h;
     (void)size;
     return 0;
+}
+
+static uint64_t t_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
+{
+    *pool = 0;
+    return cp_heap_chunk_for(h, size);
 }
 
 static int t_split(cp_heap *h, const cp_blk *b, uint64_t size)
@@ -91,9 +99,9 @@ static int t_split(cp_heap *h, const cp_blk *b, uint64_t size)
 
 static void t_insert(cp_heap *h, cp_blk *b)
 {
-    tlsf *t = (tlsf *)h;
+    tlsf_index *t = &((tlsf *)h)->ix[b->pool];
     unsigned fl, sl;
-    map_insert(b->size >> t->shift, &fl, &sl);
+    map_insert(b->size >> ((tlsf *)h)->shift, &fl, &sl);
     b->cls = (uint16_t)(fl * SL_COUNT + sl);
     b->l = NULL;
     b->r = t->heads[fl][sl];
@@ -106,7 +114,7 @@ static void t_insert(cp_heap *h, cp_blk *b)
 
 static void t_remove(cp_heap *h, cp_blk *b)
 {
-    tlsf *t = (tlsf *)h;
+    tlsf_index *t = &((tlsf *)h)->ix[b->pool];
     unsigned fl = b->cls / SL_COUNT, sl = b->cls % SL_COUNT;
     if (b->l)
         b->l->r = b->r;
@@ -124,12 +132,11 @@ static void t_remove(cp_heap *h, cp_blk *b)
 
 static cp_blk *t_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
 {
-    tlsf *t = (tlsf *)h;
-    uint64_t u = size >> t->shift;
+    tlsf_index *t = &((tlsf *)h)->ix[pool];
+    uint64_t u = size >> ((tlsf *)h)->shift;
     unsigned fl, sl, skipped = 0, n = 0;
     uint64_t slm, flm;
     cp_blk *b;
-    (void)pool;
 
     /* The request's own list holds blocks within 1.6% of it: the closest fits. */
     map_insert(u, &fl, &sl);
@@ -149,6 +156,8 @@ static cp_blk *t_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_
         }
         sl = (unsigned)__builtin_ctzll(slm);
         for (b = t->heads[fl][sl]; b; b = b->r) {
+            if (cp_heap_keep_whole(h, b, size))
+                continue;
             if (cp_so_usable(&h->so, &b->tag, sid, s))
                 return b;
             if (++skipped >= SKIP_MAX)
@@ -160,17 +169,20 @@ static cp_blk *t_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_
 
 static uint64_t t_largest(cp_heap *h)
 {
-    tlsf *t = (tlsf *)h;
     uint64_t best = 0;
-    unsigned fl, sl;
-    cp_blk *b;
-    if (!t->fl_map)
-        return 0;
-    fl = log2_floor(t->fl_map);
-    sl = log2_floor(t->sl_map[fl]);
-    for (b = t->heads[fl][sl]; b; b = b->r)
-        if (b->size > best)
-            best = b->size;
+    int i;
+    for (i = 0; i < 1; i++) {
+        tlsf_index *t = &((tlsf *)h)->ix[i];
+        unsigned fl, sl;
+        cp_blk *b;
+        if (!t->fl_map)
+            continue;
+        fl = log2_floor(t->fl_map);
+        sl = log2_floor(t->sl_map[fl]);
+        for (b = t->heads[fl][sl]; b; b = b->r)
+            if (b->size > best)
+                best = b->size;
+    }
     return best;
 }
 
@@ -178,8 +190,18 @@ static const cp_heap_policy tlsf_policy = {
     "tlsf", t_round, t_chunk, t_pool_of, t_split, t_insert, t_remove, t_find, t_largest, NULL,
 };
 
+static cp_status t_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    return cp_heap_alloc_with(r, bytes, s, out, &tlsf_policy);
+}
+
+static cp_status t_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    return cp_heap_free_with(r, p, bytes, s, &tlsf_policy);
+}
+
 static const cp_resource_ops tlsf_ops = {
-    "tlsf", cp_heap_alloc, cp_heap_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
+    "tlsf", t_alloc, t_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
     cp_heap_destroy,
 };
 
@@ -194,6 +216,7 @@ cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts 
     }
     cp_resource_init(&t->h.base, &tlsf_ops);
     t->shift = log2_floor(o->alignment ? o->alignment : 256);
+    t->h.big = CP_HEAP_BIG;
     st = cp_heap_init(&t->h, up, o, &tlsf_policy);
     if (st != CP_OK) {
         cp_heap_destroy(&t->h.base);

@@ -18,8 +18,18 @@
 
 #include "ptrmap.h"
 
+/* One row as the replay needs it, 16 bytes: sizes of frees are those of
+ * their allocate, so the replay keeps no size table of its own. */
+typedef struct replay_op {
+    uint64_t size;
+    uint32_t ord;       /* the allocate's ordinal */
+    uint16_t stream;    /* index into streams[] */
+    uint16_t is_free;
+} replay_op;
+
 struct cp_trace {
     char *path;
+    replay_op *ops;     /* built once loading succeeds */
     size_t n, cap;
     uint8_t *is_free;
     uint32_t *ord;      /* allocate: its ordinal; free: the allocate's ordinal */
@@ -63,6 +73,7 @@ void cp_trace_free(cp_trace *t)
     if (!t)
         return;
     free(t->path);
+    free(t->ops);
     free(t->is_free);
     free(t->ord);
     free(t->ptr);
@@ -330,6 +341,20 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
         st = load(&ld);
     }
     gzclose(ld.gz);
+    if (st == CP_OK && ld.t->nstreams > UINT16_MAX)
+        st = cp_error_set(CP_ERR_INVALID, "%s: more than 65535 distinct streams", path);
+    if (st == CP_OK) {
+        size_t i;
+        t->ops = malloc((t->n ? t->n : 1) * sizeof *t->ops);
+        if (!t->ops)
+            st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
+        for (i = 0; st == CP_OK && i < t->n; i++) {
+            t->ops[i].size = ld.osize[t->ord[i]];
+            t->ops[i].ord = t->ord[i];
+            t->ops[i].stream = (uint16_t)t->stream[i];
+            t->ops[i].is_free = t->is_free[i];
+        }
+    }
     if (st == CP_OK) {
         t->info.events = t->n;
         t->info.streams = t->nstreams;
@@ -411,6 +436,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
         goto done;
     }
+    for (i = 0; i < t->n; i++)
+        if (!t->ops[i].is_free)
+            bsize[t->ops[i].ord] = t->ops[i].size;
     /* Stream 0 is the default stream; every other trace stream gets its own. */
     for (k = 0; k < t->nstreams; k++) {
         if (t->streams[k] == 0 || o->single_stream || !cp_be)
@@ -422,47 +450,53 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
 
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
-        for (i = 0; i < t->n; i++) {
-            uint32_t a = t->ord[i];
-            cp_stream *s = sv[t->stream[i]];
-            if (!t->is_free[i]) {
-                uint64_t size = t->size[i];
-                st = cp_resource_alloc(r, (size_t)size, s, &blk[a]);
-                if (st != CP_OK) {
-                    blk[a] = NULL;
+        const replay_op *op = t->ops, *end = t->ops + t->n;
+        /* The loop keeps to locals: the calls below would otherwise make the
+         * compiler reload every field of t and out on each row. */
+        uint64_t peak = out->peak_live, failed = 0, skipped = 0;
+        for (; op < end; op++) {
+            cp_stream *s = sv[op->stream];
+            void **slot = &blk[op->ord];
+            if (!op->is_free) {
+                st = cp_resource_alloc(r, (size_t)op->size, s, slot);
+                if (__builtin_expect(st != CP_OK, 0)) {
+                    *slot = NULL;
                     if (st != CP_ERR_OOM)
                         break;
                     st = CP_OK;
-                    out->failed++;
+                    failed++;
                     continue;
                 }
-                bsize[a] = size;
-                bstream[a] = t->stream[i];
-                live += size;
-                if (live > out->peak_live)
-                    out->peak_live = live;
+                bstream[op->ord] = op->stream;
+                live += op->size;
+                if (live > peak)
+                    peak = live;
             } else {
-                if (!blk[a]) {
-                    out->skipped_frees++;
+                if (__builtin_expect(!*slot, 0)) {
+                    skipped++;
                     continue;
                 }
-                st = cp_resource_free(r, blk[a], (size_t)bsize[a], s);
+                st = cp_resource_free(r, *slot, (size_t)op->size, s);
                 if (st != CP_OK)
                     break;
-                blk[a] = NULL;
-                live -= bsize[a];
+                *slot = NULL;
+                live -= op->size;
             }
         }
-        out->events += i;
+        out->events += (uint64_t)(op - t->ops);
+        out->peak_live = peak;
+        out->failed += failed;
+        out->skipped_frees += skipped;
         /* Blocks the trace never frees are returned before the next round
          * (and at the end, so the pool is left empty). */
         for (k = 0; k < t->nallocs; k++) {
             if (blk[k]) {
-                cp_status fs = cp_resource_free(r, blk[k], (size_t)bsize[k], sv[bstream[k]]);
+                uint64_t sz = bsize[k];
+                cp_status fs = cp_resource_free(r, blk[k], (size_t)sz, sv[bstream[k]]);
                 if (fs != CP_OK && st == CP_OK)
                     st = fs;
                 blk[k] = NULL;
-                live -= bsize[k];
+                live -= sz;
             }
         }
     }

@@ -549,6 +549,20 @@ static void test_misc(const char *kind, cp_upstream_kind up)
         ok(0, "create with fallback: %s", cp_error_msg());
     }
 
+    /* release_threshold: a chunk emptied by a free goes back at once */
+    if (is_heap(kind)) {
+        o = opts(kind, up, CP_REUSE_STREAM);
+        o.release_threshold = 1;
+        if (cp_pool_create(&r, &o) == CP_OK) {
+            cp_resource_alloc(r, 4u << 20, NULL, &p);
+            cp_resource_free(r, p, 4u << 20, NULL);
+            cp_resource_stats(r, &st);
+            ok(st.reserved == 0, "release_threshold returns emptied chunks (reserved %llu)",
+               (unsigned long long)st.reserved);
+            cp_resource_destroy(r);
+        }
+    }
+
     /* limit adaptor */
     o = opts(kind, up, CP_REUSE_STREAM);
     if (cp_pool_create(&r, &o) == CP_OK && cp_limit_adaptor(&l, r, 3u << 20) == CP_OK) {
@@ -589,6 +603,7 @@ static void run_all(const char *backend, int real)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows even when piped */
     cp_be = &fake_backend;
     run_all("fake", 0);
 #ifndef TEST_NO_HOST

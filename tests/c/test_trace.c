@@ -304,6 +304,7 @@ static void streams_replay(void)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows even when piped */
     snprintf(tmpdir, sizeof tmpdir, "/tmp/cupola_trace_XXXXXX");
     if (!mkdtemp(tmpdir)) {
         printf("not ok 1 - mkdtemp\n# 0 passed, 1 failed\n");
