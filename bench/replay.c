@@ -1,11 +1,19 @@
 /*
  * bench/replay.c: replays every shared trace on every pool kind over the
- * virtual upstream and prints peak reserved / peak live and ns per event
- * (median of several runs; each run replays a fresh pool).
+ * virtual upstream and prints, per trace and pool, peak reserved / peak live
+ * (on a fresh pool, one pass of the trace) and nanoseconds per event (the
+ * median over runs, each run a fresh pool replaying the trace `repeat`
+ * times in one timed loop, so the figure is the steady state rather than
+ * the first pass's page faults).  PyTorch's caching allocator's figure for
+ * the same trace (traces/README.md) is printed beside it.
  *
- *   cc ... bench/replay.c build/obj/core/(all objects) -lz -lpthread -lm -o build/bench_replay
- *   build/bench_replay [runs] [trace.csv.gz ...]   (default: $CUPOLA_TRACES or
- *                                                  ../shared/traces, 5 runs)
+ * Build and run from the repository root, after `make` (any backend):
+ *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc/core bench/replay.c \
+ *      $(ls build/obj/core/[!b]*.o build/obj/core/backend.o build/obj/core/backend_host.o \
+ *        build/obj/core/backend_nocuda.o) -lz -lpthread -lm -o build/bench_replay
+ *   build/bench_replay [runs] [repeat] [trace ...]
+ * Defaults: 5 runs, repeat 10, the three traces in $CUPOLA_TRACES or
+ * ../shared/traces.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,70 +28,98 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static cp_resource *fresh(const char *kind)
+{
+    cp_pool_opts o;
+    cp_resource *r = NULL;
+    memset(&o, 0, sizeof o);
+    o.kind = kind;
+    o.upstream = CP_UP_VIRTUAL;
+    o.grow = 1;
+    o.alignment = 256;
+    if (cp_pool_create(&r, &o) != CP_OK)
+        fprintf(stderr, "%s: %s\n", kind, cp_error_msg());
+    return r;
+}
+
 int main(int argc, char **argv)
 {
     static const char *kinds[] = {"arena", "freelist", "tlsf", "caching"};
-    static const char *names[] = {"resnet50_train.csv.gz", "gpt2_train.csv.gz",
-                                  "t5_train_varlen.csv.gz"};
+    static const struct {
+        const char *name;
+        double pytorch;
+    } known[] = {
+        {"resnet50_train.csv.gz", 1.21},
+        {"gpt2_train.csv.gz", 1.10},
+        {"t5_train_varlen.csv.gz", 1.14},
+    };
     const char *dir = getenv("CUPOLA_TRACES");
-    char path[4096];
     int runs = argc > 1 ? atoi(argv[1]) : 5;
-    int ntraces = argc > 2 ? argc - 2 : 3;
+    int repeat = argc > 2 ? atoi(argv[2]) : 10;
+    int ntraces = argc > 3 ? argc - 3 : 3;
     int ti, ki, run, rc = 0;
 
-    if (!dir)
+    if (!dir || !*dir)
         dir = "../shared/traces";
     if (runs < 1)
         runs = 1;
-    printf("%-24s %-9s %12s %14s %9s %10s %7s\n", "trace", "pool", "peak_live", "peak_reserved",
-           "res/live", "ns/event", "failed");
+    if (runs > 99)
+        runs = 99;
+    if (repeat < 1)
+        repeat = 1;
+    printf("%-24s %-9s %12s %14s %9s %8s %10s %7s\n", "trace", "pool", "peak_live",
+           "peak_reserved", "res/live", "pytorch", "ns/event", "failed");
     for (ti = 0; ti < ntraces; ti++) {
+        char path[4096];
+        const char *p, *base;
+        double pt = 0;
         cp_trace *t;
-        cp_trace_info info;
-        const char *p = argc > 2 ? argv[2 + ti] : path;
-        if (argc <= 2)
-            snprintf(path, sizeof path, "%s/%s", dir, names[ti]);
+        size_t j;
+        if (argc > 3) {
+            p = argv[3 + ti];
+        } else {
+            snprintf(path, sizeof path, "%s/%s", dir, known[ti].name);
+            p = path;
+        }
+        base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+        for (j = 0; j < sizeof known / sizeof known[0]; j++)
+            if (strcmp(base, known[j].name) == 0)
+                pt = known[j].pytorch;
         if (cp_trace_load(p, &t) != CP_OK) {
             fprintf(stderr, "%s\n", cp_error_msg());
             rc = 1;
             continue;
         }
-        cp_trace_info_get(t, &info);
         for (ki = 0; ki < 4; ki++) {
-            double ns[64], ratio = 0;
-            uint64_t live = 0, res = 0, failed = 0;
-            int n = runs > 64 ? 64 : runs;
-            for (run = 0; run < n; run++) {
-                cp_pool_opts o;
-                cp_resource *r;
-                cp_replay_result out;
-                memset(&o, 0, sizeof o);
-                o.kind = kinds[ki];
-                o.upstream = CP_UP_VIRTUAL;
-                o.grow = 1;
-                o.alignment = 256;
-                if (cp_pool_create(&r, &o) != CP_OK ||
-                    cp_trace_replay(t, r, NULL, &out) != CP_OK) {
-                    fprintf(stderr, "%s: %s\n", kinds[ki], cp_error_msg());
+            double ns[99];
+            cp_replay_result first;
+            cp_replay_opts once = {0, 1, 0}, rep = {0, repeat, 0};
+            cp_resource *r = fresh(kinds[ki]);
+            if (!r || cp_trace_replay(t, r, &once, &first) != CP_OK) {
+                fprintf(stderr, "%s: %s\n", kinds[ki], cp_error_msg());
+                rc = 1;
+                cp_resource_destroy(r);
+                continue;
+            }
+            cp_resource_destroy(r);
+            for (run = 0; run < runs; run++) {
+                cp_replay_result res;
+                r = fresh(kinds[ki]);
+                if (!r || cp_trace_replay(t, r, &rep, &res) != CP_OK) {
                     rc = 1;
+                    cp_resource_destroy(r);
                     break;
                 }
                 cp_resource_destroy(r);
-                ns[run] = out.ns_per_event;
-                ratio = out.reserved_over_live;
-                live = out.peak_live;
-                res = out.peak_reserved;
-                failed = out.failed;
+                ns[run] = res.ns_per_event;
             }
-            if (run < n)
+            if (run < runs)
                 continue;
-            qsort(ns, (size_t)n, sizeof ns[0], cmp_double);
-            {
-                const char *base = strrchr(p, '/');
-                printf("%-24s %-9s %12llu %14llu %9.4f %10.1f %7llu\n", base ? base + 1 : p,
-                       kinds[ki], (unsigned long long)live, (unsigned long long)res, ratio,
-                       ns[n / 2], (unsigned long long)failed);
-            }
+            qsort(ns, (size_t)runs, sizeof ns[0], cmp_double);
+            printf("%-24s %-9s %12llu %14llu %9.4f %8.2f %10.1f %7llu\n", base, kinds[ki],
+                   (unsigned long long)first.peak_live, (unsigned long long)first.peak_reserved,
+                   first.reserved_over_live, pt, ns[runs / 2],
+                   (unsigned long long)first.failed);
         }
         cp_trace_free(t);
     }
