@@ -1,0 +1,427 @@
+-- Allocator fuzzing (issue 4): seeded random sequences of operations --
+-- alloc, free on any stream, trim, reset, stats, close, drop-and-collect,
+-- stream close -- against every pool kind x upstream, the native mempool
+-- and malloc_async, with the invariants checked after every step:
+--
+--   * no two live buffers overlap (nothing is handed out twice);
+--   * every address is aligned as the pool promises;
+--   * conservation: the pool's `used` is the sum of its live buffers'
+--     sizes, allocs - frees is their number, used + free <= reserved,
+--     peaks are never below the current figures, `max` is never passed;
+--   * data integrity: each live buffer with memory holds its own pattern,
+--     written by a kernel on its stream when it was allocated and verified
+--     by a kernel (kernels.verify == 0) before it is freed, dropped or reset.
+--
+-- On the CUDA backend the same spec is the GPU data-integrity fuzz.
+--
+--   CUPOLA_FUZZ_SEED  the seed (default fixed, so `make test` is repeatable)
+--   CUPOLA_FUZZ_OPS   operations per allocator (default 120; `make fuzz`
+--                     runs many more with a fresh seed)
+-- A failure names the seed, the allocator and the step, which replays it.
+local cupola = require "cupola"
+local K = cupola.kernels
+
+local SEED = tonumber(os.getenv "CUPOLA_FUZZ_SEED") or 20261121
+local OPS = tonumber(os.getenv "CUPOLA_FUZZ_OPS") or 120
+local MAX_LIVE = 48
+local KiB, MiB = 1024, 1024 * 1024
+
+local kinds = { "arena", "freelist", "tlsf", "caching" }
+local upstreams = { "device", "async", "managed", "pinned", "virtual" }
+local reuses = { "stream", "event", "wait" }
+
+-- Totals over the file, printed at the end (the closing note quotes them).
+local totals = { ops = 0, allocs = 0, ooms = 0, frees = 0, verified = 0, bytes_verified = 0 }
+
+-- A small deterministic generator (xorshift64*), independent of
+-- math.random so that the sequence does not change with the Lua build.
+local function rng(seed)
+  local x = seed ~ 0x9E3779B97F4A7C15
+  if x == 0 then x = 1 end
+  local r = {}
+  function r.next()
+    x = x ~ (x << 13)
+    x = x ~ (x >> 7)
+    x = x ~ (x << 17)
+    return x
+  end
+  function r.int(lo, hi) -- inclusive
+    return lo + ((r.next() >> 1) % (hi - lo + 1))
+  end
+  function r.pick(t) return t[r.int(1, #t)] end
+  function r.chance(p) return r.int(1, 1000000) <= p * 1000000 end
+  return r
+end
+
+-- Sizes: mostly small, some medium, a few large (the large ones find the
+-- growth paths, and OOM where a max is set).
+local function random_size(r)
+  local c = r.int(1, 100)
+  if c <= 35 then return r.int(1, 512) end
+  if c <= 75 then return r.int(513, 64 * KiB) end
+  if c <= 96 then return r.int(64 * KiB, MiB) end
+  return r.int(2 * MiB, 6 * MiB)
+end
+
+-- One fuzzing world: a pool (or native allocator), three streams, the live
+-- buffers with their seeds, and the pools whose handles were dropped while
+-- they still had buffers.
+local World = {}
+World.__index = World
+
+function World.new(r, cfg)
+  local w = setmetatable({ r = r, cfg = cfg, live = {}, pools = {}, step = 0, next_seed = 1 }, World)
+  w.streams = { cupola.default_stream, cupola.stream(), cupola.stream { priority = 0 } }
+  w:open_pool()
+  return w
+end
+
+function World:where()
+  return string.format("seed %d, %s, step %d", SEED, self.cfg.name, self.step)
+end
+
+-- Opens the world's current allocator.
+function World:open_pool()
+  local cfg = self.cfg
+  local rec = { live = 0, has_memory = cfg.upstream ~= "virtual", alignment = cfg.alignment or 256 }
+  if cfg.native == "mempool" then
+    rec.handle = cupola.mempool { max_size = cfg.max }
+    rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
+  elseif cfg.native == "malloc_async" then
+    rec.handle = cupola.mempool.current()
+    rec.base_live = rec.handle:stats().live_buffers -- buffers of other specs, if any
+    rec.alloc = function(size, s) return cupola.malloc_async(size, s) end
+  else
+    rec.handle = assert(cupola.pool {
+      kind = cfg.kind, upstream = cfg.upstream, alignment = cfg.alignment,
+      max = cfg.max, reuse = cfg.reuse, initial = cfg.initial,
+    })
+    rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
+  end
+  self.pool = rec
+  self.pools[#self.pools + 1] = rec
+end
+
+function World:random_stream()
+  return self.r.pick(self.streams)
+end
+
+-- Verifies a live buffer's pattern (a kernel on its stream).  Kept in its
+-- own function so no register of the caller holds the buffer afterwards.
+local function verify(w, e)
+  if e.pool.has_memory then
+    local bad = K.verify(e.b, e.seed)
+    assert(bad == 0, string.format("%s: %d corrupt bytes in a %d-byte buffer at 0x%x", w:where(), bad, e.size, e.address))
+    totals.verified = totals.verified + 1
+    totals.bytes_verified = totals.bytes_verified + e.size
+  end
+end
+
+function World:remove(i)
+  local e = self.live[i]
+  self.live[i] = self.live[#self.live]
+  self.live[#self.live] = nil
+  e.pool.live = e.pool.live - 1
+  return e
+end
+
+-- ---- operations ----
+
+function World:op_alloc()
+  local size = random_size(self.r)
+  local s = self:random_stream()
+  local p = self.pool
+  local b, msg, kind = p.alloc(size, s)
+  if not b then
+    assert(kind == "out_of_memory", string.format("%s: alloc(%d) failed with %s", self:where(), size, tostring(msg)))
+    totals.ooms = totals.ooms + 1
+    return
+  end
+  totals.allocs = totals.allocs + 1
+  assert.equals(size, b.size)
+  assert.equals(s, b.stream)
+  local e = { b = b, size = size, address = b.address, pool = p, seed = self.next_seed * 7919 + SEED }
+  self.next_seed = self.next_seed + 1
+  assert(e.address % p.alignment == 0,
+    string.format("%s: address 0x%x is not %d-aligned", self:where(), e.address, p.alignment))
+  if p.has_memory then K.pattern(b, e.seed) end
+  p.live = p.live + 1
+  self.live[#self.live + 1] = e
+end
+
+function World:op_free()
+  if #self.live == 0 then return self:op_alloc() end
+  local i = self.r.int(1, #self.live)
+  verify(self, self.live[i])
+  local e = self:remove(i)
+  -- any stream: its own (nil), the default, or another one
+  local s
+  if not self.r.chance(0.3) then s = self:random_stream() end
+  e.b:free(s)
+  assert.is_true(e.b.freed)
+  assert.equals(0, e.b.address)
+  totals.frees = totals.frees + 1
+  if self.r.chance(0.1) then
+    assert.error_matches(function() e.b:free() end, "double free", 1, true)
+  end
+end
+
+-- Drops the references to a few buffers and collects: their __gc frees them
+-- on their own streams.
+function World:op_drop()
+  local n = math.min(#self.live, self.r.int(1, 4))
+  local ghosts = setmetatable({}, { __mode = "v" })
+  for _ = 1, n do
+    local i = self.r.int(1, #self.live)
+    verify(self, self.live[i])
+    local e = self:remove(i)
+    ghosts[#ghosts + 1] = e.b
+    e.b = nil
+  end
+  collectgarbage()
+  collectgarbage()
+  assert(next(ghosts) == nil, self:where() .. ": a dropped buffer was not collected")
+  totals.frees = totals.frees + n
+end
+
+function World:op_trim()
+  local keep = self.r.pick { 0, 0, 64 * KiB, MiB }
+  self.pool.handle:trim(keep)
+end
+
+function World:op_reset()
+  local p = self.pool
+  if self.cfg.kind ~= "arena" then
+    if self.cfg.kind then
+      assert.error_matches(function() p.handle:reset() end, "only arena pools can be reset", 1, true)
+    end
+    return
+  end
+  -- every buffer of this pool is verified, then released by the reset
+  local gone = {}
+  for i = #self.live, 1, -1 do
+    if self.live[i].pool == p then
+      verify(self, self.live[i])
+      gone[#gone + 1] = self:remove(i)
+    end
+  end
+  p.handle:reset()
+  for _, e in ipairs(gone) do
+    assert.is_true(e.b.freed)
+    assert.error_matches(function() e.b:read(0, 1) end, "freed by its pool's reset()", 1, true)
+    if self.r.chance(0.5) then e.b:free() end -- drops the references; else GC does
+  end
+  totals.frees = totals.frees + #gone
+end
+
+-- Closes the pool: refused while it has buffers, else a fresh one replaces it.
+-- Sometimes the handle is only dropped instead, with its buffers still live:
+-- the pool must stay alive for them.
+function World:op_close()
+  local p = self.pool
+  if self.cfg.native == "malloc_async" then return end
+  if p.live > 0 then
+    if self.r.chance(0.5) then
+      assert.error_matches(function() p.handle:close() end, "live buffer", 1, true)
+    else
+      self:open_pool() -- the old record stays in self.pools until empty
+    end
+    return
+  end
+  p.handle:close()
+  for i, q in ipairs(self.pools) do
+    if q == p then table.remove(self.pools, i) break end
+  end
+  self:open_pool()
+end
+
+-- Closes a stream that may have buffers ordered on it (their frees still
+-- need it) and puts a new one in its place.
+function World:op_stream()
+  local i = self.r.int(2, #self.streams)
+  self.streams[i]:close()
+  self.streams[i] = cupola.stream()
+  if self.r.chance(0.5) then collectgarbage() end
+end
+
+function World:op_gc()
+  if self.r.chance(0.5) then collectgarbage "step" else collectgarbage() end
+end
+
+-- ---- invariants ----
+
+function World:check()
+  local where = self:where()
+  -- per pool: conservation and consistency of the statistics
+  for _, p in ipairs(self.pools) do
+    local sum, n = 0, 0
+    for _, e in ipairs(self.live) do
+      if e.pool == p then sum, n = sum + e.size, n + 1 end
+    end
+    assert(n == p.live, where .. ": model count")
+    local st = p.handle:stats()
+    if self.cfg.native then
+      local base = p.base_live or 0
+      assert(st.live_buffers - base == n,
+        string.format("%s: %d live buffers, the pool says %d", where, n, st.live_buffers - base))
+      if not p.base_live then
+        assert(st.used_current >= sum, where .. ": used_current below the live bytes")
+        assert(st.reserved_current >= st.used_current, where .. ": used above reserved")
+        if self.cfg.max then assert(st.reserved_current <= self.cfg.max, where .. ": max_size passed") end
+      end
+      assert(st.used_high >= st.used_current and st.reserved_high >= st.reserved_current, where .. ": high marks")
+    else
+      assert(st.live_buffers == n, string.format("%s: %d live buffers, the pool says %d", where, n, st.live_buffers))
+      assert(st.used == sum, string.format("%s: used %d, live buffers hold %d", where, st.used, sum))
+      assert(st.allocs - st.frees == n, string.format("%s: allocs %d - frees %d ~= %d live", where, st.allocs, st.frees, n))
+      assert(st.used + st.free_bytes <= st.reserved,
+        string.format("%s: used %d + free %d > reserved %d", where, st.used, st.free_bytes, st.reserved))
+      assert(st.largest_free <= st.free_bytes, where .. ": largest_free above free_bytes")
+      assert(st.used_peak >= st.used and st.reserved_peak >= st.reserved, where .. ": peaks below current")
+      assert(st.fragmentation >= 0 and st.fragmentation <= 1, where .. ": fragmentation out of 0..1")
+      if self.cfg.max then
+        assert(st.reserved <= self.cfg.max, string.format("%s: reserved %d passes max %d", where, st.reserved, self.cfg.max))
+      end
+    end
+  end
+  -- across pools: no overlap (virtual addresses only within one pool)
+  local groups = {}
+  for _, e in ipairs(self.live) do
+    local key = e.pool.has_memory and "memory" or e.pool
+    groups[key] = groups[key] or {}
+    table.insert(groups[key], e)
+  end
+  for _, g in pairs(groups) do
+    table.sort(g, function(a, b) return a.address < b.address end)
+    for i = 2, #g do
+      local a, b = g[i - 1], g[i]
+      assert(a.address + a.size <= b.address,
+        string.format("%s: [0x%x, +%d) overlaps [0x%x, +%d)", where, a.address, a.size, b.address, b.size))
+    end
+  end
+  -- pools whose handle was replaced are let go once empty
+  for i = #self.pools, 1, -1 do
+    local p = self.pools[i]
+    if p ~= self.pool and p.live == 0 then table.remove(self.pools, i) end
+  end
+end
+
+-- ---- the driver ----
+
+local ops = {
+  { "alloc", 40 }, { "free", 26 }, { "drop", 5 }, { "trim", 5 }, { "reset", 3 },
+  { "stats", 5 }, { "close", 3 }, { "stream", 3 }, { "gc", 3 },
+}
+local weight = 0
+for _, o in ipairs(ops) do weight = weight + o[2] end
+
+function World:run(n)
+  for step = 1, n do
+    self.step = step
+    local name
+    if #self.live >= MAX_LIVE then
+      name = "free"
+    else
+      local c = self.r.int(1, weight)
+      for _, o in ipairs(ops) do
+        c = c - o[2]
+        if c <= 0 then name = o[1] break end
+      end
+    end
+    if name ~= "stats" then self["op_" .. name](self) end
+    self:check()
+    totals.ops = totals.ops + 1
+  end
+  -- wind down: everything verified and freed, the pool left empty
+  while #self.live > 0 do self:op_free() self:check() end
+  for _, p in ipairs(self.pools) do
+    if p.handle.close and self.cfg.native ~= "malloc_async" then p.handle:close() end
+  end
+  for i = 2, #self.streams do self.streams[i]:close() end
+  cupola.synchronize()
+end
+
+-- The configurations: every kind x upstream, with options drawn from the
+-- seed (alignment, reuse policy, a max for some), then the native paths.
+local configs = {}
+do
+  local r = rng(SEED)
+  for _, kind in ipairs(kinds) do
+    for _, up in ipairs(upstreams) do
+      local cfg = { kind = kind, upstream = up, name = kind .. "/" .. up }
+      cfg.alignment = r.pick { 256, 256, 512, 4096 }
+      cfg.reuse = r.pick(reuses)
+      if r.chance(0.4) then cfg.max = 16 * MiB end
+      if kind == "arena" and not cfg.max then cfg.max = 64 * MiB end
+      cfg.name = string.format("%s (alignment %d, reuse %s%s)", cfg.name, cfg.alignment, cfg.reuse,
+        cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
+      configs[#configs + 1] = cfg
+    end
+  end
+  configs[#configs + 1] = { native = "mempool", name = "cupola.mempool (max_size 32 MiB)", max = 32 * MiB }
+  configs[#configs + 1] = { native = "malloc_async", name = "cupola.malloc_async" }
+end
+
+describe("fuzz (seed " .. SEED .. ", " .. OPS .. " operations per allocator)", function()
+  for i, cfg in ipairs(configs) do
+    it(cfg.name .. " keeps its invariants", function()
+      collectgarbage()
+      local w = World.new(rng(SEED + i), cfg)
+      w:run(OPS)
+    end)
+  end
+
+  -- All allocators at once, sharing streams: overlaps across pools are
+  -- caught, and frees on one allocator's stream interleave with another's.
+  it("every allocator at once keeps its invariants", function()
+    collectgarbage()
+    local r = rng(SEED * 31 + 7)
+    local worlds = {}
+    for i, cfg in ipairs(configs) do
+      if cfg.upstream ~= "virtual" then worlds[#worlds + 1] = World.new(rng(SEED + 1000 + i), cfg) end
+    end
+    -- one set of streams, and one list of live buffers for the overlap check
+    local shared = worlds[1]
+    for _, w in ipairs(worlds) do w.streams = shared.streams end
+    for step = 1, OPS * 2 do
+      local w = r.pick(worlds)
+      w.step = step
+      local name = r.pick { "alloc", "alloc", "free", "drop", "trim", "close", "gc" }
+      if #w.live >= MAX_LIVE // 4 then name = "free" end
+      w["op_" .. name](w)
+      w:check()
+      totals.ops = totals.ops + 1
+      if step % 16 == 0 then
+        -- the cross-allocator overlap check over every world's buffers
+        local all = {}
+        for _, x in ipairs(worlds) do
+          for _, e in ipairs(x.live) do all[#all + 1] = e end
+        end
+        table.sort(all, function(a, b) return a.address < b.address end)
+        for j = 2, #all do
+          assert(all[j - 1].address + all[j - 1].size <= all[j].address,
+            string.format("seed %d, step %d: buffers of two allocators overlap", SEED, step))
+        end
+      end
+    end
+    for k, w in ipairs(worlds) do
+      if k > 1 then w.streams = { cupola.default_stream } end
+      w:run(0)
+    end
+  end)
+
+  teardown(function()
+    io.stderr:write(string.format(
+      "\nfuzz: seed %d, %d operations (%d allocations, %d out of memory, %d frees), %d buffers verified (%d bytes)\n",
+      SEED, totals.ops, totals.allocs, totals.ooms, totals.frees, totals.verified, totals.bytes_verified))
+    local path = os.getenv "CUPOLA_FUZZ_REPORT"
+    if path then
+      local f = io.open(path, "a")
+      if f then
+        f:write(string.format("seed=%d ops=%d allocs=%d ooms=%d frees=%d verified=%d\n",
+          SEED, totals.ops, totals.allocs, totals.ooms, totals.frees, totals.verified))
+        f:close()
+      end
+    end
+  end)
+end)
