@@ -10,8 +10,9 @@
  *    segments, 20 MiB for requests under 10 MiB, else the request rounded
  *    up to 2 MiB.  Small and large blocks never mix, so long-lived small
  *    tensors cannot pin large segments.
- *  - Each of the two sub-pools orders its free blocks by (size, address):
- *    the choice is the best fit, lowest address first.  Blocks another
+ *  - Each of the two sub-pools orders its free blocks by (size, address)
+ *    (pool_common.h's cp_sfit): the choice is the best fit, lowest address
+ *    first.  Blocks another
  *    stream may not take yet (streamorder.h; CUB's rule: another stream
  *    reuses a block once its free's event has completed) are passed over,
  *    at most 64 of them.
@@ -44,7 +45,7 @@
 
 typedef struct caching {
     cp_heap h;
-    cp_blk *root[2]; /* 0: small, 1: large */
+    cp_sfit ix[2]; /* 0: small, 1: large */
 } caching;
 
 static uint64_t c_round(cp_heap *h, uint64_t bytes)
@@ -82,23 +83,23 @@ static int c_split(cp_heap *h, const cp_blk *b, uint64_t size)
 
 static void c_insert(cp_heap *h, cp_blk *b)
 {
-    cp_treap_insert(&((caching *)h)->root[b->pool], b);
+    cp_sfit_insert(&((caching *)h)->ix[b->pool], b);
 }
 
 static void c_remove(cp_heap *h, cp_blk *b)
 {
-    cp_treap_remove(&((caching *)h)->root[b->pool], b);
+    cp_sfit_remove(&((caching *)h)->ix[b->pool], b);
 }
 
 static cp_blk *c_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
 {
-    return cp_treap_find(h, ((caching *)h)->root[pool], size, sid, s);
+    return cp_sfit_find(h, &((caching *)h)->ix[pool], size, sid, s);
 }
 
 static uint64_t c_largest(cp_heap *h)
 {
     caching *c = (caching *)h;
-    uint64_t a = cp_treap_max(c->root[0]), b = cp_treap_max(c->root[1]);
+    uint64_t a = cp_sfit_max(&c->ix[0]), b = cp_sfit_max(&c->ix[1]);
     return a > b ? a : b;
 }
 
@@ -133,6 +134,7 @@ cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_op
     }
     cp_resource_init(&c->h.base, &caching_ops);
     c->h.big = CP_HEAP_BIG;
+    c->ix[0].shift = c->ix[1].shift = 9; /* sizes are multiples of 512 */
     st = cp_heap_init(&c->h, up, o, &caching_policy);
     if (st != CP_OK) {
         cp_heap_destroy(&c->h.base);

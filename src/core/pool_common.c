@@ -139,7 +139,6 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
     b->size = (b->up_ptr + b->up_bytes - b->addr) & ~(h->align - 1);
     b->is_free = 1;
     b->pool = pool;
-    b->prio = cp_heap_rand(h);
     /* Fresh memory is idle, except cudaMallocAsync's, which is ordered on s. */
     if (async_up(h)) {
         b->tag.sid = cp_so_sid(s);
@@ -166,7 +165,6 @@ cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
     h->pol = pol;
     h->align = o->alignment ? o->alignment : 256;
     h->up_align = cp_upstream_alignment(o->upstream);
-    h->rng = 0x9E3779B9u;
     cp_so_init(&h->so, o->reuse);
     if (cp_ptrmap_init(&h->live, 1024) != 0)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
@@ -368,115 +366,97 @@ void cp_heap_destroy(cp_resource *r)
     free(h);
 }
 
-/* ---- treap ordered by (size, addr) ---- */
+/* ---- sorted segregated fit ---- */
 
 static int key_less(uint64_t s1, uint64_t a1, uint64_t s2, uint64_t a2)
 {
     return s1 < s2 || (s1 == s2 && a1 < a2);
 }
 
-static cp_blk *rot_right(cp_blk *t)
+void cp_sfit_insert(cp_sfit *x, cp_blk *b)
 {
-    cp_blk *l = t->l;
-    t->l = l->r;
-    l->r = t;
-    return l;
-}
-
-static cp_blk *rot_left(cp_blk *t)
-{
-    cp_blk *r = t->r;
-    t->r = r->l;
-    r->l = t;
-    return r;
-}
-
-static cp_blk *treap_ins(cp_blk *t, cp_blk *b)
-{
-    if (!t)
-        return b;
-    if (key_less(b->size, b->addr, t->size, t->addr)) {
-        t->l = treap_ins(t->l, b);
-        if (t->l->prio > t->prio)
-            t = rot_right(t);
-    } else {
-        t->r = treap_ins(t->r, b);
-        if (t->r->prio > t->prio)
-            t = rot_left(t);
+    unsigned fl, sl;
+    cp_blk *prev = NULL, *n;
+    cp_class_of(b->size >> x->shift, &fl, &sl);
+    b->cls = (uint16_t)(fl * CP_SL_COUNT + sl);
+    n = x->heads[fl][sl];
+    while (n && key_less(n->size, n->addr, b->size, b->addr)) {
+        prev = n;
+        n = n->r;
     }
-    return t;
+    b->l = prev;
+    b->r = n;
+    if (n)
+        n->l = b;
+    if (prev)
+        prev->r = b;
+    else
+        x->heads[fl][sl] = b;
+    x->fl_map |= UINT64_C(1) << fl;
+    x->sl_map[fl] |= UINT64_C(1) << sl;
 }
 
-void cp_treap_insert(cp_blk **root, cp_blk *b)
+void cp_sfit_remove(cp_sfit *x, cp_blk *b)
 {
-    b->l = b->r = NULL;
-    *root = treap_ins(*root, b);
-}
-
-void cp_treap_remove(cp_blk **root, cp_blk *b)
-{
-    cp_blk **pp = root;
-    /* Find the link that points at b, then rotate b down to a leaf. */
-    while (*pp && *pp != b)
-        pp = key_less(b->size, b->addr, (*pp)->size, (*pp)->addr) ? &(*pp)->l : &(*pp)->r;
-    if (!*pp)
-        return;
-    for (;;) {
-        cp_blk *t = *pp;
-        if (!t->l) {
-            *pp = t->r;
-            break;
-        }
-        if (!t->r) {
-            *pp = t->l;
-            break;
-        }
-        if (t->l->prio > t->r->prio) {
-            *pp = rot_right(t);
-            pp = &(*pp)->r;
-        } else {
-            *pp = rot_left(t);
-            pp = &(*pp)->l;
-        }
+    unsigned fl = b->cls / CP_SL_COUNT, sl = b->cls % CP_SL_COUNT;
+    if (b->l)
+        b->l->r = b->r;
+    else
+        x->heads[fl][sl] = b->r;
+    if (b->r)
+        b->r->l = b->l;
+    if (!x->heads[fl][sl]) {
+        x->sl_map[fl] &= ~(UINT64_C(1) << sl);
+        if (!x->sl_map[fl])
+            x->fl_map &= ~(UINT64_C(1) << fl);
     }
     b->l = b->r = NULL;
 }
 
-/* Smallest node with key >= (size, addr) */
-static cp_blk *lower_bound(cp_blk *t, uint64_t size, uint64_t addr)
+cp_blk *cp_sfit_find(cp_heap *h, cp_sfit *x, uint64_t size, uint64_t sid, cp_stream *s)
 {
-    cp_blk *best = NULL;
-    while (t) {
-        if (key_less(t->size, t->addr, size, addr)) {
-            t = t->r;
-        } else {
-            best = t;
-            t = t->l;
-        }
-    }
-    return best;
-}
+    unsigned fl, sl, passed = 0;
+    uint64_t slm, flm;
+    cp_blk *b;
 
-cp_blk *cp_treap_find(cp_heap *h, cp_blk *root, uint64_t size, uint64_t sid, cp_stream *s)
-{
-    cp_blk *b = lower_bound(root, size, 0);
-    int tries = 0;
-    /* Blocks another stream cannot take yet, and whole chunks kept for big
-     * requests, are skipped a bounded number of times: past that, growing
-     * is cheaper than searching. */
-    while (b && (cp_heap_keep_whole(h, b, size) || !cp_so_usable(&h->so, &b->tag, sid, s))) {
-        if (++tries >= 64)
+    cp_class_of(size >> x->shift, &fl, &sl);
+    for (b = x->heads[fl][sl]; b; b = b->r) {
+        if (b->size < size)
+            continue;
+        if (!cp_heap_keep_whole(h, b, size) && cp_so_usable(&h->so, &b->tag, sid, s))
+            return b;
+        if (++passed >= 64)
             return NULL;
-        b = lower_bound(root, b->size, b->addr + 1);
     }
-    return b;
+    slm = sl + 1 < CP_SL_COUNT ? x->sl_map[fl] & (~UINT64_C(0) << (sl + 1)) : 0;
+    for (;;) {
+        if (!slm) {
+            flm = fl + 1 < CP_FL_COUNT ? x->fl_map & (~UINT64_C(0) << (fl + 1)) : 0;
+            if (!flm)
+                return NULL;
+            fl = (unsigned)__builtin_ctzll(flm);
+            slm = x->sl_map[fl];
+        }
+        sl = (unsigned)__builtin_ctzll(slm);
+        for (b = x->heads[fl][sl]; b; b = b->r) {
+            if (!cp_heap_keep_whole(h, b, size) && cp_so_usable(&h->so, &b->tag, sid, s))
+                return b;
+            if (++passed >= 64)
+                return NULL;
+        }
+        slm &= ~(UINT64_C(1) << sl);
+    }
 }
 
-uint64_t cp_treap_max(const cp_blk *t)
+uint64_t cp_sfit_max(const cp_sfit *x)
 {
-    if (!t)
+    unsigned fl, sl;
+    const cp_blk *b;
+    if (!x->fl_map)
         return 0;
-    while (t->r)
-        t = t->r;
-    return t->size;
+    fl = cp_log2_floor(x->fl_map);
+    sl = cp_log2_floor(x->sl_map[fl]);
+    for (b = x->heads[fl][sl]; b->r; b = b->r)
+        ;
+    return b->size; /* the list is sorted: its last block is the largest */
 }

@@ -54,7 +54,6 @@ struct cp_blk {
     cp_so_tag tag;         /* free blocks: who freed it */
     uint64_t up_ptr;       /* chunk head: what the upstream returned */
     uint64_t up_bytes;     /*   and its size */
-    uint32_t prio;         /* treap priority */
     uint16_t cls;          /* index-specific (size class) */
     uint8_t is_free;
     uint8_t pool;          /* index-specific (small/large) */
@@ -102,7 +101,6 @@ struct cp_heap {
     uint64_t chunks;
     uint64_t big;          /* requests >= big get whole chunks (0: never) */
     int desperate;         /* growth failed: any fit will do */
-    uint32_t rng;
 };
 
 /* Sets up h (already zeroed, base initialised by the caller with its ops)
@@ -148,24 +146,51 @@ static inline int cp_heap_keep_whole(const cp_heap *h, const cp_blk *b, uint64_t
            size * 8 <= b->size;
 }
 
-static inline uint32_t cp_heap_rand(cp_heap *h)
+/* ---- segregated size classes (TLSF's mapping) ----
+ * Sizes in units u of the alignment: u < 64 has one class per size; above,
+ * the first level is floor(log2 u) and the second the next 6 bits, so a
+ * class spans 1/64 (1.6%) of its sizes.  Two bitmaps say which classes are
+ * non-empty. */
+#define CP_SL_BITS 6
+#define CP_SL_COUNT (1 << CP_SL_BITS)
+#define CP_FL_COUNT 64
+
+static inline unsigned cp_log2_floor(uint64_t v)
 {
-    /* xorshift32: treap priorities need only be unpredictable to the data */
-    uint32_t x = h->rng;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    h->rng = x;
-    return x;
+    return 63u - (unsigned)__builtin_clzll(v);
 }
 
-/* A treap of free blocks ordered by (size, addr): best fit, lowest address
- * among equals.  Used by freelist and caching. */
-void cp_treap_insert(cp_blk **root, cp_blk *b);
-void cp_treap_remove(cp_blk **root, cp_blk *b);
-/* Smallest (size, addr) >= (size, 0) whose tag is usable on s. */
-cp_blk *cp_treap_find(cp_heap *h, cp_blk *root, uint64_t size, uint64_t sid, cp_stream *s);
-uint64_t cp_treap_max(const cp_blk *root);
+static inline void cp_class_of(uint64_t u, unsigned *fl, unsigned *sl)
+{
+    if (u < CP_SL_COUNT) {
+        *fl = 0;
+        *sl = (unsigned)u;
+    } else {
+        unsigned f = cp_log2_floor(u);
+        *fl = f - CP_SL_BITS + 1;
+        *sl = (unsigned)(u >> (f - CP_SL_BITS)) & (CP_SL_COUNT - 1);
+    }
+}
+
+/* Exact best fit: the class lists are kept sorted by (size, address), so
+ * the best fit is the first fitting block of the request's class, else the
+ * head of the next non-empty class; among equal sizes the lowest address.
+ * Insertion walks its class list (short in practice: a class is 1.6%
+ * wide); removal and the search are O(1) but for passed-over blocks.
+ * Used by freelist and caching. */
+typedef struct cp_sfit {
+    unsigned shift; /* log2 of the size unit */
+    uint64_t fl_map;
+    uint64_t sl_map[CP_FL_COUNT];
+    cp_blk *heads[CP_FL_COUNT][CP_SL_COUNT];
+} cp_sfit;
+
+void cp_sfit_insert(cp_sfit *x, cp_blk *b);
+void cp_sfit_remove(cp_sfit *x, cp_blk *b);
+/* Best fit for size whose tag is usable on s, passing over at most 64
+ * blocks (other streams' not yet usable, whole chunks kept for big ones). */
+cp_blk *cp_sfit_find(cp_heap *h, cp_sfit *x, uint64_t size, uint64_t sid, cp_stream *s);
+uint64_t cp_sfit_max(const cp_sfit *x);
 
 /* ---- descriptors and the list of entirely free chunks ---- */
 
@@ -253,7 +278,6 @@ static inline cp_status cp_heap_alloc_with(cp_resource *r, size_t bytes, cp_stre
             b->next = rem;
             rem->is_free = 1;
             rem->pool = b->pool;
-            rem->prio = cp_heap_rand(h);
             cp_so_tag_copy(&rem->tag, &b->tag);
             b->size = size;
             pol->insert(h, rem);

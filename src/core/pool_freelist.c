@@ -4,14 +4,14 @@
  *
  * Policy, exactly:
  *  - Requests are rounded up to the alignment (default 256 bytes).
- *  - The free blocks are ordered by (size, address) in a treap, so the
- *    choice is the smallest free block that fits and, among blocks of that
- *    size, the one at the lowest address (address-ordered best fit: it keeps
- *    the upper parts of chunks free, so whole chunks can be given back).
+ *  - The free blocks are ordered by (size, address) (segregated classes
+ *    1.6% wide, each list sorted; pool_common.h's cp_sfit), so the choice is
+ *    the smallest free block that fits and, among blocks of that size, the
+ *    one at the lowest address (address-ordered best fit: it keeps the upper
+ *    parts of chunks free, so whole chunks can be given back).
  *    Passed over: blocks another stream may not take yet (streamorder.h),
  *    and entirely free chunks of 64 MiB or more that are over 8 times the
- *    request; at most 64 of them, then the pool grows.  O(log n) per
- *    operation.
+ *    request; at most 64 of them, then the pool grows.
  *  - Requests of 64 MiB or more are big: they take the entirely free chunk
  *    that fits them best within 1/32, unsplit, or a chunk of their own.
  *  - Other fits are split when the remainder is at least one alignment
@@ -30,7 +30,7 @@
 
 typedef struct freelist {
     cp_heap h;
-    cp_blk *root;
+    cp_sfit ix;
 } freelist;
 
 static uint64_t f_round(cp_heap *h, uint64_t bytes)
@@ -60,23 +60,23 @@ static int f_split(cp_heap *h, const cp_blk *b, uint64_t size)
 
 static void f_insert(cp_heap *h, cp_blk *b)
 {
-    cp_treap_insert(&((freelist *)h)->root, b);
+    cp_sfit_insert(&((freelist *)h)->ix, b);
 }
 
 static void f_remove(cp_heap *h, cp_blk *b)
 {
-    cp_treap_remove(&((freelist *)h)->root, b);
+    cp_sfit_remove(&((freelist *)h)->ix, b);
 }
 
 static cp_blk *f_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
 {
     (void)pool;
-    return cp_treap_find(h, ((freelist *)h)->root, size, sid, s);
+    return cp_sfit_find(h, &((freelist *)h)->ix, size, sid, s);
 }
 
 static uint64_t f_largest(cp_heap *h)
 {
-    return cp_treap_max(((freelist *)h)->root);
+    return cp_sfit_max(&((freelist *)h)->ix);
 }
 
 static const cp_heap_policy freelist_policy = {
@@ -110,6 +110,7 @@ cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_o
     }
     cp_resource_init(&f->h.base, &freelist_ops);
     f->h.big = CP_HEAP_BIG;
+    f->ix.shift = cp_log2_floor(o->alignment ? o->alignment : 256);
     st = cp_heap_init(&f->h, up, o, &freelist_policy);
     if (st != CP_OK) {
         cp_heap_destroy(&f->h.base);

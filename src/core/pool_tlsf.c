@@ -36,9 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SL_BITS 6
-#define SL_COUNT (1 << SL_BITS)
-#define FL_COUNT 64
+#define SL_COUNT CP_SL_COUNT
+#define FL_COUNT CP_FL_COUNT
 #define SCAN_OWN 8
 #define SKIP_MAX 32
 
@@ -54,23 +53,8 @@ typedef struct tlsf {
     tlsf_index ix[1];
 } tlsf;
 
-static inline unsigned log2_floor(uint64_t v)
-{
-    return 63u - (unsigned)__builtin_clzll(v);
-}
-
-/* The list a block of u units belongs to. */
-static inline void map_insert(uint64_t u, unsigned *fl, unsigned *sl)
-{
-    if (u < SL_COUNT) {
-        *fl = 0;
-        *sl = (unsigned)u;
-    } else {
-        unsigned f = log2_floor(u);
-        *fl = f - SL_BITS + 1;
-        *sl = (unsigned)(u >> (f - SL_BITS)) & (SL_COUNT - 1);
-    }
-}
+#define log2_floor cp_log2_floor
+#define map_insert cp_class_of
 
 static uint64_t t_round(cp_heap *h, uint64_t bytes)
 {
