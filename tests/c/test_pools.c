@@ -337,7 +337,10 @@ static void test_threads(const char *kind, cp_upstream_kind up)
         t[i].r = r;
         t[i].id = i;
         t[i].bad = t[i].failed = 0;
-        t[i].real_memory = up != CP_UP_VIRTUAL;
+        /* the host writes tags into blocks: only where it can reach them */
+        t[i].real_memory = up != CP_UP_VIRTUAL &&
+                           (strcmp(cp_be->name, "cuda") != 0 || up == CP_UP_MANAGED ||
+                            up == CP_UP_PINNED);
         pthread_create(&th[i], NULL, thread_main, &t[i]);
     }
     for (i = 0; i < 4; i++) {
@@ -593,7 +596,7 @@ static void run_all(const char *backend, int real)
             }
             test_oom(kinds[k], (cp_upstream_kind)u);
             test_streams(kinds[k], (cp_upstream_kind)u, real);
-            if (u == CP_UP_DEVICE || u == CP_UP_VIRTUAL) {
+            if (u == CP_UP_DEVICE || u == CP_UP_VIRTUAL || u == CP_UP_PINNED) {
                 test_threads(kinds[k], (cp_upstream_kind)u);
                 test_misc(kinds[k], (cp_upstream_kind)u);
             }
@@ -612,6 +615,12 @@ int main(void)
         run_all("host", 1);
     else
         ok(0, "host backend: %s", cp_error_msg());
+    /* and on a GPU when there is one (the choice is per process: start over) */
+    cp_be = NULL;
+    if (cp_backend_select("cuda") == CP_OK)
+        run_all("cuda", 1);
+    else
+        printf("# cuda backend skipped: %s\n", cp_error_msg());
 #endif
     printf("# %d passed, %d failed\n", n_ok, n_fail);
     return n_fail ? 1 : 0;
