@@ -22,9 +22,11 @@ MODULE := $(BUILD)/cupola/core.so
 CC     ?= gcc
 WARN   := -Wall -Wextra -pedantic -Wmissing-prototypes -Wstrict-prototypes -Wshadow \
           -Wpointer-arith -Wcast-qual -Wundef -Wvla
+# CFLAGS is the caller's (luarocks passes its own); what the code needs is in
+# CP_CFLAGS, so a command-line CFLAGS cannot drop the standard or warnings.
 CFLAGS ?= -O2 -g
-CFLAGS += -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(EXTRA_CFLAGS)
-CPPFLAGS += -Isrc/core -Icuda
+CP_CFLAGS = -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
+CP_CPPFLAGS = -Isrc/core -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
 LDLIBS := -lpthread -lm -lz
 
 CORE_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_nocuda.c,$(wildcard src/core/*.c))
@@ -34,7 +36,7 @@ CU_SRC   := $(wildcard cuda/*.cu)
 ifneq ($(NVCC),)
   HAVE_CUDA := 1
   CORE_SRC  += src/core/backend_cuda.c
-  CPPFLAGS  += -I$(CUDA_HOME)/include
+  CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
   # Static runtime: the module loads (and falls back to the host backend) on
   # machines with no driver at all.
   LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
@@ -61,7 +63,7 @@ all: $(MODULE)
 # on it, so switching between a CUDA and a host-only build (NVCC=), or
 # changing flags, rebuilds instead of linking stale objects.
 CONFIG_STAMP := $(BUILD)/config.stamp
-BUILD_CONFIG := cuda=$(HAVE_CUDA) cc=$(CC) cflags=$(CFLAGS) ldflags=$(EXTRA_LDFLAGS) nvcc=$(NVCC) $(NVCCFLAGS)
+BUILD_CONFIG := cuda=$(HAVE_CUDA) cc=$(CC) cflags=$(CP_CFLAGS) ldflags=$(EXTRA_LDFLAGS) nvcc=$(NVCC) $(NVCCFLAGS)
 $(CONFIG_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(BUILD_CONFIG)' | cmp -s - $@ || echo '$(BUILD_CONFIG)' > $@
@@ -75,11 +77,11 @@ $(MODULE): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) src/lua/exports.map $(CONFIG_STAMP)
 # object and included below, so a changed header rebuilds what uses it.
 $(OBJ)/core/%.o: src/core/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(OBJ)/lua/%.o: src/lua/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -I$(LUA_INCDIR) $(CFLAGS) -MMD -MP -c -o $@ $<
+	$(CC) $(CP_CPPFLAGS) -I$(LUA_INCDIR) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(OBJ)/cuda/%.o: cuda/%.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
@@ -91,7 +93,7 @@ $(OBJ)/cuda/%.o: cuda/%.cu $(CONFIG_STAMP)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
 # The seeds' benchmark written directly in CUDA C, beside the Lua version.

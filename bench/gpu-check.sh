@@ -14,7 +14,11 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/tmp}
-mkdir -p "$OUT"
+# Logs go to LOGS and are packed into $OUT/logs.tgz at the end (the device
+# tool brings back at most 8 files).
+LOGS=${LOGS:-/tmp/cupola-logs}
+rm -rf "$LOGS"
+mkdir -p "$OUT" "$LOGS"
 stages=${*:-build test sanitize examples bench}
 commit=${CUPOLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 status=0
@@ -35,7 +39,7 @@ if ! command -v lua5.4 >/dev/null 2>&1 || [ ! -f /usr/include/lua5.4/lua.h ]; th
     export BUSTED="lua5.4 $R/usr/bin/busted"
     LUA_INC=$R/usr/include/lua5.4
     # zlib's headers may be missing there too; the library itself is not.
-    ZFLAGS="-I$R/usr/include"
+    ZFLAGS="-I$R/usr/include -I$R/usr/include/x86_64-linux-gnu"
     ZLD="-L$R/usr/lib/x86_64-linux-gnu"
 else
     export BUSTED="lua5.4 $(command -v busted)"
@@ -53,22 +57,24 @@ run_stage() { # name command...
     name=$1
     shift
     t0=$(date +%s)
-    "$@" >"$OUT/$name.log" 2>&1
+    # A stage that hangs must not eat the whole lease.
+    timeout -k 10 "${STAGE_TIMEOUT:-300}" "$@" >"$LOGS/$name.log" 2>&1
     rc=$?
+    [ $rc -eq 124 ] && echo "TIMED OUT after ${STAGE_TIMEOUT:-300}s" >>"$LOGS/$name.log"
     t1=$(date +%s)
-    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/$name.log" | tail -1)
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOGS/$name.log" | tail -1)
     note "$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" $((t1 - t0)) "$last")"
     [ $rc -eq 0 ] || status=1
     return $rc
 }
 
-C_TESTS=$(ls tests/c/test_*.c 2>/dev/null | sed 's|tests/c/|build/tests/|; s|\.c$||')
+C_TESTS=${C_TESTS:-$(ls tests/c/test_*.c 2>/dev/null | sed 's|tests/c/|build/tests/|; s|\.c$||')}
 
 for stage in $stages; do
     case $stage in
     build)
         run_stage build make -j8 all $C_TESTS build/bench/seed000 LUA_INCDIR="$LUA_INC" \
-            EXTRA_CFLAGS="-Werror $ZFLAGS" EXTRA_LDFLAGS="$ZLD" || { cat "$OUT/build.log" | tail -30; exit 1; }
+            EXTRA_CFLAGS="-Werror $ZFLAGS" EXTRA_LDFLAGS="$ZLD" || { cat "$LOGS/build.log" | tail -30; exit 1; }
         ;;
     test)
         # The whole suite, #gpu specs included, on the CUDA backend.
@@ -98,6 +104,7 @@ for stage in $stages; do
         ;;
     bench)
         CUPOLA_COMMIT=$commit CUPOLA_BACKEND=cuda run_stage bench lua5.4 bench/run.lua "$OUT"
+        cp "$LOGS/bench.log" "$OUT/bench.log"
         ;;
     *)
         note "unknown stage $stage"
@@ -106,4 +113,5 @@ for stage in $stages; do
     esac
 done
 note "gpu-check: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+tar czf "$OUT/logs.tgz" -C "$LOGS" .
 exit $status
