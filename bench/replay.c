@@ -16,6 +16,8 @@
  * ../shared/traces.  CUPOLA_BENCH_UPSTREAM=device (or async, managed,
  * pinned) replays over that upstream on the backend cp_backend_select
  * picks (the CUDA one on a GPU machine) instead of the virtual one.
+ * CUPOLA_BENCH_RELEASE_THRESHOLD sets the pools' release_threshold
+ * (18446744073709551615: keep every idle chunk, PyTorch's way).
  * A second table gives the host time of one alloc+free pair of 1 MiB on
  * the default stream, warm (median of runs of 200,000 pairs).
  */
@@ -43,6 +45,8 @@ static cp_resource *fresh(const char *kind)
     memset(&o, 0, sizeof o);
     o.kind = kind;
     o.upstream = upstream;
+    if (getenv("CUPOLA_BENCH_RELEASE_THRESHOLD"))
+        o.release_threshold = strtoull(getenv("CUPOLA_BENCH_RELEASE_THRESHOLD"), NULL, 0);
     o.grow = 1;
     o.alignment = 256;
     if (cp_pool_create(&r, &o) != CP_OK)
@@ -169,6 +173,43 @@ int main(int argc, char **argv)
         qsort(ns, (size_t)runs, sizeof ns[0], cmp_double);
         printf("%-9s %14.1f\n", kinds[ki], ns[runs / 2]);
         cp_resource_destroy(r);
+    }
+
+    /* With a backend: the same pair on a stream of its own once the pool
+     * has seen two streams, so that every free records a (pooled) event. */
+    if (cp_be) {
+        cp_stream *s1 = NULL, *s2 = NULL;
+        printf("\n%-9s %20s   (backend %s)\n", "pool", "ns/pair 2 streams", cp_be->name);
+        if (cp_be->stream_create(&s1, 0, 0) != CP_OK || cp_be->stream_create(&s2, 0, 0) != CP_OK)
+            return 1;
+        for (ki = 0; ki < 4; ki++) {
+            double ns[99];
+            cp_resource *r = fresh(kinds[ki]);
+            void *p;
+            int i;
+            if (!r)
+                continue;
+            if (cp_resource_alloc(r, 4096, s2, &p) == CP_OK)
+                cp_resource_free(r, p, 4096, s2);
+            for (run = 0; run < runs; run++) {
+                struct timespec a, b;
+                clock_gettime(CLOCK_MONOTONIC, &a);
+                for (i = 0; i < 20000; i++) {
+                    if (cp_resource_alloc(r, 1u << 20, s1, &p) != CP_OK)
+                        break;
+                    cp_resource_free(r, p, 1u << 20, s1);
+                }
+                clock_gettime(CLOCK_MONOTONIC, &b);
+                ns[run] = ((double)(b.tv_sec - a.tv_sec) * 1e9 +
+                           (double)(b.tv_nsec - a.tv_nsec)) / 20000.0;
+            }
+            qsort(ns, (size_t)runs, sizeof ns[0], cmp_double);
+            printf("%-9s %20.1f\n", kinds[ki], ns[runs / 2]);
+            cp_be->device_synchronize();
+            cp_resource_destroy(r);
+        }
+        cp_be->stream_destroy(s1);
+        cp_be->stream_destroy(s2);
     }
     return rc;
 }

@@ -65,15 +65,28 @@ static int release_empty(cp_heap *h, uint64_t keep)
  * far as needed to keep reserved within its peak so far (and within max).
  * Returning them all would cost the same peak but many more upstream calls
  * (cudaFree/cudaMalloc) in a loop whose steps repeat; returning none would
- * let cached chunks that do not fit the request raise the peak. */
+ * let cached chunks that do not fit the request raise the peak.  A nonzero
+ * release_threshold keeps that many idle bytes cached whatever the peak
+ * (UINT64_MAX: never return any, PyTorch's choice: no upstream calls once
+ * warm, for a higher peak). */
 static void make_room(cp_heap *h, uint64_t want)
 {
     uint64_t res = h->base.reserved + h->base.fb_bytes;
-    uint64_t cap = h->base.st.reserved_peak;
+    uint64_t cap = h->base.st.reserved_peak, idle = 0;
+    uint64_t keep = h->o.release_threshold;
     int synced = 0;
-    if (h->o.max && h->o.max < cap)
+    cp_blk *e;
+    if (h->o.max && h->o.max < cap) {
         cap = h->o.max;
-    while (h->empty && res + want > cap) {
+        keep = 0; /* max is a hard limit: whatever is idle may go */
+    }
+    if (keep) {
+        for (e = h->empty; e; e = e->en)
+            idle += e->up_bytes;
+        if (idle <= keep)
+            return;
+    }
+    while (h->empty && res + want > cap && (!keep || idle > keep)) {
         cp_blk *b = h->empty, *big = b;
         /* the largest first: fewest upstream calls for the room needed */
         for (; b; b = b->en)
@@ -85,6 +98,7 @@ static void make_room(cp_heap *h, uint64_t want)
             synced = 1;
         }
         res -= big->up_bytes;
+        idle -= keep ? big->up_bytes : 0;
         chunk_release(h, big);
     }
 }
@@ -198,6 +212,17 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
                             (unsigned long long)h->base.reserved,
                             (unsigned long long)h->free_bytes);
     want = h->pol->chunk_size(h, size, &cpool);
+    if (h->o.release_threshold && h->empty && h->big) {
+        /* Idle chunks are kept cached: use them (any fit) before growing,
+         * rather than hold them and grow anyway. */
+        h->desperate = 1;
+        b = h->pol->find(h, size, pool, sid, s);
+        if (b) {
+            *out = b;
+            return CP_OK;
+        }
+        h->desperate = 0;
+    }
     make_room(h, want);
     st = chunk_add(h, size, want, cpool, s, &b);
     if (st == CP_ERR_OOM && h->big) {

@@ -24,9 +24,11 @@
  *    then a new chunk of policy->chunk_size bytes is taken (or just the
  *    request, when that would pass max or the upstream refuses the larger
  *    size); if even that fails, any fit anywhere is taken;
- *  - with release_threshold set (nonzero), a free that empties a chunk
- *    returns entirely free chunks while more than release_threshold bytes
- *    are free; 0 keeps them until growth or trim;
+ *  - release_threshold (nonzero) is the idle bytes kept cached: a free that
+ *    empties a chunk returns entirely free chunks while more than that is
+ *    free, and growth returns none below it (UINT64_MAX: never, so a warm
+ *    pool makes no upstream calls); 0 keeps idle chunks until growth needs
+ *    their room or trim;
  *  - trim(keep) returns entirely free chunks while more than keep bytes are
  *    free (after settling stream tags, synchronizing the device if blocks
  *    freed on other streams have no event).
