@@ -266,11 +266,20 @@ uint64_t cp_heap_chunk_for(const cp_heap *h, uint64_t size)
 cp_blk *cp_heap_find_whole(cp_heap *h, uint64_t size, uint64_t sid, cp_stream *s)
 {
     cp_blk *b, *best = NULL;
-    int n = 0;
-    for (b = h->empty; b && n < 64; b = b->en, n++)
-        if (b->size >= size && b->size - size <= size / 32 &&
-            (!best || b->size < best->size) && cp_so_usable(&h->so, &b->tag, sid, s))
-            best = b;
+    int n = 0, pass;
+    /* First among chunks this stream may take as they are; only then ask
+     * streamorder about the others, since asking may insert a stream wait. */
+    for (pass = 0; pass < 2 && !best; pass++) {
+        for (b = h->empty, n = 0; b && n < 64; b = b->en, n++) {
+            int mine = b->tag.sid == sid || b->tag.sid == CP_SO_ANY;
+            if (b->size < size || b->size - size > size / 32 || (best && b->size >= best->size))
+                continue;
+            if (pass == 0 ? mine : (!mine && cp_so_usable(&h->so, &b->tag, sid, s)))
+                best = b;
+            if (pass == 1 && best)
+                break;
+        }
+    }
     return best;
 }
 

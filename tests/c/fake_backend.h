@@ -176,9 +176,14 @@ static cp_status fake_mem_alloc(void **out, size_t bytes, cp_memkind kind)
     return CP_OK;
 }
 
+static cp_status fake_device_synchronize(void);
+
+/* cudaFree waits for the device; so does this (pools rely on it when they
+ * return a chunk whose last use may still be queued). */
 static cp_status fake_mem_free(void *p, cp_memkind kind)
 {
     (void)kind;
+    fake_device_synchronize();
     free(p);
     return CP_OK;
 }
