@@ -8,9 +8,15 @@ local cupola = cupola or require "cupola"
 local pytorch = { resnet50_train = 1.21, gpt2_train = 1.10, t5_train_varlen = 1.14 }
 
 local function traces_dir()
-  local cands = { arg and arg[1], os.getenv "CUPOLA_TRACES", "../shared/traces", ".traces" }
+  -- (a nil entry would end ipairs early: list only what is set)
+  local cands = {}
+  if arg and arg[1] then cands[#cands + 1] = arg[1] end
+  if os.getenv "CUPOLA_TRACES" then cands[#cands + 1] = os.getenv "CUPOLA_TRACES" end
+  cands[#cands + 1] = "../shared/traces"
+  cands[#cands + 1] = ".traces"
   for _, d in ipairs(cands) do
-    if d and io.open(d .. "/resnet50_train.csv.gz", "rb") then return d end
+    local f = io.open(d .. "/resnet50_train.csv.gz", "rb")
+    if f then f:close(); return d end
   end
   error("no traces found (pass a folder, or set CUPOLA_TRACES)")
 end

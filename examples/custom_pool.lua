@@ -1,0 +1,55 @@
+-- Seed 002 ("Day 68"): one upstream allocation, sub-allocated by offset;
+-- a kernel on the sub-allocations; everything freed at once with reset().
+-- Then the seed's pitfalls: what does not fit fails cleanly (or falls back
+-- to the upstream), and a free list reuses what a bump pointer cannot.
+--   bin/cupola examples/custom_pool.lua
+local cupola = cupola or require "cupola"
+local K, R = cupola.kernels, cupola.report
+
+print(string.format("custom pool (seed 002) on backend %s (%s)", cupola.backend(), cupola.device().name))
+local s <close> = cupola.stream()
+local arena <close> = cupola.pool { kind = "arena", upstream = "device", initial = "32MiB", grow = false }
+
+-- Sub-allocations from the one 32 MiB upstream block, a kernel on each.
+local parts, rows = {}, {}
+for i = 1, 4 do
+  local b = assert(arena:alloc("4MiB", s))
+  K.fill(b, i, { type = "f32" })
+  parts[i] = b
+end
+for i, b in ipairs(parts) do
+  rows[i] = { i, string.format("0x%x", b.address), b.address - parts[1].address, K.checksum(b) / (b.size // 4) }
+end
+print(R.table({ "block", "address", "offset", "value" }, rows))
+
+-- The seed's 10M floats do not fit in 32 MiB: out of memory is data.
+local big, msg, why = arena:alloc(10000000 * 4, s)
+print(string.format("40 MB more from a 32 MiB arena: %s (%s: %s)", tostring(big), why, msg))
+local st = arena:stats()
+print(string.format("arena: used %s of %s reserved, %d failed", R.bytes(st.used), R.bytes(st.reserved), st.failed))
+
+-- freeAll: every block at once.
+arena:reset()
+print(string.format("after reset(): used %s; the old buffers are closed: %s", R.bytes(arena:stats().used),
+  tostring(parts[1].freed)))
+
+-- Fallback: what the pool cannot hold goes straight to the upstream.
+local fb <close> = cupola.pool { kind = "freelist", upstream = "device", initial = "32MiB", grow = false, fallback = true }
+local x = assert(fb:alloc(10000000 * 4, s))
+K.fill(x, 1.0)
+print(string.format("with fallback = true the 40 MB request is served: sum %.0f", K.checksum(x)))
+x:free()
+
+-- A free list reuses freed blocks in any order, where the arena only resets.
+local fl <close> = cupola.pool { kind = "freelist", upstream = "device", initial = "32MiB", grow = false }
+local blocks = {}
+for i = 1, 8 do blocks[i] = fl:alloc("4MiB", s) end
+for i = 1, 8, 2 do blocks[i]:free() end
+local st2 = fl:stats()
+print(string.format("free list with every other 4 MiB block freed: largest free %s of %s free, fragmentation %.2f",
+  R.bytes(st2.largest_free), R.bytes(st2.free_bytes), st2.fragmentation))
+for i = 2, 8, 2 do blocks[i]:free() end
+st2 = fl:stats()
+print(string.format("after the rest: largest free %s (coalesced), fragmentation %.2f", R.bytes(st2.largest_free),
+  st2.fragmentation))
+return { failed = st.failed }

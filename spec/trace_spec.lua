@@ -1,0 +1,131 @@
+-- Traces: RMM logging-adaptor CSV, plain or gzip, loaded and replayed in C.
+local cupola = require "cupola"
+
+local function traces_dir()
+  -- (a nil first entry would end ipairs at once: list only what is set)
+  local cands = {}
+  if os.getenv "CUPOLA_TRACES" then cands[1] = os.getenv "CUPOLA_TRACES" end
+  cands[#cands + 1] = "../shared/traces"
+  cands[#cands + 1] = ".traces"
+  for _, d in ipairs(cands) do
+    local f = io.open(d .. "/gpt2_train.csv.gz", "rb")
+    if f then f:close(); return d end
+  end
+end
+local dir = traces_dir()
+
+-- What shared/traces/README.md says of each trace.
+local known = {
+  resnet50_train = { allocs = 2538, peak_live = 5830299792 },
+  gpt2_train = { allocs = 4743, peak_live = 8044901064 },
+  t5_train_varlen = { allocs = 22179, peak_live = 4854130272 },
+}
+
+local function write(text)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+describe("trace", function()
+  for name, want in pairs(known) do
+    it("loads " .. name .. " with the figures its README gives", function()
+      assert.is_not_nil(dir, "shared traces not found (set CUPOLA_TRACES)")
+      local t <close> = cupola.trace.load(dir .. "/" .. name .. ".csv.gz")
+      assert.equals("cupola.Trace", getmetatable(t).__name)
+      assert.equals(want.allocs, t.allocs)
+      assert.equals(want.peak_live, t.peak_live)
+      assert.equals(t.allocs + t.frees, #t)
+      local e = t:event(1)
+      assert.equals("allocate", e.action)
+      assert.is_true(e.size > 0)
+    end)
+
+    it("replays " .. name .. " on every allocator over the virtual upstream", function()
+      local t <close> = cupola.trace.load(dir .. "/" .. name .. ".csv.gz")
+      for _, kind in ipairs { "freelist", "tlsf", "caching" } do
+        local p <close> = cupola.pool { kind = kind, upstream = "virtual" }
+        local r = cupola.trace.replay(t, p)
+        assert.equals(#t, r.events)
+        assert.equals(0, r.failed)
+        assert.equals(want.peak_live, r.peak_live)
+        assert.is_true(r.peak_reserved >= r.peak_live)
+        assert.is_true(r.reserved_over_live >= 1 and r.reserved_over_live < 2, kind .. " " .. r.reserved_over_live)
+        assert.is_true(r.ns_per_event > 0)
+        assert.equals(0, p:stats().used, "the replay leaves the pool empty")
+      end
+    end)
+  end
+
+  it("reads plain CSV too, and replays it on several streams", function()
+    local path = write(table.concat({
+      "Thread,Time,Action,Pointer,Size,Stream",
+      "0,0.0,allocate,0x1000,4096,0x0",
+      "0,1.0,allocate,0x2000,8192,0x7f00",
+      "0,2.0,free,0x1000,4096,0x0",
+      "0,3.0,free,0x2000,8192,0x7f00",
+    }, "\n") .. "\n")
+    local t <close> = cupola.trace.load(path)
+    os.remove(path)
+    assert.equals(4, #t)
+    assert.equals(2, t.streams)
+    assert.equals(12288, t.peak_live)
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "device" }
+    local r = cupola.trace.replay(t, p, { ["repeat"] = 3 })
+    assert.equals(12, r.events)
+    assert.equals(0, r.failed)
+  end)
+
+  it("counts allocations the pool refuses and carries on", function()
+    local path = write("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,8388608,0x0\n"
+      .. "0,1,allocate,0x20,1024,0x0\n0,2,free,0x10,8388608,0x0\n0,3,free,0x20,1024,0x0\n")
+    local t <close> = cupola.trace.load(path)
+    os.remove(path)
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual", max = "1MiB" }
+    local r = cupola.trace.replay(t, p)
+    assert.equals(1, r.failed)
+    assert.equals(1, r.skipped_frees)
+  end)
+
+  local malformed = {
+    { "Thread,Time,Action\n", "header" },
+    { "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,12,0x0\n0,1,borrow,0x10,12,0x0\n", ":3:" },
+    { "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0xZZ,12,0x0\n", ":2:" },
+    { "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,twelve,0x0\n", ":2:" },
+    { "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10\n", ":2:" },
+    { "Thread,Time,Action,Pointer,Size,Stream\n0,0,free,0x10,12,0x0\n", ":2:" },
+    { "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,12,0x0\n0,0,allocate,0x10,12,0x0\n", ":3:" },
+  }
+  for i, case in ipairs(malformed) do
+    it("rejects malformed input " .. i .. " with the line and the reason", function()
+      local path = write(case[1])
+      local ok, err = pcall(cupola.trace.load, path)
+      os.remove(path)
+      assert.is_false(ok)
+      assert.matches(case[2], err, 1, true)
+    end)
+  end
+
+  it("rejects a missing file and a truncated gzip stream", function()
+    assert.has_error(function() cupola.trace.load "/nonexistent/trace.csv" end)
+    if not dir then return end
+    local f = assert(io.open(dir .. "/gpt2_train.csv.gz", "rb"))
+    local data = f:read "a"
+    f:close()
+    local path = write(data:sub(1, #data // 2))
+    local ok, err = pcall(cupola.trace.load, path)
+    os.remove(path)
+    assert.is_false(ok)
+    assert.is_string(err)
+  end)
+
+  it("compares allocators in one call", function()
+    local t <close> = cupola.trace.load(dir .. "/resnet50_train.csv.gz")
+    local rows = cupola.trace.compare(t, { { kind = "tlsf", upstream = "virtual" }, { kind = "caching", upstream = "virtual" } })
+    assert.equals(2, #rows)
+    assert.equals("tlsf", rows[1].kind)
+    assert.equals("caching", rows[2].name)
+  end)
+end)
