@@ -137,7 +137,7 @@ describe("mempool", function()
     assert.error_matches(function() cupola.mempool { handle = "win32" } end, "invalid option 'win32'")
   end)
 
-  gpu_it("creates a pool exportable as a POSIX file descriptor", function()
+  it("creates a pool exportable as a POSIX file descriptor", function()
     local p <close> = cupola.mempool { handle = "posix_fd" }
     local b = p:alloc "2MiB"
     b:free()
