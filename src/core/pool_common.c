@@ -75,14 +75,12 @@ static void make_room(cp_heap *h, uint64_t want)
     uint64_t cap = h->base.st.reserved_peak, idle = 0;
     uint64_t keep = h->o.release_threshold;
     int synced = 0;
-    cp_blk *e;
     if (h->o.max && h->o.max < cap) {
         cap = h->o.max;
         keep = 0; /* max is a hard limit: whatever is idle may go */
     }
     if (keep) {
-        for (e = h->empty; e; e = e->en)
-            idle += e->up_bytes;
+        idle = h->idle_bytes;
         if (idle <= keep)
             return;
     }
@@ -338,12 +336,6 @@ static void settle(cp_heap *h)
             }
         }
     }
-}
-
-void cp_heap_release_idle(cp_heap *h)
-{
-    if (h->o.grow)
-        release_empty(h, h->o.release_threshold);
 }
 
 cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes)

@@ -24,11 +24,12 @@
  *    then a new chunk of policy->chunk_size bytes is taken (or just the
  *    request, when that would pass max or the upstream refuses the larger
  *    size); if even that fails, any fit anywhere is taken;
- *  - release_threshold (nonzero) is the idle bytes kept cached: a free that
- *    empties a chunk returns entirely free chunks while more than that is
- *    free, and growth returns none below it (UINT64_MAX: never, so a warm
- *    pool makes no upstream calls); 0 keeps idle chunks until growth needs
- *    their room or trim;
+ *  - release_threshold is the idle bytes (entirely free chunks) that growth
+ *    never returns: with UINT64_MAX a warm pool makes no upstream calls at
+ *    all (PyTorch's choice, for a higher peak), and idle chunks are then fit
+ *    (any fit) before the pool grows; with 0 (the default) growth returns
+ *    whatever idle chunks it needs to stay within the peak.  Frees never
+ *    return memory; trim does;
  *  - trim(keep) returns entirely free chunks while more than keep bytes are
  *    free (after settling stream tags, synchronizing the device if blocks
  *    freed on other streams have no event).
@@ -100,6 +101,7 @@ struct cp_heap {
     uint64_t align;
     uint64_t up_align;
     uint64_t free_bytes;
+    uint64_t idle_bytes;   /* upstream bytes of the entirely free chunks */
     uint64_t chunks;
     uint64_t big;          /* requests >= big get whole chunks (0: never) */
     int desperate;         /* growth failed: any fit will do */
@@ -117,9 +119,6 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
 cp_status cp_heap_bad_free(cp_heap *h, void *p, size_t bytes, cp_blk *b);
 cp_status cp_heap_map_full(cp_heap *h, cp_blk *b);
 cp_blk *cp_blk_refill(cp_heap *h);
-/* Returns entirely free chunks while more than release_threshold bytes are
- * free (called when a free empties a chunk and a threshold is set). */
-void cp_heap_release_idle(cp_heap *h);
 cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes);
 void cp_heap_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes);
 /* Returns everything to the upstream and frees h itself. */
@@ -226,6 +225,7 @@ static inline void cp_empty_push(cp_heap *h, cp_blk *b)
         h->empty->ep = b;
     h->empty = b;
     b->in_empty = 1;
+    h->idle_bytes += b->up_bytes;
 }
 
 static inline void cp_empty_unlink(cp_heap *h, cp_blk *b)
@@ -237,6 +237,7 @@ static inline void cp_empty_unlink(cp_heap *h, cp_blk *b)
     if (b->en)
         b->en->ep = b->ep;
     b->in_empty = 0;
+    h->idle_bytes -= b->up_bytes;
 }
 
 /* ---- alloc and free, specialised per pool ----
@@ -328,11 +329,8 @@ static inline cp_status cp_heap_free_with(cp_resource *r, void *p, size_t bytes,
         b = n;
     }
     pol->insert(h, b);
-    if (!b->prev && !b->next) {
+    if (!b->prev && !b->next)
         cp_empty_push(h, b);
-        if (h->o.release_threshold && h->free_bytes > h->o.release_threshold)
-            cp_heap_release_idle(h);
-    }
     return CP_OK;
 }
 

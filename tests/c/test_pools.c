@@ -571,15 +571,25 @@ static void test_misc(const char *kind, cp_upstream_kind up)
         ok(0, "create with fallback: %s", cp_error_msg());
     }
 
-    /* release_threshold: a chunk emptied by a free goes back at once */
+    /* release_threshold: idle chunks up to it survive growth (here: all) */
     if (is_heap(kind)) {
+        void *q2;
         o = opts(kind, up, CP_REUSE_STREAM);
-        o.release_threshold = 1;
+        o.release_threshold = UINT64_MAX;
         if (cp_pool_create(&r, &o) == CP_OK) {
-            cp_resource_alloc(r, 4u << 20, NULL, &p);
-            cp_resource_free(r, p, 4u << 20, NULL);
+            cp_stats s1;
+            cp_resource_alloc(r, 96u << 20, NULL, &p);
+            cp_resource_free(r, p, 96u << 20, NULL);
+            cp_resource_stats(r, &s1);
+            cp_resource_alloc(r, 8u << 20, NULL, &q2); /* fits the idle chunk */
             cp_resource_stats(r, &st);
-            ok(st.reserved == 0, "release_threshold returns emptied chunks (reserved %llu)",
+            ok(st.reserved == s1.reserved && s1.reserved >= (96u << 20),
+               "release_threshold=max: an idle chunk is used, not returned (reserved %llu)",
+               (unsigned long long)st.reserved);
+            cp_resource_free(r, q2, 8u << 20, NULL);
+            cp_resource_trim(r, 0);
+            cp_resource_stats(r, &st);
+            ok(st.reserved == 0, "trim(0) still returns it (reserved %llu)",
                (unsigned long long)st.reserved);
             cp_resource_destroy(r);
         }
