@@ -156,3 +156,116 @@ test-tsan-lua:
 	CUPOLA_BACKEND=host TSAN_OPTIONS="halt_on_error=1" LD_PRELOAD=$(TSAN_LIB) \
 	    $(LUA) $(TSAN_BUSTED) --ignore-lua --cpath="$(TSAN_BUILD)/?.so" -o utfTerminal \
 	    --filter-out="CUPOLA_BACKEND="
+
+# ---- Reliability harness (issue 4): sanitizers, aggressive GC, fuzzing ------
+# All on the host backend, host-only builds (NVCC=), each in its own build
+# folder; each test target ends with spec/run.lua's "N passed, N failed".
+#   make test-asan      C tests + busted suite, AddressSanitizer + UBSan + LSan
+#   make test-valgrind  C tests + busted suite under memcheck (leaks: definite)
+#   make test-gc        busted suite, collector at its most aggressive, ASan
+#   make fuzz           long allocator fuzz (FUZZ_SEED, FUZZ_OPS), ASan module
+#   make fuzz-gpu       the same fuzz on the default build (CUDA when present)
+#   make fuzz-trace     libFuzzer on the trace loader for FUZZ_TRACE_SECONDS
+# The interpreter is not instrumented: libasan is preloaded into lua5.4 (and
+# inherited by the child processes of lifetime_spec); busted must not re-exec
+# itself (--ignore-lua).
+REL_BUSTED   := $(shell command -v busted 2>/dev/null || echo /usr/bin/busted)
+REL_ENV      := CUPOLA_BACKEND=host CUPOLA_SLOW=1
+# test_host_backend asserts wall-clock bounds (a spin returns in < 5 ms) and
+# an event order across two worker threads that the test does not enforce
+# (test 80: ea is recorded after the free that B waits on, so eb may complete
+# first); both fail once ASan or valgrind slow the threads.  It runs in
+# `make test` and `make test-tsan`; add it back here once it is robust.
+REL_SLOW_UNSAFE := test_host_backend
+REL_C_TESTS   = $(filter-out $(REL_SLOW_UNSAFE),$(notdir $(C_TESTS)))
+
+ASAN_BUILD   := build-asan
+ASAN_CFLAGS  := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ASAN_LIB     := $(shell $(CC) -print-file-name=libasan.so)
+ASAN_ENV     := LD_PRELOAD=$(ASAN_LIB) \
+                ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+                LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+                UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+VG_BUILD     := build-valgrind
+VALGRIND     := valgrind -q --error-exitcode=99 --leak-check=full \
+                --errors-for-leak-kinds=definite --show-leak-kinds=definite
+VG_C_TESTS    = $(REL_C_TESTS)
+# Fewer fuzz operations under valgrind (about 50x slower), same seed.
+VG_FUZZ_OPS  ?= 40
+GC_FUZZ_OPS  ?= 60
+
+FUZZ_SEED    ?= $(shell date +%s)
+FUZZ_OPS     ?= 3000
+FUZZ_BUILD   := build-fuzz
+FUZZ_CC      ?= clang
+FUZZ_TRACE_SECONDS ?= 60
+
+.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps
+rel-asan-build:
+	@$(MAKE) --no-print-directory NVCC= BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(ASAN_CFLAGS)" \
+	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS))
+
+rel-vg-build:
+	@$(MAKE) --no-print-directory NVCC= BUILD=$(VG_BUILD) EXTRA_CFLAGS="-O1 -g" \
+	    $(VG_BUILD)/cupola/core.so $(addprefix $(VG_BUILD)/tests/,$(VG_C_TESTS))
+
+test-asan: deps rel-asan-build
+	@echo "== test-asan: AddressSanitizer + UBSan + LeakSanitizer, host backend"
+	@$(REL_ENV) $(ASAN_ENV) BUSTED_ARGS="--ignore-lua --cpath=$(ASAN_BUILD)/?.so" \
+	    $(LUA) spec/run.lua $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS))
+
+test-valgrind: deps rel-vg-build
+	@echo "== test-valgrind: memcheck, definite leaks are errors, host backend"
+	@$(REL_ENV) CUPOLA_FUZZ_OPS=$(VG_FUZZ_OPS) CUPOLA_CHILD_WRAP="$(VALGRIND)" \
+	    BUSTED="$(VALGRIND) $(LUA) $(REL_BUSTED)" BUSTED_ARGS="--ignore-lua --cpath=$(VG_BUILD)/?.so" \
+	    $(LUA) spec/run.lua $(foreach t,$(VG_C_TESTS),"$(VALGRIND) $(VG_BUILD)/tests/$(t)")
+
+test-gc: deps rel-asan-build
+	@echo "== test-gc: incremental collector with pause 0 and a full collection every 1000 instructions (ASan module)"
+	@$(REL_ENV) $(ASAN_ENV) CUPOLA_FUZZ_OPS=$(GC_FUZZ_OPS) \
+	    BUSTED_ARGS="--ignore-lua --cpath=$(ASAN_BUILD)/?.so --helper=spec/support/gc_stress.lua" \
+	    $(LUA) spec/run.lua
+
+fuzz: deps rel-asan-build
+	@echo "== fuzz: seed $(FUZZ_SEED), $(FUZZ_OPS) operations per allocator (ASan module, host backend)"
+	@$(REL_ENV) $(ASAN_ENV) CUPOLA_FUZZ_SEED=$(FUZZ_SEED) CUPOLA_FUZZ_OPS=$(FUZZ_OPS) \
+	    BUSTED_ARGS="--ignore-lua --cpath=$(ASAN_BUILD)/?.so spec/fuzz_spec.lua" $(LUA) spec/run.lua
+
+fuzz-gpu: all
+	@echo "== fuzz-gpu: seed $(FUZZ_SEED), $(FUZZ_OPS) operations per allocator ($(BUILD), backend: default)"
+	@CUPOLA_FUZZ_SEED=$(FUZZ_SEED) CUPOLA_FUZZ_OPS=$(FUZZ_OPS) \
+	    BUSTED_ARGS="--cpath=$(BUILD)/?.so spec/fuzz_spec.lua" $(LUA) spec/run.lua
+
+# libFuzzer ships with Debian's clang (libclang-rt-14-dev); installed when
+# missing, like `make deps`.
+fuzz-deps:
+	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1 || \
+	    ! ls $$($(FUZZ_CC) -print-resource-dir 2>/dev/null)/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then \
+	    echo "fuzz-deps: installing clang and libclang-rt-dev"; \
+	    sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	    DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+	        clang libclang-rt-dev zlib1g-dev >/dev/null; \
+	fi
+
+FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend_cuda.c,$(wildcard src/core/*.c))
+$(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Isrc/core -Icuda -o $@ $(FUZZ_TRACE_SRC) -lz -lpthread -lm
+
+# A bounded run: new inputs go to $(FUZZ_BUILD)/corpus (the checked-in seeds
+# stay as they are); a crash leaves its reproducer in $(FUZZ_BUILD)/.
+fuzz-trace: fuzz-deps $(FUZZ_BUILD)/fuzz_trace
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	@echo "== fuzz-trace: libFuzzer on cp_trace_load for $(FUZZ_TRACE_SECONDS) s"
+	@if $(FUZZ_BUILD)/fuzz_trace -max_total_time=$(FUZZ_TRACE_SECONDS) -max_len=8192 -timeout=20 \
+	        -rss_limit_mb=2048 -print_final_stats=1 -dict=tests/fuzz/trace.dict \
+	        -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus \
+	        > $(FUZZ_BUILD)/fuzz_trace.log 2>&1; then \
+	    grep -E "^stat::number_of_executed_units|^Done" $(FUZZ_BUILD)/fuzz_trace.log; \
+	    echo "1 passed, 0 failed"; \
+	else \
+	    tail -40 $(FUZZ_BUILD)/fuzz_trace.log; \
+	    echo "0 passed, 1 failed"; exit 1; \
+	fi
