@@ -166,11 +166,9 @@ static cp_status chunk_new(arena *a, uint64_t size, uint64_t want, cp_stream *s,
     c->base = (c->up_ptr + a->align - 1) & ~(a->align - 1);
     c->size = c->up_ptr + c->up_bytes - c->base;
     if (a->o.upstream == CP_UP_ASYNC) {
-        /* cudaMallocAsync memory is ordered on s until synchronized. */
-        c->tag.sid = cp_so_sid(s);
-        c->tag.ev = NULL;
+        /* cudaMallocAsync memory is ordered on s, as if s had just freed it. */
+        cp_so_tag_free(&a->so, &c->tag, cp_so_sid(s), s);
         c->tagged = 1;
-        a->so.need_sync = 1;
     }
     a->base.reserved += c->up_bytes;
     a->chunks[a->n++] = c;
@@ -185,7 +183,7 @@ static cp_status ar_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out
     achunk *c = a->cur;
     cp_status st;
 
-    cp_so_note(&a->so, sid);
+    cp_so_note(&a->so, sid, s);
     if (!c || c->off + size > c->size) {
         size_t i;
         c = NULL;
@@ -232,7 +230,7 @@ static cp_status ar_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
     if (!c)
         return cp_error_set(CP_ERR_INVALID, "free of %p: not a live block of this arena "
                             "(double free, freed after reset(), or another pool's)", p);
-    cp_so_note(&a->so, sid);
+    cp_so_note(&a->so, sid, s);
     cp_so_tag_free(&a->so, &t, sid, s);
     if (c->tagged) {
         cp_so_join(&a->so, &c->tag, &t);

@@ -69,15 +69,16 @@ static int release_empty(cp_heap *h, uint64_t keep)
  * release_threshold keeps that many idle bytes cached whatever the peak
  * (UINT64_MAX: never return any, PyTorch's choice: no upstream calls once
  * warm, for a higher peak). */
-static void make_room(cp_heap *h, uint64_t want)
+static void make_room(cp_heap *h, uint64_t want, uint64_t sid)
 {
     uint64_t res = h->base.reserved + h->base.fb_bytes;
     uint64_t cap = h->base.st.reserved_peak, idle = 0;
     uint64_t keep = h->o.release_threshold;
-    int synced = 0;
+    int synced = 0, hard = 0;
     if (h->o.max && h->o.max < cap) {
         cap = h->o.max;
         keep = 0; /* max is a hard limit: whatever is idle may go */
+        hard = 1;
     }
     if (keep) {
         idle = h->idle_bytes;
@@ -85,11 +86,18 @@ static void make_room(cp_heap *h, uint64_t want)
             return;
     }
     while (h->empty && res + want > cap && (!keep || idle > keep)) {
-        cp_blk *b = h->empty, *big = b;
-        /* the largest first: fewest upstream calls for the room needed */
-        for (; b; b = b->en)
-            if (b->up_bytes > big->up_bytes)
+        cp_blk *b, *big = NULL;
+        /* The largest first: fewest upstream calls for the room needed.
+         * Only chunks whose last use is known done or ordered before this
+         * request (its own stream): returning one with another stream's work
+         * pending would make the upstream wait for the device, and hand the
+         * same addresses straight back to this stream.  Under max, any. */
+        for (b = h->empty; b; b = b->en)
+            if ((!big || b->up_bytes > big->up_bytes) &&
+                (hard || b->tag.sid == sid || cp_so_settle(&h->so, &b->tag)))
                 big = b;
+        if (!big)
+            return;
         if (async_up(h) && !synced) {
             if (cp_be->device_synchronize() != CP_OK)
                 return;
@@ -151,11 +159,10 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
     b->size = (b->up_ptr + b->up_bytes - b->addr) & ~(h->align - 1);
     b->is_free = 1;
     b->pool = pool;
-    /* Fresh memory is idle, except cudaMallocAsync's, which is ordered on s. */
+    /* Fresh memory is idle, except cudaMallocAsync's, which is ordered on s
+     * exactly as if s had just freed it. */
     if (async_up(h)) {
-        b->tag.sid = cp_so_sid(s);
-        b->tag.ev = NULL;
-        h->so.need_sync = 1;
+        cp_so_tag_free(&h->so, &b->tag, cp_so_sid(s), s);
     } else {
         b->tag.sid = CP_SO_ANY;
         b->tag.ev = NULL;
@@ -221,7 +228,7 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
         }
         h->desperate = 0;
     }
-    make_room(h, want);
+    make_room(h, want, sid);
     st = chunk_add(h, size, want, cpool, s, &b);
     if (st == CP_ERR_OOM && h->big) {
         /* No more memory: any fit, in any free block, will do now (the

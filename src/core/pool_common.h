@@ -254,7 +254,7 @@ static inline cp_status cp_heap_alloc_with(cp_resource *r, size_t bytes, cp_stre
     int big = h->big && size >= h->big;
     cp_blk *b;
 
-    cp_so_note(&h->so, sid);
+    cp_so_note(&h->so, sid, s);
     b = big ? cp_heap_find_whole(h, size, sid, s) : pol->find(h, size, pool, sid, s);
     if (__builtin_expect(!b || size < bytes, 0)) {
         cp_status st = cp_heap_grow(h, bytes, size, pool, sid, s, &b);
@@ -305,7 +305,7 @@ static inline cp_status cp_heap_free_with(cp_resource *r, void *p, size_t bytes,
 
     if (__builtin_expect(!b || bytes > b->size, 0))
         return cp_heap_bad_free(h, p, bytes, b);
-    cp_so_note(&h->so, sid);
+    cp_so_note(&h->so, sid, s);
     cp_so_tag_free(&h->so, &b->tag, sid, s);
     b->is_free = 1;
     h->free_bytes += b->size;

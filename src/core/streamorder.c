@@ -14,6 +14,12 @@ void cp_so_init(cp_so *so, cp_reuse policy)
     so->have_first = 0;
     so->first_sid = 0;
     so->need_sync = 0;
+    so->legacy_used = 0;
+    so->legacy.e = NULL;
+    so->legacy.seq = 0;
+    so->legacy.refs = 1;
+    so->legacy.done = 0;
+    so->legacy.next = NULL;
     so->seq = 0;
     so->pool = NULL;
     so->events_created = so->events_recorded = so->syncs = so->waits = 0;
@@ -22,6 +28,9 @@ void cp_so_init(cp_so *so, cp_reuse policy)
 void cp_so_fini(cp_so *so)
 {
     cp_so_ev *ev = so->pool;
+    if (so->legacy.e && cp_be)
+        cp_be->event_destroy(so->legacy.e);
+    so->legacy.e = NULL;
     while (ev) {
         cp_so_ev *next = ev->next;
         if (ev->e && cp_be)
@@ -79,14 +88,36 @@ void cp_so_tag_free_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
     so->need_sync = 1;
 }
 
-/* Blocks with no event (freed in single-stream mode, or MIXED) become safe
- * everywhere after one device synchronization. */
+void cp_so_record_legacy(cp_so *so, cp_stream *s)
+{
+    cp_event *e = NULL;
+    if (cp_be->event_create(&e, 0) != CP_OK)
+        return;
+    if (cp_be->event_record(e, s) != CP_OK) {
+        cp_be->event_destroy(e);
+        return;
+    }
+    so->legacy.e = e;
+    so->legacy.seq = ++so->seq;
+    so->events_created++;
+    so->events_recorded++;
+}
+
+/* Blocks with no event (MIXED, or a failed record) and the legacy ones not
+ * yet covered by a recorded event become safe everywhere after one device
+ * synchronization. */
+static int legacy_pending(const cp_so *so)
+{
+    return so->legacy_used && !so->legacy.done;
+}
+
 static int sync_once(cp_so *so)
 {
-    if (so->need_sync) {
+    if (so->need_sync || legacy_pending(so)) {
         if (cp_be && cp_be->device_synchronize() != CP_OK)
             return 0;
         so->need_sync = 0;
+        so->legacy.done = 1;
         so->syncs++;
     }
     return 1;
@@ -106,8 +137,8 @@ int cp_so_settle(cp_so *so, cp_so_tag *t)
         if (so->need_sync)
             return 0;
     } else if (!t->ev->done) {
-        if (cp_be->event_query(t->ev->e, &done) != CP_OK || !done)
-            return 0;
+        if (!t->ev->e || cp_be->event_query(t->ev->e, &done) != CP_OK || !done)
+            return 0; /* (an unrecorded legacy event: not known yet) */
         t->ev->done = 1;
     }
     cp_so_tag_release(so, t);
@@ -121,12 +152,24 @@ int cp_so_usable_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
     if (so->policy == CP_REUSE_STREAM)
         return 0;
     if (!t->ev) {
-        if (!sync_once(so))
+        /* No event to go by (a failed record, or MIXED): only a device
+         * synchronization orders it, which the event policy never does
+         * unless one already happened since. */
+        if (so->policy == CP_REUSE_EVENT ? so->need_sync : !sync_once(so))
             return 0;
         t->sid = CP_SO_ANY;
         return 1;
     }
     if (t->ev->done) {
+        cp_so_tag_release(so, t);
+        t->sid = CP_SO_ANY;
+        return 1;
+    }
+    if (!t->ev->e) {
+        /* The legacy event, not recorded yet: waiting for it is impossible,
+         * and the event policy never blocks. */
+        if (so->policy == CP_REUSE_EVENT || !sync_once(so))
+            return 0;
         cp_so_tag_release(so, t);
         t->sid = CP_SO_ANY;
         return 1;

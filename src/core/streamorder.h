@@ -16,10 +16,15 @@
  * all, so the hot path is a compare of two integers.  The first operation on
  * a second stream switches the pool to multi-stream mode for good; from then
  * on each free records a pooled event (no create/destroy per free).  Blocks
- * freed before the switch have no event; the first time one of them is
- * wanted on another stream (event/wait policies) the pool synchronizes the
- * device once, which covers all of them, because their stream may no longer
- * exist and so cannot be recorded on after the fact.
+ * freed before the switch carry the pool's "legacy" event instead, which is
+ * recorded once, at the next operation on that first stream (when it is
+ * known to exist: its frees all precede the record, so the one event covers
+ * them all).  Until then, CP_REUSE_EVENT leaves those blocks to their stream
+ * (it never blocks) and CP_REUSE_WAIT synchronizes the device once.  The
+ * same holds for the rare blocks with no event at all (a failed record, or
+ * an arena region freed on several streams): only a device synchronization
+ * since makes them usable elsewhere.  Memory fresh from cudaMallocAsync is
+ * tagged as if its stream had just freed it.
  *
  * Merging two free neighbours is allowed when the result is at least as
  * strict as both parts: equal stream ids (keep the later event, which covers
@@ -58,6 +63,8 @@ typedef struct cp_so {
     int have_first;
     uint64_t first_sid;
     int need_sync;       /* event-less foreign blocks exist, not yet synced */
+    int legacy_used;     /* some block carries the legacy event */
+    cp_so_ev legacy;     /* frees of the single-stream time (e.NULL: unrecorded) */
     uint64_t seq;
     cp_so_ev *pool;      /* recycled events */
     uint64_t events_created, events_recorded, syncs, waits;
@@ -72,12 +79,19 @@ static inline uint64_t cp_so_sid(const cp_stream *s)
     return s ? cp_be->stream_id(s) : 0;
 }
 
-/* Notes that the pool is used on sid (call at every alloc and free). */
-static inline void cp_so_note(cp_so *so, uint64_t sid)
+/* Records the legacy event on the first stream, now known to be alive. */
+void cp_so_record_legacy(cp_so *so, cp_stream *s);
+
+/* Notes that the pool is used on stream s of id sid (call at every alloc
+ * and free, before anything else). */
+static inline void cp_so_note(cp_so *so, uint64_t sid, cp_stream *s)
 {
     if (so->have_first) {
-        if (sid != so->first_sid && !so->multi)
+        if (sid != so->first_sid) {
             so->multi = 1;
+        } else if (so->multi && so->legacy_used && !so->legacy.e && !so->legacy.done) {
+            cp_so_record_legacy(so, s);
+        }
     } else {
         so->have_first = 1;
         so->first_sid = sid;
@@ -89,11 +103,13 @@ void cp_so_tag_free_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s);
 static inline void cp_so_tag_free(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
 {
     t->sid = sid;
-    t->ev = NULL;
-    if (so->multi)
+    if (so->multi) {
+        t->ev = NULL;
         cp_so_tag_free_slow(so, t, sid, s);
-    else
-        so->need_sync = 1;
+    } else {
+        t->ev = &so->legacy;
+        so->legacy_used = 1;
+    }
 }
 
 /* Drops the tag's event reference (the block is being handed out). */
@@ -101,7 +117,8 @@ void cp_so_ev_put(cp_so *so, cp_so_ev *ev);
 static inline void cp_so_tag_release(cp_so *so, cp_so_tag *t)
 {
     if (t->ev) {
-        cp_so_ev_put(so, t->ev);
+        if (t->ev != &so->legacy) /* the legacy event is the pool's own */
+            cp_so_ev_put(so, t->ev);
         t->ev = NULL;
     }
 }
@@ -111,7 +128,7 @@ static inline void cp_so_tag_copy(cp_so_tag *dst, const cp_so_tag *src)
 {
     *dst = *src;
     if (src->ev)
-        src->ev->refs++;
+        src->ev->refs++; /* harmless on the legacy event: never put */
 }
 
 /* May a block tagged t be used on stream s (id sid) now?  May insert a wait
@@ -129,7 +146,7 @@ static inline int cp_so_usable(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream 
 int cp_so_merge_slow(cp_so *so, cp_so_tag *a, cp_so_tag *b);
 static inline int cp_so_merge(cp_so *so, cp_so_tag *a, cp_so_tag *b)
 {
-    if (a->sid == b->sid && !a->ev && !b->ev)
+    if (a->sid == b->sid && a->ev == b->ev && (!a->ev || a->ev == &so->legacy))
         return 1;
     return cp_so_merge_slow(so, a, b);
 }
