@@ -62,7 +62,10 @@ typedef struct cp_pool_opts {
     int grow;                 /* may reserve more from upstream when full */
     uint64_t max;             /* hard limit on reserved bytes (0: none) */
     uint64_t alignment;       /* power of two, >= 1; default 256 */
-    uint64_t release_threshold; /* free bytes kept at trim/synchronize */
+    uint64_t release_threshold; /* idle bytes (entirely free chunks) a pool
+                                   keeps cached when it grows; 0: return idle
+                                   chunks as needed to stay within the peak;
+                                   UINT64_MAX: never return before trim */
     cp_reuse reuse;
     int fallback;             /* serve what the pool cannot from upstream */
 } cp_pool_opts;
