@@ -3,8 +3,10 @@
 -- once that work is done: with reuse = "stream" (never across streams),
 -- "event" (after the free's event has completed) or "wait" (at once, the
 -- new stream waiting on it).  The data shows it: stream A's late write must
--- never land on what stream B wrote.  Then the same loop with
--- cudaMallocAsync for comparison.
+-- never land on what stream B wrote.  Over the "device" upstream a pool that
+-- must grow calls cudaMalloc, which synchronizes the device, so B ends up
+-- waiting for A anyway; over "async" (cudaMallocAsync) it does not.  Then a
+-- many-stream loop against cudaMallocFromPoolAsync for comparison.
 --   bin/cupola examples/stream_ordered_pool.lua
 local cupola = cupola or require "cupola"
 local K, R = cupola.kernels, cupola.report
@@ -12,8 +14,8 @@ local MiB = 1024 * 1024
 
 print(string.format("streams sharing one pool (seed 001) on backend %s (%s)", cupola.backend(), cupola.device().name))
 
-local function race(reuse)
-  local p <close> = cupola.pool { kind = "tlsf", upstream = "device", initial = "16MiB", reuse = reuse }
+local function race(reuse, upstream)
+  local p <close> = cupola.pool { kind = "tlsf", upstream = upstream, initial = "16MiB", reuse = reuse }
   local a <close> = cupola.stream()
   local b <close> = cupola.stream()
   local x = p:alloc(MiB, a)
@@ -30,12 +32,14 @@ local function race(reuse)
   cupola.synchronize()
   local ok = K.checksum(y, { type = "u8" }) == 2 * MiB
   y:free()
-  return { reuse, reused and "yes" or "no", ok and "intact" or "CORRUPTED", string.format("%.1f", b_ms) }
+  return { reuse, upstream, reused and "yes" or "no", ok and "intact" or "CORRUPTED", string.format("%.1f", b_ms) }
 end
 
 local rows = {}
-for i, reuse in ipairs { "stream", "event", "wait" } do rows[i] = race(reuse) end
-print(R.table({ "reuse", "same block on B", "B's data", "ms until B done (A busy 30 ms)" }, rows))
+for _, upstream in ipairs { "device", "async" } do
+  for _, reuse in ipairs { "stream", "event", "wait" } do rows[#rows + 1] = race(reuse, upstream) end
+end
+print(R.table({ "reuse", "upstream", "same block on B", "B's data", "ms until B done (A busy 30 ms)" }, rows))
 
 -- Many streams, many blocks: one shared pool vs cudaMallocAsync.
 local streams = {}
