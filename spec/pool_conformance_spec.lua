@@ -140,10 +140,16 @@ end
 -- what B wrote (2) into the block it got.
 for _, reuse in ipairs { "stream", "event", "wait" } do
   describe("reuse = " .. reuse, function()
-    for _, kind in ipairs { "freelist", "tlsf", "caching" } do
-      it(kind .. " never hands a block to another stream before it is safe", function()
+    -- (async + initial: a device synchronization in the single-stream
+    -- phase once marked every later free as complete, and "wait" then
+    -- handed A's pending block to B with no wait.)
+    for _, case in ipairs { { "freelist", "device", "4MiB" }, { "tlsf", "device", "4MiB" },
+      { "caching", "device", "4MiB" }, { "freelist", "async", "4MiB" }, { "tlsf", "async", "4MiB" },
+      { "caching", "async", "4MiB" }, { "tlsf", "async", 0 }, { "tlsf", "device", 0 } } do
+      local kind, upstream, initial = case[1], case[2], case[3]
+      it(kind .. " over " .. upstream .. " (initial " .. initial .. ") never hands a block to another stream before it is safe", function()
         local size = 1 * MiB
-        local p <close> = cupola.pool { kind = kind, upstream = "device", initial = "4MiB", reuse = reuse }
+        local p <close> = cupola.pool { kind = kind, upstream = upstream, initial = initial, reuse = reuse }
         local a <close> = cupola.stream()
         local b <close> = cupola.stream()
         local first = p:alloc(size, a)

@@ -109,6 +109,9 @@ static inline void cp_so_tag_free(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stre
     } else {
         t->ev = &so->legacy;
         so->legacy_used = 1;
+        /* "done" covered the legacy frees before this one (a device
+         * synchronization since); this free is new and pending. */
+        so->legacy.done = 0;
     }
 }
 
