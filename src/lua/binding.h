@@ -150,8 +150,12 @@ void l_open_trace(lua_State *L);
  * "cupola.Buffer field 'size' is read-only". */
 int l_readonly_newindex(lua_State *L);
 
-/* Creates the metatable tname with __name, the given metamethods and a
- * method table as __index (methods may be NULL). Leaves nothing on the stack. */
+/* Creates the metatable tname (luaL_newmetatable: with __name) holding the
+ * metamethods and, under "methods", the method table, which is also __index
+ * unless meta has its own.  Leaves nothing on the stack. */
 void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const luaL_Reg *methods);
+/* For __index functions: pushes the method k of the object at obj and
+ * returns 1, or pushes nothing and returns 0. */
+int l_getmethod(lua_State *L, int obj, const char *k);
 
 #endif /* CUPOLA_BINDING_H */

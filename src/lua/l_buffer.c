@@ -310,9 +310,7 @@ static int buffer_index(lua_State *L)
 {
     l_buffer *b = (l_buffer *)luaL_checkudata(L, 1, L_BUFFER);
     const char *k = luaL_checkstring(L, 2);
-    lua_getmetatable(L, 1);
-    lua_getfield(L, -1, "methods");
-    if (lua_getfield(L, -1, k) != LUA_TNIL)
+    if (l_getmethod(L, 1, k))
         return 1;
     if (strcmp(k, "size") == 0)
         lua_pushinteger(L, (lua_Integer)b->size);
@@ -391,11 +389,7 @@ void l_open_buffer(lua_State *L)
                                        {"read", buffer_read},       {"write", buffer_write},
                                        {"memset", buffer_memset},   {"copy_to", buffer_copy_to},
                                        {NULL, NULL}};
-    luaL_newmetatable(L, L_BUFFER);
-    luaL_setfuncs(L, meta, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "methods");
-    lua_pop(L, 1);
+    l_newclass(L, L_BUFFER, meta, methods);
 
     lua_pushcfunction(L, l_malloc);
     lua_setfield(L, -2, "malloc");

@@ -305,9 +305,7 @@ static int mempool_index(lua_State *L)
     l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
     const char *k = luaL_checkstring(L, 2);
     int i;
-    lua_getmetatable(L, 1);
-    lua_getfield(L, -1, "methods");
-    if (lua_getfield(L, -1, k) != LUA_TNIL)
+    if (l_getmethod(L, 1, k))
         return 1;
     if (strcmp(k, "closed") == 0) {
         lua_pushboolean(L, m->ref == NULL);
@@ -366,11 +364,7 @@ void l_open_mempool(lua_State *L)
                                      {"set_current", mempool_set_current},
                                      {"new", mempool_new},
                                      {NULL, NULL}};
-    luaL_newmetatable(L, L_MEMPOOL);
-    luaL_setfuncs(L, meta, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "methods");
-    lua_pop(L, 1);
+    l_newclass(L, L_MEMPOOL, meta, methods);
 
     luaL_newlib(L, funcs);
     lua_newtable(L);

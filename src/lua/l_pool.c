@@ -225,9 +225,7 @@ static int pool_index(lua_State *L)
 {
     l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
     const char *k = luaL_checkstring(L, 2);
-    lua_getmetatable(L, 1);
-    lua_getfield(L, -1, "methods");
-    if (lua_getfield(L, -1, k) != LUA_TNIL)
+    if (l_getmethod(L, 1, k))
         return 1;
     if (strcmp(k, "kind") == 0)
         lua_pushstring(L, p->kind);
@@ -270,11 +268,7 @@ void l_open_pool(lua_State *L)
     static const luaL_Reg methods[] = {{"alloc", pool_alloc}, {"trim", pool_trim},
                                        {"reset", pool_reset}, {"stats", pool_stats},
                                        {"close", pool_close}, {NULL, NULL}};
-    luaL_newmetatable(L, L_POOL);
-    luaL_setfuncs(L, meta, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "methods");
-    lua_pop(L, 1);
+    l_newclass(L, L_POOL, meta, methods);
     lua_pushcfunction(L, pool_new);
     lua_setfield(L, -2, "pool");
 }

@@ -134,9 +134,7 @@ static int stream_index(lua_State *L)
 {
     l_stream *st = (l_stream *)luaL_checkudata(L, 1, L_STREAM);
     const char *k = luaL_checkstring(L, 2);
-    lua_getmetatable(L, 1);
-    lua_getfield(L, -1, "methods");
-    if (lua_getfield(L, -1, k) != LUA_TNIL)
+    if (l_getmethod(L, 1, k))
         return 1;
     if (strcmp(k, "closed") == 0) {
         lua_pushboolean(L, st->ref == NULL);
@@ -178,11 +176,7 @@ void l_open_stream(lua_State *L)
                                        {NULL, NULL}};
     l_stream *st;
 
-    luaL_newmetatable(L, L_STREAM);
-    luaL_setfuncs(L, meta, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "methods");
-    lua_pop(L, 1);
+    l_newclass(L, L_STREAM, meta, methods);
 
     lua_pushcfunction(L, stream_new);
     lua_setfield(L, -2, "stream");

@@ -148,9 +148,7 @@ static int trace_index(lua_State *L)
 {
     l_trace *tr = (l_trace *)luaL_checkudata(L, 1, L_TRACE);
     const char *k = luaL_checkstring(L, 2);
-    lua_getmetatable(L, 1);
-    lua_getfield(L, -1, "methods");
-    if (lua_getfield(L, -1, k) != LUA_TNIL)
+    if (l_getmethod(L, 1, k))
         return 1;
     if (!tr->t) {
         lua_pushnil(L);
@@ -187,11 +185,7 @@ void l_open_trace(lua_State *L)
                                        {"replay", trace_replay}, {"close", trace_close},
                                        {NULL, NULL}};
     static const luaL_Reg funcs[] = {{"load", trace_load}, {"replay", trace_replay}, {NULL, NULL}};
-    luaL_newmetatable(L, L_TRACE);
-    luaL_setfuncs(L, meta, 0);
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "methods");
-    lua_pop(L, 1);
+    l_newclass(L, L_TRACE, meta, methods);
     luaL_newlib(L, funcs);
     lua_setfield(L, -2, "trace");
 }

@@ -202,10 +202,30 @@ void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const lua
 {
     luaL_newmetatable(L, tname);
     luaL_setfuncs(L, meta, 0);
-    if (methods) {
-        lua_newtable(L);
-        luaL_setfuncs(L, methods, 0);
-        lua_setfield(L, -2, "__index");
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    /* A type without its own __index (no fields, only methods) looks the
+     * methods up directly. */
+    if (lua_getfield(L, -2, "__index") == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, "__index");
+    } else {
+        lua_pop(L, 1);
     }
+    lua_setfield(L, -2, "methods");
     lua_pop(L, 1);
+}
+
+int l_getmethod(lua_State *L, int obj, const char *k)
+{
+    lua_getmetatable(L, obj);
+    lua_getfield(L, -1, "methods");
+    if (lua_getfield(L, -1, k) != LUA_TNIL) {
+        lua_replace(L, -3);
+        lua_pop(L, 1);
+        return 1;
+    }
+    lua_pop(L, 3);
+    return 0;
 }
