@@ -10,7 +10,10 @@
 --     peaks are never below the current figures, `max` is never passed;
 --   * data integrity: each live buffer with memory holds its own pattern,
 --     written by a kernel on its stream when it was allocated and verified
---     by a kernel (kernels.verify == 0) before it is freed, dropped or reset.
+--     by a kernel (kernels.verify == 0) before it is freed, dropped or reset;
+--   * stream safety: some frees are queued behind a spin and a kernel that
+--     overwrites the block; whoever gets the block next on another stream
+--     must not see that late write (the reuse policy's promise).
 --
 -- On the CUDA backend the same spec is the GPU data-integrity fuzz.
 --
@@ -31,7 +34,7 @@ local upstreams = { "device", "async", "managed", "pinned", "virtual" }
 local reuses = { "stream", "event", "wait" }
 
 -- Totals over the file, printed at the end (the closing note quotes them).
-local totals = { ops = 0, allocs = 0, ooms = 0, frees = 0, verified = 0, bytes_verified = 0 }
+local totals = { ops = 0, allocs = 0, ooms = 0, frees = 0, late_frees = 0, verified = 0, bytes_verified = 0 }
 
 -- A small deterministic generator (xorshift64*), independent of
 -- math.random so that the sequence does not change with the Lua build.
@@ -164,6 +167,28 @@ function World:op_free()
   if self.r.chance(0.1) then
     assert.error_matches(function() e.b:free() end, "double free", 1, true)
   end
+end
+
+-- A free behind unfinished work: a spin, then a kernel that overwrites the
+-- buffer with another pattern, both queued on the buffer's stream, then the
+-- free on that stream.  Until that work is done the block may go to another
+-- stream only as the pool's reuse policy allows (never, after the free's
+-- event, or with a wait on it); a pool that hands it over too early lets the
+-- late kernel land on the next owner's pattern, which its verify catches.
+function World:op_free_late()
+  if #self.live == 0 then return self:op_alloc() end
+  local i = self.r.int(1, #self.live)
+  local e = self.live[i]
+  if not e.pool.has_memory then return self:op_free() end
+  verify(self, e)
+  self:remove(i)
+  -- (a closed Stream handle cannot take the spin; its C stream still runs
+  -- the pattern kernel, which is queued on the buffer's own stream)
+  if not e.b.stream.closed then K.spin(self.r.int(500, 3000), { stream = e.b.stream }) end
+  K.pattern(e.b, e.seed + 1)
+  e.b:free()
+  totals.frees = totals.frees + 1
+  totals.late_frees = totals.late_frees + 1
 end
 
 -- Drops the references to a few buffers and collects: their __gc frees them
@@ -309,7 +334,7 @@ end
 -- ---- the driver ----
 
 local ops = {
-  { "alloc", 40 }, { "free", 26 }, { "drop", 5 }, { "trim", 5 }, { "reset", 3 },
+  { "alloc", 40 }, { "free", 20 }, { "free_late", 6 }, { "drop", 5 }, { "trim", 5 }, { "reset", 3 },
   { "stats", 5 }, { "close", 3 }, { "stream", 3 }, { "gc", 3 },
 }
 local weight = 0
@@ -386,7 +411,7 @@ describe("fuzz (seed " .. SEED .. ", " .. OPS .. " operations per allocator)", f
     for step = 1, OPS * 2 do
       local w = r.pick(worlds)
       w.step = step
-      local name = r.pick { "alloc", "alloc", "free", "drop", "trim", "close", "gc" }
+      local name = r.pick { "alloc", "alloc", "free", "free_late", "drop", "trim", "close", "gc" }
       if #w.live >= MAX_LIVE // 4 then name = "free" end
       w["op_" .. name](w)
       w:check()
@@ -412,8 +437,8 @@ describe("fuzz (seed " .. SEED .. ", " .. OPS .. " operations per allocator)", f
 
   teardown(function()
     io.stderr:write(string.format(
-      "\nfuzz: seed %d, %d operations (%d allocations, %d out of memory, %d frees), %d buffers verified (%d bytes)\n",
-      SEED, totals.ops, totals.allocs, totals.ooms, totals.frees, totals.verified, totals.bytes_verified))
+      "\nfuzz: seed %d, %d operations (%d allocations, %d out of memory, %d frees of which %d behind queued work), %d buffers verified (%d bytes)\n",
+      SEED, totals.ops, totals.allocs, totals.ooms, totals.frees, totals.late_frees, totals.verified, totals.bytes_verified))
     local path = os.getenv "CUPOLA_FUZZ_REPORT"
     if path then
       local f = io.open(path, "a")
