@@ -31,7 +31,10 @@ describe("on a CUDA device", function()
         b:free()
       end
     end, { stream = s, reps = 3 })
-    assert.is_true(sync > 2 * async, string.format("malloc %.3f ms vs malloc_async %.3f ms", sync, async))
+    -- (a measurement: under a sanitizer every API call is slowed alike)
+    if not SLOW then
+      assert.is_true(sync > 2 * async, string.format("malloc %.3f ms vs malloc_async %.3f ms", sync, async))
+    end
   end)
 
   gpu_it("keeps a cudaMalloc'd buffer's bytes on the device across kernels and copies", function()
