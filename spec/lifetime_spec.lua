@@ -214,6 +214,10 @@ describe("lifetimes", function()
   end)
 
   describe("process exit", function()
+    -- Under make test-tsan-lua libtsan is preloaded, and /bin/sh (io.popen)
+    -- crashes with it: the child-process cases are pending there.
+    local it = (os.getenv "LD_PRELOAD" or ""):find("tsan", 1, true) and pending or it
+
     it("with live objects: a normal end of the script", function()
       local code, out, err = run_child(LIVE_OBJECTS)
       assert.equals("built\n", out)
