@@ -110,6 +110,28 @@ describe("lifetimes", function()
     collectgarbage()
   end)
 
+  -- Bug fixed with this spec: __close released the default pool's handle
+  -- (and a current pool's, leaving it current), so malloc_async raised
+  -- "attempt to use a closed cupola.Mempool" for the rest of the state.
+  it("the default and the current native pool as to-be-closed variables", function()
+    do
+      local d <close> = cupola.mempool.default()
+    end
+    assert.is_false(cupola.mempool.default().closed)
+    cupola.malloc_async(64):free()
+    do
+      local m <close> = cupola.mempool()
+      cupola.mempool.set_current(m)
+      local b = cupola.malloc_async(64)
+      assert.equals(m, b.pool)
+      b:free()
+    end
+    assert.equals(cupola.mempool.default(), cupola.mempool.current())
+    local b = cupola.malloc_async(64)
+    assert.equals(cupola.mempool.default(), b.pool)
+    b:free()
+  end)
+
   it("a stream collected with frees pending on it", function()
     local p <close> = cupola.pool { kind = "caching", reuse = "stream" }
     do

@@ -300,6 +300,26 @@ static int mempool_gc(lua_State *L)
     return 0;
 }
 
+/* __close: like __gc (buffers keep the pool alive), except that a handle
+ * leaving a scope may still be named by the registry.  The device's default
+ * pool is never released by a scope (`local m <close> =
+ * cupola.mempool.default()` would otherwise leave the state with a closed
+ * default, and malloc_async broken); a current pool stops being current. */
+static int mempool_tbc(lua_State *L)
+{
+    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    if (!m->ref || m->ref->is_default)
+        return 0;
+    lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+    if (lua_rawequal(L, -1, 1)) {
+        push_default(L);
+        cp_be->mempool_set_current(tomempool(L, -1)->ref->p); /* best effort */
+        lua_pushnil(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+    }
+    return mempool_gc(L);
+}
+
 static int mempool_index(lua_State *L)
 {
     l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
@@ -352,7 +372,7 @@ static int mempool_call(lua_State *L)
 
 void l_open_mempool(lua_State *L)
 {
-    static const luaL_Reg meta[] = {{"__gc", mempool_gc},         {"__close", mempool_gc},
+    static const luaL_Reg meta[] = {{"__gc", mempool_gc},         {"__close", mempool_tbc},
                                     {"__index", mempool_index},   {"__newindex", mempool_newindex},
                                     {"__tostring", mempool_tostring}, {NULL, NULL}};
     static const luaL_Reg methods[] = {{"alloc", mempool_alloc},   {"trim", mempool_trim},
