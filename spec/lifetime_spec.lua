@@ -13,28 +13,7 @@ local function consistent_empty(p)
   assert.equals(st.allocs, st.frees)
 end
 
--- Runs a Lua script in a child process with this process's module paths;
--- returns its exit status and what it wrote to stdout and stderr.
--- CUPOLA_CHILD_WRAP (set by make test-valgrind) runs the child under a tool.
-local function run_child(script)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(string.format("package.path = %q .. package.path\npackage.cpath = %q .. package.cpath\n",
-    "lua/?.lua;lua/?/init.lua;", package.cpath .. ";"))
-  f:write(script)
-  f:close()
-  local err = os.tmpname()
-  local wrap = os.getenv "CUPOLA_CHILD_WRAP" or ""
-  local p = io.popen(string.format("%s lua5.4 %s 2>%s", wrap, path, err))
-  local out = p:read "a"
-  local _, _, code = p:close()
-  local ef = io.open(err)
-  local errtext = ef and ef:read "a" or ""
-  if ef then ef:close() end
-  os.remove(path)
-  os.remove(err)
-  return code, out, errtext
-end
+local run_child = require "spec.support.child"
 
 -- What a child script builds before it leaves: every kind of handle, with
 -- work still queued on its streams and frees still pending.
@@ -238,7 +217,7 @@ describe("lifetimes", function()
   describe("process exit", function()
     -- Under make test-tsan-lua libtsan is preloaded, and /bin/sh (io.popen)
     -- crashes with it: the child-process cases are pending there.
-    local it = (os.getenv "LD_PRELOAD" or ""):find("tsan", 1, true) and pending or it
+    local it = run_child.available and it or pending
 
     it("with live objects: a normal end of the script", function()
       local code, out, err = run_child(LIVE_OBJECTS)
