@@ -86,13 +86,14 @@ for stage in $stages; do
         # compute-sanitizer over the busted suite (device-side errors, API
         # errors, races in shared memory, barriers, uninitialized reads).
         # Timing assertions are relaxed (CUPOLA_SLOW): the tools slow every
-        # API call, which is not what these runs check.
+        # API call, which is not what these runs check; and they serialize
+        # kernels, so streams cannot overlap (CUPOLA_SERIALIZED).
         for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
             extra=""
             # The suite's out-of-memory cases fail cudaMalloc on purpose;
             # those API errors are expected, memory access errors are not.
             [ "$tool" = memcheck ] && extra="--leak-check full --report-api-errors no"
-            CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 run_stage "sanitize-$tool" \
+            CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 CUPOLA_SERIALIZED=1 run_stage "sanitize-$tool" \
                 compute-sanitizer --tool "$tool" $extra --error-exitcode 86 \
                 --target-processes all --print-limit 20 \
                 lua5.4 spec/run.lua $C_TESTS
