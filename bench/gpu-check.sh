@@ -8,12 +8,12 @@
 # The GPU machine has CUDA but no Lua and no network: Lua 5.4, busted and
 # their modules travel as Debian packages in .deps/ (see README, "Running on
 # a GPU") and are unpacked into a private prefix.  Logs and figures go to
-# $OUT (the device tool's return folder) or bench/results/tmp.
+# $OUT (the device tool's return folder) or bench/results/gpu-check.
 # Environment: CUPOLA_COMMIT names the commit being checked (the tree that
 # travels has no .git); SANITIZE_TOOLS narrows the compute-sanitizer tools.
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-bench/results/tmp}
+OUT=${OUT:-bench/results/gpu-check}
 # Logs go to LOGS and are packed into $OUT/logs.tgz at the end (the device
 # tool brings back at most 8 files).
 LOGS=${LOGS:-/tmp/cupola-logs}

@@ -5,6 +5,7 @@ package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 cupola = require "cupola"
 local out = arg[1] or "bench/results/tmp"
+os.execute(string.format("mkdir -p %q", out))
 local d = cupola.device()
 local date = os.date "!%Y-%m-%d"
 local commit = os.getenv "CUPOLA_COMMIT" or "unknown"
