@@ -7,26 +7,16 @@ local cupola = cupola or require "cupola"
 -- PyTorch's peak reserved over peak live, from shared/traces/README.md.
 local pytorch = { resnet50_train = 1.21, gpt2_train = 1.10, t5_train_varlen = 1.14 }
 
-local function traces_dir()
-  -- (a nil entry would end ipairs early: list only what is set)
-  local cands = {}
-  if arg and arg[1] then cands[#cands + 1] = arg[1] end
-  if os.getenv "CUPOLA_TRACES" then cands[#cands + 1] = os.getenv "CUPOLA_TRACES" end
-  cands[#cands + 1] = "../shared/traces"
-  cands[#cands + 1] = ".traces"
-  for _, d in ipairs(cands) do
-    local f = io.open(d .. "/resnet50_train.csv.gz", "rb")
-    if f then f:close(); return d end
-  end
-  error("no traces found (pass a folder, or set CUPOLA_TRACES)")
+-- An optional folder argument overrides where the traces are looked up.
+local function trace_path(name)
+  if arg and arg[1] then return arg[1] .. "/" .. name .. ".csv.gz" end
+  return assert(cupola.trace.find(name))
 end
-
-local dir = traces_dir()
 local upstreams = { "virtual" }
 if cupola.backend() == "cuda" then upstreams[2] = "device" end
 local rows = {}
 for _, name in ipairs { "resnet50_train", "gpt2_train", "t5_train_varlen" } do
-  local t <close> = cupola.trace.load(dir .. "/" .. name .. ".csv.gz")
+  local t <close> = cupola.trace.load(trace_path(name))
   for _, up in ipairs(upstreams) do
     for _, kind in ipairs { "tlsf", "freelist", "caching" } do
       local p <close> = cupola.pool { kind = kind, upstream = up }

@@ -4,14 +4,7 @@
 local cupola = cupola or require "cupola"
 local R = cupola.report
 
-local path = arg and arg[1]
-if not path then
-  for _, d in ipairs { "../shared/traces", ".traces" } do
-    local f = io.open(d .. "/gpt2_train.csv.gz", "rb")
-    if f then f:close(); path = d .. "/gpt2_train.csv.gz"; break end
-  end
-end
-assert(path, "usage: replay.lua trace.csv.gz")
+local path = arg and arg[1] or assert(cupola.trace.find "gpt2_train")
 local t <close> = cupola.trace.load(path)
 print(string.format("trace %s: %d events, %d streams, peak live %s, on backend %s", path, #t, t.streams,
   R.bytes(t.peak_live), cupola.backend()))

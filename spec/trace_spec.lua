@@ -1,18 +1,6 @@
 -- Traces: RMM logging-adaptor CSV, plain or gzip, loaded and replayed in C.
 local cupola = require "cupola"
 
-local function traces_dir()
-  -- (a nil first entry would end ipairs at once: list only what is set)
-  local cands = {}
-  if os.getenv "CUPOLA_TRACES" then cands[1] = os.getenv "CUPOLA_TRACES" end
-  cands[#cands + 1] = "../shared/traces"
-  cands[#cands + 1] = ".traces"
-  for _, d in ipairs(cands) do
-    local f = io.open(d .. "/gpt2_train.csv.gz", "rb")
-    if f then f:close(); return d end
-  end
-end
-local dir = traces_dir()
 
 -- What shared/traces/README.md says of each trace.
 local known = {
@@ -32,8 +20,7 @@ end
 describe("trace", function()
   for name, want in pairs(known) do
     it("loads " .. name .. " with the figures its README gives", function()
-      assert.is_not_nil(dir, "shared traces not found (set CUPOLA_TRACES)")
-      local t <close> = cupola.trace.load(dir .. "/" .. name .. ".csv.gz")
+      local t <close> = cupola.trace.load(assert(cupola.trace.find(name)))
       assert.equals("cupola.Trace", getmetatable(t).__name)
       assert.equals(want.allocs, t.allocs)
       assert.equals(want.peak_live, t.peak_live)
@@ -44,7 +31,7 @@ describe("trace", function()
     end)
 
     it("replays " .. name .. " on every allocator over the virtual upstream", function()
-      local t <close> = cupola.trace.load(dir .. "/" .. name .. ".csv.gz")
+      local t <close> = cupola.trace.load(assert(cupola.trace.find(name)))
       for _, kind in ipairs { "freelist", "tlsf", "caching" } do
         local p <close> = cupola.pool { kind = kind, upstream = "virtual" }
         local r = cupola.trace.replay(t, p)
@@ -110,8 +97,7 @@ describe("trace", function()
 
   it("rejects a missing file and a truncated gzip stream", function()
     assert.has_error(function() cupola.trace.load "/nonexistent/trace.csv" end)
-    if not dir then return end
-    local f = assert(io.open(dir .. "/gpt2_train.csv.gz", "rb"))
+    local f = assert(io.open(assert(cupola.trace.find "gpt2_train"), "rb"))
     local data = f:read "a"
     f:close()
     local path = write(data:sub(1, #data // 2))
@@ -122,7 +108,7 @@ describe("trace", function()
   end)
 
   it("compares allocators in one call", function()
-    local t <close> = cupola.trace.load(dir .. "/resnet50_train.csv.gz")
+    local t <close> = cupola.trace.load(assert(cupola.trace.find "resnet50_train"))
     local rows = cupola.trace.compare(t, { { kind = "tlsf", upstream = "virtual" }, { kind = "caching", upstream = "virtual" } })
     assert.equals(2, #rows)
     assert.equals("tlsf", rows[1].kind)
