@@ -15,6 +15,9 @@
 --     overwrites the block; whoever gets the block next on another stream
 --     must not see that late write (the reuse policy's promise).
 --
+-- Then the argument fuzz (below): random calls of every function, method and
+-- metamethod with hostile values, in a child process that must not crash.
+--
 -- On the CUDA backend the same spec is the GPU data-integrity fuzz.
 --
 --   CUPOLA_FUZZ_SEED  the seed (default fixed, so `make test` is repeatable)
@@ -49,7 +52,7 @@ local reuses = { "stream", "event", "wait" }
 -- Totals over the file, printed at the end (the closing note quotes them).
 local totals = { ops = 0, allocs = 0, ooms = 0, frees = 0, late_frees = 0, verified = 0, bytes_verified = 0 }
 
--- A small deterministic generator (xorshift64*), independent of
+-- A small deterministic generator (xorshift64), independent of
 -- math.random so that the sequence does not change with the Lua build.
 local function rng(seed)
   local x = seed ~ 0x9E3779B97F4A7C15
