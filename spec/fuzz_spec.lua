@@ -34,13 +34,11 @@ local K = cupola.kernels
 
 local SEED = tonumber(os.getenv "CUPOLA_FUZZ_SEED") or 20261121
 local OPS = tonumber(os.getenv "CUPOLA_FUZZ_OPS") or 120
--- Known bug (reported, backend_cuda.c): destroying a native pool (closed or
--- collected cupola.Mempool) while frees on it are still queued behind work
--- leads to a segfault inside libcuda at a later cudaStreamSynchronize.  Until
--- it is fixed, the worlds let the device drain before a native pool is
--- destroyed on the CUDA backend; CUPOLA_FUZZ_KNOWN_BUGS=1 runs without that
--- (the reproducer: seed 9001, 1000 operations, filter "cupola.mempool").
-local DRAIN_BEFORE_POOL_DESTROY = cupola.backend() == "cuda" and not os.getenv "CUPOLA_FUZZ_KNOWN_BUGS"
+-- Bug fixed with this fuzz (backend_cuda.c): destroying a native pool (a
+-- closed or collected cupola.Mempool) while frees on it were still queued
+-- behind work crashed libcuda at a later stream synchronize; the reproducer
+-- was seed 9001, 1000 operations, filter "cupola.mempool".  Destroyed pools
+-- now wait for the next device synchronization.
 local TRACE = os.getenv "CUPOLA_FUZZ_TRACE" ~= nil -- each operation to stderr, to find a crash
 local MAX_LIVE = 48
 local KiB, MiB = 1024, 1024 * 1024
@@ -269,7 +267,6 @@ function World:op_close()
     end
     return
   end
-  if self.cfg.native and DRAIN_BEFORE_POOL_DESTROY then cupola.synchronize() end
   p.handle:close()
   for i, q in ipairs(self.pools) do
     if q == p then table.remove(self.pools, i) break end
@@ -346,8 +343,7 @@ function World:check()
     local p = self.pools[i]
     if p ~= self.pool and p.live == 0 then
       -- its handle is collected (the pool destroyed) at some later point
-      if self.cfg.native and DRAIN_BEFORE_POOL_DESTROY then cupola.synchronize() end
-      table.remove(self.pools, i)
+          table.remove(self.pools, i)
     end
   end
 end

@@ -164,9 +164,12 @@ static cp_status cuda_device_info(cp_device_info *out)
     return CP_OK;
 }
 
+static void reap_retired_pools(void);
+
 static cp_status cuda_device_synchronize(void)
 {
     CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    reap_retired_pools(); /* the device is idle: no free is queued on them */
     return CP_OK;
 }
 
@@ -410,6 +413,13 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cp_mempool default_pool;
 static int default_pool_ready;
 static struct cp_mempool *live_pools;
+/* Pools destroyed while frees on them may still be queued.  CUDA documents
+ * that cudaMemPoolDestroy returns at once and releases the memory when the
+ * outstanding frees are done, but with CUDA 13.0 / driver 580 it crashes
+ * libcuda later (in a stream synchronize) when frees are still queued; the
+ * reliability fuzz finds it.  So the handle is kept here and destroyed at the
+ * next device synchronization, when nothing can be queued on it. */
+static struct cp_mempool *retired_pools;
 
 static const char *const pool_attr_names[CP_POOL_ATTR_COUNT] = {
     "release_threshold", "reuse_follow_event_dependencies", "reuse_allow_opportunistic",
@@ -527,7 +537,6 @@ static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *p
 static cp_status cuda_mempool_destroy(cp_mempool *p)
 {
     cp_mempool **link;
-    cudaError_t e;
 
     if (!p)
         return CP_OK;
@@ -540,13 +549,34 @@ static cp_status cuda_mempool_destroy(cp_mempool *p)
             break;
         }
     }
+    /* Destroying never synchronizes (it may run in a finalizer): the pool
+     * waits in retired_pools for the next device synchronization.  A pool
+     * that is current must not stay current meanwhile. */
+    {
+        cudaMemPool_t cur = NULL, def = NULL;
+        if (cudaDeviceGetMemPool(&cur, CP_DEVICE) == cudaSuccess && cur == p->h &&
+            cudaDeviceGetDefaultMemPool(&def, CP_DEVICE) == cudaSuccess)
+            (void)cudaDeviceSetMemPool(CP_DEVICE, def);
+        (void)cudaGetLastError();
+    }
+    p->next = retired_pools;
+    retired_pools = p;
     pthread_mutex_unlock(&pool_lock);
-    /* Returns at once; CUDA releases the memory once outstanding blocks and
-     * frees are done, and makes the default pool current again if this one
-     * was. */
-    e = cudaMemPoolDestroy(p->h);
-    free(p);
-    return release_result(e, "cudaMemPoolDestroy");
+    return CP_OK;
+}
+
+static void reap_retired_pools(void)
+{
+    cp_mempool *p, *next;
+    pthread_mutex_lock(&pool_lock);
+    p = retired_pools;
+    retired_pools = NULL;
+    pthread_mutex_unlock(&pool_lock);
+    for (; p; p = next) {
+        next = p->next;
+        (void)release_result(cudaMemPoolDestroy(p->h), "cudaMemPoolDestroy");
+        free(p);
+    }
 }
 
 static cp_status cuda_mempool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream *s)
