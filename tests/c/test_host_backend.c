@@ -401,12 +401,14 @@ static void test_pool_reuse(void)
     BE->device_synchronize();
     BE->mempool_destroy(p);
 
-    /* internal dependencies: handed over, B ordered after A */
+    /* internal dependencies: handed over, B ordered after A.  ea goes
+     * before the free: B waits for the free, not for anything after it, so
+     * an event recorded after the free could complete after eb. */
     p = new_pool(0);
     BE->mempool_alloc(p, &pa, 2 * MiB, A);
     BE->k_spin(50000, A);
-    BE->mem_free_async(pa, A);
     BE->event_record(ea, A);
+    BE->mem_free_async(pa, A);
     check(BE->mempool_alloc(p, &pb, 2 * MiB, B) == CP_OK && pb == pa &&
               attr(p, CP_POOL_RESERVED_MEM_CURRENT) == 2 * MiB,
           "internal dependencies: the block is handed to another stream");
