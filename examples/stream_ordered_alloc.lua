@@ -2,11 +2,11 @@
 -- cudaMalloc/cudaFree (each synchronizes the device) and once stream-ordered
 -- with cudaMallocAsync/cudaFreeAsync, timed with events (median of 5 runs
 -- after a warm-up).  Also times the 100 kernels alone, the floor.
---   bin/cupola examples/stream_ordered_alloc.lua [iterations]
+--   bin/cupola examples/stream_ordered_alloc.lua [iterations]   (or CUPOLA_ITERS)
 local cupola = cupola or require "cupola"
 local K, bench = cupola.kernels, cupola.bench
 
-local iters = tonumber(arg and arg[1]) or 100
+local iters = tonumber(arg and arg[1]) or tonumber(os.getenv "CUPOLA_ITERS") or 100
 local N = 1 << 20
 local size = N * 4 -- 4 MiB of float32
 local s <close> = cupola.stream { blocking = true }

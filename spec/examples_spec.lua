@@ -1,0 +1,83 @@
+-- Every example runs, on whichever backend is loaded, and prints what it
+-- measured.  They run as bin/cupola would run them, in a child process.
+local cupola = require "cupola"
+
+-- Few iterations: the point is that the experiment runs and reports, not
+-- its figures (under valgrind the host kernels are very slow).
+local ITERS = SLOW and 2 or 10
+
+-- The child loads the same module as this process (a sanitizer build's,
+-- under make test-asan), and defines the global `cupola` as bin/cupola does.
+local prelude = string.format('package.path = %q .. package.path; package.cpath = %q; cupola = require "cupola"',
+  "lua/?.lua;lua/?/init.lua;", package.cpath)
+
+local function run(script, ...)
+  local args = table.concat({ ... }, " ")
+  local cmd = string.format("CUPOLA_ITERS=%d CUPOLA_BACKEND=%s lua5.4 -e '%s' examples/%s %s 2>&1",
+    ITERS, cupola.backend(), prelude, script, args)
+  local p = assert(io.popen(cmd))
+  local out = p:read "a"
+  local ok, _, code = p:close()
+  assert(ok, string.format("%s exited with %s:\n%s", script, tostring(code), out))
+  return out
+end
+
+describe("examples", function()
+  -- (under a preloaded libtsan, /bin/sh crashes: no child processes there)
+  local it = require("spec.support.child").available and it or pending
+
+  it("demo.lua reports the main experiment and its backend", function()
+    local out = run "demo.lua"
+    assert.matches("backend " .. cupola.backend(), out)
+    assert.matches("synchronous %(malloc/free%):%s+[%d.]+ ms", out)
+    assert.matches("stream%-ordered %(malloc_async%):%s+[%d.]+ ms", out)
+    assert.matches("after trim%(0%)%s+0%s+0", out)
+    assert.matches("summary: stream%-ordered allocation was [%d.]+x faster", out)
+  end)
+
+  it("stream_ordered_alloc.lua times both paths", function()
+    local out = run("stream_ordered_alloc.lua", "5")
+    assert.matches("5 x {alloc 4 MiB, sqrt_index, free}", out, 1, true)
+    assert.matches("speedup:%s+[%d.]+x", out)
+  end)
+
+  it("mempool_config.lua walks the pool through its steps", function()
+    local out = run "mempool_config.lua"
+    assert.matches("release threshold set to 256 MiB", out, 1, true)
+    assert.matches("after 100 MiB alloc%s+100%s+%d+", out)
+    assert.matches("after free %(kept below the threshold%)%s+0%s+[1-9]%d*", out)
+    assert.matches("after trim%(0%)%s+0%s+0", out)
+  end)
+
+  it("multistream_pool.lua checks the data s2 left", function()
+    assert.matches(": ok", run "multistream_pool.lua", 1, true)
+  end)
+
+  it("custom_mempool.lua prints the attributes and the comparison table", function()
+    local out = run "custom_mempool.lua"
+    assert.matches("reuse_allow_opportunistic%s+true", out)
+    assert.matches("after trim%(0%):%s+reserved 0 MiB", out)
+    assert.matches("alloc%+free pair, 4 KiB %(ns, host%)%s+%d+%s+%d+", out)
+  end)
+
+  it("custom_pool.lua sub-allocates, fails cleanly, falls back and coalesces", function()
+    local out = run "custom_pool.lua"
+    assert.matches("nil (out_of_memory:", out, 1, true)
+    assert.matches("the 40 MB request is served: sum 10000000", out, 1, true)
+    assert.matches("largest free 32.00 MiB (coalesced), fragmentation 0.00", out, 1, true)
+  end)
+
+  it("stream_ordered_pool.lua never corrupts another stream's data", function()
+    local out = run "stream_ordered_pool.lua"
+    assert.matches("intact", out, 1, true)
+    assert.is_nil(out:find("CORRUPTED", 1, true), out)
+  end)
+
+  it("replay.lua compares every allocator on a trace", function()
+    local out = run "replay.lua"
+    for _, kind in ipairs { "tlsf", "freelist", "caching" } do
+      assert.matches("\n" .. kind .. "%s+[%d.]+ GiB%s+1%.0%d%d", out)
+    end
+    assert.matches("PyTorch's caching allocator on the same run: 1.10", out, 1, true)
+  end)
+end)
