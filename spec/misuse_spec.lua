@@ -30,14 +30,6 @@ local function consistent(p, live)
   if (live or 0) == 0 then assert.equals(0, st.used) end
 end
 
-local function tmpfile(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
 describe("misuse: sizes", function()
   it("a negative size is an argument error", function()
     raises(function() cupola.bytes(-1) end, "size must not be negative")

@@ -9,14 +9,6 @@ local known = {
   t5_train_varlen = { allocs = 22179, peak_live = 4854130272 },
 }
 
-local function write(text)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
-
 describe("trace", function()
   for name, want in pairs(known) do
     it("loads " .. name .. " with the figures its README gives", function()
@@ -47,7 +39,7 @@ describe("trace", function()
   end
 
   it("reads plain CSV too, and replays it on several streams", function()
-    local path = write(table.concat({
+    local path = tmpfile(table.concat({
       "Thread,Time,Action,Pointer,Size,Stream",
       "0,0.0,allocate,0x1000,4096,0x0",
       "0,1.0,allocate,0x2000,8192,0x7f00",
@@ -66,7 +58,7 @@ describe("trace", function()
   end)
 
   it("counts allocations the pool refuses and carries on", function()
-    local path = write("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,8388608,0x0\n"
+    local path = tmpfile("Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,8388608,0x0\n"
       .. "0,1,allocate,0x20,1024,0x0\n0,2,free,0x10,8388608,0x0\n0,3,free,0x20,1024,0x0\n")
     local t <close> = cupola.trace.load(path)
     os.remove(path)
@@ -87,7 +79,7 @@ describe("trace", function()
   }
   for i, case in ipairs(malformed) do
     it("rejects malformed input " .. i .. " with the line and the reason", function()
-      local path = write(case[1])
+      local path = tmpfile(case[1])
       local ok, err = pcall(cupola.trace.load, path)
       os.remove(path)
       assert.is_false(ok)
@@ -100,7 +92,7 @@ describe("trace", function()
     local f = assert(io.open(assert(cupola.trace.find "gpt2_train"), "rb"))
     local data = f:read "a"
     f:close()
-    local path = write(data:sub(1, #data // 2))
+    local path = tmpfile(data:sub(1, #data // 2))
     local ok, err = pcall(cupola.trace.load, path)
     os.remove(path)
     assert.is_false(ok)

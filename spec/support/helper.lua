@@ -27,3 +27,12 @@ end
 -- time, so work on different streams cannot overlap and assertions that
 -- two streams run concurrently do not apply.
 _G.SERIALIZED = os.getenv "CUPOLA_SERIALIZED" ~= nil
+
+--- tmpfile(text) -> the path of a new temporary file holding text.
+function _G.tmpfile(text)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+  return path
+end
