@@ -16,34 +16,13 @@
 
 #include "backend.h"
 #include "kernel_body.h"
+#include "tap.h"
 
 static const cp_backend *be;
-static int n_test, n_pass, n_fail, n_skip;
 static int on_cuda;
 
-static void ok_at(int cond, const char *name, int line)
-{
-    ++n_test;
-    if (cond) {
-        ++n_pass;
-        printf("ok %d - %s\n", n_test, name);
-    } else {
-        ++n_fail;
-        printf("not ok %d - %s\n", n_test, name);
-        printf("#   line %d; last core message: %s\n", line, cp_error_msg());
-    }
-    fflush(stdout);
-}
-
-static void skip(const char *name, const char *why)
-{
-    ++n_test;
-    ++n_skip;
-    printf("ok %d - %s # SKIP %s\n", n_test, name, why);
-}
-
-#define OK(cond, name) ok_at((cond) != 0, (name), __LINE__)
-#define OK_ST(call, name) ok_at((call) == CP_OK, (name), __LINE__)
+#define OK(cond, name) tap_ok_line((cond) != 0, __LINE__, "%s", (name))
+#define OK_ST(call, name) tap_ok_line((call) == CP_OK, __LINE__, "%s", (name))
 
 #define MIB ((size_t)1 << 20)
 
@@ -109,8 +88,8 @@ static void test_streams(void)
                   "stream_create at the highest priority");
             OK_ST(be->stream_destroy(s3), "stream_destroy high priority");
         } else {
-            skip("stream_create at the highest priority", "one priority level only");
-            skip("stream_destroy high priority", "one priority level only");
+            tap_skip("stream_create at the highest priority", "one priority level only");
+            tap_skip("stream_destroy high priority", "one priority level only");
         }
         st = be->stream_create(&bad, info.priority_least + 1000, 0);
         OK(st == CP_ERR_INVALID && !bad, "stream_create: out-of-range priority is CP_ERR_INVALID");
@@ -395,7 +374,7 @@ static void test_pools(void)
     props.location_host = 1;
     st = be->mempool_create(&hostp, &props);
     if (st == CP_ERR_UNSUPPORTED) {
-        skip("mempool_create host", cp_error_msg());
+        tap_skip("mempool_create host", cp_error_msg());
     } else {
         OK(st == CP_OK && hostp, "mempool_create host");
         if (hostp) {
@@ -556,8 +535,8 @@ int main(void)
 
     OK(st == CP_OK && cp_be != NULL, "cp_backend_select");
     if (st != CP_OK || !cp_be) {
-        printf("# %s\n# %d passed, %d failed\n", cp_error_msg(), n_pass, n_fail);
-        return 1;
+        printf("# %s\n", cp_error_msg());
+        return tap_finish();
     }
     be = cp_be;
     on_cuda = strcmp(be->name, "cuda") == 0;
@@ -574,9 +553,5 @@ int main(void)
     test_pattern();
     OK_ST(be->device_synchronize(), "device_synchronize at the end");
 
-    printf("1..%d\n", n_test);
-    if (n_skip)
-        printf("# %d skipped (counted as passed)\n", n_skip);
-    printf("# %d passed, %d failed\n", n_pass + n_skip, n_fail);
-    return n_fail ? 1 : 0;
+    return tap_finish();
 }

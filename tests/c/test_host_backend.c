@@ -14,6 +14,7 @@
  * most of it.
  */
 #include "backend.h"
+#include "tap.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -23,22 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-static int passed, failed, num;
-
-static void check(int cond, const char *name)
-{
-    num++;
-    if (cond) {
-        passed++;
-        printf("ok %d - %s\n", num, name);
-    } else {
-        failed++;
-        printf("not ok %d - %s\n", num, name);
-        if (*cp_error_msg())
-            printf("#   last error: %s\n", cp_error_msg());
-    }
-    fflush(stdout);
-}
+#define check(cond, name) tap_ok((cond) != 0, "%s", (name))
 
 static double now_ms(void)
 {
@@ -654,6 +640,5 @@ int main(void)
     test_kernels();
     test_stress();
     BE->device_synchronize();
-    printf("# %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return tap_finish();
 }

@@ -23,26 +23,9 @@
 
 #include "fake_backend.h"
 #include "resource.h"
+#include "tap.h"
 
-static int n_ok, n_fail, n_test;
-static char group[160];
-
-static void ok(int cond, const char *fmt, ...)
-{
-    va_list ap;
-    n_test++;
-    if (cond)
-        n_ok++;
-    else
-        n_fail++;
-    printf("%s %d - %s: ", cond ? "ok" : "not ok", n_test, group);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    if (!cond && cp_error_msg()[0])
-        printf(" (last error: %s)", cp_error_msg());
-    printf("\n");
-}
+#define ok tap_ok
 
 static const char *kinds[] = {"arena", "freelist", "tlsf", "caching"};
 static const char *upnames[] = {"device", "async", "managed", "pinned", "virtual"};
@@ -407,10 +390,10 @@ static void test_streams(const char *kind, cp_upstream_kind up, int real_backend
     cp_pool_opts o;
     void *x, *y, *v[128];
     int hits, big = SZ >= (64u << 20), cnt = big ? 1 : 16;
-    char tagbuf[sizeof group];
-    snprintf(tagbuf, sizeof tagbuf, "%s", group);
+    char tagbuf[sizeof tap_group];
+    snprintf(tagbuf, sizeof tagbuf, "%s", tap_group);
     if (big)
-        snprintf(group, sizeof group, "%.140s (big blocks)", tagbuf);
+        snprintf(tap_group, sizeof tap_group, "%.140s (big blocks)", tagbuf);
     cp_be->stream_create(&a, 0, 0);
     cp_be->stream_create(&b, 0, 0);
 
@@ -544,7 +527,7 @@ static void test_streams(const char *kind, cp_upstream_kind up, int real_backend
     }
     cp_be->stream_destroy(a);
     cp_be->stream_destroy(b);
-    snprintf(group, sizeof group, "%s", tagbuf);
+    snprintf(tap_group, sizeof tap_group, "%s", tagbuf);
 }
 
 /* ---- misuse, fallback, reset, limit ---- */
@@ -652,7 +635,7 @@ static void run_all(const char *backend, int real)
     int u;
     for (k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         for (u = 0; u <= CP_UP_VIRTUAL; u++) {
-            snprintf(group, sizeof group, "%s %s/%s", backend, kinds[k], upnames[u]);
+            snprintf(tap_group, sizeof tap_group, "%s %s/%s", backend, kinds[k], upnames[u]);
             test_random(kinds[k], (cp_upstream_kind)u, CP_REUSE_WAIT);
             if (u == CP_UP_VIRTUAL || u == CP_UP_DEVICE) {
                 test_random(kinds[k], (cp_upstream_kind)u, CP_REUSE_STREAM);
@@ -689,6 +672,5 @@ int main(void)
     else
         printf("# cuda backend skipped: %s\n", cp_error_msg());
 #endif
-    printf("# %d passed, %d failed\n", n_ok, n_fail);
-    return n_fail ? 1 : 0;
+    return tap_finish();
 }

@@ -18,24 +18,10 @@
 
 #include "fake_backend.h"
 #include "resource.h"
+#include "tap.h"
 #include "trace.h"
 
-static int n_ok, n_fail, n_test;
-
-static void ok(int cond, const char *fmt, ...)
-{
-    va_list ap;
-    n_test++;
-    if (cond)
-        n_ok++;
-    else
-        n_fail++;
-    printf("%s %d - ", cond ? "ok" : "not ok", n_test);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
+#define ok tap_ok
 
 static char tmpdir[256];
 
@@ -321,6 +307,5 @@ int main(void)
         if (system(cmd) != 0)
             printf("# could not remove %s\n", tmpdir);
     }
-    printf("# %d passed, %d failed\n", n_ok, n_fail);
-    return n_fail ? 1 : 0;
+    return tap_finish();
 }
