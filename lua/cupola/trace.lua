@@ -12,21 +12,30 @@ trace.load = core.trace.load
 -- {events, ns_per_event, peak_live, peak_reserved, reserved_over_live, failed}
 trace.replay = core.trace.replay
 
---- trace.find(name) -> path of a shared trace ("gpt2_train" or
--- "gpt2_train.csv.gz"), looked up in $CUPOLA_TRACES, ../shared/traces and
--- .traces (the copy carried to the GPU machine); nil, message if absent.
+-- Where this file lives: the traces ship beside it when installed
+-- (LUADIR/cupola/traces) and in examples/traces of a source tree.
+local here = (debug.getinfo(1, "S").source:match "^@(.*)[/\\][^/\\]*$") or "."
+
+--- trace.find(name) -> path of a trace that ships with cupola
+-- ("gpt2_train", "gpt2_train.csv.gz" or "torch_snapshot_mlp.pickle"), looked
+-- up in $CUPOLA_TRACES, then beside the installed module, then in the source
+-- tree's examples/traces; nil, message if absent.
 function trace.find(name)
-  if not name:match "%.csv" then name = name .. ".csv.gz" end
+  local names = { name }
+  if not name:find "%." then names = { name .. ".csv.gz", name .. ".csv", name .. ".pickle" } end
   local dirs = {}
   if os.getenv "CUPOLA_TRACES" then dirs[#dirs + 1] = os.getenv "CUPOLA_TRACES" end
-  dirs[#dirs + 1] = "../shared/traces"
-  dirs[#dirs + 1] = ".traces"
+  dirs[#dirs + 1] = here .. "/traces"
+  dirs[#dirs + 1] = here .. "/../../examples/traces"
+  dirs[#dirs + 1] = "examples/traces"
   for _, d in ipairs(dirs) do
-    local path = d .. "/" .. name
-    local f = io.open(path, "rb")
-    if f then
-      f:close()
-      return path
+    for _, n in ipairs(names) do
+      local path = d .. "/" .. n
+      local f = io.open(path, "rb")
+      if f then
+        f:close()
+        return path
+      end
     end
   end
   return nil, "trace " .. name .. " not found in " .. table.concat(dirs, ", ") .. " (set CUPOLA_TRACES)"
