@@ -29,13 +29,16 @@ CP_CFLAGS = -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(CFLAGS) $
 CP_CPPFLAGS = -Isrc/core -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
 LDLIBS := -lpthread -lm -lz
 
-CORE_SRC := $(filter-out src/core/backend_cuda.c src/core/backend_nocuda.c,$(wildcard src/core/*.c))
+# The core's folders are its layers (backend, pool, trace, ...): every .c in
+# them is part of the module, but exactly one of the two device backends.
+CORE_SRC := $(filter-out src/core/backend/cuda.c src/core/backend/nocuda.c,\
+              $(wildcard src/core/*.c src/core/*/*.c))
 LUA_SRC  := $(wildcard src/lua/*.c)
 CU_SRC   := $(wildcard cuda/*.cu)
 
 ifneq ($(NVCC),)
   HAVE_CUDA := 1
-  CORE_SRC  += src/core/backend_cuda.c
+  CORE_SRC  += src/core/backend/cuda.c
   CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
   # Static runtime: the module loads (and falls back to the host backend) on
   # machines with no driver at all.
@@ -48,7 +51,7 @@ ifneq ($(NVCC),)
                -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra \
                -Werror all-warnings
 else
-  CORE_SRC  += src/core/backend_nocuda.c
+  CORE_SRC  += src/core/backend/nocuda.c
 endif
 
 CORE_OBJ := $(CORE_SRC:src/core/%.c=$(OBJ)/core/%.o)
@@ -246,8 +249,8 @@ fuzz-deps:
 	        clang libclang-rt-dev zlib1g-dev >/dev/null; \
 	fi
 
-FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend_cuda.c,$(wildcard src/core/*.c))
-$(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h)
+FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend/cuda.c,$(wildcard src/core/*.c src/core/*/*.c))
+$(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h src/core/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -Icuda -o $@ $(FUZZ_TRACE_SRC) -lz -lpthread -lm

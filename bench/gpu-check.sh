@@ -47,8 +47,7 @@ else
     ZFLAGS="" ZLD=""
 fi
 export CUPOLA_NO_DEPS=1
-# Traces: ../shared/traces where it exists, else the copy carried in .traces.
-[ -d ../shared/traces ] || export CUPOLA_TRACES=${CUPOLA_TRACES:-$PWD/.traces}
+# Traces: examples/traces (cupola.trace.find), or $CUPOLA_TRACES.
 
 note "gpu-check: commit $commit, $(date -u +%Y-%m-%dT%H:%MZ)"
 note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo none)"

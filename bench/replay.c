@@ -1,5 +1,5 @@
 /*
- * bench/replay.c: replays every shared trace on every pool kind over the
+ * bench/replay.c: replays every shipped trace on every pool kind over the
  * virtual upstream and prints, per trace and pool, peak reserved / peak live
  * (on a fresh pool, one pass of the trace) and nanoseconds per event (the
  * median over runs, each run a fresh pool replaying the trace `repeat`
@@ -8,12 +8,11 @@
  * the same trace (traces/README.md) is printed beside it.
  *
  * Build and run from the repository root, after `make` (any backend):
- *   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc/core bench/replay.c \
- *      $(ls build/obj/core/[!b]*.o build/obj/core/backend.o build/obj/core/backend_host.o \
- *        build/obj/core/backend_nocuda.o) -lz -lpthread -lm -o build/bench_replay
+ *   make NVCC= BUILD=build-host && cc -O2 -std=c11 -D_GNU_SOURCE -Isrc/core bench/replay.c \
+ *      $(find build-host/obj/core -name '*.o') -lz -lpthread -lm -o build/bench_replay
  *   build/bench_replay [runs] [repeat] [trace ...]
  * Defaults: 5 runs, repeat 10, the three traces in $CUPOLA_TRACES or
- * ../shared/traces.  CUPOLA_BENCH_UPSTREAM=device (or async, managed,
+ * examples/traces.  CUPOLA_BENCH_UPSTREAM=device (or async, managed,
  * pinned) replays over that upstream on the backend cp_backend_select
  * picks (the CUDA one on a GPU machine) instead of the virtual one.
  * CUPOLA_BENCH_RELEASE_THRESHOLD sets the pools' release_threshold
@@ -25,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "resource.h"
-#include "trace.h"
+#include "pool/resource.h"
+#include "trace/trace.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -86,7 +85,7 @@ int main(int argc, char **argv)
         printf("# upstream %s, backend %s\n", up, cp_be->name);
     }
     if (!dir || !*dir)
-        dir = "../shared/traces";
+        dir = "examples/traces";
     if (runs < 1)
         runs = 1;
     if (runs > 99)

@@ -1,10 +1,10 @@
--- bench/replay.lua: every shared trace on every allocator, replayed in C.
+-- bench/replay.lua: every shipped trace on every allocator, replayed in C.
 -- Reports reserved/live (peak reserved over peak live bytes) and ns per
 -- event beside PyTorch's caching allocator on the same work.
 --   bin/cupola bench/replay.lua [traces-folder]
 local cupola = cupola or require "cupola"
 
--- PyTorch's peak reserved over peak live, from shared/traces/README.md.
+-- PyTorch's peak reserved over peak live, from examples/traces/README.md.
 local pytorch = { resnet50_train = 1.21, gpt2_train = 1.10, t5_train_varlen = 1.14 }
 
 -- An optional folder argument overrides where the traces are looked up.

@@ -1,7 +1,7 @@
 /*
  * kernels.h: the extern "C" launchers of cupola's built-in CUDA kernels.
  *
- * backend_cuda.c is plain C and cannot use <<<>>>, so every kernel sits
+ * backend/cuda.c is plain C and cannot use <<<>>>, so every kernel sits
  * behind a launcher here that takes a cudaStream_t and returns a cudaError_t:
  * the error of the launch itself (cudaGetLastError after it) or
  * cudaErrorInvalidValue for a launch shape it rejects.  The launchers never
@@ -23,7 +23,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 
 #ifdef __cplusplus
 extern "C" {

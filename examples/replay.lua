@@ -22,6 +22,6 @@ print(R.table({ "pool", "peak reserved", "reserved/live", "ns/event", "failed" }
 local pytorch = { gpt2_train = 1.10, resnet50_train = 1.21, t5_train_varlen = 1.14 }
 local base = path:match "([%w_]+)%.csv"
 if pytorch[base] then
-  print(string.format("PyTorch's caching allocator on the same run: %.2f (shared/traces/README.md)", pytorch[base]))
+  print(string.format("PyTorch's caching allocator on the same run: %.2f (examples/traces/README.md)", pytorch[base]))
 end
 return rows

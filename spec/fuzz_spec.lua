@@ -34,7 +34,7 @@ local K = cupola.kernels
 
 local SEED = tonumber(os.getenv "CUPOLA_FUZZ_SEED") or 20261121
 local OPS = tonumber(os.getenv "CUPOLA_FUZZ_OPS") or 120
--- Bug fixed with this fuzz (backend_cuda.c): destroying a native pool (a
+-- Bug fixed with this fuzz (backend/cuda.c): destroying a native pool (a
 -- closed or collected cupola.Mempool) while frees on it were still queued
 -- behind work crashed libcuda at a later stream synchronize; the reproducer
 -- was seed 9001, 1000 operations, filter "cupola.mempool".  Destroyed pools

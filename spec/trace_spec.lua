@@ -2,7 +2,7 @@
 local cupola = require "cupola"
 
 
--- What shared/traces/README.md says of each trace.
+-- What examples/traces/README.md says of each trace.
 local known = {
   resnet50_train = { allocs = 2538, peak_live = 5830299792 },
   gpt2_train = { allocs = 4743, peak_live = 8044901064 },

@@ -20,8 +20,8 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "backend.h"
-#include "resource.h"
+#include "backend/backend.h"
+#include "pool/resource.h"
 
 #define L_STREAM "cupola.Stream"
 #define L_EVENT "cupola.Event"
@@ -86,7 +86,7 @@ typedef struct l_buffer {
 #define L_UV_STREAM 1
 #define L_UV_POOL 2
 
-/* --- helpers (l_util.c) --- */
+/* --- helpers (util.c) --- */
 
 /* Raises a Lua error with the core's message for st (never returns). */
 int l_fail(lua_State *L, cp_status st);
@@ -111,7 +111,7 @@ int l_optbool_field(lua_State *L, int idx, const char *key, int def);
 size_t l_optsize_field(lua_State *L, int idx, const char *key, size_t def);
 const char *l_optstring_field(lua_State *L, int idx, const char *key, const char *def);
 
-/* --- streams (l_stream.c) --- */
+/* --- streams (stream.c) --- */
 /* The legacy default stream's reference (never released). */
 l_streamref *l_defaultstream(void);
 /* The stream argument at arg: absent or nil gives the default stream. */
@@ -122,7 +122,7 @@ l_streamref *l_optstream_field(lua_State *L, int idx);
 void l_streamref_retain(l_streamref *r);
 void l_streamref_release(l_streamref *r);
 
-/* --- buffers (l_buffer.c) --- */
+/* --- buffers (buffer.c) --- */
 /* Pushes a new Buffer in its freed state; the caller fills it. */
 l_buffer *l_newbuffer(lua_State *L);
 /* Sets the buffer at idx to own p, ordered on sref (whose Lua object is at
@@ -131,7 +131,9 @@ l_buffer *l_newbuffer(lua_State *L);
 void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origin,
                      int stream_idx, l_streamref *sref);
 l_buffer *l_checkbuffer(lua_State *L, int arg); /* a live buffer */
-/* Releases memory that lived in poolref / mempoolref (called by buffers). */
+/* --- pool owners (ref.c) --- */
+/* Drops one reference; the last one releases the pool (called by buffers and
+ * by the pool handles). */
 void l_mempoolref_release(l_mempoolref *r);
 void l_poolref_release(l_poolref *r);
 /* Whether a buffer's bytes may be touched (raises otherwise). */

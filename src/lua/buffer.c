@@ -1,5 +1,5 @@
 /*
- * l_buffer.c: cupola.Buffer, the one type every allocator returns, and
+ * buffer.c: cupola.Buffer, the one type every allocator returns, and
  * cupola.malloc.
  *
  * A buffer is ordered on a stream (b.stream) and came from somewhere

@@ -1,5 +1,5 @@
 /*
- * l_event.c: cupola.Event and cupola.event{timing=true}.
+ * event.c: cupola.Event and cupola.event{timing=true}.
  *
  * An event is not shared with anything else, so the userdata owns the C
  * event directly.

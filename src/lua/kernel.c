@@ -1,5 +1,5 @@
 /*
- * l_kernel.c: cupola.kernels, the built-in kernels.  All the work runs in
+ * kernel.c: cupola.kernels, the built-in kernels.  All the work runs in
  * C/CUDA (cuda/kernels.cu, or the host backend's CPU loops); Lua only picks
  * the buffer, the stream and the launch shape.
  */

@@ -1,5 +1,5 @@
 /*
- * l_mempool.c: CUDA's native stream-ordered pools as cupola.Mempool:
+ * mempool.c: CUDA's native stream-ordered pools as cupola.Mempool:
  * cupola.mempool{...}, cupola.mempool.default(), .current(), .set_current(),
  * and cupola.malloc_async, which allocates from the current one.
  *
@@ -32,15 +32,6 @@ static const struct {
     {"used_high", CP_POOL_USED_MEM_HIGH, 0, 0},
 };
 #define NATTRS (sizeof attrs / sizeof attrs[0])
-
-void l_mempoolref_release(l_mempoolref *r)
-{
-    if (r && --r->refs == 0) {
-        if (!r->is_default)
-            cp_be->mempool_destroy(r->p);
-        free(r);
-    }
-}
 
 static l_mempool *tomempool(lua_State *L, int arg)
 {

@@ -1,5 +1,5 @@
 /*
- * l_pool.c: cupola.Pool, the allocators written in C (resource.h):
+ * pool.c: cupola.Pool, the allocators written in C (resource.h):
  * cupola.pool{kind=, upstream=, initial=, grow=, max=, alignment=,
  * release_threshold=, reuse=, fallback=, limit=, log=}.
  *
@@ -22,14 +22,6 @@ typedef struct l_pool {
 static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", NULL};
 static const char *const upstreams[] = {"device", "async", "managed", "pinned", "virtual", NULL};
 static const char *const reuses[] = {"stream", "event", "wait", NULL};
-
-void l_poolref_release(l_poolref *r)
-{
-    if (r && --r->refs == 0) {
-        cp_resource_destroy(r->r);
-        free(r);
-    }
-}
 
 static l_pool *topool(lua_State *L, int arg)
 {
@@ -253,7 +245,7 @@ static int pool_tostring(lua_State *L)
     return 1;
 }
 
-/* For l_trace.c: the resource behind a Pool argument. */
+/* For trace.c: the resource behind a Pool argument. */
 cp_resource *l_checkresource(lua_State *L, int arg);
 cp_resource *l_checkresource(lua_State *L, int arg)
 {

@@ -1,5 +1,5 @@
 /*
- * l_stream.c: cupola.Stream, cupola.stream{...} and cupola.default_stream.
+ * stream.c: cupola.Stream, cupola.stream{...} and cupola.default_stream.
  *
  * The C stream is reference counted (l_streamref): the Lua handle holds one
  * reference and each buffer ordered on the stream another, so closing the

@@ -1,18 +1,18 @@
 /*
- * l_trace.c: cupola.Trace.  cupola.trace.load(path) parses an RMM
+ * trace.c: cupola.Trace.  cupola.trace.load(path) parses an RMM
  * logging-adaptor CSV (plain or gzip) in C; cupola.trace.replay(t, pool,
  * opts) replays it against a Pool entirely in C and returns the figures.
  */
 #include <string.h>
 
 #include "binding.h"
-#include "trace.h"
+#include "trace/trace.h"
 
 typedef struct l_trace {
     cp_trace *t; /* NULL once closed */
 } l_trace;
 
-cp_resource *l_checkresource(lua_State *L, int arg); /* l_pool.c */
+cp_resource *l_checkresource(lua_State *L, int arg); /* pool.c */
 
 static l_trace *totrace(lua_State *L, int arg)
 {

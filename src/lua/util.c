@@ -1,5 +1,5 @@
 /*
- * l_util.c: errors, sizes and option tables for every binding file.
+ * util.c: errors, sizes and option tables for every binding file.
  */
 #include <ctype.h>
 #include <math.h>

@@ -13,7 +13,7 @@
  * must not block the caller for 5 ms, and waiting for it must take at least
  * most of it.
  */
-#include "backend.h"
+#include "backend/backend.h"
 #include "tap.h"
 
 #include <inttypes.h>

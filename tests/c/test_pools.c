@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "fake_backend.h"
-#include "resource.h"
+#include "pool/resource.h"
 #include "tap.h"
 
 #define ok tap_ok

@@ -2,7 +2,7 @@
  * test_trace.c: trace loading and replay (TAP output).
  *
  *  - the three shared traces (directory $CUPOLA_TRACES, default
- *    ../shared/traces from the repository root) load with the counts and
+ *    examples/traces from the repository root) load with the counts and
  *    peak live bytes their README gives, and replay on every pool kind;
  *  - malformed inputs, written to temporary files, fail with the file, the
  *    line number and the reason;
@@ -17,9 +17,9 @@
 #include <zlib.h>
 
 #include "fake_backend.h"
-#include "resource.h"
+#include "pool/resource.h"
 #include "tap.h"
-#include "trace.h"
+#include "trace/trace.h"
 
 #define ok tap_ok
 
@@ -80,7 +80,7 @@ static void shared_traces(void)
     const char *dir = getenv("CUPOLA_TRACES");
     size_t i, k;
     if (!dir || !*dir)
-        dir = "../shared/traces";
+        dir = "examples/traces";
     for (i = 0; i < 3; i++) {
         char path[1024];
         cp_trace *t = NULL;

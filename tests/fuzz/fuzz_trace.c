@@ -19,10 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "error.h"
-#include "resource.h"
-#include "trace.h"
+#include "pool/resource.h"
+#include "trace/trace.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

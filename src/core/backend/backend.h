@@ -1,8 +1,8 @@
 /*
  * backend.h: the one interface through which cupola's core talks to a device.
  *
- * Two implementations exist: backend_cuda.c (the CUDA runtime) and
- * backend_host.c (the CPU: memory from the OS, one worker thread per stream,
+ * Two implementations exist: backend/cuda.c (the CUDA runtime) and
+ * backend/host.c (the CPU: memory from the OS, one worker thread per stream,
  * kernels run on the CPU).  The binding and every allocator see only this
  * table, so an experiment behaves the same on either.
  *

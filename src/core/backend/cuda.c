@@ -1,5 +1,5 @@
 /*
- * backend_cuda.c: the backend table (backend.h) over the CUDA runtime.
+ * backend/cuda.c: the backend table (backend.h) over the CUDA runtime.
  *
  * Plain C11 calling cuda_runtime_api.h; the kernels live in cuda/kernels.cu
  * behind extern "C" launchers.  The runtime is linked statically, so the

@@ -1,5 +1,5 @@
 /*
- * backend_host.c: the device emulated on the CPU (cp_backend_host).
+ * backend/host.c: the device emulated on the CPU (cp_backend_host).
  *
  * Every script, example and spec runs on a machine without a GPU with the
  * semantics of CUDA; the work is really asynchronous, timings are the host's.
@@ -43,7 +43,7 @@
  *  - Priorities: the range reported is CUDA's 0 (least) .. -5 (greatest);
  *    one outside it is CP_ERR_INVALID, one inside is accepted and ignored.
  *  - Synchronization points (device, stream and event synchronize) let the
- *    native pools (host_pool.c) return memory above their release threshold.
+ *    native pools (host_mempool.c) return memory above their release threshold.
  *  - Thread safety: one global mutex protects every stream, event and pool;
  *    workers hold it only to take and retire items, never while running one.
  *  - Process exit (or dlclose of the module): a destructor drains and joins
@@ -51,7 +51,7 @@
  *    and frees what the backend itself owns.
  */
 #include "backend.h"
-#include "host_pool.h"
+#include "host_mempool.h"
 #include "kernel_body.h"
 
 #include <errno.h>
@@ -133,12 +133,12 @@ static struct {
 
 static _Atomic uint64_t next_sid = 1;
 
-void cp_host_lock(void)
+static void sched_lock(void)
 {
     pthread_mutex_lock(&G.mu);
 }
 
-void cp_host_unlock(void)
+static void sched_unlock(void)
 {
     pthread_mutex_unlock(&G.mu);
 }
@@ -214,7 +214,7 @@ static void registry_remove_locked(cp_stream *s)
     s->next = s->prev = NULL;
 }
 
-int cp_host_done_locked(uint64_t sid, uint64_t ticket)
+static int sched_done_locked(uint64_t sid, uint64_t ticket)
 {
     cp_stream *s;
     if (ticket == 0)
@@ -223,16 +223,16 @@ int cp_host_done_locked(uint64_t sid, uint64_t ticket)
     return !s || s->completed >= ticket;
 }
 
-void cp_host_wait_done_locked(uint64_t sid, uint64_t ticket)
+static void sched_wait_done_locked(uint64_t sid, uint64_t ticket)
 {
-    while (!cp_host_done_locked(sid, ticket))
+    while (!sched_done_locked(sid, ticket))
         pthread_cond_wait(&G.done, &G.mu);
 }
 
 static int deps_done_locked(const hwork *w)
 {
     for (size_t i = 0; i < w->ndeps; i++)
-        if (!cp_host_done_locked(w->deps[i].sid, w->deps[i].ticket))
+        if (!sched_done_locked(w->deps[i].sid, w->deps[i].ticket))
             return 0;
     return 1;
 }
@@ -412,7 +412,7 @@ static cp_status enqueue_and_wait(cp_stream *s, hwork *w)
     if (st != CP_OK)
         return st;
     pthread_mutex_lock(&G.mu);
-    cp_host_wait_done_locked(sid, ticket);
+    sched_wait_done_locked(sid, ticket);
     pthread_mutex_unlock(&G.mu);
     return CP_OK;
 }
@@ -447,7 +447,7 @@ static void known_note_locked(cp_stream *s, uint64_t sid, uint64_t ticket)
     s->nknown++;
 }
 
-uint64_t cp_host_known_locked(cp_stream *s, uint64_t sid)
+static uint64_t sched_known_locked(cp_stream *s, uint64_t sid)
 {
     const cp_stream *hs = s ? s : (G.legacy_started ? &G.legacy : NULL);
     if (!hs)
@@ -458,13 +458,13 @@ uint64_t cp_host_known_locked(cp_stream *s, uint64_t sid)
     return 0;
 }
 
-cp_status cp_host_enqueue_wait_locked(cp_stream *s, uint64_t sid, uint64_t ticket)
+static cp_status sched_enqueue_wait_locked(cp_stream *s, uint64_t sid, uint64_t ticket)
 {
     cp_stream *hs = resolve_locked(s);
     hwork *w;
     if (!hs)
         return CP_ERR_BACKEND;
-    if (hs->id == sid || cp_host_done_locked(sid, ticket))
+    if (hs->id == sid || sched_done_locked(sid, ticket))
         return CP_OK;
     w = work_or_oom(NULL);
     if (!w)
@@ -477,7 +477,7 @@ cp_status cp_host_enqueue_wait_locked(cp_stream *s, uint64_t sid, uint64_t ticke
     return enqueue_locked(hs, w, NULL);
 }
 
-cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *ticket)
+static cp_status sched_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *ticket)
 {
     cp_stream *hs = resolve_locked(s);
     hwork *w;
@@ -493,7 +493,7 @@ cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *tic
     return st;
 }
 
-int cp_host_too_big(size_t bytes)
+static int sched_too_big(size_t bytes)
 {
     /* RAM + swap, read once: a syscall per allocation would show in replays */
     static _Atomic unsigned long long limit;
@@ -564,7 +564,7 @@ static cp_status h_device_synchronize(void)
                 n++;
             }
         for (size_t i = 0; i < n; i++)
-            cp_host_wait_done_locked(snap[i].sid, snap[i].ticket);
+            sched_wait_done_locked(snap[i].sid, snap[i].ticket);
     }
     cp_host_pool_release_locked();
     pthread_mutex_unlock(&G.mu);
@@ -650,7 +650,7 @@ static cp_status h_stream_synchronize(cp_stream *s)
 {
     pthread_mutex_lock(&G.mu);
     if (s) {
-        cp_host_wait_done_locked(s->id, s->enqueued);
+        sched_wait_done_locked(s->id, s->enqueued);
     } else {
         hwork probe;
         int complete = 1;
@@ -662,7 +662,7 @@ static cp_status h_stream_synchronize(cp_stream *s)
                 !work_add_dep(&probe, o->id, o->enqueued))
                 complete = 0;
         for (size_t i = 0; i < probe.ndeps; i++)
-            cp_host_wait_done_locked(probe.deps[i].sid, probe.deps[i].ticket);
+            sched_wait_done_locked(probe.deps[i].sid, probe.deps[i].ticket);
         if (probe.deps != probe.inline_deps)
             free(probe.deps);
         while (!complete) {
@@ -710,7 +710,7 @@ static cp_status h_stream_wait_event(cp_stream *s, cp_event *e)
             st = CP_ERR_BACKEND;
         } else {
             known_note_locked(hs, e->sid, e->ticket);
-            if (hs->id != e->sid && !cp_host_done_locked(e->sid, e->ticket)) {
+            if (hs->id != e->sid && !sched_done_locked(e->sid, e->ticket)) {
                 hwork *w = work_or_oom(NULL);
                 if (!w)
                     st = CP_ERR_OOM;
@@ -815,7 +815,7 @@ static cp_status h_event_synchronize(cp_event *e)
         return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
     pthread_mutex_lock(&G.mu);
     if (e->recorded)
-        cp_host_wait_done_locked(e->sid, e->ticket);
+        sched_wait_done_locked(e->sid, e->ticket);
     cp_host_pool_release_locked();
     pthread_mutex_unlock(&G.mu);
     return CP_OK;
@@ -826,7 +826,7 @@ static cp_status h_event_query(cp_event *e, int *done)
     if (!e || !done)
         return cp_error_set(CP_ERR_INVALID, "event_query: NULL argument");
     pthread_mutex_lock(&G.mu);
-    *done = !e->recorded || cp_host_done_locked(e->sid, e->ticket);
+    *done = !e->recorded || sched_done_locked(e->sid, e->ticket);
     pthread_mutex_unlock(&G.mu);
     return CP_OK;
 }
@@ -845,8 +845,8 @@ static cp_status h_event_elapsed(cp_event *start, cp_event *end, float *ms)
         st = cp_error_set(CP_ERR_INVALID,
                           "invalid resource handle: elapsed time of an event that was never "
                           "recorded");
-    else if (!cp_host_done_locked(start->sid, start->ticket) ||
-             !cp_host_done_locked(end->sid, end->ticket))
+    else if (!sched_done_locked(start->sid, start->ticket) ||
+             !sched_done_locked(end->sid, end->ticket))
         st = cp_error_set(CP_ERR_NOT_READY, "device not ready: an event has not completed yet");
     else
         *ms = (float)((double)(end->at.tv_sec - start->at.tv_sec) * 1e3 +
@@ -869,7 +869,7 @@ static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
         return cp_error_set(CP_ERR_INVALID, "mem_alloc: unknown memory kind %d", (int)kind);
     if (bytes == 0)
         return CP_OK; /* cudaMalloc(0) succeeds with NULL */
-    if (cp_host_too_big(bytes))
+    if (sched_too_big(bytes))
         return cp_error_set(CP_ERR_OOM,
                             "out of memory: %zu bytes exceed the host's memory and swap", bytes);
     rounded = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
@@ -1243,6 +1243,19 @@ __attribute__((destructor)) static void host_shutdown(void)
     }
     pthread_mutex_unlock(&G.mu);
     cp_host_pool_shutdown();
+}
+
+/* The emulated mempools (host_mempool.c) sit below this file: they get the
+ * stream machinery they need as a table, before any backend call can reach
+ * them. */
+__attribute__((constructor)) static void host_bind_pools(void)
+{
+    static const cp_host_sched sched = {
+        sched_lock,          sched_unlock,          sched_done_locked,
+        sched_wait_done_locked, sched_known_locked, sched_enqueue_wait_locked,
+        sched_enqueue_mark_locked, sched_too_big,
+    };
+    cp_host_pool_bind(&sched);
 }
 
 /* ---- the table ------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 /*
- * host_pool.c: CUDA's stream-ordered memory pools (cudaMemPool_t,
+ * host_mempool.c: CUDA's stream-ordered memory pools (cudaMemPool_t,
  * cudaMallocAsync/cudaFreeAsync) emulated for the host backend.
  *
  * Policy, exactly:
@@ -45,12 +45,20 @@
  *    cannot be the current pool nor have posix fd handles (CP_ERR_INVALID).
  *    A device pool's handle_posix_fd is accepted; export to another process
  *    is not emulated.
- *  - All state is protected by the host backend's global lock (host_pool.h).
+ *  - All state is protected by the host backend's global lock (host_mempool.h).
  */
-#include "host_pool.h"
+#include "host_mempool.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* host.c's streams, handed down once (host_mempool.h says why). */
+static const cp_host_sched *S;
+
+void cp_host_pool_bind(const cp_host_sched *sched)
+{
+    S = sched;
+}
 
 #define POOL_GRAN 256u
 #define POOL_CHUNK ((size_t)2 << 20)
@@ -224,7 +232,7 @@ static void free_unlink(cp_mempool *p, hblock *b)
  * any stream reuse such a block. */
 static void clean(cp_mempool *p, hblock *b)
 {
-    if (b->fticket && p->opportunistic && cp_host_done_locked(b->fsid, b->fticket)) {
+    if (b->fticket && p->opportunistic && S->done_locked(b->fsid, b->fticket)) {
         b->fticket = 0;
         b->fsid = 0;
         pend_del(p, b);
@@ -322,7 +330,7 @@ static void chunk_release(cp_mempool *p, hchunk *c)
 static int chunk_unused(const hchunk *c)
 {
     for (const hblock *b = c->first; b; b = b->next)
-        if (!b->free || !cp_host_done_locked(b->fsid, b->fticket))
+        if (!b->free || !S->done_locked(b->fsid, b->fticket))
             return 0;
     return 1;
 }
@@ -360,7 +368,7 @@ static hblock *chunk_add(cp_mempool *p, size_t need)
         if (size < need)
             return NULL;
     }
-    if (cp_host_too_big(size))
+    if (S->too_big(size))
         return NULL;
     c = calloc(1, sizeof *c);
     b = calloc(1, sizeof *b);
@@ -419,9 +427,9 @@ cp_status cp_host_pool_default(cp_mempool **out)
 {
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_default: out is NULL");
-    cp_host_lock();
+    S->lock();
     *out = default_locked();
-    cp_host_unlock();
+    S->unlock();
     return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
 }
 
@@ -434,9 +442,9 @@ cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
         return cp_error_set(CP_ERR_INVALID,
                             "invalid value: a pool of host memory cannot be exported "
                             "(posix fd handles)");
-    cp_host_lock();
+    S->lock();
     *out = pool_new(props);
-    cp_host_unlock();
+    S->unlock();
     return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
 }
 
@@ -445,7 +453,7 @@ static int pool_quiet(const cp_mempool *p)
 {
     for (const hchunk *c = p->chunks; c; c = c->next)
         for (const hblock *b = c->first; b; b = b->next)
-            if (b->free && !cp_host_done_locked(b->fsid, b->fticket))
+            if (b->free && !S->done_locked(b->fsid, b->fticket))
                 return 0;
     return 1;
 }
@@ -492,9 +500,9 @@ cp_status cp_host_pool_destroy(cp_mempool *p)
 {
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_destroy: pool is NULL");
-    cp_host_lock();
+    S->lock();
     if (p->is_default) {
-        cp_host_unlock();
+        S->unlock();
         return cp_error_set(CP_ERR_INVALID,
                             "invalid value: the device's default pool cannot be destroyed");
     }
@@ -518,7 +526,7 @@ cp_status cp_host_pool_destroy(cp_mempool *p)
         p->next = doomed;
         doomed = p;
     }
-    cp_host_unlock();
+    S->unlock();
     return CP_OK;
 }
 
@@ -526,9 +534,9 @@ static int usable_now(const cp_mempool *p, const hblock *b, cp_stream *s, uint64
 {
     if (b->fticket == 0 || b->fsid == sid)
         return 1;
-    if (p->opportunistic && cp_host_done_locked(b->fsid, b->fticket))
+    if (p->opportunistic && S->done_locked(b->fsid, b->fticket))
         return 1;
-    return p->follow_events && cp_host_known_locked(s, b->fsid) >= b->fticket;
+    return p->follow_events && S->known_locked(s, b->fsid) >= b->fticket;
 }
 
 cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream *s)
@@ -543,12 +551,12 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
     *out = NULL;
     if (bytes == 0)
         return CP_OK; /* as cudaMallocAsync(0): success, NULL */
-    if (cp_host_too_big(bytes))
+    if (S->too_big(bytes))
         return cp_error_set(CP_ERR_OOM,
                             "out of memory: %zu bytes exceed the host's memory and swap", bytes);
     need = (bytes + POOL_GRAN - 1) / POOL_GRAN * POOL_GRAN;
 
-    cp_host_lock();
+    S->lock();
     tidy(p);
     /* Best fit: every block of a higher bin is larger than any of a lower
      * one, so the first bin holding a usable block holds the best.  Blocks
@@ -567,9 +575,9 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
         }
     b = best;
     if (!b && waited) {
-        st = cp_host_enqueue_wait_locked(s, waited->fsid, waited->fticket);
+        st = S->enqueue_wait_locked(s, waited->fsid, waited->fticket);
         if (st != CP_OK) {
-            cp_host_unlock();
+            S->unlock();
             return st;
         }
         b = waited;
@@ -579,7 +587,7 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
         if (!b && release_to(p, 0) > 0)
             b = chunk_add(p, need);
         if (!b) {
-            cp_host_unlock();
+            S->unlock();
             if (p->props.max_size)
                 return cp_error_set(CP_ERR_OOM,
                                     "out of memory: %zu bytes do not fit in the pool "
@@ -611,23 +619,23 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
     if (!map_insert(b)) {
         free_push(p, b);
         coalesce(p, b);
-        cp_host_unlock();
+        S->unlock();
         return cp_error_set(CP_ERR_OOM, "host backend: out of memory for the pointer map");
     }
     p->used += b->size;
     if (p->used > p->used_high)
         p->used_high = p->used;
     *out = b->ptr;
-    cp_host_unlock();
+    S->unlock();
     return CP_OK;
 }
 
 cp_status cp_host_pool_alloc_current(void **out, size_t bytes, cp_stream *s)
 {
     cp_mempool *p;
-    cp_host_lock();
+    S->lock();
     p = current_pool ? current_pool : default_locked();
-    cp_host_unlock();
+    S->unlock();
     if (!p)
         return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
     return cp_host_pool_alloc(p, out, bytes, s);
@@ -642,19 +650,19 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
 
     if (!ptr)
         return CP_OK;
-    cp_host_lock();
+    S->lock();
     b = map_remove(ptr);
     if (!b) {
-        cp_host_unlock();
+        S->unlock();
         return cp_error_set(CP_ERR_INVALID,
                             "invalid value: pointer %p was not allocated by a stream-ordered pool "
                             "(or was already freed)",
                             ptr);
     }
-    st = cp_host_enqueue_mark_locked(s, &sid, &ticket);
+    st = S->enqueue_mark_locked(s, &sid, &ticket);
     if (st != CP_OK) {
         map_insert(b); /* the bucket array exists: cannot fail */
-        cp_host_unlock();
+        S->unlock();
         return st;
     }
     p = b->chunk->pool;
@@ -664,7 +672,7 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
     clean(p, b); /* the marker may have completed on the spot */
     free_push(p, b);
     coalesce(p, b);
-    cp_host_unlock();
+    S->unlock();
     return CP_OK;
 }
 
@@ -673,7 +681,7 @@ cp_status cp_host_pool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
     cp_status st = CP_OK;
     if (!p || !v)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_attr: NULL argument");
-    cp_host_lock();
+    S->lock();
     switch (a) {
     case CP_POOL_RELEASE_THRESHOLD: *v = p->threshold; break;
     case CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: *v = (uint64_t)p->follow_events; break;
@@ -686,7 +694,7 @@ cp_status cp_host_pool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
     default:
         st = cp_error_set(CP_ERR_INVALID, "invalid value: unknown pool attribute %d", (int)a);
     }
-    cp_host_unlock();
+    S->unlock();
     return st;
 }
 
@@ -695,7 +703,7 @@ cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
     cp_status st = CP_OK;
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_set_attr: pool is NULL");
-    cp_host_lock();
+    S->lock();
     switch (a) {
     case CP_POOL_RELEASE_THRESHOLD: p->threshold = v; break;
     case CP_POOL_REUSE_FOLLOW_EVENT_DEPENDENCIES: p->follow_events = v != 0; break;
@@ -719,7 +727,7 @@ cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
     default:
         st = cp_error_set(CP_ERR_INVALID, "invalid value: unknown pool attribute %d", (int)a);
     }
-    cp_host_unlock();
+    S->unlock();
     return st;
 }
 
@@ -727,9 +735,9 @@ cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes)
 {
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_trim: pool is NULL");
-    cp_host_lock();
+    S->lock();
     release_to(p, keep_bytes);
-    cp_host_unlock();
+    S->unlock();
     return CP_OK;
 }
 
@@ -741,9 +749,9 @@ cp_status cp_host_pool_set_current(cp_mempool *p)
         return cp_error_set(CP_ERR_INVALID,
                             "invalid value: a pool of host memory cannot be the device's "
                             "current pool");
-    cp_host_lock();
+    S->lock();
     current_pool = p->is_default ? NULL : p;
-    cp_host_unlock();
+    S->unlock();
     return CP_OK;
 }
 
@@ -751,9 +759,9 @@ cp_status cp_host_pool_get_current(cp_mempool **out)
 {
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_current: out is NULL");
-    cp_host_lock();
+    S->lock();
     *out = current_pool ? current_pool : default_locked();
-    cp_host_unlock();
+    S->unlock();
     return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
 }
 
@@ -767,7 +775,7 @@ void cp_host_pool_release_locked(void)
 
 void cp_host_pool_shutdown(void)
 {
-    cp_host_lock();
+    S->lock();
     reap_doomed_locked(1); /* every worker has stopped: nothing is pending */
     if (default_pool) {
         cp_mempool *p = default_pool;
@@ -787,5 +795,5 @@ void cp_host_pool_shutdown(void)
         map_buckets = NULL;
         map_nbuckets = 0;
     }
-    cp_host_unlock();
+    S->unlock();
 }

@@ -1,6 +1,6 @@
 /*
- * host_pool.h: the seam between the host backend's streams (backend_host.c)
- * and its emulation of CUDA's stream-ordered memory pools (host_pool.c).
+ * host_mempool.h: the seam between the host backend's streams (backend/host.c)
+ * and its emulation of CUDA's stream-ordered memory pools (host_mempool.c).
  *
  * Both halves share one lock, the host backend's global lock: a pool decides
  * whether a freed block may be reused by looking at stream tickets, and the
@@ -27,25 +27,33 @@
 extern "C" {
 #endif
 
-/* ---- provided by backend_host.c ---------------------------------------- */
-void cp_host_lock(void);
-void cp_host_unlock(void);
-/* 1 when ticket of stream sid has completed (ran on its worker). */
-int cp_host_done_locked(uint64_t sid, uint64_t ticket);
-/* Blocks (releasing the lock meanwhile) until cp_host_done_locked holds. */
-void cp_host_wait_done_locked(uint64_t sid, uint64_t ticket);
-/* The highest ticket of stream sid that work enqueued on s from now on is
- * known to follow, through stream_wait_event or inserted waits (0: none). */
-uint64_t cp_host_known_locked(cp_stream *s, uint64_t sid);
-/* Enqueues on s (NULL: legacy) an item that waits for (sid, ticket). */
-cp_status cp_host_enqueue_wait_locked(cp_stream *s, uint64_t sid, uint64_t ticket);
-/* Enqueues on s a no-op marker; returns the position it occupies. */
-cp_status cp_host_enqueue_mark_locked(cp_stream *s, uint64_t *sid, uint64_t *ticket);
-/* 1 when bytes exceed what the machine could ever back (RAM + swap): such
- * requests are refused as out of memory instead of trusting overcommit. */
-int cp_host_too_big(size_t bytes);
+/* ---- what the pools need of host.c's streams ----------------------------
+ * host.c is the layer above: it owns the streams and the backend's table,
+ * calls the pool functions below and hands its stream machinery down once,
+ * through cp_host_pool_bind, so this file never calls back up. */
+typedef struct cp_host_sched {
+    void (*lock)(void);
+    void (*unlock)(void);
+    /* 1 when ticket of stream sid has completed (ran on its worker). */
+    int (*done_locked)(uint64_t sid, uint64_t ticket);
+    /* Blocks (releasing the lock meanwhile) until done_locked holds. */
+    void (*wait_done_locked)(uint64_t sid, uint64_t ticket);
+    /* The highest ticket of stream sid that work enqueued on s from now on
+     * is known to follow, through stream_wait_event or inserted waits (0: none). */
+    uint64_t (*known_locked)(cp_stream *s, uint64_t sid);
+    /* Enqueues on s (NULL: legacy) an item that waits for (sid, ticket). */
+    cp_status (*enqueue_wait_locked)(cp_stream *s, uint64_t sid, uint64_t ticket);
+    /* Enqueues on s a no-op marker; returns the position it occupies. */
+    cp_status (*enqueue_mark_locked)(cp_stream *s, uint64_t *sid, uint64_t *ticket);
+    /* 1 when bytes exceed what the machine could ever back (RAM + swap): such
+     * requests are refused as out of memory instead of trusting overcommit. */
+    int (*too_big)(size_t bytes);
+} cp_host_sched;
 
-/* ---- provided by host_pool.c -------------------------------------------- */
+/* Called by host.c before any pool function (a constructor there). */
+void cp_host_pool_bind(const cp_host_sched *sched);
+
+/* ---- provided by host_mempool.c -------------------------------------------- */
 cp_status cp_host_pool_default(cp_mempool **out);
 cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props);
 cp_status cp_host_pool_destroy(cp_mempool *p);

@@ -1,5 +1,5 @@
 /*
- * backend_nocuda.c: stands in for backend_cuda.c when the module is built
+ * backend/nocuda.c: stands in for backend/cuda.c when the module is built
  * without the CUDA Toolkit, so the host backend still loads and
  * CUPOLA_BACKEND=cuda says why it cannot be had.
  */

@@ -1,5 +1,5 @@
 /*
- * pool_arena.c: a bump allocator over chunks of upstream memory (seed 002's
+ * pool/arena.c: a bump allocator over chunks of upstream memory (seed 002's
  * device memory pool sub-allocated by offset, with freeAll).
  *
  * Policy, exactly:

@@ -1,7 +1,7 @@
 /*
- * pool_caching.c: a caching allocator with size classes, small and large
+ * pool/caching.c: a caching allocator with size classes, small and large
  * segments, split and merge (the shape of CUB's and PyTorch's), over the
- * block heap of pool_common.h.
+ * block heap of pool/heap.h.
  *
  * Policy, exactly:
  *  - Requests are rounded up to 512 bytes (or to the alignment if larger).
@@ -11,7 +11,7 @@
  *    up to 2 MiB.  Small and large blocks never mix, so long-lived small
  *    tensors cannot pin large segments.
  *  - Each of the two sub-pools orders its free blocks by (size, address)
- *    (pool_common.h's cp_sfit): the choice is the best fit, lowest address
+ *    (pool/heap.h's cp_sfit): the choice is the best fit, lowest address
  *    first.  Blocks another
  *    stream may not take yet (streamorder.h; CUB's rule: another stream
  *    reuses a block once its free's event has completed) are passed over,
@@ -31,7 +31,7 @@
  *    taken, as far as needed to keep reserved within its peak so far
  *    (PyTorch returns cached segments only after the device has refused).
  */
-#include "pool_common.h"
+#include "heap.h"
 
 #include <stdlib.h>
 

@@ -1,11 +1,11 @@
 /*
- * pool_freelist.c: best fit with splitting and coalescing, over the block
- * heap of pool_common.h.
+ * pool/freelist.c: best fit with splitting and coalescing, over the block
+ * heap of pool/heap.h.
  *
  * Policy, exactly:
  *  - Requests are rounded up to the alignment (default 256 bytes).
  *  - The free blocks are ordered by (size, address) (segregated classes
- *    1.6% wide, each list sorted; pool_common.h's cp_sfit), so the choice is
+ *    1.6% wide, each list sorted; pool/heap.h's cp_sfit), so the choice is
  *    the smallest free block that fits and, among blocks of that size, the
  *    one at the lowest address (address-ordered best fit: it keeps the upper
  *    parts of chunks free, so whole chunks can be given back).
@@ -18,12 +18,12 @@
  *    unit; the remainder stays free in the tree.
  *  - Free merges the block with its free physical neighbours at once
  *    (streamorder permitting).
- *  - Growth (pool_common.h): whole 2 MiB granules, with room for up to 8
+ *  - Growth (pool/heap.h): whole 2 MiB granules, with room for up to 8
  *    requests of the size when one would waste much of its last granule;
  *    entirely free chunks are returned first as far as needed to keep
  *    reserved within its peak.
  */
-#include "pool_common.h"
+#include "heap.h"
 
 #include <stdlib.h>
 

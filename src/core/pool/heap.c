@@ -1,8 +1,8 @@
 /*
- * pool_common.c: the block heap behind freelist, tlsf and caching (policy in
- * pool_common.h), and the (size, address) treap two of them index with.
+ * pool/heap.c: the block heap behind freelist, tlsf and caching (policy in
+ * pool/heap.h), and the (size, address) treap two of them index with.
  */
-#include "pool_common.h"
+#include "heap.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * pool_common.h: the block heap shared by the freelist, tlsf and caching
+ * pool/heap.h: the block heap shared by the freelist, tlsf and caching
  * pools (internal).
  *
  * Memory comes from the upstream in chunks.  Each chunk is cut into blocks

@@ -1,5 +1,5 @@
 /*
- * adaptor_limit.c: a hard limit over any resource (RMM's limiting adaptor).
+ * pool/limit.c: a hard limit over any resource (RMM's limiting adaptor).
  *
  * Policy: an allocation is refused with CP_ERR_OOM, before the wrapped
  * resource is asked, when the bytes in use through the adaptor (sizes as

@@ -1,5 +1,5 @@
 /*
- * adaptor_log.c: logs every allocation and free of a resource to a CSV file
+ * pool/log.c: logs every allocation and free of a resource to a CSV file
  * in RMM's logging-adaptor format, the format of the shared traces, so that
  * cp_trace_load() reads it back:
  *

@@ -1,5 +1,6 @@
 /*
- * resource.c: the public entry points of every resource, and the pool factory.
+ * resource.c: the public entry points of every resource (the pool factory is
+ * create.c).
  *
  * Statistics live here, once: each entry point takes the resource's lock,
  * calls the implementation and counts (used as requested, allocs, frees,
@@ -173,64 +174,4 @@ void cp_resource_destroy(cp_resource *r)
         cp_resource_destroy(r->fallback);
     }
     r->ops->destroy(r);
-}
-
-cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
-{
-    cp_pool_opts o = *opts;
-    cp_resource *up = NULL, *fb = NULL, *pool = NULL;
-    cp_status st;
-    static const struct {
-        const char *kind;
-        cp_status (*create)(cp_resource **, cp_resource *, const cp_pool_opts *);
-    } kinds[] = {
-        {"arena", cp_arena_create},
-        {"freelist", cp_freelist_create},
-        {"tlsf", cp_tlsf_create},
-        {"caching", cp_caching_create},
-    };
-    size_t i;
-
-    *out = NULL;
-    if (!o.kind)
-        return cp_error_set(CP_ERR_INVALID, "pool kind missing");
-    if (o.alignment == 0)
-        o.alignment = 256;
-    if (o.alignment & (o.alignment - 1))
-        return cp_error_set(CP_ERR_INVALID, "alignment %llu is not a power of two",
-                            (unsigned long long)o.alignment);
-    if (o.upstream > CP_UP_VIRTUAL)
-        return cp_error_set(CP_ERR_INVALID, "unknown upstream %d", (int)o.upstream);
-    if (o.reuse > CP_REUSE_WAIT)
-        return cp_error_set(CP_ERR_INVALID, "unknown reuse policy %d", (int)o.reuse);
-    if (o.max && o.initial > o.max)
-        return cp_error_set(CP_ERR_INVALID, "initial (%llu) is larger than max (%llu)",
-                            (unsigned long long)o.initial, (unsigned long long)o.max);
-    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strcmp(kinds[i].kind, o.kind) == 0)
-            break;
-    if (i == sizeof kinds / sizeof kinds[0])
-        return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (arena, freelist, tlsf, "
-                            "caching)", o.kind);
-    if (o.upstream != CP_UP_VIRTUAL && !cp_be)
-        return cp_error_set(CP_ERR_INVALID, "no backend selected (cp_backend_select)");
-    st = cp_upstream_create_internal(&up, o.upstream);
-    if (st != CP_OK)
-        return st;
-    if (o.fallback) {
-        st = cp_upstream_create_internal(&fb, o.upstream);
-        if (st != CP_OK) {
-            cp_resource_destroy(up);
-            return st;
-        }
-    }
-    st = kinds[i].create(&pool, up, &o); /* owns up, even on failure */
-    if (st != CP_OK) {
-        cp_resource_destroy(fb);
-        return st;
-    }
-    pool->fallback = fb;
-    pool->max = o.max;
-    *out = pool;
-    return CP_OK;
 }

@@ -1,6 +1,6 @@
 /*
- * pool_tlsf.c: two-level segregated fit (after Masmano et al.), O(1) allocate
- * and free over the block heap of pool_common.h.
+ * pool/tlsf.c: two-level segregated fit (after Masmano et al.), O(1) allocate
+ * and free over the block heap of pool/heap.h.
  *
  * Policy, exactly:
  *  - Requests are rounded up to the alignment (default 256 bytes); sizes are
@@ -26,12 +26,12 @@
  *    the remainder goes back to its list.  Free merges with free physical
  *    neighbours at once (streamorder permitting), so no two mergeable free
  *    blocks are ever adjacent.
- *  - Growth (pool_common.h): whole 2 MiB granules, with room for up to 8
+ *  - Growth (pool/heap.h): whole 2 MiB granules, with room for up to 8
  *    requests of the size when one would waste much of its last granule;
  *    entirely free chunks are returned first as far as needed to keep
  *    reserved within its peak.  Chunks are what reserved counts.
  */
-#include "pool_common.h"
+#include "heap.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "resource.h"
+#include "pool/resource.h"
 
 #ifdef __cplusplus
 extern "C" {
