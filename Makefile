@@ -26,8 +26,8 @@ WARN   := -Wall -Wextra -pedantic -Wmissing-prototypes -Wstrict-prototypes -Wsha
 # CP_CFLAGS, so a command-line CFLAGS cannot drop the standard or warnings.
 CFLAGS ?= -O2 -g
 CP_CFLAGS = -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
-CP_CPPFLAGS = -Isrc/core -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
-LDLIBS := -lpthread -lm -lz
+CP_CPPFLAGS = -Isrc/core -Isrc/include -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
+LDLIBS := -lpthread -lm -lz -ldl
 
 # The core's folders are its layers (backend, pool, trace, ...): every .c in
 # them is part of the module, but exactly one of the two device backends.
@@ -125,6 +125,8 @@ install: all
 	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola $(DESTDIR)$(BINDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
+	install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola
+	install -m 644 src/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
 
 clean:
