@@ -8,7 +8,8 @@
  * Policy, exactly:
  *  - Memory comes from the upstream in chunks of a power of two bytes: the
  *    `chunk` option (default 64 MiB), or the request rounded up to a power of
- *    two when it is larger.
+ *    two when it is larger; when the upstream refuses a chunk (the pool's
+ *    max), the smallest power of two that holds the request is tried.
  *  - A chunk is split into blocks of power-of-two sizes from `min` (default
  *    512 bytes, raised so that a chunk has at most 2^17 of them) up to the
  *    chunk.  A request takes the smallest order that holds it: the first free
@@ -204,7 +205,9 @@ static void *allocate(void *state, size_t bytes, void *stream)
             return p;
     }
     k = need > b->chunk_log ? need : b->chunk_log;
-    if (k >= sizeof(size_t) * 8 - 1 || !(c = chunk_new(b, k, stream)))
+    if (k >= sizeof(size_t) * 8 - 1)
+        return NULL;
+    if (!(c = chunk_new(b, k, stream)) && (k == need || !(c = chunk_new(b, need, stream))))
         return NULL;
     return take(c, need > c->u ? need - c->u : 0);
 }

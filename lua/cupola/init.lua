@@ -11,6 +11,29 @@ cupola.trace = require "cupola.trace"
 cupola.bench = require "cupola.bench"
 cupola.report = require "cupola.report"
 
+--- The directory of <cupola/allocator.h> (plugins' include path): beside
+-- the installed Lua files, or src/include in the source tree.
+do
+  local here = package.searchpath("cupola", package.path)
+  local dir = here and here:match "^(.*)[/\\]cupola[/\\]init%.lua$"
+  local function has(d)
+    local f = d and io.open(d .. "/cupola/allocator.h")
+    if f then f:close() end
+    return f ~= nil
+  end
+  if dir and has(dir .. "/cupola/include") then
+    cupola.include_dir = dir .. "/cupola/include"
+  elseif dir and has(dir .. "/../src/include") then
+    cupola.include_dir = dir .. "/../src/include"
+  end
+end
+
+--- cupola.conformance(make_pool, opts): the conformance battery as a
+-- function returning a report (lua/cupola/conformance.lua, loaded lazily).
+function cupola.conformance(make_pool, opts)
+  return require("cupola.conformance").run(make_pool, opts)
+end
+
 --- Bytes as a short human string: 4194304 -> "4.00 MiB".
 cupola.format_bytes = cupola.report.bytes
 
