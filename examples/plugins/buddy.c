@@ -11,13 +11,16 @@
  *    two when it is larger; when the upstream refuses a chunk (the pool's
  *    max), the smallest power of two that holds the request is tried.
  *  - A chunk is split into blocks of power-of-two sizes from `min` (default
- *    512 bytes, raised so that a chunk has at most 2^17 of them) up to the
+ *    512 bytes, raised so that a chunk has at most 2^12 of them, which keeps
+ *    a chunk's bookkeeping small enough to make and drop cheaply) up to the
  *    chunk.  A request takes the smallest order that holds it: the first free
- *    block of that order, else the smallest larger free block (lowest chunk
+ *    block of that order, else the smallest larger free block (newest chunk
  *    first), halved until it fits; the halves not taken are free buddies.
  *  - A freed block merges with its buddy while the buddy is free and whole,
  *    up to the chunk.  A chunk that becomes entirely free goes back to the
- *    upstream at once unless it is the only chunk.
+ *    upstream at once, unless it is the only chunk or the only entirely free
+ *    one (one spare chunk is kept: a workload that frees its last block and
+ *    allocates again does not pay for a chunk each time).
  *  - Blocks are aligned to their size (at least `min`) from a chunk start the
  *    upstream aligns to 256 bytes or more.
  *  - Every piece of bookkeeping is host memory (the blocks may be device
@@ -30,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_UNITS_LOG 17
+#define MAX_UNITS_LOG 12
 #define FREE_BIT 0x80
 
 typedef struct chunk {
@@ -212,6 +215,16 @@ static void *allocate(void *state, size_t bytes, void *stream)
     return take(c, need > c->u ? need - c->u : 0);
 }
 
+/* Another chunk than c is entirely free. */
+static int spare(const buddy *b, const chunk *c)
+{
+    const chunk *d;
+    for (d = b->chunks; d; d = d->link)
+        if (d != c && d->heads[d->levels - 1] >= 0)
+            return 1;
+    return 0;
+}
+
 static void deallocate(void *state, void *ptr, size_t bytes, void *stream)
 {
     buddy *b = state;
@@ -236,7 +249,7 @@ static void deallocate(void *state, void *ptr, size_t bytes, void *stream)
         o++;
     }
     push(c, o, i);
-    if (o == c->levels - 1 && b->nchunks > 1) {
+    if (o == c->levels - 1 && b->nchunks > 1 && spare(b, c)) {
         unlink_block(c, o, i);
         *at = c->link;
         b->nchunks--;
