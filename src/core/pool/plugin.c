@@ -566,6 +566,8 @@ cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opt
         return st;
     }
     pl->created = 1;
+    /* what create took from the upstream is the first peak */
+    pl->base.st.reserved_peak = pl->base.reserved;
     *out = &pl->base;
     return CP_OK;
 }
