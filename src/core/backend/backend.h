@@ -164,11 +164,6 @@ typedef struct cp_backend {
     cp_status (*k_pattern)(void *p, size_t bytes, uint64_t seed, cp_stream *s);
     cp_status (*k_verify)(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
                           uint64_t *bad);
-
-    /* plugin allocators (pool/plugin.c): the handle a plugin is given for
-     * s, a cudaStream_t on CUDA (NULL: the legacy default stream), s itself
-     * on the host backend; opaque to cupola */
-    void *(*stream_native)(cp_stream *s);
 } cp_backend;
 
 /* The backends compiled into this module.  cp_backend_cuda_probe() tells

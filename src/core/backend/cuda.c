@@ -971,12 +971,6 @@ static cp_status cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_st
 
 /* ---- the table ------------------------------------------------------------------------ */
 
-/* plugin allocators: the cudaStream_t a plugin is given */
-static void *cuda_stream_native(cp_stream *s)
-{
-    return s ? (void *)s->h : NULL;
-}
-
 const cp_backend cp_backend_cuda = {
     .name = "cuda",
 
@@ -1022,7 +1016,4 @@ const cp_backend cp_backend_cuda = {
     .k_spin = cuda_k_spin,
     .k_pattern = cuda_k_pattern,
     .k_verify = cuda_k_verify,
-
-    /* plugin allocators */
-    .stream_native = cuda_stream_native,
 };

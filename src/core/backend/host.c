@@ -1260,12 +1260,6 @@ __attribute__((constructor)) static void host_bind_pools(void)
 
 /* ---- the table ------------------------------------------------------------ */
 
-/* plugin allocators: a host stream has no other handle than itself */
-static void *h_stream_native(cp_stream *s)
-{
-    return s;
-}
-
 const cp_backend cp_backend_host = {
     .name = "host",
     .device_info = h_device_info,
@@ -1304,7 +1298,4 @@ const cp_backend cp_backend_host = {
     .k_spin = h_k_spin,
     .k_pattern = h_k_pattern,
     .k_verify = h_k_verify,
-
-    /* plugin allocators */
-    .stream_native = h_stream_native,
 };
