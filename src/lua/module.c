@@ -369,6 +369,17 @@ static void dims_field(lua_State *L, int opts, const char *key, unsigned out[3],
     lua_pop(L, 1);
 }
 
+/* The type of a value for messages: a handle's __name, else Lua's name. */
+static const char *tname(lua_State *L, int idx)
+{
+    const char *n = luaL_typename(L, idx);
+    if (lua_type(L, idx) == LUA_TUSERDATA && luaL_getmetafield(L, idx, "__name") == LUA_TSTRING) {
+        n = lua_tostring(L, -1);
+        lua_pop(L, 1); /* the name stays alive in the metatable */
+    }
+    return n;
+}
+
 static int arg_error(lua_State *L, int arg, l_kernel *k, unsigned i, const char *what)
 {
     return luaL_error(L, "bad argument #%d to 'launch' (kernel '%s' parameter %d, %s: %s)", arg,
@@ -437,7 +448,7 @@ static int kernel_launch(lua_State *L)
             if (t == LUA_TUSERDATA) {
                 l_buffer *b = (l_buffer *)luaL_testudata(L, a, L_BUFFER);
                 if (!b)
-                    return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", luaL_typename(L, a)));
+                    return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
                 if (!b->ptr)
                     return arg_error(L, arg, k, i, "the cupola.Buffer is closed (freed)");
                 b = l_checkbuffer(L, a); /* the pool's reset() frees buffers too */
@@ -445,13 +456,13 @@ static int kernel_launch(lua_State *L)
             } else if (t == LUA_TNUMBER && (v = lua_tointegerx(L, a, &isint), isint)) {
                 k->vals[i] = (uint64_t)v;
             } else {
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", luaL_typename(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
             }
             break;
         case CP_KT_DEVICE_POOL: {
             void **dp = (void **)luaL_testudata(L, a, L_DEVICEPOOL);
             if (!dp)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.DevicePool expected, got %s", luaL_typename(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.DevicePool expected, got %s", tname(L, a)));
             if (!*dp)
                 return arg_error(L, arg, k, i, "the cupola.DevicePool is closed");
             memcpy(&k->vals[i], dp, sizeof *dp);
@@ -460,7 +471,7 @@ static int kernel_launch(lua_State *L)
         case CP_KT_F32: {
             float f;
             if (t != LUA_TNUMBER)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", luaL_typename(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", tname(L, a)));
             f = (float)lua_tonumber(L, a);
             memcpy(&k->vals[i], &f, sizeof f);
             break;
@@ -468,14 +479,14 @@ static int kernel_launch(lua_State *L)
         case CP_KT_F64: {
             double f;
             if (t != LUA_TNUMBER)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", luaL_typename(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", tname(L, a)));
             f = (double)lua_tonumber(L, a);
             memcpy(&k->vals[i], &f, sizeof f);
             break;
         }
         default:
             if (t != LUA_TNUMBER)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "integer expected, got %s", luaL_typename(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "integer expected, got %s", tname(L, a)));
             v = lua_tointegerx(L, a, &isint);
             if (!isint)
                 return arg_error(L, arg, k, i, "number has no integer representation");

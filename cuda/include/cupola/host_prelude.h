@@ -116,7 +116,9 @@ struct block {
     void *dyn;
 };
 
-static thread_local fiber *cur __attribute__((tls_model("initial-exec")));
+/* default TLS model: initial-exec would draw on the static TLS surplus,
+ * which a process loading many modules exhausts */
+static thread_local fiber *cur;
 
 static inline fiber *fiber_at(block *b, unsigned i)
 {
