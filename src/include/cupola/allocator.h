@@ -57,7 +57,9 @@ typedef struct cupola_allocator {
     void (*destroy)(void *state);
     /* A block of at least bytes (>= 1), aligned to the pool's `alignment`
      * (256 by default); NULL: out of memory.  stream is opaque: a
-     * cudaStream_t on the CUDA backend (NULL: the default stream). */
+     * cudaStream_t on the CUDA backend (cudaStreamLegacy for the default
+     * stream), cupola's own stream object on the host backend (NULL for the
+     * default stream). */
     void *(*allocate)(void *state, size_t bytes, void *stream);
     /* Takes back a block of allocate, with the bytes it was asked for. */
     void (*deallocate)(void *state, void *ptr, size_t bytes, void *stream);
