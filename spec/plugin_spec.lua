@@ -80,6 +80,38 @@ describe("a plugin allocator", function()
     assert.equals(4 * MiB, p:stats().largest_free, "merged back into the whole chunk")
   end)
 
+  it("may be written in C++ against the same header", function()
+    local src = os.tmpname() .. ".cpp"
+    local f = assert(io.open(src, "w"))
+    f:write [[
+#include <cupola/allocator.h>
+#include <new>
+struct state { cupola_upstream *up; };
+static void *create(cupola_upstream *up, const char *) { return new (std::nothrow) state{up}; }
+static void destroy(void *s) { delete static_cast<state *>(s); }
+static void *allocate(void *s, size_t n, void *st) {
+  cupola_upstream *up = static_cast<state *>(s)->up;
+  return up->allocate(up, n, st);
+}
+static void deallocate(void *s, void *p, size_t n, void *st) {
+  cupola_upstream *up = static_cast<state *>(s)->up;
+  up->deallocate(up, p, n, st);
+}
+extern "C" const cupola_allocator passthrough = {CUPOLA_ALLOCATOR_VERSION, create, destroy, allocate,
+                                                 deallocate, 0, nullptr};
+]]
+    f:close()
+    local so = os.tmpname() .. ".so"
+    local p = io.popen(string.format("c++ -std=c++11 -Wall -Wextra -shared -fPIC -I'%s' -o '%s' '%s' 2>&1",
+      cupola.include_dir, so, src))
+    local log = p:read "a"
+    assert(p:close(), log)
+    os.remove(src)
+    assert.is_conforming_pool(factory { kind = "plugin", path = so, symbol = "passthrough" },
+      { checks = { "random", "conserved", "lifetime" }, ops = 100 })
+    os.remove(so)
+  end)
+
   it("reports a compile error with the compiler's log", function()
     assert.error_matches(function()
       cupola.pool { kind = "plugin", source = "this is not C", symbol = "x" }
