@@ -80,6 +80,21 @@ describe("a plugin allocator", function()
     assert.equals(4 * MiB, p:stats().largest_free, "merged back into the whole chunk")
   end)
 
+  it("takes what its create reserves as the first peak, and grow = false stops it there", function()
+    local p <close> = cupola.pool { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+      options = "chunk=4MiB,reserve", grow = false }
+    local st = p:stats()
+    assert.equals(4 * MiB, st.reserved)
+    assert.equals(4 * MiB, st.reserved_peak)
+    local a = assert(p:alloc "2MiB")
+    local b = assert(p:alloc "1MiB")
+    local none, _, why = p:alloc "2MiB"
+    assert.is_nil(none, "no second chunk without grow")
+    assert.equals("out_of_memory", why)
+    a:free(); b:free()
+    assert.equals(4 * MiB, p:stats().reserved)
+  end)
+
   it("may be written in C++ against the same header", function()
     local src = os.tmpname() .. ".cpp"
     local f = assert(io.open(src, "w"))

@@ -3,13 +3,15 @@
  * (<cupola/allocator.h>); examples/own_allocator.lua replays a trace on it.
  *
  *   cupola.pool{kind = "plugin", source = io.open("examples/plugins/buddy.c"):read "a",
- *               symbol = "buddy_allocator", options = "chunk=64MiB,min=512"}
+ *               symbol = "buddy_allocator", options = "chunk=64MiB,min=512,reserve"}
  *
  * Policy, exactly:
  *  - Memory comes from the upstream in chunks of a power of two bytes: the
  *    `chunk` option (default 64 MiB), or the request rounded up to a power of
  *    two when it is larger; when the upstream refuses a chunk (the pool's
- *    max), the smallest power of two that holds the request is tried.
+ *    max), the smallest power of two that holds the request is tried.  With
+ *    the `reserve` option the first chunk is taken at creation (a pool with
+ *    grow = false then serves from it alone).
  *  - A chunk is split into blocks of power-of-two sizes from `min` (default
  *    512 bytes, raised so that a chunk has at most 2^12 of them, which keeps
  *    a chunk's bookkeeping small enough to make and drop cheaply) up to the
@@ -182,6 +184,10 @@ static void *create(cupola_upstream *up, const char *options)
     b->up = up;
     b->chunk_log = log2_ceil(chunk_bytes);
     b->min_log = log2_ceil(min_bytes);
+    if (strstr(options, "reserve") && !chunk_new(b, b->chunk_log, NULL)) {
+        free(b);
+        return NULL;
+    }
     return b;
 }
 
