@@ -398,6 +398,10 @@ describe("misuse: kernels", function()
     raises(function() K.fill(b, 1, { grid = 1.5 }) end, "option 'grid' must be an integer")
     raises(function() K.fill(b, 1, { block = 2048 }) end, "option 'block' must be in 1..1024")
     raises(function() K.sqrt_index(b, { block = -3 }) end, "option 'block' must be in 1..1024")
+    -- grid = 0 and block = 0 used to be taken as "absent" and ran silently
+    raises(function() K.fill(b, 1, { grid = 0 }) end, "option 'grid' must be in 1..2147483647")
+    raises(function() K.fill(b, 1, { block = 0 }) end, "option 'block' must be in 1..1024")
+    raises(function() K.checksum(b, { grid = 0 }) end, "option 'grid' must be in 1..2147483647")
   end)
 
   it("a small shape still covers the buffer (grid-stride loops)", function()
