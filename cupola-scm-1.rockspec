@@ -34,6 +34,8 @@ build = {
     LUA_INCDIR = "$(LUA_INCDIR)",
   },
   install_target = "install",
+  -- The reference goes with the rock (`luarocks doc cupola`).
+  copy_directories = { "docs" },
   install_variables = {
     CFLAGS = "$(CFLAGS)",
     LUA = "$(LUA)",

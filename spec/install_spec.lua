@@ -43,7 +43,8 @@ describe("luarocks make", function()
     src, tree, elsewhere = mktemp_dir(), mktemp_dir(), mktemp_dir()
     -- What a clone has (build/ too when present, with its times kept, so
     -- an unchanged build is not redone).
-    local parts = { "Makefile", "cupola-scm-1.rockspec", "README.md", "src", "cuda", "lua", "bin", "examples" }
+    local parts = { "Makefile", "cupola-scm-1.rockspec", "README.md", "docs", "src", "cuda", "lua", "bin",
+      "examples" }
     local have = {}
     for _, p in ipairs(parts) do
       if io.open(p) then have[#have + 1] = p end
@@ -83,6 +84,8 @@ describe("luarocks make", function()
     end
     assert.is_truthy(io.open(tree .. "/lib/lua/5.4/cupola/core.so"), "missing core.so")
     assert.is_truthy(io.open(tree .. "/bin/cupola"), "missing bin/cupola")
+    local doc = tree .. "/lib/luarocks/rocks-5.4/cupola/scm-1/docs/API.md"
+    assert.is_truthy(io.open(doc), "missing " .. doc)
   end)
 
   it("installs every public header there is", function()
