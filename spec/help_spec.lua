@@ -94,8 +94,16 @@ end)
 
 describe("the REPL (bin/cupola with no script)", function()
   local built = io.open "build/cupola/core.so"
-  local it_repl = (child.available and built) and it or pending
   if built then built:close() end
+  local function it_repl(name, fn)
+    if not child.available then
+      pending(name .. " (no child processes under a preloaded libtsan)")
+    elseif not built then
+      pending(name .. " (bin/cupola runs the tree's build/cupola/core.so: run make)")
+    else
+      it(name, fn)
+    end
+  end
 
   -- Without this process's sanitizer preloads: bin/cupola uses build/.
   local function repl(input)
