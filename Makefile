@@ -6,7 +6,8 @@
 #   make demo       deps, build, run the main experiment
 #   make gpu-check  on the GPU machine: build, suite with #gpu, compute-sanitizer, examples, bench
 #   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR; alone: PREFIX=/usr/local)
-#   make test-install  `luarocks make` into a temporary tree, used from another directory
+#   make test-install  only spec/install_spec.lua: `luarocks make` into a temporary tree, used
+#                      from another directory (make test runs it too)
 #
 # Variables worth overriding: LUA (lua5.4), LUA_INCDIR, CUDA_HOME, NVCC (empty: no CUDA),
 # BUILD (the build folder), EXTRA_CFLAGS, EXTRA_LDFLAGS (sanitizer builds).
@@ -139,6 +140,10 @@ install: all
 	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \
 	    install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(LUADIR)/cupola/include/cupola/)
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
+
+.PHONY: test-install
+test-install: deps all
+	@BUSTED_ARGS=spec/install_spec.lua $(LUA) spec/run.lua
 
 clean:
 	rm -rf $(BUILD)
