@@ -11,6 +11,9 @@ cupola.trace = require "cupola.trace"
 cupola.bench = require "cupola.bench"
 cupola.report = require "cupola.report"
 
+--- cupola.help(topic) -> string: the API in one screen, or one topic's page.
+cupola.help = (require "cupola.help").text
+
 --- Bytes as a short human string: 4194304 -> "4.00 MiB".
 cupola.format_bytes = cupola.report.bytes
 
