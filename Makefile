@@ -5,7 +5,9 @@
 #   make test       deps, build, C tests and the busted suite; ends "N passed, N failed"
 #   make demo       deps, build, run the main experiment
 #   make gpu-check  on the GPU machine: build, suite with #gpu, compute-sanitizer, examples, bench
-#   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR)
+#   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR; alone: PREFIX=/usr/local)
+#   make test-install  only spec/install_spec.lua: `luarocks make` into a temporary tree, used
+#                      from another directory (make test runs it too)
 #
 # Variables worth overriding: LUA (lua5.4), LUA_INCDIR, CUDA_HOME, NVCC (empty: no CUDA),
 # BUILD (the build folder), EXTRA_CFLAGS, EXTRA_LDFLAGS (sanitizer builds).
@@ -118,16 +120,30 @@ demo: deps all
 gpu-check:
 	@sh bench/gpu-check.sh
 
-LUADIR ?= /usr/local/share/lua/5.4
-LIBDIR ?= /usr/local/lib/lua/5.4
-BINDIR ?= /usr/local/bin
+# `luarocks make` passes LUADIR, LIBDIR and BINDIR (and the build's CFLAGS,
+# LUA, LUA_INCDIR again, so the install step does not rebuild); `make
+# install` alone installs under PREFIX in the layout Lua 5.4 searches by
+# default.  Besides the module and bin/cupola: the traces, which
+# cupola.trace.find looks for beside the installed trace.lua, and the public
+# C headers (whichever exist) for allocators and kernels of one's own.
+PREFIX ?= /usr/local
+LUADIR ?= $(PREFIX)/share/lua/5.4
+LIBDIR ?= $(PREFIX)/lib/lua/5.4
+BINDIR ?= $(PREFIX)/bin
+PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
+TRACE_FILES    := $(wildcard examples/traces/*)
 install: all
-	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces $(DESTDIR)$(BINDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
-	install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola
-	install -m 644 src/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/
+	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
+	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \
+	    install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(LUADIR)/cupola/include/cupola/)
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
+
+.PHONY: test-install
+test-install: deps all
+	@BUSTED_ARGS=spec/install_spec.lua $(LUA) spec/run.lua
 
 clean:
 	rm -rf $(BUILD)

@@ -1,7 +1,10 @@
 -- cupola: GPU memory allocation experiments from Lua 5.4.
--- `luarocks make` builds with the project's Makefile (CUDA when nvcc is
--- found, else host-only) and installs cupola.core, the Lua files and
--- bin/cupola.
+-- `luarocks make` (Debian's luarocks: `luarocks --lua-version=5.4 make`)
+-- builds with the project's Makefile (CUDA when nvcc is found, else
+-- host-only) and installs cupola.core, the Lua modules, bin/cupola, the
+-- traces (LUADIR/cupola/traces) and the public C headers
+-- (LUADIR/cupola/include/cupola).  The install step gets the build's
+-- variables too, so it finds the module built and does not rebuild it.
 rockspec_format = "3.0"
 package = "cupola"
 version = "scm-1"
@@ -31,7 +34,12 @@ build = {
     LUA_INCDIR = "$(LUA_INCDIR)",
   },
   install_target = "install",
+  -- The reference goes with the rock (`luarocks doc cupola`).
+  copy_directories = { "docs" },
   install_variables = {
+    CFLAGS = "$(CFLAGS)",
+    LUA = "$(LUA)",
+    LUA_INCDIR = "$(LUA_INCDIR)",
     LUADIR = "$(LUADIR)",
     LIBDIR = "$(LIBDIR)",
     BINDIR = "$(BINDIR)",

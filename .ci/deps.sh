@@ -12,6 +12,7 @@ have_file /usr/share/lua/5.4/busted/runner.lua   || need="$need lua-busted"
 have_file /usr/share/lua/5.4/dkjson.lua          || need="$need lua-dkjson"
 have_file /usr/include/zlib.h                    || need="$need zlib1g-dev"
 have_cmd pkg-config                              || need="$need pkg-config"
+have_cmd luarocks                                || need="$need luarocks"   # spec/install_spec.lua
 have_cmd gcc                                     || need="$need gcc"
 have_cmd make                                    || need="$need make"
 

@@ -44,20 +44,27 @@ cupola.trace = require "cupola.trace"
 cupola.bench = require "cupola.bench"
 cupola.report = require "cupola.report"
 
---- The directory of <cupola/allocator.h> (plugins' include path): beside
--- the installed Lua files, or src/include in the source tree.
+--- cupola.include_dir: the directory of <cupola/allocator.h> (the include
+-- path of plugins compiled from source, and of a user's Makefile): beside
+-- this file once installed (<LUADIR>/cupola/include), else the source tree's
+-- src/include (this file is lua/cupola/init.lua there).
 do
-  local here = package.searchpath("cupola", package.path)
-  local dir = here and here:match "^(.*)[/\\]cupola[/\\]init%.lua$"
+  local src = debug.getinfo(1, "S").source
+  local here = src:sub(1, 1) == "@" and src:sub(2):match "^(.*)[/\\][^/\\]*$" or "."
+  if here:sub(1, 1) ~= "/" then
+    local pwd = os.getenv "PWD"
+    if pwd then here = pwd .. "/" .. here end
+  end
   local function has(d)
-    local f = d and io.open(d .. "/cupola/allocator.h")
+    local f = io.open(d .. "/cupola/allocator.h")
     if f then f:close() end
     return f ~= nil
   end
-  if dir and has(dir .. "/cupola/include") then
-    cupola.include_dir = dir .. "/cupola/include"
-  elseif dir and has(dir .. "/../src/include") then
-    cupola.include_dir = dir .. "/../src/include"
+  for _, d in ipairs { here .. "/include", here .. "/../../src/include" } do
+    if has(d) then
+      cupola.include_dir = d
+      break
+    end
   end
 end
 
@@ -66,6 +73,9 @@ end
 function cupola.conformance(make_pool, opts)
   return require("cupola.conformance").run(make_pool, opts)
 end
+
+--- cupola.help(topic) -> string: the API in one screen, or one topic's page.
+cupola.help = (require "cupola.help").text
 
 --- Bytes as a short human string: 4194304 -> "4.00 MiB".
 cupola.format_bytes = cupola.report.bytes

@@ -10,17 +10,27 @@
 static const char *const dtype_names[] = {"f32", "f64", "i32", "u32", "u8", NULL};
 static const size_t dtype_sizes[] = {4, 8, 4, 4, 1};
 
-/* Launch options common to every kernel: grid, block, stream. */
+/* Launch options common to every kernel: grid, block, stream.  Absent (or
+ * nil) means "cover the buffer"; a value that is given must be a real launch
+ * dimension, so grid = 0 or block = 0 raises instead of meaning "absent". */
+static unsigned checkdim(lua_State *L, int idx, const char *key, lua_Integer max)
+{
+    lua_Integer v;
+    int absent = lua_istable(L, idx) ? lua_getfield(L, idx, key) == LUA_TNIL : 1;
+    if (lua_istable(L, idx))
+        lua_pop(L, 1);
+    if (absent)
+        return 0;
+    v = l_optint_field(L, idx, key, 0);
+    if (v < 1 || v > max)
+        luaL_error(L, "option '%s' must be in 1..%I (or absent), not %I", key, max, v);
+    return (unsigned)v;
+}
+
 static void checkshape(lua_State *L, int idx, cp_shape *sh)
 {
-    lua_Integer g = l_optint_field(L, idx, "grid", 0);
-    lua_Integer b = l_optint_field(L, idx, "block", 0);
-    if (g < 0 || g > 0x7fffffff)
-        luaL_error(L, "option 'grid' must be in 1..2147483647 (or absent), not %I", g);
-    if (b < 0 || b > 1024)
-        luaL_error(L, "option 'block' must be in 1..1024 (or absent), not %I", b);
-    sh->grid = (unsigned)g;
-    sh->block = (unsigned)b;
+    sh->grid = checkdim(L, idx, "grid", 0x7fffffff);
+    sh->block = checkdim(L, idx, "block", 1024);
 }
 
 static cp_dtype checkdtype(lua_State *L, int idx)
