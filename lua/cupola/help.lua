@@ -205,7 +205,9 @@ kernels.checksum(b, {type=, stream=, grid=, block=}) -> sum of the elements
   (integer for integer types); waits for the stream.
 kernels.spin(microseconds, {stream=})  busy for 0..60000000 us; returns at once
 kernels.pattern(b, seed, {stream=}) -> b   bytes from seed and offset
-kernels.verify(b, seed, {stream=}) -> count of bytes that differ (waits)]],
+kernels.verify(b, seed, {stream=}) -> count of bytes that differ (waits)
+cupola.module{source=} -> Module: kernels of your own (m:kernel, k:launch);
+  cupola.module_cache_stats(), cupola.module_cache_forget(): its cache]],
   },
   {
     name = "trace",

@@ -4,7 +4,10 @@
 local core = require "cupola.core"
 
 local cupola = {}
-for k, v in pairs(core) do cupola[k] = v end
+-- (private functions of the core, named with a leading "_", stay there)
+for k, v in pairs(core) do
+  if k:sub(1, 1) ~= "_" then cupola[k] = v end
+end
 
 cupola.version = "0.1.0"
 
