@@ -217,9 +217,9 @@ local function ddmin(list, fails, budget)
   return list
 end
 
---- Lua text that replays ops on `pool` with streams s1 and s2.
+--- Lua text that replays ops on a pool of make_pool's with two streams.
 function M.reproducer(ops)
-  local lines = { "local s = { cupola.stream(), cupola.stream() }", "local b = {}" }
+  local lines = { "local pool = make_pool {}", "local s = { cupola.stream(), cupola.stream() }", "local b = {}" }
   local rename, k = {}, 0
   for _, o in ipairs(ops) do
     if o.op == "alloc" then
@@ -273,12 +273,12 @@ function checks.random(make_pool, streams, opts)
   local prefix = {}
   for i = 1, at do prefix[i] = ops[i] end
   local small, sv = shrink(make_pool, streams, copy_ops(prefix), v.class, opts)
+  local msg = sv and sv.class == v.class and sv.message or v.message
   return {
     class = v.class,
-    message = (sv and sv.class == v.class and sv.message or v.message) ..
-        fmt(" (random sequence, seed %d: operation %d of %d; shrunk to %d)", seed, at, n, #small),
+    message = msg .. fmt(" (random sequence, seed %d: operation %d of %d; shrunk to %d)", seed, at, n, #small),
     ops = small,
-    reproducer = M.reproducer(small),
+    reproducer = M.reproducer(small) .. "\n-- ^ " .. v.class .. ": " .. msg,
   }
 end
 
