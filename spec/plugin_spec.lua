@@ -20,7 +20,17 @@ local BROKEN_SRC = read "spec/plugins/broken.c"
 
 -- A shared object built the way a user's Makefile would (the system C
 -- compiler, the installed header's directory on the include path).
-XX
+local built = {}
+-- a fresh temporary name with a suffix (os.tmpname creates the bare one)
+local function tmpname(suffix)
+  local base = os.tmpname()
+  os.remove(base)
+  return base .. suffix
+end
+
+local function build(src_path)
+  if built[src_path] then return built[src_path] end
+  local out = tmpname ".so"
   local cmd = string.format("cc -shared -fPIC -O2 -I'%s' -o '%s' '%s' 2>&1", cupola.include_dir, out, src_path)
   local p = io.popen(cmd)
   local log = p:read "a"
