@@ -28,8 +28,8 @@ WARN   := -Wall -Wextra -pedantic -Wmissing-prototypes -Wstrict-prototypes -Wsha
 # CP_CFLAGS, so a command-line CFLAGS cannot drop the standard or warnings.
 CFLAGS ?= -O2 -g
 CP_CFLAGS = -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
-CP_CPPFLAGS = -Isrc/core -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
-LDLIBS := -lpthread -lm -lz
+CP_CPPFLAGS = -Isrc/core -Isrc/include -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
+LDLIBS := -lpthread -lm -lz -ldl
 
 # The core's folders are its layers (backend, pool, trace, ...): every .c in
 # them is part of the module, but exactly one of the two device backends.

@@ -80,4 +80,12 @@ describe("examples", function()
     end
     assert.matches("PyTorch's caching allocator on the same run: 1.10", out, 1, true)
   end)
+
+  it("own_allocator.lua holds the buddy plugin to the battery and replays a trace beside tlsf and caching", function()
+    local out = run "own_allocator.lua"
+    assert.matches("conformance of the buddy plugin: conforming", out, 1, true)
+    for _, name in ipairs { "buddy %(plugin%)", "tlsf", "caching" } do
+      assert.matches("\n" .. name .. "%s+[%d.]+ GiB%s+%d%.%d%d%d%s+[%d.]+%s+0", out)
+    end
+  end)
 end)

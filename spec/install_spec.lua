@@ -154,4 +154,25 @@ describe("luarocks make", function()
     assert.matches("cupola %d+%.%d+%.%d+, backend %a+", out)
     assert.matches("cupola.pool{", out, 1, true)
   end)
+
+  it("compiles a plugin allocator from source against the installed <cupola/allocator.h>", function()
+    local ok, out = lua_in_tree [[
+      local cupola = require "cupola"
+      print(cupola.include_dir)
+      local p = cupola.pool { kind = "plugin", symbol = "pass", source = [=[
+        #include <cupola/allocator.h>
+        static void *c(cupola_upstream *up, const char *o) { (void)o; return up; }
+        static void d(void *s) { (void)s; }
+        static void *a(void *s, size_t n, void *st) { cupola_upstream *u = s; return u->allocate(u, n, st); }
+        static void f(void *s, void *p, size_t n, void *st) { cupola_upstream *u = s; u->deallocate(u, p, n, st); }
+        const cupola_allocator pass = { CUPOLA_ALLOCATOR_VERSION, c, d, a, f, 0, 0 };
+      ]=] }
+      local b = assert(p:alloc "1MiB")
+      b:write "plugged"
+      print(b:read(0, 7))
+      b:free()]]
+    assert(ok, out)
+    assert.matches(tree .. "/share/lua/5.4/cupola/include\n", out, 1, true)
+    assert.matches("\nplugged\n", out, 1, true)
+  end)
 end)

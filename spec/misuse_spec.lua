@@ -83,7 +83,7 @@ end)
 describe("misuse: pools", function()
   it("an unknown kind lists the kinds", function()
     raises(function() cupola.pool { kind = "buddy" } end,
-      "option 'kind' must be one of arena, freelist, tlsf, caching, not 'buddy'")
+      "option 'kind' must be one of arena, freelist, tlsf, caching, plugin, not 'buddy'")
   end)
 
   it("an unknown upstream lists the upstreams", function()
@@ -547,5 +547,45 @@ describe("misuse: cupola.help and the REPL's topics (issue 9)", function()
     local s = cupola.stream()
     s:close()
     assert.equals(cupola.help "stream", cupola.help(s))
+  end)
+end)
+
+describe("misuse: plugin pools", function()
+  it("options that do not fit together", function()
+    raises(function() cupola.pool { kind = "plugin", symbol = "x" } end,
+      "kind 'plugin' needs exactly one of 'path' and 'source'")
+    raises(function() cupola.pool { kind = "plugin", path = "a.so", source = "int x;", symbol = "x" } end,
+      "kind 'plugin' needs exactly one of 'path' and 'source'")
+    raises(function() cupola.pool { kind = "plugin", path = "a.so" } end, "needs option 'symbol'")
+    raises(function() cupola.pool { kind = "tlsf", path = "a.so" } end, "are for kind 'plugin', not 'tlsf'")
+    raises(function() cupola.pool { kind = "plugin", source = 42, symbol = "x" } end,
+      "option 'source' must be a string")
+    raises(function() cupola.pool { kind = "plugin", path = {}, symbol = "x" } end,
+      "option 'path' must be a string")
+  end)
+
+  it("a library that is not there, a symbol that is not an allocator", function()
+    raises(function() cupola.pool { kind = "plugin", path = "/nonexistent/x.so", symbol = "x" } end,
+      "cannot load '/nonexistent/x.so'")
+    -- a data object too small to be a cupola_allocator
+    raises(function()
+      cupola.pool { kind = "plugin", source = "const int tiny = 1;", symbol = "tiny" }
+    end, "smaller than a cupola_allocator")
+  end)
+
+  it("assert.is_conforming_pool and cupola.conformance want a function", function()
+    require "cupola.busted"
+    raises(function() assert.is_conforming_pool(42) end, "a function that makes a pool expected")
+    raises(function() cupola.conformance "tlsf" end, "make_pool must be a function")
+    raises(function() cupola.conformance(function() end, { checks = { "nope" } }) end, "unknown check 'nope'")
+  end)
+
+  it("a factory that raises or makes nothing is a violation, not a crash", function()
+    local r = cupola.conformance(function() error "no pool today" end, { checks = { "random" } })
+    assert.is_false(r.ok)
+    assert.matches("no pool today", r.violations[1].message)
+    r = cupola.conformance(function() return nil, "not here" end, { checks = { "oom" } })
+    assert.is_true(r.ok)
+    assert.matches("oom: not here", r.skipped[1])
   end)
 end)

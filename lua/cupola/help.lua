@@ -140,7 +140,10 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
     },
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
-  kind      "tlsf" (default) | "freelist" | "caching" | "arena"
+  kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "plugin"
+  plugin: path= (a .so) or source= (C, compiled and cached), symbol= (its
+    const cupola_allocator, <cupola/allocator.h> in cupola.include_dir),
+    options= (a string for its create)
   upstream  "device" (default) | "async" | "managed" | "pinned" | "virtual"
   initial=0 bytes reserved at creation   grow=true may reserve more
   max=0 (none) limit on reserved         alignment=256 (a power of two)
@@ -153,7 +156,10 @@ p:reset()         arena only: frees every block (its buffers become closed)
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers
 p:close()         raises while buffers are live
-Fields: p.kind, p.upstream, p.reuse, p.alignment, p.closed.]],
+Fields: p.kind, p.upstream, p.reuse, p.alignment, p.closed.
+cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:
+  the battery every pool passes, against make_pool(o); in busted specs:
+  require "cupola.busted"; assert.is_conforming_pool(make_pool, opts)]],
   },
   {
     name = "buffer",
@@ -199,7 +205,9 @@ kernels.checksum(b, {type=, stream=, grid=, block=}) -> sum of the elements
   (integer for integer types); waits for the stream.
 kernels.spin(microseconds, {stream=})  busy for 0..60000000 us; returns at once
 kernels.pattern(b, seed, {stream=}) -> b   bytes from seed and offset
-kernels.verify(b, seed, {stream=}) -> count of bytes that differ (waits)]],
+kernels.verify(b, seed, {stream=}) -> count of bytes that differ (waits)
+cupola.module{source=} -> Module: kernels of your own (m:kernel, k:launch);
+  cupola.module_cache_stats(), cupola.module_cache_forget(): its cache]],
   },
   {
     name = "trace",

@@ -1,7 +1,8 @@
 /*
  * pool.c: cupola.Pool, the allocators written in C (resource.h):
  * cupola.pool{kind=, upstream=, initial=, grow=, max=, alignment=,
- * release_threshold=, reuse=, fallback=, limit=, log=}.
+ * release_threshold=, reuse=, fallback=, limit=, log=}, and the user's own
+ * allocators: kind = "plugin" with path= or source=, symbol=, options=.
  *
  * The pool is reference counted (l_poolref): the Lua handle and each live
  * buffer hold a reference, so a pool collected in the same cycle as its
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "binding.h"
+#include "kernel/compile.h"
 
 typedef struct l_pool {
     l_poolref *ref; /* NULL once closed */
@@ -19,7 +21,7 @@ typedef struct l_pool {
     char kind[16];
 } l_pool;
 
-static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", NULL};
+static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", "plugin", NULL};
 static const char *const upstreams[] = {"device", "async", "managed", "pinned", "virtual", NULL};
 static const char *const reuses[] = {"stream", "event", "wait", NULL};
 
@@ -47,16 +49,106 @@ static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
     return lua_error(L);
 }
 
+/* The directory holding <cupola/allocator.h>, which lua/cupola/init.lua
+ * publishes as cupola.include_dir (the source tree's or the installed one). */
+static const char *include_dir(lua_State *L)
+{
+    const char *dir = NULL;
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    if (lua_getfield(L, -1, "cupola") == LUA_TTABLE &&
+        lua_getfield(L, -1, "include_dir") == LUA_TSTRING)
+        dir = lua_tostring(L, -1); /* anchored in the loaded module table */
+    lua_pop(L, 3);
+    return dir;
+}
+
+/* A plugin's C source, compiled by the system C compiler into a cached
+ * shared object (kernel/compile.h); pushes nothing, returns the path in a
+ * buffer owned by the Lua stack (a string left on it). */
+static const char *compile_source(lua_State *L, const char *src, size_t len)
+{
+    const char *dir = include_dir(L);
+    const char *args[8];
+    const char *depends[2] = {NULL, NULL};
+    cp_cc_job job;
+    cp_cc_result res;
+    cp_status st;
+    int n = 0;
+
+    if (!dir)
+        luaL_error(L, "cupola.pool: option 'source' needs require \"cupola\" (cupola.include_dir "
+                      "names the directory of <cupola/allocator.h>)");
+    lua_pushfstring(L, "-I%s", dir);
+    args[n++] = lua_tostring(L, -1);
+    args[n++] = "-O2";
+    args[n++] = "-fPIC";
+    args[n++] = "-shared";
+    args[n] = NULL;
+    lua_pushfstring(L, "%s/cupola/allocator.h", dir);
+    depends[0] = lua_tostring(L, -1);
+    memset(&job, 0, sizeof job);
+    memset(&res, 0, sizeof res);
+    job.lang = CP_CC_C;
+    job.name = "plugin.c";
+    job.source = src;
+    job.source_len = len;
+    job.args = args;
+    job.depends = depends;
+    job.salt = "cupola plugin allocator 1";
+    st = cp_cc_shared_object(&job, &res);
+    free(res.log);
+    if (st != CP_OK)
+        l_fail(L, st);
+    lua_pop(L, 2);
+    lua_pushstring(L, res.path);
+    return lua_tostring(L, -1);
+}
+
+/* kind = "plugin": path or source, symbol, options.  Strings stay on the
+ * stack (or in the option table) until cp_pool_create has returned. */
+static void plugin_options(lua_State *L, l_pool *p)
+{
+    const char *path = l_optstring_field(L, 1, "path", NULL);
+    const char *symbol = l_optstring_field(L, 1, "symbol", NULL);
+    const char *options = l_optstring_field(L, 1, "options", NULL);
+    size_t len = 0;
+    const char *source = NULL;
+
+    if (lua_getfield(L, 1, "source") != LUA_TNIL) {
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "cupola.pool: option 'source' must be a string (C source), not %s",
+                       luaL_typename(L, -1));
+        source = lua_tolstring(L, -1, &len);
+    }
+    lua_pop(L, 1);
+    if (strcmp(p->kind, "plugin") != 0) {
+        if (path || symbol || options || source)
+            luaL_error(L, "cupola.pool: options 'path', 'source', 'symbol' and 'options' are for "
+                          "kind 'plugin', not '%s'", p->kind);
+        return;
+    }
+    if (!path == !source)
+        luaL_error(L, "cupola.pool: kind 'plugin' needs exactly one of 'path' and 'source'");
+    if (!symbol)
+        luaL_error(L, "cupola.pool: kind 'plugin' needs option 'symbol' (the name of the "
+                      "exported const cupola_allocator)");
+    if (source)
+        path = compile_source(L, source, len); /* leaves the path on the stack */
+    p->opts.plugin_path = path;
+    p->opts.plugin_symbol = symbol;
+    p->opts.plugin_options = options;
+}
+
 static int pool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
                                        "release_threshold", "reuse", "fallback", "limit", "log",
-                                       NULL};
+                                       "path", "source", "symbol", "options", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;
     const char *log;
-    int k;
+    int k, ud;
 
     if (lua_isnoneornil(L, 1)) {
         lua_settop(L, 0);
@@ -66,6 +158,7 @@ static int pool_new(lua_State *L)
     p = (l_pool *)lua_newuserdatauv(L, sizeof *p, 0);
     memset(p, 0, sizeof *p);
     luaL_setmetatable(L, L_POOL);
+    ud = lua_gettop(L);
 
     k = checkchoice(L, 1, "kind", "tlsf", kinds);
     snprintf(p->kind, sizeof p->kind, "%s", kinds[k]);
@@ -85,6 +178,7 @@ static int pool_new(lua_State *L)
         return luaL_error(L, "cupola.pool: option 'initial' is larger than 'max'");
     limit = l_optsize_field(L, 1, "limit", 0);
     log = l_optstring_field(L, 1, "log", NULL);
+    plugin_options(L, p);
 
     p->ref = (l_poolref *)calloc(1, sizeof *p->ref);
     if (!p->ref)
@@ -93,6 +187,8 @@ static int pool_new(lua_State *L)
     p->ref->has_memory = p->opts.upstream != CP_UP_VIRTUAL;
     {
         int nret = l_alloc_result(L, cp_pool_create(&r, &p->opts));
+        /* the strings live on the Lua stack only for the call */
+        p->opts.plugin_path = p->opts.plugin_symbol = p->opts.plugin_options = NULL;
         if (nret) {
             free(p->ref);
             p->ref = NULL;
@@ -115,6 +211,7 @@ static int pool_new(lua_State *L)
         return l_fail(L, CP_ERR_INVALID);
     }
     p->ref->r = outer;
+    lua_settop(L, ud);
     return 1;
 }
 

@@ -971,6 +971,13 @@ static cp_status cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_st
 
 /* ---- the table ------------------------------------------------------------------------ */
 
+/* ---- run-time compiled kernels (issue 10) ------------------------------------ */
+
+static void *cuda_stream_native(cp_stream *s)
+{
+    return (void *)stream_handle(s);
+}
+
 const cp_backend cp_backend_cuda = {
     .name = "cuda",
 
@@ -1016,4 +1023,7 @@ const cp_backend cp_backend_cuda = {
     .k_spin = cuda_k_spin,
     .k_pattern = cuda_k_pattern,
     .k_verify = cuda_k_verify,
+    /* run-time compiled kernels (issue 10) */
+    .host_task = NULL,
+    .stream_native = cuda_stream_native,
 };

@@ -56,7 +56,7 @@ typedef enum cp_upstream_kind {
 
 /* Everything cupola.pool{...} accepts, already validated by the binding. */
 typedef struct cp_pool_opts {
-    const char *kind;         /* "arena", "freelist", "tlsf", "caching" */
+    const char *kind;         /* "arena", "freelist", "tlsf", "caching", "plugin" */
     cp_upstream_kind upstream;
     uint64_t initial;         /* bytes reserved at creation (0: none) */
     int grow;                 /* may reserve more from upstream when full */
@@ -68,6 +68,12 @@ typedef struct cp_pool_opts {
                                    UINT64_MAX: never return before trim */
     cp_reuse reuse;
     int fallback;             /* serve what the pool cannot from upstream */
+    /* kind "plugin" (pool/plugin.c): a shared object exporting a const
+     * cupola_allocator (<cupola/allocator.h>) named plugin_symbol, and the
+     * string its create() is given (NULL: "") */
+    const char *plugin_path;
+    const char *plugin_symbol;
+    const char *plugin_options;
 } cp_pool_opts;
 
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,

@@ -83,6 +83,7 @@ cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts
 cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 
 /* reserved bytes of any resource (locks it briefly) */
 uint64_t cp_resource_reserved(cp_resource *r);

@@ -1,0 +1,270 @@
+-- Allocators of the user's own (kind = "plugin", <cupola/allocator.h>): a
+-- working one (examples/plugins/buddy.c) given by path and by source is held
+-- to the conformance battery; a broken one (spec/plugins/broken.c) is caught
+-- with a short reproducer; loading errors are clear; out of memory is data;
+-- adaptors, fallback and replay work on a plugin like on any pool.
+local cupola = require "cupola"
+require "cupola.busted"
+
+local MiB = 1024 * 1024
+
+local function read(path)
+  local f = assert(io.open(path))
+  local s = f:read "a"
+  f:close()
+  return s
+end
+
+local BUDDY_SRC = read "examples/plugins/buddy.c"
+local BROKEN_SRC = read "spec/plugins/broken.c"
+
+-- A shared object built the way a user's Makefile would (the system C
+-- compiler, the installed header's directory on the include path).
+local built = {}
+-- a fresh temporary name with a suffix (os.tmpname creates the bare one)
+local function tmpname(suffix)
+  local base = os.tmpname()
+  os.remove(base)
+  return base .. suffix
+end
+
+local function build(src_path)
+  if built[src_path] then return built[src_path] end
+  local out = tmpname ".so"
+  local cmd = string.format("cc -shared -fPIC -O2 -I'%s' -o '%s' '%s' 2>&1", cupola.include_dir, out, src_path)
+  local p = io.popen(cmd)
+  local log = p:read "a"
+  local ok = p:close()
+  assert(ok, "cc failed: " .. log)
+  built[src_path] = out
+  return out
+end
+
+local function factory(base)
+  return function(o)
+    local t = {}
+    for k, v in pairs(base) do t[k] = v end
+    for k, v in pairs(o) do t[k] = v end
+    return cupola.pool(t)
+  end
+end
+
+teardown(function()
+  for _, path in pairs(built) do os.remove(path) end
+end)
+
+describe("a plugin allocator", function()
+  it("has its header where cupola.include_dir says", function()
+    assert.is_string(cupola.include_dir)
+    assert.is_not_nil(io.open(cupola.include_dir .. "/cupola/allocator.h"))
+  end)
+
+  for _, up in ipairs { "device", "async", "virtual" } do
+    it("given by path, passes the conformance battery over " .. up, function()
+      assert.is_conforming_pool(factory { kind = "plugin", path = build "examples/plugins/buddy.c",
+        symbol = "buddy_allocator", upstream = up }, { ops = 300, seed = 11 })
+    end)
+  end
+
+  it("given by source, passes the conformance battery (compiled once, then cached)", function()
+    assert.is_conforming_pool(factory { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+      options = "chunk=8MiB" }, { ops = 300, seed = 12 })
+  end)
+
+  it("is a Pool like any other: kind, stats from its hook, data", function()
+    local p <close> = cupola.pool { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+      options = "chunk=4MiB" }
+    assert.equals("plugin", p.kind)
+    assert.matches("cupola.Pool %(plugin over device", tostring(p))
+    local b = assert(p:alloc(1000))
+    b:write "plugged in"
+    assert.equals("plugged in", b:read(0, 10))
+    local st = p:stats()
+    assert.equals(1000, st.used)
+    assert.equals(4 * MiB, st.reserved, "one chunk, through the upstream")
+    assert.is_true(st.largest_free > 0 and st.largest_free <= st.free_bytes)
+    b:free()
+    assert.equals(4 * MiB, p:stats().largest_free, "merged back into the whole chunk")
+  end)
+
+  it("takes what its create reserves as the first peak, and grow = false stops it there", function()
+    local p <close> = cupola.pool { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+      options = "chunk=4MiB,reserve", grow = false }
+    local st = p:stats()
+    assert.equals(4 * MiB, st.reserved)
+    assert.equals(4 * MiB, st.reserved_peak)
+    local a = assert(p:alloc "2MiB")
+    local b = assert(p:alloc "1MiB")
+    local none, _, why = p:alloc "2MiB"
+    assert.is_nil(none, "no second chunk without grow")
+    assert.equals("out_of_memory", why)
+    a:free(); b:free()
+    assert.equals(4 * MiB, p:stats().reserved)
+  end)
+
+  it("may be written in C++ against the same header", function()
+    local src = tmpname ".cpp"
+    local f = assert(io.open(src, "w"))
+    f:write [[
+#include <cupola/allocator.h>
+#include <new>
+struct state { cupola_upstream *up; };
+static void *create(cupola_upstream *up, const char *) { return new (std::nothrow) state{up}; }
+static void destroy(void *s) { delete static_cast<state *>(s); }
+static void *allocate(void *s, size_t n, void *st) {
+  cupola_upstream *up = static_cast<state *>(s)->up;
+  return up->allocate(up, n, st);
+}
+static void deallocate(void *s, void *p, size_t n, void *st) {
+  cupola_upstream *up = static_cast<state *>(s)->up;
+  up->deallocate(up, p, n, st);
+}
+extern "C" const cupola_allocator passthrough = {CUPOLA_ALLOCATOR_VERSION, create, destroy, allocate,
+                                                 deallocate, 0, nullptr};
+]]
+    f:close()
+    local so = tmpname ".so"
+    local p = io.popen(string.format("c++ -std=c++11 -Wall -Wextra -shared -fPIC -I'%s' -o '%s' '%s' 2>&1",
+      cupola.include_dir, so, src))
+    local log = p:read "a"
+    assert(p:close(), log)
+    os.remove(src)
+    assert.is_conforming_pool(factory { kind = "plugin", path = so, symbol = "passthrough" },
+      { checks = { "random", "conserved", "lifetime" }, ops = 100 })
+    os.remove(so)
+  end)
+
+  it("reports a compile error with the compiler's log", function()
+    assert.error_matches(function()
+      cupola.pool { kind = "plugin", source = "this is not C", symbol = "x" }
+    end, "compile error")
+  end)
+end)
+
+describe("a broken plugin", function()
+  local path
+  setup(function() path = build "spec/plugins/broken.c" end)
+
+  it("that returns overlapping blocks is caught with a short reproducer", function()
+    local make = factory { kind = "plugin", path = path, symbol = "broken_allocator", options = "overlap_after=5" }
+    local report = cupola.conformance(make, { checks = { "random" }, ops = 300, seed = 3 })
+    assert.is_false(report.ok)
+    assert.matches("overlaps the live block", report.violations[1].message)
+    assert.is_true(#report.ops <= 5, #report.ops .. " operations")
+    assert.matches("b%[5%] = pool:alloc", report.reproducer)
+    local ok, err = pcall(assert.is_conforming_pool, make, { checks = { "random" }, seed = 3 })
+    assert.is_false(ok)
+    assert.matches("reproduced by %(5 operations%)", tostring(err))
+  end)
+
+  it("that returns misaligned blocks is caught, and the block is refused", function()
+    local p <close> = cupola.pool { kind = "plugin", path = path, symbol = "broken_allocator",
+      options = "misalign_after=2" }
+    local a = assert(p:alloc(100))
+    assert.error_matches(function() p:alloc(100) end, "not aligned to the pool's alignment of 256")
+    local st = p:stats()
+    assert.equals(1, st.allocs)
+    assert.equals(100, st.used)
+    assert.equals(1, st.live_buffers)
+    a:free()
+    assert.is_not_conforming_pool(factory { kind = "plugin", path = path, symbol = "broken_allocator",
+      options = "misalign_after=2" }, { checks = { "random" } })
+  end)
+
+  it("whose allocate returns NULL gives out_of_memory as data", function()
+    local p <close> = cupola.pool { kind = "plugin", path = path, symbol = "broken_allocator",
+      options = "null_after=2" }
+    local a = assert(p:alloc(100))
+    local b, msg, why = p:alloc(100)
+    assert.is_nil(b)
+    assert.equals("out_of_memory", why)
+    assert.matches("returned NULL", msg)
+    assert.equals(1, p:stats().failed)
+    a:free()
+  end)
+
+  it("is refused at load time with a clear error", function()
+    local function pool(symbol, extra)
+      return function()
+        cupola.pool { kind = "plugin", path = extra or path, symbol = symbol }
+      end
+    end
+    assert.error_matches(pool "no_such_symbol", "has no symbol 'no_such_symbol'")
+    assert.error_matches(pool "broken_v2", "interface version 2; this cupola speaks version 1")
+    assert.error_matches(pool "broken_nocreate", "leaves create NULL")
+    assert.error_matches(pool "broken_failcreate", "create of 'broken_failcreate' returned NULL")
+    assert.error_matches(pool "broken_function", "is a function, not a const cupola_allocator")
+    assert.error_matches(pool("x", "/nonexistent/libnone.so"), "cannot load '/nonexistent/libnone.so'")
+  end)
+
+  it("never sees a free before it is safe, unless it orders frees itself", function()
+    local s1 <close> = cupola.stream()
+    local s2 <close> = cupola.stream()
+    -- held: the free on another stream waits in cupola's stream-order layer
+    local held <close> = cupola.pool { kind = "plugin", path = path, symbol = "broken_allocator" }
+    local a = held:alloc(MiB, s1)
+    cupola.kernels.spin(20000, { stream = s2 })
+    a:free(s2)
+    assert.is_true(held:stats().reserved > 0, "the plugin has not been given the block back yet")
+    cupola.synchronize()
+    held:trim()
+    assert.equals(0, held:stats().reserved)
+    -- ordered: the plugin says it orders frees itself, and gets them at once
+    local own <close> = cupola.pool { kind = "plugin", path = path, symbol = "broken_ordered" }
+    local b = own:alloc(MiB, s1)
+    cupola.synchronize()
+    b:free(s2)
+    assert.equals(0, own:stats().reserved)
+  end)
+end)
+
+describe("a plugin pool with cupola's options", function()
+  it("works under limit= and log=", function()
+    local log = os.tmpname()
+    do
+      local p <close> = cupola.pool { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+        limit = "2MiB", log = log }
+      local a = assert(p:alloc "1MiB")
+      local none, _, why = p:alloc "2MiB"
+      assert.is_nil(none)
+      assert.equals("out_of_memory", why)
+      a:free()
+    end
+    collectgarbage()
+    local text = read(log)
+    os.remove(log)
+    assert.matches("allocate,0x%x+,1048576,", text)
+    assert.matches("free,0x%x+,1048576,", text)
+  end)
+
+  it("falls back to the upstream when the plugin cannot serve", function()
+    local p <close> = cupola.pool { kind = "plugin", source = BROKEN_SRC, symbol = "broken_allocator",
+      options = "null_after=1", fallback = true }
+    local b = assert(p:alloc "1MiB", "fallback serves it")
+    b:write "fb"
+    assert.equals("fb", b:read(0, 2))
+    b:free()
+    assert.equals(0, p:stats().used)
+  end)
+
+  it("replays a shipped trace", function()
+    local t <close> = cupola.trace.load(assert(cupola.trace.find "gpt2_train"))
+    local p <close> = cupola.pool { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+      upstream = "virtual" }
+    local r = cupola.trace.replay(t, p)
+    assert.equals(#t, r.events)
+    assert.equals(0, r.failed)
+    assert.equals(0, p:stats().used)
+    assert.is_true(r.reserved_over_live >= 1)
+  end)
+
+  gpu_it("runs over the device upstream on the GPU, kernels checking its blocks", function()
+    assert.is_conforming_pool(factory { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+      upstream = "device" }, { ops = 400, seed = 21 })
+    local p <close> = cupola.pool { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator" }
+    local b = assert(p:alloc(4 * MiB))
+    cupola.kernels.fill(b, 1.5, { type = "f32" })
+    assert.equals(1.5 * MiB, cupola.kernels.checksum(b, { type = "f32" }))
+    b:free()
+  end)
+end)
