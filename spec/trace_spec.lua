@@ -99,6 +99,13 @@ describe("trace", function()
     assert.is_string(err)
   end)
 
+  it("compare labels rows with a config's name (it was passed to cupola.pool, which refused it)", function()
+    local t = cupola.trace.load(cupola.trace.find "resnet50_train")
+    local rows = cupola.trace.compare(t, { { name = "mine", kind = "tlsf", upstream = "virtual" } })
+    assert.equal("mine", rows[1].name)
+    assert.equal("tlsf", rows[1].kind)
+  end)
+
   it("compares allocators in one call", function()
     local t <close> = cupola.trace.load(assert(cupola.trace.find "resnet50_train"))
     local rows = cupola.trace.compare(t, { { kind = "tlsf", upstream = "virtual" }, { kind = "caching", upstream = "virtual" } })

@@ -47,7 +47,12 @@ end
 function trace.compare(t, configs, opts)
   local rows = {}
   for i, cfg in ipairs(configs) do
-    local pool <close> = core.pool(cfg)
+    -- `name` labels the row; it is not a pool option
+    local pcfg = {}
+    for k, v in pairs(cfg) do
+      if k ~= "name" then pcfg[k] = v end
+    end
+    local pool <close> = core.pool(pcfg)
     local r = core.trace.replay(t, pool, opts)
     r.kind, r.upstream, r.name = pool.kind, pool.upstream, cfg.name or pool.kind
     rows[i] = r
