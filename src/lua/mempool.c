@@ -384,6 +384,6 @@ void l_open_mempool(lua_State *L)
     lua_setmetatable(L, -2);
     lua_setfield(L, -2, "mempool");
 
-    lua_pushcfunction(L, l_malloc_async);
+    l_pushcfunction(L, l_malloc_async);
     lua_setfield(L, -2, "malloc_async");
 }
