@@ -201,6 +201,7 @@ static int mempool_alloc(lua_State *L)
     size_t n;
     tomempool(L, 1);
     n = l_checksize(L, 2);
+    lua_settop(L, 3); /* index 3 reads nil without a stream, not the new buffer */
     return alloc_into(L, 1, n, 3, L_FROM_MEMPOOL);
 }
 

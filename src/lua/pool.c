@@ -131,6 +131,10 @@ static int pool_alloc(lua_State *L)
     if (!p->ref)
         return luaL_error(L, "attempt to use a closed " L_POOL);
     luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte");
+    /* The buffer goes to index 4: without a stream argument, index 3 must
+     * read as nil, not as the new buffer (which then named itself as its
+     * stream). */
+    lua_settop(L, 3);
     b = l_newbuffer(L);
     if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0)
         return nret;
