@@ -33,9 +33,13 @@ static const struct {
 };
 #define NATTRS (sizeof attrs / sizeof attrs[0])
 
+/* Its registry key: cupola.malloc_async checks the current pool on every
+ * call, and a light key costs less than the name. */
+static const char key_mempool = 'm';
+
 static l_mempool *tomempool(lua_State *L, int arg)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, arg, L_MEMPOOL);
+    l_mempool *m = (l_mempool *)l_checkkey(L, arg, 0, &key_mempool, L_MEMPOOL);
     if (!m->ref)
         luaL_error(L, "attempt to use a closed " L_MEMPOOL);
     return m;
@@ -377,6 +381,8 @@ void l_open_mempool(lua_State *L)
                                      {"new", mempool_new},
                                      {NULL, NULL}};
     l_newclass(L, L_MEMPOOL, meta, methods);
+    luaL_getmetatable(L, L_MEMPOOL);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &key_mempool);
 
     luaL_newlib(L, funcs);
     lua_newtable(L);
