@@ -112,6 +112,12 @@ $(BUILD)/bench/speed: bench/speed.c $(CORE_OBJ) $(CU_OBJ)
 	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(BUILD)/bench/speed.d
 
+# bench/floor.c: Lua's own cost for the same call shape with no allocator
+# behind it (a Lua module bench/speed.lua loads when present).
+$(BUILD)/bench_floor.so: bench/floor.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -I$(LUA_INCDIR) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $<
+
 # make bench: every binding aim beside its C counterpart (bench/speed.lua),
 # then seed 001's multi-stream comparison (bench/multistream.lua), on the
 # host backend and, when a device answers, on the CUDA backend.
@@ -119,7 +125,7 @@ $(BUILD)/bench/speed: bench/speed.c $(CORE_OBJ) $(CU_OBJ)
 # passed to bench/multistream.lua.
 BENCH_SCALE ?= 1
 MULTISTREAM_ARGS ?=
-bench: deps all $(BUILD)/bench/speed
+bench: deps all $(BUILD)/bench/speed $(BUILD)/bench_floor.so
 	@CUPOLA_BACKEND=host $(LUA) bench/speed.lua $(BENCH_SCALE)
 	@CUPOLA_BACKEND=host $(LUA) bench/multistream.lua $(MULTISTREAM_ARGS)
 	@if CUPOLA_BACKEND=cuda $(LUA) -e 'package.cpath = "$(BUILD)/?.so;" .. package.cpath; require "cupola.core"' >/dev/null 2>&1; then \

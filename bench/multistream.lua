@@ -200,20 +200,21 @@ for _, nstreams in ipairs(KS) do
   print(string.format("### K = %d streams", nstreams))
   print("")
   print(report.table({ "allocator", "ms", "reserved end", "reserved peak", "failed", "data" }, rows))
-  -- The best cupola pool against cudaMallocAsync: the fastest among those
-  -- that also reserve no more at the peak; else the fastest overall.
+  -- The best cupola pool against cudaMallocAsync: the fastest of those
+  -- strictly ahead in both time and peak bytes; else the fastest overall.
   local async, best, fastest = byname.cudaMallocAsync, nil, nil
-  for _, r in pairs(byname) do
+  for _, a in ipairs(allocators) do
+    local r = byname[a.name]
     if r.cupola_pool and r.failed == 0 and r.bad == 0 then
       if not fastest or r.ms < fastest.ms then fastest = r end
-      if r.peak <= async.peak and (not best or r.ms < best.ms) then best = r end
+      if r.ms < async.ms and r.peak < async.peak and (not best or r.ms < best.ms) then best = r end
     end
   end
-  local b = (best and best.ms < async.ms) and best or fastest
+  local b = best or fastest
   if b then
     print(string.format("best cupola pool at K=%d: %s, %.2f ms / %s peak vs cudaMallocAsync %.2f ms / %s peak: %s",
       nstreams, b.name, b.ms, report.bytes(b.peak), async.ms, report.bytes(async.peak),
-      (b.ms < async.ms and b.peak <= async.peak) and "ahead in time and bytes" or "NOT ahead in both"))
+      best and "ahead in time and bytes" or "NOT ahead in both"))
   end
 end
 return results
