@@ -4,6 +4,7 @@
 #   make deps       install what is missing from Debian's packages (idempotent)
 #   make test       deps, build, C tests and the busted suite; ends "N passed, N failed"
 #   make demo       deps, build, run the main experiment
+#   make bench      the binding's cost beside the C it wraps, and the multi-stream comparison
 #   make gpu-check  on the GPU machine: build, suite with #gpu, compute-sanitizer, examples, bench
 #   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR; alone: PREFIX=/usr/local)
 #   make test-install  only spec/install_spec.lua: `luarocks make` into a temporary tree, used
@@ -61,7 +62,7 @@ LUA_OBJ  := $(LUA_SRC:src/lua/%.c=$(OBJ)/lua/%.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
-.PHONY: all deps test test-c test-lua demo gpu-check install clean FORCE
+.PHONY: all deps test test-c test-lua demo bench gpu-check install clean FORCE
 all: $(MODULE)
 
 # The build's configuration, rewritten only when it changes: objects depend
@@ -105,6 +106,34 @@ $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
+
+# bench/speed.c: the C side of `make bench` (the same operations through the
+# core, beside the Lua figures), linked with the core like the C tests.
+$(BUILD)/bench/speed: bench/speed.c $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+-include $(BUILD)/bench/speed.d
+
+# bench/floor.c: Lua's own cost for the same call shape with no allocator
+# behind it (a Lua module bench/speed.lua loads when present).
+$(BUILD)/bench_floor.so: bench/floor.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -I$(LUA_INCDIR) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $<
+
+# make bench: every binding aim beside its C counterpart (bench/speed.lua),
+# then seed 001's multi-stream comparison (bench/multistream.lua), on the
+# host backend and, when a device answers, on the CUDA backend.
+# BENCH_SCALE shortens (0.1) or lengthens the runs; MULTISTREAM_ARGS are
+# passed to bench/multistream.lua.
+BENCH_SCALE ?= 1
+MULTISTREAM_ARGS ?=
+bench: deps all $(BUILD)/bench/speed $(BUILD)/bench_floor.so
+	@CUPOLA_BACKEND=host $(LUA) bench/speed.lua $(BENCH_SCALE)
+	@CUPOLA_BACKEND=host $(LUA) bench/multistream.lua $(MULTISTREAM_ARGS)
+	@if CUPOLA_BACKEND=cuda $(LUA) -e 'package.cpath = "$(BUILD)/?.so;" .. package.cpath; require "cupola.core"' >/dev/null 2>&1; then \
+	    CUPOLA_BACKEND=cuda $(LUA) bench/speed.lua $(BENCH_SCALE) && \
+	    CUPOLA_BACKEND=cuda $(LUA) bench/multistream.lua $(MULTISTREAM_ARGS); \
+	else echo "(no usable CUDA device: the cuda backend is skipped)"; fi
 
 # CUPOLA_NO_DEPS=1 skips the installation (the GPU machine has no network;
 # bench/gpu-check.sh brings Lua with it).

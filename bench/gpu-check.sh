@@ -2,7 +2,7 @@
 # bench/gpu-check.sh (make gpu-check): everything cupola checks on the GPU
 # machine, in one command.
 #
-#   sh bench/gpu-check.sh [stage ...]     stages: build test sanitize examples bench
+#   sh bench/gpu-check.sh [stage ...]     stages: build test sanitize examples bench speed
 #                                         (default: all of them, in that order)
 #
 # The GPU machine has CUDA but no Lua and no network: Lua 5.4, busted and
@@ -72,7 +72,7 @@ C_TESTS=${C_TESTS:-$(ls tests/c/test_*.c 2>/dev/null | sed 's|tests/c/|build/tes
 for stage in $stages; do
     case $stage in
     build)
-        run_stage build make -j8 all $C_TESTS build/bench/seed000 LUA_INCDIR="$LUA_INC" \
+        run_stage build make -j8 all $C_TESTS build/bench/seed000 build/bench/speed build/bench_floor.so LUA_INCDIR="$LUA_INC" \
             EXTRA_CFLAGS="-Werror $ZFLAGS" EXTRA_LDFLAGS="$ZLD" || { cat "$LOGS/build.log" | tail -30; exit 1; }
         ;;
     test)
@@ -107,6 +107,17 @@ for stage in $stages; do
     bench)
         CUPOLA_COMMIT=$commit CUPOLA_BACKEND=cuda run_stage bench lua5.4 bench/run.lua "$OUT"
         cp "$LOGS/bench.log" "$OUT/bench.log"
+        ;;
+    speed)
+        # make bench's figures (bench/speed.lua: each binding aim beside its
+        # C counterpart; bench/multistream.lua: seed 001) on both backends.
+        # MULTISTREAM_ARGS: e.g. "400 1,2,4,8" (default) or fewer for a short run.
+        for be in cuda host; do
+            CUPOLA_COMMIT=$commit CUPOLA_BACKEND=$be run_stage "speed-$be" lua5.4 bench/speed.lua ${BENCH_SCALE:-1}
+            cp "$LOGS/speed-$be.log" "$OUT/speed-$be.md"
+        done
+        CUPOLA_BACKEND=cuda run_stage multistream-cuda lua5.4 bench/multistream.lua ${MULTISTREAM_ARGS:-}
+        cp "$LOGS/multistream-cuda.log" "$OUT/multistream-cuda.md"
         ;;
     *)
         note "unknown stage $stage"

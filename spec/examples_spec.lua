@@ -73,6 +73,14 @@ describe("examples", function()
     assert.is_nil(out:find("CORRUPTED", 1, true), out)
   end)
 
+  it("multistream_compare.lua tables seed 001 with the data checked", function()
+    local out = run "multistream_compare.lua"
+    for _, name in ipairs { "cudaMallocAsync", "native pool", "cupola tlsf/event", "cupola caching/event" } do
+      assert.matches("\n%s+4%s+" .. name:gsub("%p", "%%%0") .. "%s+[%d.]+%s+[%d.]+ %a?i?B%s+ok", out)
+    end
+    assert.is_nil(out:find("bad bytes", 1, true), out)
+  end)
+
   it("replay.lua compares every allocator on a trace", function()
     local out = run "replay.lua"
     for _, kind in ipairs { "tlsf", "freelist", "caching" } do

@@ -85,9 +85,54 @@ typedef struct l_buffer {
     uint64_t generation; /* of pool, at allocation */
 } l_buffer;
 
-/* The user values of a Buffer: its Stream and its pool (Mempool or Pool). */
+/* The user values of a Buffer: its Stream and its pool (Mempool or Pool).
+ * A buffer on the default stream leaves L_UV_STREAM nil (the default stream
+ * lives as long as the state, and the registry lookup would cost every
+ * allocation): read it with l_pushbufferstream. */
 #define L_UV_STREAM 1
 #define L_UV_POOL 2
+
+/* --- fast type checks (util.c) ---
+ *
+ * luaL_checkudata finds the metatable by its name in the registry (a string
+ * lookup) on every call; the hot paths compare against the metatable by
+ * identity instead, held in upvalues:
+ *  - every metamethod and method registered by l_newclass has L_NUP
+ *    upvalues: its class's metatable (L_UP_META) and method table
+ *    (L_UP_METHODS), and the Buffer and Stream metatables (L_UP_BUFFER,
+ *    L_UP_STREAM), the two types other types' hot calls take as arguments;
+ *  - module functions registered with l_setfuncs / l_pushcfunction have the
+ *    same upvalues with the first two nil;
+ *  - Buffer, Stream and Event metatables are also in the registry under a
+ *    light-userdata key, for functions with no upvalues.
+ * Every check falls back to luaL_checkudata, so errors read as before.
+ * Functions that use none of this are unaffected by the upvalues. */
+#define L_UP_META lua_upvalueindex(1)
+#define L_UP_METHODS lua_upvalueindex(2)
+#define L_UP_BUFFER lua_upvalueindex(3)
+#define L_UP_STREAM lua_upvalueindex(4)
+#define L_NUP 4
+
+extern const char l_key_buffer, l_key_stream, l_key_event;
+
+/* The userdata at arg, which must be of the class whose method or
+ * metamethod is running (its metatable is upvalue 1); raises as
+ * luaL_checkudata(L, arg, tname) otherwise.  Only for the class's own
+ * objects: in a function of another class the upvalue is that class's. */
+void *l_checkself(lua_State *L, int arg, const char *tname);
+/* The userdata at arg if its metatable is the one at upvalue up (0: none)
+ * or stored under key in the registry, else NULL (l_testkey) or
+ * luaL_checkudata's error (l_checkkey). */
+void *l_testkey(lua_State *L, int arg, int up, const void *key);
+void *l_checkkey(lua_State *L, int arg, int up, const void *key, const char *tname);
+/* For __index functions of l_newclass classes: pushes the method named by
+ * the key at index 2 (a raw lookup in L_UP_METHODS, no string compare) and
+ * returns 1, or pushes nothing and returns 0. */
+int l_index_method(lua_State *L);
+/* luaL_setfuncs(L, l, 0) into the table on top, and lua_pushcfunction, with
+ * the upvalues above (no class: the first two are nil). */
+void l_setfuncs(lua_State *L, const luaL_Reg *l);
+void l_pushcfunction(lua_State *L, lua_CFunction f);
 
 /* --- helpers (util.c) --- */
 
@@ -134,6 +179,8 @@ l_buffer *l_newbuffer(lua_State *L);
 void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origin,
                      int stream_idx, l_streamref *sref);
 l_buffer *l_checkbuffer(lua_State *L, int arg); /* a live buffer */
+/* Pushes the Stream object a buffer (at idx) is ordered on. */
+void l_pushbufferstream(lua_State *L, int idx);
 /* --- pool owners (ref.c) --- */
 /* Drops one reference; the last one releases the pool (called by buffers and
  * by the pool handles). */
@@ -158,10 +205,14 @@ int l_readonly_newindex(lua_State *L);
 
 /* Creates the metatable tname (luaL_newmetatable: with __name) holding the
  * metamethods and, under "methods", the method table, which is also __index
- * unless meta has its own.  Leaves nothing on the stack. */
+ * unless meta has its own.  Every function of meta and methods gets the
+ * upvalues L_UP_META and L_UP_METHODS (functions that do not use them are
+ * unaffected).  Leaves nothing on the stack. */
 void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const luaL_Reg *methods);
 /* For __index functions: pushes the method k of the object at obj and
- * returns 1, or pushes nothing and returns 0. */
+ * returns 1, or pushes nothing and returns 0.  Raw lookup in L_UP_METHODS
+ * when k is the key at index 2 of an l_newclass function (l_index_method
+ * is the same without the arguments). */
 int l_getmethod(lua_State *L, int obj, const char *k);
 
 #endif /* CUPOLA_BINDING_H */

@@ -91,7 +91,13 @@ l_buffer *l_newbuffer(lua_State *L)
 {
     l_buffer *b = (l_buffer *)lua_newuserdatauv(L, sizeof *b, 2);
     memset(b, 0, sizeof *b);
-    luaL_setmetatable(L, L_BUFFER);
+    /* From the caller's upvalue when it has one: no registry lookup. */
+    lua_pushvalue(L, L_UP_BUFFER);
+    if (lua_type(L, -1) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_rawgetp(L, LUA_REGISTRYINDEX, &l_key_buffer);
+    }
+    lua_setmetatable(L, -2);
     return b;
 }
 
@@ -100,11 +106,11 @@ void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origi
 {
     l_buffer *b = (l_buffer *)lua_touserdata(L, idx);
     idx = lua_absindex(L, idx);
-    if (stream_idx == 0 || lua_isnoneornil(L, stream_idx))
-        lua_getfield(L, LUA_REGISTRYINDEX, "cupola.default_stream");
-    else
+    /* The default stream stays nil (l_pushbufferstream). */
+    if (stream_idx != 0 && !lua_isnoneornil(L, stream_idx)) {
         lua_pushvalue(L, stream_idx);
-    lua_setiuservalue(L, idx, L_UV_STREAM);
+        lua_setiuservalue(L, idx, L_UV_STREAM);
+    }
     b->ptr = p;
     b->size = size;
     b->origin = origin;
@@ -123,9 +129,17 @@ static int buffer_live(const l_buffer *b)
     return 1;
 }
 
+void l_pushbufferstream(lua_State *L, int idx)
+{
+    if (lua_getiuservalue(L, idx, L_UV_STREAM) == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_getfield(L, LUA_REGISTRYINDEX, "cupola.default_stream");
+    }
+}
+
 l_buffer *l_checkbuffer(lua_State *L, int arg)
 {
-    l_buffer *b = (l_buffer *)luaL_checkudata(L, arg, L_BUFFER);
+    l_buffer *b = (l_buffer *)l_checkkey(L, arg, L_UP_BUFFER, &l_key_buffer, L_BUFFER);
     if (!buffer_live(b)) {
         if (b->ptr)
             luaL_error(L, "attempt to use a closed " L_BUFFER " (freed by its pool's reset())");
@@ -182,7 +196,7 @@ static cp_status buffer_release(l_buffer *b, l_streamref *s, int from_gc)
 /* __gc and __close: never raise, never synchronize. */
 static int buffer_gc(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)luaL_checkudata(L, 1, L_BUFFER);
+    l_buffer *b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
     if (b->ptr)
         buffer_release(b, b->stream, 1);
     return 0;
@@ -192,7 +206,7 @@ static int buffer_gc(lua_State *L)
  * safe to call twice. */
 static int buffer_close(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)luaL_checkudata(L, 1, L_BUFFER);
+    l_buffer *b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
     if (b->ptr)
         l_check(L, buffer_release(b, b->stream, 0));
     return 0;
@@ -202,7 +216,7 @@ static int buffer_close(lua_State *L)
  * free is a double free, which is misuse and raises. */
 static int buffer_free(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)luaL_checkudata(L, 1, L_BUFFER);
+    l_buffer *b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
     l_streamref *s;
     if (!buffer_live(b)) {
         if (b->ptr) { /* freed by reset(): only drop the references */
@@ -308,16 +322,18 @@ static int buffer_copy_to(lua_State *L)
 
 static int buffer_index(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)luaL_checkudata(L, 1, L_BUFFER);
-    const char *k = luaL_checkstring(L, 2);
-    if (l_getmethod(L, 1, k))
+    l_buffer *b;
+    const char *k;
+    if (l_index_method(L))
         return 1;
+    b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
+    k = luaL_checkstring(L, 2);
     if (strcmp(k, "size") == 0)
         lua_pushinteger(L, (lua_Integer)b->size);
     else if (strcmp(k, "address") == 0)
         lua_pushinteger(L, (lua_Integer)(uintptr_t)(buffer_live(b) ? b->ptr : NULL));
     else if (strcmp(k, "stream") == 0)
-        lua_getiuservalue(L, 1, L_UV_STREAM);
+        l_pushbufferstream(L, 1);
     else if (strcmp(k, "pool") == 0)
         lua_getiuservalue(L, 1, L_UV_POOL);
     else if (strcmp(k, "origin") == 0)
@@ -390,8 +406,10 @@ void l_open_buffer(lua_State *L)
                                        {"memset", buffer_memset},   {"copy_to", buffer_copy_to},
                                        {NULL, NULL}};
     l_newclass(L, L_BUFFER, meta, methods);
+    luaL_getmetatable(L, L_BUFFER);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &l_key_buffer);
 
-    lua_pushcfunction(L, l_malloc);
+    l_pushcfunction(L, l_malloc);
     lua_setfield(L, -2, "malloc");
     lua_pushcfunction(L, l_synchronize);
     lua_setfield(L, -2, "synchronize");

@@ -8,7 +8,7 @@
 
 static l_event *toevent(lua_State *L, int arg)
 {
-    l_event *ev = (l_event *)luaL_checkudata(L, arg, L_EVENT);
+    l_event *ev = (l_event *)l_checkself(L, arg, L_EVENT);
     if (!ev->e)
         luaL_error(L, "attempt to use a closed " L_EVENT);
     return ev;
@@ -34,7 +34,7 @@ static int event_new(lua_State *L)
 
 static int event_close(lua_State *L)
 {
-    l_event *ev = (l_event *)luaL_checkudata(L, 1, L_EVENT);
+    l_event *ev = (l_event *)l_checkself(L, 1, L_EVENT);
     if (ev->e) {
         cp_be->event_destroy(ev->e);
         ev->e = NULL;
@@ -98,6 +98,8 @@ void l_open_event(lua_State *L)
                                        {"close", event_close},
                                        {NULL, NULL}};
     l_newclass(L, L_EVENT, meta, methods);
+    luaL_getmetatable(L, L_EVENT);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &l_key_event);
     lua_pushcfunction(L, event_new);
     lua_setfield(L, -2, "event");
 }

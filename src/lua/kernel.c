@@ -10,65 +10,98 @@
 static const char *const dtype_names[] = {"f32", "f64", "i32", "u32", "u8", NULL};
 static const size_t dtype_sizes[] = {4, 8, 4, 4, 1};
 
-/* Launch options common to every kernel: grid, block, stream.  Absent (or
- * nil) means "cover the buffer"; a value that is given must be a real launch
- * dimension, so grid = 0 or block = 0 raises instead of meaning "absent". */
-static unsigned checkdim(lua_State *L, int idx, const char *key, lua_Integer max)
+/* Launch options, parsed in one pass over the table (no lookups per
+ * option, nothing allocated): the common case, no table, costs one type
+ * test.  Each kernel allows a subset. */
+enum { O_TYPE = 1, O_STREAM = 2, O_GRID = 4, O_BLOCK = 8 };
+
+typedef struct kopts {
+    cp_dtype t;
+    cp_shape sh;
+    cp_stream *s;
+} kopts;
+
+static lua_Integer optinteger(lua_State *L, const char *key, lua_Integer lo, lua_Integer hi)
 {
-    lua_Integer v;
-    int absent = lua_istable(L, idx) ? lua_getfield(L, idx, key) == LUA_TNIL : 1;
-    if (lua_istable(L, idx))
+    int isint;
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    if (!isint)
+        luaL_error(L, "option '%s' must be an integer, not %s", key, luaL_typename(L, -1));
+    if (v < lo || v > hi)
+        luaL_error(L, "option '%s' must be in 1..%I (or absent), not %I", key, hi, v);
+    return v;
+}
+
+/* Fills o from the options at idx; the stream defaults to b's (or the
+ * default stream when b is NULL). */
+static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l_buffer *b,
+                   kopts *o)
+{
+    o->t = CP_F32;
+    o->sh.grid = 0;
+    o->sh.block = 0;
+    o->s = b ? b->stream->s : l_defaultstream()->s;
+    if (lua_isnoneornil(L, idx))
+        return;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, idx) != 0) {
+        const char *k;
+        unsigned which = 0;
+        if (lua_type(L, -2) != LUA_TSTRING)
+            luaL_error(L, "%s: option names must be strings, not %s", fname, luaL_typename(L, -2));
+        k = lua_tostring(L, -2);
+        switch (k[0]) {
+        case 't': which = strcmp(k, "type") == 0 ? O_TYPE : 0; break;
+        case 's': which = strcmp(k, "stream") == 0 ? O_STREAM : 0; break;
+        case 'g': which = strcmp(k, "grid") == 0 ? O_GRID : 0; break;
+        case 'b': which = strcmp(k, "block") == 0 ? O_BLOCK : 0; break;
+        default: break;
+        }
+        if (!(which & allowed))
+            luaL_error(L, "%s: unknown option '%s'", fname, k);
+        switch (which) {
+        case O_TYPE: {
+            const char *t;
+            int i;
+            if (lua_type(L, -1) != LUA_TSTRING)
+                luaL_error(L, "option 'type' must be a string, not %s", luaL_typename(L, -1));
+            t = lua_tostring(L, -1);
+            for (i = 0; dtype_names[i] && strcmp(t, dtype_names[i]) != 0; i++) {
+            }
+            if (!dtype_names[i])
+                luaL_error(L, "option 'type' must be one of f32, f64, i32, u32, u8, not '%s'", t);
+            o->t = (cp_dtype)i;
+            break;
+        }
+        case O_STREAM: {
+            l_stream *st = (l_stream *)l_testkey(L, -1, L_UP_STREAM, &l_key_stream);
+            if (!st)
+                luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, -1));
+            if (!st->ref)
+                luaL_error(L, "attempt to use a closed " L_STREAM);
+            o->s = st->ref->s;
+            break;
+        }
+        case O_GRID: o->sh.grid = (unsigned)optinteger(L, "grid", 1, 0x7fffffff); break;
+        default: o->sh.block = (unsigned)optinteger(L, "block", 1, 1024); break;
+        }
         lua_pop(L, 1);
-    if (absent)
-        return 0;
-    v = l_optint_field(L, idx, key, 0);
-    if (v < 1 || v > max)
-        luaL_error(L, "option '%s' must be in 1..%I (or absent), not %I", key, max, v);
-    return (unsigned)v;
-}
-
-static void checkshape(lua_State *L, int idx, cp_shape *sh)
-{
-    sh->grid = checkdim(L, idx, "grid", 0x7fffffff);
-    sh->block = checkdim(L, idx, "block", 1024);
-}
-
-static cp_dtype checkdtype(lua_State *L, int idx)
-{
-    const char *t = l_optstring_field(L, idx, "type", "f32");
-    int i;
-    for (i = 0; dtype_names[i]; i++)
-        if (strcmp(t, dtype_names[i]) == 0)
-            return (cp_dtype)i;
-    return (cp_dtype)luaL_error(L, "option 'type' must be one of f32, f64, i32, u32, u8, not '%s'", t);
-}
-
-/* The stream of a kernel on buffer b: opts.stream, else b.stream. */
-static cp_stream *kstream(lua_State *L, int idx, l_buffer *b)
-{
-    if (!lua_isnoneornil(L, idx)) {
-        int t = lua_getfield(L, idx, "stream");
-        lua_pop(L, 1);
-        if (t != LUA_TNIL)
-            return l_optstream_field(L, idx)->s;
     }
-    return b ? b->stream->s : l_defaultstream()->s;
 }
 
 /* kernels.fill(b, value, {type="f32", stream=, grid=, block=}) -> b */
 static int k_fill(lua_State *L)
 {
-    static const char *const opts[] = {"type", "stream", "grid", "block", NULL};
     l_buffer *b = l_checkbuffer(L, 1);
     cp_scalar v;
-    cp_shape sh;
+    kopts o;
     cp_dtype t;
 
     l_checkmemory(L, b, 1);
     luaL_checknumber(L, 2);
-    l_checkoptions(L, 3, "cupola.kernels.fill", opts);
-    t = checkdtype(L, 3);
-    checkshape(L, 3, &sh);
+    kparse(L, 3, "cupola.kernels.fill", O_TYPE | O_STREAM | O_GRID | O_BLOCK, b, &o);
+    t = o.t;
     if (t == CP_F32 || t == CP_F64) {
         v.f = (double)lua_tonumber(L, 2);
     } else {
@@ -83,7 +116,7 @@ static int k_fill(lua_State *L)
             luaL_argcheck(L, n >= -2147483648LL && n <= 2147483647LL, 2, "i32 value out of range");
         v.i = (int64_t)n;
     }
-    l_check(L, cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &sh, kstream(L, 3, b)));
+    l_check(L, cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &o.sh, o.s));
     lua_settop(L, 1);
     return 1;
 }
@@ -91,13 +124,11 @@ static int k_fill(lua_State *L)
 /* kernels.sqrt_index(b, opts) -> b: the seeds' processKernel over f32s. */
 static int k_sqrt_index(lua_State *L)
 {
-    static const char *const opts[] = {"stream", "grid", "block", NULL};
     l_buffer *b = l_checkbuffer(L, 1);
-    cp_shape sh;
+    kopts o;
     l_checkmemory(L, b, 1);
-    l_checkoptions(L, 2, "cupola.kernels.sqrt_index", opts);
-    checkshape(L, 2, &sh);
-    l_check(L, cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &sh, kstream(L, 2, b)));
+    kparse(L, 2, "cupola.kernels.sqrt_index", O_STREAM | O_GRID | O_BLOCK, b, &o);
+    l_check(L, cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &o.sh, o.s));
     lua_settop(L, 1);
     return 1;
 }
@@ -106,17 +137,15 @@ static int k_sqrt_index(lua_State *L)
  * elements (exact integer for integer types); waits for the stream. */
 static int k_checksum(lua_State *L)
 {
-    static const char *const opts[] = {"type", "stream", "grid", "block", NULL};
     l_buffer *b = l_checkbuffer(L, 1);
     cp_scalar out;
-    cp_shape sh;
+    kopts o;
     cp_dtype t;
     l_checkmemory(L, b, 1);
-    l_checkoptions(L, 2, "cupola.kernels.checksum", opts);
-    t = checkdtype(L, 2);
-    checkshape(L, 2, &sh);
+    kparse(L, 2, "cupola.kernels.checksum", O_TYPE | O_STREAM | O_GRID | O_BLOCK, b, &o);
+    t = o.t;
     out.u = 0;
-    l_check(L, cp_be->k_checksum(b->ptr, b->size, t, &sh, kstream(L, 2, b), &out));
+    l_check(L, cp_be->k_checksum(b->ptr, b->size, t, &o.sh, o.s, &out));
     if (t == CP_F32 || t == CP_F64)
         lua_pushnumber(L, (lua_Number)out.f);
     else
@@ -127,11 +156,11 @@ static int k_checksum(lua_State *L)
 /* kernels.spin(microseconds, {stream=}): keeps a stream busy. */
 static int k_spin(lua_State *L)
 {
-    static const char *const opts[] = {"stream", NULL};
     lua_Integer us = luaL_checkinteger(L, 1);
+    kopts o;
     luaL_argcheck(L, us >= 0 && us <= 60 * 1000 * 1000, 1, "microseconds must be in 0..60000000");
-    l_checkoptions(L, 2, "cupola.kernels.spin", opts);
-    l_check(L, cp_be->k_spin((uint64_t)us, kstream(L, 2, NULL)));
+    kparse(L, 2, "cupola.kernels.spin", O_STREAM, NULL, &o);
+    l_check(L, cp_be->k_spin((uint64_t)us, o.s));
     return 0;
 }
 
@@ -139,25 +168,25 @@ static int k_spin(lua_State *L)
  * offset; kernels.verify(b, seed, opts) -> number of bytes that differ. */
 static int k_pattern(lua_State *L)
 {
-    static const char *const opts[] = {"stream", NULL};
     l_buffer *b = l_checkbuffer(L, 1);
     lua_Integer seed = luaL_checkinteger(L, 2);
+    kopts o;
     l_checkmemory(L, b, 1);
-    l_checkoptions(L, 3, "cupola.kernels.pattern", opts);
-    l_check(L, cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, kstream(L, 3, b)));
+    kparse(L, 3, "cupola.kernels.pattern", O_STREAM, b, &o);
+    l_check(L, cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, o.s));
     lua_settop(L, 1);
     return 1;
 }
 
 static int k_verify(lua_State *L)
 {
-    static const char *const opts[] = {"stream", NULL};
     l_buffer *b = l_checkbuffer(L, 1);
     lua_Integer seed = luaL_checkinteger(L, 2);
     uint64_t bad = 0;
+    kopts o;
     l_checkmemory(L, b, 1);
-    l_checkoptions(L, 3, "cupola.kernels.verify", opts);
-    l_check(L, cp_be->k_verify(b->ptr, b->size, (uint64_t)seed, kstream(L, 3, b), &bad));
+    kparse(L, 3, "cupola.kernels.verify", O_STREAM, b, &o);
+    l_check(L, cp_be->k_verify(b->ptr, b->size, (uint64_t)seed, o.s, &bad));
     lua_pushinteger(L, (lua_Integer)bad);
     return 1;
 }
@@ -168,6 +197,7 @@ void l_open_kernels(lua_State *L)
                                      {"checksum", k_checksum}, {"spin", k_spin},
                                      {"pattern", k_pattern},   {"verify", k_verify},
                                      {NULL, NULL}};
-    luaL_newlib(L, funcs);
+    lua_newtable(L);
+    l_setfuncs(L, funcs);
     lua_setfield(L, -2, "kernels");
 }

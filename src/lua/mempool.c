@@ -33,9 +33,13 @@ static const struct {
 };
 #define NATTRS (sizeof attrs / sizeof attrs[0])
 
+/* Its registry key: cupola.malloc_async checks the current pool on every
+ * call, and a light key costs less than the name. */
+static const char key_mempool = 'm';
+
 static l_mempool *tomempool(lua_State *L, int arg)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, arg, L_MEMPOOL);
+    l_mempool *m = (l_mempool *)l_checkkey(L, arg, 0, &key_mempool, L_MEMPOOL);
     if (!m->ref)
         luaL_error(L, "attempt to use a closed " L_MEMPOOL);
     return m;
@@ -170,11 +174,10 @@ static int mempool_set_current(lua_State *L)
     return 0;
 }
 
-/* Allocates into a new Buffer from m (the Mempool at midx) on the stream
- * argument at sarg; origin says which API served it. */
-static int alloc_into(lua_State *L, int midx, size_t n, int sarg, l_origin origin)
+/* Allocates into a new Buffer from m (the Mempool at midx, checked by the
+ * caller) on the stream argument at sarg; origin says which API served it. */
+static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, l_origin origin)
 {
-    l_mempool *m = tomempool(L, midx);
     l_streamref *s = l_optstream(L, sarg);
     void *p = NULL;
     int nret;
@@ -199,18 +202,25 @@ static int alloc_into(lua_State *L, int midx, size_t n, int sarg, l_origin origi
 static int mempool_alloc(lua_State *L)
 {
     size_t n;
-    tomempool(L, 1);
+    l_mempool *m = tomempool(L, 1);
     n = l_checksize(L, 2);
-    return alloc_into(L, 1, n, 3, L_FROM_MEMPOOL);
+    lua_settop(L, 3); /* index 3 reads nil without a stream, not the new buffer */
+    return alloc_into(L, m, 1, n, 3, L_FROM_MEMPOOL);
 }
 
 /* cupola.malloc_async(size, s): cudaMallocAsync from the current pool. */
 static int l_malloc_async(lua_State *L)
 {
     size_t n = l_checksize(L, 1);
+    l_mempool *m;
     lua_settop(L, 2);
     push_current(L); /* index 3 */
-    return alloc_into(L, 3, n, 2, L_FROM_ASYNC);
+    /* The registry only ever holds Mempools (set_current checks), so no
+     * type check on this hot path; a closed one still raises. */
+    m = (l_mempool *)lua_touserdata(L, 3);
+    if (!m || !m->ref)
+        return luaL_error(L, "attempt to use a closed " L_MEMPOOL);
+    return alloc_into(L, m, 3, n, 2, L_FROM_ASYNC);
 }
 
 static int mempool_trim(lua_State *L)
@@ -376,6 +386,8 @@ void l_open_mempool(lua_State *L)
                                      {"new", mempool_new},
                                      {NULL, NULL}};
     l_newclass(L, L_MEMPOOL, meta, methods);
+    luaL_getmetatable(L, L_MEMPOOL);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &key_mempool);
 
     luaL_newlib(L, funcs);
     lua_newtable(L);
@@ -384,6 +396,6 @@ void l_open_mempool(lua_State *L)
     lua_setmetatable(L, -2);
     lua_setfield(L, -2, "mempool");
 
-    lua_pushcfunction(L, l_malloc_async);
+    l_pushcfunction(L, l_malloc_async);
     lua_setfield(L, -2, "malloc_async");
 }

@@ -218,14 +218,20 @@ static int pool_new(lua_State *L)
 /* p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory" */
 static int pool_alloc(lua_State *L)
 {
-    l_pool *p = topool(L, 1);
+    l_pool *p = (l_pool *)l_checkself(L, 1, L_POOL);
     size_t n = l_checksize(L, 2);
     l_streamref *s = l_optstream(L, 3);
     void *ptr = NULL;
     l_buffer *b;
     int nret;
 
+    if (!p->ref)
+        return luaL_error(L, "attempt to use a closed " L_POOL);
     luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte");
+    /* The buffer goes to index 4: without a stream argument, index 3 must
+     * read as nil, not as the new buffer (which then named itself as its
+     * stream). */
+    lua_settop(L, 3);
     b = l_newbuffer(L);
     if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0)
         return nret;
@@ -302,7 +308,7 @@ static int pool_close(lua_State *L)
 
 static int pool_gc(lua_State *L)
 {
-    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
+    l_pool *p = (l_pool *)l_checkself(L, 1, L_POOL);
     if (p->ref) {
         l_poolref_release(p->ref);
         p->ref = NULL;
@@ -312,10 +318,12 @@ static int pool_gc(lua_State *L)
 
 static int pool_index(lua_State *L)
 {
-    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
-    const char *k = luaL_checkstring(L, 2);
-    if (l_getmethod(L, 1, k))
+    l_pool *p;
+    const char *k;
+    if (l_index_method(L))
         return 1;
+    p = (l_pool *)l_checkself(L, 1, L_POOL);
+    k = luaL_checkstring(L, 2);
     if (strcmp(k, "kind") == 0)
         lua_pushstring(L, p->kind);
     else if (strcmp(k, "upstream") == 0)

@@ -31,7 +31,7 @@ static l_streamref default_ref = {NULL, 1};
 
 static l_stream *tostream(lua_State *L, int arg)
 {
-    l_stream *st = (l_stream *)luaL_checkudata(L, arg, L_STREAM);
+    l_stream *st = (l_stream *)l_checkkey(L, arg, L_UP_STREAM, &l_key_stream, L_STREAM);
     if (!st->ref)
         luaL_error(L, "attempt to use a closed " L_STREAM);
     return st;
@@ -97,7 +97,7 @@ static int stream_new(lua_State *L)
  * stream belongs to the device and is never released. */
 static int stream_close(lua_State *L)
 {
-    l_stream *st = (l_stream *)luaL_checkudata(L, 1, L_STREAM);
+    l_stream *st = (l_stream *)l_checkself(L, 1, L_STREAM);
     if (st->ref && !st->is_default) {
         l_streamref_release(st->ref);
         st->ref = NULL;
@@ -132,10 +132,12 @@ static int stream_wait(lua_State *L)
 
 static int stream_index(lua_State *L)
 {
-    l_stream *st = (l_stream *)luaL_checkudata(L, 1, L_STREAM);
-    const char *k = luaL_checkstring(L, 2);
-    if (l_getmethod(L, 1, k))
+    l_stream *st;
+    const char *k;
+    if (l_index_method(L))
         return 1;
+    st = (l_stream *)l_checkself(L, 1, L_STREAM);
+    k = luaL_checkstring(L, 2);
     if (strcmp(k, "closed") == 0) {
         lua_pushboolean(L, st->ref == NULL);
         return 1;
@@ -177,6 +179,8 @@ void l_open_stream(lua_State *L)
     l_stream *st;
 
     l_newclass(L, L_STREAM, meta, methods);
+    luaL_getmetatable(L, L_STREAM);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &l_key_stream);
 
     lua_pushcfunction(L, stream_new);
     lua_setfield(L, -2, "stream");

@@ -198,14 +198,100 @@ int l_readonly_newindex(lua_State *L)
     return luaL_error(L, "%s field '%s' is read-only", tname, luaL_tolstring(L, 2, NULL));
 }
 
+/* The registry keys: only their addresses matter. */
+const char l_key_buffer = 'b', l_key_stream = 's', l_key_event = 'e';
+
+void *l_checkself(lua_State *L, int arg, const char *tname)
+{
+    void *p = lua_touserdata(L, arg);
+    if (p && lua_getmetatable(L, arg)) {
+        const void *mt = lua_topointer(L, -1);
+        lua_settop(L, -2);
+        if (mt == lua_topointer(L, L_UP_META))
+            return p;
+    }
+    return luaL_checkudata(L, arg, tname);
+}
+
+void *l_testkey(lua_State *L, int arg, int up, const void *key)
+{
+    void *p = lua_touserdata(L, arg);
+    if (p && lua_getmetatable(L, arg)) {
+        const void *mt = lua_topointer(L, -1);
+        lua_settop(L, -2);
+        if (up && mt == lua_topointer(L, up))
+            return p;
+        lua_rawgetp(L, LUA_REGISTRYINDEX, key);
+        if (mt == lua_topointer(L, -1)) {
+            lua_settop(L, -2);
+            return p;
+        }
+        lua_settop(L, -2);
+    }
+    return NULL;
+}
+
+void *l_checkkey(lua_State *L, int arg, int up, const void *key, const char *tname)
+{
+    void *p = l_testkey(L, arg, up, key);
+    return p ? p : luaL_checkudata(L, arg, tname);
+}
+
+int l_index_method(lua_State *L)
+{
+    if (lua_type(L, L_UP_METHODS) != LUA_TTABLE)
+        return 0;
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, L_UP_METHODS) != LUA_TNIL)
+        return 1;
+    lua_settop(L, -2);
+    return 0;
+}
+
+/* Pushes the Buffer and Stream metatables (created empty if their classes
+ * are not registered yet: l_newclass fills them later). */
+static void push_shared(lua_State *L)
+{
+    luaL_newmetatable(L, L_BUFFER);
+    luaL_newmetatable(L, L_STREAM);
+}
+
+void l_setfuncs(lua_State *L, const luaL_Reg *l)
+{
+    lua_pushnil(L);
+    lua_pushnil(L);
+    push_shared(L);
+    luaL_setfuncs(L, l, L_NUP);
+}
+
+void l_pushcfunction(lua_State *L, lua_CFunction f)
+{
+    lua_pushnil(L);
+    lua_pushnil(L);
+    push_shared(L);
+    lua_pushcclosure(L, f, L_NUP);
+}
+
 void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const luaL_Reg *methods)
 {
-    luaL_newmetatable(L, tname);
-    luaL_setfuncs(L, meta, 0);
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
+    luaL_newmetatable(L, tname); /* mt */
+    lua_newtable(L);             /* mt methods */
+    /* methods: into the method table */
+    lua_pushvalue(L, -1);
+    lua_pushvalue(L, -3);
+    lua_pushvalue(L, -3);
+    push_shared(L);
+    luaL_setfuncs(L, methods, L_NUP);
+    lua_pop(L, 1);
+    /* metamethods: into mt */
+    lua_pushvalue(L, -2);
+    lua_pushvalue(L, -3);
+    lua_pushvalue(L, -3);
+    push_shared(L);
+    luaL_setfuncs(L, meta, L_NUP);
+    lua_pop(L, 1);
     /* A type without its own __index (no fields, only methods) looks the
-     * methods up directly. */
+     * methods up directly: a table __index costs no call at all. */
     if (lua_getfield(L, -2, "__index") == LUA_TNIL) {
         lua_pop(L, 1);
         lua_pushvalue(L, -1);
@@ -219,6 +305,15 @@ void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const lua
 
 int l_getmethod(lua_State *L, int obj, const char *k)
 {
+    /* Fast path: called from an l_newclass __index with the key at 2, on an
+     * object of that class (so L_UP_METHODS is its method table). */
+    if (lua_type(L, 2) == LUA_TSTRING && lua_tostring(L, 2) == k &&
+        lua_type(L, L_UP_METHODS) == LUA_TTABLE && lua_getmetatable(L, obj)) {
+        const void *mt = lua_topointer(L, -1);
+        lua_pop(L, 1);
+        if (mt == lua_topointer(L, L_UP_META))
+            return l_index_method(L);
+    }
     lua_getmetatable(L, obj);
     lua_getfield(L, -1, "methods");
     if (lua_getfield(L, -1, k) != LUA_TNIL) {

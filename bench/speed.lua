@@ -1,0 +1,176 @@
+-- bench/speed.lua (make bench): the binding's cost, each operation from Lua
+-- beside the same operation from C (build/bench/speed, run in the same
+-- invocation on the same backend), with the ratio and the issue's aim.
+--   lua5.4 bench/speed.lua [scale]            (CUPOLA_BACKEND picks the backend)
+-- Loops are written inline (no closure per iteration), so what is measured is
+-- the calls themselves; medians of 7 repetitions after a warm-up, as in C.
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local cupola = require "cupola"
+local K = cupola.kernels
+local clock = cupola.clock
+
+local scale = tonumber(arg and arg[1]) or tonumber(os.getenv "CUPOLA_BENCH_SCALE") or 1
+local REPS = 7
+local n_pair, n_async = math.floor(200000 * scale), math.floor(20000 * scale)
+local n_launch, n_event = math.floor(500 * scale), math.floor(20000 * scale)
+local backend = cupola.backend()
+
+local function median(t)
+  table.sort(t)
+  return t[#t // 2 + 1]
+end
+
+-- Runs body(n) once to warm up, then REPS times; ns per iteration.
+local function per_op(n, body, after)
+  local t = {}
+  for rep = 0, REPS do
+    local t0 = clock()
+    body(n)
+    local dt = (clock() - t0) * 1e9 / n
+    if after then after() end
+    if rep > 0 then t[rep] = dt end
+  end
+  return median(t)
+end
+
+-- The C side runs before and after the Lua side (a machine's clocks and
+-- caches may settle during the first); each figure is the lower median.
+local exe = os.getenv "CUPOLA_BENCH_C" or "build/bench/speed"
+local C, c_comments = {}, {}
+local function run_c()
+  local h = assert(io.popen(string.format("%s %s 2>&1", exe, scale)))
+  local c_out = h:read "a"
+  if not h:close() then error("bench/speed: the C side failed:\n" .. c_out) end
+  for line in c_out:gmatch "[^\n]+" do
+    local name, v = line:match "^(%S+) ([%d.]+) %a+$"
+    if name then
+      C[name] = math.min(C[name] or math.huge, tonumber(v))
+    elseif #c_comments < 1 then
+      c_comments[#c_comments + 1] = line
+    end
+  end
+end
+run_c()
+
+local s <close> = cupola.stream()
+local L = {}
+
+do -- pool pair, virtual upstream
+  local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual", initial = "64MiB" }
+  L.pool_pair_virtual = per_op(n_pair, function(n)
+    for _ = 1, n do p:alloc(4096, s):free() end
+  end)
+end
+do -- pool pair, device upstream
+  local p <close> = cupola.pool { kind = "tlsf", upstream = "device", initial = "64MiB" }
+  L.pool_pair_device = per_op(n_pair, function(n)
+    for _ = 1, n do p:alloc(65536, s):free() end
+  end)
+end
+L.async_pair = per_op(n_async, function(n)
+  for _ = 1, n do cupola.malloc_async(65536, s):free() end
+end, function() s:synchronize() end)
+do
+  local small = cupola.malloc(1024 * 4)
+  local opts = { stream = s }
+  L.launch = per_op(n_launch, function(n)
+    for _ = 1, n do K.sqrt_index(small, opts) end
+  end, function() s:synchronize() end)
+  -- the same with the options table built per call, as scripts write it
+  L.launch_newopts = per_op(n_launch, function(n)
+    for _ = 1, n do K.sqrt_index(small, { stream = s }) end
+  end, function() s:synchronize() end)
+  s:synchronize()
+  small:free()
+end
+do
+  local e <close> = cupola.event { timing = false }
+  L.event_record_query = per_op(n_event, function(n)
+    for _ = 1, n do e:record(s); e:query() end
+  end, function() s:synchronize() end)
+end
+do -- the seed's loop, device time between events (as bench/speed.c)
+  local e0 <close> = cupola.event()
+  local e1 <close> = cupola.event()
+  local size = (1 << 20) * 4
+  local t = {}
+  for rep = 0, REPS do
+    e0:record(s)
+    for _ = 1, 100 do
+      local b = cupola.malloc_async(size, s)
+      K.sqrt_index(b)
+      b:free()
+    end
+    e1:record(s)
+    e1:synchronize()
+    if rep > 0 then t[rep] = e0:elapsed(e1) end
+  end
+  L.seed_loop = median(t)
+end
+
+-- Lua's own floor for the pair's shape (bench/floor.c), when built.
+package.cpath = "build/?.so;" .. package.cpath
+local has_floor, floor = pcall(require, "bench_floor")
+if has_floor then
+  for _, v in ipairs { "table", "gc", "cindex" } do
+    local p = floor.pool(v)
+    L["floor_" .. v] = per_op(n_pair, function(n)
+      for _ = 1, n do p:alloc(4096, s):free() end
+    end)
+  end
+end
+
+run_c()
+
+local rows = {
+  -- name, unit, C counterpart, aim (ratio Lua/C at most; for async_pair: C/Lua at least)
+  { "pool alloc+free pair, tlsf, virtual upstream, 4 KiB", "ns", "pool_pair_virtual", "pool_pair_virtual" },
+  { "pool alloc+free pair, tlsf, device upstream, 64 KiB", "ns", "pool_pair_device", "pool_pair_device" },
+  { "Lua pool pair (device) vs cudaMallocAsync+cudaFreeAsync from C", "ns", "pool_pair_device", "async_pair",
+    speedup = 4 },
+  { "malloc_async+free pair, 64 KiB", "ns", "async_pair", "async_pair" },
+  { "kernel launch, sqrt_index, opts table reused", "ns", "launch", "launch", aim = 1.10 },
+  { "kernel launch, sqrt_index, {stream=s} per call", "ns", "launch_newopts", "launch", aim = 1.10 },
+  { "event record+query", "ns", "event_record_query", "event_record_query", aim = 1.10 },
+  { "seed loop, 100 x {alloc 4 MiB, sqrt_index, free}", "ms", "seed_loop", "seed_loop", aim = 1.05 },
+}
+
+if has_floor then
+  table.insert(rows, 2, { "  floor: userdata, __index table, no __gc (bench/floor.c)", "ns", "floor_table",
+    "pool_pair_virtual" })
+  table.insert(rows, 3, { "  floor: userdata, __index table, __gc", "ns", "floor_gc", "pool_pair_virtual" })
+  table.insert(rows, 4, { "  floor: userdata, C __index, __gc (cupola's shape)", "ns", "floor_cindex",
+    "pool_pair_virtual" })
+end
+
+local d = cupola.device()
+print(string.format("## make bench: backend %s (%s)", backend, d.name))
+print("")
+for _, l in ipairs(c_comments) do print("    " .. l) end
+print("")
+print("| operation | Lua | C | ratio | aim |")
+print("|---|---:|---:|---:|---|")
+local function fmt(v, unit)
+  if unit == "ms" then return string.format("%.3f ms", v) end
+  return string.format("%.0f ns", v)
+end
+local results = {}
+for _, r in ipairs(rows) do
+  local name, unit, lkey, ckey = r[1], r[2], r[3], r[4]
+  local lv, cv = L[lkey], C[ckey]
+  local ratio, aim = lv / cv, ""
+  if r.speedup then
+    ratio = cv / lv
+    aim = string.format(">= %.0fx faster: %s", r.speedup, ratio >= r.speedup and "met" or "NOT met")
+    print(string.format("| %s | %s | %s | %.2fx faster | %s |", name, fmt(lv, unit), fmt(cv, unit), ratio, aim))
+  else
+    if r.aim then aim = string.format("<= %.2fx: %s", r.aim, ratio <= r.aim and "met" or "NOT met") end
+    if lkey == "pool_pair_virtual" and backend == "host" then
+      aim = string.format("<= 150 ns: %s", lv <= 150 and "met" or "NOT met")
+    end
+    print(string.format("| %s | %s | %s | %.2fx | %s |", name, fmt(lv, unit), fmt(cv, unit), ratio, aim))
+  end
+  results[#results + 1] = { name = name, lua = lv, c = cv, ratio = ratio }
+end
+return results
