@@ -33,16 +33,18 @@ static cp_dtype checkdtype(lua_State *L, int idx)
     return (cp_dtype)luaL_error(L, "option 'type' must be one of f32, f64, i32, u32, u8, not '%s'", t);
 }
 
-/* The stream of a kernel on buffer b: opts.stream, else b.stream. */
+/* The stream of a kernel on buffer b: opts.stream, else b.stream; the
+ * default stream means that of b's device (multigpu). */
 static cp_stream *kstream(lua_State *L, int idx, l_buffer *b)
 {
     if (!lua_isnoneornil(L, idx)) {
         int t = lua_getfield(L, idx, "stream");
         lua_pop(L, 1);
         if (t != LUA_TNIL)
-            return l_optstream_field(L, idx)->s;
+            return b ? l_devstream(l_optstream_field(L, idx)->s, b->device)
+                     : l_optstream_field(L, idx)->s;
     }
-    return b ? b->stream->s : l_defaultstream()->s;
+    return b ? l_devstream(b->stream->s, b->device) : l_defaultstream()->s;
 }
 
 /* kernels.fill(b, value, {type="f32", stream=, grid=, block=}) -> b */
