@@ -47,10 +47,12 @@
  *    props.device; each device has its own default pool and current pool.
  *    A pool's chunks are charged to its device's memory account
  *    (cp_host_mem_charge), which refuses what exceeds the device's share of
- *    the host's memory when there is more than one device.  Every device has
- *    read-write access to a pool unless set_access says otherwise; access is
- *    recorded per device and checked by the host's kernels and memsets
- *    (cp_host_pool_check_access): the owning device always keeps read-write.
+ *    the host's memory when there is more than one device.  As in CUDA, only
+ *    the owning device may touch a pool's memory until set_access grants
+ *    another one "r" or "rw"; access is recorded per device and checked by the
+ *    host's kernels and memsets (cp_host_pool_check_access; copies need no
+ *    access, as cudaMemcpyPeerAsync does not); the owning device always keeps
+ *    read-write.
  *  - A pool created with handle_posix_fd takes its chunks from one memfd
  *    (memfd_create), each chunk mapped MAP_SHARED at its own offset in the
  *    file (offsets grow, never reused; a released chunk's pages are punched
@@ -539,7 +541,9 @@ static cp_mempool *pool_new(const cp_mempool_props *props)
         p->props = *props;
     p->props.device = dev_index(p->props.device);
     p->memfd = -1;
-    memset(p->access, CP_ACCESS_READWRITE, sizeof p->access);
+    /* as CUDA: only the owning device may touch the pool until set_access */
+    memset(p->access, CP_ACCESS_NONE, sizeof p->access);
+    p->access[p->props.device] = CP_ACCESS_READWRITE;
     /* CUDA's defaults: every reuse policy enabled, threshold 0 */
     p->follow_events = p->opportunistic = p->internal_deps = 1;
     p->next = pools;
