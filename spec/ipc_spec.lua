@@ -115,6 +115,7 @@ describe("ipc: native pools", function()
     b:free()
     cupola.synchronize()
     mp:close()
+    cupola.synchronize() -- CUDA: the pool is destroyed at the next synchronization
     io.open(closed, "w"):close()
     local out = h:read "a"
     local ok = h:close()

@@ -172,6 +172,10 @@ describe("two devices", function()
 
   two("copy_to across devices, both ways, on a stream of either device", [[
     local s0, s1 = cupola.stream { device = 0 }, cupola.stream { device = 1 }
+    -- native pool memory is touched from another device's stream only with
+    -- access (CUDA does not extend peer access to pools)
+    cupola.mempool.default(0):set_access(1, "rw")
+    cupola.mempool.default(1):set_access(0, "rw")
     local a = cupola.mempool.default(0):alloc("1MiB", s0)
     local b = cupola.mempool.default(1):alloc("1MiB", s1)
     cupola.kernels.fill(a, 7, { type = "u32" })
@@ -191,6 +195,8 @@ describe("two devices", function()
   ]])
 
   two("a cupola pool over device 1's memory, used from streams of device 0", [[
+    if cupola.can_access_peer(0, 1) then cupola.enable_peer_access(0, 1) end
+    cupola.mempool.default(1):set_access(0, "rw")   -- the async upstream's memory
     for _, up in ipairs { "device", "async" } do
       local p = cupola.pool { kind = "tlsf", upstream = up, device = 1 }
       assert(p.device == 1)
@@ -201,7 +207,7 @@ describe("two devices", function()
       assert(b:read(0, 4, s0) == "peer")
       local c = cupola.malloc("256KiB", { device = 0 })
       b:copy_to(c, s0)
-      assert(c:read(0, 4) == "peer")
+      assert(c:read(0, 4, s0) == "peer")   -- ordered after the copy on s0
       b:free(s0); c:free(); s0:synchronize()
       assert(p:stats().used == 0)
       p:close(); s0:close()
@@ -211,6 +217,7 @@ describe("two devices", function()
   two("events recorded on one device are waited for on the other", [[
     local s0, s1 = cupola.stream { device = 0 }, cupola.stream { device = 1 }
     local e = cupola.event { timing = false }
+    cupola.mempool.default(1):set_access(0, "rw")
     local b = cupola.mempool.default(1):alloc(4096, s1)
     cupola.kernels.spin(2000, { stream = s1 })
     cupola.kernels.fill(b, 1, { type = "u8" })
