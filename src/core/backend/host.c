@@ -1024,6 +1024,20 @@ static hmem *mem_lookup(const void *p, int remove)
     return m;
 }
 
+/* Process exit (or dlclose): the registry's entries go; memory still mapped
+ * goes with the process. */
+__attribute__((destructor)) static void mem_registry_free(void)
+{
+    pthread_mutex_lock(&mem_lock);
+    if (mem_map.slots) {
+        for (uint64_t i = 0; i <= mem_map.mask; i++)
+            if (mem_map.slots[i].key)
+                free(mem_map.slots[i].val);
+        cp_ptrmap_fini(&mem_map);
+    }
+    pthread_mutex_unlock(&mem_lock);
+}
+
 static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind kind)
 {
     void *p;
