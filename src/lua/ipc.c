@@ -265,27 +265,37 @@ static l_mempoolref *checkmempool(lua_State *L, int arg)
     return *ref;
 }
 
+/* Exports r's fd (once) and serves it until the pool is released.  A block
+ * is exported only after its pool: a block is of no use to a process that
+ * cannot import its pool, and on CUDA 13.0 (H200) cudaMemPoolExportPointer
+ * of a block whose pool had never been exported answered
+ * cudaErrorInvalidValue (bench/results/multi_gpu.md). */
+static void serve_pool(lua_State *L, l_mempoolref *r)
+{
+    char msg[256], name[CP_IPC_NAME_MAX];
+    int fd = -1;
+    cp_status st;
+    if (!r->nonce[0])
+        new_nonce(r->nonce);
+    if (r->server)
+        return;
+    l_check(L, cp_be->mempool_export(r->p, &fd));
+    make_msg(msg, sizeof msg, "pool", r->nonce, r->device);
+    st = cp_ipc_serve(fd, msg, strlen(msg), &r->server, name);
+    close(fd); /* the server keeps its own */
+    l_check(L, st);
+}
+
 /* mp:export() -> string: serves the pool's fd until the pool is released. */
 static int mempool_export(lua_State *L)
 {
     l_mempoolref *r = checkmempool(L, 1);
-    char msg[256], name[CP_IPC_NAME_MAX];
-    int fd = -1;
-    cp_status st;
     if (r->imported)
         return luaL_error(L, L_MEMPOOL ":export: an imported pool cannot be exported again");
     if (!r->shareable)
         return luaL_error(L, L_MEMPOOL ":export: the pool was not created shareable "
                              "(cupola.mempool{handle=\"posix_fd\"})");
-    if (!r->nonce[0])
-        new_nonce(r->nonce);
-    if (!r->server) {
-        l_check(L, cp_be->mempool_export(r->p, &fd));
-        make_msg(msg, sizeof msg, "pool", r->nonce, r->device);
-        st = cp_ipc_serve(fd, msg, strlen(msg), &r->server, name);
-        close(fd); /* the server keeps its own */
-        l_check(L, st);
-    }
+    serve_pool(L, r);
     push_token(L, "pool", r->device, 0, r->nonce, cp_ipc_server_name(r->server), NULL);
     return 1;
 }
@@ -342,8 +352,7 @@ static int buffer_export(lua_State *L)
         if (!b->mempool->shareable)
             return luaL_error(L, L_BUFFER ":export: its pool was not created shareable "
                                  "(cupola.mempool{handle=\"posix_fd\"})");
-        if (!b->mempool->nonce[0])
-            new_nonce(b->mempool->nonce);
+        serve_pool(L, b->mempool);
         l_check(L, cp_be->mempool_export_ptr(b->ptr, &d));
         push_token(L, "block", b->device, (lua_Integer)b->size, b->mempool->nonce, NULL, &d);
         return 1;
