@@ -51,6 +51,11 @@ typedef struct l_mempoolref {
     struct cp_ipc_server *server; /* serves the pool's fd while exported */
 } l_mempoolref;
 
+/* The Mempool userdata (mempool.c; ipc.c makes imported ones). */
+typedef struct l_mempool {
+    l_mempoolref *ref; /* NULL once closed */
+} l_mempool;
+
 /* A custom pool (resource.h). */
 typedef struct l_poolref {
     cp_resource *r;

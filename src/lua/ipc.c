@@ -259,10 +259,10 @@ static int receive_fd(lua_State *L, int arg, const token *t)
 
 static l_mempoolref *checkmempool(lua_State *L, int arg)
 {
-    l_mempoolref **ref = (l_mempoolref **)luaL_checkudata(L, arg, L_MEMPOOL);
-    if (!*ref)
+    l_mempool *m = (l_mempool *)luaL_checkudata(L, arg, L_MEMPOOL);
+    if (!m->ref)
         luaL_error(L, "attempt to use a closed " L_MEMPOOL);
-    return *ref;
+    return m->ref;
 }
 
 /* Exports r's fd (once) and serves it until the pool is released.  A block
@@ -306,13 +306,14 @@ static int mempool_import(lua_State *L)
 {
     token t;
     cp_mempool *p = NULL;
-    l_mempoolref **ud, *r;
+    l_mempool *ud;
+    l_mempoolref *r;
     cp_status st;
     int fd;
 
     parse(L, 1, "pool", &t);
-    ud = (l_mempoolref **)lua_newuserdatauv(L, sizeof *ud, 0);
-    *ud = NULL;
+    ud = (l_mempool *)lua_newuserdatauv(L, sizeof *ud, 0);
+    ud->ref = NULL;
     luaL_setmetatable(L, L_MEMPOOL);
     fd = receive_fd(L, 1, &t); /* may raise: nothing is held yet */
     if (!(r = (l_mempoolref *)calloc(1, sizeof *r))) {
@@ -331,7 +332,7 @@ static int mempool_import(lua_State *L)
     r->imported = 1;
     r->shareable = 1;
     memcpy(r->nonce, t.nonce, sizeof r->nonce);
-    *ud = r;
+    ud->ref = r;
     return 1;
 }
 

@@ -12,10 +12,6 @@
 
 #include "binding.h"
 
-typedef struct l_mempool {
-    l_mempoolref *ref; /* NULL once closed */
-} l_mempool;
-
 static const struct {
     const char *name;
     cp_pool_attr attr;
