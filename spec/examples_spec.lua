@@ -96,4 +96,19 @@ describe("examples", function()
       assert.matches("\n" .. name .. "%s+[%d.]+ GiB%s+%d%.%d%d%d%s+[%d.]+%s+0", out)
     end
   end)
+
+  it("multi_gpu.lua runs streams of two devices over shared and separate pools", function()
+    local out = run("multi_gpu.lua", "3")
+    assert.matches("mempool_shared%s+[%d.]+ ms per round", out)
+    assert.matches("mempool_each%s+[%d.]+ ms per round", out)
+    assert.matches("tlsf_each%s+[%d.]+ ms per round", out)
+    assert.matches("data checked: ok", out, 1, true)
+  end)
+
+  it("ipc.lua shares a pool, a buffer and a malloc buffer with a child process", function()
+    local out = run "ipc.lua"
+    assert.matches("child: pool buffer sum 4194304, malloc buffer 'parent hello'", out, 1, true)
+    assert.matches("malloc buffer 'child says hi'", out, 1, true)
+    assert.matches("ipc: ok", out, 1, true)
+  end)
 end)

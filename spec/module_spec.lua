@@ -295,7 +295,7 @@ describe("cupola.module #kernels", function()
 
   it("launches in stream order", function()
     local s = cupola.stream()
-    local out = cupola.malloc(4 * 64, s)
+    local out = cupola.malloc(4 * 64)
     K.spin(20000, { stream = s })
     K.fill(out, 5, { type = "u32", stream = s })
     m:kernel("stride_fill", { "ptr", "u64" }):launch({ grid = 1, block = 32, stream = s }, out, 32)

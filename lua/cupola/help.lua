@@ -56,6 +56,33 @@ cupola.mem_info() -> free, total: the device's memory in bytes.
 cupola.clock() -> seconds on the monotonic clock (host-side timing).]],
   },
   {
+    name = "devices",
+    names = { "device_count", "set_device", "current_device", "can_access_peer", "enable_peer_access",
+      "import", "export", "set_access", "access" },
+    overview = {
+      { "cupola.device_count()  cupola.set_device(i)", "several GPUs; device= options" },
+      { "cupola.enable_peer_access(i, j)", "can_access_peer(i, j); copies across" },
+      { "mp:export()  cupola.mempool.import(text)", "IPC; b:export(), cupola.buffer.import" },
+    },
+    page = [[
+cupola.device_count() -> n; cupola.device(i) (0-based, default the current);
+cupola.set_device(i) / cupola.current_device(): the device of object-less calls.
+device=i on cupola.stream{}, cupola.mempool{}, cupola.pool{} and
+  cupola.malloc(size, {device=i}); cupola.mem_info(i), cupola.synchronize(i).
+  Streams, pools and buffers have a .device field; work on an object runs on
+  its device whatever the current one is.
+cupola.can_access_peer(i, j) -> bool; cupola.enable_peer_access(i, j)
+  (twice is fine; i == j raises).  b:copy_to(dst, s) copies across devices.
+mp:set_access(j, "rw"|"r"|"none"), mp:access(j) -> mode: other devices'
+  access to a native pool's memory (cudaMemPoolSetAccess).
+IPC: mp:export() -> text (a pool created with handle="posix_fd");
+  cupola.mempool.import(text) in another process; b:export() -> text;
+  cupola.buffer.import(pool, text) (pool buffers) or cupola.buffer.import(text)
+  (cupola.malloc buffers, CUDA's legacy IPC).  Exports start "cupola-ipc/1"
+  and are checked before use.  CUPOLA_HOST_DEVICES=N emulates N devices on
+  the host backend.]],
+  },
+  {
     name = "stream",
     names = { "stream", "default_stream", "cupola.Stream" },
     overview = {
@@ -126,6 +153,8 @@ p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"   (MallocFromPoolAsync)
 p:trim(keep=0)   gives reserved memory back down to keep bytes
 p:reset_high()   resets reserved_high and used_high
 p:stats() -> every attribute, and live_buffers
+p:set_access(dev, "rw"|"r"|"none")  p:access(dev) -> mode  (other devices)
+p:export() -> text   (handle="posix_fd" pools; see cupola.help "devices")
 p:close()        raises while buffers are live
 Read/write fields: release_threshold (size), reuse_follow_event_dependencies,
 reuse_allow_opportunistic, reuse_allow_internal_dependencies (booleans).
@@ -180,7 +209,8 @@ b:close()                  the same free, but safe twice
 b:write(str, offset=0, s) -> b       copies str into the buffer
 b:read(offset=0, len=rest, s) -> str  the bytes after the work queued on s
 b:memset(byte, s) -> b     every byte set (0..255)
-b:copy_to(dst, s) -> dst   all of b into the start of dst
+b:copy_to(dst, s) -> dst   all of b into the start of dst (across devices too)
+b:export() -> text         for cupola.buffer.import in another process
 Buffers of a "virtual" pool have no memory: read, write, memset, copy_to and
 kernels raise.  A buffer keeps its stream and pool alive.]],
   },

@@ -3,11 +3,17 @@
 -- objects, os.exit, or a sequence of calls that might crash it.
 --   local run_child = require "spec.support.child"
 --   local code, stdout, stderr = run_child(script)
+--   run_child(script, { CUPOLA_HOST_DEVICES = "2" }, args): with extra
+--   environment variables and command-line arguments (strings, quoted here)
 -- CUPOLA_CHILD_WRAP (set by make test-valgrind) runs the child under a tool,
 -- so its errors and leaks show up on its stderr.  Under a preloaded libtsan
 -- /bin/sh crashes: run_child.available is false there and callers make their
 -- cases pending.
-local function run_child(script)
+local function shquote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function run_child(script, env, args)
   local path = os.tmpname()
   local f = assert(io.open(path, "w"))
   f:write(string.format("package.path = %q .. package.path\npackage.cpath = %q .. package.cpath\n",
@@ -16,7 +22,11 @@ local function run_child(script)
   f:close()
   local err = os.tmpname()
   local wrap = os.getenv "CUPOLA_CHILD_WRAP" or ""
-  local p = io.popen(string.format("%s lua5.4 %s 2>%s", wrap, path, err))
+  local pre, post = {}, {}
+  for k, v in pairs(env or {}) do pre[#pre + 1] = k .. "=" .. shquote(v) end
+  for _, a in ipairs(args or {}) do post[#post + 1] = shquote(a) end
+  local p = io.popen(string.format("%s %s lua5.4 %s %s 2>%s", table.concat(pre, " "), wrap, path,
+    table.concat(post, " "), err))
   local out = p:read "a"
   local _, how, code = p:close()
   local ef = io.open(err)
@@ -29,4 +39,4 @@ local function run_child(script)
 end
 
 return setmetatable({ available = not (os.getenv "LD_PRELOAD" or ""):find("tsan", 1, true) },
-  { __call = function(_, script) return run_child(script) end })
+  { __call = function(_, script, env, args) return run_child(script, env, args) end })

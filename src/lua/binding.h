@@ -39,13 +39,25 @@ typedef struct l_streamref {
     int refs;
 } l_streamref;
 
+struct cp_ipc_server;
+
 /* A native (CUDA) memory pool. */
 typedef struct l_mempoolref {
     cp_mempool *p;
     int refs;       /* the Lua handle (while open) + live buffers */
     int live;       /* live buffers */
     int is_default; /* the device's: never destroyed */
+    int device;     /* multigpu: whose memory */
+    int shareable;  /* created with handle="posix_fd" */
+    int imported;   /* cupola.mempool.import: another process's pool */
+    char nonce[17]; /* names the export (hex), "" until exported or imported */
+    struct cp_ipc_server *server; /* serves the pool's fd while exported */
 } l_mempoolref;
+
+/* The Mempool userdata (mempool.c; ipc.c makes imported ones). */
+typedef struct l_mempool {
+    l_mempoolref *ref; /* NULL once closed */
+} l_mempool;
 
 /* A custom pool (resource.h). */
 typedef struct l_poolref {
@@ -54,6 +66,7 @@ typedef struct l_poolref {
     int live;
     int has_memory;      /* 0 for the virtual upstream: no bytes to touch */
     uint64_t generation; /* bumped by reset(): older buffers are gone */
+    int device;          /* multigpu: whose memory the upstream takes */
 } l_poolref;
 
 /* Stream and Event userdata. */
@@ -72,7 +85,8 @@ typedef enum l_origin {
     L_FROM_MALLOC = 0, /* cupola.malloc: cudaMalloc / cudaFree */
     L_FROM_ASYNC,      /* cupola.malloc_async: the current pool */
     L_FROM_MEMPOOL,    /* Mempool:alloc */
-    L_FROM_POOL        /* a custom pool */
+    L_FROM_POOL,       /* a custom pool */
+    L_FROM_IPC         /* cupola.buffer.import of a malloc export (cudaIpcOpenMemHandle) */
 } l_origin;
 
 typedef struct l_buffer {
@@ -83,6 +97,8 @@ typedef struct l_buffer {
     l_mempoolref *mempool;
     l_poolref *pool;
     uint64_t generation; /* of pool, at allocation */
+    int device;          /* multigpu: the device whose memory it is */
+    struct cp_ipc_server *server; /* a host malloc buffer's export, while served */
 } l_buffer;
 
 /* The user values of a Buffer: its Stream and its pool (Mempool or Pool).
@@ -166,6 +182,9 @@ l_streamref *l_defaultstream(void);
 l_streamref *l_optstream(lua_State *L, int arg);
 /* A stream found in an option table's field "stream" (absent: default). */
 l_streamref *l_optstream_field(lua_State *L, int idx);
+/* The stream work on memory of device dev runs on: s, or for the default
+ * stream (NULL) dev's legacy stream (multigpu). */
+cp_stream *l_devstream(cp_stream *s, int dev);
 /* Reference counting of a stream shared by its handle and its buffers. */
 void l_streamref_retain(l_streamref *r);
 void l_streamref_release(l_streamref *r);
@@ -188,6 +207,16 @@ void l_mempoolref_release(l_mempoolref *r);
 void l_poolref_release(l_poolref *r);
 /* Whether a buffer's bytes may be touched (raises otherwise). */
 void l_checkmemory(lua_State *L, l_buffer *b, int arg);
+
+/* --- devices (device.c, multigpu) --- */
+/* A device index argument (0-based): absent gives the current device; out
+ * of range or negative raises naming the argument. */
+int l_optdevice(lua_State *L, int arg);
+/* The option "device" of the table at idx (absent: the current device). */
+int l_optdevice_field(lua_State *L, int idx, const char *fname);
+void l_open_device(lua_State *L);
+/* IPC export strings (ipc.c) */
+void l_open_ipc(lua_State *L);
 
 /* --- registration --- */
 void l_open_stream(lua_State *L);  /* each adds its functions to the module table at -1 */

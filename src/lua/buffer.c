@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/ipc.h"
 #include "binding.h"
 
 /* ---- the graveyard of collected malloc buffers (process-wide: a buffer
@@ -25,13 +26,16 @@
 typedef struct grave {
     void *ptr;
     cp_event *done; /* recorded on the buffer's stream; NULL: free on force */
+    int dev;        /* whose memory */
+    int ipc;        /* opened from another process: close the mapping */
+    size_t size;
     struct grave *next;
 } grave;
 
 static pthread_mutex_t graveyard_lock = PTHREAD_MUTEX_INITIALIZER;
 static grave *graveyard = NULL;
 
-static void graveyard_add(void *ptr, cp_stream *s)
+static void graveyard_add(void *ptr, cp_stream *s, int dev, int ipc, size_t size)
 {
     grave *g = (grave *)malloc(sizeof *g);
     cp_event *e = NULL;
@@ -46,6 +50,9 @@ static void graveyard_add(void *ptr, cp_stream *s)
     }
     g->ptr = ptr;
     g->done = e;
+    g->dev = dev;
+    g->ipc = ipc;
+    g->size = size;
     pthread_mutex_lock(&graveyard_lock);
     g->next = graveyard;
     graveyard = g;
@@ -76,7 +83,10 @@ void l_graveyard_reap(int force)
     pthread_mutex_unlock(&graveyard_lock);
     while ((g = ready) != NULL) {
         ready = g->next;
-        cp_be->mem_free(g->ptr, CP_MEM_DEVICE);
+        if (g->ipc)
+            cp_be->ipc_close_handle(g->ptr, g->size);
+        else
+            cp_be->mem_free_on(g->dev, g->ptr, CP_MEM_DEVICE);
         if (g->done)
             cp_be->event_destroy(g->done);
         free(g);
@@ -85,7 +95,7 @@ void l_graveyard_reap(int force)
 
 /* ---- buffers ---- */
 
-static const char *const origin_names[] = {"malloc", "malloc_async", "mempool", "pool"};
+static const char *const origin_names[] = {"malloc", "malloc_async", "mempool", "pool", "ipc"};
 
 l_buffer *l_newbuffer(lua_State *L)
 {
@@ -160,20 +170,28 @@ void l_checkmemory(lua_State *L, l_buffer *b, int arg)
 static cp_status buffer_release(l_buffer *b, l_streamref *s, int from_gc)
 {
     cp_status st = CP_OK;
+    cp_stream *ds;
     if (!b->ptr)
         return CP_OK;
+    ds = l_devstream(s->s, b->device);
+    if (b->server) { /* the export stops with the memory */
+        cp_ipc_server_stop(b->server);
+        b->server = NULL;
+    }
     switch (b->origin) {
     case L_FROM_MALLOC:
+    case L_FROM_IPC:
         if (from_gc) {
-            graveyard_add(b->ptr, s->s);
+            graveyard_add(b->ptr, ds, b->device, b->origin == L_FROM_IPC, b->size);
         } else {
             l_graveyard_reap(0);
-            st = cp_be->mem_free(b->ptr, CP_MEM_DEVICE);
+            st = b->origin == L_FROM_IPC ? cp_be->ipc_close_handle(b->ptr, b->size)
+                                         : cp_be->mem_free_on(b->device, b->ptr, CP_MEM_DEVICE);
         }
         break;
     case L_FROM_ASYNC:
     case L_FROM_MEMPOOL:
-        st = cp_be->mem_free_async(b->ptr, s->s);
+        st = cp_be->mem_free_async(b->ptr, ds);
         b->mempool->live--;
         l_mempoolref_release(b->mempool);
         b->mempool = NULL;
@@ -233,7 +251,7 @@ static int buffer_free(lua_State *L)
 /* The stream an operation is ordered on: the argument, else b.stream. */
 static cp_stream *opstream(lua_State *L, l_buffer *b, int arg)
 {
-    return lua_isnoneornil(L, arg) ? b->stream->s : l_optstream(L, arg)->s;
+    return l_devstream(lua_isnoneornil(L, arg) ? b->stream->s : l_optstream(L, arg)->s, b->device);
 }
 
 static size_t checkoffset(lua_State *L, int arg, size_t limit)
@@ -315,7 +333,11 @@ static int buffer_copy_to(lua_State *L)
     if (d->size < b->size)
         return luaL_argerror(L, 2, lua_pushfstring(L, "destination holds %I bytes, source has %I",
                                                     (lua_Integer)d->size, (lua_Integer)b->size));
-    l_check(L, cp_be->memcpy_async(d->ptr, b->ptr, b->size, s));
+    /* Across devices: a peer copy (cudaMemcpyPeerAsync), on the stream's device */
+    if (d->device != b->device)
+        l_check(L, cp_be->memcpy_peer_async(d->ptr, d->device, b->ptr, b->device, b->size, s));
+    else
+        l_check(L, cp_be->memcpy_async(d->ptr, b->ptr, b->size, s));
     lua_settop(L, 2);
     return 1;
 }
@@ -340,6 +362,8 @@ static int buffer_index(lua_State *L)
         lua_pushstring(L, origin_names[b->origin]);
     else if (strcmp(k, "freed") == 0)
         lua_pushboolean(L, !buffer_live(b));
+    else if (strcmp(k, "device") == 0)
+        lua_pushinteger(L, b->device);
     else
         lua_pushnil(L);
     return 1;
@@ -363,26 +387,31 @@ static int buffer_len(lua_State *L)
     return 1;
 }
 
-/* cupola.malloc(size) -> Buffer: cudaMalloc (synchronizes the device). */
+/* cupola.malloc(size, {device=}) -> Buffer: cudaMalloc (synchronizes the device). */
 static int l_malloc(lua_State *L)
 {
+    static const char *const opts[] = {"device", NULL};
     size_t n = l_checksize(L, 1);
     void *p = NULL;
-    int nret;
+    int nret, dev;
+    l_buffer *b;
     luaL_argcheck(L, n > 0, 1, "size must be at least 1 byte");
-    l_newbuffer(L);
+    l_checkoptions(L, 2, "cupola.malloc", opts);
+    dev = l_optdevice_field(L, 2, "cupola.malloc");
+    b = l_newbuffer(L);
     l_graveyard_reap(0);
-    if ((nret = l_alloc_result(L, cp_be->mem_alloc(&p, n, CP_MEM_DEVICE))) != 0)
+    if ((nret = l_alloc_result(L, cp_be->mem_alloc_on(dev, &p, n, CP_MEM_DEVICE))) != 0)
         return nret;
     l_buffer_attach(L, -1, p, n, L_FROM_MALLOC, 0, l_defaultstream());
+    b->device = dev;
     return 1;
 }
 
-/* cupola.synchronize(): the whole device; also the point where collected
- * malloc buffers are really freed. */
+/* cupola.synchronize(device): the whole device (default: the current one);
+ * also the point where collected malloc buffers are really freed. */
 static int l_synchronize(lua_State *L)
 {
-    l_check(L, cp_be->device_synchronize());
+    l_check(L, cp_be->device_synchronize_on(l_optdevice(L, 1)));
     l_graveyard_reap(0);
     return 0;
 }

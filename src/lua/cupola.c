@@ -6,7 +6,6 @@
  * that lua/cupola/init.lua completes.
  */
 #include <stdio.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -22,7 +21,7 @@ static int l_device(lua_State *L)
 {
     cp_device_info d;
     char cc[32];
-    l_check(L, cp_be->device_info(&d));
+    l_check(L, cp_be->device_info_on(l_optdevice(L, 1), &d));
     lua_createtable(L, 0, 12);
     lua_pushstring(L, d.name);
     lua_setfield(L, -2, "name");
@@ -57,11 +56,11 @@ static int l_bytes(lua_State *L)
     return 1;
 }
 
-/* cupola.mem_info() -> free, total (bytes) */
+/* cupola.mem_info(device) -> free, total (bytes) */
 static int l_mem_info(lua_State *L)
 {
     size_t fr = 0, total = 0;
-    l_check(L, cp_be->mem_get_info(&fr, &total));
+    l_check(L, cp_be->mem_get_info_on(l_optdevice(L, 1), &fr, &total));
     lua_pushinteger(L, (lua_Integer)fr);
     lua_pushinteger(L, (lua_Integer)total);
     return 2;
@@ -96,5 +95,7 @@ __attribute__((visibility("default"))) LUAMOD_API int luaopen_cupola_core(lua_St
     l_open_pool(L);
     l_open_trace(L);
     l_open_module(L);
+    l_open_device(L);
+    l_open_ipc(L);
     return 1;
 }

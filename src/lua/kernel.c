@@ -40,7 +40,8 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
     o->t = CP_F32;
     o->sh.grid = 0;
     o->sh.block = 0;
-    o->s = b ? b->stream->s : l_defaultstream()->s;
+    /* the default stream means that of b's device (multigpu) */
+    o->s = b ? l_devstream(b->stream->s, b->device) : l_defaultstream()->s;
     if (lua_isnoneornil(L, idx))
         return;
     luaL_checktype(L, idx, LUA_TTABLE);
@@ -80,7 +81,7 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
                 luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, -1));
             if (!st->ref)
                 luaL_error(L, "attempt to use a closed " L_STREAM);
-            o->s = st->ref->s;
+            o->s = b ? l_devstream(st->ref->s, b->device) : st->ref->s;
             break;
         }
         case O_GRID: o->sh.grid = (unsigned)optinteger(L, "grid", 1, 0x7fffffff); break;

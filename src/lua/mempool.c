@@ -12,10 +12,6 @@
 
 #include "binding.h"
 
-typedef struct l_mempool {
-    l_mempoolref *ref; /* NULL once closed */
-} l_mempool;
-
 static const struct {
     const char *name;
     cp_pool_attr attr;
@@ -91,12 +87,19 @@ static int checkchoice(lua_State *L, const char *key, const char *def, const cha
                       list[0], list[1]);
 }
 
-/* cupola.mempool{location=, max_size=, release_threshold=, handle=, reuse_*=} */
+/* Registry keys of a device's default and current pools: device 0 keeps
+ * the single-device names. */
+static const char *devkey(lua_State *L, const char *base, int dev)
+{
+    return dev == 0 ? lua_pushstring(L, base) : lua_pushfstring(L, "%s.%d", base, dev);
+}
+
+/* cupola.mempool{location=, max_size=, release_threshold=, handle=, reuse_*=, device=} */
 static int mempool_new(lua_State *L)
 {
     static const char *const opts[] = {"location", "max_size", "release_threshold", "handle",
                                        "reuse_follow_event_dependencies", "reuse_allow_opportunistic",
-                                       "reuse_allow_internal_dependencies", NULL};
+                                       "reuse_allow_internal_dependencies", "device", NULL};
     static const char *const locations[] = {"device", "host", NULL};
     static const char *const handles[] = {"none", "posix_fd", NULL};
     cp_mempool_props props;
@@ -115,10 +118,13 @@ static int mempool_new(lua_State *L)
     props.location_host = checkchoice(L, "location", "device", locations);
     props.handle_posix_fd = checkchoice(L, "handle", "none", handles);
     props.max_size = l_optsize_field(L, 1, "max_size", 0);
+    props.device = l_optdevice_field(L, 1, "cupola.mempool");
 
     m = newmempool(L);
     l_check(L, cp_be->mempool_create(&p, &props));
     m->ref->p = p;
+    m->ref->device = props.device;
+    m->ref->shareable = props.handle_posix_fd;
     for (i = 0; i < NATTRS; i++) {
         if (!attrs[i].writable)
             continue;
@@ -129,48 +135,74 @@ static int mempool_new(lua_State *L)
     return 1;
 }
 
-/* The device's default pool: one Lua object per state. */
-static void push_default(lua_State *L)
+/* A device's default pool: one Lua object per state and device. */
+static void push_default(lua_State *L, int dev)
 {
-    if (lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.default") == LUA_TNIL) {
+    devkey(L, "cupola.mempool.default", dev);
+    if (lua_rawget(L, LUA_REGISTRYINDEX) == LUA_TNIL) {
         cp_mempool *p = NULL;
         l_mempool *m;
         lua_pop(L, 1);
-        l_check(L, cp_be->mempool_default(&p));
+        l_check(L, cp_be->mempool_default_on(dev, &p));
         m = newmempool(L);
         m->ref->p = p;
         m->ref->is_default = 1;
-        lua_pushvalue(L, -1);
-        lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.default");
+        m->ref->device = dev;
+        devkey(L, "cupola.mempool.default", dev);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, LUA_REGISTRYINDEX);
     }
 }
 
+/* cupola.mempool.default(device) */
 static int mempool_default(lua_State *L)
 {
-    push_default(L);
+    push_default(L, l_optdevice(L, 1));
     return 1;
 }
 
-static void push_current(lua_State *L)
+static void push_current(lua_State *L, int dev)
 {
-    if (lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current") == LUA_TNIL) {
+    devkey(L, "cupola.mempool.current", dev);
+    if (lua_rawget(L, LUA_REGISTRYINDEX) == LUA_TNIL) {
         lua_pop(L, 1);
-        push_default(L);
+        push_default(L, dev);
     }
 }
 
+/* Forgets the registry's current pool of dev (it goes back to the default). */
+static void clear_current(lua_State *L, int dev)
+{
+    devkey(L, "cupola.mempool.current", dev);
+    lua_pushnil(L);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+static int current_is(lua_State *L, int idx, int dev)
+{
+    int same;
+    devkey(L, "cupola.mempool.current", dev);
+    lua_rawget(L, LUA_REGISTRYINDEX);
+    same = lua_rawequal(L, -1, idx);
+    lua_pop(L, 1);
+    return same;
+}
+
+/* cupola.mempool.current(device) */
 static int mempool_current(lua_State *L)
 {
-    push_current(L);
+    push_current(L, l_optdevice(L, 1));
     return 1;
 }
 
+/* cupola.mempool.set_current(p): for p's device */
 static int mempool_set_current(lua_State *L)
 {
     l_mempool *m = tomempool(L, 1);
     l_check(L, cp_be->mempool_set_current(m->ref->p));
+    devkey(L, "cupola.mempool.current", m->ref->device);
     lua_pushvalue(L, 1);
-    lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+    lua_rawset(L, LUA_REGISTRYINDEX);
     return 0;
 }
 
@@ -184,12 +216,20 @@ static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, 
     l_buffer *b;
 
     luaL_argcheck(L, n > 0, midx == 1 ? 2 : 1, "size must be at least 1 byte");
+    if (m->ref->imported)
+        return luaL_error(L, L_MEMPOOL ":alloc: an imported pool cannot allocate (import the "
+                             "exporter's buffers with cupola.buffer.import)");
     b = l_newbuffer(L);
-    nret = l_alloc_result(L, origin == L_FROM_ASYNC ? cp_be->mem_alloc_async(&p, n, s->s)
-                                                    : cp_be->mempool_alloc(m->ref->p, &p, n, s->s));
+    /* a pool's stream-ordered work on the default stream goes to the pool's
+     * device's legacy stream */
+    nret = l_alloc_result(L, origin == L_FROM_ASYNC
+                                 ? cp_be->mem_alloc_async(&p, n, s->s)
+                                 : cp_be->mempool_alloc(m->ref->p, &p, n,
+                                                        l_devstream(s->s, m->ref->device)));
     if (nret)
         return nret;
     l_buffer_attach(L, -1, p, n, origin, sarg, s);
+    b->device = m->ref->device;
     lua_pushvalue(L, midx);
     lua_setiuservalue(L, -2, L_UV_POOL);
     b->mempool = m->ref;
@@ -208,13 +248,16 @@ static int mempool_alloc(lua_State *L)
     return alloc_into(L, m, 1, n, 3, L_FROM_MEMPOOL);
 }
 
-/* cupola.malloc_async(size, s): cudaMallocAsync from the current pool. */
+/* cupola.malloc_async(size, s): cudaMallocAsync from the current pool of
+ * the stream's device. */
 static int l_malloc_async(lua_State *L)
 {
     size_t n = l_checksize(L, 1);
     l_mempool *m;
+    l_streamref *s;
     lua_settop(L, 2);
-    push_current(L); /* index 3 */
+    s = l_optstream(L, 2);
+    push_current(L, cp_be->stream_device(s->s)); /* index 3 */
     /* The registry only ever holds Mempools (set_current checks), so no
      * type check on this hot path; a closed one still raises. */
     m = (l_mempool *)lua_touserdata(L, 3);
@@ -278,12 +321,10 @@ static int mempool_close(lua_State *L)
         return luaL_error(L, L_MEMPOOL ":close: the pool has %d live buffer%s; free them first",
                           m->ref->live, m->ref->live == 1 ? "" : "s");
     /* A pool being destroyed must not stay the device's current one. */
-    lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
-    if (lua_rawequal(L, -1, 1)) {
-        push_default(L);
+    if (current_is(L, 1, m->ref->device)) {
+        push_default(L, m->ref->device);
         l_check(L, cp_be->mempool_set_current(tomempool(L, -1)->ref->p));
-        lua_pushnil(L);
-        lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+        clear_current(L, m->ref->device);
     }
     l_mempoolref_release(m->ref);
     m->ref = NULL;
@@ -311,12 +352,10 @@ static int mempool_tbc(lua_State *L)
     l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
     if (!m->ref || m->ref->is_default)
         return 0;
-    lua_getfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
-    if (lua_rawequal(L, -1, 1)) {
-        push_default(L);
+    if (current_is(L, 1, m->ref->device)) {
+        push_default(L, m->ref->device);
         cp_be->mempool_set_current(tomempool(L, -1)->ref->p); /* best effort */
-        lua_pushnil(L);
-        lua_setfield(L, LUA_REGISTRYINDEX, "cupola.mempool.current");
+        clear_current(L, m->ref->device);
     }
     return mempool_gc(L);
 }
@@ -330,6 +369,18 @@ static int mempool_index(lua_State *L)
         return 1;
     if (strcmp(k, "closed") == 0) {
         lua_pushboolean(L, m->ref == NULL);
+        return 1;
+    }
+    if (strcmp(k, "device") == 0 && m->ref) {
+        lua_pushinteger(L, m->ref->device);
+        return 1;
+    }
+    if (strcmp(k, "imported") == 0 && m->ref) {
+        lua_pushboolean(L, m->ref->imported);
+        return 1;
+    }
+    if (strcmp(k, "shareable") == 0 && m->ref) {
+        lua_pushboolean(L, m->ref->shareable);
         return 1;
     }
     if ((i = find_attr(k)) < 0) {
@@ -365,6 +416,39 @@ static int mempool_tostring(lua_State *L)
     return 1;
 }
 
+static const char *const access_names[] = {"none", "r", "rw", NULL};
+
+/* mp:set_access(device, "rw"|"r"|"none"): cudaMemPoolSetAccess */
+static int mempool_set_access(lua_State *L)
+{
+    l_mempool *m = tomempool(L, 1);
+    int dev = (int)luaL_checkinteger(L, 2);
+    int a = luaL_checkoption(L, 3, NULL, access_names);
+    luaL_argcheck(L, dev >= 0 && dev < cp_be->device_count(), 2,
+                  lua_pushfstring(L, "device %d does not exist (devices are 0..%d)", dev,
+                                  cp_be->device_count() - 1));
+    if (dev == m->ref->device && a != CP_ACCESS_READWRITE)
+        return luaL_argerror(L, 3, lua_pushfstring(L, "the pool's own device (%d) always has "
+                                                      "read-write access", dev));
+    l_check(L, cp_be->mempool_set_access(m->ref->p, dev, (cp_access)a));
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* mp:access(device) -> "rw" | "r" | "none": cudaMemPoolGetAccess */
+static int mempool_access(lua_State *L)
+{
+    l_mempool *m = tomempool(L, 1);
+    int dev = (int)luaL_checkinteger(L, 2);
+    cp_access a = CP_ACCESS_NONE;
+    luaL_argcheck(L, dev >= 0 && dev < cp_be->device_count(), 2,
+                  lua_pushfstring(L, "device %d does not exist (devices are 0..%d)", dev,
+                                  cp_be->device_count() - 1));
+    l_check(L, cp_be->mempool_get_access(m->ref->p, dev, &a));
+    lua_pushstring(L, access_names[a]);
+    return 1;
+}
+
 static int mempool_call(lua_State *L)
 {
     lua_remove(L, 1); /* the cupola.mempool table */
@@ -379,6 +463,8 @@ void l_open_mempool(lua_State *L)
     static const luaL_Reg methods[] = {{"alloc", mempool_alloc},   {"trim", mempool_trim},
                                        {"reset_high", mempool_reset_high},
                                        {"stats", mempool_stats},   {"close", mempool_close},
+                                       {"set_access", mempool_set_access},
+                                       {"access", mempool_access},
                                        {NULL, NULL}};
     static const luaL_Reg funcs[] = {{"default", mempool_default},
                                      {"current", mempool_current},

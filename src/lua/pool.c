@@ -143,7 +143,7 @@ static int pool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
                                        "release_threshold", "reuse", "fallback", "limit", "log",
-                                       "path", "source", "symbol", "options", NULL};
+                                       "path", "source", "symbol", "options", "device", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;
@@ -171,6 +171,7 @@ static int pool_new(lua_State *L)
     p->opts.alignment = l_optsize_field(L, 1, "alignment", 256);
     p->opts.release_threshold = l_optsize_field(L, 1, "release_threshold", 0);
     p->opts.fallback = l_optbool_field(L, 1, "fallback", 0);
+    p->opts.device = l_optdevice_field(L, 1, "cupola.pool");
     if (p->opts.alignment == 0 || (p->opts.alignment & (p->opts.alignment - 1)) != 0)
         return luaL_error(L, "cupola.pool: option 'alignment' must be a power of two, not %I",
                           (lua_Integer)p->opts.alignment);
@@ -185,6 +186,7 @@ static int pool_new(lua_State *L)
         return luaL_error(L, "cupola.pool: out of host memory");
     p->ref->refs = 1;
     p->ref->has_memory = p->opts.upstream != CP_UP_VIRTUAL;
+    p->ref->device = p->opts.device;
     {
         int nret = l_alloc_result(L, cp_pool_create(&r, &p->opts));
         /* the strings live on the Lua stack only for the call */
@@ -236,6 +238,7 @@ static int pool_alloc(lua_State *L)
     if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0)
         return nret;
     l_buffer_attach(L, -1, ptr, n, L_FROM_POOL, 3, s);
+    b->device = p->ref->device;
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, L_UV_POOL);
     b->pool = p->ref;
@@ -334,6 +337,8 @@ static int pool_index(lua_State *L)
         lua_pushinteger(L, (lua_Integer)p->opts.alignment);
     else if (strcmp(k, "closed") == 0)
         lua_pushboolean(L, p->ref == NULL);
+    else if (strcmp(k, "device") == 0)
+        lua_pushinteger(L, p->opts.device);
     else
         lua_pushnil(L);
     return 1;

@@ -5,6 +5,7 @@
  * drops a reference when a buffer is freed) and mempool.c / pool.c (which
  * make buffers) never call each other.
  */
+#include "backend/ipc.h"
 #include "binding.h"
 
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 void l_mempoolref_release(l_mempoolref *r)
 {
     if (r && --r->refs == 0) {
+        cp_ipc_server_stop(r->server); /* importing it later is a stale export */
         if (!r->is_default)
             cp_be->mempool_destroy(r->p);
         free(r);

@@ -37,6 +37,11 @@ static l_stream *tostream(lua_State *L, int arg)
     return st;
 }
 
+cp_stream *l_devstream(cp_stream *s, int dev)
+{
+    return s ? s : cp_be->stream_legacy(dev);
+}
+
 l_streamref *l_defaultstream(void)
 {
     return &default_ref;
@@ -64,14 +69,15 @@ l_streamref *l_optstream_field(lua_State *L, int idx)
 
 static int stream_new(lua_State *L)
 {
-    static const char *const opts[] = {"priority", "blocking", NULL};
+    static const char *const opts[] = {"priority", "blocking", "device", NULL};
     l_stream *st;
-    int priority, blocking;
+    int priority, blocking, dev;
     cp_stream *s = NULL;
 
     l_checkoptions(L, 1, "cupola.stream", opts);
     priority = (int)l_optint_field(L, 1, "priority", 0);
     blocking = l_optbool_field(L, 1, "blocking", 0);
+    dev = l_optdevice_field(L, 1, "cupola.stream");
 
     st = (l_stream *)lua_newuserdatauv(L, sizeof *st, 0);
     st->ref = NULL;
@@ -82,7 +88,7 @@ static int stream_new(lua_State *L)
         return luaL_error(L, "cupola.stream: out of host memory");
     st->ref->refs = 1;
     {
-        cp_status rc = cp_be->stream_create(&s, priority, blocking);
+        cp_status rc = cp_be->stream_create_on(&s, dev, priority, blocking);
         if (rc != CP_OK) {
             free(st->ref);
             st->ref = NULL;
@@ -144,6 +150,11 @@ static int stream_index(lua_State *L)
     }
     if (strcmp(k, "default") == 0) {
         lua_pushboolean(L, st->is_default);
+        return 1;
+    }
+    if (strcmp(k, "device") == 0 && st->ref) {
+        /* the default stream: the current device's legacy stream */
+        lua_pushinteger(L, cp_be->stream_device(st->ref->s));
         return 1;
     }
     if (strcmp(k, "id") == 0 && st->ref) {

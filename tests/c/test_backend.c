@@ -274,7 +274,7 @@ static uint64_t attr(cp_mempool *p, cp_pool_attr a)
 static void test_pools(void)
 {
     cp_mempool *def = NULL, *cur = NULL, *pool = NULL, *limited = NULL, *hostp = NULL;
-    cp_mempool_props props = {0, 0, 0};
+    cp_mempool_props props = {0, 0, 0, 0};
     cp_stream *s = NULL;
     void *p = NULL, *q = NULL;
     const size_t bytes = 8 * MIB;

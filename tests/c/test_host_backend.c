@@ -252,7 +252,7 @@ static void test_legacy(void)
 static cp_mempool *new_pool(size_t max)
 {
     cp_mempool *p = NULL;
-    cp_mempool_props props = {0, 0, max};
+    cp_mempool_props props = {0, 0, max, 0};
     if (BE->mempool_create(&p, &props) != CP_OK)
         return NULL;
     return p;
@@ -329,7 +329,7 @@ static void test_pool_accounting(void)
     check(BE->mempool_destroy(def) == CP_ERR_INVALID, "the default pool cannot be destroyed");
     {
         cp_mempool *hp = NULL;
-        cp_mempool_props hprops = {1, 0, 0};
+        cp_mempool_props hprops = {1, 0, 0, 0};
         check(BE->mempool_create(&hp, &hprops) == CP_OK && hp &&
                   BE->mempool_set_current(hp) == CP_ERR_INVALID && BE->mempool_destroy(hp) == CP_OK,
               "a host-located pool cannot be current");

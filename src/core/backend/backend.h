@@ -85,7 +85,28 @@ typedef struct cp_mempool_props {
     int location_host;   /* 0: device memory, 1: pinned host memory */
     int handle_posix_fd; /* 1: exportable as a POSIX file descriptor */
     size_t max_size;     /* 0: no limit */
+    int device;          /* the device whose memory it holds (multigpu) */
 } cp_mempool_props;
+
+/* ---- several devices and processes (multigpu) ---- */
+
+/* How a device may touch a pool's memory (cudaMemAccessFlags). */
+typedef enum cp_access {
+    CP_ACCESS_NONE = 0,
+    CP_ACCESS_READ,
+    CP_ACCESS_READWRITE
+} cp_access;
+
+/* The opaque bytes CUDA hands a process to pass to another one
+ * (cudaMemPoolPtrExportData, cudaIpcMemHandle_t: both 64 bytes); the host
+ * backend puts its own description of the memory there. */
+#define CP_IPC_DATA_BYTES 64
+typedef struct cp_ipc_data {
+    unsigned char bytes[CP_IPC_DATA_BYTES];
+} cp_ipc_data;
+
+/* At most this many devices are addressed (CUPOLA_HOST_DEVICES is clamped). */
+#define CP_MAX_DEVICES 64
 
 typedef struct cp_device_info {
     char name[256];
@@ -176,6 +197,70 @@ typedef struct cp_backend {
     cp_status (*host_task)(cp_stream *s, int (*fn)(void *data, char *err, size_t errlen),
                            const void *data, size_t len);
     void *(*stream_native)(cp_stream *s);
+    /* ---- several devices (multigpu) ---------------------------------------
+     * Devices are 0 .. device_count()-1.  Streams, native pools and
+     * allocations belong to one device: a stream to the device it was created
+     * on, a pool to props.device, memory to the device it was allocated on.
+     * Every entry point makes the device it needs the calling thread's CUDA
+     * device from the object it acts on (a stream, a pool; cudaSetDevice only
+     * when it differs) and never restores the previous one.  Entry points
+     * without such an object (the ones above taking no device, and a NULL
+     * stream, which is the legacy stream of that device) act on the calling
+     * thread's current device, set_device/get_device, 0 until set.  So a
+     * script's objects work wherever they are used from, and only the
+     * object-less calls depend on the current device, which is visible. */
+    int (*device_count)(void);
+    cp_status (*set_device)(int dev);
+    int (*get_device)(void);
+    cp_status (*device_info_on)(int dev, cp_device_info *out);
+    cp_status (*device_synchronize_on)(int dev);
+    cp_status (*mem_get_info_on)(int dev, size_t *free_bytes, size_t *total_bytes);
+    cp_status (*stream_create_on)(cp_stream **out, int dev, int priority, int blocking);
+    /* the device of s; NULL: the current device */
+    int (*stream_device)(const cp_stream *s);
+    /* dev's legacy default stream as a stream of that device (NULL where one
+     * legacy stream serves every device, as on the host); never destroyed */
+    cp_stream *(*stream_legacy)(int dev);
+    cp_status (*mem_alloc_on)(int dev, void **out, size_t bytes, cp_memkind kind);
+    /* frees memory of mem_alloc_on (or mem_alloc) of device dev */
+    cp_status (*mem_free_on)(int dev, void *p, cp_memkind kind);
+    cp_status (*mempool_default_on)(int dev, cp_mempool **out);
+    cp_status (*mempool_get_current_on)(int dev, cp_mempool **out);
+    int (*mempool_device)(const cp_mempool *p);
+    /* peers: whether dev can map peer's memory; enabling lets kernels on dev
+     * touch peer's cudaMalloc memory (enabling twice is not an error) */
+    cp_status (*can_access_peer)(int dev, int peer, int *yes);
+    cp_status (*enable_peer_access)(int dev, int peer);
+    /* a device's access to a native pool's memory (cudaMemPoolSetAccess) */
+    cp_status (*mempool_set_access)(cp_mempool *p, int dev, cp_access a);
+    cp_status (*mempool_get_access)(cp_mempool *p, int dev, cp_access *a);
+    /* a copy between the memory of two devices, ordered on s */
+    cp_status (*memcpy_peer_async)(void *dst, int dst_dev, const void *src, int src_dev,
+                                   size_t bytes, cp_stream *s);
+
+    /* ---- several processes (multigpu) -----------------------------------
+     * A pool created with handle_posix_fd exports a file descriptor (a new
+     * one the caller closes) that another process imports after receiving
+     * it (SCM_RIGHTS: see ipc.h); the import owns a dup of the fd it is given.
+     * A block of such a pool exports CP_IPC_DATA_BYTES that the importing
+     * process turns into its own pointer into the imported pool
+     * (cudaMemPoolExportPointer / ImportPointer); free that pointer with
+     * mem_free_async.  An imported pool is destroyed with mempool_destroy. */
+    cp_status (*mempool_export)(cp_mempool *p, int *fd);
+    cp_status (*mempool_import)(int fd, int dev, cp_mempool **out);
+    cp_status (*mempool_export_ptr)(void *ptr, cp_ipc_data *out);
+    cp_status (*mempool_import_ptr)(cp_mempool *p, const cp_ipc_data *d, size_t bytes,
+                                    void **out);
+    /* The legacy path for mem_alloc memory (cudaIpcGetMemHandle /
+     * cudaIpcOpenMemHandle): get fills out and, where the memory travels as a
+     * file descriptor (the host backend), *fd (owned by the backend, valid
+     * while the memory is allocated; -1 when the data alone suffices, as
+     * with CUDA).  open maps it in another process (fd: what was received, or
+     * -1); close unmaps what open returned. */
+    cp_status (*ipc_get_handle)(void *ptr, size_t bytes, cp_ipc_data *out, int *fd);
+    cp_status (*ipc_open_handle)(int dev, const cp_ipc_data *d, int fd, size_t bytes,
+                                 void **out);
+    cp_status (*ipc_close_handle)(void *ptr, size_t bytes);
 } cp_backend;
 
 /* The backends compiled into this module.  cp_backend_cuda_probe() tells

@@ -5,11 +5,19 @@
  * behind extern "C" launchers.  The runtime is linked statically, so the
  * probe below runs (and answers "no") on machines without a driver.
  *
- * Everything runs on device 0, the device cupola uses.  Streams, events and
- * pools are small malloc'd wrappers around the CUDA handles, so that the
- * backend can remember what CUDA will not tell it (a stream's process-unique
- * id, whether an event has timing or was ever recorded, which cupola pool a
- * raw cudaMemPool_t is).
+ * Streams, events and pools are small malloc'd wrappers around the CUDA
+ * handles, so that the backend can remember what CUDA will not tell it (a
+ * stream's process-unique id and device, whether an event has timing or was
+ * ever recorded, which cupola pool a raw cudaMemPool_t is).
+ *
+ * Devices (backend.h, "several devices"): every entry point makes the device
+ * of the object it acts on the thread's CUDA device (use_device: cudaSetDevice
+ * only when cudaGetDevice says otherwise) and never restores the previous
+ * one; object-less entry points and the NULL (legacy) stream use the thread's
+ * cupola device (tl_device, set_device), so what runs where never depends on
+ * what an earlier call happened to leave current.  An event is created on
+ * the device current at creation and re-created on a stream's device when it
+ * is recorded there (CUDA requires event and stream to share a device).
  *
  * Error policy: every CUDA return code is checked; a failure stores
  * "cudaErrorX: text (operation)" and maps the error to a cp_status.  Destroy
@@ -28,16 +36,20 @@
 
 #include "kernels.h"
 
-#define CP_DEVICE 0 /* the device cupola uses */
+#define CP_DEVICE tl_device /* object-less entry points: the thread's device */
+
+static _Thread_local int tl_device;
 
 struct cp_stream {
     cudaStream_t h;
     uint64_t id;
+    int dev;
 };
 
 struct cp_event {
     cudaEvent_t h;
     int timing;
+    int dev; /* where h was created */
     atomic_int recorded; /* CUDA reports "never recorded" only as a bad handle */
 };
 
@@ -45,6 +57,8 @@ struct cp_mempool {
     cudaMemPool_t h;
     int is_default;
     int location_host;
+    int dev;
+    int imported;
     struct cp_mempool *next; /* registry of live pools, for get_current */
 };
 
@@ -103,6 +117,63 @@ static cudaStream_t stream_handle(const cp_stream *s)
     return s ? s->h : cudaStreamLegacy;
 }
 
+static int device_count_cached = -1;
+
+static int cuda_device_count(void)
+{
+    if (device_count_cached < 0) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            (void)cudaGetLastError();
+            n = 0;
+        }
+        device_count_cached = n;
+    }
+    return device_count_cached;
+}
+
+static cp_status check_device(int dev)
+{
+    int n = cuda_device_count();
+    if (dev < 0 || dev >= n)
+        return cp_error_set(CP_ERR_INVALID,
+                            "cudaErrorInvalidDevice: invalid device ordinal (device %d; this "
+                            "machine has %d)",
+                            dev, n);
+    return CP_OK;
+}
+
+/* Makes dev the calling thread's CUDA device (only when it is not). */
+static cp_status use_device(int dev)
+{
+    int cur = -1;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e != cudaSuccess)
+        return fail(e, "cudaGetDevice");
+    if (cur != dev)
+        CHECK(cudaSetDevice(dev), "cudaSetDevice");
+    return CP_OK;
+}
+
+static int stream_dev(const cp_stream *s)
+{
+    return s ? s->dev : tl_device;
+}
+
+/* Every entry point acting on a stream starts here. */
+#define ENTER_STREAM(s)                                                                           \
+    do {                                                                                          \
+        cp_status enter_st_ = use_device(stream_dev(s));                                          \
+        if (enter_st_ != CP_OK)                                                                   \
+            return enter_st_;                                                                     \
+    } while (0)
+#define ENTER_DEVICE(d)                                                                           \
+    do {                                                                                          \
+        cp_status enter_st_ = use_device(d);                                                      \
+        if (enter_st_ != CP_OK)                                                                   \
+            return enter_st_;                                                                     \
+    } while (0)
+
 /* ---- probe ------------------------------------------------------------------ */
 
 int cp_backend_cuda_probe(char *why, size_t whylen)
@@ -139,43 +210,65 @@ int cp_backend_cuda_probe(char *why, size_t whylen)
 
 /* ---- device ----------------------------------------------------------------- */
 
-static cp_status cuda_device_info(cp_device_info *out)
+static cp_status cuda_device_info_on(int dev, cp_device_info *out)
 {
     struct cudaDeviceProp prop;
     int v = 0;
+    cp_status st;
 
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "device_info: out is NULL");
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
     memset(out, 0, sizeof *out);
-    CHECK(cudaGetDeviceProperties(&prop, CP_DEVICE), "cudaGetDeviceProperties");
+    CHECK(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
     snprintf(out->name, sizeof out->name, "%s", prop.name);
-    out->index = CP_DEVICE;
+    out->index = dev;
     out->memory = (uint64_t)prop.totalGlobalMem;
     out->sms = prop.multiProcessorCount;
     out->cc_major = prop.major;
     out->cc_minor = prop.minor;
-    CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, CP_DEVICE),
+    CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, dev),
           "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
     out->mempools = v != 0;
     CHECK(cudaDriverGetVersion(&out->driver), "cudaDriverGetVersion");
     CHECK(cudaRuntimeGetVersion(&out->runtime), "cudaRuntimeGetVersion");
+    ENTER_DEVICE(dev);
     CHECK(cudaDeviceGetStreamPriorityRange(&out->priority_least, &out->priority_greatest),
           "cudaDeviceGetStreamPriorityRange");
     return CP_OK;
 }
 
-static void reap_retired_pools(void);
-
-static cp_status cuda_device_synchronize(void)
+static cp_status cuda_device_info(cp_device_info *out)
 {
+    return cuda_device_info_on(CP_DEVICE, out);
+}
+
+static void reap_retired_pools(int dev);
+
+static cp_status cuda_device_synchronize_on(int dev)
+{
+    cp_status st = check_device(dev);
+    if (st != CP_OK)
+        return st;
+    ENTER_DEVICE(dev);
     CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    reap_retired_pools(); /* the device is idle: no free is queued on them */
+    reap_retired_pools(dev); /* the device is idle: no free is queued on them */
     return CP_OK;
 }
 
-static cp_status cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+static cp_status cuda_device_synchronize(void)
+{
+    return cuda_device_synchronize_on(CP_DEVICE);
+}
+
+static cp_status cuda_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_bytes)
 {
     size_t f = 0, t = 0;
+    cp_status st = check_device(dev);
+    if (st != CP_OK)
+        return st;
+    ENTER_DEVICE(dev);
     CHECK(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
     if (free_bytes)
         *free_bytes = f;
@@ -184,20 +277,61 @@ static cp_status cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes)
     return CP_OK;
 }
 
+static cp_status cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+{
+    return cuda_mem_get_info_on(CP_DEVICE, free_bytes, total_bytes);
+}
+
+static cp_status cuda_set_device(int dev)
+{
+    cp_status st = check_device(dev);
+    if (st == CP_OK)
+        tl_device = dev;
+    return st;
+}
+
+static int cuda_get_device(void)
+{
+    return tl_device;
+}
+
+static int cuda_stream_device(const cp_stream *s)
+{
+    return stream_dev(s);
+}
+
+/* Per device, the legacy stream as an object that knows its device; id 0
+ * like the NULL stream, and never destroyed (stream_destroy skips id 0). */
+static cp_stream legacy_streams[CP_MAX_DEVICES];
+
+static cp_stream *cuda_stream_legacy(int dev)
+{
+    if (dev < 0 || dev >= CP_MAX_DEVICES)
+        return NULL;
+    legacy_streams[dev].h = cudaStreamLegacy;
+    legacy_streams[dev].id = 0;
+    legacy_streams[dev].dev = dev;
+    return &legacy_streams[dev];
+}
+
 /* ---- streams ------------------------------------------------------------------ */
 
 /* Ids start at 1 (0 names the default stream) and are never reused. */
 static atomic_uint_least64_t next_stream_id = 1;
 
-static cp_status cuda_stream_create(cp_stream **out, int priority, int blocking)
+static cp_status cuda_stream_create_on(cp_stream **out, int dev, int priority, int blocking)
 {
     int least = 0, greatest = 0;
     cp_stream *s;
     cudaError_t e;
+    cp_status st;
 
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "stream_create: out is NULL");
     *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    ENTER_DEVICE(dev);
     CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
     /* CUDA would clamp silently; an experiment asking for a priority the
      * device lacks should hear about it. */
@@ -215,16 +349,24 @@ static cp_status cuda_stream_create(cp_stream **out, int priority, int blocking)
         return fail(e, "cudaStreamCreateWithPriority");
     }
     s->id = atomic_fetch_add(&next_stream_id, 1);
+    s->dev = dev;
     *out = s;
     return CP_OK;
+}
+
+static cp_status cuda_stream_create(cp_stream **out, int priority, int blocking)
+{
+    return cuda_stream_create_on(out, CP_DEVICE, priority, blocking);
 }
 
 static cp_status cuda_stream_destroy(cp_stream *s)
 {
     cudaError_t e;
-    if (!s) /* the default stream is not ours to destroy */
+    if (!s || s->id == 0) /* the default stream is not ours to destroy */
         return CP_OK;
     /* Returns at once; work still queued completes first (no sync). */
+    if (use_device(s->dev) != CP_OK)
+        (void)cudaGetLastError(); /* shutting down: destroy tolerates it */
     e = cudaStreamDestroy(s->h);
     free(s);
     return release_result(e, "cudaStreamDestroy");
@@ -232,6 +374,7 @@ static cp_status cuda_stream_destroy(cp_stream *s)
 
 static cp_status cuda_stream_synchronize(cp_stream *s)
 {
+    ENTER_STREAM(s);
     CHECK(cudaStreamSynchronize(stream_handle(s)), "cudaStreamSynchronize");
     return CP_OK;
 }
@@ -241,6 +384,7 @@ static cp_status cuda_stream_query(cp_stream *s, int *idle)
     cudaError_t e;
     if (!idle)
         return cp_error_set(CP_ERR_INVALID, "stream_query: idle is NULL");
+    ENTER_STREAM(s);
     e = cudaStreamQuery(stream_handle(s));
     if (e == cudaSuccess || e == cudaErrorNotReady) {
         *idle = e == cudaSuccess;
@@ -253,6 +397,7 @@ static cp_status cuda_stream_wait_event(cp_stream *s, cp_event *ev)
 {
     if (!ev)
         return cp_error_set(CP_ERR_INVALID, "stream_wait_event: event is NULL");
+    ENTER_STREAM(s); /* the event may belong to another device: CUDA allows it */
     CHECK(cudaStreamWaitEvent(stream_handle(s), ev->h, 0), "cudaStreamWaitEvent");
     return CP_OK;
 }
@@ -274,12 +419,17 @@ static cp_status cuda_event_create(cp_event **out, int timing)
     *out = NULL;
     if (!(ev = malloc(sizeof *ev)))
         return cp_error_set(CP_ERR_OOM, "event_create: out of host memory");
+    if (use_device(CP_DEVICE) != CP_OK) {
+        free(ev);
+        return CP_ERR_BACKEND;
+    }
     e = cudaEventCreateWithFlags(&ev->h, timing ? cudaEventDefault : cudaEventDisableTiming);
     if (e != cudaSuccess) {
         free(ev);
         return fail(e, "cudaEventCreateWithFlags");
     }
     ev->timing = timing != 0;
+    ev->dev = CP_DEVICE;
     atomic_init(&ev->recorded, 0);
     *out = ev;
     return CP_OK;
@@ -299,6 +449,19 @@ static cp_status cuda_event_record(cp_event *ev, cp_stream *s)
 {
     if (!ev)
         return cp_error_set(CP_ERR_INVALID, "event_record: event is NULL");
+    ENTER_STREAM(s);
+    if (ev->dev != stream_dev(s)) {
+        /* recording overwrites the event's state: a new one on the stream's
+         * device stands for it */
+        cudaEvent_t h;
+        CHECK(cudaEventCreateWithFlags(&h, ev->timing ? cudaEventDefault
+                                                      : cudaEventDisableTiming),
+              "cudaEventCreateWithFlags (the event moves to the stream's device)");
+        (void)cudaEventDestroy(ev->h);
+        (void)cudaGetLastError();
+        ev->h = h;
+        ev->dev = stream_dev(s);
+    }
     CHECK(cudaEventRecord(ev->h, stream_handle(s)), "cudaEventRecord");
     atomic_store(&ev->recorded, 1);
     return CP_OK;
@@ -356,12 +519,16 @@ static cp_status cuda_event_elapsed(cp_event *start, cp_event *end, float *ms)
 
 /* ---- raw memory --------------------------------------------------------------------- */
 
-static cp_status cuda_mem_alloc(void **out, size_t bytes, cp_memkind kind)
+static cp_status cuda_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind kind)
 {
     void *p = NULL;
+    cp_status st;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mem_alloc: out is NULL");
     *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    ENTER_DEVICE(dev);
     switch (kind) {
     case CP_MEM_DEVICE: CHECK(cudaMalloc(&p, bytes), "cudaMalloc"); break;
     case CP_MEM_MANAGED:
@@ -374,10 +541,17 @@ static cp_status cuda_mem_alloc(void **out, size_t bytes, cp_memkind kind)
     return CP_OK;
 }
 
-static cp_status cuda_mem_free(void *p, cp_memkind kind)
+static cp_status cuda_mem_alloc(void **out, size_t bytes, cp_memkind kind)
+{
+    return cuda_mem_alloc_on(CP_DEVICE, out, bytes, kind);
+}
+
+static cp_status cuda_mem_free_on(int dev, void *p, cp_memkind kind)
 {
     if (!p)
         return CP_OK;
+    if (dev >= 0 && dev < cuda_device_count() && use_device(dev) != CP_OK)
+        (void)cudaGetLastError(); /* shutting down: the free tolerates it */
     switch (kind) {
     case CP_MEM_DEVICE:
     case CP_MEM_MANAGED: return release_result(cudaFree(p), "cudaFree");
@@ -386,12 +560,26 @@ static cp_status cuda_mem_free(void *p, cp_memkind kind)
     }
 }
 
+/* Frees where the memory lives: cudaFree synchronizes that device. */
+static cp_status cuda_mem_free(void *p, cp_memkind kind)
+{
+    struct cudaPointerAttributes a;
+    int dev = CP_DEVICE;
+    if (!p)
+        return CP_OK;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice)
+        dev = a.device;
+    (void)cudaGetLastError();
+    return cuda_mem_free_on(dev, p, kind);
+}
+
 static cp_status cuda_mem_alloc_async(void **out, size_t bytes, cp_stream *s)
 {
     void *p = NULL;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mem_alloc_async: out is NULL");
     *out = NULL;
+    ENTER_STREAM(s); /* the current pool of the stream's device */
     CHECK(cudaMallocAsync(&p, bytes, stream_handle(s)), "cudaMallocAsync");
     *out = p;
     return CP_OK;
@@ -401,6 +589,8 @@ static cp_status cuda_mem_free_async(void *p, cp_stream *s)
 {
     if (!p)
         return CP_OK;
+    if (use_device(stream_dev(s)) != CP_OK)
+        (void)cudaGetLastError(); /* shutting down: the free tolerates it */
     return release_result(cudaFreeAsync(p, stream_handle(s)), "cudaFreeAsync");
 }
 
@@ -410,8 +600,8 @@ static cp_status cuda_mem_free_async(void *p, cp_stream *s)
  * pools created here, so that get_current can hand back the very cp_mempool
  * that was made current.  One lock: pools are created rarely. */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cp_mempool default_pool;
-static int default_pool_ready;
+static struct cp_mempool default_pool[CP_MAX_DEVICES];
+static int default_pool_ready[CP_MAX_DEVICES];
 static struct cp_mempool *live_pools;
 /* Pools destroyed while frees on them may still be queued.  CUDA documents
  * that cudaMemPoolDestroy returns at once and releases the memory when the
@@ -427,39 +617,50 @@ static const char *const pool_attr_names[CP_POOL_ATTR_COUNT] = {
     "used_high",
 };
 
-static cp_status cuda_mempool_default(cp_mempool **out)
+static cp_status cuda_mempool_default_on(int dev, cp_mempool **out)
 {
-    cp_status st = CP_OK;
+    cp_status st;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_default: out is NULL");
+    *out = NULL;
+    if ((st = check_device(dev)) != CP_OK || dev >= CP_MAX_DEVICES)
+        return st != CP_OK ? st : cp_error_set(CP_ERR_INVALID, "device %d: too many devices", dev);
     pthread_mutex_lock(&pool_lock);
-    if (!default_pool_ready) {
+    if (!default_pool_ready[dev]) {
         cudaMemPool_t h;
-        cudaError_t e = cudaDeviceGetDefaultMemPool(&h, CP_DEVICE);
+        cudaError_t e = cudaDeviceGetDefaultMemPool(&h, dev);
         if (e != cudaSuccess) {
             st = fail(e, "cudaDeviceGetDefaultMemPool");
         } else {
-            default_pool.h = h;
-            default_pool.is_default = 1;
-            default_pool.location_host = 0;
-            default_pool.next = NULL;
-            default_pool_ready = 1;
+            default_pool[dev].h = h;
+            default_pool[dev].is_default = 1;
+            default_pool[dev].location_host = 0;
+            default_pool[dev].dev = dev;
+            default_pool[dev].imported = 0;
+            default_pool[dev].next = NULL;
+            default_pool_ready[dev] = 1;
         }
     }
     pthread_mutex_unlock(&pool_lock);
-    *out = st == CP_OK ? &default_pool : NULL;
+    *out = st == CP_OK ? &default_pool[dev] : NULL;
     return st;
 }
 
-static cp_status device_attr(enum cudaDeviceAttr a, int *v, const char *what)
+static cp_status cuda_mempool_default(cp_mempool **out)
 {
-    CHECK(cudaDeviceGetAttribute(v, a, CP_DEVICE), what);
+    return cuda_mempool_default_on(CP_DEVICE, out);
+}
+
+static cp_status device_attr_on(int dev, enum cudaDeviceAttr a, int *v, const char *what)
+{
+    CHECK(cudaDeviceGetAttribute(v, a, dev), what);
     return CP_OK;
 }
+#define device_attr(a, v, what) device_attr_on(props->device, a, v, what)
 
 static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *props)
 {
-    static const cp_mempool_props defaults = {0, 0, 0};
+    static const cp_mempool_props defaults = {0, 0, 0, 0};
     struct cudaMemPoolProps pp;
     cp_mempool *p;
     cudaError_t e;
@@ -471,6 +672,8 @@ static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *p
     *out = NULL;
     if (!props)
         props = &defaults;
+    if ((st = check_device(props->device)) != CP_OK)
+        return st;
     if (props->location_host && props->handle_posix_fd)
         return cp_error_set(CP_ERR_INVALID,
                             "a host-memory pool cannot be exported: CUDA allows no handle types "
@@ -499,7 +702,7 @@ static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *p
     pp.handleTypes =
         props->handle_posix_fd ? cudaMemHandleTypePosixFileDescriptor : cudaMemHandleTypeNone;
     pp.location.type = props->location_host ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-    pp.location.id = props->location_host ? 0 : CP_DEVICE; /* ignored for host */
+    pp.location.id = props->location_host ? 0 : props->device; /* ignored for host */
     pp.maxSize = props->max_size;
 
     if (!(p = malloc(sizeof *p)))
@@ -514,7 +717,7 @@ static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *p
         struct cudaMemAccessDesc access;
         memset(&access, 0, sizeof access);
         access.location.type = cudaMemLocationTypeDevice;
-        access.location.id = CP_DEVICE;
+        access.location.id = props->device;
         access.flags = cudaMemAccessFlagsProtReadWrite;
         if ((e = cudaMemPoolSetAccess(p->h, &access, 1)) != cudaSuccess) {
             st = fail(e, "cudaMemPoolSetAccess");
@@ -526,6 +729,8 @@ static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *p
     }
     p->is_default = 0;
     p->location_host = props->location_host != 0;
+    p->dev = props->device;
+    p->imported = 0;
     pthread_mutex_lock(&pool_lock);
     p->next = live_pools;
     live_pools = p;
@@ -554,9 +759,10 @@ static cp_status cuda_mempool_destroy(cp_mempool *p)
      * that is current must not stay current meanwhile. */
     {
         cudaMemPool_t cur = NULL, def = NULL;
-        if (cudaDeviceGetMemPool(&cur, CP_DEVICE) == cudaSuccess && cur == p->h &&
-            cudaDeviceGetDefaultMemPool(&def, CP_DEVICE) == cudaSuccess)
-            (void)cudaDeviceSetMemPool(CP_DEVICE, def);
+        if (!p->location_host && !p->imported &&
+            cudaDeviceGetMemPool(&cur, p->dev) == cudaSuccess && cur == p->h &&
+            cudaDeviceGetDefaultMemPool(&def, p->dev) == cudaSuccess)
+            (void)cudaDeviceSetMemPool(p->dev, def);
         (void)cudaGetLastError();
     }
     p->next = retired_pools;
@@ -565,14 +771,25 @@ static cp_status cuda_mempool_destroy(cp_mempool *p)
     return CP_OK;
 }
 
-static void reap_retired_pools(void)
+/* Pools of dev whose frees are done once dev is idle; host pools (whose
+ * frees may be queued on any device) wait for every device's sync... which
+ * cupola never does at once, so they go with the device they were made on. */
+static void reap_retired_pools(int dev)
 {
-    cp_mempool *p, *next;
+    cp_mempool *p, *next, **pp, *mine = NULL;
     pthread_mutex_lock(&pool_lock);
-    p = retired_pools;
-    retired_pools = NULL;
+    pp = &retired_pools;
+    while ((p = *pp) != NULL) {
+        if (p->dev == dev) {
+            *pp = p->next;
+            p->next = mine;
+            mine = p;
+        } else {
+            pp = &p->next;
+        }
+    }
     pthread_mutex_unlock(&pool_lock);
-    for (; p; p = next) {
+    for (p = mine; p; p = next) {
         next = p->next;
         (void)release_result(cudaMemPoolDestroy(p->h), "cudaMemPoolDestroy");
         free(p);
@@ -585,6 +802,11 @@ static cp_status cuda_mempool_alloc(cp_mempool *p, void **out, size_t bytes, cp_
     if (!p || !out)
         return cp_error_set(CP_ERR_INVALID, "mempool_alloc: pool or out is NULL");
     *out = NULL;
+    if (p->imported)
+        return cp_error_set(CP_ERR_INVALID,
+                            "an imported pool only maps the exporter's buffers (import them); it "
+                            "cannot allocate");
+    ENTER_STREAM(s);
     CHECK(cudaMallocFromPoolAsync(&ptr, bytes, p->h, stream_handle(s)), "cudaMallocFromPoolAsync");
     *out = ptr;
     return CP_OK;
@@ -684,11 +906,13 @@ static cp_status cuda_mempool_set_current(cp_mempool *p)
     if (p->location_host)
         return cp_error_set(CP_ERR_INVALID,
                             "a host-memory pool cannot be the device's current pool");
-    CHECK(cudaDeviceSetMemPool(CP_DEVICE, p->h), "cudaDeviceSetMemPool");
+    if (p->imported)
+        return cp_error_set(CP_ERR_INVALID, "an imported pool cannot be the device's current pool");
+    CHECK(cudaDeviceSetMemPool(p->dev, p->h), "cudaDeviceSetMemPool");
     return CP_OK;
 }
 
-static cp_status cuda_mempool_get_current(cp_mempool **out)
+static cp_status cuda_mempool_get_current_on(int dev, cp_mempool **out)
 {
     cudaMemPool_t h;
     cp_mempool *def, *p;
@@ -697,9 +921,9 @@ static cp_status cuda_mempool_get_current(cp_mempool **out)
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_current: out is NULL");
     *out = NULL;
-    if ((st = cuda_mempool_default(&def)) != CP_OK)
+    if ((st = cuda_mempool_default_on(dev, &def)) != CP_OK)
         return st;
-    CHECK(cudaDeviceGetMemPool(&h, CP_DEVICE), "cudaDeviceGetMemPool");
+    CHECK(cudaDeviceGetMemPool(&h, dev), "cudaDeviceGetMemPool");
     if (h == def->h) {
         *out = def;
         return CP_OK;
@@ -715,6 +939,11 @@ static cp_status cuda_mempool_get_current(cp_mempool **out)
     return CP_OK;
 }
 
+static cp_status cuda_mempool_get_current(cp_mempool **out)
+{
+    return cuda_mempool_get_current_on(CP_DEVICE, out);
+}
+
 /* ---- copies ------------------------------------------------------------------------ */
 
 static cp_status cuda_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
@@ -723,6 +952,7 @@ static cp_status cuda_memcpy_async(void *dst, const void *src, size_t bytes, cp_
         return CP_OK;
     if (!dst || !src)
         return cp_error_set(CP_ERR_INVALID, "memcpy_async: dst or src is NULL");
+    ENTER_STREAM(s);
     /* cudaMemcpyDefault: unified addressing tells the direction. */
     CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_handle(s)),
           "cudaMemcpyAsync");
@@ -735,6 +965,7 @@ static cp_status cuda_memset_async(void *dst, int byte, size_t bytes, cp_stream 
         return CP_OK;
     if (!dst)
         return cp_error_set(CP_ERR_INVALID, "memset_async: dst is NULL");
+    ENTER_STREAM(s);
     CHECK(cudaMemsetAsync(dst, byte, bytes, stream_handle(s)), "cudaMemsetAsync");
     return CP_OK;
 }
@@ -788,6 +1019,7 @@ static cp_status cuda_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, con
         return st;
     if (!p && count > 0)
         return cp_error_set(CP_ERR_INVALID, "fill: pointer is NULL");
+    ENTER_STREAM(s);
     CHECK(cp_cuda_fill(p, count, t, v, grid, block, stream_handle(s)), "fill kernel launch");
     return CP_OK;
 }
@@ -801,6 +1033,7 @@ static cp_status cuda_k_sqrt_index(float *p, size_t count, const cp_shape *sh, c
         return st;
     if (!p && count > 0)
         return cp_error_set(CP_ERR_INVALID, "sqrt_index: pointer is NULL");
+    ENTER_STREAM(s);
     CHECK(cp_cuda_sqrt_index(p, count, grid, block, stream_handle(s)), "sqrt_index kernel launch");
     return CP_OK;
 }
@@ -811,13 +1044,21 @@ static cp_status cuda_k_sqrt_index(float *p, size_t count, const cp_shape *sh, c
  * (threshold: max), so repeated checksums cost no mapping.  Without pool
  * support, scratch falls back to cudaMalloc. */
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
-static int scratch_state; /* 0: not tried, 1: pool, -1: no pool support */
-static cudaMemPool_t scratch_pool;
+/* per device: 0 not tried, 1 pool, -1 no pool support */
+static int scratch_states[CP_MAX_DEVICES];
+static cudaMemPool_t scratch_pools[CP_MAX_DEVICES];
 
-static cp_status scratch_init(int *state)
+/* The scratch of the thread's CUDA device (ENTER_STREAM made it the stream's). */
+static cp_status scratch_init(int *state, cudaMemPool_t *pool)
 {
     cp_status st = CP_OK;
+    int dev = 0;
+    CHECK(cudaGetDevice(&dev), "cudaGetDevice");
+    if (dev < 0 || dev >= CP_MAX_DEVICES)
+        return cp_error_set(CP_ERR_INVALID, "device %d: too many devices", dev);
     pthread_mutex_lock(&scratch_lock);
+#define scratch_state scratch_states[dev]
+#define scratch_pool scratch_pools[dev]
     if (scratch_state == 0) {
         struct cudaMemPoolProps pp;
         cudaError_t e;
@@ -826,8 +1067,8 @@ static cp_status scratch_init(int *state)
         pp.allocType = cudaMemAllocationTypePinned;
         pp.handleTypes = cudaMemHandleTypeNone;
         pp.location.type = cudaMemLocationTypeDevice;
-        pp.location.id = CP_DEVICE;
-        e = cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, CP_DEVICE);
+        pp.location.id = dev;
+        e = cudaDeviceGetAttribute(&v, cudaDevAttrMemoryPoolsSupported, dev);
         if (e != cudaSuccess) {
             st = fail(e, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
         } else if (!v) {
@@ -847,6 +1088,9 @@ static cp_status scratch_init(int *state)
         }
     }
     *state = scratch_state;
+    *pool = scratch_pool;
+#undef scratch_state
+#undef scratch_pool
     pthread_mutex_unlock(&scratch_lock);
     return st;
 }
@@ -855,12 +1099,13 @@ static cp_status scratch_get(void **out, size_t bytes, cudaStream_t s, int *pool
 {
     cp_status st;
     int state = 0;
+    cudaMemPool_t pool = NULL;
     *out = NULL;
-    if ((st = scratch_init(&state)) != CP_OK)
+    if ((st = scratch_init(&state, &pool)) != CP_OK)
         return st;
     *pooled = state == 1;
     if (*pooled)
-        CHECK(cudaMallocFromPoolAsync(out, bytes, scratch_pool, s),
+        CHECK(cudaMallocFromPoolAsync(out, bytes, pool, s),
               "cudaMallocFromPoolAsync (kernel scratch)");
     else
         CHECK(cudaMalloc(out, bytes), "cudaMalloc (kernel scratch)");
@@ -917,6 +1162,7 @@ static cp_status cuda_k_checksum(const void *p, size_t bytes, cp_dtype t, const 
     if (!p && bytes >= dtype_sizes[t])
         return cp_error_set(CP_ERR_INVALID, "checksum: pointer is NULL");
     CHECK(cp_cuda_checksum_scratch(bytes, t, grid, block, &scratch_bytes), "checksum shape");
+    ENTER_STREAM(s);
     if ((st = scratch_get(&scratch, scratch_bytes, cs, &pooled)) != CP_OK)
         return st;
     st = finish_reduction(cp_cuda_checksum(p, bytes, t, grid, block, scratch, cs),
@@ -934,6 +1180,7 @@ static cp_status cuda_k_checksum(const void *p, size_t bytes, cp_dtype t, const 
 
 static cp_status cuda_k_spin(uint64_t microseconds, cp_stream *s)
 {
+    ENTER_STREAM(s);
     CHECK(cp_cuda_spin(microseconds, stream_handle(s)), "spin kernel launch");
     return CP_OK;
 }
@@ -942,6 +1189,7 @@ static cp_status cuda_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream 
 {
     if (!p && bytes > 0)
         return cp_error_set(CP_ERR_INVALID, "pattern: pointer is NULL");
+    ENTER_STREAM(s);
     CHECK(cp_cuda_pattern(p, bytes, seed, stream_handle(s)), "pattern kernel launch");
     return CP_OK;
 }
@@ -959,6 +1207,7 @@ static cp_status cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_st
         return cp_error_set(CP_ERR_INVALID, "verify: bad is NULL");
     if (!p && bytes > 0)
         return cp_error_set(CP_ERR_INVALID, "verify: pointer is NULL");
+    ENTER_STREAM(s);
     if ((st = scratch_get(&scratch, sizeof(unsigned long long), cs, &pooled)) != CP_OK)
         return st;
     st = finish_reduction(cp_cuda_verify(p, bytes, seed, (unsigned long long *)scratch, cs),
@@ -967,6 +1216,239 @@ static cp_status cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_st
         return st;
     *bad = bits;
     return CP_OK;
+}
+
+/* ---- several devices and processes (multigpu) ------------------------------------------ */
+
+static int cuda_mempool_device(const cp_mempool *p)
+{
+    return p ? p->dev : 0;
+}
+
+static cp_status cuda_can_access_peer(int dev, int peer, int *yes)
+{
+    cp_status st;
+    if (!yes)
+        return cp_error_set(CP_ERR_INVALID, "can_access_peer: yes is NULL");
+    if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
+        return st;
+    if (dev == peer) {
+        *yes = 0;
+        return CP_OK;
+    }
+    CHECK(cudaDeviceCanAccessPeer(yes, dev, peer), "cudaDeviceCanAccessPeer");
+    return CP_OK;
+}
+
+static cp_status cuda_enable_peer_access(int dev, int peer)
+{
+    cudaError_t e;
+    cp_status st;
+    if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
+        return st;
+    if (dev == peer)
+        return cp_error_set(CP_ERR_INVALID,
+                            "cudaErrorInvalidDevice: device %d cannot enable peer access to itself",
+                            dev);
+    ENTER_DEVICE(dev);
+    e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        return CP_OK;
+    }
+    if (e != cudaSuccess)
+        return fail(e, "cudaDeviceEnablePeerAccess");
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_set_access(cp_mempool *p, int dev, cp_access a)
+{
+    struct cudaMemAccessDesc d;
+    cp_status st;
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_set_access: pool is NULL");
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    memset(&d, 0, sizeof d);
+    d.location.type = cudaMemLocationTypeDevice;
+    d.location.id = dev;
+    d.flags = a == CP_ACCESS_READWRITE ? cudaMemAccessFlagsProtReadWrite
+              : a == CP_ACCESS_READ    ? cudaMemAccessFlagsProtRead
+                                       : cudaMemAccessFlagsProtNone;
+    CHECK(cudaMemPoolSetAccess(p->h, &d, 1), "cudaMemPoolSetAccess");
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_get_access(cp_mempool *p, int dev, cp_access *a)
+{
+    struct cudaMemLocation loc;
+    enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
+    cp_status st;
+    if (!p || !a)
+        return cp_error_set(CP_ERR_INVALID, "mempool_get_access: NULL argument");
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    memset(&loc, 0, sizeof loc);
+    loc.type = cudaMemLocationTypeDevice;
+    loc.id = dev;
+    CHECK(cudaMemPoolGetAccess(&f, p->h, &loc), "cudaMemPoolGetAccess");
+    *a = f == cudaMemAccessFlagsProtReadWrite ? CP_ACCESS_READWRITE
+         : f == cudaMemAccessFlagsProtRead    ? CP_ACCESS_READ
+                                              : CP_ACCESS_NONE;
+    return CP_OK;
+}
+
+static cp_status cuda_memcpy_peer_async(void *dst, int dst_dev, const void *src, int src_dev,
+                                        size_t bytes, cp_stream *s)
+{
+    cp_status st;
+    if ((st = check_device(dst_dev)) != CP_OK || (st = check_device(src_dev)) != CP_OK)
+        return st;
+    if (bytes == 0)
+        return CP_OK;
+    if (!dst || !src)
+        return cp_error_set(CP_ERR_INVALID, "memcpy_peer_async: dst or src is NULL");
+    ENTER_STREAM(s);
+    CHECK(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, stream_handle(s)),
+          "cudaMemcpyPeerAsync");
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_export(cp_mempool *p, int *fd)
+{
+    int h = -1;
+    if (!p || !fd)
+        return cp_error_set(CP_ERR_INVALID, "mempool_export: NULL argument");
+    *fd = -1;
+    if (p->imported)
+        return cp_error_set(CP_ERR_INVALID, "an imported pool cannot be exported again");
+    CHECK(cudaMemPoolExportToShareableHandle(&h, p->h, cudaMemHandleTypePosixFileDescriptor, 0),
+          "cudaMemPoolExportToShareableHandle");
+    *fd = h;
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_import(int fd, int dev, cp_mempool **out)
+{
+    struct cudaMemAccessDesc d;
+    struct cudaMemLocation loc;
+    enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
+    cp_mempool *p;
+    cudaError_t e;
+    cp_status st;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_import: out is NULL");
+    *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    ENTER_DEVICE(dev);
+    if (!(p = calloc(1, sizeof *p)))
+        return cp_error_set(CP_ERR_OOM, "mempool_import: out of host memory");
+    e = cudaMemPoolImportFromShareableHandle(&p->h, (void *)(intptr_t)fd,
+                                             cudaMemHandleTypePosixFileDescriptor, 0);
+    if (e != cudaSuccess) {
+        free(p);
+        return fail(e, "cudaMemPoolImportFromShareableHandle");
+    }
+    /* as CUDA's IPC sample: the importing device needs read-write access */
+    memset(&loc, 0, sizeof loc);
+    loc.type = cudaMemLocationTypeDevice;
+    loc.id = dev;
+    e = cudaMemPoolGetAccess(&f, p->h, &loc);
+    if (e == cudaSuccess && f != cudaMemAccessFlagsProtReadWrite) {
+        memset(&d, 0, sizeof d);
+        d.location = loc;
+        d.flags = cudaMemAccessFlagsProtReadWrite;
+        e = cudaMemPoolSetAccess(p->h, &d, 1);
+    }
+    if (e != cudaSuccess) {
+        st = fail(e, "cudaMemPoolSetAccess (imported pool)");
+        (void)cudaMemPoolDestroy(p->h);
+        (void)cudaGetLastError();
+        free(p);
+        return st;
+    }
+    p->dev = dev;
+    p->imported = 1;
+    pthread_mutex_lock(&pool_lock);
+    p->next = live_pools;
+    live_pools = p;
+    pthread_mutex_unlock(&pool_lock);
+    *out = p;
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_export_ptr(void *ptr, cp_ipc_data *out)
+{
+    struct cudaMemPoolPtrExportData d;
+    if (!ptr || !out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_export_ptr: NULL argument");
+    memset(&d, 0, sizeof d);
+    CHECK(cudaMemPoolExportPointer(&d, ptr), "cudaMemPoolExportPointer");
+    memset(out, 0, sizeof *out);
+    memcpy(out->bytes, &d, sizeof d < sizeof out->bytes ? sizeof d : sizeof out->bytes);
+    return CP_OK;
+}
+
+static cp_status cuda_mempool_import_ptr(cp_mempool *p, const cp_ipc_data *data, size_t bytes,
+                                         void **out)
+{
+    struct cudaMemPoolPtrExportData d;
+    void *ptr = NULL;
+    (void)bytes;
+    if (!p || !data || !out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_import_ptr: NULL argument");
+    *out = NULL;
+    if (!p->imported)
+        return cp_error_set(CP_ERR_INVALID,
+                            "buffers are imported into a pool imported with cupola.mempool.import");
+    memset(&d, 0, sizeof d);
+    memcpy(&d, data->bytes, sizeof d < sizeof data->bytes ? sizeof d : sizeof data->bytes);
+    ENTER_DEVICE(p->dev);
+    CHECK(cudaMemPoolImportPointer(&ptr, p->h, &d), "cudaMemPoolImportPointer");
+    *out = ptr;
+    return CP_OK;
+}
+
+static cp_status cuda_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int *fd)
+{
+    cudaIpcMemHandle_t h;
+    (void)bytes;
+    if (!ptr || !out || !fd)
+        return cp_error_set(CP_ERR_INVALID, "ipc_get_handle: NULL argument");
+    *fd = -1;
+    CHECK(cudaIpcGetMemHandle(&h, ptr), "cudaIpcGetMemHandle");
+    memset(out, 0, sizeof *out);
+    memcpy(out->bytes, &h, sizeof h < sizeof out->bytes ? sizeof h : sizeof out->bytes);
+    return CP_OK;
+}
+
+static cp_status cuda_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, size_t bytes,
+                                      void **out)
+{
+    cudaIpcMemHandle_t h;
+    void *p = NULL;
+    cp_status st;
+    (void)fd;
+    (void)bytes;
+    if (!data || !out)
+        return cp_error_set(CP_ERR_INVALID, "ipc_open_handle: NULL argument");
+    *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    ENTER_DEVICE(dev);
+    memcpy(&h, data->bytes, sizeof h < sizeof data->bytes ? sizeof h : sizeof data->bytes);
+    CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    *out = p;
+    return CP_OK;
+}
+
+static cp_status cuda_ipc_close_handle(void *ptr, size_t bytes)
+{
+    (void)bytes;
+    if (!ptr)
+        return CP_OK;
+    return release_result(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle");
 }
 
 /* ---- the table ------------------------------------------------------------------------ */
@@ -1026,4 +1508,32 @@ const cp_backend cp_backend_cuda = {
     /* run-time compiled kernels (issue 10) */
     .host_task = NULL,
     .stream_native = cuda_stream_native,
+
+    /* several devices and processes (multigpu) */
+    .device_count = cuda_device_count,
+    .set_device = cuda_set_device,
+    .get_device = cuda_get_device,
+    .device_info_on = cuda_device_info_on,
+    .device_synchronize_on = cuda_device_synchronize_on,
+    .mem_get_info_on = cuda_mem_get_info_on,
+    .stream_create_on = cuda_stream_create_on,
+    .stream_device = cuda_stream_device,
+    .stream_legacy = cuda_stream_legacy,
+    .mem_alloc_on = cuda_mem_alloc_on,
+    .mem_free_on = cuda_mem_free_on,
+    .mempool_default_on = cuda_mempool_default_on,
+    .mempool_get_current_on = cuda_mempool_get_current_on,
+    .mempool_device = cuda_mempool_device,
+    .can_access_peer = cuda_can_access_peer,
+    .enable_peer_access = cuda_enable_peer_access,
+    .mempool_set_access = cuda_mempool_set_access,
+    .mempool_get_access = cuda_mempool_get_access,
+    .memcpy_peer_async = cuda_memcpy_peer_async,
+    .mempool_export = cuda_mempool_export,
+    .mempool_import = cuda_mempool_import,
+    .mempool_export_ptr = cuda_mempool_export_ptr,
+    .mempool_import_ptr = cuda_mempool_import_ptr,
+    .ipc_get_handle = cuda_ipc_get_handle,
+    .ipc_open_handle = cuda_ipc_open_handle,
+    .ipc_close_handle = cuda_ipc_close_handle,
 };

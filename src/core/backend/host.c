@@ -49,16 +49,34 @@
  *  - Process exit (or dlclose of the module): a destructor drains and joins
  *    every worker, so no thread runs the module's code once it is unmapped,
  *    and frees what the backend itself owns.
+ *  - Several devices: CUPOLA_HOST_DEVICES=N (1..64, default 1; anything
+ *    else counts as 1) emulated devices share the CPU and the workers.  Each
+ *    has its own memory account (device memory of mem_alloc and the chunks of
+ *    its pools; with N > 1 each device gets 1/N of the host's memory and
+ *    refuses more as out of memory), its own default and current pool, and
+ *    its streams.  The legacy stream is shared by all of them (CUDA has one
+ *    per device; the emulation orders more, never less).  The current device
+ *    is per thread, as in CUDA.  Every device can access every other one
+ *    (can_access_peer is 1 for i != j); enabling is recorded.  Synchronizing
+ *    one device waits for all of them.
+ *  - mem_alloc memory is mapped from the OS (mmap, whole pages), so that the
+ *    legacy IPC path can later turn it into a shared file mapping at the same
+ *    address (ipc_get_handle: the bytes are copied into a memfd which is
+ *    mapped over them, MAP_FIXED); the fd then travels to another process.
  */
 #include "backend.h"
 #include "host_mempool.h"
 #include "kernel_body.h"
+
+#include "ptrmap.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -97,6 +115,7 @@ struct hwork {
 
 struct cp_stream {
     uint64_t id; /* 0 for the legacy stream */
+    int device;  /* -1 for the legacy stream: whichever is current */
     int blocking;
     int legacy;
     hwork *head, *tail;
@@ -154,6 +173,67 @@ static cp_status take_kernel_error_locked(void)
         return CP_OK;
     G.kerr_set = 0;
     return cp_error_set(CP_ERR_BACKEND, "cupolaErrorHostKernel: %s", G.kerr);
+}
+
+/* ---- devices ---------------------------------------------------------------- */
+
+static _Thread_local int tl_device; /* the calling thread's current device */
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+
+static void devices_init(void)
+{
+    const char *e = getenv("CUPOLA_HOST_DEVICES");
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    size_t ram = (pages > 0 && psize > 0) ? (size_t)pages * (size_t)psize : 0;
+    int n = 1;
+    if (e && *e) {
+        char *end = NULL;
+        long v = strtol(e, &end, 10);
+        if (end && *end == '\0' && v >= 1 && v <= CP_MAX_DEVICES)
+            n = (int)v;
+    }
+    cp_host_devices_init(n, ram / (size_t)n);
+}
+
+static int h_device_count(void)
+{
+    pthread_once(&devices_once, devices_init);
+    return cp_host_device_count();
+}
+
+static cp_status check_device(int dev)
+{
+    int n = h_device_count();
+    if (dev < 0 || dev >= n)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid device ordinal: device %d does not exist (the host backend "
+                            "emulates %d; CUPOLA_HOST_DEVICES sets how many)",
+                            dev, n);
+    return CP_OK;
+}
+
+static cp_status h_set_device(int dev)
+{
+    cp_status st = check_device(dev);
+    if (st == CP_OK)
+        tl_device = dev;
+    return st;
+}
+
+static int h_get_device(void)
+{
+    return tl_device;
+}
+
+static int h_stream_device(const cp_stream *s)
+{
+    return s && s->device >= 0 ? s->device : tl_device;
+}
+
+static cp_stream *h_stream_legacy(int dev)
+{
+    (void)dev; /* one legacy stream serves every emulated device */
+    return NULL;
 }
 
 /* ---- work items --------------------------------------------------------- */
@@ -339,6 +419,7 @@ static cp_stream *legacy_locked(void)
             return NULL;
         }
         G.legacy.id = 0;
+        G.legacy.device = -1;
         G.legacy.legacy = 1;
         G.legacy.blocking = 1;
         pthread_cond_init(&G.legacy.work_cv, NULL);
@@ -525,16 +606,21 @@ static int sched_too_big(size_t bytes)
 
 /* ---- device --------------------------------------------------------------- */
 
-static cp_status h_device_info(cp_device_info *out)
+static cp_status h_device_info_on(int dev, cp_device_info *out)
 {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cp_status st;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "device_info: out is NULL");
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
     memset(out, 0, sizeof *out);
     strcpy(out->name, "host");
-    out->index = 0;
+    out->index = dev;
     out->memory = (pages > 0 && psize > 0) ? (uint64_t)pages * (uint64_t)psize : 0;
+    if (cp_host_mem_total())
+        out->memory = cp_host_mem_total();
     out->sms = cpus > 0 ? (int)cpus : 1;
     out->cc_major = 0;
     out->cc_minor = 0;
@@ -544,6 +630,11 @@ static cp_status h_device_info(cp_device_info *out)
     out->priority_least = HOST_PRIO_LEAST;
     out->priority_greatest = HOST_PRIO_GREATEST;
     return CP_OK;
+}
+
+static cp_status h_device_info(cp_device_info *out)
+{
+    return h_device_info_on(tl_device, out);
 }
 
 static cp_status h_device_synchronize(void)
@@ -588,26 +679,54 @@ static cp_status h_device_synchronize(void)
     return st;
 }
 
-static cp_status h_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+/* One device: the host's memory as the OS reports it.  Several: each
+ * device's share, less what is charged to it (and never more than the host
+ * has available). */
+static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_bytes)
 {
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
     long psize = sysconf(_SC_PAGESIZE);
+    size_t share;
+    cp_status st;
     if (!free_bytes || !total_bytes)
         return cp_error_set(CP_ERR_INVALID, "mem_get_info: NULL argument");
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
     *total_bytes = (pages > 0 && psize > 0) ? (size_t)pages * (size_t)psize : 0;
     *free_bytes = (avail > 0 && psize > 0) ? (size_t)avail * (size_t)psize : 0;
+    if ((share = cp_host_mem_total()) != 0) {
+        size_t used = cp_host_mem_used(dev), left = used < share ? share - used : 0;
+        *total_bytes = share;
+        if (left < *free_bytes)
+            *free_bytes = left;
+    }
     return CP_OK;
+}
+
+static cp_status h_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+{
+    return h_mem_get_info_on(tl_device, free_bytes, total_bytes);
+}
+
+static cp_status h_device_synchronize(void);
+
+static cp_status h_device_synchronize_on(int dev)
+{
+    cp_status st = check_device(dev);
+    return st == CP_OK ? h_device_synchronize() : st;
 }
 
 /* ---- streams ------------------------------------------------------------ */
 
-static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
+static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int blocking)
 {
     cp_stream *s;
     cp_status st;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "stream_create: out is NULL");
     *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
     /* validated like the CUDA backend does, then ignored: one worker per
      * stream already gives each stream its own share of the CPU */
     if (priority > HOST_PRIO_LEAST || priority < HOST_PRIO_GREATEST)
@@ -620,6 +739,7 @@ static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
     if (!s)
         return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a stream");
     s->id = atomic_fetch_add(&next_sid, 1);
+    s->device = dev;
     s->blocking = blocking != 0;
     pthread_cond_init(&s->work_cv, NULL);
     pthread_mutex_lock(&G.mu);
@@ -638,6 +758,11 @@ static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
     }
     *out = s;
     return CP_OK;
+}
+
+static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
+{
+    return h_stream_create_on(out, tl_device, priority, blocking);
 }
 
 static cp_status h_stream_destroy(cp_stream *s)
@@ -876,14 +1001,73 @@ static cp_status h_event_elapsed(cp_event *start, cp_event *end, float *ms)
 
 /* ---- raw memory ------------------------------------------------------------ */
 
-static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
+/* What mem_alloc handed out: the mapping's length, its device and kind, and
+ * the memfd behind it once exported (legacy IPC), or memory mapped from
+ * another process (ipc_open_handle). */
+typedef struct hmem {
+    size_t len;
+    int dev;
+    cp_memkind kind;
+    int fd;       /* -1 until exported */
+    int imported; /* ipc_open_handle: not charged, unmapped by ipc_close_handle */
+    uint64_t uid; /* names the export */
+} hmem;
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static cp_ptrmap mem_map;
+
+static size_t page_round(size_t bytes)
 {
-    void *p = NULL;
-    size_t rounded;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + pg - 1) / pg * pg;
+}
+
+static int mem_register(void *p, hmem *m)
+{
     int rc;
+    pthread_mutex_lock(&mem_lock);
+    rc = (mem_map.slots || cp_ptrmap_init(&mem_map, 64) == 0) &&
+         cp_ptrmap_put(&mem_map, (uint64_t)(uintptr_t)p, m) == 0;
+    pthread_mutex_unlock(&mem_lock);
+    return rc;
+}
+
+static hmem *mem_lookup(const void *p, int remove)
+{
+    hmem *m = NULL;
+    pthread_mutex_lock(&mem_lock);
+    if (mem_map.slots)
+        m = remove ? (hmem *)cp_ptrmap_del(&mem_map, (uint64_t)(uintptr_t)p)
+                   : (hmem *)cp_ptrmap_get(&mem_map, (uint64_t)(uintptr_t)p);
+    pthread_mutex_unlock(&mem_lock);
+    return m;
+}
+
+/* Process exit (or dlclose): the registry's entries go; memory still mapped
+ * goes with the process. */
+__attribute__((destructor)) static void mem_registry_free(void)
+{
+    pthread_mutex_lock(&mem_lock);
+    if (mem_map.slots) {
+        for (uint64_t i = 0; i <= mem_map.mask; i++)
+            if (mem_map.slots[i].key)
+                free(mem_map.slots[i].val);
+        cp_ptrmap_fini(&mem_map);
+    }
+    pthread_mutex_unlock(&mem_lock);
+}
+
+static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind kind)
+{
+    void *p;
+    size_t len;
+    hmem *m;
+    cp_status st;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mem_alloc: out is NULL");
     *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
     if (kind != CP_MEM_DEVICE && kind != CP_MEM_MANAGED && kind != CP_MEM_PINNED)
         return cp_error_set(CP_ERR_INVALID, "mem_alloc: unknown memory kind %d", (int)kind);
     if (bytes == 0)
@@ -891,25 +1075,69 @@ static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
     if (sched_too_big(bytes))
         return cp_error_set(CP_ERR_OOM,
                             "out of memory: %zu bytes exceed the host's memory and swap", bytes);
-    rounded = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
-    if (kind == CP_MEM_DEVICE)
+    len = page_round(bytes);
+    if (kind == CP_MEM_DEVICE) {
         h_device_synchronize();
-    rc = posix_memalign(&p, HOST_ALIGN, rounded);
-    if (rc != 0 || !p)
+        if (!cp_host_mem_charge(dev, len))
+            return cp_error_set(CP_ERR_OOM,
+                                "out of memory: %zu bytes exceed what is left of device %d's "
+                                "share of the host's memory",
+                                bytes, dev);
+    }
+    m = malloc(sizeof *m);
+    p = m ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+          : MAP_FAILED;
+    if (p == MAP_FAILED || !mem_register(p, m)) {
+        if (p != MAP_FAILED)
+            munmap(p, len);
+        free(m);
+        if (kind == CP_MEM_DEVICE)
+            cp_host_mem_uncharge(dev, len);
         return cp_error_set(CP_ERR_OOM, "out of memory: cannot allocate %zu bytes of host memory",
                             bytes);
+    }
+    m->len = len;
+    m->dev = dev;
+    m->kind = kind;
+    m->fd = -1;
+    m->imported = 0;
+    m->uid = 0;
     *out = p;
     return CP_OK;
 }
 
+static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
+{
+    return h_mem_alloc_on(tl_device, out, bytes, kind);
+}
+
 static cp_status h_mem_free(void *p, cp_memkind kind)
 {
+    hmem *m;
     (void)kind;
     if (!p)
         return CP_OK;
     h_device_synchronize();
-    free(p);
+    m = mem_lookup(p, 0);
+    if (!m || m->imported)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: %p was not allocated by mem_alloc (or was already "
+                            "freed)",
+                            p);
+    mem_lookup(p, 1);
+    munmap(p, m->len);
+    if (m->kind == CP_MEM_DEVICE)
+        cp_host_mem_uncharge(m->dev, m->len);
+    if (m->fd >= 0)
+        close(m->fd);
+    free(m);
     return CP_OK;
+}
+
+static cp_status h_mem_free_on(int dev, void *p, cp_memkind kind)
+{
+    (void)dev; /* the registry knows the device */
+    return h_mem_free(p, kind);
 }
 
 /* ---- copies and kernels ------------------------------------------------------ */
@@ -1075,6 +1303,8 @@ static cp_status h_memset_async(void *dst, int byte, size_t bytes, cp_stream *s)
         return CP_OK;
     if (!dst)
         return cp_error_set(CP_ERR_INVALID, "memset_async: NULL pointer");
+    if (cp_host_pool_check_access(dst, h_stream_device(s), 1) != CP_OK)
+        return CP_ERR_INVALID;
     w = work_or_oom(run_set);
     if (!w)
         return CP_ERR_OOM;
@@ -1119,6 +1349,8 @@ static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const 
         return CP_OK;
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "fill: NULL pointer");
+    if ((st = cp_host_pool_check_access(p, h_stream_device(s), 1)) != CP_OK)
+        return st;
     w = work_or_oom(run_fill);
     if (!w)
         return CP_ERR_OOM;
@@ -1139,6 +1371,8 @@ static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_s
         return CP_OK;
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "sqrt_index: NULL pointer");
+    if ((st = cp_host_pool_check_access(p, h_stream_device(s), 1)) != CP_OK)
+        return st;
     w = work_or_oom(run_sqrt);
     if (!w)
         return CP_ERR_OOM;
@@ -1162,6 +1396,8 @@ static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_
     r.u = 0;
     if (bytes > 0 && !p)
         return cp_error_set(CP_ERR_INVALID, "checksum: NULL pointer");
+    if ((st = cp_host_pool_check_access(p, h_stream_device(s), 0)) != CP_OK)
+        return st;
     w = work_or_oom(run_sum);
     if (!w)
         return CP_ERR_OOM;
@@ -1187,10 +1423,13 @@ static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
 static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 {
     hwork *w;
+    cp_status st;
     if (bytes == 0)
         return CP_OK;
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "pattern: NULL pointer");
+    if ((st = cp_host_pool_check_access(p, h_stream_device(s), 1)) != CP_OK)
+        return st;
     w = work_or_oom(run_pattern);
     if (!w)
         return CP_ERR_OOM;
@@ -1210,6 +1449,8 @@ static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_strea
         return cp_error_set(CP_ERR_INVALID, "verify: bad is NULL");
     if (bytes > 0 && !p)
         return cp_error_set(CP_ERR_INVALID, "verify: NULL pointer");
+    if ((st = cp_host_pool_check_access(p, h_stream_device(s), 0)) != CP_OK)
+        return st;
     w = work_or_oom(run_verify);
     if (!w)
         return CP_ERR_OOM;
@@ -1263,6 +1504,225 @@ static cp_status h_host_task(cp_stream *s, int (*fn)(void *, char *, size_t), co
     return enqueue(s, w, NULL, NULL);
 }
 
+/* ---- peers ------------------------------------------------------------------ */
+
+static unsigned char peer_enabled[CP_MAX_DEVICES][CP_MAX_DEVICES];
+
+static cp_status h_can_access_peer(int dev, int peer, int *yes)
+{
+    cp_status st;
+    if (!yes)
+        return cp_error_set(CP_ERR_INVALID, "can_access_peer: yes is NULL");
+    if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
+        return st;
+    *yes = dev != peer; /* as CUDA: a device is not its own peer */
+    return CP_OK;
+}
+
+static cp_status h_enable_peer_access(int dev, int peer)
+{
+    cp_status st;
+    if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
+        return st;
+    if (dev == peer)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid device: device %d cannot enable peer access to itself", dev);
+    pthread_mutex_lock(&G.mu);
+    peer_enabled[dev][peer] = 1;
+    pthread_mutex_unlock(&G.mu);
+    return CP_OK;
+}
+
+/* Device to device: asynchronous, unlike memcpy_async (no pageable memory). */
+static cp_status h_memcpy_peer_async(void *dst, int dst_dev, const void *src, int src_dev,
+                                     size_t bytes, cp_stream *s)
+{
+    hwork *w;
+    cp_status st;
+    if ((st = check_device(dst_dev)) != CP_OK || (st = check_device(src_dev)) != CP_OK)
+        return st;
+    if (bytes == 0)
+        return CP_OK;
+    if (!dst || !src)
+        return cp_error_set(CP_ERR_INVALID, "memcpy_peer_async: NULL pointer");
+    w = work_or_oom(run_copy);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.copy.dst = dst;
+    w->u.copy.src = src;
+    w->u.copy.n = bytes;
+    return enqueue(s, w, NULL, NULL);
+}
+
+static int h_mempool_device(const cp_mempool *p)
+{
+    return cp_host_pool_device(p);
+}
+
+static cp_status h_mempool_default_on(int dev, cp_mempool **out)
+{
+    cp_status st = check_device(dev);
+    return st == CP_OK ? cp_host_pool_default_on(dev, out) : st;
+}
+
+static cp_status h_mempool_get_current_on(int dev, cp_mempool **out)
+{
+    cp_status st = check_device(dev);
+    return st == CP_OK ? cp_host_pool_get_current_on(dev, out) : st;
+}
+
+static cp_status h_mempool_create(cp_mempool **out, const cp_mempool_props *props)
+{
+    (void)h_device_count(); /* the device range is known before the pool checks it */
+    return cp_host_pool_create(out, props);
+}
+
+static cp_status h_mempool_import(int fd, int dev, cp_mempool **out)
+{
+    cp_status st = check_device(dev);
+    return st == CP_OK ? cp_host_pool_import(fd, dev, out) : st;
+}
+
+/* ---- legacy IPC (mem_alloc memory) ---------------------------------------- */
+
+#define HOST_IPC_MAGIC "cpHstMm1"
+typedef struct host_ipc_data {
+    char magic[8];
+    uint64_t len, uid;
+} host_ipc_data;
+
+static uint64_t new_uid(void)
+{
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    uint64_t x;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = ((uint64_t)getpid() << 40) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^
+        (atomic_fetch_add(&counter, 1) * UINT64_C(0x9E3779B97F4A7C15));
+    return x ? x : 1;
+}
+
+/* Moves the bytes of a private mapping into a memfd mapped at the same
+ * address, so the fd can travel; the device is idle meanwhile. */
+static cp_status promote_locked(void *p, hmem *m)
+{
+    void *tmp, *at;
+    int fd = memfd_create("cupola-malloc", MFD_CLOEXEC);
+    if (fd < 0)
+        return cp_error_set(CP_ERR_BACKEND, "memfd_create: %s (exporting a buffer)",
+                            strerror(errno));
+    if (ftruncate(fd, (off_t)m->len) != 0) {
+        close(fd);
+        return cp_error_set(CP_ERR_OOM, "out of memory: ftruncate of an exported buffer: %s",
+                            strerror(errno));
+    }
+    tmp = mmap(NULL, m->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (tmp == MAP_FAILED) {
+        close(fd);
+        return cp_error_set(CP_ERR_OOM, "out of memory: mmap of an exported buffer: %s",
+                            strerror(errno));
+    }
+    memcpy(tmp, p, m->len);
+    munmap(tmp, m->len);
+    at = mmap(p, m->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    if (at == MAP_FAILED) {
+        close(fd); /* MAP_FIXED failing leaves the old mapping in place */
+        return cp_error_set(CP_ERR_BACKEND, "mmap (MAP_FIXED) of an exported buffer: %s",
+                            strerror(errno));
+    }
+    m->fd = fd;
+    m->uid = new_uid();
+    return CP_OK;
+}
+
+static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int *fd)
+{
+    host_ipc_data d;
+    hmem *m;
+    cp_status st = CP_OK;
+    if (!ptr || !out || !fd)
+        return cp_error_set(CP_ERR_INVALID, "ipc_get_handle: NULL argument");
+    *fd = -1;
+    memset(out, 0, sizeof *out);
+    h_device_synchronize(); /* nothing may write the bytes while they move */
+    pthread_mutex_lock(&mem_lock);
+    m = mem_map.slots ? (hmem *)cp_ptrmap_get(&mem_map, (uint64_t)(uintptr_t)ptr) : NULL;
+    if (!m || m->imported)
+        st = cp_error_set(CP_ERR_INVALID,
+                          "invalid value: %p is not the start of a mem_alloc allocation", ptr);
+    else if (bytes > m->len)
+        st = cp_error_set(CP_ERR_INVALID, "invalid value: %zu bytes exceed the allocation", bytes);
+    else if (m->fd < 0)
+        st = promote_locked(ptr, m);
+    if (st == CP_OK) {
+        memset(&d, 0, sizeof d);
+        memcpy(d.magic, HOST_IPC_MAGIC, sizeof d.magic);
+        d.len = m->len;
+        d.uid = m->uid;
+        memcpy(out->bytes, &d, sizeof d);
+        *fd = m->fd;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return st;
+}
+
+static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, size_t bytes,
+                                   void **out)
+{
+    host_ipc_data d;
+    struct stat sb;
+    hmem *m;
+    void *p;
+    cp_status st;
+    if (!data || !out)
+        return cp_error_set(CP_ERR_INVALID, "ipc_open_handle: NULL argument");
+    *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    memcpy(&d, data->bytes, sizeof d);
+    if (memcmp(d.magic, HOST_IPC_MAGIC, sizeof d.magic) != 0)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the handle is not a host backend allocation");
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != d.len ||
+        bytes == 0 || bytes > d.len)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the received memory does not match the handle "
+                            "(%zu bytes asked, %llu described)",
+                            bytes, (unsigned long long)d.len);
+    m = malloc(sizeof *m);
+    p = m ? mmap(NULL, (size_t)d.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (p == MAP_FAILED || !mem_register(p, m)) {
+        if (p != MAP_FAILED)
+            munmap(p, (size_t)d.len);
+        free(m);
+        return cp_error_set(CP_ERR_OOM, "out of memory: cannot map an imported buffer");
+    }
+    m->len = (size_t)d.len;
+    m->dev = dev;
+    m->kind = CP_MEM_DEVICE;
+    m->fd = -1;
+    m->imported = 1;
+    m->uid = d.uid;
+    *out = p;
+    return CP_OK;
+}
+
+static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
+{
+    hmem *m;
+    (void)bytes;
+    if (!ptr)
+        return CP_OK;
+    h_device_synchronize(); /* as cudaIpcCloseMemHandle, nothing queued may still touch it */
+    m = mem_lookup(ptr, 0);
+    if (!m || !m->imported)
+        return cp_error_set(CP_ERR_INVALID, "invalid value: %p was not opened from a handle", ptr);
+    mem_lookup(ptr, 1);
+    munmap(ptr, m->len);
+    free(m);
+    return CP_OK;
+}
+
 /* ---- process exit --------------------------------------------------------- */
 
 /* Drains and joins every worker: at exit the threads must not outlive the
@@ -1311,8 +1771,9 @@ __attribute__((constructor)) static void host_bind_pools(void)
     static const cp_host_sched sched = {
         sched_lock,          sched_unlock,          sched_done_locked,
         sched_wait_done_locked, sched_known_locked, sched_enqueue_wait_locked,
-        sched_enqueue_mark_locked, sched_too_big,
+        sched_enqueue_mark_locked, sched_too_big, h_get_device, h_stream_device,
     };
+    pthread_once(&devices_once, devices_init);
     cp_host_pool_bind(&sched);
 }
 
@@ -1340,7 +1801,7 @@ const cp_backend cp_backend_host = {
     .mem_alloc_async = cp_host_pool_alloc_current,
     .mem_free_async = cp_host_pool_free,
     .mempool_default = cp_host_pool_default,
-    .mempool_create = cp_host_pool_create,
+    .mempool_create = h_mempool_create,
     .mempool_destroy = cp_host_pool_destroy,
     .mempool_alloc = cp_host_pool_alloc,
     .mempool_get_attr = cp_host_pool_get_attr,
@@ -1359,4 +1820,32 @@ const cp_backend cp_backend_host = {
     /* run-time compiled kernels (issue 10) */
     .host_task = h_host_task,
     .stream_native = NULL,
+
+    /* several devices and processes (multigpu) */
+    .device_count = h_device_count,
+    .set_device = h_set_device,
+    .get_device = h_get_device,
+    .device_info_on = h_device_info_on,
+    .device_synchronize_on = h_device_synchronize_on,
+    .mem_get_info_on = h_mem_get_info_on,
+    .stream_create_on = h_stream_create_on,
+    .stream_device = h_stream_device,
+    .stream_legacy = h_stream_legacy,
+    .mem_alloc_on = h_mem_alloc_on,
+    .mem_free_on = h_mem_free_on,
+    .mempool_default_on = h_mempool_default_on,
+    .mempool_get_current_on = h_mempool_get_current_on,
+    .mempool_device = h_mempool_device,
+    .can_access_peer = h_can_access_peer,
+    .enable_peer_access = h_enable_peer_access,
+    .mempool_set_access = cp_host_pool_set_access,
+    .mempool_get_access = cp_host_pool_get_access,
+    .memcpy_peer_async = h_memcpy_peer_async,
+    .mempool_export = cp_host_pool_export,
+    .mempool_import = h_mempool_import,
+    .mempool_export_ptr = cp_host_pool_export_ptr,
+    .mempool_import_ptr = cp_host_pool_import_ptr,
+    .ipc_get_handle = h_ipc_get_handle,
+    .ipc_open_handle = h_ipc_open_handle,
+    .ipc_close_handle = h_ipc_close_handle,
 };

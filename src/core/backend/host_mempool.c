@@ -43,14 +43,39 @@
  *    point (or exit) after those frees have run, as CUDA defers it.
  *  - location_host pools are host memory like all others; as in CUDA they
  *    cannot be the current pool nor have posix fd handles (CP_ERR_INVALID).
- *    A device pool's handle_posix_fd is accepted; export to another process
- *    is not emulated.
+ *  - Several devices (CUPOLA_HOST_DEVICES): each pool belongs to
+ *    props.device; each device has its own default pool and current pool.
+ *    A pool's chunks are charged to its device's memory account
+ *    (cp_host_mem_charge), which refuses what exceeds the device's share of
+ *    the host's memory when there is more than one device.  As in CUDA, only
+ *    the owning device may touch a pool's memory until set_access grants
+ *    another one "r" or "rw"; access is recorded per device and checked by the
+ *    host's kernels and memsets (cp_host_pool_check_access; copies need no
+ *    access, as cudaMemcpyPeerAsync does not); the owning device always keeps
+ *    read-write.
+ *  - A pool created with handle_posix_fd takes its chunks from one memfd
+ *    (memfd_create), each chunk mapped MAP_SHARED at its own offset in the
+ *    file (offsets grow, never reused; a released chunk's pages are punched
+ *    out), so another process that receives the fd can map the same bytes:
+ *    a block exports (file offset, size), the importer maps that window.  An
+ *    imported pool is only the fd; its pointers are mappings that
+ *    mem_free_async unmaps once the free's marker has run (at the next
+ *    synchronization point).  The file keeps the memory alive for as long as
+ *    any process maps it, so an importer's buffers stay valid after the
+ *    exporting process frees them or closes its pool.
  *  - All state is protected by the host backend's global lock (host_mempool.h).
  */
 #include "host_mempool.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* host.c's streams, handed down once (host_mempool.h says why). */
 static const cp_host_sched *S;
@@ -86,6 +111,7 @@ struct hchunk {
     cp_mempool *pool;
     char *base;
     size_t size;
+    uint64_t off; /* offset in the pool's memfd (shareable pools) */
     hblock *first;
     int dirty; /* a block was cleaned: merge at the next tidy */
 };
@@ -100,11 +126,70 @@ struct cp_mempool {
     hchunk *chunks;
     hblock *bins[POOL_BINS]; /* free blocks by floor(log2(size)) */
     hblock *pending;         /* free blocks whose constraint may still lift */
+    int memfd;               /* shareable pools: the file behind every chunk; else -1 */
+    uint64_t file_size;      /* the next chunk's offset in memfd */
+    int imported;            /* only the fd of another process's pool */
+    unsigned char access[CP_MAX_DEVICES]; /* cp_access per device */
 };
 
-static cp_mempool *pools;        /* every live pool, the default included */
-static cp_mempool *default_pool; /* created on first use */
-static cp_mempool *current_pool; /* NULL: the default */
+static cp_mempool *pools;                        /* every live pool, the defaults included */
+static cp_mempool *default_pool[CP_MAX_DEVICES]; /* created on first use */
+static cp_mempool *current_pool[CP_MAX_DEVICES]; /* NULL: the default */
+
+/* ---- devices and their memory accounts ------------------------------------- */
+
+static int ndevices = 1;
+static size_t dev_total;                          /* each device's share; 0: no limit */
+static _Atomic size_t dev_used[CP_MAX_DEVICES];  /* bytes charged */
+
+void cp_host_devices_init(int n, size_t total_each)
+{
+    ndevices = n < 1 ? 1 : n > CP_MAX_DEVICES ? CP_MAX_DEVICES : n;
+    dev_total = ndevices > 1 ? total_each : 0;
+}
+
+int cp_host_device_count(void)
+{
+    return ndevices;
+}
+
+static int dev_index(int dev)
+{
+    return dev >= 0 && dev < ndevices ? dev : 0;
+}
+
+int cp_host_mem_charge(int dev, size_t bytes)
+{
+    dev = dev_index(dev);
+    if (dev_total) {
+        size_t cur = atomic_load(&dev_used[dev]);
+        do {
+            if (bytes > dev_total || cur > dev_total - bytes)
+                return 0;
+        } while (!atomic_compare_exchange_weak(&dev_used[dev], &cur, cur + bytes));
+        return 1;
+    }
+    atomic_fetch_add(&dev_used[dev], bytes);
+    return 1;
+}
+
+void cp_host_mem_uncharge(int dev, size_t bytes)
+{
+    atomic_fetch_sub(&dev_used[dev_index(dev)], bytes);
+}
+
+size_t cp_host_mem_used(int dev)
+{
+    return atomic_load(&dev_used[dev_index(dev)]);
+}
+
+size_t cp_host_mem_total(void)
+{
+    return dev_total;
+}
+
+static void reap_unmaps_locked(int force);
+static int imported_free_locked(void *ptr, cp_stream *s, cp_status *st);
 
 /* ---- pointer -> block map -------------------------------------------------- */
 
@@ -151,6 +236,17 @@ static int map_insert(hblock *b)
     map_buckets[h] = b;
     map_count++;
     return 1;
+}
+
+static hblock *map_find(const void *p)
+{
+    hblock *b;
+    if (!map_buckets)
+        return NULL;
+    for (b = map_buckets[map_hash(p, map_nbuckets)]; b; b = b->hnext)
+        if (b->ptr == p)
+            return b;
+    return NULL;
 }
 
 static hblock *map_remove(const void *p)
@@ -301,6 +397,42 @@ static void tidy(cp_mempool *p)
 
 /* ---- chunks ------------------------------------------------------------------ */
 
+/* A chunk's bytes: from the OS, or from the pool's memfd when it is
+ * shareable (see the header comment). */
+static void *chunk_memory_get(cp_mempool *p, size_t size, uint64_t *off)
+{
+    void *mem = NULL;
+    *off = 0;
+    if (p->memfd < 0)
+        return posix_memalign(&mem, POOL_GRAN, size) == 0 ? mem : NULL;
+    if (ftruncate(p->memfd, (off_t)(p->file_size + size)) != 0)
+        return NULL;
+    mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->memfd, (off_t)p->file_size);
+    if (mem == MAP_FAILED) {
+        if (ftruncate(p->memfd, (off_t)p->file_size) != 0) {
+            /* the file stays longer: offsets only grow, nothing reads the tail */
+        }
+        return NULL;
+    }
+    *off = p->file_size;
+    p->file_size += size;
+    return mem;
+}
+
+static void chunk_memory_free(cp_mempool *p, hchunk *c)
+{
+    cp_host_mem_uncharge(p->props.device, c->size);
+    if (p->memfd < 0) {
+        free(c->base);
+        return;
+    }
+    munmap(c->base, c->size);
+    /* importers may still map these pages: the file keeps them for them;
+     * without importers the punched hole gives the memory back */
+    (void)fallocate(p->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)c->off,
+                    (off_t)c->size);
+}
+
 static void chunk_release(cp_mempool *p, hchunk *c)
 {
     hblock *b = c->first;
@@ -320,7 +452,7 @@ static void chunk_release(cp_mempool *p, hchunk *c)
     if (c->next)
         c->next->prev = c->prev;
     p->reserved -= c->size;
-    free(c->base);
+    chunk_memory_free(p, c);
     free(c);
 }
 
@@ -370,11 +502,14 @@ static hblock *chunk_add(cp_mempool *p, size_t need)
     }
     if (S->too_big(size))
         return NULL;
+    if (!cp_host_mem_charge(p->props.device, size))
+        return NULL;
     c = calloc(1, sizeof *c);
     b = calloc(1, sizeof *b);
-    if (!c || !b || posix_memalign(&mem, POOL_GRAN, size) != 0 || !mem) {
+    if (!c || !b || !(mem = chunk_memory_get(p, size, &c->off))) {
         free(c);
         free(b);
+        cp_host_mem_uncharge(p->props.device, size);
         return NULL;
     }
     c->pool = p;
@@ -404,6 +539,11 @@ static cp_mempool *pool_new(const cp_mempool_props *props)
         return NULL;
     if (props)
         p->props = *props;
+    p->props.device = dev_index(p->props.device);
+    p->memfd = -1;
+    /* as CUDA: only the owning device may touch the pool until set_access */
+    memset(p->access, CP_ACCESS_NONE, sizeof p->access);
+    p->access[p->props.device] = CP_ACCESS_READWRITE;
     /* CUDA's defaults: every reuse policy enabled, threshold 0 */
     p->follow_events = p->opportunistic = p->internal_deps = 1;
     p->next = pools;
@@ -413,28 +553,38 @@ static cp_mempool *pool_new(const cp_mempool_props *props)
     return p;
 }
 
-static cp_mempool *default_locked(void)
+static cp_mempool *default_locked(int dev)
 {
-    if (!default_pool) {
-        default_pool = pool_new(NULL);
-        if (default_pool)
-            default_pool->is_default = 1;
+    dev = dev_index(dev);
+    if (!default_pool[dev]) {
+        cp_mempool_props props;
+        memset(&props, 0, sizeof props);
+        props.device = dev;
+        default_pool[dev] = pool_new(&props);
+        if (default_pool[dev])
+            default_pool[dev]->is_default = 1;
     }
-    return default_pool;
+    return default_pool[dev];
 }
 
-cp_status cp_host_pool_default(cp_mempool **out)
+cp_status cp_host_pool_default_on(int dev, cp_mempool **out)
 {
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_default: out is NULL");
     S->lock();
-    *out = default_locked();
+    *out = default_locked(dev);
     S->unlock();
     return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
 }
 
+cp_status cp_host_pool_default(cp_mempool **out)
+{
+    return cp_host_pool_default_on(S->current_device(), out);
+}
+
 cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
 {
+    int fd = -1;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_create: out is NULL");
     *out = NULL;
@@ -442,9 +592,22 @@ cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
         return cp_error_set(CP_ERR_INVALID,
                             "invalid value: a pool of host memory cannot be exported "
                             "(posix fd handles)");
+    if (props && (props->device < 0 || props->device >= ndevices))
+        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
+                            props->device, ndevices);
+    if (props && props->handle_posix_fd) {
+        fd = memfd_create("cupola-mempool", MFD_CLOEXEC);
+        if (fd < 0)
+            return cp_error_set(CP_ERR_BACKEND, "memfd_create: %s (a shareable pool)",
+                                strerror(errno));
+    }
     S->lock();
     *out = pool_new(props);
+    if (*out)
+        (*out)->memfd = fd;
     S->unlock();
+    if (!*out && fd >= 0)
+        close(fd);
     return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
 }
 
@@ -470,9 +633,11 @@ static void pool_free_all(cp_mempool *p)
             b = next;
         }
         p->chunks = c->next;
-        free(c->base);
+        chunk_memory_free(p, c);
         free(c);
     }
+    if (p->memfd >= 0)
+        close(p->memfd);
     free(p);
 }
 
@@ -513,8 +678,8 @@ cp_status cp_host_pool_destroy(cp_mempool *p)
     if (p->next)
         p->next->prev = p->prev;
     p->prev = p->next = NULL;
-    if (current_pool == p)
-        current_pool = NULL;
+    if (current_pool[p->props.device] == p)
+        current_pool[p->props.device] = NULL;
     /* live blocks leave the map now, so a late free reports a foreign pointer */
     for (hchunk *c = p->chunks; c; c = c->next)
         for (hblock *b = c->first; b; b = b->next)
@@ -549,6 +714,10 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
     if (!p || !out)
         return cp_error_set(CP_ERR_INVALID, "mempool_alloc: NULL argument");
     *out = NULL;
+    if (p->imported)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: an imported pool only maps the exporter's buffers "
+                            "(import them); it cannot allocate");
     if (bytes == 0)
         return CP_OK; /* as cudaMallocAsync(0): success, NULL */
     if (S->too_big(bytes))
@@ -633,8 +802,9 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
 cp_status cp_host_pool_alloc_current(void **out, size_t bytes, cp_stream *s)
 {
     cp_mempool *p;
+    int dev = dev_index(S->stream_device(s));
     S->lock();
-    p = current_pool ? current_pool : default_locked();
+    p = current_pool[dev] ? current_pool[dev] : default_locked(dev);
     S->unlock();
     if (!p)
         return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
@@ -652,6 +822,10 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
         return CP_OK;
     S->lock();
     b = map_remove(ptr);
+    if (!b && imported_free_locked(ptr, s, &st)) {
+        S->unlock();
+        return st;
+    }
     if (!b) {
         S->unlock();
         return cp_error_set(CP_ERR_INVALID,
@@ -749,25 +923,35 @@ cp_status cp_host_pool_set_current(cp_mempool *p)
         return cp_error_set(CP_ERR_INVALID,
                             "invalid value: a pool of host memory cannot be the device's "
                             "current pool");
+    if (p->imported)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: an imported pool cannot be the device's current pool");
     S->lock();
-    current_pool = p->is_default ? NULL : p;
+    current_pool[p->props.device] = p->is_default ? NULL : p;
     S->unlock();
     return CP_OK;
 }
 
-cp_status cp_host_pool_get_current(cp_mempool **out)
+cp_status cp_host_pool_get_current_on(int dev, cp_mempool **out)
 {
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_current: out is NULL");
+    dev = dev_index(dev);
     S->lock();
-    *out = current_pool ? current_pool : default_locked();
+    *out = current_pool[dev] ? current_pool[dev] : default_locked(dev);
     S->unlock();
     return *out ? CP_OK : cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
+}
+
+cp_status cp_host_pool_get_current(cp_mempool **out)
+{
+    return cp_host_pool_get_current_on(S->current_device(), out);
 }
 
 void cp_host_pool_release_locked(void)
 {
     reap_doomed_locked(0);
+    reap_unmaps_locked(0);
     for (cp_mempool *p = pools; p; p = p->next)
         if (p->reserved > p->threshold)
             release_to(p, p->threshold);
@@ -777,8 +961,11 @@ void cp_host_pool_shutdown(void)
 {
     S->lock();
     reap_doomed_locked(1); /* every worker has stopped: nothing is pending */
-    if (default_pool) {
-        cp_mempool *p = default_pool;
+    reap_unmaps_locked(1);
+    for (int d = 0; d < CP_MAX_DEVICES; d++) {
+        cp_mempool *p = default_pool[d];
+        if (!p)
+            continue;
         while (p->chunks)
             chunk_release(p, p->chunks);
         if (p->prev)
@@ -787,7 +974,7 @@ void cp_host_pool_shutdown(void)
             pools = p->next;
         if (p->next)
             p->next->prev = p->prev;
-        default_pool = NULL;
+        default_pool[d] = NULL;
         free(p);
     }
     if (map_count == 0) {
@@ -796,4 +983,247 @@ void cp_host_pool_shutdown(void)
         map_nbuckets = 0;
     }
     S->unlock();
+}
+
+/* ---- several devices and processes (multigpu) ------------------------------ */
+
+int cp_host_pool_device(const cp_mempool *p)
+{
+    return p ? p->props.device : 0;
+}
+
+cp_status cp_host_pool_set_access(cp_mempool *p, int dev, cp_access a)
+{
+    if (!p)
+        return cp_error_set(CP_ERR_INVALID, "mempool_set_access: pool is NULL");
+    if (dev < 0 || dev >= ndevices)
+        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
+                            dev, ndevices);
+    if ((unsigned)a > CP_ACCESS_READWRITE)
+        return cp_error_set(CP_ERR_INVALID, "invalid value: unknown access %d", (int)a);
+    if (dev == p->props.device && a != CP_ACCESS_READWRITE)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the pool's own device (%d) always has read-write "
+                            "access",
+                            dev);
+    S->lock();
+    p->access[dev] = (unsigned char)a;
+    S->unlock();
+    return CP_OK;
+}
+
+cp_status cp_host_pool_get_access(cp_mempool *p, int dev, cp_access *a)
+{
+    if (!p || !a)
+        return cp_error_set(CP_ERR_INVALID, "mempool_get_access: NULL argument");
+    if (dev < 0 || dev >= ndevices)
+        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
+                            dev, ndevices);
+    S->lock();
+    *a = (cp_access)p->access[dev];
+    S->unlock();
+    return CP_OK;
+}
+
+cp_status cp_host_pool_check_access(const void *ptr, int dev, int write)
+{
+    cp_status st = CP_OK;
+    hblock *b;
+    if (ndevices == 1 || !ptr)
+        return CP_OK;
+    S->lock();
+    b = map_find(ptr);
+    if (b) {
+        cp_mempool *p = b->chunk->pool;
+        cp_access a = p->props.device == dev ? CP_ACCESS_READWRITE : (cp_access)p->access[dev];
+        if (a == CP_ACCESS_NONE || (write && a == CP_ACCESS_READ))
+            st = cp_error_set(CP_ERR_INVALID,
+                              "an illegal memory access was encountered: device %d has %s "
+                              "access to this block of a pool of device %d (mp:set_access(%d, "
+                              "\"rw\") grants it)",
+                              dev, a == CP_ACCESS_NONE ? "no" : "read-only", p->props.device, dev);
+    }
+    S->unlock();
+    return st;
+}
+
+cp_status cp_host_pool_export(cp_mempool *p, int *fd)
+{
+    if (!p || !fd)
+        return cp_error_set(CP_ERR_INVALID, "mempool_export: NULL argument");
+    *fd = -1;
+    if (p->imported)
+        return cp_error_set(CP_ERR_INVALID, "invalid value: an imported pool cannot be exported "
+                                            "again");
+    if (p->memfd < 0)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the pool was not created shareable "
+                            "(cupola.mempool{handle=\"posix_fd\"})");
+    *fd = fcntl(p->memfd, F_DUPFD_CLOEXEC, 0);
+    if (*fd < 0)
+        return cp_error_set(CP_ERR_BACKEND, "dup: %s (exporting a pool)", strerror(errno));
+    return CP_OK;
+}
+
+cp_status cp_host_pool_import(int fd, int dev, cp_mempool **out)
+{
+    struct stat st;
+    cp_mempool_props props;
+    int mine;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_import: out is NULL");
+    *out = NULL;
+    if (dev < 0 || dev >= ndevices)
+        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
+                            dev, ndevices);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the file descriptor is not a shareable pool's memory");
+    if ((mine = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return cp_error_set(CP_ERR_BACKEND, "dup: %s (importing a pool)", strerror(errno));
+    memset(&props, 0, sizeof props);
+    props.device = dev;
+    props.handle_posix_fd = 1;
+    S->lock();
+    *out = pool_new(&props);
+    if (*out) {
+        (*out)->memfd = mine;
+        (*out)->imported = 1;
+    }
+    S->unlock();
+    if (!*out) {
+        close(mine);
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
+    }
+    return CP_OK;
+}
+
+/* What a block of a shareable pool exports: where it lies in the file. */
+#define HOST_PTR_MAGIC "cpHstPt1"
+typedef struct host_ptr_data {
+    char magic[8];
+    uint64_t off, size;
+} host_ptr_data;
+
+cp_status cp_host_pool_export_ptr(void *ptr, cp_ipc_data *out)
+{
+    host_ptr_data d;
+    cp_status st = CP_OK;
+    hblock *b;
+    if (!ptr || !out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_export_ptr: NULL argument");
+    memset(out, 0, sizeof *out);
+    memset(&d, 0, sizeof d);
+    S->lock();
+    b = map_find(ptr);
+    if (!b)
+        st = cp_error_set(CP_ERR_INVALID,
+                          "invalid value: %p is not a live block of a stream-ordered pool", ptr);
+    else if (b->chunk->pool->memfd < 0 || b->chunk->pool->imported)
+        st = cp_error_set(CP_ERR_INVALID,
+                          "invalid value: the block's pool was not created shareable "
+                          "(cupola.mempool{handle=\"posix_fd\"})");
+    else {
+        memcpy(d.magic, HOST_PTR_MAGIC, sizeof d.magic);
+        d.off = b->chunk->off + (uint64_t)(b->ptr - b->chunk->base);
+        d.size = b->size;
+        memcpy(out->bytes, &d, sizeof d);
+    }
+    S->unlock();
+    return st;
+}
+
+/* Imported pointers: page-aligned windows onto another process's pool. */
+typedef struct hmap {
+    struct hmap *next;
+    void *ptr;   /* what the importer was given */
+    void *base;  /* the mapping */
+    size_t len;
+    uint64_t fsid, fticket; /* the free's marker, once freed */
+} hmap;
+static hmap *imported_live, *imported_freed;
+
+cp_status cp_host_pool_import_ptr(cp_mempool *p, const cp_ipc_data *data, size_t bytes,
+                                  void **out)
+{
+    host_ptr_data d;
+    struct stat st;
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t start, end;
+    void *base;
+    hmap *m;
+
+    if (!p || !data || !out)
+        return cp_error_set(CP_ERR_INVALID, "mempool_import_ptr: NULL argument");
+    *out = NULL;
+    if (!p->imported)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: buffers are imported into a pool imported with "
+                            "cupola.mempool.import");
+    memcpy(&d, data->bytes, sizeof d);
+    if (memcmp(d.magic, HOST_PTR_MAGIC, sizeof d.magic) != 0)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the export data is not a host backend block");
+    if (d.size == 0 || bytes == 0 || bytes > d.size)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the export describes %llu bytes, the buffer %zu",
+                            (unsigned long long)d.size, bytes);
+    if (fstat(p->memfd, &st) != 0 || d.off > (uint64_t)st.st_size ||
+        d.size > (uint64_t)st.st_size - d.off)
+        return cp_error_set(CP_ERR_INVALID,
+                            "invalid value: the block lies outside the pool's memory (a stale or "
+                            "foreign export)");
+    start = d.off / (uint64_t)pg * (uint64_t)pg;
+    end = (d.off + d.size + (uint64_t)pg - 1) / (uint64_t)pg * (uint64_t)pg;
+    base = mmap(NULL, (size_t)(end - start), PROT_READ | PROT_WRITE, MAP_SHARED, p->memfd,
+                (off_t)start);
+    if (base == MAP_FAILED)
+        return cp_error_set(CP_ERR_OOM, "out of memory: mmap of an imported block: %s",
+                            strerror(errno));
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        munmap(base, (size_t)(end - start));
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory");
+    }
+    m->base = base;
+    m->len = (size_t)(end - start);
+    m->ptr = (char *)base + (d.off - start);
+    S->lock();
+    m->next = imported_live;
+    imported_live = m;
+    S->unlock();
+    *out = m->ptr;
+    return CP_OK;
+}
+
+/* mem_free_async of an imported pointer: unmapped once the marker has run. */
+static int imported_free_locked(void *ptr, cp_stream *s, cp_status *st)
+{
+    hmap **pp, *m;
+    for (pp = &imported_live; *pp && (*pp)->ptr != ptr; pp = &(*pp)->next)
+        ;
+    if (!(m = *pp))
+        return 0;
+    *st = S->enqueue_mark_locked(s, &m->fsid, &m->fticket);
+    if (*st != CP_OK)
+        return 1;
+    *pp = m->next;
+    m->next = imported_freed;
+    imported_freed = m;
+    return 1;
+}
+
+static void reap_unmaps_locked(int force)
+{
+    hmap **pp = &imported_freed;
+    while (*pp) {
+        hmap *m = *pp;
+        if (force || S->done_locked(m->fsid, m->fticket)) {
+            *pp = m->next;
+            munmap(m->base, m->len);
+            free(m);
+        } else {
+            pp = &m->next;
+        }
+    }
 }

@@ -48,6 +48,9 @@ typedef struct cp_host_sched {
     /* 1 when bytes exceed what the machine could ever back (RAM + swap): such
      * requests are refused as out of memory instead of trusting overcommit. */
     int (*too_big)(size_t bytes);
+    /* The calling thread's current device, and a stream's (NULL: current). */
+    int (*current_device)(void);
+    int (*stream_device)(const cp_stream *s);
 } cp_host_sched;
 
 /* Called by host.c before any pool function (a constructor there). */
@@ -65,6 +68,28 @@ cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v);
 cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes);
 cp_status cp_host_pool_set_current(cp_mempool *p);
 cp_status cp_host_pool_get_current(cp_mempool **out);
+/* ---- several devices and processes (multigpu) ---- */
+/* The emulated devices (CUPOLA_HOST_DEVICES) and their memory accounts:
+ * charge refuses (returns 0) what exceeds total_each when n > 1. */
+void cp_host_devices_init(int n, size_t total_each);
+int cp_host_device_count(void);
+int cp_host_mem_charge(int dev, size_t bytes);
+void cp_host_mem_uncharge(int dev, size_t bytes);
+size_t cp_host_mem_used(int dev);
+size_t cp_host_mem_total(void); /* each device's share; 0: no limit */
+cp_status cp_host_pool_default_on(int dev, cp_mempool **out);
+cp_status cp_host_pool_get_current_on(int dev, cp_mempool **out);
+int cp_host_pool_device(const cp_mempool *p);
+cp_status cp_host_pool_set_access(cp_mempool *p, int dev, cp_access a);
+cp_status cp_host_pool_get_access(cp_mempool *p, int dev, cp_access *a);
+/* CP_ERR_INVALID when ptr starts a block of a pool that device dev may not
+ * touch (write: needs read-write); any other pointer passes. */
+cp_status cp_host_pool_check_access(const void *ptr, int dev, int write);
+cp_status cp_host_pool_export(cp_mempool *p, int *fd);
+cp_status cp_host_pool_import(int fd, int dev, cp_mempool **out);
+cp_status cp_host_pool_export_ptr(void *ptr, cp_ipc_data *out);
+cp_status cp_host_pool_import_ptr(cp_mempool *p, const cp_ipc_data *d, size_t bytes, void **out);
+
 /* A synchronization point: every pool returns unused memory to the OS down
  * to its release threshold. */
 void cp_host_pool_release_locked(void);

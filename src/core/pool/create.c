@@ -48,11 +48,11 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
                             "caching, plugin)", o.kind);
     if (o.upstream != CP_UP_VIRTUAL && !cp_be)
         return cp_error_set(CP_ERR_INVALID, "no backend selected (cp_backend_select)");
-    st = cp_upstream_create_internal(&up, o.upstream);
+    st = cp_upstream_create_on(&up, o.upstream, o.device);
     if (st != CP_OK)
         return st;
     if (o.fallback) {
-        st = cp_upstream_create_internal(&fb, o.upstream);
+        st = cp_upstream_create_on(&fb, o.upstream, o.device);
         if (st != CP_OK) {
             cp_resource_destroy(up);
             return st;

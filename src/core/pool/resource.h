@@ -74,6 +74,8 @@ typedef struct cp_pool_opts {
     const char *plugin_path;
     const char *plugin_symbol;
     const char *plugin_options;
+    int device;               /* whose memory the upstream takes (multigpu); streams of
+                                 any device may use the pool */
 } cp_pool_opts;
 
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
@@ -97,6 +99,8 @@ void cp_resource_destroy(cp_resource *r);
 /* An upstream on its own, as a resource (RMM's shape): every block is a
  * separate upstream allocation.  The name is "device", "async", ... */
 cp_status cp_upstream_create(cp_resource **out, cp_upstream_kind kind);
+/* The same, taking device dev's memory (multigpu). */
+cp_status cp_upstream_create_on(cp_resource **out, cp_upstream_kind kind, int dev);
 const char *cp_upstream_name(cp_upstream_kind kind);
 
 /* Adaptors: each returns a new resource that owns `inner`. */

@@ -13,6 +13,13 @@
  *            lets traces larger than the device be replayed, and costs nothing.
  *
  * reserved is the sum of the sizes handed out and not yet returned.
+ *
+ * Devices: an upstream takes the memory of one device (cp_pool_opts.device):
+ * device/managed/pinned through mem_alloc_on(dev); async from dev's current
+ * pool, with cudaMallocAsync when the request's stream is on dev (exactly the
+ * single-device path) and cudaMallocFromPoolAsync on that pool when the
+ * stream belongs to another device.  Backends without the device entry
+ * points (test doubles) get the device-less calls.
  */
 #include "resource_impl.h"
 
@@ -24,6 +31,7 @@
 typedef struct upstream {
     cp_resource base;
     cp_upstream_kind kind;
+    int dev;
     uint64_t next; /* virtual: the next address */
 } upstream;
 
@@ -51,10 +59,18 @@ static cp_status up_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out
         break;
     }
     case CP_UP_ASYNC:
-        st = cp_be->mem_alloc_async(out, n, s);
+        if (cp_be->stream_device && cp_be->stream_device(s) != u->dev) {
+            cp_mempool *mp = NULL;
+            st = cp_be->mempool_get_current_on(u->dev, &mp);
+            if (st == CP_OK)
+                st = cp_be->mempool_alloc(mp, out, n, s);
+        } else {
+            st = cp_be->mem_alloc_async(out, n, s);
+        }
         break;
     default:
-        st = cp_be->mem_alloc(out, n, memkind(u->kind));
+        st = cp_be->mem_alloc_on ? cp_be->mem_alloc_on(u->dev, out, n, memkind(u->kind))
+                                 : cp_be->mem_alloc(out, n, memkind(u->kind));
         break;
     }
     if (st == CP_OK)
@@ -73,7 +89,8 @@ static cp_status up_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
         st = cp_be->mem_free_async(p, s);
         break;
     default:
-        st = cp_be->mem_free(p, memkind(u->kind));
+        st = cp_be->mem_free_on ? cp_be->mem_free_on(u->dev, p, memkind(u->kind))
+                                : cp_be->mem_free(p, memkind(u->kind));
         break;
     }
     if (st == CP_OK)
@@ -93,6 +110,11 @@ static const cp_resource_ops up_ops[] = {
 
 cp_status cp_upstream_create_internal(cp_resource **out, cp_upstream_kind kind)
 {
+    return cp_upstream_create_on(out, kind, cp_be && cp_be->get_device ? cp_be->get_device() : 0);
+}
+
+cp_status cp_upstream_create_on(cp_resource **out, cp_upstream_kind kind, int dev)
+{
     upstream *u;
     *out = NULL;
     if ((unsigned)kind > CP_UP_VIRTUAL)
@@ -104,6 +126,7 @@ cp_status cp_upstream_create_internal(cp_resource **out, cp_upstream_kind kind)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     cp_resource_init(&u->base, &up_ops[kind]);
     u->kind = kind;
+    u->dev = dev;
     u->next = VIRT_BASE;
     *out = &u->base;
     return CP_OK;
