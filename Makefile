@@ -104,6 +104,12 @@ $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
 
+# bench/launch.c: cuLaunchKernel of an NVRTC-compiled empty kernel from C,
+# beside bench/launch.lua (the same launch from Lua).
+$(BUILD)/bench/launch: bench/launch.c
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
+
 # CUPOLA_NO_DEPS=1 skips the installation (the GPU machine has no network;
 # bench/gpu-check.sh brings Lua with it).
 deps:
@@ -126,6 +132,10 @@ install: all
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
+	install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola
+	install -m 644 cuda/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/
+	if ls src/include/cupola/*.h >/dev/null 2>&1; then \
+	    install -m 644 src/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/; fi
 
 clean:
 	rm -rf $(BUILD)

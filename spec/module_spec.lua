@@ -641,7 +641,7 @@ extern "C" __global__ void parent(int *x)
     assert.equals(32 * (1 + 2 + 3 + 4), i32s(x, 1)[1])
   end)
 
-  gpu_it("a fault surfaces at the next synchronization with the CUDA error name", function()
+  gpu_it("a fault surfaces at the next synchronization with the CUDA error name #fault", function()
     -- in a child: a fault leaves the CUDA context unusable
     local out = child("", [[
       local cupola = require "cupola"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kernel/compile.h"
+#include "kernel/module.h"
 #include "tap.h"
 
 static void hex(const unsigned char *d, char *out)
@@ -162,6 +163,51 @@ static void test_shared_object(void)
     free(r.log);
 }
 
+/* NVRTC needs no device: compile for sm_90, relocatable code through
+ * nvJitLink, the cache, and a compile error's log (skipped without NVRTC). */
+static void test_nvrtc(void)
+{
+    static const char *const inc[] = {"cuda/include", NULL};
+    static const char src[] = "#include <cupola/device.h>\n"
+                              "extern \"C\" __global__ void f(float *y) { y[cupola_global_index()] = 1; }\n";
+    static const char nest[] = "extern \"C\" __global__ void child(int *x) { atomicAdd(x, 1); }\n"
+                               "extern \"C\" __global__ void parent(int *x) { child<<<1, 32>>>(x); }\n";
+    static const char bad[] = "extern \"C\" __global__ void f(int *x)\n{\n    x[0] = nope;\n}\n";
+    cp_kmodule_desc d = {CP_KSRC_SOURCE, "f.cu", src, sizeof src - 1, NULL, inc};
+    void *img = NULL;
+    size_t len = 0;
+    int where = -1;
+    char *log = NULL;
+    cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    if (st == CP_ERR_UNSUPPORTED) {
+        tap_skip("nvrtc", cp_error_msg());
+        return;
+    }
+    tap_ok(st == CP_OK && where == 0 && len > 4 && memcmp(img, "\177ELF", 4) == 0,
+           "NVRTC compiles for sm_90 into an ELF image");
+    free(img);
+    free(log);
+    st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    tap_ok(st == CP_OK && where == 1, "the second build is a memory hit");
+    free(img);
+    free(log);
+    d.name = "nest.cu";
+    d.data = nest;
+    d.len = sizeof nest - 1;
+    st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    tap_ok(st == CP_OK && len > 4 && memcmp(img, "\177ELF", 4) == 0,
+           "a nested launch compiles relocatable and links with cudadevrt");
+    free(img);
+    free(log);
+    d.name = "bad.cu";
+    d.data = bad;
+    d.len = sizeof bad - 1;
+    st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    tap_ok(st == CP_ERR_INVALID && strstr(cp_error_msg(), "bad.cu(3)") != NULL,
+           "an NVRTC compile error names the module and the line");
+    free(log);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/cupola-test-cache-XXXXXX";
@@ -183,6 +229,7 @@ int main(void)
     }
     test_entries(sub);
     test_shared_object();
+    test_nvrtc();
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
