@@ -7,13 +7,17 @@
 #   bench     bench/launch.lua (C beside Lua) -> $OUT/launch.md
 #   memcheck, racecheck
 #             compute-sanitizer over spec/module_spec.lua (the case that faults
-#             on purpose, tagged #fault, is left out)
+#             on purpose, tagged #fault, is left out; racecheck does not
+#             support dynamic parallelism, so it leaves out the #cdp cases)
+#   example   examples/own_kernel.lua on the CUDA backend
+#   suite     the whole busted suite on the CUDA backend (what else the
+#             backend changes touch)
 # Lua comes from .deps as in bench/gpu-check.sh.  Logs go to $OUT.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/kernels-check}
 mkdir -p "$OUT"
-stages=${*:-build spec bench memcheck racecheck}
+stages=${*:-build spec bench memcheck racecheck example suite}
 R=/tmp/cupola-lua
 if ! command -v lua5.4 >/dev/null 2>&1; then
     [ -x $R/usr/bin/lua5.4 ] || for f in .deps/*.deb; do dpkg -x "$f" $R || exit 1; done
@@ -53,11 +57,14 @@ for s in $stages; do
     bench) CUPOLA_BACKEND=cuda stage bench 90 lua5.4 bench/launch.lua
            cp "$OUT/bench.log" "$OUT/launch.md" ;;
     memcheck|racecheck)
-        extra=""
+        extra="" tags=fault
         [ "$s" = memcheck ] && extra="--leak-check full --report-api-errors no"
+        [ "$s" = racecheck ] && tags=fault,cdp
         CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 CUPOLA_SERIALIZED=1 stage "$s" 150 \
             compute-sanitizer --tool "$s" $extra --error-exitcode 86 --target-processes all --print-limit 20 \
-            lua5.4 "$BUSTED_BIN" --exclude-tags=fault spec/module_spec.lua ;;
+            lua5.4 "$BUSTED_BIN" --exclude-tags=$tags spec/module_spec.lua ;;
+    example) CUPOLA_BACKEND=cuda stage example 60 bin/cupola examples/own_kernel.lua ;;
+    suite) CUPOLA_BACKEND=cuda stage suite 200 lua5.4 spec/run.lua ;;
     esac
 done
 echo "kernels-check: $([ $status -eq 0 ] && echo PASS || echo FAIL)" >>"$summary"

@@ -7,9 +7,13 @@
  *   nvrtc_ms            NVRTC compile of the empty module, first in this process
  *   launch_ns_legacy    median ns per cuLaunchKernel, legacy stream
  *   launch_ns_stream    median ns per cuLaunchKernel, created stream
+ *   launch_ns_legacy_rt the legacy figure again once the runtime (cudart) has
+ *                       attached to the context and with a kernelParams
+ *                       array, as in a process that loaded cupola
  * Build: make build/bench/launch (nvcc links -lnvrtc -lcuda).
  */
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +44,8 @@ static int cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static void *params[1];
+
 static double launches(CUfunction f, CUstream s, int n)
 {
     double t[7];
@@ -48,7 +54,7 @@ static double launches(CUfunction f, CUstream s, int n)
         CK(cuCtxSynchronize());
         t0 = now();
         for (int i = 0; i < n; i++)
-            CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+            CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params[0] ? params : NULL, NULL));
         t[rep] = (now() - t0) / n * 1e9;
         CK(cuCtxSynchronize());
     }
@@ -98,6 +104,12 @@ int main(int argc, char **argv)
     launches(f, CU_STREAM_LEGACY, 2000); /* warm-up */
     printf("launch_ns_legacy %.0f\n", launches(f, CU_STREAM_LEGACY, n));
     printf("launch_ns_stream %.0f\n", launches(f, s, n));
+    if (cudaFree(NULL) != cudaSuccess) { /* the runtime attaches to the primary context */
+        fprintf(stderr, "cudaFree(0) failed\n");
+        return 1;
+    }
+    params[0] = &n; /* a parameter array (the kernel takes none) */
+    printf("launch_ns_legacy_rt %.0f\n", launches(f, CU_STREAM_LEGACY, n));
     CK(cuStreamDestroy(s));
     CK(cuModuleUnload(mod));
     free(img);

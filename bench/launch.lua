@@ -76,6 +76,15 @@ if cupola.backend() == "cuda" then
     t[rep] = (cupola.clock() - t0) / N * 1e9
   end
   local lua_inline = median(t)
+  -- the same launches repeated from C inside cupola: the core's and the
+  -- driver's share, without the binding's
+  local rep = {}
+  for r = 1, 7 do
+    cupola.synchronize()
+    rep[r] = cupola._launch_repeat(k, legacy_opts, N) / N * 1e9
+  end
+  cupola.synchronize()
+  local core_legacy = median(rep)
   print("| empty kernel, back to back | C cuLaunchKernel (ns) | Lua k:launch (ns) | Lua / C |")
   print("| --- | --- | --- | --- |")
   local function row(name, cv, lv)
@@ -86,6 +95,10 @@ if cupola.backend() == "cuda" then
   row("created stream", c.launch_ns_stream, lua_stream)
   row("legacy stream, options table built per launch", c.launch_ns_legacy, lua_inline)
   print("")
+  print(string.format("Where the time goes (legacy stream, ns per launch): C program %s; the same C program once " ..
+    "cudart has attached and with a parameter array %s; cupola's core from C (cupola._launch_repeat, no " ..
+    "binding) %.0f; Lua k:launch %.0f (so the binding costs %.0f).",
+    tostring(c.launch_ns_legacy), tostring(c.launch_ns_legacy_rt), core_legacy, lua_legacy, lua_legacy - core_legacy))
   if c.nvrtc_ms then print(string.format("NVRTC, empty module, from C (no cache): %.1f ms", c.nvrtc_ms)) end
 end
 

@@ -502,7 +502,7 @@ extern "C" __global__ void f(int *x)
       assert.matches("option 'stream' must be", e { grid = 1, block = 1, stream = 1 })
     end)
 
-    it("a launch of kernels from kernels", function()
+    it("a launch of kernels from kernels #cdp", function()
       local src = [[
 extern "C" __global__ void child(int *x) { atomicAdd(x, 1); }
 extern "C" __global__ void parent(int *x)
@@ -626,7 +626,7 @@ describe("cupola.module on the GPU", function()
     assert.equals(7, i32s(x, 1)[1])
   end)
 
-  gpu_it("relocatable device code on request (-rdc=true) links with cudadevrt", function()
+  gpu_it("relocatable device code on request (-rdc=true) links with cudadevrt #cdp", function()
     local mm = cupola.module { name = "rdc.cu", options = { "-rdc=true" }, source = [[
 extern "C" __global__ void child(int *x, int k) { atomicAdd(x, k); }
 extern "C" __global__ void parent(int *x)
