@@ -474,6 +474,15 @@ extern "C" __global__ void f(int *x)
       local gone = cupola.malloc(4)
       gone:free()
       assert.matches("bad argument #9 .*closed", e(out, 1, 2, 3, 4, 5, 6, gone))
+      -- a buffer its pool's reset() took away is closed too
+      local arena <close> = cupola.pool { kind = "arena", upstream = "device", initial = "1MiB" }
+      local pb = arena:alloc(64)
+      arena:reset()
+      assert.matches("bad argument #9 .*closed", e(out, 1, 2, 3, 4, 5, 6, pb))
+      -- the method called on something else
+      local ok, err = pcall(k.launch, m, L, out, 1, 2, 3, 4, 5, 6, p)
+      assert.is_false(ok)
+      assert.matches("cupola.Kernel expected, got cupola.Module", err)
       -- nothing was launched by the failed calls, and a good one still works
       k:launch(L, out, 1, 2, 3, 4, 5, 6, p)
       cupola.synchronize()
