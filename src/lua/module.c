@@ -58,6 +58,15 @@ static int set_include_path(lua_State *L)
     return 0;
 }
 
+/* The module is unloaded (dlclose) when its last Lua state closes. */
+__attribute__((destructor)) static void free_include_path(void)
+{
+    for (int i = 0; i < MAX_INCLUDE; i++) {
+        free(include_dirs[i]);
+        include_dirs[i] = NULL;
+    }
+}
+
 static int get_include_path(lua_State *L)
 {
     lua_newtable(L);
