@@ -320,6 +320,23 @@ describe("cupola.module #kernels", function()
     k:close()
   end)
 
+  it("finds <cupola/device.h>; $CUPOLA_INCLUDE overrides where", function()
+    local found = false
+    for _, d in ipairs(cupola._include_path()) do
+      local f = io.open(d .. "/cupola/device.h")
+      if f then f:close() found = true end
+    end
+    assert.is_true(found)
+    local out = child("CUPOLA_INCLUDE=/nonexistent/include", string.format([[
+      local cupola = require "cupola"
+      io.write(table.concat(cupola._include_path(), ":"), "\n")
+      local ok, err = pcall(cupola.module, { source = %q, name = "inc.cu" })
+      io.write(tostring(ok), " ", tostring(err), "\n")
+    ]], '#include <cupola/device.h>\nextern "C" __global__ void f(void) {}\n'))
+    assert.matches("^/nonexistent/include\nfalse ", out)
+    assert.matches(HOST and "host_prelude%.h not found" or "cupola/device%.h", out)
+  end)
+
   describe("cache", function()
     it("a second compile of the same source is a hit", function()
       local src = SRC .. "\n// " .. SALT .. "\n"
