@@ -320,6 +320,35 @@ describe("cupola.module #kernels", function()
     k:close()
   end)
 
+  it("a barrier reached through a user header (-I) still waits", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir)
+    local f = assert(io.open(dir .. "/blocksum.h", "w"))
+    f:write [[
+static __device__ int block_total(int v)
+{
+    __shared__ int s[64];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    int t = 0;
+    for (unsigned i = 0; i < blockDim.x; i++)
+        t += s[i];
+    __syncthreads();
+    return t;
+}
+]]
+    f:close()
+    local mm = cupola.module { name = "hdr.cu", options = { "-I" .. dir }, source = [[
+#include "blocksum.h"
+extern "C" __global__ void totals(int *out) { out[blockIdx.x * blockDim.x + threadIdx.x] = block_total((int)threadIdx.x + 1); }
+]] }
+    os.execute("rm -rf " .. dir)
+    local out = cupola.malloc(4 * 128)
+    mm:kernel("totals", { "ptr" }):launch({ grid = 2, block = 64 }, out)
+    for _, v in ipairs(i32s(out, 128)) do assert.equals(64 * 65 // 2, v) end
+  end)
+
   it("finds <cupola/device.h>; $CUPOLA_INCLUDE overrides where", function()
     local found = false
     for _, d in ipairs(cupola._include_path()) do
