@@ -107,6 +107,12 @@ $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
 
+# bench/launch.c: cuLaunchKernel of an NVRTC-compiled empty kernel from C,
+# beside bench/launch.lua (the same launch from Lua).
+$(BUILD)/bench/launch: bench/launch.c
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
+
 # bench/speed.c: the C side of `make bench` (the same operations through the
 # core, beside the Lua figures), linked with the core like the C tests.
 $(BUILD)/bench/speed: bench/speed.c $(CORE_OBJ) $(CU_OBJ)
@@ -169,6 +175,10 @@ install: all
 	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \
 	    install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(LUADIR)/cupola/include/cupola/)
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
+	install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola
+	install -m 644 cuda/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/
+	if ls src/include/cupola/*.h >/dev/null 2>&1; then \
+	    install -m 644 src/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/; fi
 
 .PHONY: test-install
 test-install: deps all

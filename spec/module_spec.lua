@@ -5,6 +5,8 @@
 local cupola = require "cupola"
 local K = cupola.kernels
 local HOST = cupola.backend() == "host"
+-- cases that start a child process (pending where they cannot: a preloaded libtsan)
+local it_child = require("spec.support.child").available and it or pending
 
 -- n values of a buffer (string.unpack's last result, the position, dropped)
 local function unpack_n(fmt, b, n, size)
@@ -320,6 +322,52 @@ describe("cupola.module #kernels", function()
     k:close()
   end)
 
+  it_child("a barrier reached through a user header (-I) still waits", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir)
+    local f = assert(io.open(dir .. "/blocksum.h", "w"))
+    f:write [[
+static __device__ int block_total(int v)
+{
+    __shared__ int s[64];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    int t = 0;
+    for (unsigned i = 0; i < blockDim.x; i++)
+        t += s[i];
+    __syncthreads();
+    return t;
+}
+]]
+    f:close()
+    local mm = cupola.module { name = "hdr.cu", options = { "-I" .. dir }, source = [[
+#include "blocksum.h"
+extern "C" __global__ void totals(int *out) { out[blockIdx.x * blockDim.x + threadIdx.x] = block_total((int)threadIdx.x + 1); }
+]] }
+    os.execute("rm -rf " .. dir)
+    local out = cupola.malloc(4 * 128)
+    mm:kernel("totals", { "ptr" }):launch({ grid = 2, block = 64 }, out)
+    for _, v in ipairs(i32s(out, 128)) do assert.equals(64 * 65 // 2, v) end
+  end)
+
+  it_child("finds <cupola/device.h>; $CUPOLA_INCLUDE overrides where", function()
+    local found = false
+    for _, d in ipairs(require("cupola.core")._include_path()) do
+      local f = io.open(d .. "/cupola/device.h")
+      if f then f:close() found = true end
+    end
+    assert.is_true(found)
+    local out = child("CUPOLA_INCLUDE=/nonexistent/include", string.format([[
+      local cupola = require "cupola"
+      io.write(table.concat(require("cupola.core")._include_path(), ":"), "\n")
+      local ok, err = pcall(cupola.module, { source = %q, name = "inc.cu" })
+      io.write(tostring(ok), " ", tostring(err), "\n")
+    ]], '#include <cupola/device.h>\nextern "C" __global__ void f(void) {}\n'))
+    assert.matches("^/nonexistent/include\nfalse ", out)
+    assert.matches(HOST and "host_prelude%.h not found" or "cupola/device%.h", out)
+  end)
+
   describe("cache", function()
     it("a second compile of the same source is a hit", function()
       local src = SRC .. "\n// " .. SALT .. "\n"
@@ -341,7 +389,7 @@ describe("cupola.module #kernels", function()
       assert.is_false(m4.cached)
     end)
 
-    it("a script's second run reads the disk cache; a truncated entry is rebuilt, never loaded", function()
+    it_child("a script's second run reads the disk cache; a truncated entry is rebuilt, never loaded", function()
       local dir = os.tmpname()
       os.remove(dir)
       local script = string.format([[
@@ -367,7 +415,7 @@ describe("cupola.module #kernels", function()
       os.execute("rm -rf " .. dir)
     end)
 
-    it("refuses a cache directory that is a symbolic link (and still compiles)", function()
+    it_child("refuses a cache directory that is a symbolic link (and still compiles)", function()
       local dir = os.tmpname()
       os.remove(dir)
       os.execute("mkdir -m 700 " .. dir .. " && ln -s " .. dir .. " " .. dir .. ".link")
@@ -474,6 +522,15 @@ extern "C" __global__ void f(int *x)
       local gone = cupola.malloc(4)
       gone:free()
       assert.matches("bad argument #9 .*closed", e(out, 1, 2, 3, 4, 5, 6, gone))
+      -- a buffer its pool's reset() took away is closed too
+      local arena <close> = cupola.pool { kind = "arena", upstream = "device", initial = "1MiB" }
+      local pb = arena:alloc(64)
+      arena:reset()
+      assert.matches("bad argument #9 .*closed", e(out, 1, 2, 3, 4, 5, 6, pb))
+      -- the method called on something else
+      local ok, err = pcall(k.launch, m, L, out, 1, 2, 3, 4, 5, 6, p)
+      assert.is_false(ok)
+      assert.matches("cupola.Kernel expected, got cupola.Module", err)
       -- nothing was launched by the failed calls, and a good one still works
       k:launch(L, out, 1, 2, 3, 4, 5, 6, p)
       cupola.synchronize()
@@ -502,7 +559,7 @@ extern "C" __global__ void f(int *x)
       assert.matches("option 'stream' must be", e { grid = 1, block = 1, stream = 1 })
     end)
 
-    it("a launch of kernels from kernels", function()
+    it("a launch of kernels from kernels #cdp", function()
       local src = [[
 extern "C" __global__ void child(int *x) { atomicAdd(x, 1); }
 extern "C" __global__ void parent(int *x)
@@ -626,7 +683,7 @@ describe("cupola.module on the GPU", function()
     assert.equals(7, i32s(x, 1)[1])
   end)
 
-  gpu_it("relocatable device code on request (-rdc=true) links with cudadevrt", function()
+  gpu_it("relocatable device code on request (-rdc=true) links with cudadevrt #cdp", function()
     local mm = cupola.module { name = "rdc.cu", options = { "-rdc=true" }, source = [[
 extern "C" __global__ void child(int *x, int k) { atomicAdd(x, k); }
 extern "C" __global__ void parent(int *x)
@@ -641,7 +698,7 @@ extern "C" __global__ void parent(int *x)
     assert.equals(32 * (1 + 2 + 3 + 4), i32s(x, 1)[1])
   end)
 
-  gpu_it("a fault surfaces at the next synchronization with the CUDA error name", function()
+  gpu_it("a fault surfaces at the next synchronization with the CUDA error name #fault", function()
     -- in a child: a fault leaves the CUDA context unusable
     local out = child("", [[
       local cupola = require "cupola"

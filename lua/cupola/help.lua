@@ -236,8 +236,31 @@ kernels.checksum(b, {type=, stream=, grid=, block=}) -> sum of the elements
 kernels.spin(microseconds, {stream=})  busy for 0..60000000 us; returns at once
 kernels.pattern(b, seed, {stream=}) -> b   bytes from seed and offset
 kernels.verify(b, seed, {stream=}) -> count of bytes that differ (waits)
-cupola.module{source=} -> Module: kernels of your own (m:kernel, k:launch);
-  cupola.module_cache_stats(), cupola.module_cache_forget(): its cache]],
+Kernels of your own: cupola.help "module".]],
+  },
+  {
+    name = "module",
+    names = { "module", "module_cache_stats", "module_cache_forget", "cupola.Module", "cupola.Kernel" },
+    overview = {
+      { "cupola.module{source=, name=, options=} -> Module", "your CUDA C, compiled at run time" },
+      { "m:kernel(name, types)  k:launch(opts, ...)", "declare, then launch on a stream" },
+    },
+    page = [[
+cupola.module{source=SRC | path="k.cu" | ptx=PTX | cubin="k.cubin", name=,
+  options={"-DN=4", "-rdc=true", ...}} -> Module.  NVRTC on the CUDA backend;
+  the system C++ compiler and cupola's CPU prelude on the host backend (the
+  same source runs on both).  <cupola/device.h> is on the include path.  A
+  compile error raises with the compiler's log (name:line: message).
+  Compiled code is cached by content (memory, and $XDG_CACHE_HOME/cupola).
+m:kernel(name, types) -> Kernel: an extern "C" __global__ function and its
+  parameter types: "ptr" (Buffer or address), "i32" "u32" "i64" "u64" "f32"
+  "f64", "device_pool".
+k:launch({grid=, block=, shared=0, stream=} | {threads=N, block=256}, ...)
+  enqueues and returns; arguments are checked (count, type, range, closed).
+m:close()  k:close()   a kernel keeps its module loaded until it is closed.
+Fields: m.name, m.cached (the compile was a cache hit), m.log.
+cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...}
+cupola.module_cache_forget() empties the in-memory cache.]],
   },
   {
     name = "trace",

@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "binding.h"
 #include "kernel/compile.h"
@@ -47,7 +48,11 @@ static int set_include_path(lua_State *L)
                 free(dirs[j]);
             return luaL_argerror(L, 1, "include folders must be non-empty strings");
         }
-        dirs[i - 1] = strdup(s);
+        {
+            /* absolute now: compilers run later, perhaps from elsewhere */
+            char *abs = realpath(s, NULL);
+            dirs[i - 1] = abs ? abs : strdup(s);
+        }
         lua_pop(L, 1);
     }
     for (int i = 0; i < MAX_INCLUDE; i++) {
@@ -55,6 +60,15 @@ static int set_include_path(lua_State *L)
         include_dirs[i] = dirs[i];
     }
     return 0;
+}
+
+/* The module is unloaded (dlclose) when its last Lua state closes. */
+__attribute__((destructor)) static void free_include_path(void)
+{
+    for (int i = 0; i < MAX_INCLUDE; i++) {
+        free(include_dirs[i]);
+        include_dirs[i] = NULL;
+    }
 }
 
 static int get_include_path(lua_State *L)
@@ -328,32 +342,29 @@ static int kernel_tostring(lua_State *L)
     return 1;
 }
 
-/* A dimension option: an integer, or {x, y, z} (missing ones are 1). */
-static void dims_field(lua_State *L, int opts, const char *key, unsigned out[3], int required,
-                       unsigned def)
+/* A dimension option's value at idx: an integer, or {x, y, z} (missing ones
+ * are 1). */
+static void dims_value(lua_State *L, int idx, const char *key, unsigned out[3])
 {
-    int t = lua_getfield(L, opts, key);
-    out[0] = def, out[1] = 1, out[2] = 1;
-    if (t == LUA_TNIL) {
-        if (required)
-            luaL_error(L, "bad argument #1 to 'launch' (option '%s' is required)", key);
-    } else if (t == LUA_TNUMBER) {
+    int t = lua_type(L, idx);
+    out[0] = out[1] = out[2] = 1;
+    if (t == LUA_TNUMBER) {
         int isint;
-        lua_Integer v = lua_tointegerx(L, -1, &isint);
+        lua_Integer v = lua_tointegerx(L, idx, &isint);
         if (!isint || v < 0 || v > 0xffffffffLL)
             luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be an integer in "
                           "1..4294967295)",
                        key);
         out[0] = (unsigned)v;
     } else if (t == LUA_TTABLE) {
-        lua_Integer n = luaL_len(L, -1);
+        lua_Integer n = luaL_len(L, idx);
         if (n < 1 || n > 3)
             luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be {x}, {x, y} or {x, y, z})",
                        key);
         for (lua_Integer i = 1; i <= n; i++) {
             int isint;
             lua_Integer v;
-            lua_geti(L, -1, i);
+            lua_geti(L, idx, i);
             v = lua_tointegerx(L, -1, &isint);
             if (lua_type(L, -1) != LUA_TNUMBER || !isint || v < 0 || v > 0xffffffffLL)
                 luaL_error(L, "bad argument #1 to 'launch' (option '%s': item %d must be an "
@@ -366,7 +377,75 @@ static void dims_field(lua_State *L, int opts, const char *key, unsigned out[3],
         luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be an integer or {x, y, z}, not %s)",
                    key, lua_typename(L, t));
     }
-    lua_pop(L, 1);
+}
+
+/* The launch options, read in one pass over the table (the hot path: no
+ * lookups by name, no allocation). */
+static void launch_options(lua_State *L, cp_klaunch *l)
+{
+    int have_grid = 0, have_block = 0, have_threads = 0;
+    lua_Integer threads = 0;
+    unsigned block[3] = {256, 1, 1};
+    l->shared = 0;
+    l->stream = l_defaultstream()->s;
+    lua_pushnil(L);
+    while (lua_next(L, 2) != 0) {
+        size_t kl;
+        const char *key;
+        int v = lua_absindex(L, -1);
+        if (lua_type(L, -2) != LUA_TSTRING)
+            luaL_error(L, "launch: option names must be strings, not %s", luaL_typename(L, -2));
+        key = lua_tolstring(L, -2, &kl);
+        if (kl == 4 && memcmp(key, "grid", 4) == 0) {
+            dims_value(L, v, "grid", l->grid);
+            have_grid = 1;
+        } else if (kl == 5 && memcmp(key, "block", 5) == 0) {
+            dims_value(L, v, "block", block);
+            have_block = 1;
+        } else if (kl == 6 && memcmp(key, "shared", 6) == 0) {
+            int isint;
+            lua_Integer sh = lua_tointegerx(L, v, &isint);
+            if (lua_type(L, v) != LUA_TNUMBER || !isint || sh < 0 || sh > 0x7fffffff)
+                luaL_error(L, "bad argument #1 to 'launch' (option 'shared' must be a byte count "
+                              ">= 0)");
+            l->shared = (size_t)sh;
+        } else if (kl == 6 && memcmp(key, "stream", 6) == 0) {
+            l_stream *st = (l_stream *)luaL_testudata(L, v, L_STREAM);
+            if (!st)
+                luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, v));
+            if (!st->ref)
+                luaL_error(L, "attempt to use a closed " L_STREAM);
+            l->stream = st->ref->s;
+        } else if (kl == 7 && memcmp(key, "threads", 7) == 0) {
+            int isint;
+            threads = lua_tointegerx(L, v, &isint);
+            if (lua_type(L, v) != LUA_TNUMBER || !isint || threads < 1 || threads > 0x7fffffffLL * 1024)
+                luaL_error(L, "bad argument #1 to 'launch' (option 'threads' must be an integer "
+                              ">= 1)");
+            have_threads = 1;
+        } else {
+            luaL_error(L, "launch: unknown option '%s'", key);
+        }
+        lua_pop(L, 1);
+    }
+    if (have_threads) {
+        uint64_t g;
+        if (have_grid)
+            luaL_error(L, "bad argument #1 to 'launch' (give 'grid' or 'threads', not both)");
+        if (block[1] != 1 || block[2] != 1 || block[0] == 0)
+            luaL_error(L, "bad argument #1 to 'launch' (with 'threads', 'block' is one integer >= 1)");
+        g = ((uint64_t)threads + block[0] - 1) / block[0];
+        if (g > 0xffffffffULL)
+            luaL_error(L, "bad argument #1 to 'launch' (option 'threads': too many blocks)");
+        l->grid[0] = (unsigned)g;
+        l->grid[1] = l->grid[2] = 1;
+    } else {
+        if (!have_grid)
+            luaL_error(L, "bad argument #1 to 'launch' (option 'grid' is required)");
+        if (!have_block)
+            luaL_error(L, "bad argument #1 to 'launch' (option 'block' is required)");
+    }
+    memcpy(l->block, block, sizeof block);
 }
 
 /* The type of a value for messages: a handle's __name, else Lua's name. */
@@ -391,8 +470,18 @@ static int arg_error(lua_State *L, int arg, l_kernel *k, unsigned i, const char 
  * call's do not count the kernel. */
 static int kernel_launch(lua_State *L)
 {
-    static const char *const opts[] = {"grid", "block", "shared", "stream", "threads", NULL};
-    l_kernel *k = tokernel(L, 1);
+    /* the Kernel metatable is this closure's upvalue: comparing it is
+     * cheaper than luaL_checkudata's lookup by name (the hot path) */
+    l_kernel *k = (l_kernel *)lua_touserdata(L, 1);
+    int mine = 0;
+    if (k && lua_getmetatable(L, 1)) {
+        mine = lua_rawequal(L, -1, lua_upvalueindex(1));
+        lua_pop(L, 1);
+    }
+    if (!mine)
+        k = (l_kernel *)luaL_checkudata(L, 1, L_KERNEL); /* raises the usual message */
+    if (!k->k)
+        return luaL_error(L, "attempt to use a closed " L_KERNEL);
     int nargs = lua_gettop(L) - 2;
     cp_klaunch l;
     cp_status st;
@@ -401,43 +490,10 @@ static int kernel_launch(lua_State *L)
         return luaL_error(L, "bad argument #1 to 'launch' (launch options expected: {grid=, block=} "
                              "or {threads=, block=}, got %s)",
                           luaL_typename(L, 2));
-    l_checkoptions(L, 2, "launch", opts);
     if (nargs != (int)k->n)
         return luaL_error(L, "bad argument #%d to 'launch' (kernel '%s' takes %d arguments, got %d)",
                           (nargs < (int)k->n ? nargs : (int)k->n) + 2, k->name, (int)k->n, nargs);
-    if (lua_getfield(L, 2, "threads") != LUA_TNIL) {
-        int isint;
-        lua_Integer t = lua_tointegerx(L, -1, &isint);
-        unsigned b[3];
-        lua_pop(L, 1);
-        if (lua_getfield(L, 2, "grid") != LUA_TNIL)
-            return luaL_error(L, "bad argument #1 to 'launch' (give 'grid' or 'threads', not both)");
-        lua_pop(L, 1);
-        if (!isint || t < 1 || t > 0x7fffffffLL * 1024)
-            return luaL_error(L, "bad argument #1 to 'launch' (option 'threads' must be an integer "
-                                 ">= 1)");
-        dims_field(L, 2, "block", b, 0, 256);
-        if (b[1] != 1 || b[2] != 1 || b[0] == 0)
-            return luaL_error(L, "bad argument #1 to 'launch' (with 'threads', 'block' is one "
-                                 "integer >= 1)");
-        memcpy(l.block, b, sizeof b);
-        l.grid[0] = (unsigned)(((uint64_t)t + b[0] - 1) / b[0]);
-        if ((((uint64_t)t + b[0] - 1) / b[0]) > 0xffffffffULL)
-            return luaL_error(L, "bad argument #1 to 'launch' (option 'threads': too many blocks)");
-        l.grid[1] = l.grid[2] = 1;
-    } else {
-        lua_pop(L, 1);
-        dims_field(L, 2, "grid", l.grid, 1, 1);
-        dims_field(L, 2, "block", l.block, 1, 1);
-    }
-    {
-        lua_Integer sh = l_optint_field(L, 2, "shared", 0);
-        if (sh < 0 || sh > 0x7fffffff)
-            return luaL_error(L, "bad argument #1 to 'launch' (option 'shared' must be a byte count "
-                                 ">= 0)");
-        l.shared = (size_t)sh;
-    }
-    l.stream = l_optstream_field(L, 2)->s;
+    launch_options(L, &l);
 
     for (unsigned i = 0; i < k->n; i++) {
         int a = (int)i + 3, arg = (int)i + 2, isint = 0;
@@ -446,12 +502,18 @@ static int kernel_launch(lua_State *L)
         switch (k->types[i]) {
         case CP_KT_PTR:
             if (t == LUA_TUSERDATA) {
-                l_buffer *b = (l_buffer *)luaL_testudata(L, a, L_BUFFER);
-                if (!b)
+                /* a Buffer: the metatable compared with upvalue 2, no lookup by name */
+                l_buffer *b = (l_buffer *)lua_touserdata(L, a);
+                int isbuf = 0;
+                if (lua_getmetatable(L, a)) {
+                    isbuf = lua_rawequal(L, -1, lua_upvalueindex(2));
+                    lua_pop(L, 1);
+                }
+                if (!isbuf)
                     return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
-                if (!b->ptr)
+                /* live as buffer.c counts it: not freed, not reset away by its pool */
+                if (!b->ptr || (b->origin == L_FROM_POOL && b->pool->generation != b->generation))
                     return arg_error(L, arg, k, i, "the cupola.Buffer is closed (freed)");
-                b = l_checkbuffer(L, a); /* the pool's reset() frees buffers too */
                 memcpy(&k->vals[i], &b->ptr, sizeof b->ptr);
             } else if (t == LUA_TNUMBER && (v = lua_tointegerx(L, a, &isint), isint)) {
                 k->vals[i] = (uint64_t)v;
@@ -519,6 +581,47 @@ static int kernel_launch(lua_State *L)
     return 0;
 }
 
+/* cupola._launch_repeat(k, opts, n, ...): k:launch(opts, ...) n times from
+ * C, the options and arguments marshalled once: for bench/launch.lua, which
+ * sets the binding's cost apart from the core's and the driver's. */
+static int launch_repeat(lua_State *L)
+{
+    lua_Integer n = luaL_checkinteger(L, 3);
+    l_kernel *k = tokernel(L, 1);
+    cp_klaunch l;
+    double t0, t1;
+    struct timespec ts;
+    lua_remove(L, 3);
+    if (lua_type(L, 2) != LUA_TTABLE)
+        return luaL_argerror(L, 2, "launch options expected");
+    luaL_argcheck(L, lua_gettop(L) - 2 == (int)k->n, 4, "wrong number of kernel arguments");
+    launch_options(L, &l);
+    for (unsigned i = 0; i < k->n; i++) {
+        lua_Integer v;
+        if (k->types[i] == CP_KT_PTR && luaL_testudata(L, (int)i + 3, L_BUFFER)) {
+            void *p = l_checkbuffer(L, (int)i + 3)->ptr;
+            memcpy(&k->vals[i], &p, sizeof p);
+        } else if (k->types[i] == CP_KT_F32) {
+            float f = (float)luaL_checknumber(L, (int)i + 3);
+            memcpy(&k->vals[i], &f, sizeof f);
+        } else if (k->types[i] == CP_KT_F64) {
+            double f = (double)luaL_checknumber(L, (int)i + 3);
+            memcpy(&k->vals[i], &f, sizeof f);
+        } else {
+            v = luaL_checkinteger(L, (int)i + 3);
+            memcpy(&k->vals[i], &v, cp_ktype_sizes[k->types[i]]);
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    for (lua_Integer i = 0; i < n; i++)
+        l_check(L, cp_kernel_launch(k->k, &l, k->argp));
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t1 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    lua_pushnumber(L, (lua_Number)(t1 - t0));
+    return 1;
+}
+
 /* cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...} */
 static int cache_stats(lua_State *L)
 {
@@ -572,17 +675,25 @@ void l_open_module(lua_State *L)
                                            {"__tostring", kernel_tostring},
                                            {"__newindex", l_readonly_newindex},
                                            {NULL, NULL}};
-    static const luaL_Reg kernel_methods[] = {{"launch", kernel_launch},
-                                              {"close", kernel_release},
+    static const luaL_Reg kernel_methods[] = {{"close", kernel_release},
                                               {NULL, NULL}};
     static const luaL_Reg funcs[] = {{"module", module_new},
                                      {"module_cache_stats", cache_stats},
                                      {"module_cache_forget", cache_forget},
                                      {"_set_include_path", set_include_path},
+                                     {"_launch_repeat", launch_repeat},
                                      {"_include_path", get_include_path},
                                      {NULL, NULL}};
     l_newclass(L, L_MODULE, module_meta, module_methods);
     l_newclass(L, L_KERNEL, kernel_meta, kernel_methods);
+    /* k:launch, with the Kernel and Buffer metatables as its upvalues */
+    luaL_getmetatable(L, L_KERNEL);
+    lua_getfield(L, -1, "methods");
+    lua_pushvalue(L, -2);
+    luaL_getmetatable(L, L_BUFFER);
+    lua_pushcclosure(L, kernel_launch, 2);
+    lua_setfield(L, -2, "launch");
+    lua_pop(L, 2);
     /* per-module fields (name, cached, log), weakly keyed by the handle */
     lua_newtable(L);
     lua_newtable(L);

@@ -110,7 +110,7 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     size_t srclen = 0, cap;
     const char *args[64], *deps[32];
     char incargs[16][4200], depbuf[16][4200];
-    int na = 0, nd = 0, has_o = 0;
+    int na = 0, nd = 0, has_o = 0, direct;
     cp_cc_job job;
     cp_cc_result res;
     hmod *m;
@@ -139,6 +139,7 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     st = cp_kscan_source(d->data, d->len, 1, &sc);
     if (st != CP_OK)
         return st;
+    direct = !sc.uses_sync;
     if (sc.launch_line) {
         st = cp_error_set(CP_ERR_INVALID,
                           "%s:%d: compile error: a kernel launches a kernel (<<<...>>>); nested "
@@ -175,6 +176,8 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     args[na++] = "-Wl,-z,defs";
     args[na++] = "-include";
     args[na++] = prelude;
+    if (direct)
+        args[na++] = "-DCUPOLA_HK_DIRECT=1";
     for (int i = 0; d->include_dirs && d->include_dirs[i] && i < 16; i++) {
         snprintf(incargs[i], sizeof incargs[i], "-I%.4100s", d->include_dirs[i]);
         args[na++] = incargs[i];
@@ -210,6 +213,17 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     job.salt = "cupola-host-kernel-1";
     job.translate = translate;
     st = cp_cc_shared_object(&job, &res);
+    if (st == CP_ERR_INVALID && direct && res.log && strstr(res.log, "cupola-needs-fibers")) {
+        /* a barrier the scan did not see (in a header): fibers after all */
+        for (int i = 0; i < na; i++)
+            if (strcmp(args[i], "-DCUPOLA_HK_DIRECT=1") == 0) {
+                memmove(&args[i], &args[i + 1], (size_t)(na - i) * sizeof args[0]);
+                na--;
+                break;
+            }
+        free(res.log);
+        st = cp_cc_shared_object(&job, &res);
+    }
     free(src);
     if (log)
         *log = res.log;
