@@ -3,7 +3,10 @@
  * logging-adaptor CSV (plain or gzip) in C; cupola.trace.replay(t, pool,
  * opts) replays it against a Pool entirely in C and returns the figures.
  */
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "binding.h"
 #include "trace/trace.h"
@@ -65,11 +68,20 @@ static void push_info(lua_State *L, const cp_trace *t)
     SETI(peak_live);
     SETI(total_bytes);
     SETI(max_size);
-#undef SETI
     lua_pushnumber(L, in.duration_us);
     lua_setfield(L, -2, "duration_us");
     lua_pushstring(L, cp_trace_path(t));
     lua_setfield(L, -2, "path");
+    lua_pushstring(L, cp_trace_format(t));
+    lua_setfield(L, -2, "format");
+    SETI(devices);
+    SETI(ignored);
+    SETI(unmatched);
+    if (in.torch_reserved) {
+        SETI(torch_reserved_end);
+        SETI(torch_peak_reserved);
+    }
+#undef SETI
 }
 
 static int trace_info(lua_State *L)
@@ -101,18 +113,70 @@ static int trace_event(lua_State *L)
     lua_setfield(L, -2, "thread");
     lua_pushnumber(L, row.time_us);
     lua_setfield(L, -2, "time_us");
+    lua_pushinteger(L, (lua_Integer)row.device);
+    lua_setfield(L, -2, "device");
+    if (row.label) {
+        lua_pushstring(L, row.label);
+        lua_setfield(L, -2, "label");
+    }
     return 1;
+}
+
+/* The progress line (issue 16): on stderr, only when it is a terminal, only
+ * once the replay has run two seconds; erased at the end. */
+typedef struct progress_state {
+    double t0;
+    int shown;
+} progress_state;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void replay_progress(void *ud, uint64_t done, uint64_t total)
+{
+    progress_state *ps = (progress_state *)ud;
+    double el = mono_s() - ps->t0;
+    if (done >= total) {
+        if (ps->shown)
+            fputs("\r\033[K", stderr);
+        return;
+    }
+    if (el < 2.0)
+        return;
+    ps->shown = 1;
+    fprintf(stderr, "\rcupola replay: %llu / %llu events (%.0f%%), %.1f s",
+            (unsigned long long)done, (unsigned long long)total,
+            total ? 100.0 * (double)done / (double)total : 100.0, el);
+    fflush(stderr);
+}
+
+static void push_u64s(lua_State *L, const uint64_t *v, size_t n, uint64_t add)
+{
+    size_t i;
+    lua_createtable(L, (int)(n < INT32_MAX ? n : 0), 0);
+    for (i = 0; i < n; i++) {
+        lua_pushinteger(L, (lua_Integer)(v[i] + add));
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
 }
 
 /* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true}) */
 static int trace_replay(lua_State *L)
 {
-    static const char *const opts[] = {"single_stream", "repeat", "synchronize", NULL};
+    static const char *const opts[] = {"single_stream", "repeat", "synchronize", "record",
+                                       "progress", NULL};
     l_trace *tr = totrace(L, 1);
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
     cp_replay_result res;
+    cp_trace_info in;
+    progress_state ps;
     lua_Integer rep;
+    cp_status st;
 
     l_checkoptions(L, 3, "cupola.trace.replay", opts);
     memset(&o, 0, sizeof o);
@@ -121,10 +185,53 @@ static int trace_replay(lua_State *L)
     rep = l_optint_field(L, 3, "repeat", 1);
     luaL_argcheck(L, rep >= 1 && rep <= 1000000, 3, "option 'repeat' must be in 1..1000000");
     o.repeat = (int)rep;
+    o.record = l_optbool_field(L, 3, "record", 0);
+    ps.t0 = mono_s();
+    ps.shown = 0;
+    if (l_optbool_field(L, 3, "progress", 1) && isatty(2)) {
+        o.progress = replay_progress;
+        o.progress_ud = &ps;
+    }
     memset(&res, 0, sizeof res);
-    l_check(L, cp_trace_replay(tr->t, r, &o, &res));
+    st = cp_trace_replay(tr->t, r, &o, &res);
+    if (st != CP_OK) {
+        cp_replay_result_fini(&res);
+        l_check(L, st);
+    }
 
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 12);
+    if (o.record) {
+        /* The pool's reserved bytes over the replay, and where it put each
+         * block: what cupola.timeline draws for a replay. */
+        char *packed;
+        size_t i;
+        lua_createtable(L, 0, 3);
+        push_u64s(L, res.rec_event, res.nrec, 1);
+        lua_setfield(L, -2, "events");
+        push_u64s(L, res.rec_reserved, res.nrec, 0);
+        lua_setfield(L, -2, "reserved");
+        /* Addresses as a packed string of little-endian uint64: compact for
+         * millions of allocations. */
+        packed = (char *)lua_newuserdatauv(L, res.naddr * 8 + 1, 0);
+        for (i = 0; i < res.naddr; i++) {
+            int k;
+            for (k = 0; k < 8; k++)
+                packed[i * 8 + (size_t)k] = (char)((res.rec_addr[i] >> (8 * k)) & 0xff);
+        }
+        lua_pushlstring(L, packed, res.naddr * 8);
+        lua_remove(L, -2);
+        lua_setfield(L, -2, "addresses");
+        lua_setfield(L, -2, "recording");
+    }
+    cp_replay_result_fini(&res);
+    cp_trace_info_get(tr->t, &in);
+    if (in.torch_reserved) {
+        lua_pushinteger(L, (lua_Integer)in.torch_peak_reserved);
+        lua_setfield(L, -2, "torch_peak_reserved");
+        lua_pushnumber(L, res.peak_live ? (double)in.torch_peak_reserved / (double)res.peak_live
+                                        : 0.0);
+        lua_setfield(L, -2, "torch_reserved_over_live");
+    }
     lua_pushinteger(L, (lua_Integer)res.events);
     lua_setfield(L, -2, "events");
     lua_pushnumber(L, res.ns_per_event);
