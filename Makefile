@@ -260,7 +260,7 @@ $(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h src/core/*/*
 fuzz-trace: fuzz-deps $(FUZZ_BUILD)/fuzz_trace
 	@mkdir -p $(FUZZ_BUILD)/corpus
 	@echo "== fuzz-trace: libFuzzer on cp_trace_load for $(FUZZ_TRACE_SECONDS) s"
-	@if $(FUZZ_BUILD)/fuzz_trace -max_total_time=$(FUZZ_TRACE_SECONDS) -max_len=8192 -timeout=20 \
+	@if $(FUZZ_BUILD)/fuzz_trace -max_total_time=$(FUZZ_TRACE_SECONDS) -max_len=16384 -timeout=20 \
 	        -rss_limit_mb=2048 -print_final_stats=1 -dict=tests/fuzz/trace.dict \
 	        -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus \
 	        > $(FUZZ_BUILD)/fuzz_trace.log 2>&1; then \
