@@ -270,3 +270,28 @@ fuzz-trace: fuzz-deps $(FUZZ_BUILD)/fuzz_trace
 	    tail -40 $(FUZZ_BUILD)/fuzz_trace.log; \
 	    echo "0 passed, 1 failed"; exit 1; \
 	fi
+
+# ---- test-browser: timeline pages in headless Chromium (issue 16) ----------
+# Renders cupola.timeline pages (the snapshot, gpt2_beam_search, three pools,
+# a pool's log, a synthetic million-event trace) in Debian's chromium, checks
+# the peak label in the DOM and the drawn pixels of every plot in the
+# screenshot (tests/browser/pngcheck.c, zlib only), and prints each page's
+# load+draw time.  chromium is installed when missing, like `make deps`.
+CHROMIUM ?= chromium
+.PHONY: test-browser browser-deps
+browser-deps:
+	@if ! command -v $(CHROMIUM) >/dev/null 2>&1; then \
+	    echo "browser-deps: installing chromium"; \
+	    sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	    DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+	        chromium >/dev/null; \
+	fi
+
+$(BUILD)/browser/pngcheck: tests/browser/pngcheck.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 $(WARN) $(EXTRA_CFLAGS) -o $@ $< -lz
+
+test-browser: deps browser-deps all $(BUILD)/browser/pngcheck
+	@echo "== test-browser: cupola.timeline pages in headless $(CHROMIUM)"
+	@CHROMIUM=$(CHROMIUM) LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
+	    $(LUA) tests/browser/check_timeline.lua $(BUILD)/browser $(BUILD)/browser/pngcheck

@@ -10,6 +10,7 @@ cupola.version = "0.1.0"
 cupola.trace = require "cupola.trace"
 cupola.bench = require "cupola.bench"
 cupola.report = require "cupola.report"
+cupola.timeline = require "cupola.timeline"
 
 --- Bytes as a short human string: 4194304 -> "4.00 MiB".
 cupola.format_bytes = cupola.report.bytes
