@@ -40,6 +40,9 @@ ifneq ($(NVCC),)
   HAVE_CUDA := 1
   CORE_SRC  += src/core/backend/cuda.c
   CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
+  # NVTX v3 is header-only in the toolkit (src/core/nvtx.c); without it the
+  # ranges are no-ops.
+  CUDA_CPPFLAGS += $(if $(wildcard $(CUDA_HOME)/include/nvtx3/nvToolsExt.h),-DCUPOLA_HAVE_NVTX)
   # Static runtime: the module loads (and falls back to the host backend) on
   # machines with no driver at all.
   LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
@@ -295,3 +298,22 @@ test-browser: deps browser-deps all $(BUILD)/browser/pngcheck
 	@echo "== test-browser: cupola.timeline pages in headless $(CHROMIUM)"
 	@CHROMIUM=$(CHROMIUM) LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
 	    $(LUA) tests/browser/check_timeline.lua $(BUILD)/browser $(BUILD)/browser/pngcheck
+
+# ---- test-nvtx: cupola's NVTX ranges reach a tool (issue 16) ---------------
+# tests/nvtx/nvtx_count.c is an NVTX injection library that counts ranges per
+# domain; check_nvtx.lua runs a workload under it with and without
+# CUPOLA_NVTX=1.  Needs the toolkit's NVTX headers (skipped without them).
+NVTX_LIB := $(BUILD)/nvtx/libnvtx_count.so
+.PHONY: test-nvtx
+$(NVTX_LIB): tests/nvtx/nvtx_count.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -O1 -I$(CUDA_HOME)/include -o $@ $< -lpthread
+
+test-nvtx: all
+	@if [ ! -f $(CUDA_HOME)/include/nvtx3/nvToolsExt.h ]; then \
+	    echo "test-nvtx: no NVTX headers in $(CUDA_HOME): skipped"; echo "0 passed, 0 failed"; \
+	else \
+	    $(MAKE) --no-print-directory $(NVTX_LIB) && \
+	    LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
+	        $(LUA) tests/nvtx/check_nvtx.lua $(NVTX_LIB) $(BUILD)/nvtx; \
+	fi

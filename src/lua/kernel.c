@@ -6,6 +6,23 @@
 #include <string.h>
 
 #include "binding.h"
+#include "nvtx.h"
+
+/* With CUPOLA_NVTX=1 each built-in launch is a range in the "cupola" NVTX
+ * domain.  The stream is resolved before the range opens (resolving may
+ * raise), and the status is checked after it closes, so ranges balance. */
+static void kpush(const char *name)
+{
+    if (cp_nvtx_on)
+        cp_nvtx_cupola_push(name);
+}
+
+static cp_status kpop(cp_status st)
+{
+    if (cp_nvtx_on)
+        cp_nvtx_cupola_pop();
+    return st;
+}
 
 static const char *const dtype_names[] = {"f32", "f64", "i32", "u32", "u8", NULL};
 static const size_t dtype_sizes[] = {4, 8, 4, 4, 1};
@@ -73,7 +90,11 @@ static int k_fill(lua_State *L)
             luaL_argcheck(L, n >= -2147483648LL && n <= 2147483647LL, 2, "i32 value out of range");
         v.i = (int64_t)n;
     }
-    l_check(L, cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &sh, kstream(L, 3, b)));
+    {
+        cp_stream *ks = kstream(L, 3, b);
+        kpush("launch fill");
+        l_check(L, kpop(cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &sh, ks)));
+    }
     lua_settop(L, 1);
     return 1;
 }
@@ -87,7 +108,11 @@ static int k_sqrt_index(lua_State *L)
     l_checkmemory(L, b, 1);
     l_checkoptions(L, 2, "cupola.kernels.sqrt_index", opts);
     checkshape(L, 2, &sh);
-    l_check(L, cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &sh, kstream(L, 2, b)));
+    {
+        cp_stream *ks = kstream(L, 2, b);
+        kpush("launch sqrt_index");
+        l_check(L, kpop(cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &sh, ks)));
+    }
     lua_settop(L, 1);
     return 1;
 }
@@ -106,7 +131,11 @@ static int k_checksum(lua_State *L)
     t = checkdtype(L, 2);
     checkshape(L, 2, &sh);
     out.u = 0;
-    l_check(L, cp_be->k_checksum(b->ptr, b->size, t, &sh, kstream(L, 2, b), &out));
+    {
+        cp_stream *ks = kstream(L, 2, b);
+        kpush("launch checksum");
+        l_check(L, kpop(cp_be->k_checksum(b->ptr, b->size, t, &sh, ks, &out)));
+    }
     if (t == CP_F32 || t == CP_F64)
         lua_pushnumber(L, (lua_Number)out.f);
     else
@@ -121,7 +150,11 @@ static int k_spin(lua_State *L)
     lua_Integer us = luaL_checkinteger(L, 1);
     luaL_argcheck(L, us >= 0 && us <= 60 * 1000 * 1000, 1, "microseconds must be in 0..60000000");
     l_checkoptions(L, 2, "cupola.kernels.spin", opts);
-    l_check(L, cp_be->k_spin((uint64_t)us, kstream(L, 2, NULL)));
+    {
+        cp_stream *ks = kstream(L, 2, NULL);
+        kpush("launch spin");
+        l_check(L, kpop(cp_be->k_spin((uint64_t)us, ks)));
+    }
     return 0;
 }
 
@@ -134,7 +167,11 @@ static int k_pattern(lua_State *L)
     lua_Integer seed = luaL_checkinteger(L, 2);
     l_checkmemory(L, b, 1);
     l_checkoptions(L, 3, "cupola.kernels.pattern", opts);
-    l_check(L, cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, kstream(L, 3, b)));
+    {
+        cp_stream *ks = kstream(L, 3, b);
+        kpush("launch pattern");
+        l_check(L, kpop(cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, ks)));
+    }
     lua_settop(L, 1);
     return 1;
 }
@@ -147,7 +184,11 @@ static int k_verify(lua_State *L)
     uint64_t bad = 0;
     l_checkmemory(L, b, 1);
     l_checkoptions(L, 3, "cupola.kernels.verify", opts);
-    l_check(L, cp_be->k_verify(b->ptr, b->size, (uint64_t)seed, kstream(L, 3, b), &bad));
+    {
+        cp_stream *ks = kstream(L, 3, b);
+        kpush("launch verify");
+        l_check(L, kpop(cp_be->k_verify(b->ptr, b->size, (uint64_t)seed, ks, &bad)));
+    }
     lua_pushinteger(L, (lua_Integer)bad);
     return 1;
 }

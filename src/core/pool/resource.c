@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nvtx.h"
+
 static void explain_oom(cp_resource *r, size_t bytes);
 
 void cp_resource_init(cp_resource *r, const cp_resource_ops *ops)
@@ -58,6 +60,8 @@ static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void
 cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_push("alloc");
     cp_lock(&r->lock);
     st = r->ops->alloc(r, bytes, s, out);
     if (st == CP_ERR_OOM && r->fallback)
@@ -75,6 +79,8 @@ cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **o
     cp_unlock(&r->lock);
     if (st != CP_OK)
         *out = NULL;
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_pop();
     return st;
 }
 
@@ -83,6 +89,8 @@ cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
     cp_status st;
     if (!p)
         return CP_OK;
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_push("free");
     cp_lock(&r->lock);
     if (r->fb_map.count) {
         void *v = cp_ptrmap_get(&r->fb_map, (uint64_t)(uintptr_t)p);
@@ -101,6 +109,8 @@ count:
         r->st.used -= bytes < r->st.used ? bytes : r->st.used;
     }
     cp_unlock(&r->lock);
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_pop();
     return st;
 }
 
