@@ -55,7 +55,10 @@ end
 function trace.compare(t, configs, opts)
   local rows = {}
   for i, cfg in ipairs(configs) do
-    local pool <close> = core.pool(cfg)
+    -- `name` labels the row; the pool itself does not take it.
+    local c = {}
+    for k, v in pairs(cfg) do if k ~= "name" then c[k] = v end end
+    local pool <close> = core.pool(c)
     local r = trace.replay(t, pool, opts)
     r.kind, r.upstream, r.name = pool.kind, pool.upstream, cfg.name or pool.kind
     rows[i] = r

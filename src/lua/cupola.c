@@ -96,5 +96,6 @@ __attribute__((visibility("default"))) LUAMOD_API int luaopen_cupola_core(lua_St
     l_open_pool(L);
     l_open_trace(L);
     l_open_nvtx(L);
+    l_open_term(L);
     return 1;
 }
