@@ -153,7 +153,7 @@ function timeline.write(src, path, opts)
     else
       panels[1] = panel_for_trace(src, names[1] or (src.path:match "[^/\\]*$"))
     end
-  elseif type(src) == "table" and src.recording then
+  elseif type(src) == "table" and (src.recording or src.ns_per_event) then
     panels[1] = panel_for_result(src, opts.trace, names[1])
   elseif type(src) == "table" and src[1] then
     for i, r in ipairs(src) do panels[i] = panel_for_result(r, opts.trace, names[i]) end
