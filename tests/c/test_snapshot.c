@@ -241,6 +241,19 @@ static void snapshots(void)
     }
     load_counts("tests/fuzz/corpus/snapshot_p2_long_memo.pickle", 139, 70, 69, 70 * 1000 + 69 * 70 / 2,
                 1, 2u << 20);
+    /* One dict as a segment, two entries and its own frame (a memo
+     * reference each time): decoded in each role, no stale reuse. */
+    if (cp_trace_load("tests/fuzz/corpus/hostile_shared_roles.pickle", &t) == CP_OK) {
+        cp_trace_info in;
+        cp_trace_info_get(t, &in);
+        ok(in.allocs == 1 && in.unmatched == 1 && in.torch_reserved_end == 100 &&
+               cp_trace_event(t, 0, &row) == CP_OK,
+           "a dict in every role: 1 allocation, 1 unmatched, reserved 100 (%zu, %zu, %llu)",
+           in.allocs, in.unmatched, (unsigned long long)in.torch_reserved_end);
+        cp_trace_free(t);
+    } else {
+        ok(0, "hostile_shared_roles.pickle loads: %s", cp_error_msg());
+    }
     ok(cp_trace_load("tests/fuzz/corpus/refused_global_p2.pickle", &t) == CP_ERR_INVALID &&
            strstr(cp_error_msg(), "GLOBAL") && strstr(cp_error_msg(), "refused_global_p2"),
        "a snapshot with code is refused: %s", cp_error_msg());

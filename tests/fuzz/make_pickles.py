@@ -74,6 +74,12 @@ def main():
         pickle.dump({"segments": [], "device_traces": [[{"x": range(3)}]]}, f, protocol=2)
     with open(f"{OUT}/refused_stack_global_p4.pickle", "wb") as f:
         pickle.dump({"segments": [], "device_traces": [[{"x": range(3)}]]}, f, protocol=4)
+    # One dict in every role: a segment, two trace entries and its own frame.
+    d = {"action": "alloc", "addr": 4096, "size": 10, "total_size": 100, "time_us": 1,
+         "filename": "x.py", "line": 1, "name": "f"}
+    d["frames"] = [d]
+    with open(f"{OUT}/hostile_shared_roles.pickle", "wb") as f:
+        pickle.dump({"segments": [d], "device_traces": [[d, d]]}, f, protocol=4)
     # Truncated half-way.
     data = pickle.dumps(s, protocol=4)
     with open(f"{OUT}/truncated_p4.pickle", "wb") as f:

@@ -5,7 +5,10 @@
  * The pickle's values may be shared (memo references), so a hostile file
  * could make thousands of entries point at one huge dict or frame list; each
  * entry and each frame list is decoded once and remembered in the value's
- * `mark`, which keeps the work linear in the file's size.
+ * `mark`, which keeps the work linear in the file's size.  A hostile file may
+ * also use one value in two roles (an entry that is a segment, a frame list
+ * that is a frame): marks carry their role in the top four bits, and a mark
+ * of another role is ignored.
  */
 #include "snapshot.h"
 
@@ -15,6 +18,13 @@
 
 #include "pickle.h"
 #include "ptrmap.h"
+
+/* mark = role << 28 | value; value 0 means "not decoded". */
+enum { M_ENTRY = 1, M_SEGMENT = 2, M_FRAMES = 3, M_FRAME = 4 };
+#define MARK(role, v) ((uint32_t)(role) << 28 | (uint32_t)(v))
+#define MROLE(m) ((m) >> 28)
+#define MVAL(m) ((m) & UINT32_C(0x0fffffff))
+#define MMAX UINT32_C(0x0fffffff)
 
 enum { A_OTHER, A_ALLOC, A_FREE_REQ, A_FREE_DONE, A_SEG_UP, A_SEG_DOWN };
 
@@ -80,22 +90,30 @@ static cp_status frames_label(dec *d, cp_pk_value *frames, uint32_t *out)
     *out = 0;
     if (!frames || (frames->type != CP_PK_LIST && frames->type != CP_PK_TUPLE) || !frames->n)
         return CP_OK;
-    if (fl->mark) {
-        *out = fl->mark - 1;
+    if (MROLE(fl->mark) == M_FRAMES && MVAL(fl->mark)) {
+        *out = MVAL(fl->mark) - 1;
         return CP_OK;
     }
     for (i = 0; i < frames->n && i < 32; i++) {
-        const cp_pk_value *f = frames->v.items[i];
+        cp_pk_value *f = frames->v.items[i];
+        int torch;
         if (f->type != CP_PK_DICT)
             continue;
         if (!pick)
             pick = f;
-        if (!is_torch_file(cp_pk_get(f, "filename"))) {
+        /* Whether a frame dict is PyTorch's own, found once per dict. */
+        if (MROLE(f->mark) == M_FRAME) {
+            torch = (int)(MVAL(f->mark) & 1);
+        } else {
+            torch = is_torch_file(cp_pk_get(f, "filename"));
+            f->mark = MARK(M_FRAME, torch);
+        }
+        if (!torch) {
             pick = f;
             break;
         }
     }
-    fl->mark = 1;
+    fl->mark = MARK(M_FRAMES, 1);
     if (!pick)
         return CP_OK;
     file = cp_pk_get(pick, "filename");
@@ -133,7 +151,8 @@ static cp_status frames_label(dec *d, cp_pk_value *frames, uint32_t *out)
         if (!v && cp_ptrmap_put(&d->labelmap, h, (void *)(uintptr_t)*out) != 0)
             return oom();
     }
-    fl->mark = *out + 1;
+    if (*out + 1 <= MMAX)
+        fl->mark = MARK(M_FRAMES, *out + 1);
     return CP_OK;
 }
 
@@ -154,9 +173,10 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device)
         d->cap = cap;
     }
     r = &d->raw[d->n];
-    if (e->type == CP_PK_DICT && e->mark) {
+    if (e->type == CP_PK_DICT && MROLE(e->mark) == M_ENTRY && MVAL(e->mark) &&
+        MVAL(e->mark) - 1 < d->n) {
         /* The same dict again (a memo reference): decoded already. */
-        *r = d->raw[e->mark - 1];
+        *r = d->raw[MVAL(e->mark) - 1];
         r->device = device;
         r->order = d->n++;
         return CP_OK;
@@ -200,8 +220,8 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device)
         if (st != CP_OK)
             return st;
     }
-    if (d->n < UINT32_MAX)
-        em->mark = (uint32_t)d->n + 1;
+    if (d->n + 1 <= MMAX)
+        em->mark = MARK(M_ENTRY, d->n + 1);
     d->n++;
     return CP_OK;
 }
@@ -255,9 +275,9 @@ static cp_status convert(dec *d, cp_pk_value *root)
             cp_pk_value *sg = segs->v.items[i];
             if (sg->type != CP_PK_DICT)
                 return cp_error_set(CP_ERR_INVALID, "snapshot: segments[%zu] is not a dict", i);
-            if (sg->mark)
+            if (MROLE(sg->mark) == M_SEGMENT)
                 continue; /* the same segment twice: counted once */
-            sg->mark = 1;
+            sg->mark = MARK(M_SEGMENT, 1);
             s->reserved_end += cp_pk_u64(cp_pk_get(sg, "total_size"));
         }
     }
