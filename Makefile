@@ -205,7 +205,7 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_TRACE_SECONDS ?= 60
 
-.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps
+.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps fuzz-pickle
 rel-asan-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(ASAN_CFLAGS)" \
 	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS))
@@ -316,4 +316,28 @@ test-nvtx: all
 	    $(MAKE) --no-print-directory $(NVTX_LIB) && \
 	    LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
 	        $(LUA) tests/nvtx/check_nvtx.lua $(NVTX_LIB) $(BUILD)/nvtx; \
+	fi
+
+# ---- fuzz-pickle: libFuzzer on the snapshot pickle reader alone (issue 16) --
+# In memory, no replay: thousands of inputs a second (fuzz-trace covers the
+# same reader through cp_trace_load, a hundred a second).
+FUZZ_PICKLE_SECONDS ?= 30
+FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c src/core/trace/snapshot.c
+$(FUZZ_BUILD)/fuzz_pickle: $(FUZZ_PICKLE_SRC) $(wildcard src/core/*.h src/core/trace/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_PICKLE_SRC)
+
+fuzz-pickle: fuzz-deps $(FUZZ_BUILD)/fuzz_pickle
+	@mkdir -p $(FUZZ_BUILD)/corpus-pickle
+	@echo "== fuzz-pickle: libFuzzer on the pickle reader for $(FUZZ_PICKLE_SECONDS) s"
+	@if $(FUZZ_BUILD)/fuzz_pickle -max_total_time=$(FUZZ_PICKLE_SECONDS) -max_len=16384 -timeout=10 \
+	        -rss_limit_mb=2048 -print_final_stats=1 -dict=tests/fuzz/trace.dict \
+	        -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-pickle tests/fuzz/corpus \
+	        > $(FUZZ_BUILD)/fuzz_pickle.log 2>&1; then \
+	    grep -E "^stat::number_of_executed_units|^Done" $(FUZZ_BUILD)/fuzz_pickle.log; \
+	    echo "1 passed, 0 failed"; \
+	else \
+	    tail -40 $(FUZZ_BUILD)/fuzz_pickle.log; \
+	    echo "0 passed, 1 failed"; exit 1; \
 	fi
