@@ -172,7 +172,7 @@ function timeline.write(src, path, opts)
   w((title:gsub("&", "&amp;"):gsub("<", "&lt;")))
   w("</title>\n<style>\n" .. timeline.css .. "</style></head>\n<body>\n")
   w("<header><h1>" .. (title:gsub("&", "&amp;"):gsub("<", "&lt;")) .. "</h1>")
-  w("<p class=\"help\">Wheel: zoom on time; drag: pan; double-click: whole trace. "
+  w("<p class=\"help\">Wheel: zoom on time; shift+wheel on the bands: zoom on addresses; drag: pan; double-click: everything. "
     .. "Hover a band for its block. x: event index (every allocation and free is one step).</p>")
   w("<p class=\"status\">drawn in <span id=\"draw-ms\">?</span> ms</p></header>\n")
   local data = {}
@@ -271,6 +271,7 @@ const panels = D.map((d, k) => {
   p.ymax = Math.max(1, p.ymax * 1.06);
   p.lines = p.el.querySelector("canvas.lines"); p.blocks = p.el.querySelector("canvas.blocks");
   p.peakLabel = p.el.querySelector(".peak-label");
+  p.ya0 = 0; p.ya1 = Math.max(1, d.height);   // the address axis shown (shift+wheel zooms it)
   return p;
 });
 const N = Math.max(1, ...D.map(d => d.n));
@@ -331,14 +332,14 @@ function drawBlocks(p) {
   const [W, H] = size(p.blocks, OPT.band), g = p.blocks.getContext("2d");
   const img = g.createImageData(W, H), px = new Uint32Array(img.data.buffer);
   px.fill(0xfff8f8f8);
-  const sx = W / (x1 - x0), sy = H / Math.max(1, p.d.height);
+  const sx = W / (x1 - x0), sy = H / (p.ya1 - p.ya0), ya0 = p.ya0;
   const bs = p.bs, be = p.be, by = p.by, bz = p.bz, bl = p.bl, n = bs.length;
   for (let i = 0; i < n; i++) {
     const s = bs[i], e = be[i];
-    if (e <= x0 || s >= x1) continue;
+    if (e <= x0 || s >= x1 || by[i] + bz[i] <= ya0 || by[i] >= p.ya1) continue;
     let a = Math.floor((s - x0) * sx), b = Math.floor((e - x0) * sx);
     if (a < 0) a = 0; if (b > W) b = W; if (b <= a) b = a + 1; if (a >= W) continue;
-    let top = H - Math.ceil((by[i] + bz[i]) * sy), bot = H - Math.floor(by[i] * sy);
+    let top = H - Math.ceil((by[i] + bz[i] - ya0) * sy), bot = H - Math.floor((by[i] - ya0) * sy);
     if (top < 0) top = 0; if (bot > H) bot = H; if (bot <= top) { bot = top + 1; if (bot > H) { bot = H; top = H - 1; } }
     const c = PAL32[(i * 5) % 12];
     for (let y = top; y < bot; y++) { const row = y * W; for (let x = a; x < b; x++) px[row + x] = c; }
@@ -353,12 +354,12 @@ function hit(p, ev) {
   const r = p.blocks.getBoundingClientRect();
   const W = p.blocks.width, H = p.blocks.height;
   const mx = (ev.clientX - r.left) * dpr, my = (ev.clientY - r.top) * dpr;
-  const sx = W / (x1 - x0), sy = H / Math.max(1, p.d.height);
+  const sx = W / (x1 - x0), sy = H / (p.ya1 - p.ya0), ya0 = p.ya0;
   const bs = p.bs, be = p.be, by = p.by, bz = p.bz;
   for (let i = 0; i < bs.length; i++) {
     let a = Math.floor((bs[i] - x0) * sx), b = Math.floor((be[i] - x0) * sx); if (b <= a) b = a + 1;
     if (mx < a || mx >= b) continue;
-    let top = H - Math.ceil((by[i] + bz[i]) * sy), bot = H - Math.floor(by[i] * sy); if (bot <= top) bot = top + 1;
+    let top = H - Math.ceil((by[i] + bz[i] - ya0) * sy), bot = H - Math.floor((by[i] - ya0) * sy); if (bot <= top) bot = top + 1;
     if (my >= top && my < bot) return i;
   }
   return -1;
@@ -397,16 +398,38 @@ for (const p of panels) {
     c.addEventListener("wheel", ev => {
       ev.preventDefault();
       const r = c.getBoundingClientRect(), f = (ev.clientX - r.left) / r.width;
+      if (ev.shiftKey && c === p.blocks) { // the address axis, around the pointer
+        const full = Math.max(1, p.d.height), g = 1 - (ev.clientY - r.top) / r.height;
+        const at = p.ya0 + g * (p.ya1 - p.ya0), z = ev.deltaY > 0 ? 1.25 : 0.8;
+        const span = Math.min(full, Math.max(full / 1e6, (p.ya1 - p.ya0) * z));
+        p.ya0 = Math.max(0, Math.min(full - span, at - g * span)); p.ya1 = p.ya0 + span;
+        schedule();
+        return;
+      }
       const at = x0 + f * (x1 - x0), z = ev.deltaY > 0 ? 1.25 : 0.8;
       let span = Math.min(N, Math.max(8, (x1 - x0) * z));
       x0 = Math.max(0, Math.min(N - span, at - f * span)); x1 = x0 + span;
       schedule();
     }, { passive: false });
     c.addEventListener("mousedown", ev => { drag = { x: ev.clientX, x0, x1, w: c.getBoundingClientRect().width }; });
-    c.addEventListener("dblclick", () => { x0 = 0; x1 = N; schedule(); });
+    c.addEventListener("dblclick", () => {
+      x0 = 0; x1 = N;
+      for (const q of panels) { q.ya0 = 0; q.ya1 = Math.max(1, q.d.height); }
+      schedule();
+    });
   }
 }
 let drag = null, pending = false;
+// A view in the address's fragment: #events=A-B (1-based, inclusive) and
+// #addresses=F0-F1 (fractions of the address axis), so a zoom can be shared.
+(function () {
+  const h = new URLSearchParams(location.hash.slice(1));
+  const ev = (h.get("events") || "").split("-").map(Number);
+  if (ev.length === 2 && ev[0] >= 1 && ev[1] > ev[0]) { x0 = Math.min(N - 1, ev[0] - 1); x1 = Math.min(N, ev[1]); }
+  const ad = (h.get("addresses") || "").split("-").map(Number);
+  if (ad.length === 2 && ad[0] >= 0 && ad[1] > ad[0] && ad[1] <= 1)
+    for (const p of panels) { const f = Math.max(1, p.d.height); p.ya0 = ad[0] * f; p.ya1 = ad[1] * f; }
+})();
 window.addEventListener("mousemove", ev => {
   if (!drag) return;
   const dx = (ev.clientX - drag.x) / drag.w * (drag.x1 - drag.x0);
