@@ -141,5 +141,19 @@ for _, pg in ipairs(pages) do
       tostring(colours)))
   end
 end
+-- A zoomed view (the page reads it from the fragment): the bands and the
+-- line are redrawn at that level of detail.
+do
+  local pg = pages[2]
+  local url = "file://" .. run("realpath '" .. pg.path .. "'"):gsub("%s+$", "") .. "#events=200000-200400&addresses=0.5-0.75"
+  local png = out .. "/" .. pg.name .. "_zoom.png"
+  run(string.format("timeout 120 %s --headless --no-sandbox --disable-gpu --hide-scrollbars --force-device-scale-factor=1 "
+    .. "--window-size=1400,900 --screenshot='%s' '%s'", browser, png, url))
+  local res = run(string.format("%s '%s' 18 333 1366 262", pngcheck, png))
+  local _, _, drawn, colours = res:match "(%d+) (%d+) (%d+) (%d+)"
+  check(tonumber(drawn) and tonumber(drawn) > 1366 * 262 * 0.02 and tonumber(colours) >= 2,
+    string.format("%s zoomed to events 200000-200400, addresses 50-75%%: %s drawn pixels, %s colours", pg.name,
+      tostring(drawn), tostring(colours)))
+end
 print(string.format("%d passed, %d failed", passed, failed))
 os.exit(failed == 0 and 0 or 1)
