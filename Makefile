@@ -43,6 +43,9 @@ ifneq ($(NVCC),)
   HAVE_CUDA := 1
   CORE_SRC  += src/core/backend/cuda.c
   CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
+  # NVTX v3 is header-only in the toolkit (src/core/nvtx.c); without it the
+  # ranges are no-ops.
+  CUDA_CPPFLAGS += $(if $(wildcard $(CUDA_HOME)/include/nvtx3/nvToolsExt.h),-DCUPOLA_HAVE_NVTX)
   # Static runtime: the module loads (and falls back to the host backend) on
   # machines with no driver at all.
   LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
@@ -259,7 +262,7 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_TRACE_SECONDS ?= 60
 
-.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps
+.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps fuzz-pickle
 rel-asan-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(ASAN_CFLAGS)" \
 	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS))
@@ -317,7 +320,7 @@ $(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h src/core/*/*
 fuzz-trace: fuzz-deps $(FUZZ_BUILD)/fuzz_trace
 	@mkdir -p $(FUZZ_BUILD)/corpus
 	@echo "== fuzz-trace: libFuzzer on cp_trace_load for $(FUZZ_TRACE_SECONDS) s"
-	@if $(FUZZ_BUILD)/fuzz_trace -max_total_time=$(FUZZ_TRACE_SECONDS) -max_len=8192 -timeout=20 \
+	@if $(FUZZ_BUILD)/fuzz_trace -max_total_time=$(FUZZ_TRACE_SECONDS) -max_len=16384 -timeout=20 \
 	        -rss_limit_mb=2048 -print_final_stats=1 -dict=tests/fuzz/trace.dict \
 	        -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus \
 	        > $(FUZZ_BUILD)/fuzz_trace.log 2>&1; then \
@@ -325,5 +328,73 @@ fuzz-trace: fuzz-deps $(FUZZ_BUILD)/fuzz_trace
 	    echo "1 passed, 0 failed"; \
 	else \
 	    tail -40 $(FUZZ_BUILD)/fuzz_trace.log; \
+	    echo "0 passed, 1 failed"; exit 1; \
+	fi
+
+# ---- test-browser: timeline pages in headless Chromium (issue 16) ----------
+# Renders cupola.timeline pages (the snapshot, gpt2_beam_search, three pools,
+# a pool's log, a synthetic million-event trace) in Debian's chromium, checks
+# the peak label in the DOM and the drawn pixels of every plot in the
+# screenshot (tests/browser/pngcheck.c, zlib only), and prints each page's
+# load+draw time.  chromium is installed when missing, like `make deps`.
+CHROMIUM ?= chromium
+.PHONY: test-browser browser-deps
+browser-deps:
+	@if ! command -v $(CHROMIUM) >/dev/null 2>&1; then \
+	    echo "browser-deps: installing chromium"; \
+	    sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+	    DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+	        chromium >/dev/null; \
+	fi
+
+$(BUILD)/browser/pngcheck: tests/browser/pngcheck.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 $(WARN) $(EXTRA_CFLAGS) -o $@ $< -lz
+
+test-browser: deps browser-deps all $(BUILD)/browser/pngcheck
+	@echo "== test-browser: cupola.timeline pages in headless $(CHROMIUM)"
+	@CHROMIUM=$(CHROMIUM) LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
+	    $(LUA) tests/browser/check_timeline.lua $(BUILD)/browser $(BUILD)/browser/pngcheck
+
+# ---- test-nvtx: cupola's NVTX ranges reach a tool (issue 16) ---------------
+# tests/nvtx/nvtx_count.c is an NVTX injection library that counts ranges per
+# domain; check_nvtx.lua runs a workload under it with and without
+# CUPOLA_NVTX=1.  Needs the toolkit's NVTX headers (skipped without them).
+NVTX_LIB := $(BUILD)/nvtx/libnvtx_count.so
+.PHONY: test-nvtx
+$(NVTX_LIB): tests/nvtx/nvtx_count.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -O1 -I$(CUDA_HOME)/include -o $@ $< -lpthread
+
+test-nvtx: all
+	@if [ ! -f $(CUDA_HOME)/include/nvtx3/nvToolsExt.h ]; then \
+	    echo "test-nvtx: no NVTX headers in $(CUDA_HOME): skipped"; echo "0 passed, 0 failed"; \
+	else \
+	    $(MAKE) --no-print-directory $(NVTX_LIB) && \
+	    LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
+	        $(LUA) tests/nvtx/check_nvtx.lua $(NVTX_LIB) $(BUILD)/nvtx; \
+	fi
+
+# ---- fuzz-pickle: libFuzzer on the snapshot pickle reader alone (issue 16) --
+# In memory, no replay: thousands of inputs a second (fuzz-trace covers the
+# same reader through cp_trace_load, a hundred a second).
+FUZZ_PICKLE_SECONDS ?= 30
+FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c src/core/trace/snapshot.c
+$(FUZZ_BUILD)/fuzz_pickle: $(FUZZ_PICKLE_SRC) $(wildcard src/core/*.h src/core/trace/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_PICKLE_SRC)
+
+fuzz-pickle: fuzz-deps $(FUZZ_BUILD)/fuzz_pickle
+	@mkdir -p $(FUZZ_BUILD)/corpus-pickle
+	@echo "== fuzz-pickle: libFuzzer on the pickle reader for $(FUZZ_PICKLE_SECONDS) s"
+	@if $(FUZZ_BUILD)/fuzz_pickle -max_total_time=$(FUZZ_PICKLE_SECONDS) -max_len=16384 -timeout=10 \
+	        -rss_limit_mb=2048 -print_final_stats=1 -dict=tests/fuzz/trace.dict \
+	        -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-pickle tests/fuzz/corpus \
+	        > $(FUZZ_BUILD)/fuzz_pickle.log 2>&1; then \
+	    grep -E "^stat::number_of_executed_units|^Done" $(FUZZ_BUILD)/fuzz_pickle.log; \
+	    echo "1 passed, 0 failed"; \
+	else \
+	    tail -40 $(FUZZ_BUILD)/fuzz_pickle.log; \
 	    echo "0 passed, 1 failed"; exit 1; \
 	fi

@@ -121,3 +121,21 @@ describe("examples: kernels of your own (issue 10)", function()
     assert.matches("n = 4096 floats, stride 33: [%d.]+ ms per launch", out)
   end)
 end)
+
+describe("examples: seeing what happened (issue 16)", function()
+  it("timeline.lua replays a snapshot through three pools and writes a page, CSV and JSON", function()
+    local out = os.tmpname()
+    local out_html = out .. ".html"
+    local text = run("timeline.lua", "examples/traces/torch_snapshot_mlp.pickle", out_html)
+    assert.matches("(torch_snapshot): 563 events, 283 allocations", text, 1, true)
+    assert.matches("PyTorch's own peak reserved: 252.00 MiB", text, 1, true)
+    assert.matches("timeline: " .. out_html .. " (3 panels, 849 blocks", text, 1, true)
+    for _, ext in ipairs { ".html", ".csv", ".json" } do
+      local f = assert(io.open(out .. ext))
+      assert.is_true(#f:read "a" > 0)
+      f:close()
+      os.remove(out .. ext)
+    end
+    os.remove(out)
+  end)
+end)

@@ -827,3 +827,40 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     raises(function() mm.name = "x" end, "cupola.Module field 'name' is read-only")
   end)
 end)
+
+
+-- ---- Seeing what happened (issue 16): snapshots, timelines, NVTX, reports ----
+describe("misuse: seeing what happened", function()
+  it("a pickle with code, a truncated pickle, a pickle of another shape", function()
+    local path = tmpfile "\128\2cos\nsystem\n."
+    raises(function() cupola.trace.load(path) end, "offset 2: opcode GLOBAL (0x63) refused")
+    os.remove(path)
+    path = tmpfile "\128\4\149"
+    raises(function() cupola.trace.load(path) end, "offset 2: truncated FRAME")
+    os.remove(path)
+    path = tmpfile "\128\2]."
+    raises(function() cupola.trace.load(path) end, "snapshot: the pickle is not a dict")
+    os.remove(path)
+  end)
+
+  it("replay options, timeline arguments, nvtx pops, report rows", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    local p <close> = cupola.pool { upstream = "virtual" }
+    raises(function() t:replay(p, { record = "yes" }) end, "record")
+    raises(function() cupola.timeline(t, "/nonexistent/dir/x.html") end, "cannot write /nonexistent/dir/x.html")
+    raises(function() cupola.timeline(t, "x.html", 5) end, "bad argument #3 to 'timeline'")
+    while cupola.nvtx.depth() > 0 do cupola.nvtx.pop() end
+    raises(function() cupola.nvtx.pop() end, "no range is open")
+    raises(function() cupola.nvtx.range("x") end, "function expected")
+    raises(function() cupola.report.csv(42) end, "a record or a list of records expected")
+    raises(function() cupola.report.json({ 1 }, "/nonexistent/dir/x.json") end, "cannot write")
+    -- Out of memory stays data, now with its figures.
+    local q <close> = cupola.pool { kind = "tlsf", upstream = "virtual", max = "1MiB" }
+    local b, msg, kind, info = q:alloc "2MiB"
+    assert.is_nil(b)
+    assert.equals("out_of_memory", kind)
+    assert.matches("requested 2.00 MiB", msg, 1, true)
+    assert.equals(2097152, info.requested)
+    consistent(q)
+  end)
+end)

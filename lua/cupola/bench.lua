@@ -3,6 +3,7 @@
 -- monotonic clock (what the caller waited); both after a warm-up, reporting
 -- the median of several repetitions.
 local core = require "cupola.core"
+local report = require "cupola.report"
 
 local bench = {}
 
@@ -28,12 +29,14 @@ function bench.device_ms(fn, opts)
   for _ = 1, warmup do fn() end
   s:synchronize()
   local samples = {}
+  local t0 = core.clock()
   for i = 1, reps do
     e0:record(s)
     fn()
     e1:record(s)
     e1:synchronize()
     samples[i] = e0:elapsed(e1)
+    report.progress("cupola bench", i, reps, t0)
   end
   return median(samples), samples
 end
@@ -45,12 +48,28 @@ function bench.host_ns(fn, n, opts)
   local reps, warmup = opts.reps or 5, opts.warmup or 1
   for _ = 1, warmup do fn() end
   local samples = {}
+  local start = core.clock()
   for r = 1, reps do
     local t0 = core.clock()
     for _ = 1, n do fn() end
     samples[r] = (core.clock() - t0) * 1e9 / n
+    report.progress("cupola bench", r, reps, start)
   end
   return median(samples), samples
+end
+
+--- bench.result(name, median, samples, extra) -> a record for cupola.report
+-- (csv, json, records): {name=, median=, min=, max=, reps=, ...extra}.
+function bench.result(name, med, samples, extra)
+  local r = { name = name, median = med, reps = #samples }
+  local mn, mx = math.huge, -math.huge
+  for _, v in ipairs(samples) do
+    if v < mn then mn = v end
+    if v > mx then mx = v end
+  end
+  if #samples > 0 then r.min, r.max = mn, mx end
+  for k, v in pairs(extra or {}) do r[k] = v end
+  return r
 end
 
 return bench

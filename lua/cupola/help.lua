@@ -289,6 +289,27 @@ Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
   t:replay(pool, opts); t:close().]],
   },
   {
+    name = "timeline",
+    names = { "timeline", "nvtx", "push", "pop", "range", "mark", "depth" },
+    overview = {
+      { "cupola.timeline(src, path) -> path, info", "one HTML page: live/reserved, blocks" },
+      { "cupola.nvtx.push(name)  .pop()  .range(name, fn)", "NVTX ranges; CUPOLA_NVTX=1: cupola's" },
+    },
+    page = [[
+cupola.timeline(src, path [, opts]) -> path, info: one self-contained HTML
+  file (no network) drawing bytes live and reserved over time and the blocks
+  as bands by address, peak marked, hover for size/stream/time; zoom refines
+  (big traces stay usable).  src: a Trace or a trace's path (CSV or PyTorch
+  snapshot pickle), a replay result made with {record=true}, a list of them,
+  {pools={...}} (several allocators side by side) or {log=path}.
+cupola.nvtx.push(name), cupola.nvtx.pop(), cupola.nvtx.mark(name),
+  cupola.nvtx.range(name, fn, ...) -> fn's results (closed even on error),
+  cupola.nvtx.depth() -> open ranges.  NVTX v3; a no-op without CUDA.
+  CUPOLA_NVTX=1: pool operations and launches are ranges in domain "cupola".
+Out of memory from a pool: nil, message, "out_of_memory", info where info
+  = {requested, free, largest_free, fragmentation, reserved, used, kind}.]],
+  },
+  {
     name = "bench",
     names = { "bench", "report", "device_ms", "host_ns", "median", "table", "format_bytes", "help" },
     overview = {
@@ -305,6 +326,12 @@ cupola.bench.host_ns(fn, n, {reps=5, warmup=1}) -> median ns per call, samples
 cupola.bench.median(list) -> number
 cupola.report.table(headers, rows) -> string: columns aligned, numbers right
 cupola.report.bytes(n) -> "4.00 MiB" (cupola.format_bytes is the same)
+cupola.bench.result(name, median, samples, extra) -> a record for report.*
+cupola.report.csv(rows, path) / .json(rows, path) -> text (and the file):
+  results of bench, trace.replay and trace.compare as data
+cupola.report.records(rows, cols) -> aligned table; .columns(rows) -> names
+cupola.report.progress(label, done, total, t0): a progress line on stderr,
+  only on a terminal and after two seconds
 cupola.help() -> the overview; cupola.help(topic) -> one topic's page, where
   topic is a name ("pool"), a function (cupola.pool) or a handle.]],
   },

@@ -44,6 +44,7 @@ end
 cupola.trace = require "cupola.trace"
 cupola.bench = require "cupola.bench"
 cupola.report = require "cupola.report"
+cupola.timeline = require "cupola.timeline"
 
 --- cupola.include_dir: the directory of <cupola/allocator.h> (the include
 -- path of plugins compiled from source, and of a user's Makefile): beside

@@ -48,4 +48,154 @@ function report.table(headers, rows)
   return table.concat(out, "\n")
 end
 
+-- ---- Results as data (issue 16) -------------------------------------------
+-- Rows are records: the tables trace.replay, trace.compare and the bench
+-- helpers return (one table, or a list of them).  Columns are the scalar
+-- fields (numbers, strings, booleans) present in any row: first the naming
+-- ones (name, kind, upstream), then the others in alphabetical order; nested
+-- tables (a replay's `recording`) are left out of CSV and the aligned table.
+
+local first_cols = { name = 1, kind = 2, upstream = 3 }
+
+local function as_rows(rows)
+  if type(rows) ~= "table" then error("bad argument #1 (a record or a list of records expected)", 3) end
+  if rows[1] == nil and next(rows) ~= nil then return { rows } end
+  return rows
+end
+
+--- report.columns(rows) -> the column names, in order
+function report.columns(rows)
+  rows = as_rows(rows)
+  local seen, cols = {}, {}
+  for _, r in ipairs(rows) do
+    for k, v in pairs(r) do
+      local t = type(v)
+      if type(k) == "string" and not seen[k] and (t == "number" or t == "string" or t == "boolean") then
+        seen[k] = true
+        cols[#cols + 1] = k
+      end
+    end
+  end
+  table.sort(cols, function(a, b)
+    local fa, fb = first_cols[a] or 99, first_cols[b] or 99
+    if fa ~= fb then return fa < fb end
+    return a < b
+  end)
+  return cols
+end
+
+local function cell(v)
+  if v == nil then return "" end
+  if math.type(v) == "float" then return string.format("%.17g", v) end
+  return tostring(v)
+end
+
+local function csv_field(s)
+  if s:find '[,"\r\n]' then return '"' .. s:gsub('"', '""') .. '"' end
+  return s
+end
+
+--- report.csv(rows [, path]) -> the CSV text (written to path when given):
+-- a header line, then one line per row (RFC 4180 quoting, full precision).
+function report.csv(rows, path, opts)
+  rows = as_rows(rows)
+  local cols = (opts and opts.columns) or report.columns(rows)
+  local out = {}
+  local head = {}
+  for i, c in ipairs(cols) do head[i] = csv_field(c) end
+  out[1] = table.concat(head, ",")
+  for _, r in ipairs(rows) do
+    local line = {}
+    for i, c in ipairs(cols) do line[i] = csv_field(cell(r[c])) end
+    out[#out + 1] = table.concat(line, ",")
+  end
+  local text = table.concat(out, "\n") .. "\n"
+  if path then
+    local f, err = io.open(path, "w")
+    if not f then error("cupola.report.csv: cannot write " .. path .. ": " .. tostring(err), 2) end
+    f:write(text)
+    f:close()
+  end
+  return text
+end
+
+-- Floats keep every digit (dkjson writes tostring's 14): a float becomes an
+-- object whose __tojson gives "%.17g", which reads back to the same double.
+local exact = { __tojson = function(self) return string.format("%.17g", self[1]) end }
+
+-- Only plain data goes to JSON: handles (userdata) and functions are left out.
+local function plain(v, depth)
+  local t = type(v)
+  if t == "table" then
+    if depth > 32 then return nil end
+    local o = {}
+    for k, x in pairs(v) do
+      if type(k) == "string" or math.type(k) == "integer" then o[k] = plain(x, depth + 1) end
+    end
+    return o
+  elseif t == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then return nil end
+    if math.type(v) == "float" then return setmetatable({ v }, exact) end
+    return v
+  elseif t == "boolean" then
+    return v
+  elseif t == "string" then
+    -- Binary strings (a recording's packed addresses) are not text: left out.
+    return utf8.len(v) and v or nil
+  end
+  return nil
+end
+
+--- report.json(rows [, path]) -> the JSON text (written to path when given),
+-- through Debian's lua-dkjson; a record stays an object, a list an array.
+function report.json(rows, path)
+  local ok, dkjson = pcall(require, "dkjson")
+  if not ok then error("cupola.report.json needs dkjson (Debian: apt-get install lua-dkjson)", 2) end
+  local text = dkjson.encode(plain(rows, 0), { indent = true }) .. "\n"
+  if path then
+    local f, err = io.open(path, "w")
+    if not f then error("cupola.report.json: cannot write " .. path .. ": " .. tostring(err), 2) end
+    f:write(text)
+    f:close()
+  end
+  return text
+end
+
+--- report.records(rows [, columns]) -> an aligned table of records as a
+-- string (report.table over report.columns), numbers right-aligned.
+function report.records(rows, cols)
+  rows = as_rows(rows)
+  cols = cols or report.columns(rows)
+  local body = {}
+  for i, r in ipairs(rows) do
+    local line = {}
+    for c, k in ipairs(cols) do
+      local v = r[k]
+      line[c] = v == nil and "" or v
+    end
+    body[i] = line
+  end
+  return report.table(cols, body)
+end
+
+--- report.progress(label, done, total, t0): a progress line on stderr, only
+-- when stderr is a terminal and the work has run two seconds since t0
+-- (cupola.clock()); done >= total erases it.  Returns whether it printed.
+local core = require "cupola.core"
+local shown = false
+function report.progress(label, done, total, t0)
+  if not core._isatty(2) then return false end
+  if done >= total then
+    if shown then io.stderr:write "\r\27[K" end
+    shown = false
+    return false
+  end
+  local el = core.clock() - t0
+  if el < 2 then return false end
+  shown = true
+  io.stderr:write(string.format("\r%s: %d / %d (%.0f%%), %.1f s", label, done, total, 100 * done / total, el))
+  io.stderr:flush()
+  return true
+end
+
 return report

@@ -8,9 +8,17 @@ local trace = {}
 -- peak_live, ...; t:event(i); #t) or raises with "path:line: reason".
 trace.load = core.trace.load
 
---- trace.replay(t, pool, {single_stream=, repeat=, synchronize=}) ->
--- {events, ns_per_event, peak_live, peak_reserved, reserved_over_live, failed}
-trace.replay = core.trace.replay
+--- trace.replay(t, pool, {single_stream=, repeat=, synchronize=, record=, progress=}) ->
+-- {events, ns_per_event, peak_live, peak_reserved, reserved_over_live, failed, ...}
+-- With record = true the result carries `recording` (the pool's reserved
+-- bytes over the events, and where it put each block) for cupola.timeline,
+-- which finds the trace again through timeline.sources.
+local sources = require("cupola.timeline").sources
+function trace.replay(t, pool, opts)
+  local r = core.trace.replay(t, pool, opts)
+  if r.recording then sources[r] = t end
+  return r
+end
 
 -- Where this file lives: the traces ship beside it when installed
 -- (LUADIR/cupola/traces) and in examples/traces of a source tree.
@@ -47,13 +55,11 @@ end
 function trace.compare(t, configs, opts)
   local rows = {}
   for i, cfg in ipairs(configs) do
-    -- `name` labels the row; it is not a pool option
-    local pcfg = {}
-    for k, v in pairs(cfg) do
-      if k ~= "name" then pcfg[k] = v end
-    end
-    local pool <close> = core.pool(pcfg)
-    local r = core.trace.replay(t, pool, opts)
+    -- `name` labels the row; the pool itself does not take it.
+    local c = {}
+    for k, v in pairs(cfg) do if k ~= "name" then c[k] = v end end
+    local pool <close> = core.pool(c)
+    local r = trace.replay(t, pool, opts)
     r.kind, r.upstream, r.name = pool.kind, pool.upstream, cfg.name or pool.kind
     rows[i] = r
   end

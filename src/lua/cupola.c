@@ -97,5 +97,7 @@ __attribute__((visibility("default"))) LUAMOD_API int luaopen_cupola_core(lua_St
     l_open_module(L);
     l_open_device(L);
     l_open_ipc(L);
+    l_open_nvtx(L);
+    l_open_term(L);
     return 1;
 }

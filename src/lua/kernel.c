@@ -6,6 +6,23 @@
 #include <string.h>
 
 #include "binding.h"
+#include "nvtx.h"
+
+/* With CUPOLA_NVTX=1 each built-in launch is a range in the "cupola" NVTX
+ * domain.  The stream is resolved before the range opens (resolving may
+ * raise), and the status is checked after it closes, so ranges balance. */
+static void kpush(const char *name)
+{
+    if (cp_nvtx_on)
+        cp_nvtx_cupola_push(name);
+}
+
+static cp_status kpop(cp_status st)
+{
+    if (cp_nvtx_on)
+        cp_nvtx_cupola_pop();
+    return st;
+}
 
 static const char *const dtype_names[] = {"f32", "f64", "i32", "u32", "u8", NULL};
 static const size_t dtype_sizes[] = {4, 8, 4, 4, 1};
@@ -117,7 +134,8 @@ static int k_fill(lua_State *L)
             luaL_argcheck(L, n >= -2147483648LL && n <= 2147483647LL, 2, "i32 value out of range");
         v.i = (int64_t)n;
     }
-    l_check(L, cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &o.sh, o.s));
+    kpush("launch fill");
+    l_check(L, kpop(cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &o.sh, o.s)));
     lua_settop(L, 1);
     return 1;
 }
@@ -129,7 +147,8 @@ static int k_sqrt_index(lua_State *L)
     kopts o;
     l_checkmemory(L, b, 1);
     kparse(L, 2, "cupola.kernels.sqrt_index", O_STREAM | O_GRID | O_BLOCK, b, &o);
-    l_check(L, cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &o.sh, o.s));
+    kpush("launch sqrt_index");
+    l_check(L, kpop(cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &o.sh, o.s)));
     lua_settop(L, 1);
     return 1;
 }
@@ -146,7 +165,8 @@ static int k_checksum(lua_State *L)
     kparse(L, 2, "cupola.kernels.checksum", O_TYPE | O_STREAM | O_GRID | O_BLOCK, b, &o);
     t = o.t;
     out.u = 0;
-    l_check(L, cp_be->k_checksum(b->ptr, b->size, t, &o.sh, o.s, &out));
+    kpush("launch checksum");
+    l_check(L, kpop(cp_be->k_checksum(b->ptr, b->size, t, &o.sh, o.s, &out)));
     if (t == CP_F32 || t == CP_F64)
         lua_pushnumber(L, (lua_Number)out.f);
     else
@@ -161,7 +181,8 @@ static int k_spin(lua_State *L)
     kopts o;
     luaL_argcheck(L, us >= 0 && us <= 60 * 1000 * 1000, 1, "microseconds must be in 0..60000000");
     kparse(L, 2, "cupola.kernels.spin", O_STREAM, NULL, &o);
-    l_check(L, cp_be->k_spin((uint64_t)us, o.s));
+    kpush("launch spin");
+    l_check(L, kpop(cp_be->k_spin((uint64_t)us, o.s)));
     return 0;
 }
 
@@ -174,7 +195,8 @@ static int k_pattern(lua_State *L)
     kopts o;
     l_checkmemory(L, b, 1);
     kparse(L, 3, "cupola.kernels.pattern", O_STREAM, b, &o);
-    l_check(L, cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, o.s));
+    kpush("launch pattern");
+    l_check(L, kpop(cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, o.s)));
     lua_settop(L, 1);
     return 1;
 }
@@ -187,7 +209,8 @@ static int k_verify(lua_State *L)
     kopts o;
     l_checkmemory(L, b, 1);
     kparse(L, 3, "cupola.kernels.verify", O_STREAM, b, &o);
-    l_check(L, cp_be->k_verify(b->ptr, b->size, (uint64_t)seed, o.s, &bad));
+    kpush("launch verify");
+    l_check(L, kpop(cp_be->k_verify(b->ptr, b->size, (uint64_t)seed, o.s, &bad)));
     lua_pushinteger(L, (lua_Integer)bad);
     return 1;
 }

@@ -217,7 +217,30 @@ static int pool_new(lua_State *L)
     return 1;
 }
 
-/* p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory" */
+/* The figures of this thread's last refusal (cp_resource_last_oom) as the
+ * fourth value of an out-of-memory answer. */
+static void push_oom_figures(lua_State *L)
+{
+    cp_oom_figures f;
+    cp_resource_last_oom(&f);
+    lua_createtable(L, 0, 7);
+    lua_pushinteger(L, (lua_Integer)f.requested);
+    lua_setfield(L, -2, "requested");
+    lua_pushinteger(L, (lua_Integer)f.free);
+    lua_setfield(L, -2, "free");
+    lua_pushinteger(L, (lua_Integer)f.largest_free);
+    lua_setfield(L, -2, "largest_free");
+    lua_pushnumber(L, f.fragmentation);
+    lua_setfield(L, -2, "fragmentation");
+    lua_pushinteger(L, (lua_Integer)f.reserved);
+    lua_setfield(L, -2, "reserved");
+    lua_pushinteger(L, (lua_Integer)f.used);
+    lua_setfield(L, -2, "used");
+    lua_pushstring(L, f.kind ? f.kind : "?");
+    lua_setfield(L, -2, "kind");
+}
+
+/* p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory", figures */
 static int pool_alloc(lua_State *L)
 {
     l_pool *p = (l_pool *)l_checkself(L, 1, L_POOL);
@@ -235,8 +258,10 @@ static int pool_alloc(lua_State *L)
      * stream). */
     lua_settop(L, 3);
     b = l_newbuffer(L);
-    if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0)
-        return nret;
+    if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0) {
+        push_oom_figures(L);
+        return nret + 1;
+    }
     l_buffer_attach(L, -1, ptr, n, L_FROM_POOL, 3, s);
     b->device = p->ref->device;
     lua_pushvalue(L, 1);

@@ -3,9 +3,13 @@
  * logging-adaptor CSV (plain or gzip) in C; cupola.trace.replay(t, pool,
  * opts) replays it against a Pool entirely in C and returns the figures.
  */
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "binding.h"
+#include "trace/timeline.h"
 #include "trace/trace.h"
 
 typedef struct l_trace {
@@ -65,11 +69,20 @@ static void push_info(lua_State *L, const cp_trace *t)
     SETI(peak_live);
     SETI(total_bytes);
     SETI(max_size);
-#undef SETI
     lua_pushnumber(L, in.duration_us);
     lua_setfield(L, -2, "duration_us");
     lua_pushstring(L, cp_trace_path(t));
     lua_setfield(L, -2, "path");
+    lua_pushstring(L, cp_trace_format(t));
+    lua_setfield(L, -2, "format");
+    SETI(devices);
+    SETI(ignored);
+    SETI(unmatched);
+    if (in.torch_reserved) {
+        SETI(torch_reserved_end);
+        SETI(torch_peak_reserved);
+    }
+#undef SETI
 }
 
 static int trace_info(lua_State *L)
@@ -101,18 +114,70 @@ static int trace_event(lua_State *L)
     lua_setfield(L, -2, "thread");
     lua_pushnumber(L, row.time_us);
     lua_setfield(L, -2, "time_us");
+    lua_pushinteger(L, (lua_Integer)row.device);
+    lua_setfield(L, -2, "device");
+    if (row.label) {
+        lua_pushstring(L, row.label);
+        lua_setfield(L, -2, "label");
+    }
     return 1;
+}
+
+/* The progress line (issue 16): on stderr, only when it is a terminal, only
+ * once the replay has run two seconds; erased at the end. */
+typedef struct progress_state {
+    double t0;
+    int shown;
+} progress_state;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void replay_progress(void *ud, uint64_t done, uint64_t total)
+{
+    progress_state *ps = (progress_state *)ud;
+    double el = mono_s() - ps->t0;
+    if (done >= total) {
+        if (ps->shown)
+            fputs("\r\033[K", stderr);
+        return;
+    }
+    if (el < 2.0)
+        return;
+    ps->shown = 1;
+    fprintf(stderr, "\rcupola replay: %llu / %llu events (%.0f%%), %.1f s",
+            (unsigned long long)done, (unsigned long long)total,
+            total ? 100.0 * (double)done / (double)total : 100.0, el);
+    fflush(stderr);
+}
+
+static void push_u64s(lua_State *L, const uint64_t *v, size_t n, uint64_t add)
+{
+    size_t i;
+    lua_createtable(L, (int)(n < INT32_MAX ? n : 0), 0);
+    for (i = 0; i < n; i++) {
+        lua_pushinteger(L, (lua_Integer)(v[i] + add));
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
 }
 
 /* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true}) */
 static int trace_replay(lua_State *L)
 {
-    static const char *const opts[] = {"single_stream", "repeat", "synchronize", NULL};
+    static const char *const opts[] = {"single_stream", "repeat", "synchronize", "record",
+                                       "progress", NULL};
     l_trace *tr = totrace(L, 1);
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
     cp_replay_result res;
+    cp_trace_info in;
+    progress_state ps;
     lua_Integer rep;
+    cp_status st;
 
     l_checkoptions(L, 3, "cupola.trace.replay", opts);
     memset(&o, 0, sizeof o);
@@ -121,10 +186,53 @@ static int trace_replay(lua_State *L)
     rep = l_optint_field(L, 3, "repeat", 1);
     luaL_argcheck(L, rep >= 1 && rep <= 1000000, 3, "option 'repeat' must be in 1..1000000");
     o.repeat = (int)rep;
+    o.record = l_optbool_field(L, 3, "record", 0);
+    ps.t0 = mono_s();
+    ps.shown = 0;
+    if (l_optbool_field(L, 3, "progress", 1) && isatty(2)) {
+        o.progress = replay_progress;
+        o.progress_ud = &ps;
+    }
     memset(&res, 0, sizeof res);
-    l_check(L, cp_trace_replay(tr->t, r, &o, &res));
+    st = cp_trace_replay(tr->t, r, &o, &res);
+    if (st != CP_OK) {
+        cp_replay_result_fini(&res);
+        l_check(L, st);
+    }
 
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 12);
+    if (o.record) {
+        /* The pool's reserved bytes over the replay, and where it put each
+         * block: what cupola.timeline draws for a replay. */
+        char *packed;
+        size_t i;
+        lua_createtable(L, 0, 3);
+        push_u64s(L, res.rec_event, res.nrec, 1);
+        lua_setfield(L, -2, "events");
+        push_u64s(L, res.rec_reserved, res.nrec, 0);
+        lua_setfield(L, -2, "reserved");
+        /* Addresses as a packed string of little-endian uint64: compact for
+         * millions of allocations. */
+        packed = (char *)lua_newuserdatauv(L, res.naddr * 8 + 1, 0);
+        for (i = 0; i < res.naddr; i++) {
+            int k;
+            for (k = 0; k < 8; k++)
+                packed[i * 8 + (size_t)k] = (char)((res.rec_addr[i] >> (8 * k)) & 0xff);
+        }
+        lua_pushlstring(L, packed, res.naddr * 8);
+        lua_remove(L, -2);
+        lua_setfield(L, -2, "addresses");
+        lua_setfield(L, -2, "recording");
+    }
+    cp_replay_result_fini(&res);
+    cp_trace_info_get(tr->t, &in);
+    if (in.torch_reserved) {
+        lua_pushinteger(L, (lua_Integer)in.torch_peak_reserved);
+        lua_setfield(L, -2, "torch_peak_reserved");
+        lua_pushnumber(L, res.peak_live ? (double)in.torch_peak_reserved / (double)res.peak_live
+                                        : 0.0);
+        lua_setfield(L, -2, "torch_reserved_over_live");
+    }
     lua_pushinteger(L, (lua_Integer)res.events);
     lua_setfield(L, -2, "events");
     lua_pushnumber(L, res.ns_per_event);
@@ -141,6 +249,155 @@ static int trace_replay(lua_State *L)
     lua_setfield(L, -2, "failed");
     lua_pushinteger(L, (lua_Integer)res.skipped_frees);
     lua_setfield(L, -2, "skipped_frees");
+    return 1;
+}
+
+/* Base64 of n bytes, pushed as a Lua string (the page decodes it into a
+ * typed array: the compact way to embed millions of numbers in HTML). */
+static void push_b64(lua_State *L, const void *data, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = (const unsigned char *)data;
+    luaL_Buffer b;
+    size_t i;
+    char *out = luaL_buffinitsize(L, &b, (n + 2) / 3 * 4 + 1);
+    char *o = out;
+    for (i = 0; i + 2 < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
+        *o++ = tab[v >> 18];
+        *o++ = tab[(v >> 12) & 63];
+        *o++ = tab[(v >> 6) & 63];
+        *o++ = tab[v & 63];
+    }
+    if (i < n) {
+        unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0u);
+        *o++ = tab[v >> 18];
+        *o++ = tab[(v >> 12) & 63];
+        *o++ = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        *o++ = '=';
+    }
+    luaL_pushresultsize(&b, (size_t)(o - out));
+}
+
+/* The timeline's data as a to-be-closed box, so an error while pushing the
+ * strings frees it (a Lua memory error unwinds through here). */
+static int timeline_box_gc(lua_State *L)
+{
+    cp_timeline *tl = (cp_timeline *)lua_touserdata(L, 1);
+    if (tl)
+        cp_timeline_fini(tl);
+    return 0;
+}
+
+/* cupola.core.timeline_data(trace [, addresses]) -> table of base64 arrays
+ * (timeline.h): addresses is a replay's recording.addresses string. */
+static int trace_timeline_data(lua_State *L)
+{
+    l_trace *tr = totrace(L, 1);
+    size_t alen = 0, i;
+    const char *addrs = luaL_optlstring(L, 2, NULL, &alen);
+    uint64_t *byord = NULL;
+    cp_timeline *tl;
+    cp_status st;
+    cp_trace_info in;
+    const double *st_time;
+    const uint64_t *st_res;
+    size_t nst;
+
+    tl = (cp_timeline *)lua_newuserdatauv(L, sizeof *tl, 0);
+    memset(tl, 0, sizeof *tl);
+    lua_newtable(L);
+    lua_pushcfunction(L, timeline_box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, timeline_box_gc);
+    lua_setfield(L, -2, "__close");
+    lua_setmetatable(L, -2);
+    lua_toclose(L, -1);
+    if (addrs) {
+        luaL_argcheck(L, alen % 8 == 0, 2, "addresses must be packed uint64 values");
+        byord = (uint64_t *)lua_newuserdatauv(L, alen ? alen : 1, 0);
+        for (i = 0; i < alen / 8; i++) {
+            uint64_t v = 0;
+            int k;
+            for (k = 7; k >= 0; k--)
+                v = (v << 8) | (unsigned char)addrs[i * 8 + (size_t)k];
+            byord[i] = v;
+        }
+    }
+    st = cp_timeline_build(tr->t, byord, alen / 8, tl);
+    l_check(L, st);
+    lua_createtable(L, 0, 24);
+    lua_pushinteger(L, (lua_Integer)tl->n);
+    lua_setfield(L, -2, "n");
+    lua_pushinteger(L, (lua_Integer)tl->nb);
+    lua_setfield(L, -2, "blocks");
+    lua_pushinteger(L, (lua_Integer)tl->peak_live);
+    lua_setfield(L, -2, "peak_live");
+    lua_pushinteger(L, (lua_Integer)tl->peak_index + 1);
+    lua_setfield(L, -2, "peak_event");
+    lua_pushnumber(L, tl->height);
+    lua_setfield(L, -2, "height");
+    lua_pushinteger(L, (lua_Integer)tl->nregions);
+    lua_setfield(L, -2, "regions");
+    lua_pushnumber(L, tl->t0_us);
+    lua_setfield(L, -2, "t0_us");
+    push_b64(L, tl->time, tl->n * sizeof *tl->time);
+    lua_setfield(L, -2, "time");
+    push_b64(L, tl->live, tl->n * sizeof *tl->live);
+    lua_setfield(L, -2, "live");
+    push_b64(L, tl->b_start, tl->nb * sizeof *tl->b_start);
+    lua_setfield(L, -2, "b_start");
+    push_b64(L, tl->b_end, tl->nb * sizeof *tl->b_end);
+    lua_setfield(L, -2, "b_end");
+    push_b64(L, tl->b_y, tl->nb * sizeof *tl->b_y);
+    lua_setfield(L, -2, "b_y");
+    push_b64(L, tl->b_size, tl->nb * sizeof *tl->b_size);
+    lua_setfield(L, -2, "b_size");
+    push_b64(L, tl->b_addr, tl->nb * sizeof *tl->b_addr);
+    lua_setfield(L, -2, "b_addr");
+    push_b64(L, tl->b_stream, tl->nb * sizeof *tl->b_stream);
+    lua_setfield(L, -2, "b_stream");
+    if (tl->nlabels) {
+        push_b64(L, tl->b_label, tl->nb * sizeof *tl->b_label);
+        lua_setfield(L, -2, "b_label");
+    }
+    lua_createtable(L, (int)tl->nlabels, 0);
+    for (i = 0; i < tl->nlabels; i++) {
+        lua_pushstring(L, tl->labels[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_setfield(L, -2, "labels");
+    lua_createtable(L, (int)tl->nstreams, 0);
+    for (i = 0; i < tl->nstreams; i++) {
+        char hex[24];
+        snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)tl->streams[i]);
+        lua_pushstring(L, hex);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_setfield(L, -2, "streams");
+    /* PyTorch's own reserved bytes (snapshots): points as (event, bytes),
+     * the event being the first whose time is at or after the point's. */
+    cp_trace_info_get(tr->t, &in);
+    nst = cp_trace_torch_reserved(tr->t, &st_time, &st_res);
+    if (in.torch_reserved && nst) {
+        size_t e = 0;
+        const float *tm = tl->time;
+        lua_createtable(L, 0, 2);
+        lua_createtable(L, (int)nst, 0);
+        lua_createtable(L, (int)nst, 0);
+        for (i = 0; i < nst; i++) {
+            double rel = st_time[i] - tl->t0_us;
+            while (e < tl->n && (double)tm[e] < rel)
+                e++;
+            lua_pushinteger(L, (lua_Integer)e + 1);
+            lua_rawseti(L, -3, (lua_Integer)i + 1);
+            lua_pushinteger(L, (lua_Integer)st_res[i]);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        lua_setfield(L, -3, "reserved");
+        lua_setfield(L, -2, "events");
+        lua_setfield(L, -2, "torch_reserved");
+    }
     return 1;
 }
 
@@ -184,7 +441,10 @@ void l_open_trace(lua_State *L)
     static const luaL_Reg methods[] = {{"info", trace_info},   {"event", trace_event},
                                        {"replay", trace_replay}, {"close", trace_close},
                                        {NULL, NULL}};
-    static const luaL_Reg funcs[] = {{"load", trace_load}, {"replay", trace_replay}, {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"load", trace_load},
+                                     {"replay", trace_replay},
+                                     {"timeline_data", trace_timeline_data},
+                                     {NULL, NULL}};
     l_newclass(L, L_TRACE, meta, methods);
     luaL_newlib(L, funcs);
     lua_setfield(L, -2, "trace");

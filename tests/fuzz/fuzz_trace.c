@@ -10,6 +10,12 @@
  * AddressSanitizer and UBSan (make fuzz-trace) turn any memory error into a
  * crash that libFuzzer saves as a reproducer.
  *
+ * PyTorch snapshots (issue 16): an input starting with a pickle's PROTO
+ * opcode goes through the snapshot path of cp_trace_load; every input is
+ * also handed to the pickle reader directly (behind a PROTO 4 header when it
+ * has none), and a tree that parses is walked, boundedly, to check that its
+ * values are well formed.
+ *
  *   make fuzz-trace                       bounded run over tests/fuzz/corpus
  *   build-fuzz/fuzz_trace crash-<sha1>    replays one input
  */
@@ -22,6 +28,7 @@
 #include "backend/backend.h"
 #include "error.h"
 #include "pool/resource.h"
+#include "trace/pickle.h"
 #include "trace/trace.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -66,6 +73,63 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* Walks at most `budget` values (trees may share values or hold cycles). */
+static void walk(const cp_pk_value *v, size_t depth, size_t *budget)
+{
+    size_t i, n;
+    if (!*budget || depth > 64)
+        return;
+    (*budget)--;
+    EXPECT(v != NULL, "a NULL value in the tree");
+    EXPECT(v->type <= CP_PK_DICT, "value of unknown type %d", v->type);
+    switch (v->type) {
+    case CP_PK_STR:
+    case CP_PK_BYTES:
+        EXPECT(v->n == 0 || v->v.s != NULL, "string without data");
+        break;
+    case CP_PK_TUPLE:
+    case CP_PK_LIST:
+    case CP_PK_DICT:
+        n = v->type == CP_PK_DICT ? 2 * v->n : v->n;
+        EXPECT(n <= v->cap || n == 0, "container of %zu items in %zu slots", n, v->cap);
+        for (i = 0; i < n && *budget; i++)
+            walk(v->v.items[i], depth + 1, budget);
+        break;
+    default:
+        break;
+    }
+}
+
+static void fuzz_pickle(const uint8_t *data, size_t size)
+{
+    static uint8_t buf[1 << 16];
+    const uint8_t *p = data;
+    size_t n = size;
+    cp_pickle *pk = NULL;
+    cp_pk_value *root = NULL;
+    size_t budget = 100000;
+    if (!(size >= 1 && data[0] == 0x80)) {
+        if (size + 2 > sizeof buf)
+            return;
+        buf[0] = 0x80;
+        buf[1] = 4;
+        memcpy(buf + 2, data, size);
+        p = buf;
+        n = size + 2;
+    }
+    if (cp_pickle_parse(p, n, &pk, &root) != CP_OK) {
+        EXPECT(pk == NULL && root == NULL, "a failed parse returned a tree");
+        EXPECT(strncmp(cp_error_msg(), "offset ", 7) == 0 ||
+                   strncmp(cp_error_msg(), "out of host memory", 18) == 0,
+               "a failed parse without its offset: %s", cp_error_msg());
+        return;
+    }
+    EXPECT(root != NULL, "a parse without a root");
+    walk(root, 0, &budget);
+    (void)cp_pk_get(root, "device_traces");
+    cp_pickle_free(pk);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     FILE *f = fopen(path, "wb");
@@ -75,6 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cp_status st;
     size_t i, n, allocs = 0;
 
+    fuzz_pickle(data, size);
     if (!f || (size && fwrite(data, 1, size, f) != size)) {
         perror("fuzz_trace: write");
         abort();
@@ -96,6 +161,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         EXPECT(cp_trace_event(t, i, &row) == CP_OK, "row %zu of %zu unreadable", i, n);
         allocs += !row.is_free;
         EXPECT(row.size <= in.max_size || row.is_free, "row %zu larger than max_size", i);
+        EXPECT(!row.label || strlen(row.label) < 400, "row %zu: a label of %zu bytes", i,
+               strlen(row.label));
     }
     EXPECT(allocs == in.allocs, "counted %zu allocs, info says %zu", allocs, in.allocs);
     EXPECT(cp_trace_event(t, n, &row) != CP_OK, "row past the end was readable");

@@ -15,7 +15,12 @@
  */
 #include "resource_impl.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "nvtx.h"
+
+static void explain_oom(cp_resource *r, size_t bytes);
 
 void cp_resource_init(cp_resource *r, const cp_resource_ops *ops)
 {
@@ -55,6 +60,8 @@ static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void
 cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_push("alloc");
     cp_lock(&r->lock);
     st = r->ops->alloc(r, bytes, s, out);
     if (st == CP_ERR_OOM && r->fallback)
@@ -66,11 +73,14 @@ cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **o
             r->st.used_peak = r->st.used;
     } else if (st == CP_ERR_OOM) {
         r->st.failed++;
+        explain_oom(r, bytes);
     }
     note_reserved(r);
     cp_unlock(&r->lock);
     if (st != CP_OK)
         *out = NULL;
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_pop();
     return st;
 }
 
@@ -79,6 +89,8 @@ cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
     cp_status st;
     if (!p)
         return CP_OK;
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_push("free");
     cp_lock(&r->lock);
     if (r->fb_map.count) {
         void *v = cp_ptrmap_get(&r->fb_map, (uint64_t)(uintptr_t)p);
@@ -97,6 +109,8 @@ count:
         r->st.used -= bytes < r->st.used ? bytes : r->st.used;
     }
     cp_unlock(&r->lock);
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_pop();
     return st;
 }
 
@@ -174,4 +188,72 @@ void cp_resource_destroy(cp_resource *r)
         cp_resource_destroy(r->fallback);
     }
     r->ops->destroy(r);
+}
+
+/* ---- Out of memory that explains itself (issue 16) ----------------------
+ * When a pool refuses a request, the message is rewritten to carry the
+ * pool's figures at that moment (taken under the lock the failing alloc
+ * holds), and the same figures are kept per thread for the binding's
+ * fourth return value.  Only the failure path pays for it. */
+static _Thread_local cp_oom_figures last_oom;
+
+static void human(char *buf, size_t n, uint64_t v)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double d = (double)v;
+    int i = 0;
+    while (d >= 1024.0 && i < 4) {
+        d /= 1024.0;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, n, "%llu B", (unsigned long long)v);
+    else
+        snprintf(buf, n, "%.2f %s", d, units[i]);
+}
+
+static void explain_oom(cp_resource *r, size_t bytes)
+{
+    cp_oom_figures *f = &last_oom;
+    char why[384], req[32], fr[32], lg[32], rs[32], us[32];
+    uint64_t largest = 0, fb = 0;
+
+    if (r->ops->free_info)
+        r->ops->free_info(r, &largest, &fb);
+    f->requested = bytes;
+    f->free = fb;
+    f->largest_free = largest;
+    f->fragmentation = fb ? 1.0 - (double)largest / (double)fb : 0.0;
+    f->reserved = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
+    f->used = r->st.used;
+    f->kind = r->ops->kind;
+    snprintf(why, sizeof why, "%s", cp_error_msg());
+    {
+        /* A wrapped resource explained itself already: keep only its reason,
+         * the figures are this (outer) resource's. */
+        const char *p = strncmp(why, "out of memory: requested ", 25) == 0 ? strstr(why, ", used ")
+                                                                         : NULL;
+        p = p ? strchr(p, '(') : NULL;
+        if (p) {
+            size_t n = strlen(p + 1);
+            memmove(why, p + 1, n + 1);
+            if (n && why[n - 1] == ')')
+                why[n - 1] = '\0';
+        }
+    }
+    if (strncmp(why, "out of memory: ", 15) == 0)
+        memmove(why, why + 15, strlen(why + 15) + 1);
+    human(req, sizeof req, f->requested);
+    human(fr, sizeof fr, f->free);
+    human(lg, sizeof lg, f->largest_free);
+    human(rs, sizeof rs, f->reserved);
+    human(us, sizeof us, f->used);
+    cp_error_set(CP_ERR_OOM, "out of memory: requested %s from a %s pool; free in pool %s, "
+                 "largest free block %s, fragmentation %.2f, reserved %s, used %s (%s)",
+                 req, f->kind, fr, lg, f->fragmentation, rs, us, *why ? why : "refused");
+}
+
+void cp_resource_last_oom(cp_oom_figures *out)
+{
+    *out = last_oom;
 }

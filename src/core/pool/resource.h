@@ -107,6 +107,23 @@ const char *cp_upstream_name(cp_upstream_kind kind);
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit);
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path);
 
+/* ---- Out of memory that explains itself (issue 16) ----------------------
+ * A refused cp_resource_alloc leaves a message saying what was requested and
+ * the pool's free, largest free block, fragmentation, reserved and used
+ * bytes; the same figures, for this thread's last refusal, come from here. */
+typedef struct cp_oom_figures {
+    uint64_t requested;
+    uint64_t free;          /* reserved bytes not held by live blocks */
+    uint64_t largest_free;
+    double fragmentation;   /* 1 - largest_free / free */
+    uint64_t reserved;
+    uint64_t used;
+    const char *kind;       /* the refusing resource's kind (static string) */
+} cp_oom_figures;
+void cp_resource_last_oom(cp_oom_figures *out);
+/* Reserved bytes of any resource now (cheap: no free-space walk). */
+uint64_t cp_resource_reserved(cp_resource *r);
+
 #ifdef __cplusplus
 }
 #endif

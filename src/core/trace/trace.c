@@ -11,12 +11,15 @@
 #include "trace.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <zlib.h>
 
 #include "ptrmap.h"
+#include "pickle.h"
+#include "snapshot.h"
 
 /* One row as the replay needs it, 16 bytes: sizes of frees are those of
  * their allocate, so the replay keeps no size table of its own. */
@@ -42,6 +45,15 @@ struct cp_trace {
     uint64_t *streams;  /* distinct Stream values, in order of appearance */
     size_t nstreams;
     cp_trace_info info;
+    int format;         /* 0: RMM CSV, 1: PyTorch snapshot */
+    /* PyTorch snapshots only (NULL / 0 for CSV): */
+    uint32_t *label;    /* per row: index + 1 into labels, 0 for none */
+    uint16_t *device;   /* per row */
+    char **labels;
+    size_t nlabels;
+    double *seg_time;   /* PyTorch's own reserved bytes over time */
+    uint64_t *seg_reserved;
+    size_t nseg;
 };
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
@@ -82,6 +94,16 @@ void cp_trace_free(cp_trace *t)
     free(t->thread);
     free(t->time);
     free(t->streams);
+    free(t->label);
+    free(t->device);
+    if (t->labels) {
+        size_t i;
+        for (i = 0; i < t->nlabels; i++)
+            free(t->labels[i]);
+        free(t->labels);
+    }
+    free(t->seg_time);
+    free(t->seg_reserved);
     free(t);
 }
 
@@ -134,6 +156,7 @@ typedef struct loader {
     size_t line;
     cp_ptrmap live;     /* pointer -> allocate ordinal + 1 */
     cp_ptrmap streams;  /* stream value + 1 -> index + 1 */
+    void *stream_max;   /* the same for the stream value UINT64_MAX */
     cp_ptrmap threads;  /* thread value + 1 -> 1 */
     uint64_t live_bytes;
     uint64_t *osize;    /* size of each allocate, by ordinal */
@@ -146,9 +169,81 @@ static cp_status bad(loader *ld, const char *why, const char *detail)
                         detail ? " ('" : "", detail ? detail : "", detail ? "')" : "");
 }
 
-static cp_status parse_row(loader *ld, char *line)
+/* Appends one checked row; shared by the CSV and the snapshot loaders. */
+static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, uint64_t stream,
+                         uint64_t thread, double time)
 {
     cp_trace *t = ld->t;
+    void *v;
+    size_t i = t->n;
+
+    if (t->n == t->cap && grow_rows(t) != 0)
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    if (!is_free) {
+        if (cp_ptrmap_get(&ld->live, ptr))
+            return cp_error_set(CP_ERR_INVALID, "%s:%zu: allocate of 0x%llx, which is already "
+                                "live", ld->path, ld->line, (unsigned long long)ptr);
+        if (t->nallocs == ld->ocap) {
+            size_t cap = ld->ocap ? 2 * ld->ocap : 4096;
+            uint64_t *np = realloc(ld->osize, cap * sizeof *np);
+            if (!np)
+                return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+            ld->osize = np;
+            ld->ocap = cap;
+        }
+        ld->osize[t->nallocs] = size;
+        if (cp_ptrmap_put(&ld->live, ptr, (void *)(uintptr_t)(t->nallocs + 1)) != 0)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+        t->ord[i] = (uint32_t)t->nallocs++;
+        ld->live_bytes += size;
+        if (ld->live_bytes > t->info.peak_live)
+            t->info.peak_live = ld->live_bytes;
+        t->info.allocs++;
+        t->info.total_bytes += size;
+        if (size > t->info.max_size)
+            t->info.max_size = size;
+    } else {
+        v = cp_ptrmap_del(&ld->live, ptr);
+        if (!v)
+            return cp_error_set(CP_ERR_INVALID, "%s:%zu: free of 0x%llx, which is not live "
+                                "(never allocated in this trace, or freed twice)", ld->path,
+                                ld->line, (unsigned long long)ptr);
+        t->ord[i] = (uint32_t)((uintptr_t)v - 1);
+        ld->live_bytes -= ld->osize[t->ord[i]];
+        t->info.frees++;
+    }
+    /* Keys are value + 1 (0 marks an empty slot); the one value that would
+     * wrap to 0 has its own slot. */
+    v = stream == UINT64_MAX ? ld->stream_max : cp_ptrmap_get(&ld->streams, stream + 1);
+    if (!v) {
+        uint64_t *np = realloc(t->streams, (t->nstreams + 1) * sizeof *np);
+        if (!np)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+        t->streams = np;
+        t->streams[t->nstreams++] = stream;
+        v = (void *)(uintptr_t)t->nstreams;
+        if (stream == UINT64_MAX)
+            ld->stream_max = v;
+        else if (cp_ptrmap_put(&ld->streams, stream + 1, v) != 0)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    }
+    if (!cp_ptrmap_get(&ld->threads, thread + 1)) {
+        if (cp_ptrmap_put(&ld->threads, thread + 1, (void *)1) != 0)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+        t->info.threads++;
+    }
+    t->is_free[i] = (uint8_t)is_free;
+    t->ptr[i] = ptr;
+    t->size[i] = size;
+    t->stream[i] = (uint32_t)((uintptr_t)v - 1);
+    t->thread[i] = (uint32_t)thread;
+    t->time[i] = time;
+    t->n++;
+    return CP_OK;
+}
+
+static cp_status parse_row(loader *ld, char *line)
+{
     char *col[7];
     int ncol = 0;
     char *p = line;
@@ -156,8 +251,6 @@ static cp_status parse_row(loader *ld, char *line)
     double time;
     char *end;
     int is_free;
-    void *v;
-    size_t i = t->n;
 
     col[ncol++] = p;
     for (; *p; p++) {
@@ -197,65 +290,95 @@ static cp_status parse_row(loader *ld, char *line)
     if (parse_hex(col[5], &stream) != 0)
         return bad(ld, "stream is not a hexadecimal number", col[5]);
 
-    if (t->n == t->cap && grow_rows(t) != 0)
-        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-    if (!is_free) {
-        if (cp_ptrmap_get(&ld->live, ptr))
-            return cp_error_set(CP_ERR_INVALID, "%s:%zu: allocate of 0x%llx, which is already "
-                                "live", ld->path, ld->line, (unsigned long long)ptr);
-        if (t->nallocs == ld->ocap) {
-            size_t cap = ld->ocap ? 2 * ld->ocap : 4096;
-            uint64_t *np = realloc(ld->osize, cap * sizeof *np);
-            if (!np)
+    return add_row(ld, is_free, ptr, size, stream, thread, time);
+}
+
+/* A PyTorch snapshot: the whole file in memory, read by snapshot.c, then
+ * its events appended like CSV rows. */
+static cp_status load_snapshot(loader *ld)
+{
+    cp_trace *t = ld->t;
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    cp_snapshot snap;
+    cp_status st = CP_OK;
+    size_t i;
+    int err;
+
+    for (;;) {
+        int got;
+        if (cap - len < (1u << 16)) {
+            size_t ncap = cap ? 2 * cap : (1u << 20);
+            unsigned char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
                 return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-            ld->osize = np;
-            ld->ocap = cap;
+            }
+            buf = nb;
+            cap = ncap;
         }
-        ld->osize[t->nallocs] = size;
-        if (cp_ptrmap_put(&ld->live, ptr, (void *)(uintptr_t)(t->nallocs + 1)) != 0)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-        t->ord[i] = (uint32_t)t->nallocs++;
-        ld->live_bytes += size;
-        if (ld->live_bytes > t->info.peak_live)
-            t->info.peak_live = ld->live_bytes;
-        t->info.allocs++;
-        t->info.total_bytes += size;
-        if (size > t->info.max_size)
-            t->info.max_size = size;
-    } else {
-        v = cp_ptrmap_del(&ld->live, ptr);
-        if (!v)
-            return cp_error_set(CP_ERR_INVALID, "%s:%zu: free of 0x%llx, which is not live "
-                                "(never allocated in this trace, or freed twice)", ld->path,
-                                ld->line, (unsigned long long)ptr);
-        t->ord[i] = (uint32_t)((uintptr_t)v - 1);
-        ld->live_bytes -= ld->osize[t->ord[i]];
-        t->info.frees++;
+        got = gzread(ld->gz, buf + len, (unsigned)(cap - len > (1u << 30) ? (1u << 30) : cap - len));
+        if (got < 0) {
+            const char *msg = gzerror(ld->gz, &err);
+            st = cp_error_set(CP_ERR_INVALID, "%s: truncated or corrupt gzip data (%s)",
+                              ld->path, msg);
+            free(buf);
+            return st;
+        }
+        if (got == 0)
+            break;
+        len += (size_t)got;
     }
-    v = cp_ptrmap_get(&ld->streams, stream + 1);
-    if (!v) {
-        uint64_t *np = realloc(t->streams, (t->nstreams + 1) * sizeof *np);
-        if (!np)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-        t->streams = np;
-        t->streams[t->nstreams++] = stream;
-        v = (void *)(uintptr_t)t->nstreams;
-        if (cp_ptrmap_put(&ld->streams, stream + 1, v) != 0)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    {
+        const char *msg = gzerror(ld->gz, &err);
+        if (err != Z_OK && err != Z_STREAM_END) {
+            free(buf);
+            return cp_error_set(CP_ERR_INVALID, "%s: truncated or corrupt gzip data (%s)",
+                                ld->path, msg);
+        }
     }
-    if (!cp_ptrmap_get(&ld->threads, thread + 1)) {
-        if (cp_ptrmap_put(&ld->threads, thread + 1, (void *)1) != 0)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-        t->info.threads++;
+    st = cp_snapshot_read(buf, len, &snap);
+    free(buf);
+    if (st != CP_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", cp_error_msg());
+        return cp_error_set(st, "%s: PyTorch snapshot: %s", ld->path, why);
     }
-    t->is_free[i] = (uint8_t)is_free;
-    t->ptr[i] = ptr;
-    t->size[i] = size;
-    t->stream[i] = (uint32_t)((uintptr_t)v - 1);
-    t->thread[i] = (uint32_t)thread;
-    t->time[i] = time;
-    t->n++;
-    return CP_OK;
+    t->format = 1;
+    t->label = malloc((snap.n ? snap.n : 1) * sizeof *t->label);
+    t->device = malloc((snap.n ? snap.n : 1) * sizeof *t->device);
+    if (!t->label || !t->device)
+        st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    for (i = 0; i < snap.n && st == CP_OK; i++) {
+        const cp_snap_event *e = &snap.ev[i];
+        ld->line = i + 1;
+        st = add_row(ld, e->is_free, e->addr, e->size, e->stream, e->device, e->time_us);
+        if (st == CP_OK) {
+            t->label[t->n - 1] = e->label;
+            t->device[t->n - 1] = e->device;
+        }
+        if (st == CP_OK && t->nallocs >= UINT32_MAX)
+            st = bad(ld, "too many allocations (more than 2^32)", NULL);
+    }
+    if (st == CP_OK) {
+        t->labels = snap.labels;
+        t->nlabels = snap.nlabels;
+        snap.labels = NULL;
+        snap.nlabels = 0;
+        t->seg_time = snap.seg_time;
+        t->seg_reserved = snap.seg_reserved;
+        t->nseg = snap.nseg;
+        snap.seg_time = NULL;
+        snap.seg_reserved = NULL;
+        t->info.devices = snap.devices;
+        t->info.ignored = snap.ignored;
+        t->info.unmatched = snap.unmatched;
+        t->info.torch_reserved = snap.has_segments;
+        t->info.torch_reserved_end = snap.reserved_end;
+        t->info.torch_peak_reserved = snap.reserved_peak;
+    }
+    cp_snapshot_fini(&snap);
+    return st;
 }
 
 static cp_status load(loader *ld)
@@ -338,7 +461,15 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
         cp_ptrmap_init(&ld.threads, 16) != 0) {
         st = cp_error_set(CP_ERR_OOM, "out of host memory");
     } else {
-        st = load(&ld);
+        /* A pickle starts with PROTO (0x80, version); a CSV with its header. */
+        unsigned char head[2];
+        int got = gzread(ld.gz, head, 2);
+        int is_pickle = got == 2 && cp_pickle_sniff(head, 2);
+        t->info.devices = 1;
+        if (gzrewind(ld.gz) != 0)
+            st = cp_error_set(CP_ERR_BACKEND, "%s: cannot rewind", path);
+        else
+            st = is_pickle ? load_snapshot(&ld) : load(&ld);
     }
     gzclose(ld.gz);
     if (st == CP_OK && ld.t->nstreams > UINT16_MAX)
@@ -399,7 +530,21 @@ cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out)
     out->stream = t->streams[t->stream[i]];
     out->thread = t->thread[i];
     out->time_us = t->time[i];
+    out->device = t->device ? t->device[i] : 0;
+    out->label = t->label && t->label[i] ? t->labels[t->label[i] - 1] : NULL;
     return CP_OK;
+}
+
+const char *cp_trace_format(const cp_trace *t)
+{
+    return t->format ? "torch_snapshot" : "rmm_csv";
+}
+
+size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uint64_t **reserved)
+{
+    *time = t->seg_time;
+    *reserved = t->seg_reserved;
+    return t->nseg;
 }
 
 static double now_s(void)
@@ -409,10 +554,47 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void cp_replay_result_fini(cp_replay_result *res)
+{
+    free(res->rec_event);
+    free(res->rec_reserved);
+    free(res->rec_addr);
+    res->rec_addr = NULL;
+    res->naddr = 0;
+    res->rec_event = NULL;
+    res->rec_reserved = NULL;
+    res->nrec = 0;
+}
+
+/* Appends a (event, reserved) point when reserved changed. */
+static int record_point(cp_replay_result *out, size_t *cap, uint64_t ev, uint64_t reserved)
+{
+    if (out->nrec && out->rec_reserved[out->nrec - 1] == reserved)
+        return 0;
+    if (out->nrec == *cap) {
+        size_t nc = *cap ? 2 * *cap : 1024;
+        uint64_t *a = realloc(out->rec_event, nc * sizeof *a);
+        uint64_t *b;
+        if (!a)
+            return -1;
+        out->rec_event = a;
+        b = realloc(out->rec_reserved, nc * sizeof *b);
+        if (!b)
+            return -1;
+        out->rec_reserved = b;
+        *cap = nc;
+    }
+    out->rec_event[out->nrec] = ev;
+    out->rec_reserved[out->nrec++] = reserved;
+    return 0;
+}
+
 cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
                           cp_replay_result *out)
 {
-    cp_replay_opts def = {0, 1, 0};
+    cp_replay_opts def;
+    size_t reccap = 0;
+    uint64_t total_events;
     cp_stream **sv = NULL;
     void **blk = NULL;
     uint64_t *bsize = NULL;
@@ -425,9 +607,12 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_stats stats;
 
     memset(out, 0, sizeof *out);
+    memset(&def, 0, sizeof def);
+    def.repeat = 1;
     if (!o)
         o = &def;
     reps = o->repeat > 1 ? o->repeat : 1;
+    total_events = (uint64_t)t->n * (uint64_t)reps;
     sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
     blk = calloc(t->nallocs ? t->nallocs : 1, sizeof *blk);
     bsize = calloc(t->nallocs ? t->nallocs : 1, sizeof *bsize);
@@ -439,6 +624,14 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     for (i = 0; i < t->n; i++)
         if (!t->ops[i].is_free)
             bsize[t->ops[i].ord] = t->ops[i].size;
+    if (o->record) {
+        out->rec_addr = calloc(t->nallocs ? t->nallocs : 1, sizeof *out->rec_addr);
+        if (!out->rec_addr) {
+            st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+            goto done;
+        }
+        out->naddr = t->nallocs;
+    }
     /* Stream 0 is the default stream; every other trace stream gets its own. */
     for (k = 0; k < t->nstreams; k++) {
         if (t->streams[k] == 0 || o->single_stream || !cp_be)
@@ -454,7 +647,19 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         /* The loop keeps to locals: the calls below would otherwise make the
          * compiler reload every field of t and out on each row. */
         uint64_t peak = out->peak_live, failed = 0, skipped = 0;
+        int rec = o->record && rep == 0;
+        if (rec && record_point(out, &reccap, 0, cp_resource_reserved(r)) != 0) {
+            st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
+            break;
+        }
         for (; op < end; op++) {
+            if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
+                o->progress(o->progress_ud, out->events + (uint64_t)(op - t->ops), total_events);
+            if (__builtin_expect(rec, 0) && op > t->ops &&
+                record_point(out, &reccap, (uint64_t)(op - t->ops) - 1, cp_resource_reserved(r)) != 0) {
+                st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
+                break;
+            }
             cp_stream *s = sv[op->stream];
             void **slot = &blk[op->ord];
             if (!op->is_free) {
@@ -468,6 +673,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                     continue;
                 }
                 bstream[op->ord] = op->stream;
+                if (__builtin_expect(rec, 0))
+                    out->rec_addr[op->ord] = (uint64_t)(uintptr_t)*slot;
                 live += op->size;
                 if (live > peak)
                     peak = live;
@@ -483,6 +690,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                 live -= op->size;
             }
         }
+        if (rec && op == end && t->n &&
+            record_point(out, &reccap, (uint64_t)t->n - 1, cp_resource_reserved(r)) != 0)
+            st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
         out->events += (uint64_t)(op - t->ops);
         out->peak_live = peak;
         out->failed += failed;
@@ -501,6 +711,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         }
     }
     t1 = now_s();
+    if (o->progress)
+        o->progress(o->progress_ud, out->events, total_events);
     out->seconds = t1 - t0;
     out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
     cp_resource_stats(r, &stats);
@@ -521,5 +733,7 @@ done:
     free(blk);
     free(bsize);
     free(bstream);
+    if (st != CP_OK)
+        cp_replay_result_fini(out);
     return st;
 }

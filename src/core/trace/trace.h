@@ -23,6 +23,10 @@
  * counted in `failed`, the replay goes on, and the later free of that pointer
  * is skipped.  Time is measured with clock_gettime around the whole loop.
  *
+ * PyTorch memory snapshots (the pickle torch.cuda.memory._dump_snapshot
+ * writes, plain or gzip) load too, recognised by their first bytes; how
+ * their events become rows is in snapshot.h.
+ *
  * Plain C: never includes lua.h.  Compiles as C and C++.
  */
 #ifndef CUPOLA_TRACE_H
@@ -51,6 +55,13 @@ typedef struct cp_trace_info {
     uint64_t total_bytes;/* sum of all allocation sizes */
     uint64_t max_size;   /* largest single allocation */
     double duration_us;  /* Time of the last row minus Time of the first */
+    /* PyTorch snapshots (snapshot.h has the rules; 0 for CSV): */
+    size_t devices;      /* device_traces lists (1 for CSV) */
+    size_t ignored;      /* entries of actions that are not replayed */
+    size_t unmatched;    /* frees without allocation in the window, and the like */
+    int torch_reserved;  /* the snapshot had `segments`: the two figures below hold */
+    uint64_t torch_reserved_end;  /* PyTorch's reserved bytes when the snapshot was taken */
+    uint64_t torch_peak_reserved; /* PyTorch's largest reserved figure over the trace */
 } cp_trace_info;
 
 /* One event, as the Lua side may want to inspect it (cp_trace_event). */
@@ -61,6 +72,8 @@ typedef struct cp_trace_row {
     uint64_t stream;   /* the trace's stream value */
     uint32_t thread;
     double time_us;
+    uint32_t device;   /* snapshots: the device_traces index */
+    const char *label; /* snapshots: "file:line name" of the allocation's frame, or NULL */
 } cp_trace_row;
 
 typedef struct cp_replay_opts {
@@ -69,6 +82,14 @@ typedef struct cp_replay_opts {
     int repeat;        /* replay the trace this many times (<= 1: once); time
                           and figures are over all repetitions */
     int synchronize;   /* nonzero: synchronize the replay streams at the end */
+    /* Issue 16 (timelines, progress): */
+    int record;        /* nonzero: record the resource's reserved bytes after
+                          every event where they changed (first repetition),
+                          into the result's rec_* arrays */
+    /* Called about every 65536 events with the events done and the total
+     * (all repetitions); NULL: none.  Must not touch the resource. */
+    void (*progress)(void *ud, uint64_t done, uint64_t total);
+    void *progress_ud;
 } cp_replay_opts;
 
 typedef struct cp_replay_result {
@@ -80,7 +101,18 @@ typedef struct cp_replay_result {
     double reserved_over_live;  /* peak_reserved / peak_live (0 if no live) */
     uint64_t failed;            /* allocations refused */
     uint64_t skipped_frees;     /* frees of pointers whose allocate failed */
+    /* With opts.record: reserved bytes after event rec_event[i] (0-based);
+     * the first point is before event 0.  Free with cp_replay_result_fini. */
+    uint64_t *rec_event;
+    uint64_t *rec_reserved;
+    size_t nrec;
+    uint64_t *rec_addr;         /* with opts.record: the address the resource gave
+                                   each allocation (by ordinal; 0: refused) */
+    size_t naddr;
 } cp_replay_result;
+
+/* Frees what a replay with opts.record allocated (safe on any result). */
+void cp_replay_result_fini(cp_replay_result *res);
 
 /* Loads path (plain or gzip).  CP_ERR_INVALID with "path:line: reason" for
  * malformed input, CP_ERR_BACKEND when the file cannot be opened. */
@@ -92,6 +124,11 @@ void cp_trace_info_get(const cp_trace *t, cp_trace_info *out);
 /* Row i (0-based, < cp_trace_events); CP_ERR_INVALID when out of range. */
 cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out);
 const char *cp_trace_path(const cp_trace *t);
+/* "rmm_csv" or "torch_snapshot". */
+const char *cp_trace_format(const cp_trace *t);
+/* PyTorch's own reserved bytes over time (snapshots): the points' count, and
+ * the arrays through time/reserved (NULL and 0 for CSV). */
+size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uint64_t **reserved);
 
 /* Replays t against r.  The resource's statistics are read before and after;
  * peak_reserved is r's reserved_peak at the end (reset by nothing: replay a

@@ -1,0 +1,153 @@
+-- PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles) load
+-- through cupola.trace.load and replay in one line; hostile pickles fail
+-- cleanly; pools that run out of memory explain themselves (issue 16).
+local cupola = require "cupola"
+
+local corpus = "tests/fuzz/corpus/"
+
+local function tmpfile(bytes)
+  local path = os.tmpname()
+  local f = assert(io.open(path, "wb"))
+  f:write(bytes)
+  f:close()
+  return path
+end
+
+describe("snapshot", function()
+  it("loads the real snapshot with the counts Python's pickle module gives", function()
+    local t <close> = cupola.trace.load(assert(cupola.trace.find "torch_snapshot_mlp"))
+    assert.equals("torch_snapshot", t.format)
+    assert.equals(563, #t)
+    assert.equals(283, t.allocs)
+    assert.equals(280, t.frees)
+    assert.equals(238129156, t.peak_live)
+    assert.equals(1, t.devices)
+    assert.equals(264241152, t.torch_reserved_end)
+    assert.equals(264241152, t.torch_peak_reserved)
+    local e = t:event(1)
+    assert.equals("allocate", e.action)
+    assert.equals("gen_snapshots.py:9 mlp_train", e.label)
+  end)
+
+  it("replays through every pool in one line, beside PyTorch's own reserved figure", function()
+    for _, kind in ipairs { "arena", "freelist", "tlsf", "caching" } do
+      local r = cupola.trace.replay(cupola.trace.load(cupola.trace.find "torch_snapshot_mlp"),
+        cupola.pool { kind = kind, upstream = "virtual" })
+      assert.equals(563, r.events)
+      assert.equals(0, r.failed)
+      assert.equals(238129156, r.peak_live)
+      assert.near(264241152 / 238129156, r.torch_reserved_over_live, 1e-9)
+      assert.is_true(r.reserved_over_live >= 1)
+    end
+  end)
+
+  for _, proto in ipairs { 2, 4, 5 } do
+    it("reads a snapshot pickled at protocol " .. proto, function()
+      local t <close> = cupola.trace.load(corpus .. "snapshot_p" .. proto .. ".pickle")
+      assert.equals(14, #t)
+      assert.equals(8, t.allocs)
+      assert.equals(2, t.devices)
+      assert.equals(2, t.ignored)   -- the two "snapshot" actions
+      assert.equals(8012, t.peak_live)
+      assert.equals(4 * 1024 * 1024, t.torch_peak_reserved)
+      -- The second device's addresses lie above 2^63 (LONG1 of 9 bytes):
+      -- Lua integers wrap them to negative numbers, bit for bit.
+      local high = 0
+      for i = 1, #t do
+        if t:event(i).pointer < 0 then high = high + 1 end
+      end
+      assert.equals(7, high)
+    end)
+  end
+
+  it("reads LONG_BINPUT / LONG_BINGET (C++ write_pickle's memo past 256)", function()
+    local t <close> = cupola.trace.load(corpus .. "snapshot_p2_long_memo.pickle")
+    assert.equals(70, t.allocs)
+    assert.equals(69, t.frees)
+  end)
+
+  it("refuses GLOBAL, STACK_GLOBAL and REDUCE without running anything", function()
+    local ok, err = pcall(cupola.trace.load, corpus .. "refused_global_p2.pickle")
+    assert.is_false(ok)
+    assert.matches("opcode GLOBAL %(0x63%) refused", err)
+    assert.matches("offset %d+", err)
+    ok, err = pcall(cupola.trace.load, corpus .. "refused_stack_global_p4.pickle")
+    assert.is_false(ok)
+    assert.matches("STACK_GLOBAL", err)
+    local path = tmpfile("\128\2)\133R.")
+    ok, err = pcall(cupola.trace.load, path)
+    os.remove(path)
+    assert.is_false(ok)
+    assert.matches("offset 4: opcode REDUCE", err)
+  end)
+
+  it("fails cleanly on every truncation of a snapshot", function()
+    local f = assert(io.open(corpus .. "snapshot_p4.pickle", "rb"))
+    local data = f:read "a"
+    f:close()
+    local path = os.tmpname()
+    for cut = 2, #data - 1, 7 do
+      local g = assert(io.open(path, "wb"))
+      g:write(data:sub(1, cut))
+      g:close()
+      local ok, err = pcall(cupola.trace.load, path)
+      assert.is_false(ok, "cut at " .. cut)
+      assert.matches("offset %d+: ", err)
+    end
+    os.remove(path)
+  end)
+
+  it("fails cleanly on hostile pickles", function()
+    local cases = {
+      { "\128\2Nr\255\255\255\127.", "memo index" },           -- memo index past the data
+      { "\128\2X\255\255\255\127abc.", "past the end" },       -- string past the end
+      { "\128\2\138\10" .. ("\1"):rep(10) .. ".", "wider than 64 bits" },
+      { "\128\2" .. ("("):rep(5000), "truncated" },            -- deep, unfinished
+      { "\128\2]N.", "more than one value" },
+      { "\128\2K\1.", "not a dict" },                           -- a pickle, not a snapshot
+      { "\128\2}.", "neither 'device_traces' nor 'segments'" },
+    }
+    for _, c in ipairs(cases) do
+      local path = tmpfile(c[1])
+      local ok, err = pcall(cupola.trace.load, path)
+      os.remove(path)
+      assert.is_false(ok)
+      assert.matches(c[2], err, 1, true)
+    end
+  end)
+end)
+
+describe("out of memory that explains itself", function()
+  it("says requested, free, largest free block, fragmentation, reserved and used", function()
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual", initial = "1MiB", grow = false }
+    local a = p:alloc "256KiB"
+    local b = p:alloc "256KiB"
+    local c = p:alloc "256KiB"
+    b:free()
+    local buf, msg, kind, info = p:alloc "600KiB"
+    assert.is_nil(buf)
+    assert.equals("out_of_memory", kind)
+    assert.matches("requested 600.00 KiB", msg, 1, true)
+    assert.matches("free in pool 512.00 KiB", msg, 1, true)
+    assert.matches("largest free block 256.00 KiB", msg, 1, true)
+    assert.matches("fragmentation 0.50", msg, 1, true)
+    assert.matches("reserved 1.00 MiB", msg, 1, true)
+    assert.matches("used 512.00 KiB", msg, 1, true)
+    assert.same({ requested = 600 * 1024, free = 512 * 1024, largest_free = 256 * 1024,
+      fragmentation = 0.5, reserved = 1024 * 1024, used = 512 * 1024, kind = "tlsf" }, info)
+    -- The pool is consistent afterwards.
+    local d = assert(p:alloc "256KiB")
+    a:free(); c:free(); d:free()
+    assert.equals(0, p:stats().used)
+  end)
+
+  it("explains a refusal by the pool's max the same way", function()
+    local p <close> = cupola.pool { kind = "freelist", upstream = "virtual", max = "1MiB" }
+    local buf, msg, kind, info = p:alloc "2MiB"
+    assert.is_nil(buf)
+    assert.equals("out_of_memory", kind)
+    assert.matches("requested 2.00 MiB from a freelist pool", msg, 1, true)
+    assert.equals(2 * 1024 * 1024, info.requested)
+    assert.equals(0, info.used)
+  end)
+end)

@@ -1,0 +1,105 @@
+-- cupola.timeline (issue 16): one self-contained HTML page from a trace, a
+-- recorded replay, several pools, or a pool's log.  The drawing itself is
+-- checked in a real browser by `make test-browser` (tests/browser).
+local cupola = require "cupola"
+
+local function readfile(path)
+  local f = assert(io.open(path))
+  local s = f:read "a"
+  f:close()
+  return s
+end
+
+local function self_contained(html)
+  assert.matches("^<!DOCTYPE html>", html)
+  assert.not_matches("<script[^>]+src=", html)
+  assert.not_matches("<link", html)
+  assert.not_matches("https?://", html)
+  assert.not_matches("@import", html)
+end
+
+describe("timeline", function()
+  local path
+  before_each(function() path = os.tmpname() end)
+  after_each(function() os.remove(path) end)
+
+  it("draws a snapshot: live, PyTorch's reserved, blocks, the peak labelled", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    local p, info = cupola.timeline(t, path)
+    assert.equals(path, p)
+    assert.same({ panels = 1, events = 563, blocks = 283, bytes = info.bytes }, info)
+    local html = readfile(path)
+    self_contained(html)
+    assert.matches('id="peak%-label%-1">peak live 227.10 MiB at event 227<', html)
+    assert.matches("PyTorch reserved", html, 1, true)
+    -- A frame label travels to the page for the hover.
+    assert.matches("gen_snapshots.py:9 mlp_train", html, 1, true)
+  end)
+
+  it("draws a recorded replay with the pool's reserved line", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "gpt2_train")
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local r = cupola.trace.replay(t, p, { record = true })
+    assert.is_table(r.recording)
+    assert.equals(#r.recording.events, #r.recording.reserved)
+    assert.equals(t.allocs * 8, #r.recording.addresses)
+    -- The recorded reserved bytes peak where the replay says.
+    local peak = 0
+    for _, v in ipairs(r.recording.reserved) do peak = math.max(peak, v) end
+    assert.equals(r.peak_reserved, peak)
+    local _, info = cupola.timeline(r, path)
+    assert.equals(4743, info.blocks)
+    local html = readfile(path)
+    self_contained(html)
+    assert.matches("pool reserved", html, 1, true)
+  end)
+
+  it("puts several allocators side by side", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "resnet50_train")
+    local _, info = cupola.timeline(t, path, { pools = { { kind = "tlsf" }, { kind = "caching", name = "cache" },
+      { kind = "arena" } } })
+    assert.equals(3, info.panels)
+    local html = readfile(path)
+    assert.matches('id="panel%-3"', html)
+    assert.matches("<h2>cache</h2>", html, 1, true)
+    local rows = cupola.trace.compare(t, { { kind = "tlsf", upstream = "virtual" },
+      { kind = "freelist", upstream = "virtual" } }, { record = true })
+    local _, info2 = cupola.timeline(rows, path)
+    assert.equals(2, info2.panels)
+  end)
+
+  it("draws a pool's log", function()
+    local log = os.tmpname()
+    do
+      local p <close> = cupola.pool { kind = "freelist", upstream = "virtual", log = log }
+      local a, b = p:alloc "1MiB", p:alloc "2MiB"
+      a:free()
+      b:free()
+    end
+    local _, info = cupola.timeline(nil, path, { log = log })
+    os.remove(log)
+    assert.equals(2, info.blocks)
+    assert.matches("peak live 3.00 MiB at event 2", readfile(path), 1, true)
+  end)
+
+  it("escapes what it embeds", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    cupola.timeline(t, path, { title = "</script><b>x</b>&" })
+    local html = readfile(path)
+    assert.not_matches("</script><b>", html, 1, true)
+    assert.matches("&lt;/script>&lt;b>x&lt;/b>&amp;", html, 1, true)
+  end)
+
+  it("raises on misuse", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    assert.has_error(function() cupola.timeline(42, path) end)
+    assert.has_error(function() cupola.timeline(t, nil) end)
+    assert.has_error(function() cupola.timeline(t, path, { colour = 1 }) end,
+      "cupola.timeline: unknown option 'colour'")
+    assert.has_error(function() cupola.timeline({ events = 1 }, path) end)
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local r = cupola.trace.replay(t, p)
+    assert.has_error(function() cupola.timeline(r, path) end,
+      "cupola.timeline: a replay result must come from trace.replay(t, pool, {record = true})")
+  end)
+end)

@@ -1,0 +1,67 @@
+/*
+ * snapshot.h: PyTorch memory snapshots (torch.cuda.memory._dump_snapshot, a
+ * pickle) turned into a plain event list that trace.c loads like a CSV.
+ *
+ * What is read: `device_traces` (one list per device) and `segments`.
+ *   - Entries with action "alloc" become allocations; "free_completed" (or,
+ *     in snapshots of older PyTorch, "free") ends a block's life.  PyTorch
+ *     records "free_requested" when the program frees a tensor and
+ *     "free_completed" when the caching allocator may hand the memory out
+ *     again (later when the block was used on other streams, record_stream):
+ *     a pool being replayed may reuse the memory only from then on, so that
+ *     is the free the replay does.  A "free_requested" is the free only when
+ *     no "free_completed" of that block follows (snapshots cut short).
+ *   - "segment_alloc", "segment_free", "segment_map", "segment_unmap" are
+ *     PyTorch's own reserved memory over time; with the reserved total at
+ *     the end (the sum of `segments[*].total_size`) they give PyTorch's
+ *     reserved figure at every point and its peak.  Every other action
+ *     ("snapshot", "oom", ...) is counted in `ignored`.
+ *   - A free of a block allocated before the trace window began (PyTorch
+ *     keeps the last N entries), or an allocation of an address still live,
+ *     is skipped and counted in `unmatched`.
+ *   - Several devices: the lists are merged by time (stable); addresses are
+ *     unique across devices (unified addressing).  Each event keeps its device.
+ *   - Frames: the label of an event is "file:line name" of its innermost frame
+ *     outside PyTorch's own sources (a path containing "/torch/"), else of
+ *     the innermost frame; events without frames have no label.
+ *
+ * Plain C: never includes lua.h.
+ */
+#ifndef CUPOLA_SNAPSHOT_H
+#define CUPOLA_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+typedef struct cp_snap_event {
+    uint64_t addr, size, stream;
+    double time_us;
+    uint32_t label;   /* index + 1 into labels; 0: none */
+    uint16_t device;
+    uint8_t is_free;
+} cp_snap_event;
+
+typedef struct cp_snapshot {
+    cp_snap_event *ev;
+    size_t n;
+    char **labels;
+    size_t nlabels;
+    size_t devices;        /* entries of device_traces */
+    size_t ignored;        /* entries of other actions */
+    size_t unmatched;      /* frees without allocation, allocations of live addresses */
+    int has_segments;      /* the snapshot had a `segments` list */
+    uint64_t reserved_end; /* sum of segments' total_size: PyTorch's reserved at the dump */
+    uint64_t reserved_peak;/* PyTorch's largest reserved figure over the trace */
+    double *seg_time;      /* PyTorch's reserved after each segment event (and at the start) */
+    uint64_t *seg_reserved;
+    size_t nseg;
+} cp_snapshot;
+
+/* Reads a snapshot pickle.  CP_ERR_INVALID "offset N: reason" (from the
+ * pickle reader) or "snapshot: reason" for a pickle of another shape. */
+cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *out);
+void cp_snapshot_fini(cp_snapshot *s);
+
+#endif /* CUPOLA_SNAPSHOT_H */
