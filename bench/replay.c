@@ -55,19 +55,23 @@ static cp_resource *fresh(const char *kind)
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"arena", "freelist", "tlsf", "caching"};
+    static const char *kinds[] = {"arena", "freelist", "tlsf", "caching", "vmm"};
+    const int nkinds = (int)(sizeof kinds / sizeof kinds[0]);
     static const struct {
         const char *name;
-        double pytorch;
+        double pytorch, expandable;
     } known[] = {
-        {"resnet50_train.csv.gz", 1.21},
-        {"gpt2_train.csv.gz", 1.10},
-        {"t5_train_varlen.csv.gz", 1.14},
+        {"resnet50_train.csv.gz", 1.21, 1.017},
+        {"gpt2_train.csv.gz", 1.10, 1.089},
+        {"t5_train_varlen.csv.gz", 1.14, 1.040},
+        {"mixtral_moe_train.csv.gz", 1.53, 1.087},
+        {"convnext_multires_train.csv.gz", 1.21, 1.010},
+        {"gpt2_beam_search.csv.gz", 1.09, 1.047},
     };
     const char *dir = getenv("CUPOLA_TRACES");
     int runs = argc > 1 ? atoi(argv[1]) : 5;
     int repeat = argc > 2 ? atoi(argv[2]) : 10;
-    int ntraces = argc > 3 ? argc - 3 : 3;
+    int ntraces = argc > 3 ? argc - 3 : (int)(sizeof known / sizeof known[0]);
     int ti, ki, run, rc = 0;
 
     const char *up = getenv("CUPOLA_BENCH_UPSTREAM");
@@ -92,12 +96,12 @@ int main(int argc, char **argv)
         runs = 99;
     if (repeat < 1)
         repeat = 1;
-    printf("%-24s %-9s %12s %14s %9s %8s %10s %7s\n", "trace", "pool", "peak_live",
-           "peak_reserved", "res/live", "pytorch", "ns/event", "failed");
+    printf("%-24s %-9s %12s %14s %9s %8s %8s %10s %7s\n", "trace", "pool", "peak_live",
+           "peak_reserved", "res/live", "pytorch", "expand", "ns/event", "maps");
     for (ti = 0; ti < ntraces; ti++) {
         char path[4096];
         const char *p, *base;
-        double pt = 0;
+        double pt = 0, px = 0;
         cp_trace *t;
         size_t j;
         if (argc > 3) {
@@ -109,13 +113,13 @@ int main(int argc, char **argv)
         base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
         for (j = 0; j < sizeof known / sizeof known[0]; j++)
             if (strcmp(base, known[j].name) == 0)
-                pt = known[j].pytorch;
+                pt = known[j].pytorch, px = known[j].expandable;
         if (cp_trace_load(p, &t) != CP_OK) {
             fprintf(stderr, "%s\n", cp_error_msg());
             rc = 1;
             continue;
         }
-        for (ki = 0; ki < 4; ki++) {
+        for (ki = 0; ki < nkinds; ki++) {
             double ns[99];
             cp_replay_result first;
             cp_replay_opts once = {0, 1, 0}, rep = {0, repeat, 0};
@@ -141,16 +145,18 @@ int main(int argc, char **argv)
             if (run < runs)
                 continue;
             qsort(ns, (size_t)runs, sizeof ns[0], cmp_double);
-            printf("%-24s %-9s %12llu %14llu %9.4f %8.2f %10.1f %7llu\n", base, kinds[ki],
+            printf("%-24s %-9s %12llu %14llu %9.4f %8.2f %8.3f %10.1f %7llu\n", base, kinds[ki],
                    (unsigned long long)first.peak_live, (unsigned long long)first.peak_reserved,
-                   first.reserved_over_live, pt, ns[runs / 2],
-                   (unsigned long long)first.failed);
+                   first.reserved_over_live, pt, px, ns[runs / 2],
+                   (unsigned long long)first.maps);
+            if (first.failed)
+                printf("  (%llu allocations failed)\n", (unsigned long long)first.failed);
         }
         cp_trace_free(t);
     }
 
     printf("\n%-9s %14s\n", "pool", "ns/pair(1MiB)");
-    for (ki = 0; ki < 4; ki++) {
+    for (ki = 0; ki < nkinds; ki++) {
         double ns[99];
         cp_resource *r = fresh(kinds[ki]);
         void *p;
@@ -181,7 +187,7 @@ int main(int argc, char **argv)
         printf("\n%-9s %20s   (backend %s)\n", "pool", "ns/pair 2 streams", cp_be->name);
         if (cp_be->stream_create(&s1, 0, 0) != CP_OK || cp_be->stream_create(&s2, 0, 0) != CP_OK)
             return 1;
-        for (ki = 0; ki < 4; ki++) {
+        for (ki = 0; ki < nkinds; ki++) {
             double ns[99];
             cp_resource *r = fresh(kinds[ki]);
             void *p;

@@ -21,6 +21,7 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
         {"freelist", cp_freelist_create},
         {"tlsf", cp_tlsf_create},
         {"caching", cp_caching_create},
+        {"vmm", cp_vmm_create},
     };
     size_t i;
 
@@ -44,7 +45,7 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
             break;
     if (i == sizeof kinds / sizeof kinds[0])
         return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (arena, freelist, tlsf, "
-                            "caching)", o.kind);
+                            "caching, vmm)", o.kind);
     if (o.upstream != CP_UP_VIRTUAL && !cp_be)
         return cp_error_set(CP_ERR_INVALID, "no backend selected (cp_backend_select)");
     st = cp_upstream_create_internal(&up, o.upstream);

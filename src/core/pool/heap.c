@@ -75,6 +75,8 @@ static void make_room(cp_heap *h, uint64_t want, uint64_t sid)
     uint64_t cap = h->base.st.reserved_peak, idle = 0;
     uint64_t keep = h->o.release_threshold;
     int synced = 0, hard = 0;
+    if (h->keep_chunks)
+        return;
     if (h->o.max && h->o.max < cap) {
         cap = h->o.max;
         keep = 0; /* max is a hard limit: whatever is idle may go */
@@ -153,6 +155,16 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
         return st;
     }
     b->prev = b->next = NULL;
+    if (h->pol->chunk_added) {
+        b->up_ptr = (uint64_t)(uintptr_t)p;
+        b->up_bytes = want + pad;
+        st = h->pol->chunk_added(h, b);
+        if (st != CP_OK) {
+            cp_resource_free(h->up, p, (size_t)(want + pad), NULL);
+            cp_blk_put(h, b);
+            return st;
+        }
+    }
     b->up_ptr = (uint64_t)(uintptr_t)p;
     b->up_bytes = want + pad;
     b->addr = (b->up_ptr + h->align - 1) & ~(h->align - 1);
@@ -351,7 +363,7 @@ cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes)
     if (h->so.multi)
         settle(h);
     /* A pool that may not grow keeps its chunks: it could never get them back. */
-    if (h->o.grow)
+    if (h->o.grow && !h->keep_chunks)
         release_empty(h, keep_bytes);
     return CP_OK;
 }

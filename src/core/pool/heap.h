@@ -81,6 +81,9 @@ typedef struct cp_heap_policy {
     cp_blk *(*find)(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s);
     uint64_t (*largest)(cp_heap *h);
     void (*fini)(cp_heap *h);
+    /* NULL, or told of each chunk taken from the upstream (the vmm pool
+     * builds the chunk's page table); an error gives the chunk back */
+    cp_status (*chunk_added)(cp_heap *h, cp_blk *b);
 } cp_heap_policy;
 
 typedef struct cp_blk_slab {
@@ -105,6 +108,8 @@ struct cp_heap {
     uint64_t chunks;
     uint64_t big;          /* requests >= big get whole chunks (0: never) */
     int desperate;         /* growth failed: any fit will do */
+    int keep_chunks;       /* chunks are address space (vmm): never returned
+                              before destroy, reserved is the pool's own */
 };
 
 /* Sets up h (already zeroed, base initialised by the caller with its ops)

@@ -138,6 +138,8 @@ void cp_resource_stats(cp_resource *r, cp_stats *out)
     out->reserved = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
     if (r->ops->free_info)
         r->ops->free_info(r, &largest, &fb);
+    if (r->ops->vm_info)
+        r->ops->vm_info(r, out);
     cp_unlock(&r->lock);
     out->largest_free = largest;
     out->free_bytes = fb;

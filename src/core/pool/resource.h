@@ -36,6 +36,11 @@ typedef struct cp_stats {
     uint64_t largest_free;  /* largest block the pool could hand out now */
     uint64_t free_bytes;    /* reserved bytes not held by live blocks */
     double fragmentation;   /* 1 - largest_free / free_bytes (0 when no free) */
+    /* pools over virtual memory management (vmm); 0 for the others */
+    uint64_t page_bytes;    /* the physical page (the device's granularity) */
+    uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
+    uint64_t maps;          /* pages mapped since creation */
+    uint64_t unmaps;        /* pages unmapped since creation */
 } cp_stats;
 
 /* How a block freed on one stream may be reused on another (seed 001). */
@@ -56,7 +61,7 @@ typedef enum cp_upstream_kind {
 
 /* Everything cupola.pool{...} accepts, already validated by the binding. */
 typedef struct cp_pool_opts {
-    const char *kind;         /* "arena", "freelist", "tlsf", "caching" */
+    const char *kind;         /* "arena", "freelist", "tlsf", "caching", "vmm" */
     cp_upstream_kind upstream;
     uint64_t initial;         /* bytes reserved at creation (0: none) */
     int grow;                 /* may reserve more from upstream when full */

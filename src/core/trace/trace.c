@@ -448,6 +448,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             goto done;
     }
 
+    cp_resource_stats(r, &stats);
+    out->maps = stats.maps;
+    out->unmaps = stats.unmaps;
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         const replay_op *op = t->ops, *end = t->ops + t->n;
@@ -505,6 +508,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
     cp_resource_stats(r, &stats);
     out->peak_reserved = stats.reserved_peak;
+    out->maps = stats.maps - out->maps;
+    out->unmaps = stats.unmaps - out->unmaps;
     out->reserved_over_live =
         out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
     if (o->synchronize && cp_be) {

@@ -80,6 +80,8 @@ typedef struct cp_replay_result {
     double reserved_over_live;  /* peak_reserved / peak_live (0 if no live) */
     uint64_t failed;            /* allocations refused */
     uint64_t skipped_frees;     /* frees of pointers whose allocate failed */
+    uint64_t maps, unmaps;      /* pages a vmm pool mapped and unmapped during
+                                   the replay (0 for other resources) */
 } cp_replay_result;
 
 /* Loads path (plain or gzip).  CP_ERR_INVALID with "path:line: reason" for
