@@ -88,6 +88,7 @@ typedef struct vmm {
     vpage *settled, *pending; /* idle pages */
     uint64_t idle_pages, mapped_pages, next_handle;
     uint64_t maps, unmaps;
+    uint64_t live_bytes;  /* rounded sizes of the live blocks */
 } vmm;
 
 /* ---- the address heap (the freelist's policy) ---- */
@@ -349,8 +350,10 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
     addr = b->addr;
     size = b->size;
     st = cp_heap_free_with(r, ptr, bytes, s, &vmm_policy);
-    if (st == CP_OK)
+    if (st == CP_OK) {
         pages_put(v, addr, size);
+        v->live_bytes -= size;
+    }
     return st;
 }
 
@@ -365,6 +368,7 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
     b = (cp_blk *)cp_ptrmap_get(&v->h.live, (uint64_t)(uintptr_t)*out);
     p = page_of(v, b->addr);
     last = page_of(v, b->addr + b->size - 1);
+    v->live_bytes += b->size;
     for (; p <= last; p++) {
         if (p->live++ == 0 && p->handle)
             idle_unlink(v, p);
@@ -423,6 +427,20 @@ static uint64_t v_reserved(cp_resource *r)
     return v->mapped_pages * v->gran;
 }
 
+/* Free bytes are the mapped bytes live blocks do not cover; the largest
+ * block servable without taking more memory is the idle pages stitched
+ * together (fragmentation is then the share of free bytes lying in pages
+ * that live blocks still touch). */
+static void v_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes)
+{
+    vmm *v = (vmm *)r;
+    uint64_t mapped = v->mapped_pages * v->gran;
+    *free_bytes = mapped > v->live_bytes ? mapped - v->live_bytes : 0;
+    *largest = v->idle_pages * v->gran;
+    if (*largest > *free_bytes)
+        *largest = *free_bytes;
+}
+
 static void v_vm_info(cp_resource *r, cp_stats *out)
 {
     vmm *v = (vmm *)r;
@@ -459,7 +477,7 @@ static void v_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops vmm_ops = {
-    "vmm", v_alloc, v_free, v_trim, NULL, cp_heap_free_info, v_reserved, v_destroy, v_vm_info,
+    "vmm", v_alloc, v_free, v_trim, NULL, v_free_info, v_reserved, v_destroy, v_vm_info,
 };
 
 /* ---- the address-space upstream of the device upstream ---- */
