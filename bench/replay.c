@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ptrmap.h"
 #include "pool/resource.h"
 #include "trace/trace.h"
 
@@ -36,6 +37,44 @@ static int cmp_double(const void *a, const void *b)
 #include <time.h>
 
 static cp_upstream_kind upstream = CP_UP_VIRTUAL;
+
+/* CUPOLA_BENCH_STREAMS=2: a copy of the trace where allocation i (and its
+ * free) runs on trace stream 1 + (i & 1), the two streams interleaved as
+ * tightly as they can be, replayed on the backend's streams (the host
+ * backend if no GPU).  Written as CSV to a temporary file. */
+static cp_trace *two_streams(cp_trace *t)
+{
+    char path[] = "/tmp/cupola-2s-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    cp_trace *t2 = NULL;
+    cp_ptrmap on; /* pointer -> stream + 1 */
+    size_t i, n = cp_trace_events(t), k = 0;
+    if (!f || cp_ptrmap_init(&on, 1024) != 0)
+        return NULL;
+    fprintf(f, "Thread,Time,Action,Pointer,Size,Stream\n");
+    for (i = 0; i < n; i++) {
+        cp_trace_row row;
+        uint64_t sv;
+        cp_trace_event(t, i, &row);
+        if (!row.is_free) {
+            sv = 1 + (k++ & 1);
+            cp_ptrmap_put(&on, row.pointer, (void *)(uintptr_t)sv);
+        } else {
+            sv = (uint64_t)(uintptr_t)cp_ptrmap_get(&on, row.pointer);
+            cp_ptrmap_del(&on, row.pointer);
+        }
+        fprintf(f, "0,%.3f,%s,0x%llx,%llu,0x%llx\n", row.time_us, row.is_free ? "free" : "allocate",
+                (unsigned long long)row.pointer, (unsigned long long)row.size,
+                (unsigned long long)sv);
+    }
+    fclose(f);
+    cp_ptrmap_fini(&on);
+    if (cp_trace_load(path, &t2) != CP_OK)
+        fprintf(stderr, "%s\n", cp_error_msg());
+    remove(path);
+    return t2;
+}
 
 static cp_resource *fresh(const char *kind)
 {
@@ -72,7 +111,7 @@ int main(int argc, char **argv)
     int runs = argc > 1 ? atoi(argv[1]) : 5;
     int repeat = argc > 2 ? atoi(argv[2]) : 10;
     int ntraces = argc > 3 ? argc - 3 : (int)(sizeof known / sizeof known[0]);
-    int ti, ki, run, rc = 0;
+    int ti, ki, run, rc = 0, streams2 = 0;
 
     const char *up = getenv("CUPOLA_BENCH_UPSTREAM");
 
@@ -87,6 +126,15 @@ int main(int argc, char **argv)
             return 1;
         }
         printf("# upstream %s, backend %s\n", up, cp_be->name);
+    }
+    if (getenv("CUPOLA_BENCH_STREAMS") && atoi(getenv("CUPOLA_BENCH_STREAMS")) == 2) {
+        if (cp_backend_select(NULL) != CP_OK) {
+            fprintf(stderr, "%s\n", cp_error_msg());
+            return 1;
+        }
+        streams2 = 1;
+        printf("# two streams interleaved (allocation i on stream 1 + i %% 2), backend %s\n",
+               cp_be->name);
     }
     if (!dir || !*dir)
         dir = "examples/traces";
@@ -118,6 +166,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s\n", cp_error_msg());
             rc = 1;
             continue;
+        }
+        if (streams2) {
+            cp_trace *t2 = two_streams(t);
+            cp_trace_free(t);
+            if (!t2) {
+                rc = 1;
+                continue;
+            }
+            t = t2;
         }
         for (ki = 0; ki < nkinds; ki++) {
             double ns[99];
@@ -155,6 +212,8 @@ int main(int argc, char **argv)
         cp_trace_free(t);
     }
 
+    if (getenv("CUPOLA_BENCH_NO_PAIRS"))
+        return rc;
     printf("\n%-9s %14s\n", "pool", "ns/pair(1MiB)");
     for (ki = 0; ki < nkinds; ki++) {
         double ns[99];

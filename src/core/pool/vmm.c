@@ -67,7 +67,6 @@ struct vpage {
     uint32_t live;       /* live blocks touching the page */
     uint32_t pending;    /* idle, its frees not known complete */
     uint64_t handle;     /* physical memory mapped here; 0: none */
-    uint64_t addr;
     vpage *ip, *in;      /* idle list (settled or pending) */
 };
 
@@ -148,7 +147,7 @@ static cp_status v_chunk_added(cp_heap *h, cp_blk *b)
 {
     vmm *v = (vmm *)h;
     vrange *nr;
-    uint64_t n = b->up_bytes / v->gran, i;
+    uint64_t n = b->up_bytes / v->gran;
     vpage *pg;
     if (b->up_ptr % v->gran && v->real)
         return cp_error_set(CP_ERR_BACKEND, "vmm: the address range is not page-aligned");
@@ -156,11 +155,10 @@ static cp_status v_chunk_added(cp_heap *h, cp_blk *b)
     if (!nr)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the page table");
     v->ranges = nr;
+    /* calloc: the table's untouched parts cost no memory */
     pg = calloc((size_t)n, sizeof *pg);
     if (!pg)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the page table");
-    for (i = 0; i < n; i++)
-        pg[i].addr = b->up_ptr + i * v->gran;
     nr[v->nranges].base = b->up_ptr;
     nr[v->nranges].npages = n;
     nr[v->nranges].pages = pg;
@@ -184,6 +182,17 @@ static vpage *page_of(vmm *v, uint64_t addr)
             return &g->pages[(addr - g->base) / v->gran];
     }
     return NULL;
+}
+
+static uint64_t page_addr(const vmm *v, const vpage *p)
+{
+    size_t i;
+    for (i = 0; i < v->nranges; i++) {
+        const vrange *g = &v->ranges[i];
+        if (p >= g->pages && p < g->pages + g->npages)
+            return g->base + (uint64_t)(p - g->pages) * v->gran;
+    }
+    return 0;
 }
 
 static void idle_push(vpage **list, vpage *p)
@@ -232,7 +241,7 @@ static cp_status settle_all(vmm *v)
 static cp_status unmap_page(vmm *v, vpage *p)
 {
     if (v->real) {
-        cp_status st = cp_be->vm_unmap((void *)(uintptr_t)p->addr, (size_t)v->gran);
+        cp_status st = cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
         if (st != CP_OK)
             return st;
     }
@@ -295,7 +304,7 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
         uint64_t hd = 0;
         st = page_source(v, &hd);
         if (st == CP_OK && v->real) {
-            st = cp_be->vm_map((void *)(uintptr_t)p->addr, (size_t)v->gran, hd);
+            st = cp_be->vm_map((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran, hd);
             if (st != CP_OK) {
                 cp_be->vm_release(hd);
                 v->mapped_pages--;
@@ -308,14 +317,14 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
     }
     /* One access call for the whole run mapped. */
     if (i && v->real) {
-        cp_status a = cp_be->vm_set_access((void *)(uintptr_t)first->addr, (size_t)(i * v->gran));
+        cp_status a = cp_be->vm_set_access((void *)(uintptr_t)page_addr(v, first), (size_t)(i * v->gran));
         if (a != CP_OK && st == CP_OK)
             st = a;
         if (a != CP_OK) {
             /* no access: the run is of no use; undo it */
             uint64_t j;
             for (j = 0; j < i; j++) {
-                cp_be->vm_unmap((void *)(uintptr_t)first[j].addr, (size_t)v->gran);
+                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, &first[j]), (size_t)v->gran);
                 cp_be->vm_release(first[j].handle);
                 first[j].handle = 0;
                 v->mapped_pages--;
@@ -394,15 +403,18 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 
 /* ---- trim, stats, destroy ---- */
 
-static void release_page(vmm *v, vpage *p)
+/* Unmaps an idle page and releases its memory.  A failed unmap still takes
+ * the page off the idle list (so loops over it end) and keeps the handle
+ * (it is still mapped): the pool counts it no longer, the error says why. */
+static cp_status release_page(vmm *v, vpage *p)
 {
-    if (unmap_page(v, p) != CP_OK)
-        return;
-    if (v->real)
-        cp_be->vm_release(p->handle);
+    cp_status st = unmap_page(v, p);
     idle_unlink(v, p);
+    if (st == CP_OK && v->real)
+        cp_be->vm_release(p->handle);
     p->handle = 0;
     v->mapped_pages--;
+    return st;
 }
 
 static cp_status v_trim(cp_resource *r, size_t keep)
@@ -417,7 +429,8 @@ static cp_status v_trim(cp_resource *r, size_t keep)
     if (st != CP_OK)
         return st;
     while (v->settled && v->idle_pages * v->gran > keep)
-        release_page(v, v->settled);
+        if ((st = release_page(v, v->settled)) != CP_OK)
+            return st;
     return CP_OK;
 }
 
@@ -460,13 +473,21 @@ static void v_destroy(cp_resource *r)
      * returns the address ranges. */
     if (v->real && v->mapped_pages)
         cp_be->device_synchronize();
+    /* Idle pages from their lists; a scan of the tables only if pages of
+     * live blocks remain (a C caller's leak): untouched parts of the
+     * tables stay untouched. */
+    settle_all(v);
+    while (v->settled)
+        release_page(v, v->settled);
     for (i = 0; i < v->nranges; i++) {
-        for (j = 0; j < v->ranges[i].npages; j++) {
+        for (j = 0; v->mapped_pages && j < v->ranges[i].npages; j++) {
             vpage *p = &v->ranges[i].pages[j];
             if (p->handle && v->real) {
-                cp_be->vm_unmap((void *)(uintptr_t)p->addr, (size_t)v->gran);
+                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
                 cp_be->vm_release(p->handle);
             }
+            if (p->handle)
+                v->mapped_pages--;
         }
         free(v->ranges[i].pages);
     }
