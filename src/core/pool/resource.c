@@ -52,10 +52,28 @@ static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void
     return CP_OK;
 }
 
+void cp_resource_lock(cp_resource *r)
+{
+    cp_lock(&r->lock);
+}
+
+void cp_resource_unlock(cp_resource *r)
+{
+    cp_unlock(&r->lock);
+}
+
 cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
     cp_lock(&r->lock);
+    st = cp_resource_alloc_locked(r, bytes, s, out);
+    cp_unlock(&r->lock);
+    return st;
+}
+
+cp_status cp_resource_alloc_locked(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    cp_status st;
     st = r->ops->alloc(r, bytes, s, out);
     if (st == CP_ERR_OOM && r->fallback)
         st = fallback_alloc(r, bytes, s, out);
@@ -68,7 +86,6 @@ cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **o
         r->st.failed++;
     }
     note_reserved(r);
-    cp_unlock(&r->lock);
     if (st != CP_OK)
         *out = NULL;
     return st;
@@ -80,6 +97,16 @@ cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
     if (!p)
         return CP_OK;
     cp_lock(&r->lock);
+    st = cp_resource_free_locked(r, p, bytes, s);
+    cp_unlock(&r->lock);
+    return st;
+}
+
+cp_status cp_resource_free_locked(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    cp_status st;
+    if (!p)
+        return CP_OK;
     if (r->fb_map.count) {
         void *v = cp_ptrmap_get(&r->fb_map, (uint64_t)(uintptr_t)p);
         if (v) {
@@ -96,7 +123,6 @@ count:
         r->st.frees++;
         r->st.used -= bytes < r->st.used ? bytes : r->st.used;
     }
-    cp_unlock(&r->lock);
     return st;
 }
 

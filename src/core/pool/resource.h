@@ -86,6 +86,15 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
 cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out);
 cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s);
 cp_status cp_resource_trim(cp_resource *r, size_t keep_bytes);
+/* Batches (trace replay): the caller takes the resource's lock once and
+ * makes many calls under it, paying the lock's atomic operation once per
+ * batch instead of once per call.  The _locked calls are alloc and free
+ * exactly, statistics included; no other entry point may be called on r
+ * while the lock is held (it is not recursive). */
+void cp_resource_lock(cp_resource *r);
+void cp_resource_unlock(cp_resource *r);
+cp_status cp_resource_alloc_locked(cp_resource *r, size_t bytes, cp_stream *s, void **out);
+cp_status cp_resource_free_locked(cp_resource *r, void *p, size_t bytes, cp_stream *s);
 cp_status cp_resource_reset(cp_resource *r); /* CP_ERR_UNSUPPORTED unless arena */
 void cp_resource_stats(cp_resource *r, cp_stats *out);
 const char *cp_resource_kind(const cp_resource *r);
