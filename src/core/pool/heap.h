@@ -117,6 +117,8 @@ struct cp_heap {
     int desperate;         /* growth failed: any fit will do */
     int keep_chunks;       /* chunks are address space (vmm): never returned
                               before destroy, reserved is the pool's own */
+    uint64_t last_addr, last_size; /* the block the last alloc handed out, or
+                              the last free took back (before merging) */
 };
 
 /* Sets up h (already zeroed, base initialised by the caller with its ops)
@@ -329,6 +331,8 @@ static inline cp_status cp_heap_alloc_with(cp_resource *r, size_t bytes, cp_stre
     if (__builtin_expect(cp_ptrmap_put(&h->live, b->addr, b) != 0, 0))
         return cp_heap_map_full(h, b);
     h->desperate = 0;
+    h->last_addr = b->addr;
+    h->last_size = b->size;
     cp_so_tag_release(&h->so, &b->tag);
     b->is_free = 0;
     h->free_bytes -= b->size;
@@ -346,6 +350,8 @@ static inline cp_status cp_heap_free_with(cp_resource *r, void *p, size_t bytes,
     if (__builtin_expect(!b || bytes > b->size, 0))
         return cp_heap_bad_free(h, p, bytes, b);
     cp_so_note(&h->so, sid, s);
+    h->last_addr = b->addr;
+    h->last_size = b->size;
     cp_so_tag_free(&h->so, &b->tag, sid, s);
     b->is_free = 1;
     h->free_bytes += b->size;

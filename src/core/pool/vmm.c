@@ -80,6 +80,7 @@ typedef struct vmm {
     cp_sfit ix;
     int real;             /* the backend maps memory (device upstream) */
     uint64_t gran;
+    unsigned gshift;      /* log2(gran) */
     uint64_t span;        /* address space per range */
     uint64_t max;         /* bound on mapped bytes (0: none) */
     vrange *ranges;
@@ -176,7 +177,9 @@ static const cp_heap_policy vmm_policy = {
 static vpage *page_of(vmm *v, uint64_t addr)
 {
     size_t i;
-    for (i = 0; i < v->nranges; i++) {
+    if (__builtin_expect(addr - v->ranges[0].base < v->ranges[0].npages << v->gshift, 1))
+        return &v->ranges[0].pages[(addr - v->ranges[0].base) >> v->gshift];
+    for (i = 1; i < v->nranges; i++) {
         vrange *g = &v->ranges[i];
         if (addr >= g->base && addr - g->base < g->npages * v->gran)
             return &g->pages[(addr - g->base) / v->gran];
@@ -351,17 +354,10 @@ static void pages_put(vmm *v, uint64_t addr, uint64_t size)
 static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
 {
     vmm *v = (vmm *)r;
-    cp_blk *b = (cp_blk *)cp_ptrmap_get(&v->h.live, (uint64_t)(uintptr_t)ptr);
-    uint64_t addr, size;
-    cp_status st;
-    if (!b)
-        return cp_heap_bad_free(&v->h, ptr, bytes, NULL);
-    addr = b->addr;
-    size = b->size;
-    st = cp_heap_free_with(r, ptr, bytes, s, &vmm_policy);
+    cp_status st = cp_heap_free_with(r, ptr, bytes, s, &vmm_policy);
     if (st == CP_OK) {
-        pages_put(v, addr, size);
-        v->live_bytes -= size;
+        pages_put(v, v->h.last_addr, v->h.last_size);
+        v->live_bytes -= v->h.last_size;
     }
     return st;
 }
@@ -370,14 +366,13 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     vmm *v = (vmm *)r;
     cp_status st = cp_heap_alloc_with(r, bytes, s, out, &vmm_policy);
-    cp_blk *b;
+    uint64_t addr = v->h.last_addr, size = v->h.last_size;
     vpage *p, *last, *run = NULL;
     if (st != CP_OK)
         return st;
-    b = (cp_blk *)cp_ptrmap_get(&v->h.live, (uint64_t)(uintptr_t)*out);
-    p = page_of(v, b->addr);
-    last = page_of(v, b->addr + b->size - 1);
-    v->live_bytes += b->size;
+    p = page_of(v, addr);
+    last = page_of(v, addr + size - 1);
+    v->live_bytes += size;
     for (; p <= last; p++) {
         if (p->live++ == 0 && p->handle)
             idle_unlink(v, p);
@@ -580,6 +575,13 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         cp_resource_destroy(up);
         up = va;
     }
+    if (v->gran & (v->gran - 1)) {
+        cp_resource_destroy(up);
+        free(v);
+        return cp_error_set(CP_ERR_BACKEND, "vmm: granularity %llu is not a power of two",
+                            (unsigned long long)g);
+    }
+    v->gshift = cp_log2_floor(v->gran);
     /* The heap sees address space only: no limit on it, and initial is
      * mapped below rather than reserved. */
     ho.max = 0;
