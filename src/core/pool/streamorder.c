@@ -25,6 +25,7 @@ void cp_so_init(cp_so *so, cp_reuse policy)
     so->events_created = so->events_recorded = so->syncs = so->waits = 0;
     so->open = NULL;
     so->nopen = so->capopen = so->nwanted = 0;
+    so->share_idle = 1;
 }
 
 void cp_so_fini(cp_so *so)
@@ -309,7 +310,7 @@ int cp_so_merge_slow(cp_so *so, cp_so_tag *a, cp_so_tag *b)
      * would give the whole idle region that stream's tag, and another
      * stream could not use it (the pool would grow instead).  They stay
      * apart until the free is complete (the heap merges them then). */
-    if (so->multi && (a->sid == CP_SO_ANY) != (b->sid == CP_SO_ANY))
+    if (so->multi && so->share_idle && (a->sid == CP_SO_ANY) != (b->sid == CP_SO_ANY))
         return 0;
     if (b->sid == CP_SO_ANY) {
         cp_so_tag_release(so, b);

@@ -94,6 +94,9 @@ typedef struct cp_so {
     cp_so_open *open;    /* per stream, CP_REUSE_STREAM */
     uint32_t nopen, capopen;
     uint32_t nwanted;    /* open events marked wanted */
+    int share_idle;      /* multi-stream: keep ANY apart from pending parts
+                            (1, the default; the vmm pool, whose idle pages
+                            any stream can take, sets 0) */
 } cp_so;
 
 void cp_so_init(cp_so *so, cp_reuse policy);

@@ -41,7 +41,10 @@
  *    one first, and synchronizes the device (once) only when none is
  *    settled.  Over the virtual upstream nothing runs on the memory, so an
  *    idle page is settled at once.  Reuse of the addresses themselves
- *    follows the pool's reuse option, as in every pool (streamorder.h).
+ *    follows the pool's reuse option, as in every pool (streamorder.h);
+ *    unlike the chunked pools, a block freed on one stream merges with the
+ *    idle addresses beside it even once several streams use the pool: only
+ *    the addresses take its stream's tag, the pages go wherever needed.
  *  - Frees never unmap.  trim(keep) synchronizes the device if idle pages
  *    are pending, then unmaps and releases idle pages while more than keep
  *    idle bytes are mapped.
@@ -590,6 +593,10 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         ho.initial = (ho.initial + v->gran - 1) / v->gran * v->gran;
     ho.grow = 1;
     st = cp_heap_init(&v->h, up, &ho, &vmm_policy);
+    /* Idle addresses need not stay shared between streams: address space is
+     * plentiful, and the pages under it (what reserved counts) go to any
+     * stream once their frees are complete. */
+    v->h.so.share_idle = 0;
     v->h.o.grow = o->grow;
     v->h.o.max = o->max;
     if (st == CP_OK && o->initial && v->nranges) {
