@@ -229,3 +229,19 @@ describe("vmm pool", function()
     for i = 1, 4 do pins[i]:free() end
   end)
 end)
+
+describe("vmm pool with fallback", function()
+  it("serves what the pool refuses from the upstream, max counting mapped bytes", function()
+    local p <close> = cupola.pool { kind = "vmm", upstream = "device", initial = "4MiB", grow = false,
+      max = "64MiB", fallback = true }
+    local a = assert(p:alloc "3MiB")             -- on the initial pages
+    local b = assert(p:alloc "6MiB")             -- no page may be added: from the upstream
+    assert.is_true(b.address < a.address or b.address >= a.address + 64 * 1024 * 1024,
+      "not in the pool's range")
+    assert.equals(4 * 1024 * 1024 + 6 * 1024 * 1024, p:stats().reserved, "pages + fallback bytes")
+    b:write("fallback", 0)
+    assert.equals("fallback", b:read(0, 8))
+    a:free(); b:free()
+    assert.equals(0, p:stats().used)
+  end)
+end)

@@ -34,7 +34,8 @@ static void note_reserved(cp_resource *r)
 static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
-    uint64_t res = r->reserved + r->fb_bytes;
+    /* (a pool whose reserved is not its upstream bytes says so: vmm) */
+    uint64_t res = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
     if (r->max && (bytes > r->max || res > r->max - bytes))
         return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes would pass the pool's "
                             "max of %llu bytes (fallback included)",
