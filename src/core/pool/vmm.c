@@ -53,6 +53,8 @@
  *    each per page).  max bounds the mapped bytes.  initial maps that many
  *    bytes (whole pages) at creation, kept as idle pages; grow=false maps
  *    no page beyond them (moving idle ones still serves new addresses).
+ *    A request whose pages cannot all be had within max or grow=false
+ *    fails before any page is mapped.
  *  - Upstreams: "device" (the backend's virtual memory calls: real pages on
  *    the host backend too) and "virtual" (the same page accounting, no
  *    memory and no calls: a replay reports what the GPU would map).
@@ -365,6 +367,40 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
     return st;
 }
 
+/* Can the pages [p, last] that have none be mapped at all (new pages within
+ * max and grow, or idle pages elsewhere to move)?  Checked before mapping
+ * anything, so that a request that cannot be served leaves no page mapped
+ * for nothing (a failure of the device itself still may). */
+static cp_status check_room(vmm *v, vpage *p, vpage *last)
+{
+    uint64_t need = 0, idle_here = 0, room, mapped = v->mapped_pages * v->gran;
+    for (; p <= last; p++) {
+        if (!p->handle)
+            need++;
+        else if (!p->live)
+            idle_here++;
+    }
+    if (!need)
+        return CP_OK;
+    room = v->idle_pages - idle_here;
+    if (v->h.o.grow) {
+        if (!v->max)
+            return CP_OK;
+        if (v->max > mapped)
+            room += (v->max - mapped) / v->gran;
+    }
+    if (need <= room)
+        return CP_OK;
+    if (!v->h.o.grow)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu more pages needed, %llu idle "
+                            "(grow=false, mapped %llu)", (unsigned long long)need,
+                            (unsigned long long)room, (unsigned long long)mapped);
+    return cp_error_set(CP_ERR_OOM, "out of memory: %llu more pages of %llu bytes would pass "
+                        "the pool's max of %llu (mapped %llu)", (unsigned long long)need,
+                        (unsigned long long)v->gran, (unsigned long long)v->max,
+                        (unsigned long long)mapped);
+}
+
 static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     vmm *v = (vmm *)r;
@@ -375,6 +411,12 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         return st;
     p = page_of(v, addr);
     last = page_of(v, addr + size - 1);
+    st = check_room(v, p, last);
+    if (st != CP_OK) {
+        cp_heap_free_with(r, *out, bytes, s, &vmm_policy);
+        *out = NULL;
+        return st;
+    }
     v->live_bytes += size;
     for (; p <= last; p++) {
         if (p->live++ == 0 && p->handle)
