@@ -58,6 +58,14 @@
  *  - Upstreams: "device" (the backend's virtual memory calls: real pages on
  *    the host backend too) and "virtual" (the same page accounting, no
  *    memory and no calls: a replay reports what the GPU would map).
+ *
+ * Where the numbers come from (none is fitted to a trace): the page is the
+ * device's granularity, what the hardware maps; the address range is twice
+ * the device's memory, the most that could be mapped plus as much again for
+ * holes; whether a page is moved or created follows from the pool's own
+ * peak of mapped bytes and release_threshold (the API's meaning: idle bytes
+ * kept).  There is no size threshold at all: every block is placed by best
+ * fit and pays only for the pages it touches, so no request is "big".
  */
 #include "heap.h"
 
