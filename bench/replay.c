@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ptrmap.h"
 #include "pool/resource.h"
 #include "trace/trace.h"
 
@@ -36,6 +37,44 @@ static int cmp_double(const void *a, const void *b)
 #include <time.h>
 
 static cp_upstream_kind upstream = CP_UP_VIRTUAL;
+
+/* CUPOLA_BENCH_STREAMS=2: a copy of the trace where allocation i (and its
+ * free) runs on trace stream 1 + (i & 1), the two streams interleaved as
+ * tightly as they can be, replayed on the backend's streams (the host
+ * backend if no GPU).  Written as CSV to a temporary file. */
+static cp_trace *two_streams(cp_trace *t)
+{
+    char path[] = "/tmp/cupola-2s-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    cp_trace *t2 = NULL;
+    cp_ptrmap on; /* pointer -> stream + 1 */
+    size_t i, n = cp_trace_events(t), k = 0;
+    if (!f || cp_ptrmap_init(&on, 1024) != 0)
+        return NULL;
+    fprintf(f, "Thread,Time,Action,Pointer,Size,Stream\n");
+    for (i = 0; i < n; i++) {
+        cp_trace_row row;
+        uint64_t sv;
+        cp_trace_event(t, i, &row);
+        if (!row.is_free) {
+            sv = 1 + (k++ & 1);
+            cp_ptrmap_put(&on, row.pointer, (void *)(uintptr_t)sv);
+        } else {
+            sv = (uint64_t)(uintptr_t)cp_ptrmap_get(&on, row.pointer);
+            cp_ptrmap_del(&on, row.pointer);
+        }
+        fprintf(f, "0,%.3f,%s,0x%llx,%llu,0x%llx\n", row.time_us, row.is_free ? "free" : "allocate",
+                (unsigned long long)row.pointer, (unsigned long long)row.size,
+                (unsigned long long)sv);
+    }
+    fclose(f);
+    cp_ptrmap_fini(&on);
+    if (cp_trace_load(path, &t2) != CP_OK)
+        fprintf(stderr, "%s\n", cp_error_msg());
+    remove(path);
+    return t2;
+}
 
 static cp_resource *fresh(const char *kind)
 {
@@ -55,20 +94,24 @@ static cp_resource *fresh(const char *kind)
 
 int main(int argc, char **argv)
 {
-    static const char *kinds[] = {"arena", "freelist", "tlsf", "caching"};
+    static const char *kinds[] = {"arena", "freelist", "tlsf", "caching", "vmm"};
+    const int nkinds = (int)(sizeof kinds / sizeof kinds[0]);
     static const struct {
         const char *name;
-        double pytorch;
+        double pytorch, expandable;
     } known[] = {
-        {"resnet50_train.csv.gz", 1.21},
-        {"gpt2_train.csv.gz", 1.10},
-        {"t5_train_varlen.csv.gz", 1.14},
+        {"resnet50_train.csv.gz", 1.21, 1.017},
+        {"gpt2_train.csv.gz", 1.10, 1.089},
+        {"t5_train_varlen.csv.gz", 1.14, 1.040},
+        {"mixtral_moe_train.csv.gz", 1.53, 1.087},
+        {"convnext_multires_train.csv.gz", 1.21, 1.010},
+        {"gpt2_beam_search.csv.gz", 1.09, 1.047},
     };
     const char *dir = getenv("CUPOLA_TRACES");
     int runs = argc > 1 ? atoi(argv[1]) : 5;
     int repeat = argc > 2 ? atoi(argv[2]) : 10;
-    int ntraces = argc > 3 ? argc - 3 : 3;
-    int ti, ki, run, rc = 0;
+    int ntraces = argc > 3 ? argc - 3 : (int)(sizeof known / sizeof known[0]);
+    int ti, ki, run, rc = 0, streams2 = 0;
 
     const char *up = getenv("CUPOLA_BENCH_UPSTREAM");
 
@@ -84,6 +127,15 @@ int main(int argc, char **argv)
         }
         printf("# upstream %s, backend %s\n", up, cp_be->name);
     }
+    if (getenv("CUPOLA_BENCH_STREAMS") && atoi(getenv("CUPOLA_BENCH_STREAMS")) == 2) {
+        if (cp_backend_select(NULL) != CP_OK) {
+            fprintf(stderr, "%s\n", cp_error_msg());
+            return 1;
+        }
+        streams2 = 1;
+        printf("# two streams interleaved (allocation i on stream 1 + i %% 2), backend %s\n",
+               cp_be->name);
+    }
     if (!dir || !*dir)
         dir = "examples/traces";
     if (runs < 1)
@@ -92,12 +144,12 @@ int main(int argc, char **argv)
         runs = 99;
     if (repeat < 1)
         repeat = 1;
-    printf("%-24s %-9s %12s %14s %9s %8s %10s %7s\n", "trace", "pool", "peak_live",
-           "peak_reserved", "res/live", "pytorch", "ns/event", "failed");
+    printf("%-24s %-9s %12s %14s %9s %8s %8s %10s %7s\n", "trace", "pool", "peak_live",
+           "peak_reserved", "res/live", "pytorch", "expand", "ns/event", "maps");
     for (ti = 0; ti < ntraces; ti++) {
         char path[4096];
         const char *p, *base;
-        double pt = 0;
+        double pt = 0, px = 0;
         cp_trace *t;
         size_t j;
         if (argc > 3) {
@@ -109,13 +161,22 @@ int main(int argc, char **argv)
         base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
         for (j = 0; j < sizeof known / sizeof known[0]; j++)
             if (strcmp(base, known[j].name) == 0)
-                pt = known[j].pytorch;
+                pt = known[j].pytorch, px = known[j].expandable;
         if (cp_trace_load(p, &t) != CP_OK) {
             fprintf(stderr, "%s\n", cp_error_msg());
             rc = 1;
             continue;
         }
-        for (ki = 0; ki < 4; ki++) {
+        if (streams2) {
+            cp_trace *t2 = two_streams(t);
+            cp_trace_free(t);
+            if (!t2) {
+                rc = 1;
+                continue;
+            }
+            t = t2;
+        }
+        for (ki = 0; ki < nkinds; ki++) {
             double ns[99];
             cp_replay_result first;
             cp_replay_opts once = {0, 1, 0}, rep = {0, repeat, 0};
@@ -141,16 +202,20 @@ int main(int argc, char **argv)
             if (run < runs)
                 continue;
             qsort(ns, (size_t)runs, sizeof ns[0], cmp_double);
-            printf("%-24s %-9s %12llu %14llu %9.4f %8.2f %10.1f %7llu\n", base, kinds[ki],
+            printf("%-24s %-9s %12llu %14llu %9.4f %8.2f %8.3f %10.1f %7llu\n", base, kinds[ki],
                    (unsigned long long)first.peak_live, (unsigned long long)first.peak_reserved,
-                   first.reserved_over_live, pt, ns[runs / 2],
-                   (unsigned long long)first.failed);
+                   first.reserved_over_live, pt, px, ns[runs / 2],
+                   (unsigned long long)first.maps);
+            if (first.failed)
+                printf("  (%llu allocations failed)\n", (unsigned long long)first.failed);
         }
         cp_trace_free(t);
     }
 
+    if (getenv("CUPOLA_BENCH_NO_PAIRS"))
+        return rc;
     printf("\n%-9s %14s\n", "pool", "ns/pair(1MiB)");
-    for (ki = 0; ki < 4; ki++) {
+    for (ki = 0; ki < nkinds; ki++) {
         double ns[99];
         cp_resource *r = fresh(kinds[ki]);
         void *p;
@@ -181,7 +246,7 @@ int main(int argc, char **argv)
         printf("\n%-9s %20s   (backend %s)\n", "pool", "ns/pair 2 streams", cp_be->name);
         if (cp_be->stream_create(&s1, 0, 0) != CP_OK || cp_be->stream_create(&s2, 0, 0) != CP_OK)
             return 1;
-        for (ki = 0; ki < 4; ki++) {
+        for (ki = 0; ki < nkinds; ki++) {
             double ns[99];
             cp_resource *r = fresh(kinds[ki]);
             void *p;

@@ -83,7 +83,7 @@ end)
 describe("misuse: pools", function()
   it("an unknown kind lists the kinds", function()
     raises(function() cupola.pool { kind = "buddy" } end,
-      "option 'kind' must be one of arena, freelist, tlsf, caching, plugin, not 'buddy'")
+      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, not 'buddy'")
   end)
 
   it("an unknown upstream lists the upstreams", function()
@@ -862,5 +862,47 @@ describe("misuse: seeing what happened", function()
     assert.matches("requested 2.00 MiB", msg, 1, true)
     assert.equals(2097152, info.requested)
     consistent(q)
+  end)
+end)
+
+
+describe("misuse: vmm pools (issue 14)", function()
+  local cupola = require "cupola"
+  it("upstreams it cannot map, and bad options, raise", function()
+    for _, up in ipairs { "async", "managed", "pinned" } do
+      assert.error_matches(function() cupola.pool { kind = "vmm", upstream = up } end,
+        "upstream must be 'device' or 'virtual', not '" .. up .. "'")
+    end
+    assert.error_matches(function() cupola.pool { kind = "vmm", upstream = "virtual", alignment = 3 } end,
+      "power of two")
+  end)
+
+  it("double frees, foreign blocks and closed pools are refused, and the pages stay counted", function()
+    local p = cupola.pool { kind = "vmm", upstream = "device" }
+    local q <close> = cupola.pool { kind = "vmm", upstream = "device" }
+    local b = p:alloc "3MiB"
+    local pages = p:stats().pages_mapped
+    b:free()
+    assert.has_error(function() b:free() end)
+    assert.equals(pages, p:stats().pages_mapped, "a refused free unmapped nothing")
+    local c = q:alloc "1KiB"
+    assert.equals(q, c.pool)
+    c:free()
+    p:close()
+    assert.has_error(function() p:alloc "1KiB" end, "attempt to use a closed cupola.Pool")
+    assert.has_error(function() p:trim(0) end, "attempt to use a closed cupola.Pool")
+  end)
+
+  it("out of memory at max is data, and the pool goes on", function()
+    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", max = "4MiB" }
+    local a = assert(p:alloc "3MiB")
+    local b, msg, why = p:alloc "8MiB"
+    assert.is_nil(b)
+    assert.equals("out_of_memory", why)
+    assert.matches("max", msg)
+    assert.equals(4 * 1024 * 1024, p:stats().reserved)
+    a:free()
+    local c = assert(p:alloc "4MiB")
+    c:free()
   end)
 end)

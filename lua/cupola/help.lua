@@ -169,7 +169,7 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
     },
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
-  kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "plugin"
+  kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "vmm" | "plugin"
   plugin: path= (a .so) or source= (C, compiled and cached), symbol= (its
     const cupola_allocator, <cupola/allocator.h> in cupola.include_dir),
     options= (a string for its create)
@@ -183,7 +183,8 @@ p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
-  largest_free, free_bytes, fragmentation, live_buffers
+  largest_free, free_bytes, fragmentation, live_buffers (vmm: page_bytes,
+  pages_mapped, maps, unmaps)
 p:close()         raises while buffers are live
 Fields: p.kind, p.upstream, p.reuse, p.alignment, p.closed.
 cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:

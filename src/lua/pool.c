@@ -21,7 +21,7 @@ typedef struct l_pool {
     char kind[16];
 } l_pool;
 
-static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", "plugin", NULL};
+static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", "vmm", "plugin", NULL};
 static const char *const upstreams[] = {"device", "async", "managed", "pinned", "virtual", NULL};
 static const char *const reuses[] = {"stream", "event", "wait", NULL};
 
@@ -313,6 +313,13 @@ static int pool_stats(lua_State *L)
     SETI(failed);
     SETI(largest_free);
     SETI(free_bytes);
+    if (s.page_bytes) {
+        /* a pool over virtual memory management: its pages */
+        SETI(page_bytes);
+        SETI(pages_mapped);
+        SETI(maps);
+        SETI(unmaps);
+    }
 #undef SETI
     lua_pushnumber(L, s.fragmentation);
     lua_setfield(L, -2, "fragmentation");

@@ -249,6 +249,10 @@ static int trace_replay(lua_State *L)
     lua_setfield(L, -2, "failed");
     lua_pushinteger(L, (lua_Integer)res.skipped_frees);
     lua_setfield(L, -2, "skipped_frees");
+    lua_pushinteger(L, (lua_Integer)res.maps);
+    lua_setfield(L, -2, "maps");
+    lua_pushinteger(L, (lua_Integer)res.unmaps);
+    lua_setfield(L, -2, "unmaps");
     return 1;
 }
 

@@ -261,6 +261,28 @@ typedef struct cp_backend {
     cp_status (*ipc_open_handle)(int dev, const cp_ipc_data *d, int fd, size_t bytes,
                                  void **out);
     cp_status (*ipc_close_handle)(void *ptr, size_t bytes);
+
+    /* ---- virtual memory management (issue 14: the vmm pool) ----
+     * Physical memory comes in handles whose size is a multiple of
+     * vm_granularity; a handle is mapped into a reserved address range and
+     * becomes accessible after vm_set_access over the range.  CUDA: the
+     * driver's cuMemAddressReserve/Free, cuMemCreate/Release, cuMemMap/Unmap,
+     * cuMemSetAccess (entry points looked up at run time, so the module
+     * still loads without a driver); CP_ERR_UNSUPPORTED when the device or
+     * driver has none.  Host: real pages: the range is an mmap(PROT_NONE)
+     * reservation, access is mprotect(PROT_READ|PROT_WRITE), unmap is
+     * madvise(MADV_DONTNEED) + PROT_NONE (the contents are gone, as on the
+     * GPU); a handle is a number.  Unmap and release do not order
+     * themselves after device work: callers make sure no queued work still
+     * touches the range. */
+    cp_status (*vm_granularity)(size_t *out);
+    cp_status (*vm_reserve)(void **out, size_t bytes);
+    cp_status (*vm_free_range)(void *p, size_t bytes);
+    cp_status (*vm_create)(uint64_t *handle, size_t bytes);
+    cp_status (*vm_release)(uint64_t handle);
+    cp_status (*vm_map)(void *p, size_t bytes, uint64_t handle);
+    cp_status (*vm_unmap)(void *p, size_t bytes);
+    cp_status (*vm_set_access)(void *p, size_t bytes);
 } cp_backend;
 
 /* The backends compiled into this module.  cp_backend_cuda_probe() tells

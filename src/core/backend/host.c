@@ -1779,6 +1779,110 @@ __attribute__((constructor)) static void host_bind_pools(void)
 
 /* ---- the table ------------------------------------------------------------ */
 
+/* ---- virtual memory management (the vmm pool) -------------------------- */
+
+/* The GPU's granule (cuMemGetAllocationGranularity on current devices), so
+ * that a pool's page accounting on the host is what the GPU would map. */
+#define HOST_VM_GRANULE ((size_t)2 << 20)
+
+static atomic_uint_least64_t next_vm_handle = 1;
+
+static cp_status h_vm_granularity(size_t *out)
+{
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "vm_granularity: out is NULL");
+    *out = HOST_VM_GRANULE;
+    return CP_OK;
+}
+
+static int vm_aligned(const void *p, size_t bytes)
+{
+    return p && bytes && ((uintptr_t)p % HOST_VM_GRANULE) == 0 && bytes % HOST_VM_GRANULE == 0;
+}
+
+/* A PROT_NONE reservation aligned to the granule: over-reserve, trim both ends. */
+static cp_status h_vm_reserve(void **out, size_t bytes)
+{
+    size_t span;
+    uintptr_t base, start;
+    void *p;
+    if (!out || !bytes || bytes % HOST_VM_GRANULE)
+        return cp_error_set(CP_ERR_INVALID, "vm_reserve: %zu bytes is not a multiple of the "
+                            "granularity", bytes);
+    *out = NULL;
+    span = bytes + HOST_VM_GRANULE;
+    if (span < bytes)
+        return cp_error_set(CP_ERR_OOM, "vm_reserve: %zu bytes of address space", bytes);
+    p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return cp_error_set(CP_ERR_OOM, "vm_reserve: mmap of %zu bytes: %s", span,
+                            strerror(errno));
+    base = (uintptr_t)p;
+    start = (base + HOST_VM_GRANULE - 1) & ~(uintptr_t)(HOST_VM_GRANULE - 1);
+    if (start > base)
+        munmap(p, start - base);
+    if (base + span > start + bytes)
+        munmap((void *)(start + bytes), base + span - (start + bytes));
+    *out = (void *)start;
+    return CP_OK;
+}
+
+static cp_status h_vm_free_range(void *p, size_t bytes)
+{
+    if (!vm_aligned(p, bytes))
+        return cp_error_set(CP_ERR_INVALID, "vm_free_range: %p, %zu bytes: not a reserved "
+                            "range", p, bytes);
+    if (munmap(p, bytes) != 0)
+        return cp_error_set(CP_ERR_BACKEND, "vm_free_range: munmap: %s", strerror(errno));
+    return CP_OK;
+}
+
+/* Physical memory is the pages the kernel gives on first touch after
+ * vm_set_access; a handle only names it. */
+static cp_status h_vm_create(uint64_t *handle, size_t bytes)
+{
+    if (!handle || !bytes || bytes % HOST_VM_GRANULE)
+        return cp_error_set(CP_ERR_INVALID, "vm_create: %zu bytes is not a multiple of the "
+                            "granularity", bytes);
+    *handle = atomic_fetch_add(&next_vm_handle, 1);
+    return CP_OK;
+}
+
+static cp_status h_vm_release(uint64_t handle)
+{
+    if (!handle)
+        return cp_error_set(CP_ERR_INVALID, "vm_release: no such handle");
+    return CP_OK;
+}
+
+static cp_status h_vm_map(void *p, size_t bytes, uint64_t handle)
+{
+    if (!vm_aligned(p, bytes) || !handle)
+        return cp_error_set(CP_ERR_INVALID, "vm_map: %p, %zu bytes: not granule-aligned", p,
+                            bytes);
+    return CP_OK; /* accessible only after vm_set_access, as on the GPU */
+}
+
+static cp_status h_vm_unmap(void *p, size_t bytes)
+{
+    if (!vm_aligned(p, bytes))
+        return cp_error_set(CP_ERR_INVALID, "vm_unmap: %p, %zu bytes: not granule-aligned", p,
+                            bytes);
+    if (madvise(p, bytes, MADV_DONTNEED) != 0 || mprotect(p, bytes, PROT_NONE) != 0)
+        return cp_error_set(CP_ERR_BACKEND, "vm_unmap: %s", strerror(errno));
+    return CP_OK;
+}
+
+static cp_status h_vm_set_access(void *p, size_t bytes)
+{
+    if (!vm_aligned(p, bytes))
+        return cp_error_set(CP_ERR_INVALID, "vm_set_access: %p, %zu bytes: not "
+                            "granule-aligned", p, bytes);
+    if (mprotect(p, bytes, PROT_READ | PROT_WRITE) != 0)
+        return cp_error_set(CP_ERR_OOM, "vm_set_access: mprotect: %s", strerror(errno));
+    return CP_OK;
+}
+
 const cp_backend cp_backend_host = {
     .name = "host",
     .device_info = h_device_info,
@@ -1848,4 +1952,13 @@ const cp_backend cp_backend_host = {
     .ipc_get_handle = h_ipc_get_handle,
     .ipc_open_handle = h_ipc_open_handle,
     .ipc_close_handle = h_ipc_close_handle,
+    /* virtual memory management (the vmm pool) */
+    .vm_granularity = h_vm_granularity,
+    .vm_reserve = h_vm_reserve,
+    .vm_free_range = h_vm_free_range,
+    .vm_create = h_vm_create,
+    .vm_release = h_vm_release,
+    .vm_map = h_vm_map,
+    .vm_unmap = h_vm_unmap,
+    .vm_set_access = h_vm_set_access,
 };

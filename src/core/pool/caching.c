@@ -105,7 +105,7 @@ static uint64_t c_largest(cp_heap *h)
 
 static const cp_heap_policy caching_policy = {
     "caching", c_round, c_chunk, c_pool_of, c_split, c_insert, c_remove, c_find, c_largest,
-    NULL,
+    NULL, NULL,
 };
 
 static cp_status c_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
@@ -120,7 +120,7 @@ static cp_status c_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 
 static const cp_resource_ops caching_ops = {
     "caching", c_alloc, c_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
-    cp_heap_destroy,
+    cp_heap_destroy, NULL,
 };
 
 cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

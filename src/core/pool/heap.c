@@ -38,6 +38,8 @@ static int async_up(const cp_heap *h)
 static void chunk_release(cp_heap *h, cp_blk *b)
 {
     h->pol->remove(h, b);
+    if (b->in_apart)
+        cp_apart_unlink_from(&h->apart, b);
     cp_empty_unlink(h, b);
     cp_so_tag_release(&h->so, &b->tag);
     h->free_bytes -= b->size;
@@ -75,6 +77,8 @@ static void make_room(cp_heap *h, uint64_t want, uint64_t sid)
     uint64_t cap = h->base.st.reserved_peak, idle = 0;
     uint64_t keep = h->o.release_threshold;
     int synced = 0, hard = 0;
+    if (h->keep_chunks)
+        return;
     if (h->o.max && h->o.max < cap) {
         cap = h->o.max;
         keep = 0; /* max is a hard limit: whatever is idle may go */
@@ -153,6 +157,16 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
         return st;
     }
     b->prev = b->next = NULL;
+    if (h->pol->chunk_added) {
+        b->up_ptr = (uint64_t)(uintptr_t)p;
+        b->up_bytes = want + pad;
+        st = h->pol->chunk_added(h, b);
+        if (st != CP_OK) {
+            cp_resource_free(h->up, p, (size_t)(want + pad), NULL);
+            cp_blk_put(h, b);
+            return st;
+        }
+    }
     b->up_ptr = (uint64_t)(uintptr_t)p;
     b->up_bytes = want + pad;
     b->addr = (b->up_ptr + h->align - 1) & ~(h->align - 1);
@@ -202,6 +216,93 @@ cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
 
 /* ---- alloc / free ---- */
 
+/* Takes b off whichever apart list it is on: 1 the heap's, 2 the one being
+ * worked through (*work). */
+static void apart_drop(cp_heap *h, cp_blk **work, cp_blk *b)
+{
+    if (b->in_apart == 1)
+        cp_apart_unlink_from(&h->apart, b);
+    else if (b->in_apart == 2)
+        cp_apart_unlink_from(work, b);
+}
+
+/* Before the pool grows: merges the blocks kept apart with the neighbours
+ * they now may merge with (frees known complete: cp_so_settle, which asks a
+ * stream with an unrecorded event to record it at its next operation).
+ * Returns whether any merge happened. */
+/* May free neighbours tagged a (left) and b (right) merge now, for a
+ * request on stream sid?  Besides what streamorder allows: idle memory
+ * (ANY) joins a block freed on the requesting stream itself, since that
+ * stream is about to grow the pool otherwise. */
+static int merge_for(cp_heap *h, cp_so_tag *a, cp_so_tag *b, uint64_t sid)
+{
+    cp_so_settle(&h->so, a);
+    cp_so_settle(&h->so, b);
+    if (a->sid == CP_SO_ANY && b->sid == sid) {
+        cp_so_tag_release(&h->so, a);
+        *a = *b;
+        b->ev = NULL;
+        return 1;
+    }
+    if (b->sid == CP_SO_ANY && a->sid == sid) {
+        cp_so_tag_release(&h->so, b);
+        return 1;
+    }
+    return cp_so_merge(&h->so, a, b);
+}
+
+static int coalesce_apart(cp_heap *h, uint64_t sid)
+{
+    cp_blk *work = h->apart, *b, *n;
+    int merged_any = 0;
+    h->apart = NULL;
+    for (b = work; b; b = b->en)
+        b->in_apart = 2;
+    while ((b = work) != NULL) {
+        int merged = 0;
+        cp_apart_unlink_from(&work, b);
+        if (!b->is_free)
+            continue;
+        /* leftwards first, then rightwards */
+        while ((n = b->prev) && n->is_free && merge_for(h, &n->tag, &b->tag, sid)) {
+            if (!merged)
+                h->pol->remove(h, b);
+            h->pol->remove(h, n);
+            apart_drop(h, &work, n);
+            n->size += b->size;
+            n->next = b->next;
+            if (b->next)
+                b->next->prev = n;
+            cp_blk_put(h, b);
+            b = n;
+            merged = 1;
+        }
+        while ((n = b->next) && n->is_free && merge_for(h, &b->tag, &n->tag, sid)) {
+            if (!merged)
+                h->pol->remove(h, b);
+            h->pol->remove(h, n);
+            apart_drop(h, &work, n);
+            b->size += n->size;
+            b->next = n->next;
+            if (n->next)
+                n->next->prev = b;
+            cp_blk_put(h, n);
+            merged = 1;
+        }
+        if (merged) {
+            merged_any = 1;
+            h->pol->insert(h, b);
+        }
+        if (!b->prev && !b->next) {
+            if (!b->in_empty)
+                cp_empty_push(h, b);
+        } else if ((b->next && b->next->is_free) || (b->prev && b->prev->is_free)) {
+            cp_apart_push(h, b);
+        }
+    }
+    return merged_any;
+}
+
 cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, uint64_t sid,
                        cp_stream *s, cp_blk **out)
 {
@@ -216,6 +317,14 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
                             "(reserved %llu, free %llu, grow=false)", bytes,
                             (unsigned long long)h->base.reserved,
                             (unsigned long long)h->free_bytes);
+    if (h->apart && coalesce_apart(h, sid)) {
+        b = h->big && size >= h->big ? cp_heap_find_whole(h, size, sid, s)
+                                     : h->pol->find(h, size, pool, sid, s);
+        if (b) {
+            *out = b;
+            return CP_OK;
+        }
+    }
     want = h->pol->chunk_size(h, size, &cpool);
     if (h->o.release_threshold && h->empty && h->big) {
         /* Idle chunks are kept cached: use them (any fit) before growing,
@@ -314,6 +423,9 @@ static void settle(cp_heap *h)
 {
     cp_blk_slab *sl;
     size_t i;
+    /* everything mergeable is merged below: the apart list starts over */
+    while (h->apart)
+        cp_apart_unlink_from(&h->apart, h->apart);
     cp_so_sync(&h->so);
     for (sl = h->slabs; sl; sl = sl->next)
         for (i = 0; i < sizeof sl->blks / sizeof sl->blks[0]; i++)
@@ -351,7 +463,7 @@ cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes)
     if (h->so.multi)
         settle(h);
     /* A pool that may not grow keeps its chunks: it could never get them back. */
-    if (h->o.grow)
+    if (h->o.grow && !h->keep_chunks)
         release_empty(h, keep_bytes);
     return CP_OK;
 }

@@ -14,7 +14,12 @@
  *  - a fit is split when policy->split says so, the remainder staying free
  *    with the tag of the block it came from;
  *  - a freed block merges with free neighbours whose stream tags allow it
- *    (streamorder.h);
+ *    (streamorder.h); once the pool has seen a second stream, a block whose
+ *    free is pending is not merged into idle memory (ANY) beside it, which
+ *    would keep that memory from the other streams: it goes on the list of
+ *    blocks kept apart, and before the pool grows, the blocks on that list
+ *    whose frees are now known complete are merged with their neighbours
+ *    and the search is tried again;
  *  - requests of `big` bytes or more take an entirely free chunk that fits
  *    them within 1/32, unsplit, or get a chunk of their own; smaller ones do
  *    not split such chunks when over 8 times their size (cp_heap_keep_whole),
@@ -61,6 +66,7 @@ struct cp_blk {
     uint8_t is_free;
     uint8_t pool;          /* index-specific (small/large) */
     uint8_t in_empty;
+    uint8_t in_apart;      /* on the apart list (ep/en: never a whole chunk) */
 };
 
 typedef struct cp_heap cp_heap;
@@ -81,6 +87,9 @@ typedef struct cp_heap_policy {
     cp_blk *(*find)(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s);
     uint64_t (*largest)(cp_heap *h);
     void (*fini)(cp_heap *h);
+    /* NULL, or told of each chunk taken from the upstream (the vmm pool
+     * builds the chunk's page table); an error gives the chunk back */
+    cp_status (*chunk_added)(cp_heap *h, cp_blk *b);
 } cp_heap_policy;
 
 typedef struct cp_blk_slab {
@@ -98,6 +107,7 @@ struct cp_heap {
     cp_blk *spare;         /* free descriptors */
     cp_blk_slab *slabs;
     cp_blk *empty;         /* entirely free chunks */
+    cp_blk *apart;         /* free blocks kept apart from a free neighbour */
     uint64_t align;
     uint64_t up_align;
     uint64_t free_bytes;
@@ -105,6 +115,10 @@ struct cp_heap {
     uint64_t chunks;
     uint64_t big;          /* requests >= big get whole chunks (0: never) */
     int desperate;         /* growth failed: any fit will do */
+    int keep_chunks;       /* chunks are address space (vmm): never returned
+                              before destroy, reserved is the pool's own */
+    uint64_t last_addr, last_size; /* the block the last alloc handed out, or
+                              the last free took back (before merging) */
 };
 
 /* Sets up h (already zeroed, base initialised by the caller with its ops)
@@ -212,6 +226,7 @@ static inline void cp_blk_put(cp_heap *h, cp_blk *b)
     b->up_bytes = 0;
     b->is_free = 0;
     b->in_empty = 0;
+    b->in_apart = 0;
     b->tag.ev = NULL;
     b->r = h->spare;
     h->spare = b;
@@ -240,6 +255,31 @@ static inline void cp_empty_unlink(cp_heap *h, cp_blk *b)
     h->idle_bytes -= b->up_bytes;
 }
 
+/* The apart list (multi-stream pools): free blocks with a free neighbour
+ * they could not merge with.  A block on it is never a whole chunk, so it
+ * borrows the empty list's links. */
+static inline void cp_apart_push(cp_heap *h, cp_blk *b)
+{
+    b->ep = NULL;
+    b->en = h->apart;
+    if (h->apart)
+        h->apart->ep = b;
+    h->apart = b;
+    b->in_apart = 1;
+}
+
+static inline void cp_apart_unlink_from(cp_blk **head, cp_blk *b)
+{
+    if (b->ep)
+        b->ep->en = b->en;
+    else
+        *head = b->en;
+    if (b->en)
+        b->en->ep = b->ep;
+    b->ep = b->en = NULL;
+    b->in_apart = 0;
+}
+
 /* ---- alloc and free, specialised per pool ----
  * Each pool's ops call these with its own constant policy, so the compiler
  * turns the policy's calls into direct, inlined ones on the hot path. */
@@ -266,6 +306,8 @@ static inline cp_status cp_heap_alloc_with(cp_resource *r, size_t bytes, cp_stre
     pol->remove(h, b);
     if (b->in_empty)
         cp_empty_unlink(h, b);
+    else if (__builtin_expect(b->in_apart, 0))
+        cp_apart_unlink_from(&h->apart, b);
     /* A big request keeps its whole chunk's spare tail (at most 1/32, or
      * the last granule): the chunk must stay whole to be reused or returned
      * whole. */
@@ -289,6 +331,8 @@ static inline cp_status cp_heap_alloc_with(cp_resource *r, size_t bytes, cp_stre
     if (__builtin_expect(cp_ptrmap_put(&h->live, b->addr, b) != 0, 0))
         return cp_heap_map_full(h, b);
     h->desperate = 0;
+    h->last_addr = b->addr;
+    h->last_size = b->size;
     cp_so_tag_release(&h->so, &b->tag);
     b->is_free = 0;
     h->free_bytes -= b->size;
@@ -306,12 +350,16 @@ static inline cp_status cp_heap_free_with(cp_resource *r, void *p, size_t bytes,
     if (__builtin_expect(!b || bytes > b->size, 0))
         return cp_heap_bad_free(h, p, bytes, b);
     cp_so_note(&h->so, sid, s);
+    h->last_addr = b->addr;
+    h->last_size = b->size;
     cp_so_tag_free(&h->so, &b->tag, sid, s);
     b->is_free = 1;
     h->free_bytes += b->size;
     n = b->next;
     if (n && n->is_free && cp_so_merge(&h->so, &b->tag, &n->tag)) {
         pol->remove(h, n);
+        if (__builtin_expect(n->in_apart, 0))
+            cp_apart_unlink_from(&h->apart, n);
         b->size += n->size;
         b->next = n->next;
         if (n->next)
@@ -321,6 +369,8 @@ static inline cp_status cp_heap_free_with(cp_resource *r, void *p, size_t bytes,
     n = b->prev;
     if (n && n->is_free && cp_so_merge(&h->so, &n->tag, &b->tag)) {
         pol->remove(h, n);
+        if (__builtin_expect(n->in_apart, 0))
+            cp_apart_unlink_from(&h->apart, n);
         n->size += b->size;
         n->next = b->next;
         if (b->next)
@@ -331,6 +381,9 @@ static inline cp_status cp_heap_free_with(cp_resource *r, void *p, size_t bytes,
     pol->insert(h, b);
     if (!b->prev && !b->next)
         cp_empty_push(h, b);
+    else if (__builtin_expect(h->so.multi, 0) &&
+             ((b->next && b->next->is_free) || (b->prev && b->prev->is_free)))
+        cp_apart_push(h, b);
     return CP_OK;
 }
 

@@ -50,6 +50,17 @@ static void lim_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_byte
     *free_bytes = st.free_bytes;
 }
 
+/* A wrapped vmm pool's pages. */
+static void lim_vm_info(cp_resource *r, cp_stats *out)
+{
+    cp_stats st;
+    cp_resource_stats(((limit_res *)r)->inner, &st);
+    out->page_bytes = st.page_bytes;
+    out->pages_mapped = st.pages_mapped;
+    out->maps = st.maps;
+    out->unmaps = st.unmaps;
+}
+
 static uint64_t lim_reserved(cp_resource *r)
 {
     return cp_resource_reserved(((limit_res *)r)->inner);
@@ -63,6 +74,7 @@ static void lim_destroy(cp_resource *r)
 
 static const cp_resource_ops limit_ops = {
     "limit", lim_alloc, lim_free, lim_trim, lim_reset, lim_free_info, lim_reserved, lim_destroy,
+    lim_vm_info,
 };
 
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit)

@@ -91,6 +91,17 @@ static void log_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_byte
     *free_bytes = st.free_bytes;
 }
 
+/* A wrapped vmm pool's pages. */
+static void log_vm_info(cp_resource *r, cp_stats *out)
+{
+    cp_stats st;
+    cp_resource_stats(((log_res *)r)->inner, &st);
+    out->page_bytes = st.page_bytes;
+    out->pages_mapped = st.pages_mapped;
+    out->maps = st.maps;
+    out->unmaps = st.unmaps;
+}
+
 static uint64_t log_reserved(cp_resource *r)
 {
     return cp_resource_reserved(((log_res *)r)->inner);
@@ -106,6 +117,7 @@ static void log_destroy(cp_resource *r)
 
 static const cp_resource_ops log_ops = {
     "log", log_alloc, log_free, log_trim, log_reset, log_free_info, log_reserved, log_destroy,
+    log_vm_info,
 };
 
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path)

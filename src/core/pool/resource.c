@@ -39,7 +39,8 @@ static void note_reserved(cp_resource *r)
 static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
-    uint64_t res = r->reserved + r->fb_bytes;
+    /* (a pool whose reserved is not its upstream bytes says so: vmm) */
+    uint64_t res = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
     if (r->max && (bytes > r->max || res > r->max - bytes))
         return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes would pass the pool's "
                             "max of %llu bytes (fallback included)",
@@ -57,12 +58,32 @@ static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void
     return CP_OK;
 }
 
+void cp_resource_lock(cp_resource *r)
+{
+    cp_lock(&r->lock);
+}
+
+void cp_resource_unlock(cp_resource *r)
+{
+    cp_unlock(&r->lock);
+}
+
 cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
     if (__builtin_expect(cp_nvtx_on, 0))
         cp_nvtx_cupola_push("alloc");
     cp_lock(&r->lock);
+    st = cp_resource_alloc_locked(r, bytes, s, out);
+    cp_unlock(&r->lock);
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_pop();
+    return st;
+}
+
+cp_status cp_resource_alloc_locked(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    cp_status st;
     st = r->ops->alloc(r, bytes, s, out);
     if (st == CP_ERR_OOM && r->fallback)
         st = fallback_alloc(r, bytes, s, out);
@@ -76,11 +97,8 @@ cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **o
         explain_oom(r, bytes);
     }
     note_reserved(r);
-    cp_unlock(&r->lock);
     if (st != CP_OK)
         *out = NULL;
-    if (__builtin_expect(cp_nvtx_on, 0))
-        cp_nvtx_cupola_pop();
     return st;
 }
 
@@ -92,6 +110,18 @@ cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
     if (__builtin_expect(cp_nvtx_on, 0))
         cp_nvtx_cupola_push("free");
     cp_lock(&r->lock);
+    st = cp_resource_free_locked(r, p, bytes, s);
+    cp_unlock(&r->lock);
+    if (__builtin_expect(cp_nvtx_on, 0))
+        cp_nvtx_cupola_pop();
+    return st;
+}
+
+cp_status cp_resource_free_locked(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    cp_status st;
+    if (!p)
+        return CP_OK;
     if (r->fb_map.count) {
         void *v = cp_ptrmap_get(&r->fb_map, (uint64_t)(uintptr_t)p);
         if (v) {
@@ -108,9 +138,6 @@ count:
         r->st.frees++;
         r->st.used -= bytes < r->st.used ? bytes : r->st.used;
     }
-    cp_unlock(&r->lock);
-    if (__builtin_expect(cp_nvtx_on, 0))
-        cp_nvtx_cupola_pop();
     return st;
 }
 
@@ -152,17 +179,24 @@ void cp_resource_stats(cp_resource *r, cp_stats *out)
     out->reserved = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
     if (r->ops->free_info)
         r->ops->free_info(r, &largest, &fb);
+    if (r->ops->vm_info)
+        r->ops->vm_info(r, out);
     cp_unlock(&r->lock);
     out->largest_free = largest;
     out->free_bytes = fb;
     out->fragmentation = fb ? 1.0 - (double)largest / (double)fb : 0.0;
 }
 
+uint64_t cp_resource_reserved_locked(cp_resource *r)
+{
+    return (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
+}
+
 uint64_t cp_resource_reserved(cp_resource *r)
 {
     uint64_t v;
     cp_lock(&r->lock);
-    v = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
+    v = cp_resource_reserved_locked(r);
     cp_unlock(&r->lock);
     return v;
 }

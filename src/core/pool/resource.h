@@ -36,6 +36,11 @@ typedef struct cp_stats {
     uint64_t largest_free;  /* largest block the pool could hand out now */
     uint64_t free_bytes;    /* reserved bytes not held by live blocks */
     double fragmentation;   /* 1 - largest_free / free_bytes (0 when no free) */
+    /* pools over virtual memory management (vmm); 0 for the others */
+    uint64_t page_bytes;    /* the physical page (the device's granularity) */
+    uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
+    uint64_t maps;          /* pages mapped since creation */
+    uint64_t unmaps;        /* pages unmapped since creation */
 } cp_stats;
 
 /* How a block freed on one stream may be reused on another (seed 001). */
@@ -56,7 +61,8 @@ typedef enum cp_upstream_kind {
 
 /* Everything cupola.pool{...} accepts, already validated by the binding. */
 typedef struct cp_pool_opts {
-    const char *kind;         /* "arena", "freelist", "tlsf", "caching", "plugin" */
+    const char *kind;         /* "arena", "freelist", "tlsf", "caching", "vmm",
+                                 "plugin" */
     cp_upstream_kind upstream;
     uint64_t initial;         /* bytes reserved at creation (0: none) */
     int grow;                 /* may reserve more from upstream when full */
@@ -89,6 +95,15 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
 cp_status cp_resource_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out);
 cp_status cp_resource_free(cp_resource *r, void *p, size_t bytes, cp_stream *s);
 cp_status cp_resource_trim(cp_resource *r, size_t keep_bytes);
+/* Batches (trace replay): the caller takes the resource's lock once and
+ * makes many calls under it, paying the lock's atomic operation once per
+ * batch instead of once per call.  The _locked calls are alloc and free
+ * exactly, statistics included; no other entry point may be called on r
+ * while the lock is held (it is not recursive). */
+void cp_resource_lock(cp_resource *r);
+void cp_resource_unlock(cp_resource *r);
+cp_status cp_resource_alloc_locked(cp_resource *r, size_t bytes, cp_stream *s, void **out);
+cp_status cp_resource_free_locked(cp_resource *r, void *p, size_t bytes, cp_stream *s);
 cp_status cp_resource_reset(cp_resource *r); /* CP_ERR_UNSUPPORTED unless arena */
 void cp_resource_stats(cp_resource *r, cp_stats *out);
 const char *cp_resource_kind(const cp_resource *r);
@@ -123,6 +138,8 @@ typedef struct cp_oom_figures {
 void cp_resource_last_oom(cp_oom_figures *out);
 /* Reserved bytes of any resource now (cheap: no free-space walk). */
 uint64_t cp_resource_reserved(cp_resource *r);
+/* The same with the resource's lock already held (cp_resource_lock). */
+uint64_t cp_resource_reserved_locked(cp_resource *r);
 
 #ifdef __cplusplus
 }

@@ -15,7 +15,18 @@
  * Cost: while a pool has only ever seen one stream no event is recorded at
  * all, so the hot path is a compare of two integers.  The first operation on
  * a second stream switches the pool to multi-stream mode for good; from then
- * on each free records a pooled event (no create/destroy per free).  Blocks
+ * on, with CP_REUSE_EVENT or CP_REUSE_WAIT, each free records a pooled event
+ * (no create/destroy per free).  With CP_REUSE_STREAM (the default) no block
+ * ever crosses streams, and an event would serve only to know when a free
+ * is complete before memory is returned or blocks of two streams are
+ * merged: so frees record nothing.  A stream's frees share one "open" event
+ * of that stream, recorded on demand: when the pool asks whether one of
+ * them is complete (cp_so_settle) the open event is marked wanted, and it
+ * is recorded at the next operation of the pool on that stream (known to
+ * exist then; its frees all precede the record), after which the stream's
+ * later frees open a new one.  A device synchronization completes every
+ * open event.  (A two-stream replay used to pay one event record per free,
+ * about 10 times the cost of an event on one stream.)  Blocks
  * freed before the switch carry the pool's "legacy" event instead, which is
  * recorded once, at the next operation on that first stream (when it is
  * known to exist: its frees all precede the record, so the one event covers
@@ -28,8 +39,12 @@
  *
  * Merging two free neighbours is allowed when the result is at least as
  * strict as both parts: equal stream ids (keep the later event, which covers
- * the earlier on an in-order stream), or one part ANY (the result takes the
- * other's tag).  Blocks of different streams are not merged until their
+ * the earlier on an in-order stream), or, while the pool has seen one
+ * stream, one part ANY (the result takes the other's tag).  Once a second
+ * stream is seen, an ANY part is not merged into a part freed on a stream
+ * (that would take idle memory away from the other streams): the heap keeps
+ * such neighbours apart and merges them when the free is known complete
+ * (pool/heap.h).  Blocks of different streams are not merged until their
  * events are known complete.
  *
  * The functions are called with the pool's lock held.
@@ -49,8 +64,16 @@ typedef struct cp_so_ev {
     uint64_t seq;          /* recording order within the pool */
     uint32_t refs;
     uint32_t done;         /* event_query said complete */
+    uint8_t open;          /* CP_REUSE_STREAM: not recorded yet */
+    uint8_t wanted;        /*   and asked about: record at the stream's next op */
     struct cp_so_ev *next; /* free list */
 } cp_so_ev;
+
+/* The open event of one stream (CP_REUSE_STREAM). */
+typedef struct cp_so_open {
+    uint64_t sid;
+    cp_so_ev *ev;          /* NULL: none open */
+} cp_so_open;
 
 typedef struct cp_so_tag {
     uint64_t sid;  /* stream freed on, CP_SO_ANY or CP_SO_MIXED */
@@ -68,6 +91,12 @@ typedef struct cp_so {
     uint64_t seq;
     cp_so_ev *pool;      /* recycled events */
     uint64_t events_created, events_recorded, syncs, waits;
+    cp_so_open *open;    /* per stream, CP_REUSE_STREAM */
+    uint32_t nopen, capopen;
+    uint32_t nwanted;    /* open events marked wanted */
+    int share_idle;      /* multi-stream: keep ANY apart from pending parts
+                            (1, the default; the vmm pool, whose idle pages
+                            any stream can take, sets 0) */
 } cp_so;
 
 void cp_so_init(cp_so *so, cp_reuse policy);
@@ -82,6 +111,10 @@ static inline uint64_t cp_so_sid(const cp_stream *s)
 /* Records the legacy event on the first stream, now known to be alive. */
 void cp_so_record_legacy(cp_so *so, cp_stream *s);
 
+/* Records stream sid's open event if it is wanted (s is alive: the pool
+ * is being used on it). */
+void cp_so_record_wanted(cp_so *so, uint64_t sid, cp_stream *s);
+
 /* Notes that the pool is used on stream s of id sid (call at every alloc
  * and free, before anything else). */
 static inline void cp_so_note(cp_so *so, uint64_t sid, cp_stream *s)
@@ -92,6 +125,8 @@ static inline void cp_so_note(cp_so *so, uint64_t sid, cp_stream *s)
         } else if (so->multi && so->legacy_used && !so->legacy.e && !so->legacy.done) {
             cp_so_record_legacy(so, s);
         }
+        if (__builtin_expect(so->nwanted != 0, 0))
+            cp_so_record_wanted(so, sid, s);
     } else {
         so->have_first = 1;
         so->first_sid = sid;

@@ -171,7 +171,7 @@ static uint64_t t_largest(cp_heap *h)
 }
 
 static const cp_heap_policy tlsf_policy = {
-    "tlsf", t_round, t_chunk, t_pool_of, t_split, t_insert, t_remove, t_find, t_largest, NULL,
+    "tlsf", t_round, t_chunk, t_pool_of, t_split, t_insert, t_remove, t_find, t_largest, NULL, NULL,
 };
 
 static cp_status t_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
@@ -186,7 +186,7 @@ static cp_status t_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 
 static const cp_resource_ops tlsf_ops = {
     "tlsf", t_alloc, t_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
-    cp_heap_destroy,
+    cp_heap_destroy, NULL,
 };
 
 cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

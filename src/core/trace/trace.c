@@ -547,6 +547,8 @@ size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uin
     return t->nseg;
 }
 
+#define REPLAY_BATCH 256u
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -641,6 +643,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             goto done;
     }
 
+    cp_resource_stats(r, &stats);
+    out->maps = stats.maps;
+    out->unmaps = stats.unmaps;
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         const replay_op *op = t->ops, *end = t->ops + t->n;
@@ -652,18 +657,30 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
             break;
         }
+        unsigned batch = 0;
+        /* The resource's lock is taken once per REPLAY_BATCH events, not
+         * once per event (its atomic exchange was a third of the cost of
+         * an event), and released between batches so that another thread
+         * using the pool waits at most one batch. */
+        cp_resource_lock(r);
         for (; op < end; op++) {
             if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
                 o->progress(o->progress_ud, out->events + (uint64_t)(op - t->ops), total_events);
             if (__builtin_expect(rec, 0) && op > t->ops &&
-                record_point(out, &reccap, (uint64_t)(op - t->ops) - 1, cp_resource_reserved(r)) != 0) {
+                record_point(out, &reccap, (uint64_t)(op - t->ops) - 1,
+                             cp_resource_reserved_locked(r)) != 0) {
                 st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
                 break;
             }
             cp_stream *s = sv[op->stream];
             void **slot = &blk[op->ord];
+            if (++batch == REPLAY_BATCH) {
+                batch = 0;
+                cp_resource_unlock(r);
+                cp_resource_lock(r);
+            }
             if (!op->is_free) {
-                st = cp_resource_alloc(r, (size_t)op->size, s, slot);
+                st = cp_resource_alloc_locked(r, (size_t)op->size, s, slot);
                 if (__builtin_expect(st != CP_OK, 0)) {
                     *slot = NULL;
                     if (st != CP_ERR_OOM)
@@ -683,7 +700,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                     skipped++;
                     continue;
                 }
-                st = cp_resource_free(r, *slot, (size_t)op->size, s);
+                st = cp_resource_free_locked(r, *slot, (size_t)op->size, s);
                 if (st != CP_OK)
                     break;
                 *slot = NULL;
@@ -691,8 +708,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             }
         }
         if (rec && op == end && t->n &&
-            record_point(out, &reccap, (uint64_t)t->n - 1, cp_resource_reserved(r)) != 0)
+            record_point(out, &reccap, (uint64_t)t->n - 1, cp_resource_reserved_locked(r)) != 0)
             st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
+        cp_resource_unlock(r);
         out->events += (uint64_t)(op - t->ops);
         out->peak_live = peak;
         out->failed += failed;
@@ -717,6 +735,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
     cp_resource_stats(r, &stats);
     out->peak_reserved = stats.reserved_peak;
+    out->maps = stats.maps - out->maps;
+    out->unmaps = stats.unmaps - out->unmaps;
     out->reserved_over_live =
         out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
     if (o->synchronize && cp_be) {

@@ -109,6 +109,8 @@ typedef struct cp_replay_result {
     uint64_t *rec_addr;         /* with opts.record: the address the resource gave
                                    each allocation (by ordinal; 0: refused) */
     size_t naddr;
+    uint64_t maps, unmaps;      /* pages a vmm pool mapped and unmapped during
+                                   the replay (0 for other resources) */
 } cp_replay_result;
 
 /* Frees what a replay with opts.record allocated (safe on any result). */

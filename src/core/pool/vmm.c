@@ -1,0 +1,673 @@
+/*
+ * pool/vmm.c: a pool over the device's virtual memory management (CUDA's
+ * cuMemAddressReserve / cuMemCreate / cuMemMap / cuMemSetAccess), where
+ * physical memory is mapped only under live blocks: the way PyTorch's
+ * expandable segments and GMLake (ASPLOS 2024) get fragmentation near zero.
+ *
+ * Two layers.  Addresses: the block heap of pool/heap.h over address space
+ * that costs nothing (a reservation, no memory behind it), with the
+ * freelist's index: best fit, lowest address among equal sizes, split at
+ * once, merge at once.  Memory: physical pages of the device's granularity
+ * G (cp_be->vm_granularity; 2 MiB on current GPUs, and the host backend and
+ * the virtual upstream use the same), one handle per page, so that any free
+ * page can back any address: a large request takes free pages wherever they
+ * are and maps them into one contiguous range (GMLake's stitching, at the
+ * granularity of one page).
+ *
+ * Policy, exactly:
+ *  - Requests are rounded up to the alignment (default 256 bytes); a block
+ *    touches the pages its bytes lie in.  Each page counts the live blocks
+ *    touching it.
+ *  - Address space is reserved in ranges of twice the device's memory (the
+ *    most that could ever be mapped, with as much again for holes between
+ *    blocks), or of the request when larger; 2^37 bytes over the virtual
+ *    upstream, which has no device.  A range is never given back before the
+ *    pool is closed: it costs no memory.  Ranges are aligned to G.
+ *  - An allocation maps the pages of its block that have none (a page of
+ *    a block freed earlier keeps its mapping: it is taken as it is).  A
+ *    page to map gets its memory from an idle page (mapped, no live block
+ *    on it), which is unmapped and its handle mapped here ("moved"), when
+ *    the pool holds more than release_threshold idle bytes and a new handle
+ *    would raise the mapped bytes past their peak so far (or past max);
+ *    otherwise from a new handle.  So with the default release_threshold 0
+ *    the mapped bytes never exceed the peak of the pages live blocks touch,
+ *    and with UINT64_MAX pages are never moved (no unmap once warm).  When
+ *    the device refuses a new handle, idle pages are moved whatever the
+ *    threshold.  Every run of pages mapped for one block gets one access
+ *    call (cp_be->vm_set_access over the run).
+ *  - Stream order: a page is unmapped only when the frees of the blocks
+ *    that were on it are complete.  A page that becomes idle is pending
+ *    until the next device synchronization; moving a page takes a settled
+ *    one first, and synchronizes the device (once) only when none is
+ *    settled.  Over the virtual upstream nothing runs on the memory, so an
+ *    idle page is settled at once.  Reuse of the addresses themselves
+ *    follows the pool's reuse option, as in every pool (streamorder.h);
+ *    unlike the chunked pools, a block freed on one stream merges with the
+ *    idle addresses beside it even once several streams use the pool: only
+ *    the addresses take its stream's tag, the pages go wherever needed.
+ *  - Frees never unmap.  trim(keep) synchronizes the device if idle pages
+ *    are pending, then unmaps and releases idle pages while more than keep
+ *    idle bytes are mapped.
+ *  - reserved is the mapped physical bytes (pages x G); stats() adds the
+ *    page size, the pages mapped now, and the maps and unmaps so far (one
+ *    each per page).  max bounds the mapped bytes.  initial maps that many
+ *    bytes (whole pages) at creation, kept as idle pages; grow=false maps
+ *    no page beyond them (moving idle ones still serves new addresses).
+ *    A request whose pages cannot all be had within max or grow=false
+ *    fails before any page is mapped.
+ *  - Upstreams: "device" (the backend's virtual memory calls: real pages on
+ *    the host backend too) and "virtual" (the same page accounting, no
+ *    memory and no calls: a replay reports what the GPU would map).
+ *
+ * Where the numbers come from (none is fitted to a trace): the page is the
+ * device's granularity, what the hardware maps; the address range is twice
+ * the device's memory, the most that could be mapped plus as much again for
+ * holes; whether a page is moved or created follows from the pool's own
+ * peak of mapped bytes and release_threshold (the API's meaning: idle bytes
+ * kept).  There is no size threshold at all: every block is placed by best
+ * fit and pays only for the pages it touches, so no request is "big".
+ */
+#include "heap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define VIRT_GRANULE (UINT64_C(2) << 20)
+#define VIRT_SPAN (UINT64_C(1) << 37)
+
+typedef struct vpage vpage;
+struct vpage {
+    uint32_t live;       /* live blocks touching the page */
+    uint32_t pending;    /* idle, its frees not known complete */
+    uint64_t handle;     /* physical memory mapped here; 0: none */
+    vpage *ip, *in;      /* idle list (settled or pending) */
+};
+
+typedef struct vrange {
+    uint64_t base, npages;
+    vpage *pages;
+} vrange;
+
+typedef struct vmm {
+    cp_heap h;
+    cp_sfit ix;
+    int real;             /* the backend maps memory (device upstream) */
+    uint64_t gran;
+    unsigned gshift;      /* log2(gran) */
+    uint64_t span;        /* address space per range */
+    uint64_t max;         /* bound on mapped bytes (0: none) */
+    vrange *ranges;
+    size_t nranges;
+    vpage *settled, *pending; /* idle pages */
+    uint64_t idle_pages, mapped_pages, next_handle;
+    uint64_t maps, unmaps;
+    uint64_t live_bytes;  /* rounded sizes of the live blocks */
+} vmm;
+
+/* ---- the address heap (the freelist's policy) ---- */
+
+static uint64_t v_round(cp_heap *h, uint64_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    return (bytes + h->align - 1) & ~(h->align - 1);
+}
+
+static uint64_t v_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
+{
+    vmm *v = (vmm *)h;
+    uint64_t c = (size + v->gran - 1) & ~(v->gran - 1);
+    *pool = 0;
+    if (c < size)
+        return size;
+    return c > v->span ? c : v->span;
+}
+
+static uint8_t v_pool_of(cp_heap *h, uint64_t size)
+{
+    (void)h;
+    (void)size;
+    return 0;
+}
+
+static int v_split(cp_heap *h, const cp_blk *b, uint64_t size)
+{
+    return b->size - size >= h->align;
+}
+
+static void v_insert(cp_heap *h, cp_blk *b)
+{
+    cp_sfit_insert(&((vmm *)h)->ix, b);
+}
+
+static void v_remove(cp_heap *h, cp_blk *b)
+{
+    cp_sfit_remove(&((vmm *)h)->ix, b);
+}
+
+static cp_blk *v_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
+{
+    (void)pool;
+    return cp_sfit_find(h, &((vmm *)h)->ix, size, sid, s);
+}
+
+static uint64_t v_largest(cp_heap *h)
+{
+    return cp_sfit_max(&((vmm *)h)->ix);
+}
+
+/* A new address range: its page table (zeroed: no page mapped). */
+static cp_status v_chunk_added(cp_heap *h, cp_blk *b)
+{
+    vmm *v = (vmm *)h;
+    vrange *nr;
+    uint64_t n = b->up_bytes / v->gran;
+    vpage *pg;
+    if (b->up_ptr % v->gran && v->real)
+        return cp_error_set(CP_ERR_BACKEND, "vmm: the address range is not page-aligned");
+    nr = realloc(v->ranges, (v->nranges + 1) * sizeof *nr);
+    if (!nr)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the page table");
+    v->ranges = nr;
+    /* calloc: the table's untouched parts cost no memory */
+    pg = calloc((size_t)n, sizeof *pg);
+    if (!pg)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the page table");
+    nr[v->nranges].base = b->up_ptr;
+    nr[v->nranges].npages = n;
+    nr[v->nranges].pages = pg;
+    v->nranges++;
+    return CP_OK;
+}
+
+static const cp_heap_policy vmm_policy = {
+    "vmm", v_round, v_chunk, v_pool_of, v_split, v_insert, v_remove, v_find, v_largest, NULL,
+    v_chunk_added,
+};
+
+/* ---- pages ---- */
+
+static vpage *page_of(vmm *v, uint64_t addr)
+{
+    size_t i;
+    if (__builtin_expect(addr - v->ranges[0].base < v->ranges[0].npages << v->gshift, 1))
+        return &v->ranges[0].pages[(addr - v->ranges[0].base) >> v->gshift];
+    for (i = 1; i < v->nranges; i++) {
+        vrange *g = &v->ranges[i];
+        if (addr >= g->base && addr - g->base < g->npages * v->gran)
+            return &g->pages[(addr - g->base) / v->gran];
+    }
+    return NULL;
+}
+
+static uint64_t page_addr(const vmm *v, const vpage *p)
+{
+    size_t i;
+    for (i = 0; i < v->nranges; i++) {
+        const vrange *g = &v->ranges[i];
+        if (p >= g->pages && p < g->pages + g->npages)
+            return g->base + (uint64_t)(p - g->pages) * v->gran;
+    }
+    return 0;
+}
+
+static void idle_push(vpage **list, vpage *p)
+{
+    p->ip = NULL;
+    p->in = *list;
+    if (*list)
+        (*list)->ip = p;
+    *list = p;
+}
+
+static void idle_unlink(vmm *v, vpage *p)
+{
+    if (p->ip)
+        p->ip->in = p->in;
+    else if (p->pending)
+        v->pending = p->in;
+    else
+        v->settled = p->in;
+    if (p->in)
+        p->in->ip = p->ip;
+    p->ip = p->in = NULL;
+    p->pending = 0;
+    v->idle_pages--;
+}
+
+/* The device is synchronized: every pending page is settled. */
+static cp_status settle_all(vmm *v)
+{
+    vpage *p;
+    if (!v->pending)
+        return CP_OK;
+    if (v->real) {
+        cp_status st = cp_be->device_synchronize();
+        if (st != CP_OK)
+            return st;
+    }
+    while ((p = v->pending) != NULL) {
+        v->pending = p->in;
+        p->pending = 0;
+        idle_push(&v->settled, p);
+    }
+    return CP_OK;
+}
+
+static cp_status unmap_page(vmm *v, vpage *p)
+{
+    if (v->real) {
+        cp_status st = cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
+        if (st != CP_OK)
+            return st;
+    }
+    v->unmaps++;
+    return CP_OK;
+}
+
+/* Physical memory for one page: moved from an idle page, or new. */
+static cp_status page_source(vmm *v, uint64_t *handle)
+{
+    uint64_t mapped = v->mapped_pages * v->gran, peak = v->h.base.st.reserved_peak;
+    uint64_t idle = v->idle_pages * v->gran, keep = v->h.o.release_threshold;
+    int must_move = (v->max && mapped + v->gran > v->max) || !v->h.o.grow;
+    int move = must_move || (idle > keep && mapped + v->gran > peak);
+    cp_status st = CP_OK;
+    vpage *p;
+
+    if (!move) {
+        if (v->real) {
+            st = cp_be->vm_create(handle, (size_t)v->gran);
+        } else {
+            *handle = ++v->next_handle;
+        }
+        if (st == CP_OK) {
+            v->mapped_pages++;
+            return CP_OK;
+        }
+        if (st != CP_ERR_OOM)
+            return st;
+    }
+    /* Move an idle page: a settled one, else synchronize once. */
+    if (!v->settled && v->pending && (st = settle_all(v)) != CP_OK)
+        return st;
+    p = v->settled;
+    if (!p) {
+        if (must_move && v->h.o.grow)
+            return cp_error_set(CP_ERR_OOM, "out of memory: one more page would pass the "
+                                "pool's max of %llu bytes (mapped %llu)",
+                                (unsigned long long)v->max, (unsigned long long)mapped);
+        if (!v->h.o.grow)
+            return cp_error_set(CP_ERR_OOM, "out of memory: no idle page left to map "
+                                "(grow=false, mapped %llu)", (unsigned long long)mapped);
+        return st != CP_OK ? st : cp_error_set(CP_ERR_OOM, "out of memory: no page to map");
+    }
+    st = unmap_page(v, p);
+    if (st != CP_OK)
+        return st;
+    idle_unlink(v, p);
+    *handle = p->handle;
+    p->handle = 0;
+    return CP_OK;
+}
+
+static cp_status map_run(vmm *v, vpage *first, uint64_t n)
+{
+    uint64_t i;
+    cp_status st = CP_OK;
+    for (i = 0; i < n; i++) {
+        vpage *p = first + i;
+        uint64_t hd = 0;
+        st = page_source(v, &hd);
+        if (st == CP_OK && v->real) {
+            st = cp_be->vm_map((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran, hd);
+            if (st != CP_OK) {
+                cp_be->vm_release(hd);
+                v->mapped_pages--;
+            }
+        }
+        if (st != CP_OK)
+            break;
+        p->handle = hd;
+        v->maps++;
+    }
+    /* One access call for the whole run mapped. */
+    if (i && v->real) {
+        cp_status a = cp_be->vm_set_access((void *)(uintptr_t)page_addr(v, first), (size_t)(i * v->gran));
+        if (a != CP_OK && st == CP_OK)
+            st = a;
+        if (a != CP_OK) {
+            /* no access: the run is of no use; undo it */
+            uint64_t j;
+            for (j = 0; j < i; j++) {
+                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, &first[j]), (size_t)v->gran);
+                cp_be->vm_release(first[j].handle);
+                first[j].handle = 0;
+                v->mapped_pages--;
+                v->unmaps++;
+            }
+        }
+    }
+    return st;
+}
+
+/* A block of [addr, addr+size) is no longer live: its pages lose it. */
+static void pages_put(vmm *v, uint64_t addr, uint64_t size)
+{
+    vpage *p = page_of(v, addr), *last = page_of(v, addr + size - 1);
+    for (; p && p <= last; p++) {
+        if (--p->live == 0 && p->handle) {
+            p->pending = (uint32_t)v->real;
+            idle_push(v->real ? &v->pending : &v->settled, p);
+            v->idle_pages++;
+        }
+    }
+}
+
+static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
+{
+    vmm *v = (vmm *)r;
+    cp_status st = cp_heap_free_with(r, ptr, bytes, s, &vmm_policy);
+    if (st == CP_OK) {
+        pages_put(v, v->h.last_addr, v->h.last_size);
+        v->live_bytes -= v->h.last_size;
+    }
+    return st;
+}
+
+/* Can the pages [p, last] that have none be mapped at all (new pages within
+ * max and grow, or idle pages elsewhere to move)?  Checked before mapping
+ * anything, so that a request that cannot be served leaves no page mapped
+ * for nothing (a failure of the device itself still may). */
+static cp_status check_room(vmm *v, vpage *p, vpage *last)
+{
+    uint64_t need = 0, idle_here = 0, room, mapped = v->mapped_pages * v->gran;
+    for (; p <= last; p++) {
+        if (!p->handle)
+            need++;
+        else if (!p->live)
+            idle_here++;
+    }
+    if (!need)
+        return CP_OK;
+    room = v->idle_pages - idle_here;
+    if (v->h.o.grow) {
+        if (!v->max)
+            return CP_OK;
+        if (v->max > mapped)
+            room += (v->max - mapped) / v->gran;
+    }
+    if (need <= room)
+        return CP_OK;
+    if (!v->h.o.grow)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu more pages needed, %llu idle "
+                            "(grow=false, mapped %llu)", (unsigned long long)need,
+                            (unsigned long long)room, (unsigned long long)mapped);
+    return cp_error_set(CP_ERR_OOM, "out of memory: %llu more pages of %llu bytes would pass "
+                        "the pool's max of %llu (mapped %llu)", (unsigned long long)need,
+                        (unsigned long long)v->gran, (unsigned long long)v->max,
+                        (unsigned long long)mapped);
+}
+
+static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    vmm *v = (vmm *)r;
+    cp_status st = cp_heap_alloc_with(r, bytes, s, out, &vmm_policy);
+    uint64_t addr = v->h.last_addr, size = v->h.last_size;
+    vpage *p, *last, *run = NULL;
+    if (st != CP_OK)
+        return st;
+    p = page_of(v, addr);
+    last = page_of(v, addr + size - 1);
+    st = check_room(v, p, last);
+    if (st != CP_OK) {
+        cp_heap_free_with(r, *out, bytes, s, &vmm_policy);
+        *out = NULL;
+        return st;
+    }
+    v->live_bytes += size;
+    for (; p <= last; p++) {
+        if (p->live++ == 0 && p->handle)
+            idle_unlink(v, p);
+        if (!p->handle && !run)
+            run = p;
+        if (run && (p->handle || p == last)) {
+            vpage *end = p->handle ? p : p + 1;
+            st = map_run(v, run, (uint64_t)(end - run));
+            run = NULL;
+            if (st != CP_OK)
+                break;
+        }
+    }
+    if (st != CP_OK) {
+        /* Give the block back: its pages count it until the free below. */
+        for (p++; p <= last; p++)
+            p->live++;
+        v_free(r, *out, bytes, s);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* ---- trim, stats, destroy ---- */
+
+/* Unmaps an idle page and releases its memory.  A failed unmap still takes
+ * the page off the idle list (so loops over it end) and keeps the handle
+ * (it is still mapped): the pool counts it no longer, the error says why. */
+static cp_status release_page(vmm *v, vpage *p)
+{
+    cp_status st = unmap_page(v, p);
+    idle_unlink(v, p);
+    if (st == CP_OK && v->real)
+        cp_be->vm_release(p->handle);
+    p->handle = 0;
+    v->mapped_pages--;
+    return st;
+}
+
+static cp_status v_trim(cp_resource *r, size_t keep)
+{
+    vmm *v = (vmm *)r;
+    cp_status st = cp_heap_trim(r, keep); /* settles stream tags */
+    if (st != CP_OK)
+        return st;
+    if (v->idle_pages * v->gran <= keep)
+        return CP_OK;
+    st = settle_all(v);
+    if (st != CP_OK)
+        return st;
+    while (v->settled && v->idle_pages * v->gran > keep)
+        if ((st = release_page(v, v->settled)) != CP_OK)
+            return st;
+    return CP_OK;
+}
+
+static uint64_t v_reserved(cp_resource *r)
+{
+    vmm *v = (vmm *)r;
+    return v->mapped_pages * v->gran;
+}
+
+/* Free bytes are the mapped bytes live blocks do not cover; the largest
+ * block servable without taking more memory is the idle pages stitched
+ * together (fragmentation is then the share of free bytes lying in pages
+ * that live blocks still touch). */
+static void v_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes)
+{
+    vmm *v = (vmm *)r;
+    uint64_t mapped = v->mapped_pages * v->gran;
+    *free_bytes = mapped > v->live_bytes ? mapped - v->live_bytes : 0;
+    *largest = v->idle_pages * v->gran;
+    if (*largest > *free_bytes)
+        *largest = *free_bytes;
+}
+
+static void v_vm_info(cp_resource *r, cp_stats *out)
+{
+    vmm *v = (vmm *)r;
+    out->page_bytes = v->gran;
+    out->pages_mapped = v->mapped_pages;
+    out->maps = v->maps;
+    out->unmaps = v->unmaps;
+}
+
+static void v_destroy(cp_resource *r)
+{
+    vmm *v = (vmm *)r;
+    size_t i;
+    uint64_t j;
+    /* Nothing may run on the memory any more (the caller closes an empty
+     * pool); every mapped page is unmapped and released, then the heap
+     * returns the address ranges. */
+    if (v->real && v->mapped_pages)
+        cp_be->device_synchronize();
+    /* Idle pages from their lists; a scan of the tables only if pages of
+     * live blocks remain (a C caller's leak): untouched parts of the
+     * tables stay untouched. */
+    settle_all(v);
+    while (v->settled)
+        release_page(v, v->settled);
+    for (i = 0; i < v->nranges; i++) {
+        for (j = 0; v->mapped_pages && j < v->ranges[i].npages; j++) {
+            vpage *p = &v->ranges[i].pages[j];
+            if (p->handle && v->real) {
+                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
+                cp_be->vm_release(p->handle);
+            }
+            if (p->handle)
+                v->mapped_pages--;
+        }
+        free(v->ranges[i].pages);
+    }
+    free(v->ranges);
+    v->ranges = NULL;
+    v->nranges = 0;
+    cp_heap_destroy(r);
+}
+
+static const cp_resource_ops vmm_ops = {
+    "vmm", v_alloc, v_free, v_trim, NULL, v_free_info, v_reserved, v_destroy, v_vm_info,
+};
+
+/* ---- the address-space upstream of the device upstream ---- */
+
+static cp_status va_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    cp_status st;
+    (void)s;
+    st = cp_be->vm_reserve(out, bytes);
+    if (st == CP_OK)
+        r->reserved += bytes;
+    return st;
+}
+
+static cp_status va_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
+{
+    (void)s;
+    r->reserved -= bytes;
+    return cp_be->vm_free_range(p, bytes);
+}
+
+static void va_destroy(cp_resource *r)
+{
+    free(r);
+}
+
+static const cp_resource_ops va_ops = {
+    "address space", va_alloc, va_free, NULL, NULL, NULL, NULL, va_destroy, NULL,
+};
+
+cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+{
+    vmm *v;
+    cp_pool_opts ho = *o;
+    cp_status st;
+    size_t g = 0;
+
+    *out = NULL;
+    if (o->upstream != CP_UP_DEVICE && o->upstream != CP_UP_VIRTUAL) {
+        cp_resource_destroy(up);
+        return cp_error_set(CP_ERR_INVALID, "a vmm pool maps device memory itself: upstream "
+                            "must be 'device' or 'virtual', not '%s'",
+                            cp_upstream_name(o->upstream));
+    }
+    v = calloc(1, sizeof *v);
+    if (!v) {
+        cp_resource_destroy(up);
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    }
+    cp_resource_init(&v->h.base, &vmm_ops);
+    v->h.keep_chunks = 1;
+    v->h.big = 0; /* mapped pages, not chunks, are what reserved counts */
+    v->ix.shift = cp_log2_floor(o->alignment ? o->alignment : 256);
+    v->max = o->max;
+    v->gran = VIRT_GRANULE;
+    v->span = VIRT_SPAN;
+    if (o->upstream == CP_UP_DEVICE) {
+        size_t fr = 0, total = 0;
+        cp_resource *va;
+        v->real = 1;
+        if (!cp_be->vm_granularity || (st = cp_be->vm_granularity(&g)) != CP_OK) {
+            if (!cp_be->vm_granularity)
+                st = cp_error_set(CP_ERR_UNSUPPORTED, "the %s backend has no virtual memory "
+                                  "management", cp_be->name);
+            cp_resource_destroy(up);
+            free(v);
+            return st;
+        }
+        v->gran = g;
+        if (cp_be->mem_get_info(&fr, &total) == CP_OK && total)
+            v->span = ((2 * (uint64_t)total) + v->gran - 1) / v->gran * v->gran;
+        va = malloc(sizeof *va);
+        if (!va) {
+            cp_resource_destroy(up);
+            free(v);
+            return cp_error_set(CP_ERR_OOM, "out of host memory");
+        }
+        cp_resource_init(va, &va_ops);
+        cp_resource_destroy(up);
+        up = va;
+    }
+    if (v->gran & (v->gran - 1)) {
+        cp_resource_destroy(up);
+        free(v);
+        return cp_error_set(CP_ERR_BACKEND, "vmm: granularity %llu is not a power of two",
+                            (unsigned long long)g);
+    }
+    v->gshift = cp_log2_floor(v->gran);
+    /* The heap sees address space only: no limit on it, and initial is
+     * mapped below rather than reserved. */
+    ho.max = 0;
+    ho.initial = o->initial ? (o->initial > v->span ? o->initial : v->span) : 0;
+    if (ho.initial)
+        ho.initial = (ho.initial + v->gran - 1) / v->gran * v->gran;
+    ho.grow = 1;
+    st = cp_heap_init(&v->h, up, &ho, &vmm_policy);
+    /* Idle addresses need not stay shared between streams: address space is
+     * plentiful, and the pages under it (what reserved counts) go to any
+     * stream once their frees are complete. */
+    v->h.so.share_idle = 0;
+    v->h.o.grow = o->grow;
+    v->h.o.max = o->max;
+    if (st == CP_OK && o->initial && v->nranges) {
+        uint64_t n = (o->initial + v->gran - 1) / v->gran, i;
+        vpage *pg = v->ranges[0].pages;
+        int grow = v->h.o.grow;
+        if (n > v->ranges[0].npages)
+            n = v->ranges[0].npages;
+        v->h.o.grow = 1;
+        v->h.base.st.reserved_peak = n * v->gran; /* new handles, not moves */
+        st = map_run(v, pg, n);
+        v->h.o.grow = grow;
+        for (i = 0; st == CP_OK && i < n; i++) {
+            idle_push(&v->settled, &pg[i]);
+            v->idle_pages++;
+        }
+    }
+    if (st != CP_OK) {
+        v_destroy(&v->h.base);
+        return st;
+    }
+    *out = &v->h.base;
+    return CP_OK;
+}
