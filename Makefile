@@ -26,7 +26,7 @@ WARN   := -Wall -Wextra -pedantic -Wmissing-prototypes -Wstrict-prototypes -Wsha
 # CP_CFLAGS, so a command-line CFLAGS cannot drop the standard or warnings.
 CFLAGS ?= -O2 -g
 CP_CFLAGS = -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
-CP_CPPFLAGS = -Isrc/core -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
+CP_CPPFLAGS = -Isrc/core -Icuda -Icuda/include $(CUDA_CPPFLAGS) $(CPPFLAGS)
 LDLIBS := -lpthread -lm -lz
 
 # The core's folders are its layers (backend, pool, trace, ...): every .c in
@@ -42,9 +42,9 @@ ifneq ($(NVCC),)
   CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
   # Static runtime: the module loads (and falls back to the host backend) on
   # machines with no driver at all.
-  LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
+  LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudadevrt -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
   NVCCFLAGS ?= -O3 -lineinfo
-  NVCCFLAGS += -std=c++17 -Icuda -Isrc/core \
+  NVCCFLAGS += -std=c++17 -Icuda -Icuda/include -Isrc/core \
                -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 \
@@ -56,7 +56,13 @@ endif
 
 CORE_OBJ := $(CORE_SRC:src/core/%.c=$(OBJ)/core/%.o)
 LUA_OBJ  := $(LUA_SRC:src/lua/%.c=$(OBJ)/lua/%.o)
-CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o))
+# Relocatable device code (-rdc) only where a kernel launches kernels
+# (nested device-pool runs); those objects are device-linked, with the
+# device runtime, into one more object.  The rest compile as before.
+RDC_CU   := cuda/devpool.cu
+RDC_OBJ  := $(if $(HAVE_CUDA),$(RDC_CU:cuda/%.cu=$(OBJ)/cuda/%.o))
+DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
+CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
 .PHONY: all deps test test-c test-lua demo gpu-check install clean FORCE
@@ -88,7 +94,11 @@ $(OBJ)/lua/%.o: src/lua/%.c $(CONFIG_STAMP)
 
 $(OBJ)/cuda/%.o: cuda/%.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(NVCC_RDC) -MMD -MP -c -o $@ $<
+
+$(RDC_OBJ): NVCC_RDC := -rdc=true
+$(DLINK_OBJ): $(RDC_OBJ)
+	$(NVCC) $(NVCCFLAGS) -dlink -o $@ $(RDC_OBJ) -L$(CUDA_HOME)/lib64 -lcudadevrt
 
 -include $(DEPFILES)
 

@@ -147,6 +147,7 @@ void l_open_mempool(lua_State *L);
 void l_open_kernels(lua_State *L);
 void l_open_pool(lua_State *L);
 void l_open_trace(lua_State *L);
+void l_open_devpool(lua_State *L); /* issue 17: in-kernel allocation */
 
 /* __newindex of handle types whose fields are all read-only: raises
  * "cupola.Buffer field 'size' is read-only". */

@@ -26,6 +26,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "devpool_cuda.h"
 #include "kernels.h"
 
 #define CP_DEVICE 0 /* the device cupola uses */
@@ -969,6 +970,19 @@ static cp_status cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_st
     return CP_OK;
 }
 
+/* ---- device pools (cuda/devpool.cu; issue 17) ------------------------------------------ */
+
+static cp_status cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, cp_stream *s,
+                                cp_dp_run **out)
+{
+    return cp_cuda_dp_launch(p, a, stream_handle(s), out);
+}
+
+static cp_status cuda_dp_reset(cp_devpool *p, cp_stream *s)
+{
+    return cp_cuda_dp_reset(p, stream_handle(s));
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 const cp_backend cp_backend_cuda = {
@@ -1016,4 +1030,13 @@ const cp_backend cp_backend_cuda = {
     .k_spin = cuda_k_spin,
     .k_pattern = cuda_k_pattern,
     .k_verify = cuda_k_verify,
+
+    /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
+    .dp_create = cp_cuda_dp_create,
+    .dp_destroy = cp_cuda_dp_destroy,
+    .dp_state = cp_cuda_dp_state,
+    .dp_launch = cuda_dp_launch,
+    .dp_finish = cp_cuda_dp_finish,
+    .dp_reset = cuda_dp_reset,
+    .dp_stats = cp_cuda_dp_stats,
 };

@@ -51,6 +51,7 @@
  *    and frees what the backend itself owns.
  */
 #include "backend.h"
+#include "host_devpool.h"
 #include "host_mempool.h"
 #include "kernel_body.h"
 
@@ -91,6 +92,7 @@ struct hwork {
         struct { uint64_t us; } spin;
         struct { void *p; size_t bytes; uint64_t seed; uint64_t *bad; } pat;
         struct { cp_event *e; uint64_t gen; } mark;
+        struct { void (*fn)(void *); void *arg; } call; /* device pools (host_devpool.c) */
     } u;
 };
 
@@ -1258,6 +1260,37 @@ __attribute__((constructor)) static void host_bind_pools(void)
     cp_host_pool_bind(&sched);
 }
 
+/* ---- device pools (host_devpool.c): work items that call a function ---- */
+
+static void run_call(hwork *w)
+{
+    w->u.call.fn(w->u.call.arg);
+}
+
+static cp_status exec_enqueue_call(cp_stream *s, void (*fn)(void *), void *arg, uint64_t *sid,
+                                   uint64_t *ticket)
+{
+    hwork *w = work_or_oom(run_call);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.call.fn = fn;
+    w->u.call.arg = arg;
+    return enqueue(s, w, sid, ticket);
+}
+
+static void exec_wait(uint64_t sid, uint64_t ticket)
+{
+    pthread_mutex_lock(&G.mu);
+    sched_wait_done_locked(sid, ticket);
+    pthread_mutex_unlock(&G.mu);
+}
+
+__attribute__((constructor)) static void host_bind_devpools(void)
+{
+    static const cp_host_exec exec = {exec_enqueue_call, exec_wait, h_device_synchronize};
+    cp_host_devpool_bind(&exec);
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 const cp_backend cp_backend_host = {
@@ -1298,4 +1331,13 @@ const cp_backend cp_backend_host = {
     .k_spin = h_k_spin,
     .k_pattern = h_k_pattern,
     .k_verify = h_k_verify,
+
+    /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
+    .dp_create = cp_host_dp_create,
+    .dp_destroy = cp_host_dp_destroy,
+    .dp_state = cp_host_dp_state,
+    .dp_launch = cp_host_dp_launch,
+    .dp_finish = cp_host_dp_finish,
+    .dp_reset = cp_host_dp_reset,
+    .dp_stats = cp_host_dp_stats,
 };
