@@ -114,6 +114,12 @@ $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
 
+# The device pools' seed kernel and CUDA's malloc in plain CUDA C, beside
+# bench/device_alloc.lua.
+$(BUILD)/bench/device_alloc_seed: bench/device_alloc_seed.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
+
 # CUPOLA_NO_DEPS=1 skips the installation (the GPU machine has no network;
 # bench/gpu-check.sh brings Lua with it).
 deps:

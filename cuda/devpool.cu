@@ -155,6 +155,11 @@ cudaError_t enqueue_reset(cp_devpool *p, cudaStream_t s)
     return cudaGetLastError();
 }
 
+int kind_is_malloc(const cp_devpool *p)
+{
+    return p->kind == CP_DP_MALLOC;
+}
+
 unsigned grid_for(cpd_u64 n, unsigned block)
 {
     cpd_u64 g = (n + block - 1) / block;
@@ -229,7 +234,9 @@ extern "C" cp_status cp_cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, c
     cpd_run_params prm;
     cupola_device_pool *pool = (cupola_device_pool *)(void *)p->mem;
     cpd_u32 *claims = p->kind == CP_DP_MALLOC ? NULL : (cpd_u32 *)(void *)(p->mem + p->L.claims_off);
-    int need_ptrs = !a->free_blocks;
+    /* one record per thread for the verification pass, and for freeing
+     * a malloc pool's blocks after the run */
+    int need_ptrs = !a->free_blocks && (a->verify || kind_is_malloc(p));
     size_t bytes = 64;
     unsigned long long *counters;
     cpd_u64 *ptrs = NULL;

@@ -148,8 +148,9 @@ CPR_FN unsigned char *cpd_run_alloc(cupola_device_pool *pool, const cpd_run_para
 }
 
 /* The second half: hold until t0 + hold_ns and check, then free the block
- * or record it for the verification pass.  ptrs may be NULL with
- * free_blocks; claims NULL for pools without a claim map. */
+ * or record it for the verification pass.  ptrs is NULL when nothing needs
+ * the records (free_blocks, or an unverified run of a pool that is not
+ * malloc); claims NULL for pools without a claim map. */
 CPR_FN cpd_u32 cpd_run_finish(cupola_device_pool *pool, const cpd_run_params *prm, cpd_u64 i,
                               unsigned char *p, cpd_u64 t0, cpd_u64 *ptrs, cpd_u32 *claims)
 {
@@ -157,7 +158,7 @@ CPR_FN cpd_u32 cpd_run_finish(cupola_device_pool *pool, const cpd_run_params *pr
     cpd_u32 r = CPD_R_OK;
 
     if (!p) {
-        if (!prm->free_blocks)
+        if (ptrs && !prm->free_blocks)
             ptrs[i] = 0;
         return CPD_R_FAILED;
     }
@@ -182,7 +183,7 @@ CPR_FN cpd_u32 cpd_run_finish(cupola_device_pool *pool, const cpd_run_params *pr
             }
         }
         cupola_free(pool, p);
-    } else {
+    } else if (ptrs) {
         ptrs[i] = (cpd_u64)(size_t)p | ((r & CPD_R_OVERLAP) ? 1u : 0u);
     }
     return r;

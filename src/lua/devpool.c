@@ -202,7 +202,7 @@ static void parse_run(lua_State *L, int idx, const char *fn, run_req *q, int con
     a->max_bytes = mx;
     a->block = (unsigned)positive_field(L, idx, fn, "block", 256, 1);
     if (a->block > 1024)
-        luaL_error(L, "%s: option 'block' must be 1..1024, got %u", fn, a->block);
+        luaL_error(L, "%s: option 'block' must be 1..1024, got %I", fn, (LUAI_UACINT)a->block);
     a->free_blocks = l_optbool_field(L, idx, "free", 0);
     a->verify = l_optbool_field(L, idx, "verify", 1);
     a->reset_first = l_optbool_field(L, idx, "reset", 0);
@@ -212,8 +212,8 @@ static void parse_run(lua_State *L, int idx, const char *fn, run_req *q, int con
     a->seed = positive_field(L, idx, fn, "seed", (lua_Integer)(0x5eed0000u + ++q->d->runs), 0);
     a->children = (unsigned)positive_field(L, idx, fn, "children", 0, 0);
     if (a->children > MAX_CHILDREN || a->children > a->threads)
-        luaL_error(L, "%s: option 'children' must be at most min(threads, %u), got %u", fn,
-                   MAX_CHILDREN, a->children);
+        luaL_error(L, "%s: option 'children' must be at most min(threads, %d), got %I", fn,
+                   (int)MAX_CHILDREN, (LUAI_UACINT)a->children);
     q->stream = l_optstream_field(L, idx);
     q->wait = concurrent ? event_field(L, idx, fn, "wait") : NULL;
     q->record = concurrent ? event_field(L, idx, fn, "record") : NULL;

@@ -1,0 +1,241 @@
+-- Allocation inside kernels (cupola.device_pool): every allocator, both
+-- backends.  Overlaps are counted on the device by the run's verification
+-- pass (patterns and a claim bit per 16-byte granule), never by Lua.
+local cupola = require "cupola"
+
+local GPU = cupola.backend() == "cuda"
+-- Threads per run.  On the GPU 1e6 threads really are in flight together.
+-- The host backend runs a kernel's threads on a few CPU threads (at least
+-- 4, even on a 2-core CI machine, so allocations do race), each thread
+-- allocating, writing and checking its block: 1e6 would take tens of
+-- seconds there, so the host uses 2e4, which still keeps every CPU thread
+-- allocating against the others for the whole run.
+-- CUPOLA_DP_THREADS overrides it for compute-sanitizer, which runs every
+-- access of every thread through its checks.
+local N = tonumber(os.getenv "CUPOLA_DP_THREADS") or (GPU and 1000000 or 20000)
+local MIXED = N // 10
+local KINDS = { "bump", "warp_bump", "slab", "malloc" }
+local MiB = 1024 * 1024
+
+local function clean(r, n)
+  assert.equal(0, r.overlaps, "overlaps")
+  assert.equal(0, r.misaligned, "misaligned")
+  if n then
+    assert.equal(n, r.ok + r.failed)
+  end
+end
+
+describe("cupola.device_pool", function()
+  for _, kind in ipairs(KINDS) do
+    describe(kind, function()
+      it("hands out disjoint, 16-byte aligned blocks to " .. N .. " concurrent threads", function()
+        local dp <close> = cupola.device_pool { kind = kind, capacity = 256 * MiB }
+        assert.equal(kind, dp.kind)
+        local r = dp:run { threads = N, bytes = 16 }
+        clean(r, N)
+        assert.equal(N, r.ok)
+        assert.equal(0, r.failed)
+        assert.is_true(r.ms > 0 and r.per_second > 0)
+        local again = dp:run { threads = N, bytes = 48 } -- the first run's blocks are still live
+        clean(again, N)
+        assert.equal(N, again.ok)
+        local st = dp:stats()
+        assert.equal(256 * MiB, st.capacity)
+        assert.equal(0, st.failed)
+        if kind == "bump" or kind == "warp_bump" then
+          assert.equal(N * 16 + N * 48, st.used)
+        elseif kind == "slab" then
+          assert.equal(N * 16 + N * 64, st.used) -- 48 B takes the 64 B class
+        else
+          assert.equal(0, st.used) -- a malloc run frees its blocks after verifying them
+        end
+        assert.is_true(st.peak >= st.used)
+      end)
+
+      it("serves mixed sizes from 4 B to 8 KiB", function()
+        local dp <close> = cupola.device_pool { kind = kind, capacity = MIXED * 8192 + 64 * MiB }
+        local r = dp:run { threads = MIXED, bytes = { 4, 8192 } }
+        clean(r, MIXED)
+        assert.equal(MIXED, r.ok)
+        dp:reset()
+        r = dp:run { threads = MIXED, bytes = { 4, 8192 }, free = true, seed = 7 }
+        clean(r, MIXED)
+        assert.equal(MIXED, r.ok)
+      end)
+
+      it("reports exhaustion and never overlaps", function()
+        local cap = 1 * MiB
+        local dp <close> = cupola.device_pool { kind = kind, capacity = cap }
+        local r = dp:run { threads = N, bytes = 64 }
+        clean(r, N)
+        assert.is_true(r.failed > 0, "some requests must fail")
+        assert.is_true(r.ok > 0, "some requests must succeed")
+        local per = kind == "malloc" and 80 or 64
+        assert.is_true(r.ok * per <= cap, r.ok .. " blocks of " .. per .. " B in " .. cap)
+        local st = dp:stats()
+        assert.equal(r.failed, st.failed)
+        if kind ~= "malloc" then
+          -- a second run on the exhausted pool: nothing new, nothing overlapping
+          local r2 = dp:run { threads = 1000, bytes = 64 }
+          clean(r2, 1000)
+          assert.is_true(r2.failed > 0)
+        end
+      end)
+    end)
+  end
+
+  it("bump kinds ignore free; reset returns everything and keeps peak and failed", function()
+    for _, kind in ipairs { "bump", "warp_bump" } do
+      local dp <close> = cupola.device_pool { kind = kind, capacity = 1 * MiB }
+      local r = dp:run { threads = 1000, bytes = 100, free = true }
+      clean(r, 1000)
+      assert.equal(1000, r.ok)
+      assert.equal(1000 * 112, dp:stats().used) -- 100 B rounds up to 112
+      r = dp:run { threads = 10000, bytes = 112 }
+      assert.is_true(r.failed > 0)
+      dp:reset()
+      local st = dp:stats()
+      assert.equal(0, st.used)
+      assert.equal(1 * MiB, st.peak)
+      assert.equal(r.failed, st.failed)
+      r = dp:run { threads = 1000, bytes = 112 }
+      clean(r, 1000)
+      assert.equal(1000, r.ok)
+    end
+  end)
+
+  it("slab: runs that allocate and free far more than the capacity succeed", function()
+    -- 1e7 threads x 64 B against 64 MiB of slabs on the GPU (10x the
+    -- capacity; at most ~270k threads are resident at once), 2e5 x 64 B
+    -- against 400 KiB on the host (32x).
+    local threads = 10 * N
+    local cap = GPU and N >= 1000000 and 64 * MiB or 400 * 1024
+    local dp <close> = cupola.device_pool { kind = "slab", capacity = cap }
+    local r = dp:run { threads = threads, bytes = 64, free = true }
+    clean(r, threads)
+    assert.equal(threads, r.ok)
+    assert.equal(0, r.failed)
+    assert.is_true(threads * 64 > 10 * cap)
+    local st = dp:stats()
+    assert.equal(0, st.used)
+    assert.equal(0, st.failed)
+    -- mixed sizes churn through the same slabs
+    r = dp:run { threads = threads // 10, bytes = { 16, 512 }, free = true }
+    clean(r, threads // 10)
+    assert.equal(0, r.failed)
+    assert.equal(0, dp:stats().used)
+  end)
+
+  it("slab: requests above 8 KiB fail cleanly", function()
+    local dp <close> = cupola.device_pool { kind = "slab", capacity = 4 * MiB }
+    local r = dp:run { threads = 100, bytes = 8193 }
+    clean(r, 100)
+    assert.equal(100, r.failed)
+    assert.equal(100, dp:stats().failed)
+    r = dp:run { threads = 100, bytes = 8192 }
+    clean(r, 100)
+    assert.equal(100, r.ok)
+  end)
+
+  it("slab and malloc: free=true leaves nothing in use", function()
+    for _, kind in ipairs { "slab", "malloc" } do
+      local dp <close> = cupola.device_pool { kind = kind, capacity = 16 * MiB }
+      local r = dp:run { threads = N // 10, bytes = { 4, 2048 }, free = true }
+      clean(r, N // 10)
+      assert.equal(0, r.failed)
+      local st = dp:stats()
+      assert.equal(0, st.used)
+      assert.is_true(st.peak > 0)
+    end
+  end)
+
+  it("verify=false leaves the counts of overlaps out", function()
+    local dp <close> = cupola.device_pool { kind = "bump", capacity = 1 * MiB }
+    local r = dp:run { threads = 100, bytes = 16, verify = false }
+    assert.equal(100, r.ok)
+    assert.is_nil(r.overlaps)
+  end)
+
+  it("closes, twice, and then refuses use", function()
+    local dp = cupola.device_pool { kind = "slab", capacity = 1 * MiB }
+    assert.matches("cupola.DevicePool %(slab", tostring(dp))
+    dp:close()
+    dp:close()
+    assert.is_true(dp.closed)
+    assert.has_error(function() dp:run { threads = 1, bytes = 1 } end,
+      "attempt to use a closed cupola.DevicePool")
+  end)
+
+  describe("the seed's race (two streams, one pool)", function()
+    -- Each run resets the pool on its own stream before allocating, as the
+    -- seed does, and holds its blocks for hold_us before checking them.
+    local T, B, HOLD = 4096, 256, 50000
+    local function pair(pool_a, pool_b, sa, sb, extra_a, extra_b)
+      local a = { pool = pool_a, stream = sa, threads = T, bytes = B, reset = true, hold_us = HOLD }
+      local b = { pool = pool_b, stream = sb, threads = T, bytes = B, reset = true, hold_us = HOLD }
+      for k, v in pairs(extra_a or {}) do a[k] = v end
+      for k, v in pairs(extra_b or {}) do b[k] = v end
+      return cupola.run_concurrent { a, b }
+    end
+
+    it("one bump pool shared by two streams at once: blocks overlap", function()
+      if SERIALIZED then return end -- a tool that runs one kernel at a time hides the race
+      local s1 <close> = cupola.stream()
+      local s2 <close> = cupola.stream()
+      local dp <close> = cupola.device_pool { kind = "bump", capacity = 4 * MiB }
+      local r = pair(dp, dp, s1, s2)
+      assert.is_true(r[1].overlaps + r[2].overlaps > 0, "the race must show")
+    end)
+
+    it("prevented: per-stream pools, event ordering, a slab pool that frees", function()
+      local s1 <close> = cupola.stream()
+      local s2 <close> = cupola.stream()
+      local p1 <close> = cupola.device_pool { kind = "bump", capacity = 4 * MiB }
+      local p2 <close> = cupola.device_pool { kind = "bump", capacity = 4 * MiB }
+      local r = pair(p1, p2, s1, s2)
+      clean(r[1], T)
+      clean(r[2], T)
+      local ev = cupola.event()
+      r = pair(p1, p1, s1, s2, { record = ev }, { wait = ev })
+      clean(r[1], T)
+      clean(r[2], T)
+      local slab <close> = cupola.device_pool { kind = "slab", capacity = 4 * MiB }
+      r = pair(slab, slab, s1, s2, { reset = false, free = true }, { reset = false, free = true })
+      clean(r[1], T)
+      clean(r[2], T)
+      assert.equal(T, r[1].ok)
+      assert.equal(T, r[2].ok)
+      assert.equal(0, slab:stats().used)
+    end)
+  end)
+
+  if GPU then
+    gpu_it("nested launches: children allocate from the same pool, disjoint", function()
+      for _, kind in ipairs { "bump", "warp_bump", "slab" } do
+        local dp <close> = cupola.device_pool { kind = kind, capacity = 64 * MiB }
+        local r = dp:run { threads = N, bytes = 32, children = 64 }
+        clean(r, N)
+        assert.equal(N, r.ok)
+        assert.equal(0, r.launch_errors)
+        r = dp:run { threads = N, bytes = 32, children = 64, free = true }
+        clean(r, N)
+      end
+    end)
+
+    gpu_it("nested launches: exhaustion is reported, never an overlap", function()
+      local dp <close> = cupola.device_pool { kind = "slab", capacity = 1 * MiB }
+      local r = dp:run { threads = N, bytes = 64, children = 128 }
+      clean(r, N)
+      assert.is_true(r.failed > 0 and r.ok > 0)
+      assert.equal(r.failed, dp:stats().failed)
+    end)
+  else
+    it("nested launches are an error on the host backend", function()
+      local dp <close> = cupola.device_pool { kind = "slab", capacity = 1 * MiB }
+      assert.has_error(function() dp:run { threads = 100, bytes = 16, children = 4 } end,
+        "nested launches (children=4) need the CUDA backend: on the host backend a kernel cannot launch a kernel")
+      local r = dp:run { threads = 100, bytes = 16 } -- and the pool is still usable
+      assert.equal(100, r.ok)
+    end)
+  end
+end)
