@@ -130,7 +130,7 @@ if GPU then
   put("")
 end
 
-put("## The seed's race: two streams, one pool, reset per launch (4096 threads x 256 B each, hold 20 ms)")
+put("## The seed's race: two streams, one pool, reset per launch (4096 threads x 256 B each, hold 20 ms, stream 2 starts 5 ms late)")
 put("")
 put("| setup | run A ok / overlaps | run B ok / overlaps | failed |")
 put("| --- | --- | --- | ---: |")
@@ -144,6 +144,7 @@ do
   local function row(name, a, b)
     local base = { threads = 4096, bytes = 256, reset = true, hold_us = 20000 }
     for _, t in ipairs { a, b } do for k, v in pairs(base) do if t[k] == nil then t[k] = v end end end
+    cupola.kernels.spin(5000, { stream = s2 }) -- b starts 5 ms late: its reset lands while a holds
     local r = cupola.run_concurrent { a, b }
     put(string.format("| %s | %d / %d | %d / %d | %d |", name, r[1].ok, r[1].overlaps, r[2].ok,
       r[2].overlaps, r[1].failed + r[2].failed))

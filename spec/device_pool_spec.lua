@@ -169,8 +169,12 @@ describe("cupola.device_pool", function()
   describe("the seed's race (two streams, one pool)", function()
     -- Each run resets the pool on its own stream before allocating, as the
     -- seed does, and holds its blocks for hold_us before checking them.
-    local T, B, HOLD = 4096, 256, 50000
+    -- Stream b starts 5 ms late (a spin kernel), so its reset lands while
+    -- run a holds its blocks: without that, both resets may come before
+    -- both runs allocate, and the atomic offset keeps them apart by luck.
+    local T, B, HOLD = 4096, 256, 30000
     local function pair(pool_a, pool_b, sa, sb, extra_a, extra_b)
+      cupola.kernels.spin(5000, { stream = sb })
       local a = { pool = pool_a, stream = sa, threads = T, bytes = B, reset = true, hold_us = HOLD }
       local b = { pool = pool_b, stream = sb, threads = T, bytes = B, reset = true, hold_us = HOLD }
       for k, v in pairs(extra_a or {}) do a[k] = v end
@@ -179,7 +183,10 @@ describe("cupola.device_pool", function()
     end
 
     it("one bump pool shared by two streams at once: blocks overlap", function()
-      if SERIALIZED then return end -- a tool that runs one kernel at a time hides the race
+      -- A tool that runs one kernel at a time hides the race; one that slows
+      -- every access (valgrind, CUPOLA_SLOW) stretches the allocations past
+      -- the 5 ms head start.
+      if SERIALIZED or SLOW then return end
       local s1 <close> = cupola.stream()
       local s2 <close> = cupola.stream()
       local dp <close> = cupola.device_pool { kind = "bump", capacity = 4 * MiB }
