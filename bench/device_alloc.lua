@@ -66,7 +66,8 @@ put("| allocator | threads | alloc G/s | alloc+free G pairs/s |")
 put("| --- | ---: | ---: | ---: |")
 local best = {}
 for _, kind in ipairs(kinds) do
-  local dp <close> = cupola.device_pool { kind = kind, capacity = 512 * MiB }
+  -- 1 GiB: the first malloc pool sets CUDA's heap for the whole process
+  local dp <close> = cupola.device_pool { kind = kind, capacity = 1024 * MiB }
   for _, n in ipairs(counts) do
     n = math.tointeger(n)
     if kind == "malloc" and n > 1e6 then break end -- ~2.5 M/s: 1e7 would take seconds per run

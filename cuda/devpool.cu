@@ -183,11 +183,21 @@ extern "C" cp_status cp_cuda_dp_create(cp_devpool **out, cp_dp_kind kind, size_t
     p->capacity = capacity;
     cpd_layout_make((cpd_u32)kind, capacity, &p->L);
     if (kind == CP_DP_MALLOC) {
+        /* The heap grows to the pool's capacity.  CUDA refuses a new heap
+         * size once a kernel that calls malloc has run (cudaErrorInvalidValue):
+         * the pool then works with the heap as it is, and requests the heap
+         * cannot hold come back NULL like any other exhaustion. */
         size_t cur = 0;
-        if ((e = cudaDeviceGetLimit(&cur, cudaLimitMallocHeapSize)) != cudaSuccess ||
-            (cur < capacity && (e = cudaDeviceSetLimit(cudaLimitMallocHeapSize, capacity)) != cudaSuccess)) {
+        if ((e = cudaDeviceGetLimit(&cur, cudaLimitMallocHeapSize)) != cudaSuccess) {
             free(p);
-            return fail(e, "cudaDeviceSetLimit(cudaLimitMallocHeapSize) for a malloc device pool");
+            return fail(e, "cudaDeviceGetLimit(cudaLimitMallocHeapSize)");
+        }
+        if (cur < capacity && (e = cudaDeviceSetLimit(cudaLimitMallocHeapSize, capacity)) != cudaSuccess) {
+            if (e != cudaErrorInvalidValue) {
+                free(p);
+                return fail(e, "cudaDeviceSetLimit(cudaLimitMallocHeapSize) for a malloc device pool");
+            }
+            (void)cudaGetLastError();
         }
     }
     if (kind != CP_DP_MALLOC && p->L.total < capacity) {
@@ -313,7 +323,7 @@ extern "C" cp_status cp_cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, c
         goto fail_events;
     }
     if (need_ptrs && a->verify) {
-        dp_verify_kernel<<<grid, 256u, 0, s>>>(pool, prm, ptrs, claims, counters);
+        dp_verify_kernel<<<grid_for(a->threads, 256u), 256u, 0, s>>>(pool, prm, ptrs, claims, counters);
         if ((e = cudaGetLastError()) != cudaSuccess) {
             op = "verification kernel launch";
             goto fail_events;

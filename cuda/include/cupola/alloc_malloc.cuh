@@ -14,7 +14,9 @@
  *    `peak` keeps the highest offset seen (atomicMax).
  *  - free(p) reads r from the header, free()s, subtracts r.
  *  - CUDA's device heap is one per device: every malloc pool of a process
- *    shares it, and the heap size is the larger of what they asked for.
+ *    shares it.  A pool grows it to its capacity when it can; CUDA fixes
+ *    the heap size once a kernel that calls malloc has run, and later pools
+ *    then live with the heap as it is (their requests fail when it is full).
  *    dp:reset cannot take back blocks still allocated (no such operation
  *    exists): it only clears the counters.
  */
