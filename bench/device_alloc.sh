@@ -1,18 +1,21 @@
 #!/bin/sh
 # bench/device_alloc.sh: allocation inside kernels on the GPU machine, in one
-# command: build (bench/gpu-check.sh build), the device-pool and misuse specs
-# on both backends, compute-sanitizer memcheck and racecheck on them (fewer
-# threads: CUPOLA_DP_THREADS), and bench/device_alloc.lua into
-# $OUT/device_alloc.md.  CUPOLA_COMMIT names the commit (no .git travels).
+# command: build, the whole suite on both backends and every example
+# (bench/gpu-check.sh build test examples), compute-sanitizer memcheck and
+# racecheck on the device-pool and misuse specs (fewer threads:
+# CUPOLA_DP_THREADS), and bench/device_alloc.lua into $OUT/device_alloc.md.  CUPOLA_COMMIT names the commit (no .git travels).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/device_alloc-run}
 mkdir -p "$OUT"
-export C_TESTS=" " BUSTED_ARGS="spec/device_pool_spec.lua spec/misuse_spec.lua"
 status=0
-OUT=$OUT/check LOGS=/tmp/cupola-dp-check STAGE_TIMEOUT=200 sh bench/gpu-check.sh build test || status=1
+# The whole suite and every example on both backends (the module now has
+# relocatable device code: nothing else may break) ...
+OUT=$OUT/check LOGS=/tmp/cupola-dp-check STAGE_TIMEOUT=200 sh bench/gpu-check.sh build test examples || status=1
 make build/bench/device_alloc_seed >"$OUT/seed-build.log" 2>&1 || status=1
-OUT=$OUT/sanitize LOGS=/tmp/cupola-dp-sanitize STAGE_TIMEOUT=${SANITIZE_TIMEOUT:-100} \
+# ... and the sanitizers on the device-pool and misuse specs.
+C_TESTS=" " BUSTED_ARGS="spec/device_pool_spec.lua spec/misuse_spec.lua" \
+    OUT=$OUT/sanitize LOGS=/tmp/cupola-dp-sanitize STAGE_TIMEOUT=${SANITIZE_TIMEOUT:-100} \
     SANITIZE_TOOLS="memcheck racecheck" CUPOLA_DP_THREADS=20000 sh bench/gpu-check.sh sanitize || status=1
 # Lua as gpu-check.sh unpacked it.
 R=/tmp/cupola-lua

@@ -80,19 +80,23 @@ __device__ __forceinline__ void dp_count(unsigned long long *c, cpd_u32 r)
     }
 }
 
+/* One instantiation per kind: the allocator is inlined, no dispatch, and
+ * only the malloc kind's kernels call CUDA's malloc. */
+template <cpd_u32 KIND>
 __global__ void dp_run_kernel(cupola_device_pool *pool, cpd_run_params prm, cpd_u64 count,
                               cpd_u64 *ptrs, cpd_u32 *claims, unsigned long long *counters)
 {
     cpd_u64 k = (cpd_u64)blockIdx.x * blockDim.x + threadIdx.x;
     cpd_u32 r = 0;
     if (k < count)
-        r = cpd_run_thread(pool, &prm, prm.first + k, ptrs, claims);
+        r = cpd_run_thread(pool, &prm, prm.first + k, ptrs, claims, KIND);
     dp_count(counters, r);
 }
 
 /* Nested runs: each of `children` parent threads launches the run kernel
  * over its share of the threads; the children finish before this grid
  * counts as complete (CUDA 12's device runtime). */
+template <cpd_u32 KIND>
 __global__ void dp_parent_kernel(cupola_device_pool *pool, cpd_run_params prm, unsigned children,
                                  unsigned block, cpd_u64 *ptrs, cpd_u32 *claims,
                                  unsigned long long *counters)
@@ -108,8 +112,8 @@ __global__ void dp_parent_kernel(cupola_device_pool *pool, cpd_run_params prm, u
         return;
     cnt = prm.threads - first < per ? prm.threads - first : per;
     q.first = first;
-    dp_run_kernel<<<(unsigned)((cnt + block - 1) / block), block>>>(pool, q, cnt, ptrs, claims,
-                                                                    counters);
+    dp_run_kernel<KIND><<<(unsigned)((cnt + block - 1) / block), block>>>(pool, q, cnt, ptrs,
+                                                                          claims, counters);
     if (cudaGetLastError() != cudaSuccess)
         atomicAdd(&counters[4], 1ull);
 }
@@ -125,11 +129,25 @@ __global__ void dp_verify_kernel(const cupola_device_pool *pool, cpd_run_params 
     dp_count(counters, r);
 }
 
+/* Frees a malloc pool's blocks after a run that kept them. */
 __global__ void dp_free_kernel(cupola_device_pool *pool, cpd_u64 n, const cpd_u64 *ptrs)
 {
     cpd_u64 i = (cpd_u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
-        cupola_free(pool, (void *)(size_t)(ptrs[i] & ~1ull));
+        cpd_free_kind(pool, (void *)(size_t)(ptrs[i] & ~1ull), CPD_KIND_MALLOC);
+}
+
+/* The launch of a run (children == 0) or of its parent, for the kind. */
+template <cpd_u32 KIND>
+void launch_kind(cupola_device_pool *pool, const cpd_run_params &prm, unsigned children,
+                 unsigned grid, unsigned block, cpd_u64 *ptrs, cpd_u32 *claims,
+                 unsigned long long *counters, cudaStream_t s)
+{
+    if (children)
+        dp_parent_kernel<KIND><<<(children + 255u) / 256u, 256u, 0, s>>>(pool, prm, children, block,
+                                                                         ptrs, claims, counters);
+    else
+        dp_run_kernel<KIND><<<grid, block, 0, s>>>(pool, prm, prm.threads, ptrs, claims, counters);
 }
 
 __global__ void dp_reset_kernel(cupola_device_pool *pool)
@@ -308,13 +326,20 @@ extern "C" cp_status cp_cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, c
         op = "cudaEventRecord";
         goto fail_events;
     }
-    if (a->children) {
-        dp_parent_kernel<<<(a->children + 255u) / 256u, 256u, 0, s>>>(pool, prm, a->children,
-                                                                     a->block, ptrs, claims, counters);
-        op = "parent kernel launch";
-    } else {
-        dp_run_kernel<<<grid, a->block, 0, s>>>(pool, prm, a->threads, ptrs, claims, counters);
-        op = "run kernel launch";
+    op = a->children ? "parent kernel launch" : "run kernel launch";
+    switch (p->kind) {
+    case CP_DP_BUMP:
+        launch_kind<CPD_KIND_BUMP>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        break;
+    case CP_DP_WARP_BUMP:
+        launch_kind<CPD_KIND_WARP_BUMP>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        break;
+    case CP_DP_SLAB:
+        launch_kind<CPD_KIND_SLAB>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        break;
+    default:
+        launch_kind<CPD_KIND_MALLOC>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        break;
     }
     if ((e = cudaGetLastError()) != cudaSuccess)
         goto fail_events;

@@ -137,11 +137,23 @@ CPR_FN int cpd_claims(const cupola_device_pool *pool, cpd_u32 *claims, const uns
 }
 
 /* The first half of thread i: its block, with its pattern written (NULL
- * when the pool gave none). */
-CPR_FN unsigned char *cpd_run_alloc(cupola_device_pool *pool, const cpd_run_params *prm, cpd_u64 i)
+ * when the pool gave none).  kind is pool->kind (a constant in the CUDA
+ * kernels, instantiated per kind).  A run of one size asks with the size
+ * straight from the kernel's parameters: the compiler sees a value uniform
+ * across the warp, as in a hand-written kernel, and may aggregate the
+ * atomics of the bump kinds itself. */
+CPR_FN unsigned char *cpd_run_alloc(cupola_device_pool *pool, const cpd_run_params *prm, cpd_u64 i,
+                                    cpd_u32 kind)
 {
-    cpd_u64 n = cpd_run_size(prm, i);
-    unsigned char *p = (unsigned char *)cupola_alloc(pool, (size_t)n);
+    cpd_u64 n;
+    unsigned char *p;
+    if (prm->min_bytes == prm->max_bytes) {
+        n = prm->min_bytes;
+        p = (unsigned char *)cpd_alloc_kind(pool, n, kind);
+    } else {
+        n = cpd_run_size(prm, i);
+        p = (unsigned char *)cpd_alloc_kind(pool, n, kind);
+    }
     if (p)
         cpd_pattern_write(p, n, cpd_run_seed(prm, i));
     return p;
@@ -152,7 +164,8 @@ CPR_FN unsigned char *cpd_run_alloc(cupola_device_pool *pool, const cpd_run_para
  * the records (free_blocks, or an unverified run of a pool that is not
  * malloc); claims NULL for pools without a claim map. */
 CPR_FN cpd_u32 cpd_run_finish(cupola_device_pool *pool, const cpd_run_params *prm, cpd_u64 i,
-                              unsigned char *p, cpd_u64 t0, cpd_u64 *ptrs, cpd_u32 *claims)
+                              unsigned char *p, cpd_u64 t0, cpd_u64 *ptrs, cpd_u32 *claims,
+                              cpd_u32 kind)
 {
     cpd_u64 n = cpd_run_size(prm, i), seed = cpd_run_seed(prm, i);
     cpd_u32 r = CPD_R_OK;
@@ -182,7 +195,7 @@ CPR_FN cpd_u32 cpd_run_finish(cupola_device_pool *pool, const cpd_run_params *pr
                 r |= CPD_R_OVERLAP;
             }
         }
-        cupola_free(pool, p);
+        cpd_free_kind(pool, p, kind);
     } else if (ptrs) {
         ptrs[i] = (cpd_u64)(size_t)p | ((r & CPD_R_OVERLAP) ? 1u : 0u);
     }
@@ -192,11 +205,11 @@ CPR_FN cpd_u32 cpd_run_finish(cupola_device_pool *pool, const cpd_run_params *pr
 /* Thread i of a run, both halves (the hold counted from t0 when the run
  * gives one, else from this thread's start). */
 CPR_FN cpd_u32 cpd_run_thread(cupola_device_pool *pool, const cpd_run_params *prm, cpd_u64 i,
-                              cpd_u64 *ptrs, cpd_u32 *claims)
+                              cpd_u64 *ptrs, cpd_u32 *claims, cpd_u32 kind)
 {
     cpd_u64 t0 = prm->hold_ns ? (prm->t0 ? prm->t0 : cpd_now_ns()) : 0;
-    unsigned char *p = cpd_run_alloc(pool, prm, i);
-    return cpd_run_finish(pool, prm, i, p, t0, ptrs, claims);
+    unsigned char *p = cpd_run_alloc(pool, prm, i, kind);
+    return cpd_run_finish(pool, prm, i, p, t0, ptrs, claims, kind);
 }
 
 /* Verification of thread i's block after the whole run (free=false). */

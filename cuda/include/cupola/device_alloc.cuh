@@ -206,12 +206,15 @@ CPD_FN void cpd_count_failure(cupola_device_pool *pool)
 /* A block of at least `bytes` bytes, 16-byte aligned, or NULL when the pool
  * cannot give one (exhausted, or a request its kind refuses); a NULL is
  * counted in the pool's `failed`.  A request of 0 bytes returns NULL and is
- * not counted. */
-CPD_FN void *cpd_alloc(cupola_device_pool *pool, cpd_u64 bytes)
+ * not counted.  kind is the pool's: a caller that knows it at compile time
+ * (cupola's own run kernels are instantiated per kind) gets only that
+ * allocator inlined, so only malloc pools' kernels call CUDA's malloc (CUDA
+ * fixes its heap size once such a kernel has run). */
+CPD_FN void *cpd_alloc_kind(cupola_device_pool *pool, cpd_u64 bytes, cpd_u32 kind)
 {
     if (bytes == 0)
         return 0;
-    switch (pool->kind) {
+    switch (kind) {
     case CPD_KIND_BUMP: return cpd_bump_alloc(pool, bytes);
     case CPD_KIND_WARP_BUMP: return cpd_warp_bump_alloc(pool, bytes);
     case CPD_KIND_SLAB: return cpd_slab_alloc(pool, bytes);
@@ -222,15 +225,25 @@ CPD_FN void *cpd_alloc(cupola_device_pool *pool, cpd_u64 bytes)
 
 /* Returns a block to the pool it came from.  NULL is ignored; the bump
  * kinds ignore every free (their memory comes back with dp:reset). */
-CPD_FN void cpd_free(cupola_device_pool *pool, void *ptr)
+CPD_FN void cpd_free_kind(cupola_device_pool *pool, void *ptr, cpd_u32 kind)
 {
     if (!ptr)
         return;
-    switch (pool->kind) {
+    switch (kind) {
     case CPD_KIND_SLAB: cpd_slab_free(pool, ptr); break;
     case CPD_KIND_MALLOC: cpd_malloc_free(pool, ptr); break;
     default: break;
     }
+}
+
+CPD_FN void *cpd_alloc(cupola_device_pool *pool, cpd_u64 bytes)
+{
+    return cpd_alloc_kind(pool, bytes, pool->kind);
+}
+
+CPD_FN void cpd_free(cupola_device_pool *pool, void *ptr)
+{
+    cpd_free_kind(pool, ptr, pool->kind);
 }
 
 #endif /* CUPOLA_DEVICE_ALLOC_CUH */

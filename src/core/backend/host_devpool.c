@@ -113,11 +113,11 @@ static void *pass_worker(void *arg)
         hi = lo + r->block < n ? lo + r->block : n;
         for (cpd_u64 i = lo; i < hi; i++) {
             switch (ps->kind) {
-            case PASS_RUN: count(local, cpd_run_thread(pool, &r->prm, i, r->ptrs, claims)); break;
-            case PASS_ALLOC: r->ptrs[i] = (cpd_u64)(size_t)cpd_run_alloc(pool, &r->prm, i); break;
+            case PASS_RUN: count(local, cpd_run_thread(pool, &r->prm, i, r->ptrs, claims, pool->kind)); break;
+            case PASS_ALLOC: r->ptrs[i] = (cpd_u64)(size_t)cpd_run_alloc(pool, &r->prm, i, pool->kind); break;
             case PASS_FINISH:
                 count(local, cpd_run_finish(pool, &r->prm, i, (unsigned char *)(size_t)r->ptrs[i],
-                                            ps->t0, r->ptrs, claims));
+                                            ps->t0, r->ptrs, claims, pool->kind));
                 break;
             case PASS_VERIFY: count(local, cpd_verify_thread(pool, &r->prm, i, r->ptrs, claims)); break;
             case PASS_FREE: cupola_free(pool, (void *)(size_t)(r->ptrs[i] & ~1ull)); break;
