@@ -114,6 +114,12 @@ $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
 
+# bench/launch.c: cuLaunchKernel of an NVRTC-compiled empty kernel from C,
+# beside bench/launch.lua (the same launch from Lua).
+$(BUILD)/bench/launch: bench/launch.c
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
+
 # The device pools' seed kernel and CUDA's malloc in plain CUDA C, beside
 # bench/device_alloc.lua.
 $(BUILD)/bench/device_alloc_seed: bench/device_alloc_seed.cu
@@ -142,6 +148,10 @@ install: all
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
+	install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola
+	install -m 644 cuda/include/cupola/*.h cuda/include/cupola/*.cuh $(DESTDIR)$(LUADIR)/cupola/include/cupola/
+	if ls src/include/cupola/*.h >/dev/null 2>&1; then \
+	    install -m 644 src/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/; fi
 
 clean:
 	rm -rf $(BUILD)

@@ -28,7 +28,7 @@
 #ifndef CUPOLA_DEVPOOL_BODY_H
 #define CUPOLA_DEVPOOL_BODY_H
 
-#include "cupola/device.h"
+#include "cupola/device_alloc.cuh"
 #include "kernel_body.h"
 
 #if CPD_CUDA

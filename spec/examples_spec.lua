@@ -94,3 +94,12 @@ describe("examples", function()
     end
   end)
 end)
+
+describe("examples: kernels of your own (issue 10)", function()
+  local it = require("spec.support.child").available and it or pending
+  it("own_kernel.lua runs a user kernel over a pool's buffers and times it", function()
+    local out = run("own_kernel.lua", 4096, 33)
+    assert.matches("module gather%.cu %(%a+%), kernel gather_axpy, backend " .. cupola.backend(), out)
+    assert.matches("n = 4096 floats, stride 33: [%d.]+ ms per launch", out)
+  end)
+end)

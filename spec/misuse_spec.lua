@@ -525,6 +525,81 @@ describe("misuse: traces", function()
   end)
 end)
 
+-- Kernels of your own (issue 10): every misuse raises a message naming the
+-- argument or option, and leaves the module and kernel usable.
+describe("misuse: cupola.module, m:kernel, k:launch", function()
+  local SRC = [[
+extern "C" __global__ void set(int *x, int v, unsigned long long n)
+{
+    for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        x[i] = v;
+}
+]]
+  local m
+  setup(function() m = cupola.module { source = SRC, name = "misuse.cu" } end)
+  teardown(function() m:close() end)
+
+  it("module options", function()
+    raises(function() cupola.module() end, "table expected, got no value")
+    raises(function() cupola.module {} end, "give exactly one of 'source', 'path', 'ptx', 'cubin' (0 given)")
+    raises(function() cupola.module { source = SRC, path = "x.cu" } end, "(2 given)")
+    raises(function() cupola.module { source = SRC, opts = {} } end, "cupola.module: unknown option 'opts'")
+    raises(function() cupola.module { source = {} } end, "option 'source' must be a string, not table")
+    raises(function() cupola.module { source = SRC, options = { "-o", "/tmp/x" } } end, "option '-o' is not allowed")
+    raises(function() cupola.module { source = SRC, options = { "-D" } } end, "-D/-U need a macro name")
+    raises(function() cupola.module { path = "/nonexistent.cu" } end, "cannot read '/nonexistent.cu'")
+  end)
+
+  it("kernel lookups and declared types", function()
+    raises(function() m:kernel("sett", { "ptr", "i32", "u64" }) end, "no kernel 'sett' in module misuse.cu")
+    raises(function() m:kernel("set", { "ptr", "int", "u64" }) end, "parameter 2: unknown type 'int'")
+    raises(function() m:kernel("set", "ptr") end, "table expected, got string")
+    raises(function() m:kernel(nil, {}) end, "string expected, got nil")
+    raises(function() m:kernel("set", { "ptr", "i32" }) end, "parameters")
+    raises(function() m:kernel("set", { "f64", "i32", "u64" }) end, "parameter 1")
+  end)
+
+  it("launch arguments", function()
+    local k = m:kernel("set", { "ptr", "i32", "u64" })
+    local x = cupola.malloc(64)
+    local L = { grid = 1, block = 16 }
+    raises(function() k:launch(L, x, 1) end, "kernel 'set' takes 3 arguments, got 2")
+    raises(function() k:launch(L, x, 1, 16, 4) end, "kernel 'set' takes 3 arguments, got 4")
+    raises(function() k:launch(L, x, 2 ^ 31, 16) end, "bad argument #3 to 'launch'")
+    raises(function() k:launch(L, x, 1, -16) end, "u64: -16 is negative")
+    raises(function() k:launch(L, "x", 1, 16) end, "bad argument #2 to 'launch' (kernel 'set' parameter 1, ptr: a cupola.Buffer or an integer address expected, got string)")
+    raises(function() k:launch(L, x, nil, 16) end, "i32: integer expected, got nil")
+    raises(function() k:launch(nil, x, 1, 16) end, "launch options expected")
+    k:launch(L, x, 7, 16)
+    assert.equals(string.rep(string.pack("i4", 7), 16), x:read())
+    x:free()
+    raises(function() k:launch(L, x, 7, 16) end, "the cupola.Buffer is closed")
+  end)
+
+  it("launch shapes", function()
+    local k = m:kernel("set", { "ptr", "i32", "u64" })
+    local x = cupola.malloc(64)
+    raises(function() k:launch({ grid = 0, block = 1 }, x, 1, 16) end, "option 'grid': x is 0")
+    raises(function() k:launch({ grid = 1, block = 2048 }, x, 1, 16) end, "option 'block': x = 2048 exceeds")
+    raises(function() k:launch({ grid = 1, block = 1, shared = 1 << 30 }, x, 1, 16) end, "option 'shared'")
+    raises(function() k:launch({ threads = -1 }, x, 1, 16) end, "option 'threads' must be an integer >= 1")
+    raises(function() k:launch({ threads = 16, block = { 4, 4 } }, x, 1, 16) end, "with 'threads', 'block' is one integer")
+    raises(function() k:launch({ grid = { 1, 1, 1, 1 }, block = 1 }, x, 1, 16) end, "must be {x}, {x, y} or {x, y, z}")
+  end)
+
+  it("closed handles", function()
+    local mm = cupola.module { source = SRC, name = "closed.cu" }
+    local k = mm:kernel("set", { "ptr", "i32", "u64" })
+    mm:close()
+    mm:close()
+    raises(function() mm:kernel("set", {}) end, "attempt to use a closed cupola.Module")
+    k:close()
+    k:close()
+    raises(function() k:launch({ grid = 1, block = 1 }, 0, 0, 0) end, "attempt to use a closed cupola.Kernel")
+    raises(function() mm.name = "x" end, "cupola.Module field 'name' is read-only")
+  end)
+end)
+
 -- Device pools (allocation inside kernels, issue 17): every bad argument
 -- raises an error that names it.
 describe("misuse: cupola.device_pool", function()

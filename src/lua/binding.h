@@ -29,6 +29,9 @@
 #define L_MEMPOOL "cupola.Mempool"
 #define L_POOL "cupola.Pool"
 #define L_TRACE "cupola.Trace"
+#define L_MODULE "cupola.Module"
+#define L_KERNEL "cupola.Kernel"
+#define L_DEVICEPOOL "cupola.DevicePool" /* its C struct's first member is the device pointer */
 
 /* A stream shared by its Lua handle and the buffers ordered on it. */
 typedef struct l_streamref {
@@ -147,6 +150,7 @@ void l_open_mempool(lua_State *L);
 void l_open_kernels(lua_State *L);
 void l_open_pool(lua_State *L);
 void l_open_trace(lua_State *L);
+void l_open_module(lua_State *L); /* run-time compiled kernels (module.c) */
 void l_open_devpool(lua_State *L); /* issue 17: in-kernel allocation */
 
 /* __newindex of handle types whose fields are all read-only: raises

@@ -95,6 +95,7 @@ __attribute__((visibility("default"))) LUAMOD_API int luaopen_cupola_core(lua_St
     l_open_kernels(L);
     l_open_pool(L);
     l_open_trace(L);
+    l_open_module(L);
     l_open_devpool(L);
     return 1;
 }

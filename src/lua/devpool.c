@@ -13,7 +13,7 @@
 
 #include "binding.h"
 
-#define L_DEVPOOL "cupola.DevicePool"
+#define L_DEVPOOL L_DEVICEPOOL /* binding.h */
 #define RUN_FN L_DEVPOOL ":run"
 #define MAX_CHILDREN 2048u /* CUDA's default pending-launch limit */
 

@@ -1,7 +1,39 @@
 /*
- * <cupola/device.h>: allocation inside kernels, for kernels of your own.
+ * cupola/device.h: the device-side header of cupola, on the include path of
+ * every module compiled by cupola.module (both backends: NVRTC on the GPU,
+ * the host compiler with cupola/host_prelude.h on the CPU).  Include it as
+ * <cupola/device.h>.  It needs no other header, so NVRTC compiles it as is.
  *
- *     #include <cupola/device.h>
+ * Below: the basics every kernel may use, then allocation inside kernels
+ * (cupola_alloc / cupola_free over a cupola.DevicePool, whose allocators live
+ * in cupola/device_alloc.cuh and the alloc_*.cuh beside it).
+ */
+#ifndef CUPOLA_DEVICE_H
+#define CUPOLA_DEVICE_H
+
+#define CUPOLA_DEVICE_API 1
+
+#if defined(CUPOLA_HOST_KERNEL)
+#define CUPOLA_ON_HOST 1 /* compiled for the host backend (CPU fibers) */
+#else
+#define CUPOLA_ON_HOST 0
+#endif
+
+/* The thread's index in the whole grid (x dimension), and the number of
+ * threads in the grid: the two halves of a grid-stride loop:
+ *   for (size_t i = cupola_global_index(); i < n; i += cupola_grid_size()) */
+static __device__ __forceinline__ unsigned long long cupola_global_index(void)
+{
+    return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+static __device__ __forceinline__ unsigned long long cupola_grid_size(void)
+{
+    return (unsigned long long)gridDim.x * blockDim.x;
+}
+
+/* ---- allocation inside kernels (cupola.DevicePool) -------------------------
+ *
  *     extern "C" __global__ void k(cupola_device_pool *pool, ...)
  *     {
  *         float *x = (float *)cupola_alloc(pool, 64 * sizeof(float));
@@ -20,10 +52,7 @@
  *   cupola_free(pool, ptr)    -> gives it back (a no-op for the bump kinds,
  *       whose memory returns with dp:reset; NULL is ignored).
  */
-#ifndef CUPOLA_DEVICE_H
-#define CUPOLA_DEVICE_H
-
-#include "device_alloc.cuh"
+#include "cupola/device_alloc.cuh"
 
 CPD_FN void *cupola_alloc(cupola_device_pool *pool, size_t bytes)
 {

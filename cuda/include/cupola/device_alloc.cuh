@@ -140,7 +140,12 @@ CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v)
 CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 CPD_FN void cpd_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-CPD_FN void cpd_pause(void) { __builtin_ia32_pause(); }
+CPD_FN void cpd_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 CPD_FN cpd_u32 cpd_activemask(void) { return 1u; }
 CPD_FN cpd_u32 cpd_lanemask_lt(void) { return 0u; }
 CPD_FN cpd_u32 cpd_match_any64(cpd_u32 mask, cpd_u64 v) { (void)v; return mask; }
@@ -196,10 +201,10 @@ CPD_FN void cpd_count_failure(cupola_device_pool *pool)
     cpd_add64(&pool->failed, 1ull);
 }
 
-#include "alloc_bump.cuh"
-#include "alloc_warp_bump.cuh"
-#include "alloc_slab.cuh"
-#include "alloc_malloc.cuh"
+#include "cupola/alloc_bump.cuh"
+#include "cupola/alloc_warp_bump.cuh"
+#include "cupola/alloc_slab.cuh"
+#include "cupola/alloc_malloc.cuh"
 
 /* ---- the dispatch ---------------------------------------------------------- */
 

@@ -166,6 +166,17 @@ typedef struct cp_backend {
     cp_status (*k_verify)(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
                           uint64_t *bad);
 
+    /* ---- run-time compiled kernels (kernel/module.c, issue 10) ----------
+     * host_task (host backend; NULL on CUDA): enqueues fn(data) on s, data
+     * copied (len bytes, 8-byte aligned) into the work item.  A nonzero
+     * return stores err as a pending kernel error, which the next device,
+     * stream or event synchronization returns (CP_ERR_BACKEND, the message
+     * starting "cupolaErrorHostKernel").
+     * stream_native (CUDA; NULL on host): the cudaStream_t of s (the legacy
+     * stream's handle for NULL), for the driver API. */
+    cp_status (*host_task)(cp_stream *s, int (*fn)(void *data, char *err, size_t errlen),
+                           const void *data, size_t len);
+    void *(*stream_native)(cp_stream *s);
     /* ---- device-side (in-kernel) allocation pools (devpool.h, issue 17) ----
      * dp_create: capacity bytes of pool memory and its device-side state
      * (a cupola_device_pool that kernels get a pointer to: dp_state).

@@ -985,6 +985,13 @@ static cp_status cuda_dp_reset(cp_devpool *p, cp_stream *s)
 
 /* ---- the table ------------------------------------------------------------------------ */
 
+/* ---- run-time compiled kernels (issue 10) ------------------------------------ */
+
+static void *cuda_stream_native(cp_stream *s)
+{
+    return (void *)stream_handle(s);
+}
+
 const cp_backend cp_backend_cuda = {
     .name = "cuda",
 
@@ -1030,6 +1037,9 @@ const cp_backend cp_backend_cuda = {
     .k_spin = cuda_k_spin,
     .k_pattern = cuda_k_pattern,
     .k_verify = cuda_k_verify,
+    /* run-time compiled kernels (issue 10) */
+    .host_task = NULL,
+    .stream_native = cuda_stream_native,
 
     /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
     .dp_create = cp_cuda_dp_create,

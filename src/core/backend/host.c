@@ -92,6 +92,7 @@ struct hwork {
         struct { uint64_t us; } spin;
         struct { void *p; size_t bytes; uint64_t seed; uint64_t *bad; } pat;
         struct { cp_event *e; uint64_t gen; } mark;
+        struct { int (*fn)(void *, char *, size_t); void *data; } task;
         struct { void (*fn)(void *); void *arg; } call; /* device pools (host_devpool.c) */
     } u;
 };
@@ -130,6 +131,8 @@ static struct {
     int legacy_started;
     int nworkers;
     int used;     /* any stream was ever started: the destructor has work */
+    int kerr_set; /* a host task (user kernel) failed: the next sync reports it */
+    char kerr[512];
     int shutdown; /* the destructor ran: no new workers */
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
@@ -143,6 +146,16 @@ static void sched_lock(void)
 static void sched_unlock(void)
 {
     pthread_mutex_unlock(&G.mu);
+}
+
+/* A failed host task's message, returned (once) by the next synchronization
+ * as a fault on the GPU would be. */
+static cp_status take_kernel_error_locked(void)
+{
+    if (!G.kerr_set)
+        return CP_OK;
+    G.kerr_set = 0;
+    return cp_error_set(CP_ERR_BACKEND, "cupolaErrorHostKernel: %s", G.kerr);
 }
 
 /* ---- work items --------------------------------------------------------- */
@@ -537,6 +550,7 @@ static cp_status h_device_info(cp_device_info *out)
 
 static cp_status h_device_synchronize(void)
 {
+    cp_status st;
     hdep *snap = NULL;
     size_t n = 0, cap = 0;
 
@@ -569,10 +583,11 @@ static cp_status h_device_synchronize(void)
             sched_wait_done_locked(snap[i].sid, snap[i].ticket);
     }
     cp_host_pool_release_locked();
+    st = take_kernel_error_locked();
     pthread_mutex_unlock(&G.mu);
     free(snap);
     reap_zombies();
-    return CP_OK;
+    return st;
 }
 
 static cp_status h_mem_get_info(size_t *free_bytes, size_t *total_bytes)
@@ -650,6 +665,7 @@ static cp_status h_stream_destroy(cp_stream *s)
  * blocking streams' work, which anything enqueued on it would wait for. */
 static cp_status h_stream_synchronize(cp_stream *s)
 {
+    cp_status st;
     pthread_mutex_lock(&G.mu);
     if (s) {
         sched_wait_done_locked(s->id, s->enqueued);
@@ -678,8 +694,9 @@ static cp_status h_stream_synchronize(cp_stream *s)
         }
     }
     cp_host_pool_release_locked();
+    st = take_kernel_error_locked();
     pthread_mutex_unlock(&G.mu);
-    return CP_OK;
+    return st;
 }
 
 static cp_status h_stream_query(cp_stream *s, int *idle)
@@ -813,14 +830,16 @@ static cp_status h_event_record(cp_event *e, cp_stream *s)
 
 static cp_status h_event_synchronize(cp_event *e)
 {
+    cp_status st;
     if (!e)
         return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
     pthread_mutex_lock(&G.mu);
     if (e->recorded)
         sched_wait_done_locked(e->sid, e->ticket);
     cp_host_pool_release_locked();
+    st = take_kernel_error_locked();
     pthread_mutex_unlock(&G.mu);
-    return CP_OK;
+    return st;
 }
 
 static cp_status h_event_query(cp_event *e, int *done)
@@ -1207,6 +1226,45 @@ static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_strea
     return st;
 }
 
+/* ---- run-time compiled kernels (issue 10) ------------------------------------ */
+
+static void run_task(hwork *w)
+{
+    char err[sizeof G.kerr];
+    err[0] = '\0';
+    if (w->u.task.fn(w->u.task.data, err, sizeof err) != 0) {
+        pthread_mutex_lock(&G.mu);
+        if (!G.kerr_set) {
+            memcpy(G.kerr, err, sizeof err);
+            G.kerr[sizeof G.kerr - 1] = '\0';
+            G.kerr_set = 1;
+        }
+        pthread_mutex_unlock(&G.mu);
+    }
+}
+
+static cp_status h_host_task(cp_stream *s, int (*fn)(void *, char *, size_t), const void *data,
+                             size_t len)
+{
+    hwork *w;
+    if (!fn)
+        return cp_error_set(CP_ERR_INVALID, "host_task: fn is NULL");
+    if (len > ((size_t)1 << 20))
+        return cp_error_set(CP_ERR_INVALID, "host_task: %zu bytes of data is too much", len);
+    /* one allocation: the item and its data, which follows it (8-aligned) */
+    w = calloc(1, sizeof *w + ((len + 7) & ~(size_t)7));
+    if (!w)
+        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a work item");
+    w->run = run_task;
+    w->deps = w->inline_deps;
+    w->capdeps = sizeof w->inline_deps / sizeof w->inline_deps[0];
+    w->u.task.fn = fn;
+    w->u.task.data = w + 1;
+    if (len)
+        memcpy(w + 1, data, len);
+    return enqueue(s, w, NULL, NULL);
+}
+
 /* ---- process exit --------------------------------------------------------- */
 
 /* Drains and joins every worker: at exit the threads must not outlive the
@@ -1331,6 +1389,9 @@ const cp_backend cp_backend_host = {
     .k_spin = h_k_spin,
     .k_pattern = h_k_pattern,
     .k_verify = h_k_verify,
+    /* run-time compiled kernels (issue 10) */
+    .host_task = h_host_task,
+    .stream_native = NULL,
 
     /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
     .dp_create = cp_host_dp_create,

@@ -120,7 +120,7 @@ static void *pass_worker(void *arg)
                                             ps->t0, r->ptrs, claims, pool->kind));
                 break;
             case PASS_VERIFY: count(local, cpd_verify_thread(pool, &r->prm, i, r->ptrs, claims)); break;
-            case PASS_FREE: cupola_free(pool, (void *)(size_t)(r->ptrs[i] & ~1ull)); break;
+            case PASS_FREE: cpd_free_kind(pool, (void *)(size_t)(r->ptrs[i] & ~1ull), pool->kind); break;
             }
         }
     }

@@ -1,0 +1,718 @@
+/*
+ * kernel/cuda_module.c: user kernels on the CUDA backend (module.h).
+ *
+ * Policy, exactly:
+ *  - libnvrtc, libnvJitLink and libcuda are opened with dlopen when first
+ *    needed ($CUDA_HOME/lib64, $CUDA_PATH/lib64, /usr/local/cuda/lib64, then
+ *    the loader's path), so cupola loads and falls back to the host backend
+ *    on machines without them; no CUDA header is needed to build this file.
+ *  - Compile: NVRTC for --gpu-architecture=sm_<cc> of device 0, with
+ *    cupola's include folders (-I) and the user's checked options (-O* and
+ *    -g are the host's and dropped).  Relocatable device code (-rdc=true in
+ *    the options, or a `<<<` in the source: a kernel launching kernels) is
+ *    linked with libcudadevrt.a through nvJitLink.  The image is cached under
+ *    a key of the source, options, NVRTC version, architecture and cupola's
+ *    headers (compile.h).
+ *  - Load: cuModuleLoadData in the runtime's primary context of device 0
+ *    (made current on the calling thread when none is).  {ptx=} is loaded as
+ *    it is (the driver JIT-compiles it); {cubin=path} reads the file.
+ *  - Kernels: cuModuleGetFunction; the declared parameter sizes are checked
+ *    with cuFuncGetParamInfo where the driver has it (CUDA 12.4+).
+ *  - Launch: the shape against the device's and the function's limits
+ *    (dynamic shared memory above 48 KiB is opted into per function, up to
+ *    the device's opt-in maximum less the static shared memory), then
+ *    cuLaunchKernel on the stream's handle.  Its error carries the driver's
+ *    error name; a fault surfaces at the next synchronization, as CUDA's do.
+ *  - Unload: cuModuleUnload when the last kernel and the module handle are
+ *    gone; errors at process exit are ignored.
+ */
+#include "kernel/module.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kernel/compile.h"
+#include "kernel/scan.h"
+
+/* ---- the libraries, by dlopen -------------------------------------------- */
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct nvrtc_prog *nvrtcProgram;
+typedef struct nvjl *nvJitLinkHandle;
+
+#define CU_SUCCESS 0
+#define CU_ERROR_INVALID_CONTEXT 201
+#define CU_ERROR_NOT_FOUND 500
+#define NVRTC_OK 0
+#define NVJL_INPUT_CUBIN 1
+#define NVJL_INPUT_LIBRARY 6
+
+static struct {
+    pthread_mutex_t mu;
+    int tried_cu, tried_rtc, tried_jl;
+    void *cu, *rtc, *jl;
+    char why_cu[256], why_rtc[512], why_jl[512], devrt[4200];
+    /* driver */
+    CUresult (*cuInit)(unsigned);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuModuleUnload)(CUmodule);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
+    CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+    CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *); /* 12.4+ */
+    CUresult (*cuGetErrorName)(CUresult, const char **);
+    /* NVRTC */
+    int (*nvrtcVersion)(int *, int *);
+    int (*nvrtcCreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                              const char *const *);
+    int (*nvrtcCompileProgram)(nvrtcProgram, int, const char *const *);
+    int (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t *);
+    int (*nvrtcGetProgramLog)(nvrtcProgram, char *);
+    int (*nvrtcGetCUBINSize)(nvrtcProgram, size_t *);
+    int (*nvrtcGetCUBIN)(nvrtcProgram, char *);
+    int (*nvrtcDestroyProgram)(nvrtcProgram *);
+    const char *(*nvrtcGetErrorString)(int);
+    /* nvJitLink */
+    int (*nvJitLinkCreate)(nvJitLinkHandle *, uint32_t, const char **);
+    int (*nvJitLinkAddData)(nvJitLinkHandle, int, const void *, size_t, const char *);
+    int (*nvJitLinkAddFile)(nvJitLinkHandle, int, const char *);
+    int (*nvJitLinkComplete)(nvJitLinkHandle);
+    int (*nvJitLinkGetLinkedCubinSize)(nvJitLinkHandle, size_t *);
+    int (*nvJitLinkGetLinkedCubin)(nvJitLinkHandle, void *);
+    int (*nvJitLinkGetErrorLogSize)(nvJitLinkHandle, size_t *);
+    int (*nvJitLinkGetErrorLog)(nvJitLinkHandle, char *);
+    int (*nvJitLinkDestroy)(nvJitLinkHandle *);
+    /* device 0 */
+    int have_limits;
+    cp_klimits lim;
+    int max_shared_optin;
+} X = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *sym(void *lib, const char *name, int *ok)
+{
+    void *p = dlsym(lib, name);
+    if (!p)
+        *ok = 0;
+    return p;
+}
+
+#define SYM(lib, f, ok) (memcpy(&X.f, &(void *){sym(lib, #f, ok)}, sizeof X.f))
+
+/* Opens the first of the toolkit's lib64 folders, then the loader's names. */
+static void *open_toolkit_lib(const char *file, const char *const *sonames, char *why, size_t whylen)
+{
+    const char *roots[3] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+    char p[4200];
+    for (int i = 0; i < 3; i++) {
+        void *h;
+        if (!roots[i] || !*roots[i] || strlen(roots[i]) > 4000)
+            continue;
+        snprintf(p, sizeof p, "%s/lib64/%s", roots[i], file);
+        if ((h = dlopen(p, RTLD_NOW | RTLD_LOCAL)))
+            return h;
+    }
+    for (int i = 0; sonames[i]; i++) {
+        void *h = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
+        if (h)
+            return h;
+    }
+    snprintf(why, whylen, "%s not found in $CUDA_HOME/lib64, /usr/local/cuda/lib64 or the loader's path",
+             file);
+    return NULL;
+}
+
+static cp_status need_nvrtc(void)
+{
+    static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", NULL};
+    cp_status st = CP_OK;
+    pthread_mutex_lock(&X.mu);
+    if (!X.tried_rtc) {
+        int ok = 1;
+        X.tried_rtc = 1;
+        X.rtc = open_toolkit_lib("libnvrtc.so", names, X.why_rtc, sizeof X.why_rtc);
+        if (X.rtc) {
+            SYM(X.rtc, nvrtcVersion, &ok);
+            SYM(X.rtc, nvrtcCreateProgram, &ok);
+            SYM(X.rtc, nvrtcCompileProgram, &ok);
+            SYM(X.rtc, nvrtcGetProgramLogSize, &ok);
+            SYM(X.rtc, nvrtcGetProgramLog, &ok);
+            SYM(X.rtc, nvrtcGetCUBINSize, &ok);
+            SYM(X.rtc, nvrtcGetCUBIN, &ok);
+            SYM(X.rtc, nvrtcDestroyProgram, &ok);
+            SYM(X.rtc, nvrtcGetErrorString, &ok);
+            if (!ok) {
+                snprintf(X.why_rtc, sizeof X.why_rtc, "libnvrtc lacks a function cupola needs");
+                dlclose(X.rtc);
+                X.rtc = NULL;
+            }
+        }
+    }
+    if (!X.rtc)
+        st = cp_error_set(CP_ERR_UNSUPPORTED, "NVRTC is not available: %s", X.why_rtc);
+    pthread_mutex_unlock(&X.mu);
+    return st;
+}
+
+static cp_status need_jitlink(void)
+{
+    static const char *const names[] = {"libnvJitLink.so.13", "libnvJitLink.so.12",
+                                        "libnvJitLink.so", NULL};
+    cp_status st = CP_OK;
+    pthread_mutex_lock(&X.mu);
+    if (!X.tried_jl) {
+        int ok = 1;
+        const char *roots[3] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+        X.tried_jl = 1;
+        X.jl = open_toolkit_lib("libnvJitLink.so", names, X.why_jl, sizeof X.why_jl);
+        if (X.jl) {
+            SYM(X.jl, nvJitLinkCreate, &ok);
+            SYM(X.jl, nvJitLinkAddData, &ok);
+            SYM(X.jl, nvJitLinkAddFile, &ok);
+            SYM(X.jl, nvJitLinkComplete, &ok);
+            SYM(X.jl, nvJitLinkGetLinkedCubinSize, &ok);
+            SYM(X.jl, nvJitLinkGetLinkedCubin, &ok);
+            SYM(X.jl, nvJitLinkGetErrorLogSize, &ok);
+            SYM(X.jl, nvJitLinkGetErrorLog, &ok);
+            SYM(X.jl, nvJitLinkDestroy, &ok);
+            if (!ok) {
+                snprintf(X.why_jl, sizeof X.why_jl, "libnvJitLink lacks a function cupola needs");
+                dlclose(X.jl);
+                X.jl = NULL;
+            }
+        }
+        for (int i = 0; i < 3 && X.jl && !X.devrt[0]; i++) {
+            char p[4200];
+            struct stat sb;
+            if (!roots[i] || !*roots[i] || strlen(roots[i]) > 4000)
+                continue;
+            snprintf(p, sizeof p, "%s/lib64/libcudadevrt.a", roots[i]);
+            if (stat(p, &sb) == 0)
+                memcpy(X.devrt, p, strlen(p) + 1);
+        }
+        if (X.jl && !X.devrt[0]) {
+            snprintf(X.why_jl, sizeof X.why_jl, "libcudadevrt.a not found in $CUDA_HOME/lib64");
+            dlclose(X.jl);
+            X.jl = NULL;
+        }
+    }
+    if (!X.jl)
+        st = cp_error_set(CP_ERR_UNSUPPORTED,
+                          "relocatable device code needs nvJitLink and libcudadevrt.a: %s", X.why_jl);
+    pthread_mutex_unlock(&X.mu);
+    return st;
+}
+
+static const char *cu_name(CUresult r)
+{
+    const char *s = NULL;
+    if (X.cuGetErrorName && X.cuGetErrorName(r, &s) == CU_SUCCESS && s)
+        return s;
+    return "CUDA_ERROR_UNKNOWN";
+}
+
+static cp_status cu_fail(CUresult r, const char *what)
+{
+    return cp_error_set(r == 2 ? CP_ERR_OOM : CP_ERR_BACKEND, "%s (%s)", cu_name(r), what);
+}
+
+/* The driver, and the runtime's primary context current on this thread. */
+static cp_status need_driver(void)
+{
+    static const char *const names[] = {"libcuda.so.1", "libcuda.so", NULL};
+    CUcontext c = NULL;
+    CUdevice dev = 0;
+    CUresult r;
+    cp_status st = CP_OK;
+    pthread_mutex_lock(&X.mu);
+    if (!X.tried_cu) {
+        int ok = 1;
+        X.tried_cu = 1;
+        for (int i = 0; names[i] && !X.cu; i++)
+            X.cu = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (X.cu) {
+            SYM(X.cu, cuInit, &ok);
+            SYM(X.cu, cuDeviceGet, &ok);
+            SYM(X.cu, cuDeviceGetAttribute, &ok);
+            SYM(X.cu, cuCtxGetCurrent, &ok);
+            SYM(X.cu, cuCtxSetCurrent, &ok);
+            SYM(X.cu, cuDevicePrimaryCtxRetain, &ok);
+            SYM(X.cu, cuModuleLoadData, &ok);
+            SYM(X.cu, cuModuleGetFunction, &ok);
+            SYM(X.cu, cuModuleUnload, &ok);
+            SYM(X.cu, cuLaunchKernel, &ok);
+            SYM(X.cu, cuFuncGetAttribute, &ok);
+            SYM(X.cu, cuFuncSetAttribute, &ok);
+            SYM(X.cu, cuGetErrorName, &ok);
+            {
+                int opt = 1;
+                SYM(X.cu, cuFuncGetParamInfo, &opt); /* optional */
+            }
+            if (!ok || X.cuInit(0) != CU_SUCCESS) {
+                snprintf(X.why_cu, sizeof X.why_cu, "libcuda lacks a function or cuInit failed");
+                X.cu = NULL;
+            }
+        } else {
+            snprintf(X.why_cu, sizeof X.why_cu, "libcuda.so.1 not found");
+        }
+    }
+    if (!X.cu) {
+        st = cp_error_set(CP_ERR_UNSUPPORTED, "the CUDA driver API is not available: %s", X.why_cu);
+        goto out;
+    }
+    if ((r = X.cuCtxGetCurrent(&c)) != CU_SUCCESS) {
+        st = cu_fail(r, "cuCtxGetCurrent");
+        goto out;
+    }
+    if (!c) {
+        if ((r = X.cuDeviceGet(&dev, 0)) != CU_SUCCESS ||
+            (r = X.cuDevicePrimaryCtxRetain(&c, dev)) != CU_SUCCESS ||
+            (r = X.cuCtxSetCurrent(c)) != CU_SUCCESS) {
+            st = cu_fail(r, "making device 0's primary context current");
+            goto out;
+        }
+    }
+    if (!X.have_limits) {
+        static const int attrs[7] = {1, 2, 3, 4, 5, 6, 7};
+        int v[7], optin = 0;
+        if ((r = X.cuDeviceGet(&dev, 0)) != CU_SUCCESS) {
+            st = cu_fail(r, "cuDeviceGet");
+            goto out;
+        }
+        for (int i = 0; i < 7; i++)
+            if ((r = X.cuDeviceGetAttribute(&v[i], attrs[i], dev)) != CU_SUCCESS) {
+                st = cu_fail(r, "cuDeviceGetAttribute");
+                goto out;
+            }
+        if ((r = X.cuDeviceGetAttribute(&optin, 97, dev)) != CU_SUCCESS) {
+            st = cu_fail(r, "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+            goto out;
+        }
+        X.lim.max_threads = (unsigned)v[0];
+        for (int i = 0; i < 3; i++) {
+            X.lim.max_block[i] = (unsigned)v[1 + i];
+            X.lim.max_grid[i] = (unsigned)v[4 + i];
+        }
+        X.max_shared_optin = optin;
+        X.lim.max_shared = (size_t)optin;
+        X.have_limits = 1;
+    }
+out:
+    pthread_mutex_unlock(&X.mu);
+    return st;
+}
+
+/* ---- compiling ------------------------------------------------------------------- */
+
+static int has_rdc(const char *const *opts)
+{
+    for (const char *const *o = opts; o && *o; o++)
+        if (strcmp(*o, "-rdc=true") == 0 || strcmp(*o, "--relocatable-device-code=true") == 0)
+            return 1;
+    return 0;
+}
+
+static void hash_headers(cp_sha256 *h, const char *const *dirs)
+{
+    static const char *const alloc[] = CP_DEVICE_ALLOC_HEADERS;
+    for (int i = 0; dirs && dirs[i] && i < 16; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%.4000s/cupola/device.h", dirs[i]);
+        cp_sha256_file(h, p);
+        for (int k = 0; k < CP_DEVICE_ALLOC_NHEADERS; k++) {
+            snprintf(p, sizeof p, "%.4000s/cupola/%s", dirs[i], alloc[k]);
+            cp_sha256_file(h, p);
+        }
+    }
+}
+
+static char *program_log(nvrtcProgram prog)
+{
+    size_t n = 0;
+    char *log;
+    if (X.nvrtcGetProgramLogSize(prog, &n) != NVRTC_OK || n == 0)
+        return NULL;
+    log = malloc(n + 1);
+    if (log && X.nvrtcGetProgramLog(prog, log) != NVRTC_OK) {
+        free(log);
+        return NULL;
+    }
+    if (log)
+        log[n] = '\0';
+    return log;
+}
+
+static cp_status link_rdc(const char *name, int arch, const void *obj, size_t objlen, void **image,
+                          size_t *len, char **log)
+{
+    nvJitLinkHandle h = NULL;
+    char archopt[32];
+    const char *opts[1];
+    int r;
+    cp_status st = CP_OK;
+    snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
+    opts[0] = archopt;
+    if ((r = X.nvJitLinkCreate(&h, 1, opts)) != 0)
+        return cp_error_set(CP_ERR_BACKEND, "%s: nvJitLinkCreate failed (%d)", name, r);
+    if ((r = X.nvJitLinkAddData(h, NVJL_INPUT_CUBIN, obj, objlen, name)) != 0 ||
+        (r = X.nvJitLinkAddFile(h, NVJL_INPUT_LIBRARY, X.devrt)) != 0 ||
+        (r = X.nvJitLinkComplete(h)) != 0) {
+        size_t n = 0;
+        char *l = NULL;
+        if (X.nvJitLinkGetErrorLogSize(h, &n) == 0 && n && (l = malloc(n + 1))) {
+            if (X.nvJitLinkGetErrorLog(h, l) != 0)
+                l[0] = '\0';
+            l[n] = '\0';
+        }
+        st = cp_error_set(CP_ERR_INVALID, "%s: link error (nvJitLink %d):\n%s", name, r,
+                          l && *l ? l : "(no log)");
+        if (log && !*log)
+            *log = l;
+        else
+            free(l);
+    } else {
+        size_t n = 0;
+        void *img;
+        if ((r = X.nvJitLinkGetLinkedCubinSize(h, &n)) != 0 || !(img = malloc(n ? n : 1))) {
+            st = cp_error_set(CP_ERR_BACKEND, "%s: nvJitLink gave no image (%d)", name, r);
+        } else if ((r = X.nvJitLinkGetLinkedCubin(h, img)) != 0) {
+            free(img);
+            st = cp_error_set(CP_ERR_BACKEND, "%s: nvJitLinkGetLinkedCubin failed (%d)", name, r);
+        } else {
+            *image = img;
+            *len = n;
+        }
+    }
+    X.nvJitLinkDestroy(&h);
+    return st;
+}
+
+/* NVRTC's options from cupola's: -O* and -g are the host compiler's. */
+static const char *nvrtc_option(const char *o)
+{
+    if (strncmp(o, "-O", 2) == 0 || strcmp(o, "-g") == 0)
+        return NULL;
+    if (strcmp(o, "-use_fast_math") == 0)
+        return "--use_fast_math";
+    return o;
+}
+
+cp_status cp_nvrtc_build(const cp_kmodule_desc *d, int arch, void **image, size_t *len, int *where,
+                         char **log)
+{
+    cp_sha256 h;
+    cp_cache_key key;
+    cp_kscan sc;
+    cp_status st;
+    int major = 0, minor = 0, rdc, nopt = 0, r;
+    const char *opts[96];
+    char archopt[48], incs[16][4200];
+    nvrtcProgram prog = NULL;
+    char *src;
+    void *obj = NULL;
+    size_t objlen = 0;
+
+    *image = NULL;
+    *len = 0;
+    *where = 0;
+    if (log)
+        *log = NULL;
+    for (const char *const *o = d->options; o && *o; o++)
+        if ((st = cp_cc_check_option(*o)) != CP_OK)
+            return st;
+    if ((st = need_nvrtc()) != CP_OK)
+        return st;
+    if ((st = cp_kscan_source(d->data, d->len, 0, &sc)) != CP_OK)
+        return st;
+    rdc = has_rdc(d->options) || sc.launch_line;
+    cp_kscan_free(&sc);
+    if (rdc && (st = need_jitlink()) != CP_OK)
+        return st;
+    X.nvrtcVersion(&major, &minor);
+
+    cp_sha256_init(&h);
+    cp_sha256_str(&h, "cupola-nvrtc-1");
+    cp_sha256_update(&h, &major, sizeof major);
+    cp_sha256_update(&h, &minor, sizeof minor);
+    cp_sha256_update(&h, &arch, sizeof arch);
+    cp_sha256_update(&h, &rdc, sizeof rdc);
+    cp_sha256_str(&h, d->name);
+    cp_sha256_update(&h, &d->len, sizeof d->len);
+    cp_sha256_update(&h, d->data, d->len);
+    for (const char *const *o = d->options; o && *o; o++)
+        cp_sha256_str(&h, *o);
+    cp_sha256_str(&h, "--");
+    hash_headers(&h, d->include_dirs);
+    if (rdc)
+        cp_sha256_file(&h, X.devrt);
+    cp_cache_key_of(&h, &key);
+    if ((st = cp_cache_lookup(&key, "cubin", 1, image, len, NULL, where)) != CP_OK)
+        return st;
+    if (*where)
+        return CP_OK;
+
+    /* NUL-terminated copy: NVRTC takes a C string */
+    src = malloc(d->len + 1);
+    if (!src)
+        return cp_error_set(CP_ERR_OOM, "out of memory for a module's source");
+    memcpy(src, d->data, d->len);
+    src[d->len] = '\0';
+    snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%d", arch);
+    opts[nopt++] = archopt;
+    if (rdc)
+        opts[nopt++] = "-rdc=true";
+    for (int i = 0; d->include_dirs && d->include_dirs[i] && i < 16; i++) {
+        snprintf(incs[i], sizeof incs[i], "-I%.4100s", d->include_dirs[i]);
+        opts[nopt++] = incs[i];
+    }
+    for (const char *const *o = d->options; o && *o && nopt < 90; o++) {
+        const char *t = nvrtc_option(*o);
+        if (t && !(rdc && has_rdc((const char *const[]){t, NULL})))
+            opts[nopt++] = t;
+    }
+    r = X.nvrtcCreateProgram(&prog, src, d->name, 0, NULL, NULL);
+    if (r != NVRTC_OK) {
+        free(src);
+        return cp_error_set(CP_ERR_BACKEND, "%s: nvrtcCreateProgram: %s", d->name,
+                            X.nvrtcGetErrorString(r));
+    }
+    r = X.nvrtcCompileProgram(prog, nopt, opts);
+    {
+        char *l = program_log(prog);
+        if (r != NVRTC_OK) {
+            st = cp_error_set(CP_ERR_INVALID, "%s: compile error (%s):\n%s", d->name,
+                              X.nvrtcGetErrorString(r), l && *l ? l : "(no log)");
+        }
+        if (log)
+            *log = l;
+        else
+            free(l);
+    }
+    if (st == CP_OK) {
+        if (X.nvrtcGetCUBINSize(prog, &objlen) != NVRTC_OK || objlen == 0 ||
+            !(obj = malloc(objlen)) || X.nvrtcGetCUBIN(prog, obj) != NVRTC_OK)
+            st = cp_error_set(CP_ERR_BACKEND, "%s: NVRTC produced no image", d->name);
+    }
+    X.nvrtcDestroyProgram(&prog);
+    free(src);
+    if (st != CP_OK) {
+        free(obj);
+        return st;
+    }
+    if (rdc) {
+        st = link_rdc(d->name, arch, obj, objlen, image, len, log);
+        free(obj);
+        if (st != CP_OK)
+            return st;
+    } else {
+        *image = obj;
+        *len = objlen;
+    }
+    cp_cache_store(&key, "cubin", *image, *len, NULL);
+    return CP_OK;
+}
+
+/* ---- modules and kernels ------------------------------------------------------------ */
+
+typedef struct cmod {
+    atomic_int refs; /* the module and each kernel */
+    CUmodule h;
+} cmod;
+
+typedef struct ckern {
+    cmod *m;
+    CUfunction f;
+    unsigned n;
+    int max_threads;
+    int static_shared;
+    size_t dyn_set; /* dynamic shared memory opted into so far */
+} ckern;
+
+static void cmod_release(cmod *m)
+{
+    if (atomic_fetch_sub(&m->refs, 1) == 1) {
+        (void)X.cuModuleUnload(m->h); /* at exit the context may be gone: nothing to do */
+        free(m);
+    }
+}
+
+static char *read_path(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rbe");
+    char *buf = NULL;
+    long n;
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n))) {
+        if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        } else {
+            *len = (size_t)n;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static cp_status c_load(const cp_kmodule_desc *d, void **impl, int *where, char **log)
+{
+    cp_device_info info;
+    void *image = NULL;
+    size_t len = 0;
+    cmod *m;
+    CUresult r;
+    cp_status st;
+
+    *impl = NULL;
+    if ((st = need_driver()) != CP_OK)
+        return st;
+    if (d->kind == CP_KSRC_SOURCE) {
+        if ((st = cp_be->device_info(&info)) != CP_OK)
+            return st;
+        st = cp_nvrtc_build(d, info.cc_major * 10 + info.cc_minor, &image, &len, where, log);
+        if (st != CP_OK)
+            return st;
+    } else if (d->kind == CP_KSRC_PTX) {
+        image = malloc(d->len + 1);
+        if (!image)
+            return cp_error_set(CP_ERR_OOM, "out of memory for PTX");
+        memcpy(image, d->data, d->len);
+        ((char *)image)[d->len] = '\0';
+        *where = -1;
+    } else {
+        image = read_path(d->data, &len);
+        if (!image)
+            return cp_error_set(CP_ERR_INVALID, "cubin '%s': cannot read the file", d->data);
+        *where = -1;
+    }
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        free(image);
+        return cp_error_set(CP_ERR_OOM, "out of memory for a module");
+    }
+    atomic_init(&m->refs, 1);
+    r = X.cuModuleLoadData(&m->h, image);
+    free(image);
+    if (r != CU_SUCCESS) {
+        free(m);
+        return cp_error_set(r == 2 ? CP_ERR_OOM : CP_ERR_INVALID, "%s: %s (cuModuleLoadData)",
+                            d->name, cu_name(r));
+    }
+    *impl = m;
+    return CP_OK;
+}
+
+static void c_unload(void *impl)
+{
+    cmod_release(impl);
+}
+
+static cp_status c_get(void *impl, const char *mname, const char *name, const cp_ktype *types,
+                       unsigned n, void **kimpl)
+{
+    cmod *m = impl;
+    ckern *k;
+    CUfunction f;
+    CUresult r = X.cuModuleGetFunction(&f, m->h, name);
+    if (r == CU_ERROR_NOT_FOUND)
+        return cp_error_set(CP_ERR_INVALID,
+                            "no kernel '%s' in module %s (is it declared extern \"C\" __global__?)",
+                            name, mname);
+    if (r != CU_SUCCESS)
+        return cu_fail(r, "cuModuleGetFunction");
+    if (X.cuFuncGetParamInfo) {
+        size_t off, size;
+        for (unsigned i = 0; i <= n; i++) {
+            r = X.cuFuncGetParamInfo(f, i, &off, &size);
+            if (i == n) {
+                if (r == CU_SUCCESS)
+                    return cp_error_set(CP_ERR_INVALID,
+                                        "kernel '%s' takes more than the %u parameters declared",
+                                        name, n);
+                break;
+            }
+            if (r != CU_SUCCESS)
+                return cp_error_set(CP_ERR_INVALID, "kernel '%s' takes %u parameters, %u declared",
+                                    name, i, n);
+            if (size != cp_ktype_sizes[types[i]])
+                return cp_error_set(CP_ERR_INVALID,
+                                    "kernel '%s': parameter %u is declared %s (%u bytes) but the "
+                                    "kernel takes %zu bytes",
+                                    name, i + 1, cp_ktype_names[types[i]],
+                                    (unsigned)cp_ktype_sizes[types[i]], size);
+        }
+    }
+    k = calloc(1, sizeof *k);
+    if (!k)
+        return cp_error_set(CP_ERR_OOM, "out of memory for a kernel");
+    k->m = m;
+    k->f = f;
+    k->n = n;
+    if ((r = X.cuFuncGetAttribute(&k->max_threads, 0, f)) != CU_SUCCESS ||
+        (r = X.cuFuncGetAttribute(&k->static_shared, 1, f)) != CU_SUCCESS) {
+        free(k);
+        return cu_fail(r, "cuFuncGetAttribute");
+    }
+    k->dyn_set = 48 * 1024;
+    atomic_fetch_add(&m->refs, 1);
+    *kimpl = k;
+    return CP_OK;
+}
+
+static void c_put(void *kimpl)
+{
+    ckern *k = kimpl;
+    cmod_release(k->m);
+    free(k);
+}
+
+static cp_status c_launch(void *kimpl, const cp_klaunch *l, void *const *args)
+{
+    ckern *k = kimpl;
+    cp_klimits lim = X.lim;
+    cp_status st;
+    CUresult r;
+    CUstream s;
+    if ((unsigned)k->max_threads < lim.max_threads)
+        lim.max_threads = (unsigned)k->max_threads;
+    lim.max_shared = (size_t)X.max_shared_optin > (size_t)k->static_shared
+                         ? (size_t)X.max_shared_optin - (size_t)k->static_shared
+                         : 0;
+    if ((st = cp_klaunch_check(l, &lim)) != CP_OK)
+        return st;
+    if (l->shared > k->dyn_set) {
+        r = X.cuFuncSetAttribute(k->f, 8, (int)l->shared);
+        if (r != CU_SUCCESS)
+            return cu_fail(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+        k->dyn_set = l->shared;
+    }
+    s = (CUstream)cp_be->stream_native(l->stream);
+    r = X.cuLaunchKernel(k->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+                         l->block[2], (unsigned)l->shared, s, (void **)(uintptr_t)args, NULL);
+    if (r == CU_ERROR_INVALID_CONTEXT && need_driver() == CP_OK) /* another thread */
+        r = X.cuLaunchKernel(k->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+                             l->block[2], (unsigned)l->shared, s, (void **)(uintptr_t)args, NULL);
+    if (r != CU_SUCCESS)
+        return cu_fail(r, "cuLaunchKernel");
+    return CP_OK;
+}
+
+const cp_kimpl_ops cp_kimpl_cuda = {c_load, c_unload, c_get, c_put, c_launch};

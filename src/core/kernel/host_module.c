@@ -1,0 +1,637 @@
+/*
+ * kernel/host_module.c: user kernels on the host backend (module.h).
+ *
+ * Policy, exactly:
+ *  - Compile: the source is scanned (scan.h): a launch from a kernel (`<<<`)
+ *    is refused, `extern __shared__` arrays become pointers to the launch's
+ *    dynamic shared memory, and a table naming the module's __global__
+ *    functions is appended.  The system C++ compiler builds a shared object
+ *    (C++17, -O2 unless the options say otherwise, -fno-exceptions,
+ *    -Wl,-z,defs so that anything undefined is a compile error) with
+ *    cupola/host_prelude.h force-included; compile.h caches it.
+ *  - Load: dlopen (RTLD_NOW | RTLD_LOCAL); the module's table gives each
+ *    kernel's thunk and its real parameter kinds and sizes, which m:kernel
+ *    checks the declared types against.
+ *  - Launch: the shape is checked (block <= 1024 threads, dimensions as on
+ *    CUDA, dynamic shared memory <= 227 KiB, sm_90's limit), then a task
+ *    holding the argument values is enqueued on the stream (host_task), so
+ *    launches are ordered with everything else on it.  The task runs a
+ *    one-block grid on the stream's worker; larger grids are spread over a
+ *    pool of CPU threads (one fewer than the cores, at least one; created on
+ *    the first such launch, never per launch; CUPOLA_HOST_THREADS overrides)
+ *    with the stream's worker taking blocks too.  Blocks are handed out by
+ *    an atomic counter.
+ *  - Each OS thread that runs blocks keeps scratch memory (fiber states, one
+ *    64 KiB stack per thread of the block with a guard page below it, the
+ *    dynamic shared memory), grown on demand and kept for the next launch.
+ *  - A block that deadlocks at its barriers or calls __trap() stops; the
+ *    launch's remaining blocks are skipped and the next synchronization
+ *    reports the error.  A memory fault in user code is a fault of the
+ *    process, as in any C program.
+ *  - A queued launch holds a reference to its module: closing a module never
+ *    unloads code a pending launch will run.
+ */
+#include "kernel/module.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "include/cupola/host_abi.h"
+#include "kernel/compile.h"
+#include "kernel/scan.h"
+
+#define HK_STACK (64u * 1024u)
+#define HK_GUARD 4096u
+#define HK_MAX_SHARED 232448u /* 227 KiB: sm_90's opt-in maximum per block */
+
+typedef struct hmod {
+    atomic_int refs; /* the module and each queued launch */
+    void *dl;
+    const cupola_hk_module *tab;
+} hmod;
+
+typedef struct hkern {
+    hmod *m;
+    const cupola_hk_kernel *k;
+    unsigned n;
+    cp_ktype types[CP_KMAX_PARAMS];
+} hkern;
+
+static void hmod_release(hmod *m)
+{
+    if (atomic_fetch_sub(&m->refs, 1) == 1) {
+        dlclose(m->dl);
+        free(m);
+    }
+}
+
+/* ---- compiling ------------------------------------------------------------ */
+
+/* User options for g++: fast math maps, device-only ones are dropped. */
+static int translate(const char *opt, const char *out[2])
+{
+    if (strcmp(opt, "--use_fast_math") == 0 || strcmp(opt, "-use_fast_math") == 0) {
+        out[0] = "-ffast-math";
+        return 1;
+    }
+    if (strncmp(opt, "-D", 2) == 0 || strncmp(opt, "-U", 2) == 0 || strncmp(opt, "-I", 2) == 0 ||
+        strncmp(opt, "-O", 2) == 0 || strcmp(opt, "-g") == 0 || strcmp(opt, "-w") == 0) {
+        out[0] = opt;
+        return 1;
+    }
+    if (strncmp(opt, "-std=", 5) == 0) {
+        out[0] = opt;
+        return 1;
+    }
+    if (strncmp(opt, "--std=", 6) == 0) {
+        out[0] = opt + 1;
+        return 1;
+    }
+    return 0; /* -rdc, -lineinfo, -G, --fmad, -maxrregcount: the GPU's */
+}
+
+static int file_exists(const char *p)
+{
+    return access(p, R_OK) == 0;
+}
+
+static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char **log)
+{
+    cp_kscan sc;
+    cp_status st;
+    char prelude[4096] = "", *src = NULL;
+    size_t srclen = 0, cap;
+    const char *args[64], *deps[32];
+    char incargs[16][4200], depbuf[16][4200];
+    static const char *const alloc_headers[] = CP_DEVICE_ALLOC_HEADERS;
+    char allocbuf[CP_DEVICE_ALLOC_NHEADERS][4200];
+    int have_alloc = 0;
+    int na = 0, nd = 0, has_o = 0;
+    cp_cc_job job;
+    cp_cc_result res;
+    hmod *m;
+
+    *impl = NULL;
+    if (d->kind != CP_KSRC_SOURCE)
+        return cp_error_set(CP_ERR_UNSUPPORTED, "%s: %s needs the CUDA backend (this is the host backend)",
+                            d->name, d->kind == CP_KSRC_PTX ? "PTX" : "a cubin image");
+    for (int i = 0; d->include_dirs && d->include_dirs[i] && i < 16; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/cupola/host_prelude.h", d->include_dirs[i]);
+        if (!prelude[0] && file_exists(p))
+            snprintf(prelude, sizeof prelude, "%.4000s", p);
+    }
+    if (!prelude[0])
+        return cp_error_set(CP_ERR_UNSUPPORTED,
+                            "%s: cupola/host_prelude.h not found on the include path (set "
+                            "CUPOLA_INCLUDE to the folder holding cupola/)",
+                            d->name);
+    for (const char *const *o = d->options; o && *o; o++) {
+        if ((st = cp_cc_check_option(*o)) != CP_OK)
+            return st;
+        if (strncmp(*o, "-O", 2) == 0)
+            has_o = 1;
+    }
+    st = cp_kscan_source(d->data, d->len, 1, &sc);
+    if (st != CP_OK)
+        return st;
+    if (sc.launch_line) {
+        st = cp_error_set(CP_ERR_INVALID,
+                          "%s:%d: compile error: a kernel launches a kernel (<<<...>>>); nested "
+                          "launches need the CUDA backend, the host backend cannot run them",
+                          d->name, sc.launch_line);
+        cp_kscan_free(&sc);
+        return st;
+    }
+    /* the source, then one line naming the kernels for the prelude's table */
+    cap = sc.text_len + 200;
+    for (size_t i = 0; i < sc.nkernels; i++)
+        cap += strlen(sc.kernels[i]) + 24;
+    src = malloc(cap);
+    if (!src) {
+        cp_kscan_free(&sc);
+        return cp_error_set(CP_ERR_OOM, "out of memory for a module's source");
+    }
+    memcpy(src, sc.text, sc.text_len);
+    srclen = sc.text_len;
+    srclen += (size_t)snprintf(src + srclen, cap - srclen,
+                               "\n#line 1 \"<cupola: kernel table>\"\nCUPOLA_HK_TABLE(");
+    for (size_t i = 0; i < sc.nkernels; i++)
+        srclen += (size_t)snprintf(src + srclen, cap - srclen, "CUPOLA_HK_KERNEL(%s)", sc.kernels[i]);
+    srclen += (size_t)snprintf(src + srclen, cap - srclen, ")\n");
+    cp_kscan_free(&sc);
+
+    args[na++] = "-std=c++17";
+    if (!has_o)
+        args[na++] = "-O2";
+    args[na++] = "-shared";
+    args[na++] = "-fPIC";
+    args[na++] = "-fno-exceptions";
+    args[na++] = "-fvisibility=hidden";
+    args[na++] = "-Wl,-z,defs";
+    args[na++] = "-include";
+    args[na++] = prelude;
+    for (int i = 0; d->include_dirs && d->include_dirs[i] && i < 16; i++) {
+        snprintf(incargs[i], sizeof incargs[i], "-I%.4100s", d->include_dirs[i]);
+        args[na++] = incargs[i];
+        /* cupola's own headers are part of the key */
+        snprintf(depbuf[i], sizeof depbuf[i], "%.4100s/cupola/device.h", d->include_dirs[i]);
+        if (file_exists(depbuf[i])) {
+            deps[nd++] = depbuf[i];
+            /* the allocators device.h includes, from the first folder that has it */
+            for (int k = 0; !have_alloc && k < CP_DEVICE_ALLOC_NHEADERS; k++) {
+                snprintf(allocbuf[k], sizeof allocbuf[k], "%.4100s/cupola/%s", d->include_dirs[i],
+                         alloc_headers[k]);
+                if (file_exists(allocbuf[k]))
+                    deps[nd++] = allocbuf[k];
+            }
+            have_alloc = 1;
+        }
+    }
+    args[na] = NULL;
+    deps[nd++] = prelude;
+    deps[nd] = NULL;
+    /* host_abi.h sits beside the prelude */
+    {
+        static char abi[4200];
+        char *slash;
+        snprintf(abi, sizeof abi, "%s", prelude);
+        slash = strrchr(abi, '/');
+        if (slash) {
+            snprintf(slash + 1, sizeof abi - (size_t)(slash + 1 - abi), "host_abi.h");
+            deps[nd++] = abi;
+            deps[nd] = NULL;
+        }
+    }
+
+    memset(&job, 0, sizeof job);
+    job.lang = CP_CC_CXX;
+    job.name = d->name;
+    job.source = src;
+    job.source_len = srclen;
+    job.options = d->options;
+    job.args = args;
+    job.depends = deps;
+    job.salt = "cupola-host-kernel-1";
+    job.translate = translate;
+    st = cp_cc_shared_object(&job, &res);
+    free(src);
+    if (log)
+        *log = res.log;
+    else
+        free(res.log);
+    if (st != CP_OK)
+        return st;
+
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return cp_error_set(CP_ERR_OOM, "out of memory for a module");
+    atomic_init(&m->refs, 1);
+    m->dl = dlopen(res.path, RTLD_NOW | RTLD_LOCAL);
+    if (!m->dl) {
+        const char *e = dlerror();
+        free(m);
+        return cp_error_set(CP_ERR_BACKEND, "%s: cannot load the compiled module: %s", d->name,
+                            e ? e : "dlopen failed");
+    }
+    m->tab = (const cupola_hk_module *)dlsym(m->dl, "cupola_hk_module_v1");
+    if (!m->tab || m->tab->abi != CUPOLA_HK_ABI) {
+        dlclose(m->dl);
+        free(m);
+        return cp_error_set(CP_ERR_BACKEND, "%s: the compiled module has no kernel table of ABI %d",
+                            d->name, CUPOLA_HK_ABI);
+    }
+    *where = res.where;
+    *impl = m;
+    return CP_OK;
+}
+
+static void h_unload(void *impl)
+{
+    hmod_release(impl);
+}
+
+/* ---- kernels ----------------------------------------------------------------- */
+
+static int param_matches(cp_ktype t, cupola_hk_param p)
+{
+    switch (t) {
+    case CP_KT_PTR:
+    case CP_KT_DEVICE_POOL: return p.kind == 'p';
+    case CP_KT_I32:
+    case CP_KT_U32: return (p.kind == 'i' || p.kind == 'u') && p.size == 4;
+    case CP_KT_I64:
+    case CP_KT_U64: return (p.kind == 'i' || p.kind == 'u') && p.size == 8;
+    case CP_KT_F32: return p.kind == 'f' && p.size == 4;
+    case CP_KT_F64: return p.kind == 'f' && p.size == 8;
+    default: return 0;
+    }
+}
+
+static const char *kind_name(cupola_hk_param p)
+{
+    switch (p.kind) {
+    case 'p': return "a pointer";
+    case 'f': return p.size == 4 ? "float" : p.size == 8 ? "double" : "a floating type";
+    case 'i': return p.size == 4 ? "a 32-bit signed integer" : p.size == 8 ? "a 64-bit signed integer" : "a small integer";
+    case 'u': return p.size == 4 ? "a 32-bit unsigned integer" : p.size == 8 ? "a 64-bit unsigned integer" : "a small integer";
+    default: return "a type cupola cannot pass";
+    }
+}
+
+static cp_status h_get(void *impl, const char *mname, const char *name, const cp_ktype *types,
+                       unsigned n, void **kimpl)
+{
+    hmod *m = impl;
+    const cupola_hk_kernel *k = NULL;
+    hkern *hk;
+    for (unsigned i = 0; i < m->tab->nkernels; i++)
+        if (strcmp(m->tab->kernels[i].name, name) == 0)
+            k = &m->tab->kernels[i];
+    if (!k)
+        return cp_error_set(CP_ERR_INVALID, "no kernel '%s' in module %s", name, mname);
+    if (k->nparams != n)
+        return cp_error_set(CP_ERR_INVALID, "kernel '%s' takes %u parameters, %u declared", name,
+                            k->nparams, n);
+    for (unsigned i = 0; i < n; i++)
+        if (!param_matches(types[i], k->params[i]))
+            return cp_error_set(CP_ERR_INVALID,
+                                "kernel '%s': parameter %u is declared %s but the kernel takes %s",
+                                name, i + 1, cp_ktype_names[types[i]], kind_name(k->params[i]));
+    hk = calloc(1, sizeof *hk);
+    if (!hk)
+        return cp_error_set(CP_ERR_OOM, "out of memory for a kernel");
+    hk->m = m;
+    hk->k = k;
+    hk->n = n;
+    memcpy(hk->types, types, n * sizeof *types);
+    atomic_fetch_add(&m->refs, 1);
+    *kimpl = hk;
+    return CP_OK;
+}
+
+static void h_put(void *kimpl)
+{
+    hkern *hk = kimpl;
+    hmod_release(hk->m);
+    free(hk);
+}
+
+/* ---- scratch memory, per OS thread ---------------------------------------------- */
+
+typedef struct scratch {
+    unsigned char *map;
+    size_t maplen;
+    unsigned nslots;
+    void *fibers;
+    void *dyn;
+    size_t dynlen;
+} scratch;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p)
+{
+    scratch *s = p;
+    if (!s)
+        return;
+    if (s->map)
+        munmap(s->map, s->maplen);
+    free(s->fibers);
+    free(s->dyn);
+    free(s);
+}
+
+static void scratch_key_init(void)
+{
+    pthread_key_create(&scratch_key, scratch_free);
+}
+
+static int scratch_get(unsigned threads, size_t shared, cupola_hk_scratch *out, char *err,
+                       size_t errlen)
+{
+    scratch *s;
+    const size_t stride = HK_STACK + HK_GUARD;
+    pthread_once(&scratch_once, scratch_key_init);
+    s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            snprintf(err, errlen, "out of memory for a block's scratch memory");
+            return 1;
+        }
+    }
+    if (s->nslots < threads) {
+        unsigned want = 32;
+        unsigned char *map;
+        void *fib = NULL;
+        while (want < threads)
+            want *= 2;
+        map = mmap(NULL, stride * want, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (map == MAP_FAILED || posix_memalign(&fib, 64, (size_t)want * CUPOLA_HK_FIBER_BYTES) != 0) {
+            if (map != MAP_FAILED)
+                munmap(map, stride * want);
+            snprintf(err, errlen, "out of memory for the stacks of a %u-thread block", threads);
+            return 1;
+        }
+        for (unsigned i = 0; i < want; i++)
+            mprotect(map + (size_t)i * stride, HK_GUARD, PROT_NONE);
+        if (s->map)
+            munmap(s->map, s->maplen);
+        free(s->fibers);
+        s->map = map;
+        s->maplen = stride * want;
+        s->nslots = want;
+        s->fibers = fib;
+    }
+    if (s->dynlen < shared) {
+        void *dyn = NULL;
+        if (posix_memalign(&dyn, 256, shared) != 0) {
+            snprintf(err, errlen, "out of memory for %zu bytes of dynamic shared memory", shared);
+            return 1;
+        }
+        free(s->dyn);
+        s->dyn = dyn;
+        s->dynlen = shared;
+    }
+    out->fibers = s->fibers;
+    out->slots = s->map + HK_GUARD;
+    out->slot_size = HK_STACK;
+    out->slot_stride = stride;
+    out->nslots = s->nslots;
+    out->dyn_shared = s->dyn;
+    return 0;
+}
+
+/* ---- the block pool ---------------------------------------------------------------- */
+
+typedef struct hjob {
+    struct hjob *next;
+    const cupola_hk_module *tab;
+    const cupola_hk_launch *l;
+    uint64_t nblocks;
+    atomic_uint_least64_t next_block;
+    uint64_t finished; /* under P.mu */
+    int active;        /* pool threads inside run_blocks, under P.mu */
+    atomic_int failed;
+    char err[256]; /* the first failure, under P.mu */
+} hjob;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t *threads;
+    int n, started, stop;
+    hjob *jobs;
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .work = PTHREAD_COND_INITIALIZER,
+       .done = PTHREAD_COND_INITIALIZER};
+
+/* Runs blocks of j until none is left; returns how many it took. */
+static uint64_t run_blocks(hjob *j)
+{
+    cupola_hk_scratch s;
+    char err[256];
+    uint64_t count = 0;
+    unsigned threads = j->l->block[0] * j->l->block[1] * j->l->block[2];
+    int have_scratch = 0;
+    for (;;) {
+        uint64_t b = atomic_fetch_add(&j->next_block, 1);
+        if (b >= j->nblocks)
+            break;
+        count++;
+        if (atomic_load(&j->failed))
+            continue;
+        if (!have_scratch) {
+            if (scratch_get(threads, j->l->shared, &s, err, sizeof err) != 0)
+                goto fail;
+            have_scratch = 1;
+        }
+        if (j->tab->run_block(j->l, b, &s, err, sizeof err) != 0)
+            goto fail;
+        continue;
+    fail:
+        if (!atomic_exchange(&j->failed, 1)) {
+            pthread_mutex_lock(&P.mu);
+            snprintf(j->err, sizeof j->err, "%s", err);
+            pthread_mutex_unlock(&P.mu);
+        }
+    }
+    return count;
+}
+
+static void *pool_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&P.mu);
+    for (;;) {
+        hjob *j = NULL;
+        uint64_t k;
+        while (!P.stop) {
+            for (j = P.jobs; j; j = j->next)
+                if (atomic_load(&j->next_block) < j->nblocks)
+                    break;
+            if (j)
+                break;
+            pthread_cond_wait(&P.work, &P.mu);
+        }
+        if (P.stop)
+            break;
+        j->active++;
+        pthread_mutex_unlock(&P.mu);
+        k = run_blocks(j);
+        pthread_mutex_lock(&P.mu);
+        j->finished += k;
+        j->active--;
+        if (j->finished == j->nblocks && j->active == 0)
+            pthread_cond_broadcast(&P.done);
+    }
+    pthread_mutex_unlock(&P.mu);
+    return NULL;
+}
+
+/* Starts the pool once; 0 threads (a one-core machine) is fine. */
+static void pool_start_locked(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("CUPOLA_HOST_THREADS");
+    int want = cores > 1 ? (int)cores - 1 : 0;
+    if (P.started)
+        return;
+    P.started = 1;
+    if (env && *env) {
+        long v = strtol(env, NULL, 10);
+        if (v >= 1 && v <= 1024)
+            want = (int)v - 1;
+    }
+    if (want > 256)
+        want = 256;
+    if (want <= 0)
+        return;
+    P.threads = calloc((size_t)want, sizeof *P.threads);
+    if (!P.threads)
+        return;
+    for (int i = 0; i < want; i++) {
+        if (pthread_create(&P.threads[P.n], NULL, pool_main, NULL) != 0)
+            break;
+        P.n++;
+    }
+}
+
+__attribute__((destructor)) static void pool_shutdown(void)
+{
+    pthread_mutex_lock(&P.mu);
+    P.stop = 1;
+    pthread_cond_broadcast(&P.work);
+    pthread_mutex_unlock(&P.mu);
+    for (int i = 0; i < P.n; i++)
+        pthread_join(P.threads[i], NULL);
+    free(P.threads);
+    P.threads = NULL;
+    P.n = 0;
+}
+
+/* ---- launching ------------------------------------------------------------------------ */
+
+typedef struct hlaunch {
+    hmod *m;
+    const cupola_hk_kernel *k;
+    unsigned grid[3], block[3];
+    size_t shared;
+    unsigned nargs;
+    uint64_t vals[]; /* one 8-byte slot per argument */
+} hlaunch;
+
+static int run_launch(void *data, char *err, size_t errlen)
+{
+    hlaunch *h = data;
+    void *argp[CP_KMAX_PARAMS];
+    cupola_hk_launch l;
+    hjob j;
+    int rc = 0;
+
+    for (unsigned i = 0; i < h->nargs; i++)
+        argp[i] = &h->vals[i];
+    l.kernel = h->k;
+    l.args = argp;
+    memcpy(l.grid, h->grid, sizeof l.grid);
+    memcpy(l.block, h->block, sizeof l.block);
+    l.shared = h->shared;
+
+    memset(&j, 0, sizeof j);
+    j.tab = h->m->tab;
+    j.l = &l;
+    j.nblocks = (uint64_t)h->grid[0] * h->grid[1] * h->grid[2];
+    atomic_init(&j.next_block, 0);
+    atomic_init(&j.failed, 0);
+    if (j.nblocks > 1) {
+        pthread_mutex_lock(&P.mu);
+        pool_start_locked();
+        if (P.n > 0 && !P.stop) {
+            j.next = P.jobs;
+            P.jobs = &j;
+            pthread_cond_broadcast(&P.work);
+        }
+        pthread_mutex_unlock(&P.mu);
+    }
+    {
+        uint64_t k = run_blocks(&j);
+        pthread_mutex_lock(&P.mu);
+        j.finished += k;
+        while (j.finished < j.nblocks || j.active > 0)
+            pthread_cond_wait(&P.done, &P.mu);
+        for (hjob **pp = &P.jobs; *pp; pp = &(*pp)->next)
+            if (*pp == &j) {
+                *pp = j.next;
+                break;
+            }
+        if (atomic_load(&j.failed)) {
+            snprintf(err, errlen, "kernel '%s': %s", h->k->name, j.err);
+            rc = 1;
+        }
+        pthread_mutex_unlock(&P.mu);
+    }
+    hmod_release(h->m);
+    return rc;
+}
+
+static cp_status h_launch(void *kimpl, const cp_klaunch *l, void *const *args)
+{
+    static const cp_klimits lim = {1024, {1024, 1024, 64}, {0x7fffffffu, 65535, 65535},
+                                   HK_MAX_SHARED};
+    hkern *hk = kimpl;
+    union {
+        hlaunch h;
+        unsigned char bytes[sizeof(hlaunch) + CP_KMAX_PARAMS * 8];
+    } u;
+    cp_status st = cp_klaunch_check(l, &lim);
+    if (st != CP_OK)
+        return st;
+    u.h.m = hk->m;
+    u.h.k = hk->k;
+    memcpy(u.h.grid, l->grid, sizeof u.h.grid);
+    memcpy(u.h.block, l->block, sizeof u.h.block);
+    u.h.shared = l->shared;
+    u.h.nargs = hk->n;
+    for (unsigned i = 0; i < hk->n; i++) {
+        u.h.vals[i] = 0;
+        memcpy(&u.h.vals[i], args[i], cp_ktype_sizes[hk->types[i]]);
+    }
+    atomic_fetch_add(&hk->m->refs, 1);
+    st = cp_be->host_task(l->stream, run_launch, &u.h, sizeof(hlaunch) + hk->n * 8u);
+    if (st != CP_OK)
+        hmod_release(hk->m);
+    return st;
+}
+
+const cp_kimpl_ops cp_kimpl_host = {h_load, h_unload, h_get, h_put, h_launch};

@@ -1,0 +1,668 @@
+/*
+ * module.c: cupola.module{...} -> cupola.Module, m:kernel(name, types) ->
+ * cupola.Kernel, k:launch(opts, ...): user kernels compiled at run time
+ * (src/core/kernel/).  Lua only names the kernel, the shape and the
+ * arguments; the marshalling into the kernel's argument slots is done here
+ * without allocating (the Kernel userdata holds the slots).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "binding.h"
+#include "kernel/compile.h"
+#include "kernel/module.h"
+
+typedef struct l_module {
+    cp_kmodule *m; /* NULL once closed */
+} l_module;
+
+typedef struct l_kernel {
+    cp_kernel *k; /* NULL once closed */
+    unsigned n;
+    cp_ktype types[CP_KMAX_PARAMS];
+    void *argp[CP_KMAX_PARAMS]; /* argp[i] = &vals[i] */
+    uint64_t vals[CP_KMAX_PARAMS];
+    char name[128];
+} l_kernel;
+
+/* cupola's include folders (cupola/device.h, the host prelude), set by
+ * lua/cupola/init.lua from where it was loaded, or $CUPOLA_INCLUDE. */
+#define MAX_INCLUDE 8
+static char *include_dirs[MAX_INCLUDE + 1];
+
+static int set_include_path(lua_State *L)
+{
+    char *dirs[MAX_INCLUDE + 1] = {NULL};
+    lua_Integer n;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    n = luaL_len(L, 1);
+    luaL_argcheck(L, n <= MAX_INCLUDE, 1, "at most 8 include folders");
+    for (lua_Integer i = 1; i <= n; i++) {
+        size_t len;
+        const char *s;
+        lua_geti(L, 1, i);
+        s = lua_tolstring(L, -1, &len);
+        if (!s || len == 0 || len > 4000 || strlen(s) != len) {
+            for (lua_Integer j = 0; j < i - 1; j++)
+                free(dirs[j]);
+            return luaL_argerror(L, 1, "include folders must be non-empty strings");
+        }
+        dirs[i - 1] = strdup(s);
+        lua_pop(L, 1);
+    }
+    for (int i = 0; i < MAX_INCLUDE; i++) {
+        free(include_dirs[i]);
+        include_dirs[i] = dirs[i];
+    }
+    return 0;
+}
+
+static int get_include_path(lua_State *L)
+{
+    lua_newtable(L);
+    for (int i = 0; include_dirs[i]; i++) {
+        lua_pushstring(L, include_dirs[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* ---- Module ------------------------------------------------------------------ */
+
+static l_module *tomodule(lua_State *L, int arg)
+{
+    l_module *m = (l_module *)luaL_checkudata(L, arg, L_MODULE);
+    if (!m->m)
+        luaL_error(L, "attempt to use a closed " L_MODULE);
+    return m;
+}
+
+static int module_release(lua_State *L)
+{
+    l_module *m = (l_module *)luaL_checkudata(L, 1, L_MODULE);
+    if (m->m) {
+        cp_kmodule_release(m->m); /* kernels keep the code loaded */
+        m->m = NULL;
+    }
+    return 0;
+}
+
+/* Reads a file into a Lua string (pushed). */
+static const char *push_file(lua_State *L, const char *path, size_t *len)
+{
+    luaL_Buffer b;
+    FILE *f = fopen(path, "rb");
+    size_t k;
+    if (!f)
+        return NULL;
+    luaL_buffinit(L, &b);
+    do {
+        char *p = luaL_prepbuffer(&b);
+        k = fread(p, 1, LUAL_BUFFERSIZE, f);
+        luaL_addsize(&b, k);
+    } while (k == LUAL_BUFFERSIZE);
+    fclose(f);
+    luaL_pushresult(&b);
+    return lua_tolstring(L, -1, len);
+}
+
+/* cupola.module{source=, name=, options=} / {path=} / {ptx=} / {cubin=path} */
+static int module_new(lua_State *L)
+{
+    static const char *const opts[] = {"source", "path", "ptx", "cubin", "name", "options", NULL};
+    const char *options[65];
+    cp_kmodule_desc d;
+    l_module *m;
+    int where = 0, nsrc = 0;
+    char *log = NULL;
+    cp_status st;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    l_checkoptions(L, 1, "cupola.module", opts);
+    memset(&d, 0, sizeof d);
+    for (int i = 0; i < 4; i++) {
+        int t = lua_getfield(L, 1, opts[i]);
+        lua_pop(L, 1);
+        if (t != LUA_TNIL)
+            nsrc++;
+        if (t != LUA_TNIL && t != LUA_TSTRING)
+            return luaL_error(L, "cupola.module: option '%s' must be a string, not %s", opts[i],
+                              lua_typename(L, t));
+    }
+    if (nsrc != 1)
+        return luaL_error(L, "cupola.module: give exactly one of 'source', 'path', 'ptx', 'cubin' "
+                             "(%d given)",
+                          nsrc);
+    d.name = l_optstring_field(L, 1, "name", NULL);
+    lua_getfield(L, 1, "source");
+    lua_getfield(L, 1, "path");
+    lua_getfield(L, 1, "ptx");
+    lua_getfield(L, 1, "cubin"); /* stack: 2 source, 3 path, 4 ptx, 5 cubin */
+    if (!lua_isnil(L, 2)) {
+        d.kind = CP_KSRC_SOURCE;
+        d.data = lua_tolstring(L, 2, &d.len);
+        if (!d.name)
+            d.name = "module.cu";
+    } else if (!lua_isnil(L, 3)) {
+        const char *path = lua_tostring(L, 3);
+        d.kind = CP_KSRC_SOURCE;
+        d.data = push_file(L, path, &d.len); /* at 6 */
+        if (!d.data)
+            return luaL_error(L, "cupola.module: option 'path': cannot read '%s'", path);
+        if (!d.name) {
+            const char *slash = strrchr(path, '/');
+            d.name = slash ? slash + 1 : path;
+        }
+    } else if (!lua_isnil(L, 4)) {
+        d.kind = CP_KSRC_PTX;
+        d.data = lua_tolstring(L, 4, &d.len);
+        if (!d.name)
+            d.name = "module.ptx";
+    } else {
+        d.kind = CP_KSRC_CUBIN;
+        d.data = lua_tolstring(L, 5, &d.len);
+        if (!d.name) {
+            const char *slash = strrchr(d.data, '/');
+            d.name = slash ? slash + 1 : d.data;
+        }
+    }
+    /* options: a list of strings, checked against the allow-list */
+    lua_getfield(L, 1, "options");
+    if (!lua_isnil(L, -1)) {
+        lua_Integer n;
+        if (!lua_istable(L, -1))
+            return luaL_error(L, "cupola.module: option 'options' must be a list of strings");
+        n = luaL_len(L, -1);
+        if (n > 64)
+            return luaL_error(L, "cupola.module: option 'options': at most 64 compiler options");
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_geti(L, -1, i);
+            if (lua_type(L, -1) != LUA_TSTRING)
+                return luaL_error(L, "cupola.module: option 'options': item %d is a %s, not a string",
+                                  (int)i, luaL_typename(L, -1));
+            options[i - 1] = lua_tostring(L, -1);
+            if (cp_cc_check_option(options[i - 1]) != CP_OK)
+                return luaL_error(L, "cupola.module: %s", cp_error_msg());
+            lua_pop(L, 1); /* the string stays alive in the options table */
+        }
+        options[n] = NULL;
+        d.options = options;
+    }
+    d.include_dirs = (const char *const *)include_dirs;
+
+    m = (l_module *)lua_newuserdatauv(L, sizeof *m, 0);
+    m->m = NULL;
+    luaL_setmetatable(L, L_MODULE);
+    st = cp_kmodule_load(&d, &m->m, &where, &log);
+    if (st != CP_OK) {
+        free(log);
+        return luaL_error(L, "cupola.module: %s", cp_error_msg());
+    }
+    /* fields the user reads (m.name, m.cached, m.code, m.log), in a table
+     * weakly keyed by the handle */
+    lua_getfield(L, LUA_REGISTRYINDEX, "cupola.Module.fields");
+    lua_pushvalue(L, -2);
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, d.name);
+    lua_setfield(L, -2, "name");
+    lua_pushstring(L, where == 1 ? "memory" : where == 2 ? "disk" : where == -1 ? "as given" : "compiled");
+    lua_setfield(L, -2, "code");
+    lua_pushboolean(L, where == 1 || where == 2);
+    lua_setfield(L, -2, "cached");
+    if (log && *log) {
+        lua_pushstring(L, log);
+        lua_setfield(L, -2, "log");
+    }
+    free(log);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    return 1;
+}
+
+static void push_fields(lua_State *L, int obj)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, "cupola.Module.fields");
+    lua_pushvalue(L, obj);
+    lua_rawget(L, -2);
+    lua_remove(L, -2);
+}
+
+static int module_index(lua_State *L)
+{
+    const char *k = luaL_checkstring(L, 2);
+    if (l_getmethod(L, 1, k))
+        return 1;
+    push_fields(L, 1);
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, k);
+        return 1;
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+static int module_tostring(lua_State *L)
+{
+    l_module *m = (l_module *)luaL_checkudata(L, 1, L_MODULE);
+    if (!m->m)
+        lua_pushliteral(L, L_MODULE " (closed)");
+    else
+        lua_pushfstring(L, L_MODULE " '%s' (%p)", cp_kmodule_name(m->m), (void *)m);
+    return 1;
+}
+
+/* m:kernel(name, {"ptr", "f32", ...}) -> Kernel */
+static int module_kernel(lua_State *L)
+{
+    l_module *m = tomodule(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    l_kernel *k;
+    lua_Integer n;
+    cp_ktype types[CP_KMAX_PARAMS];
+    cp_status st;
+
+    luaL_checktype(L, 3, LUA_TTABLE);
+    n = luaL_len(L, 3);
+    luaL_argcheck(L, n <= CP_KMAX_PARAMS, 3, "at most 128 parameters");
+    for (lua_Integer i = 1; i <= n; i++) {
+        const char *t;
+        int found = -1;
+        lua_geti(L, 3, i);
+        t = lua_tostring(L, -1);
+        if (lua_type(L, -1) == LUA_TSTRING)
+            for (int j = 0; j < CP_KT_COUNT; j++)
+                if (strcmp(t, cp_ktype_names[j]) == 0)
+                    found = j;
+        if (found < 0)
+            return luaL_argerror(
+                L, 3,
+                lua_pushfstring(L, "parameter %d: unknown type '%s' (ptr, i32, u32, i64, u64, f32, "
+                                   "f64, device_pool)",
+                                (int)i, t ? t : luaL_typename(L, -1)));
+        types[i - 1] = (cp_ktype)found;
+        lua_pop(L, 1);
+    }
+    k = (l_kernel *)lua_newuserdatauv(L, sizeof *k, 1);
+    k->k = NULL;
+    k->n = (unsigned)n;
+    memcpy(k->types, types, (size_t)n * sizeof *types);
+    for (unsigned i = 0; i < CP_KMAX_PARAMS; i++)
+        k->argp[i] = &k->vals[i];
+    snprintf(k->name, sizeof k->name, "%s", name);
+    luaL_setmetatable(L, L_KERNEL);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1); /* the kernel keeps its module's handle alive */
+    st = cp_kernel_get(m->m, name, types, (unsigned)n, &k->k);
+    if (st != CP_OK)
+        return luaL_error(L, "%s", cp_error_msg());
+    return 1;
+}
+
+/* ---- Kernel ------------------------------------------------------------------ */
+
+static l_kernel *tokernel(lua_State *L, int arg)
+{
+    l_kernel *k = (l_kernel *)luaL_checkudata(L, arg, L_KERNEL);
+    if (!k->k)
+        luaL_error(L, "attempt to use a closed " L_KERNEL);
+    return k;
+}
+
+static int kernel_release(lua_State *L)
+{
+    l_kernel *k = (l_kernel *)luaL_checkudata(L, 1, L_KERNEL);
+    if (k->k) {
+        cp_kernel_release(k->k);
+        k->k = NULL;
+    }
+    return 0;
+}
+
+static int kernel_tostring(lua_State *L)
+{
+    l_kernel *k = (l_kernel *)luaL_checkudata(L, 1, L_KERNEL);
+    if (!k->k)
+        lua_pushliteral(L, L_KERNEL " (closed)");
+    else
+        lua_pushfstring(L, L_KERNEL " '%s' (%d parameters)", k->name, (int)k->n);
+    return 1;
+}
+
+/* A dimension option's value at idx: an integer, or {x, y, z} (missing ones
+ * are 1). */
+static void dims_value(lua_State *L, int idx, const char *key, unsigned out[3])
+{
+    int t = lua_type(L, idx);
+    out[0] = out[1] = out[2] = 1;
+    if (t == LUA_TNUMBER) {
+        int isint;
+        lua_Integer v = lua_tointegerx(L, idx, &isint);
+        if (!isint || v < 0 || v > 0xffffffffLL)
+            luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be an integer in "
+                          "1..4294967295)",
+                       key);
+        out[0] = (unsigned)v;
+    } else if (t == LUA_TTABLE) {
+        lua_Integer n = luaL_len(L, idx);
+        if (n < 1 || n > 3)
+            luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be {x}, {x, y} or {x, y, z})",
+                       key);
+        for (lua_Integer i = 1; i <= n; i++) {
+            int isint;
+            lua_Integer v;
+            lua_geti(L, idx, i);
+            v = lua_tointegerx(L, -1, &isint);
+            if (lua_type(L, -1) != LUA_TNUMBER || !isint || v < 0 || v > 0xffffffffLL)
+                luaL_error(L, "bad argument #1 to 'launch' (option '%s': item %d must be an "
+                              "integer in 1..4294967295)",
+                           key, (int)i);
+            out[i - 1] = (unsigned)v;
+            lua_pop(L, 1);
+        }
+    } else {
+        luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be an integer or {x, y, z}, not %s)",
+                   key, lua_typename(L, t));
+    }
+}
+
+/* The launch options, read in one pass over the table (the hot path: no
+ * lookups by name, no allocation). */
+static void launch_options(lua_State *L, cp_klaunch *l)
+{
+    int have_grid = 0, have_block = 0, have_threads = 0;
+    lua_Integer threads = 0;
+    unsigned block[3] = {256, 1, 1};
+    l->shared = 0;
+    l->stream = l_defaultstream()->s;
+    lua_pushnil(L);
+    while (lua_next(L, 2) != 0) {
+        size_t kl;
+        const char *key;
+        int v = lua_absindex(L, -1);
+        if (lua_type(L, -2) != LUA_TSTRING)
+            luaL_error(L, "launch: option names must be strings, not %s", luaL_typename(L, -2));
+        key = lua_tolstring(L, -2, &kl);
+        if (kl == 4 && memcmp(key, "grid", 4) == 0) {
+            dims_value(L, v, "grid", l->grid);
+            have_grid = 1;
+        } else if (kl == 5 && memcmp(key, "block", 5) == 0) {
+            dims_value(L, v, "block", block);
+            have_block = 1;
+        } else if (kl == 6 && memcmp(key, "shared", 6) == 0) {
+            int isint;
+            lua_Integer sh = lua_tointegerx(L, v, &isint);
+            if (lua_type(L, v) != LUA_TNUMBER || !isint || sh < 0 || sh > 0x7fffffff)
+                luaL_error(L, "bad argument #1 to 'launch' (option 'shared' must be a byte count "
+                              ">= 0)");
+            l->shared = (size_t)sh;
+        } else if (kl == 6 && memcmp(key, "stream", 6) == 0) {
+            l_stream *st = (l_stream *)luaL_testudata(L, v, L_STREAM);
+            if (!st)
+                luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, v));
+            if (!st->ref)
+                luaL_error(L, "attempt to use a closed " L_STREAM);
+            l->stream = st->ref->s;
+        } else if (kl == 7 && memcmp(key, "threads", 7) == 0) {
+            int isint;
+            threads = lua_tointegerx(L, v, &isint);
+            if (lua_type(L, v) != LUA_TNUMBER || !isint || threads < 1 || threads > 0x7fffffffLL * 1024)
+                luaL_error(L, "bad argument #1 to 'launch' (option 'threads' must be an integer "
+                              ">= 1)");
+            have_threads = 1;
+        } else {
+            luaL_error(L, "launch: unknown option '%s'", key);
+        }
+        lua_pop(L, 1);
+    }
+    if (have_threads) {
+        uint64_t g;
+        if (have_grid)
+            luaL_error(L, "bad argument #1 to 'launch' (give 'grid' or 'threads', not both)");
+        if (block[1] != 1 || block[2] != 1 || block[0] == 0)
+            luaL_error(L, "bad argument #1 to 'launch' (with 'threads', 'block' is one integer >= 1)");
+        g = ((uint64_t)threads + block[0] - 1) / block[0];
+        if (g > 0xffffffffULL)
+            luaL_error(L, "bad argument #1 to 'launch' (option 'threads': too many blocks)");
+        l->grid[0] = (unsigned)g;
+        l->grid[1] = l->grid[2] = 1;
+    } else {
+        if (!have_grid)
+            luaL_error(L, "bad argument #1 to 'launch' (option 'grid' is required)");
+        if (!have_block)
+            luaL_error(L, "bad argument #1 to 'launch' (option 'block' is required)");
+    }
+    memcpy(l->block, block, sizeof block);
+}
+
+/* The type of a value for messages: a handle's __name, else Lua's name. */
+static const char *tname(lua_State *L, int idx)
+{
+    const char *n = luaL_typename(L, idx);
+    if (lua_type(L, idx) == LUA_TUSERDATA && luaL_getmetafield(L, idx, "__name") == LUA_TSTRING) {
+        n = lua_tostring(L, -1);
+        lua_pop(L, 1); /* the name stays alive in the metatable */
+    }
+    return n;
+}
+
+static int arg_error(lua_State *L, int arg, l_kernel *k, unsigned i, const char *what)
+{
+    return luaL_error(L, "bad argument #%d to 'launch' (kernel '%s' parameter %d, %s: %s)", arg,
+                      k->name, (int)i + 1, cp_ktype_names[k->types[i]], what);
+}
+
+/* k:launch({grid=, block=, shared=0, stream=} or {threads=N, block=256}, ...)
+ * Argument numbers in messages count the options table as #1, as a method
+ * call's do not count the kernel. */
+static int kernel_launch(lua_State *L)
+{
+    l_kernel *k = tokernel(L, 1);
+    int nargs = lua_gettop(L) - 2;
+    cp_klaunch l;
+    cp_status st;
+
+    if (lua_type(L, 2) != LUA_TTABLE)
+        return luaL_error(L, "bad argument #1 to 'launch' (launch options expected: {grid=, block=} "
+                             "or {threads=, block=}, got %s)",
+                          luaL_typename(L, 2));
+    if (nargs != (int)k->n)
+        return luaL_error(L, "bad argument #%d to 'launch' (kernel '%s' takes %d arguments, got %d)",
+                          (nargs < (int)k->n ? nargs : (int)k->n) + 2, k->name, (int)k->n, nargs);
+    launch_options(L, &l);
+
+    for (unsigned i = 0; i < k->n; i++) {
+        int a = (int)i + 3, arg = (int)i + 2, isint = 0;
+        int t = lua_type(L, a);
+        lua_Integer v = 0;
+        switch (k->types[i]) {
+        case CP_KT_PTR:
+            if (t == LUA_TUSERDATA) {
+                l_buffer *b = (l_buffer *)luaL_testudata(L, a, L_BUFFER);
+                if (!b)
+                    return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
+                if (!b->ptr)
+                    return arg_error(L, arg, k, i, "the cupola.Buffer is closed (freed)");
+                b = l_checkbuffer(L, a); /* the pool's reset() frees buffers too */
+                memcpy(&k->vals[i], &b->ptr, sizeof b->ptr);
+            } else if (t == LUA_TNUMBER && (v = lua_tointegerx(L, a, &isint), isint)) {
+                k->vals[i] = (uint64_t)v;
+            } else {
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
+            }
+            break;
+        case CP_KT_DEVICE_POOL: {
+            void **dp = (void **)luaL_testudata(L, a, L_DEVICEPOOL);
+            if (!dp)
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.DevicePool expected, got %s", tname(L, a)));
+            if (!*dp)
+                return arg_error(L, arg, k, i, "the cupola.DevicePool is closed");
+            memcpy(&k->vals[i], dp, sizeof *dp);
+            break;
+        }
+        case CP_KT_F32: {
+            float f;
+            if (t != LUA_TNUMBER)
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", tname(L, a)));
+            f = (float)lua_tonumber(L, a);
+            memcpy(&k->vals[i], &f, sizeof f);
+            break;
+        }
+        case CP_KT_F64: {
+            double f;
+            if (t != LUA_TNUMBER)
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", tname(L, a)));
+            f = (double)lua_tonumber(L, a);
+            memcpy(&k->vals[i], &f, sizeof f);
+            break;
+        }
+        default:
+            if (t != LUA_TNUMBER)
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "integer expected, got %s", tname(L, a)));
+            v = lua_tointegerx(L, a, &isint);
+            if (!isint)
+                return arg_error(L, arg, k, i, "number has no integer representation");
+            if (k->types[i] == CP_KT_I32) {
+                int32_t x;
+                if (v < INT32_MIN || v > INT32_MAX)
+                    return arg_error(L, arg, k, i, lua_pushfstring(L, "%I is out of range -2147483648..2147483647", v));
+                x = (int32_t)v;
+                memcpy(&k->vals[i], &x, sizeof x);
+            } else if (k->types[i] == CP_KT_U32) {
+                uint32_t x;
+                if (v < 0 || v > (lua_Integer)UINT32_MAX)
+                    return arg_error(L, arg, k, i, lua_pushfstring(L, "%I is out of range 0..4294967295", v));
+                x = (uint32_t)v;
+                memcpy(&k->vals[i], &x, sizeof x);
+            } else if (k->types[i] == CP_KT_U64) {
+                if (v < 0)
+                    return arg_error(L, arg, k, i, lua_pushfstring(L, "%I is negative", v));
+                k->vals[i] = (uint64_t)v;
+            } else {
+                k->vals[i] = (uint64_t)v;
+            }
+            break;
+        }
+    }
+    st = cp_kernel_launch(k->k, &l, k->argp);
+    if (st == CP_ERR_INVALID)
+        return luaL_error(L, "bad argument #1 to 'launch' (%s)", cp_error_msg());
+    l_check(L, st);
+    return 0;
+}
+
+/* cupola._launch_repeat(k, opts, n, ...): k:launch(opts, ...) n times from
+ * C, the options and arguments marshalled once: for bench/launch.lua, which
+ * sets the binding's cost apart from the core's and the driver's. */
+static int launch_repeat(lua_State *L)
+{
+    lua_Integer n = luaL_checkinteger(L, 3);
+    l_kernel *k = tokernel(L, 1);
+    cp_klaunch l;
+    double t0, t1;
+    struct timespec ts;
+    lua_remove(L, 3);
+    if (lua_type(L, 2) != LUA_TTABLE)
+        return luaL_argerror(L, 2, "launch options expected");
+    luaL_argcheck(L, lua_gettop(L) - 2 == (int)k->n, 4, "wrong number of kernel arguments");
+    launch_options(L, &l);
+    for (unsigned i = 0; i < k->n; i++) {
+        lua_Integer v;
+        if (k->types[i] == CP_KT_PTR && luaL_testudata(L, (int)i + 3, L_BUFFER)) {
+            void *p = l_checkbuffer(L, (int)i + 3)->ptr;
+            memcpy(&k->vals[i], &p, sizeof p);
+        } else if (k->types[i] == CP_KT_F32) {
+            float f = (float)luaL_checknumber(L, (int)i + 3);
+            memcpy(&k->vals[i], &f, sizeof f);
+        } else if (k->types[i] == CP_KT_F64) {
+            double f = (double)luaL_checknumber(L, (int)i + 3);
+            memcpy(&k->vals[i], &f, sizeof f);
+        } else {
+            v = luaL_checkinteger(L, (int)i + 3);
+            memcpy(&k->vals[i], &v, cp_ktype_sizes[k->types[i]]);
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    for (lua_Integer i = 0; i < n; i++)
+        l_check(L, cp_kernel_launch(k->k, &l, k->argp));
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t1 = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    lua_pushnumber(L, (lua_Number)(t1 - t0));
+    return 1;
+}
+
+/* cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...} */
+static int cache_stats(lua_State *L)
+{
+    cp_cache_stats s;
+    cp_cache_get_stats(&s);
+    lua_createtable(L, 0, 8);
+    lua_pushinteger(L, (lua_Integer)s.memory_hits);
+    lua_setfield(L, -2, "memory_hits");
+    lua_pushinteger(L, (lua_Integer)s.disk_hits);
+    lua_setfield(L, -2, "disk_hits");
+    lua_pushinteger(L, (lua_Integer)s.misses);
+    lua_setfield(L, -2, "misses");
+    lua_pushinteger(L, (lua_Integer)s.stores);
+    lua_setfield(L, -2, "stores");
+    lua_pushinteger(L, (lua_Integer)s.rebuilt);
+    lua_setfield(L, -2, "rebuilt");
+    lua_pushboolean(L, s.disk);
+    lua_setfield(L, -2, "disk");
+    lua_pushstring(L, s.dir);
+    lua_setfield(L, -2, "dir");
+    if (!s.disk) {
+        lua_pushstring(L, s.why);
+        lua_setfield(L, -2, "why");
+    }
+    return 1;
+}
+
+/* cupola.module_cache_forget(): drops the in-memory cache (the next compile
+ * of the same source reads the disk, as a new process would). */
+static int cache_forget(lua_State *L)
+{
+    (void)L;
+    cp_cache_forget_memory();
+    return 0;
+}
+
+void l_open_module(lua_State *L)
+{
+    static const luaL_Reg module_meta[] = {{"__index", module_index},
+                                           {"__gc", module_release},
+                                           {"__close", module_release},
+                                           {"__tostring", module_tostring},
+                                           {"__newindex", l_readonly_newindex},
+                                           {NULL, NULL}};
+    static const luaL_Reg module_methods[] = {{"kernel", module_kernel},
+                                              {"close", module_release},
+                                              {NULL, NULL}};
+    /* no __index function: the methods table itself, one lookup per launch */
+    static const luaL_Reg kernel_meta[] = {{"__gc", kernel_release},
+                                           {"__close", kernel_release},
+                                           {"__tostring", kernel_tostring},
+                                           {"__newindex", l_readonly_newindex},
+                                           {NULL, NULL}};
+    static const luaL_Reg kernel_methods[] = {{"launch", kernel_launch},
+                                              {"close", kernel_release},
+                                              {NULL, NULL}};
+    static const luaL_Reg funcs[] = {{"module", module_new},
+                                     {"module_cache_stats", cache_stats},
+                                     {"module_cache_forget", cache_forget},
+                                     {"_set_include_path", set_include_path},
+                                     {"_launch_repeat", launch_repeat},
+                                     {"_include_path", get_include_path},
+                                     {NULL, NULL}};
+    l_newclass(L, L_MODULE, module_meta, module_methods);
+    l_newclass(L, L_KERNEL, kernel_meta, kernel_methods);
+    /* per-module fields (name, cached, log), weakly keyed by the handle */
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, "cupola.Module.fields");
+    luaL_setfuncs(L, funcs, 0);
+}

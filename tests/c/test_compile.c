@@ -1,0 +1,240 @@
+/*
+ * test_compile.c: kernel/compile.c, the compile-and-cache machinery: SHA-256
+ * against FIPS vectors, the option allow-list, disk entries (a truncated or
+ * corrupted one is rebuilt, never loaded), the cache directory's checks, and
+ * a C shared object built by the system compiler, cached and loaded.
+ */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kernel/compile.h"
+#include "kernel/module.h"
+#include "tap.h"
+
+static void hex(const unsigned char *d, char *out)
+{
+    for (int i = 0; i < 32; i++)
+        sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void test_sha256(void)
+{
+    cp_sha256 c;
+    unsigned char d[32];
+    char h[65];
+    const char *abc = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    cp_sha256_init(&c);
+    cp_sha256_update(&c, "abc", 3);
+    cp_sha256_final(&c, d);
+    hex(d, h);
+    tap_ok(strcmp(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0,
+           "sha256('abc')");
+    cp_sha256_init(&c);
+    for (size_t i = 0; i < strlen(abc); i++) /* byte by byte: the buffering */
+        cp_sha256_update(&c, abc + i, 1);
+    cp_sha256_final(&c, d);
+    hex(d, h);
+    tap_ok(strcmp(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1") == 0,
+           "sha256 of the 448-bit vector, fed a byte at a time");
+}
+
+static void test_options(void)
+{
+    static const char *const good[] = {"-DN=4", "-DFOO", "-UBAR", "-I/tmp", "-O3", "-std=c++17",
+                                       "-rdc=true", "--use_fast_math", "-lineinfo", "-G",
+                                       "-maxrregcount=32", NULL};
+    static const char *const bad[] = {"-o", "-fplugin=x.so", "-D", "-D1X", "-I", "-std=;rm",
+                                      "-Wl,-rpath", "--output-file=x", "-UX=1", "-DA\nB", NULL};
+    for (int i = 0; good[i]; i++)
+        tap_ok(cp_cc_check_option(good[i]) == CP_OK, "option %s is allowed", good[i]);
+    for (int i = 0; bad[i]; i++) {
+        cp_status st = cp_cc_check_option(bad[i]);
+        tap_ok(st == CP_ERR_INVALID && strstr(cp_error_msg(), "option"), "option #%d refused", i);
+    }
+    cp_cc_check_option("-fplugin=x.so");
+    tap_ok(strstr(cp_error_msg(), "'-fplugin=x.so'") != NULL, "the refusal names the option");
+}
+
+static void test_entries(const char *dir)
+{
+    cp_cache_key k;
+    cp_sha256 c;
+    char path[4096];
+    void *data = NULL;
+    size_t len = 0;
+    int where = -1;
+    const char payload[] = "an image of some bytes";
+
+    cp_sha256_init(&c);
+    cp_sha256_str(&c, "test_entries");
+    cp_cache_key_of(&c, &k);
+    tap_ok(cp_cache_lookup(&k, "bin", 1, &data, &len, path, &where) == CP_OK && where == 0,
+           "a new key misses");
+    tap_ok(cp_cache_store(&k, "bin", payload, sizeof payload, path) == CP_OK &&
+               strncmp(path, dir, strlen(dir)) == 0,
+           "store writes an entry into the cache directory (%s)", path);
+    cp_cache_lookup(&k, "bin", 1, &data, &len, NULL, &where);
+    tap_ok(where == 1 && len == sizeof payload && memcmp(data, payload, len) == 0, "memory hit");
+    free(data);
+    cp_cache_forget_memory();
+    cp_cache_lookup(&k, "bin", 1, &data, &len, NULL, &where);
+    tap_ok(where == 2 && len == sizeof payload && data && memcmp(data, payload, len) == 0,
+           "disk hit after the memory cache is forgotten");
+    free(data);
+
+    /* truncated: detected, removed, a miss */
+    cp_cache_forget_memory();
+    tap_ok(truncate(path, 30) == 0, "truncate the entry");
+    data = NULL;
+    cp_cache_lookup(&k, "bin", 1, &data, &len, NULL, &where);
+    tap_ok(where == 0 && data == NULL && access(path, F_OK) != 0,
+           "a truncated entry is a miss and is removed");
+
+    /* corrupted payload byte: detected */
+    cp_cache_store(&k, "bin", payload, sizeof payload, path);
+    cp_cache_forget_memory();
+    {
+        int fd = open(path, O_WRONLY);
+        tap_ok(fd >= 0 && pwrite(fd, "X", 1, 3) == 1, "corrupt one byte");
+        if (fd >= 0)
+            close(fd);
+    }
+    cp_cache_lookup(&k, "bin", 1, &data, &len, NULL, &where);
+    tap_ok(where == 0 && data == NULL, "a corrupted entry is a miss");
+    {
+        cp_cache_stats s;
+        cp_cache_get_stats(&s);
+        tap_ok(s.disk && s.rebuilt == 2 && s.disk_hits == 1 && s.memory_hits == 1,
+               "stats count the hits and the rebuilt entries");
+    }
+}
+
+static void test_shared_object(void)
+{
+    static const char src[] = "int cp_test_add(int a, int b) { return a + b + N; }\n";
+    static const char bad[] = "int f(void) {\n  return nope;\n}\n";
+    static const char *const opts[] = {"-DN=3", "-O2", NULL};
+    static const char *const args[] = {"-shared", "-fPIC", NULL};
+    static const char *const badopts[] = {"-fplugin=evil.so", NULL};
+    cp_cc_job job = {CP_CC_C, "add.c", src, sizeof src - 1, opts, args, NULL, "test-1", NULL};
+    cp_cc_result r;
+    cp_status st;
+    char cc[4096];
+
+    if (cp_cc_find(CP_CC_C, cc, sizeof cc, NULL) != CP_OK) {
+        tap_ok(1, "# SKIP no C compiler: %s", cp_error_msg());
+        return;
+    }
+    st = cp_cc_shared_object(&job, &r);
+    tap_ok(st == CP_OK && r.where == 0, "a C source compiles to a shared object");
+    if (st == CP_OK) {
+        void *h = dlopen(r.path, RTLD_NOW | RTLD_LOCAL);
+        void *sym = h ? dlsym(h, "cp_test_add") : NULL;
+        int (*add)(int, int) = NULL;
+        if (sym)
+            memcpy(&add, &sym, sizeof add); /* object to function pointer, as POSIX allows */
+        tap_ok(add && add(1, 2) == 6, "it loads (with its trailer) and -DN=3 reached it");
+        if (h)
+            dlclose(h);
+    }
+    free(r.log);
+    st = cp_cc_shared_object(&job, &r);
+    tap_ok(st == CP_OK && r.where == 1, "the second build is a memory hit");
+    free(r.log);
+    cp_cache_forget_memory();
+    st = cp_cc_shared_object(&job, &r);
+    tap_ok(st == CP_OK && r.where == 2, "after forgetting memory, a disk hit");
+    free(r.log);
+
+    job.source = bad;
+    job.source_len = sizeof bad - 1;
+    st = cp_cc_shared_object(&job, &r);
+    tap_ok(st == CP_ERR_INVALID && strstr(cp_error_msg(), "add.c:2:") != NULL,
+           "a compile error names the file and line: %.80s", cp_error_msg());
+    free(r.log);
+    job.options = badopts;
+    st = cp_cc_shared_object(&job, &r);
+    tap_ok(st == CP_ERR_INVALID && strstr(cp_error_msg(), "-fplugin=evil.so") != NULL,
+           "an option outside the allow-list is refused before compiling");
+    free(r.log);
+}
+
+/* NVRTC needs no device: compile for sm_90, relocatable code through
+ * nvJitLink, the cache, and a compile error's log (skipped without NVRTC). */
+static void test_nvrtc(void)
+{
+    static const char *const inc[] = {"cuda/include", NULL};
+    static const char src[] = "#include <cupola/device.h>\n"
+                              "extern \"C\" __global__ void f(float *y) { y[cupola_global_index()] = 1; }\n";
+    static const char nest[] = "extern \"C\" __global__ void child(int *x) { atomicAdd(x, 1); }\n"
+                               "extern \"C\" __global__ void parent(int *x) { child<<<1, 32>>>(x); }\n";
+    static const char bad[] = "extern \"C\" __global__ void f(int *x)\n{\n    x[0] = nope;\n}\n";
+    cp_kmodule_desc d = {CP_KSRC_SOURCE, "f.cu", src, sizeof src - 1, NULL, inc};
+    void *img = NULL;
+    size_t len = 0;
+    int where = -1;
+    char *log = NULL;
+    cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    if (st == CP_ERR_UNSUPPORTED) {
+        tap_skip("nvrtc", cp_error_msg());
+        return;
+    }
+    tap_ok(st == CP_OK && where == 0 && len > 4 && memcmp(img, "\177ELF", 4) == 0,
+           "NVRTC compiles for sm_90 into an ELF image");
+    free(img);
+    free(log);
+    st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    tap_ok(st == CP_OK && where == 1, "the second build is a memory hit");
+    free(img);
+    free(log);
+    d.name = "nest.cu";
+    d.data = nest;
+    d.len = sizeof nest - 1;
+    st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    tap_ok(st == CP_OK && len > 4 && memcmp(img, "\177ELF", 4) == 0,
+           "a nested launch compiles relocatable and links with cudadevrt");
+    free(img);
+    free(log);
+    d.name = "bad.cu";
+    d.data = bad;
+    d.len = sizeof bad - 1;
+    st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+    tap_ok(st == CP_ERR_INVALID && strstr(cp_error_msg(), "bad.cu(3)") != NULL,
+           "an NVRTC compile error names the module and the line");
+    free(log);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/cupola-test-cache-XXXXXX";
+    char sub[256];
+    test_sha256();
+    test_options();
+    if (!mkdtemp(dir)) {
+        tap_ok(0, "mkdtemp");
+        return tap_finish();
+    }
+    snprintf(sub, sizeof sub, "%s/cache", dir);
+    setenv("CUPOLA_CACHE_DIR", sub, 1);
+    {
+        cp_cache_stats s;
+        struct stat st;
+        cp_cache_get_stats(&s);
+        tap_ok(s.disk && stat(sub, &st) == 0 && (st.st_mode & 0777) == 0700,
+               "the cache directory is created with mode 0700");
+    }
+    test_entries(sub);
+    test_shared_object();
+    test_nvrtc();
+    {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            tap_ok(0, "cleanup");
+    }
+    return tap_finish();
+}
