@@ -221,7 +221,7 @@ describe("cupola.device_pool", function()
   end)
 
   if GPU then
-    gpu_it("nested launches: children allocate from the same pool, disjoint", function()
+    gpu_it("nested launches: children allocate from the same pool, disjoint #cdp", function()
       for _, kind in ipairs { "bump", "warp_bump", "slab" } do
         local dp <close> = cupola.device_pool { kind = kind, capacity = 64 * MiB }
         local r = dp:run { threads = N, bytes = 32, children = 64 }
@@ -233,7 +233,7 @@ describe("cupola.device_pool", function()
       end
     end)
 
-    gpu_it("nested launches: exhaustion is reported, never an overlap", function()
+    gpu_it("nested launches: exhaustion is reported, never an overlap #cdp", function()
       local dp <close> = cupola.device_pool { kind = "slab", capacity = 1 * MiB }
       local r = dp:run { threads = N, bytes = 64, children = 128 }
       clean(r, N)
@@ -247,6 +247,152 @@ describe("cupola.device_pool", function()
         "nested launches (children=4) need the CUDA backend: on the host backend a kernel cannot launch a kernel")
       local r = dp:run { threads = 100, bytes = 16 } -- and the pool is still usable
       assert.equal(100, r.ok)
+    end)
+  end
+end)
+
+-- Kernels of your own allocate through <cupola/device.h> (cupola.module):
+-- NVRTC on the GPU, the host compiler and cupola's prelude on the host.
+describe("<cupola/device.h> in kernels of your own", function()
+  local SRC = [[
+#include <cupola/device.h>
+
+/* Thread i allocates `bytes`, fills its block with i, records the address,
+ * and frees it when asked; `check` then finds blocks that another thread
+ * wrote over, or that are not 16-byte aligned. */
+extern "C" __global__ void use(cupola_device_pool *pool, unsigned long long *addr,
+                               unsigned long long n, unsigned long long bytes, int release)
+{
+    unsigned long long i = cupola_global_index();
+    if (i >= n)
+        return;
+    unsigned long long *p = (unsigned long long *)cupola_alloc(pool, bytes);
+    addr[i] = (unsigned long long)p;
+    if (!p)
+        return;
+    for (unsigned long long k = 0; k < bytes / 8; k++)
+        p[k] = i;
+    if (release) {
+        for (unsigned long long k = 0; k < bytes / 8; k++)
+            if (p[k] != i)
+                addr[i] = 1; /* overwritten while it was ours */
+        cupola_free(pool, p);
+    }
+}
+
+extern "C" __global__ void check(const unsigned long long *addr, unsigned long long n,
+                                 unsigned long long bytes, unsigned long long *counts)
+{
+    unsigned long long i = cupola_global_index();
+    if (i >= n)
+        return;
+    const unsigned long long *p = (const unsigned long long *)addr[i];
+    if (!p) {
+        atomicAdd(&counts[1], 1ull); /* failed */
+        return;
+    }
+    if (addr[i] % 16 != 0) {
+        atomicAdd(&counts[2], 1ull); /* misaligned, or overwritten (1) */
+        return;
+    }
+    for (unsigned long long k = 0; k < bytes / 8; k++)
+        if (p[k] != i) {
+            atomicAdd(&counts[2], 1ull);
+            return;
+        }
+    atomicAdd(&counts[0], 1ull); /* ok */
+}
+
+/* Frees the blocks recorded in addr (malloc pools would otherwise keep them
+ * in CUDA's heap until the process exits). */
+extern "C" __global__ void release(cupola_device_pool *pool, const unsigned long long *addr,
+                                   unsigned long long n)
+{
+    unsigned long long i = cupola_global_index();
+    if (i < n && addr[i] % 16 == 0)
+        cupola_free(pool, (void *)addr[i]);
+}
+
+/* A parent whose threads each launch a child grid over their share. */
+extern "C" __global__ void parent(cupola_device_pool *pool, unsigned long long *addr,
+                                  unsigned long long n, unsigned long long bytes, int children)
+{
+    unsigned long long c = cupola_global_index();
+    if (c >= (unsigned long long)children)
+        return;
+    unsigned long long per = (n + children - 1) / children, first = c * per;
+    if (first >= n)
+        return;
+    unsigned long long cnt = n - first < per ? n - first : per;
+    use<<<(unsigned)((cnt + 127) / 128), 128>>>(pool, addr + first, cnt, bytes, 0);
+}
+]]
+  local NESTED = SRC
+  SRC = SRC:gsub("/%* A parent.*$", "") -- the host backend cannot compile a kernel that launches one
+
+  local function counts(buf)
+    local ok, failed, bad = string.unpack("<I8I8I8", buf:read(0, 24))
+    return ok, failed, bad
+  end
+
+  for _, kind in ipairs { "bump", "warp_bump", "slab", "malloc" } do
+    it(kind .. ": a user kernel allocates, writes and frees", function()
+      local n = GPU and 100000 or 4000
+      local m = cupola.module { name = "dp_user.cu", source = SRC }
+      local use = m:kernel("use", { "device_pool", "ptr", "u64", "u64", "i32" })
+      local check = m:kernel("check", { "ptr", "u64", "u64", "ptr" })
+      local dp <close> = cupola.device_pool { kind = kind, capacity = 64 * MiB }
+      local addr = cupola.malloc(8 * n)
+      local cnt = cupola.malloc(24)
+      cupola.kernels.fill(cnt, 0, { type = "u8" })
+      use:launch({ threads = n, block = 128 }, dp, addr, n, 48, 0)
+      check:launch({ threads = n, block = 128 }, addr, n, 48, cnt)
+      local ok, failed, bad = counts(cnt)
+      assert.equal(n, ok)
+      assert.equal(0, failed)
+      assert.equal(0, bad)
+      -- 48 B takes the slab's 64 B class; a malloc block carries a 16 B header
+      local live = (kind == "slab" or kind == "malloc") and n * 64 or n * 48
+      assert.equal(live, dp:stats().used)
+      -- give them back, then allocate and free in one kernel
+      local release = m:kernel("release", { "device_pool", "ptr", "u64" })
+      release:launch({ threads = n, block = 128 }, dp, addr, n)
+      use:launch({ threads = n, block = 128 }, dp, addr, n, 48, 1)
+      local st = dp:stats()
+      local bump = kind == "bump" or kind == "warp_bump" -- free is a no-op there
+      assert.equal(bump and 2 * live or 0, st.used)
+      assert.equal(0, st.failed)
+      addr:free()
+      cnt:free()
+    end)
+  end
+
+  if GPU then
+    gpu_it("a child kernel allocates from the pool its parent was given #cdp", function()
+      local n = 200000
+      local m = cupola.module { name = "dp_nested.cu", source = NESTED }
+      local parent = m:kernel("parent", { "device_pool", "ptr", "u64", "u64", "i32" })
+      local check = m:kernel("check", { "ptr", "u64", "u64", "ptr" })
+      for _, kind in ipairs { "bump", "warp_bump", "slab" } do
+        local dp <close> = cupola.device_pool { kind = kind, capacity = 64 * MiB }
+        local addr = cupola.malloc(8 * n)
+        local cnt = cupola.malloc(24)
+        cupola.kernels.fill(cnt, 0, { type = "u8" })
+        parent:launch({ threads = 32, block = 32 }, dp, addr, n, 64, 32)
+        check:launch({ threads = n, block = 128 }, addr, n, 64, cnt)
+        local ok, failed, bad = counts(cnt)
+        assert.equal(n, ok)
+        assert.equal(0, failed)
+        assert.equal(0, bad)
+        addr:free()
+        cnt:free()
+      end
+    end)
+  else
+    it("a kernel that launches a child does not compile on the host backend", function()
+      local ok, err = pcall(cupola.module, { name = "dp_nested.cu", source = NESTED })
+      assert.is_false(ok)
+      assert.matches("nested launches need the CUDA backend", err)
     end)
   end
 end)
