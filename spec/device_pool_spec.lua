@@ -12,7 +12,8 @@ local GPU = cupola.backend() == "cuda"
 -- allocating against the others for the whole run.
 -- CUPOLA_DP_THREADS overrides it for compute-sanitizer, which runs every
 -- access of every thread through its checks.
-local N = tonumber(os.getenv "CUPOLA_DP_THREADS") or (GPU and 1000000 or 20000)
+-- Under CUPOLA_SLOW (valgrind, ASan) the host uses 1e4.
+local N = tonumber(os.getenv "CUPOLA_DP_THREADS") or (GPU and 1000000 or (SLOW and 10000 or 20000))
 local MIXED = math.min(25000, N // 10)
 -- One capacity for the big cases: the first malloc pool of the process sets
 -- CUDA's device heap, which cannot grow once a malloc kernel has run.
@@ -186,11 +187,14 @@ describe("cupola.device_pool", function()
       return cupola.run_concurrent { a, b }
     end
 
-    it("one bump pool shared by two streams at once: blocks overlap", function()
-      -- A tool that runs one kernel at a time hides the race; one that slows
-      -- every access (valgrind, CUPOLA_SLOW) stretches the allocations past
-      -- the 5 ms head start.
-      if SERIALIZED or SLOW then return end
+    -- A tool that runs one kernel at a time (compute-sanitizer) hides the
+    -- race; one that slows every access (valgrind, CUPOLA_SLOW) stretches the
+    -- allocations past the 5 ms head start; and ThreadSanitizer (make
+    -- test-tsan-lua) reports the overlapping writes this case provokes on
+    -- purpose as the data races they are.  There the case is pending.
+    local tsan = (os.getenv "LD_PRELOAD" or ""):find("tsan", 1, true)
+    local shows = (SERIALIZED or SLOW or tsan) and pending or it
+    shows("one bump pool shared by two streams at once: blocks overlap", function()
       local s1 <close> = cupola.stream()
       local s2 <close> = cupola.stream()
       local dp <close> = cupola.device_pool { kind = "bump", capacity = 4 * MiB }
