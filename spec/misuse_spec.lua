@@ -556,7 +556,9 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     raises(function() m:kernel("set", "ptr") end, "table expected, got string")
     raises(function() m:kernel(nil, {}) end, "string expected, got nil")
     raises(function() m:kernel("set", { "ptr", "i32" }) end, "parameters")
-    raises(function() m:kernel("set", { "f64", "i32", "u64" }) end, "parameter 1")
+    -- a 4-byte type where the kernel takes a pointer: wrong on both backends
+    -- (the GPU's driver reports sizes only; the host checks the signature)
+    raises(function() m:kernel("set", { "i32", "i32", "u64" }) end, "parameter 1")
   end)
 
   it("launch arguments", function()

@@ -320,6 +320,52 @@ describe("cupola.module #kernels", function()
     k:close()
   end)
 
+  it("a barrier reached through a user header (-I) still waits", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir)
+    local f = assert(io.open(dir .. "/blocksum.h", "w"))
+    f:write [[
+static __device__ int block_total(int v)
+{
+    __shared__ int s[64];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    int t = 0;
+    for (unsigned i = 0; i < blockDim.x; i++)
+        t += s[i];
+    __syncthreads();
+    return t;
+}
+]]
+    f:close()
+    local mm = cupola.module { name = "hdr.cu", options = { "-I" .. dir }, source = [[
+#include "blocksum.h"
+extern "C" __global__ void totals(int *out) { out[blockIdx.x * blockDim.x + threadIdx.x] = block_total((int)threadIdx.x + 1); }
+]] }
+    os.execute("rm -rf " .. dir)
+    local out = cupola.malloc(4 * 128)
+    mm:kernel("totals", { "ptr" }):launch({ grid = 2, block = 64 }, out)
+    for _, v in ipairs(i32s(out, 128)) do assert.equals(64 * 65 // 2, v) end
+  end)
+
+  it("finds <cupola/device.h>; $CUPOLA_INCLUDE overrides where", function()
+    local found = false
+    for _, d in ipairs(cupola._include_path()) do
+      local f = io.open(d .. "/cupola/device.h")
+      if f then f:close() found = true end
+    end
+    assert.is_true(found)
+    local out = child("CUPOLA_INCLUDE=/nonexistent/include", string.format([[
+      local cupola = require "cupola"
+      io.write(table.concat(cupola._include_path(), ":"), "\n")
+      local ok, err = pcall(cupola.module, { source = %q, name = "inc.cu" })
+      io.write(tostring(ok), " ", tostring(err), "\n")
+    ]], '#include <cupola/device.h>\nextern "C" __global__ void f(void) {}\n'))
+    assert.matches("^/nonexistent/include\nfalse ", out)
+    assert.matches(HOST and "host_prelude%.h not found" or "cupola/device%.h", out)
+  end)
+
   describe("cache", function()
     it("a second compile of the same source is a hit", function()
       local src = SRC .. "\n// " .. SALT .. "\n"
@@ -474,6 +520,15 @@ extern "C" __global__ void f(int *x)
       local gone = cupola.malloc(4)
       gone:free()
       assert.matches("bad argument #9 .*closed", e(out, 1, 2, 3, 4, 5, 6, gone))
+      -- a buffer its pool's reset() took away is closed too
+      local arena <close> = cupola.pool { kind = "arena", upstream = "device", initial = "1MiB" }
+      local pb = arena:alloc(64)
+      arena:reset()
+      assert.matches("bad argument #9 .*closed", e(out, 1, 2, 3, 4, 5, 6, pb))
+      -- the method called on something else
+      local ok, err = pcall(k.launch, m, L, out, 1, 2, 3, 4, 5, 6, p)
+      assert.is_false(ok)
+      assert.matches("cupola.Kernel expected, got cupola.Module", err)
       -- nothing was launched by the failed calls, and a good one still works
       k:launch(L, out, 1, 2, 3, 4, 5, 6, p)
       cupola.synchronize()

@@ -58,6 +58,15 @@ static int set_include_path(lua_State *L)
     return 0;
 }
 
+/* The module is unloaded (dlclose) when its last Lua state closes. */
+__attribute__((destructor)) static void free_include_path(void)
+{
+    for (int i = 0; i < MAX_INCLUDE; i++) {
+        free(include_dirs[i]);
+        include_dirs[i] = NULL;
+    }
+}
+
 static int get_include_path(lua_State *L)
 {
     lua_newtable(L);
@@ -457,7 +466,18 @@ static int arg_error(lua_State *L, int arg, l_kernel *k, unsigned i, const char 
  * call's do not count the kernel. */
 static int kernel_launch(lua_State *L)
 {
-    l_kernel *k = tokernel(L, 1);
+    /* the Kernel metatable is this closure's upvalue: comparing it is
+     * cheaper than luaL_checkudata's lookup by name (the hot path) */
+    l_kernel *k = (l_kernel *)lua_touserdata(L, 1);
+    int mine = 0;
+    if (k && lua_getmetatable(L, 1)) {
+        mine = lua_rawequal(L, -1, lua_upvalueindex(1));
+        lua_pop(L, 1);
+    }
+    if (!mine)
+        k = (l_kernel *)luaL_checkudata(L, 1, L_KERNEL); /* raises the usual message */
+    if (!k->k)
+        return luaL_error(L, "attempt to use a closed " L_KERNEL);
     int nargs = lua_gettop(L) - 2;
     cp_klaunch l;
     cp_status st;
@@ -478,12 +498,18 @@ static int kernel_launch(lua_State *L)
         switch (k->types[i]) {
         case CP_KT_PTR:
             if (t == LUA_TUSERDATA) {
-                l_buffer *b = (l_buffer *)luaL_testudata(L, a, L_BUFFER);
-                if (!b)
+                /* a Buffer: the metatable compared with upvalue 2, no lookup by name */
+                l_buffer *b = (l_buffer *)lua_touserdata(L, a);
+                int isbuf = 0;
+                if (lua_getmetatable(L, a)) {
+                    isbuf = lua_rawequal(L, -1, lua_upvalueindex(2));
+                    lua_pop(L, 1);
+                }
+                if (!isbuf)
                     return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
-                if (!b->ptr)
+                /* live as buffer.c counts it: not freed, not reset away by its pool */
+                if (!b->ptr || (b->origin == L_FROM_POOL && b->pool->generation != b->generation))
                     return arg_error(L, arg, k, i, "the cupola.Buffer is closed (freed)");
-                b = l_checkbuffer(L, a); /* the pool's reset() frees buffers too */
                 memcpy(&k->vals[i], &b->ptr, sizeof b->ptr);
             } else if (t == LUA_TNUMBER && (v = lua_tointegerx(L, a, &isint), isint)) {
                 k->vals[i] = (uint64_t)v;
@@ -645,8 +671,7 @@ void l_open_module(lua_State *L)
                                            {"__tostring", kernel_tostring},
                                            {"__newindex", l_readonly_newindex},
                                            {NULL, NULL}};
-    static const luaL_Reg kernel_methods[] = {{"launch", kernel_launch},
-                                              {"close", kernel_release},
+    static const luaL_Reg kernel_methods[] = {{"close", kernel_release},
                                               {NULL, NULL}};
     static const luaL_Reg funcs[] = {{"module", module_new},
                                      {"module_cache_stats", cache_stats},
@@ -657,6 +682,14 @@ void l_open_module(lua_State *L)
                                      {NULL, NULL}};
     l_newclass(L, L_MODULE, module_meta, module_methods);
     l_newclass(L, L_KERNEL, kernel_meta, kernel_methods);
+    /* k:launch, with the Kernel and Buffer metatables as its upvalues */
+    luaL_getmetatable(L, L_KERNEL);
+    lua_getfield(L, -1, "methods");
+    lua_pushvalue(L, -2);
+    luaL_getmetatable(L, L_BUFFER);
+    lua_pushcclosure(L, kernel_launch, 2);
+    lua_setfield(L, -2, "launch");
+    lua_pop(L, 2);
     /* per-module fields (name, cached, log), weakly keyed by the handle */
     lua_newtable(L);
     lua_newtable(L);

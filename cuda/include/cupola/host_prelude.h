@@ -22,6 +22,9 @@
  *  - Atomics are GCC __atomic builtins (relaxed, as CUDA's); float and double
  *    atomicAdd/Min/Max are compare-and-swap loops.  __threadfence is a full
  *    fence.
+ *  - A module whose source uses no barrier and no warp operation is built
+ *    in direct mode (CUPOLA_HK_DIRECT): threads run one after the other with
+ *    no fibers at all (see run_block).
  *  - Anything else (textures, cooperative groups, launching kernels from
  *    kernels, device-side malloc beyond <cupola/device.h>) is not declared
  *    here and fails to compile.
@@ -132,6 +135,50 @@ static inline fiber *fiber_at(block *b, unsigned i)
 #define blockDim (::cp__hk::cur->blk->bdim)
 #define gridDim (::cp__hk::cur->blk->gdim)
 
+#ifdef CUPOLA_HK_DIRECT
+/* Direct mode: the source uses no barrier and no warp operation (cupola's
+ * scan said so), so each thread runs to completion in turn, called straight
+ * from the block loop: no fibers, no stacks.  A barrier reached anyway
+ * (through a header the scan did not see) is a compile error, on which
+ * cupola compiles the module again with fibers. */
+namespace cp__hk {
+static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_scratch *s,
+                     char *err, size_t errlen)
+{
+    block b;
+    fiber f;
+    unsigned n = l->block[0] * l->block[1] * l->block[2];
+    (void)err;
+    (void)errlen;
+    b.fibers = nullptr;
+    b.n = n;
+    b.live = n;
+    b.bid.x = (unsigned)(index % l->grid[0]);
+    b.bid.y = (unsigned)((index / l->grid[0]) % l->grid[1]);
+    b.bid.z = (unsigned)(index / ((uint64_t)l->grid[0] * l->grid[1]));
+    b.bdim = dim3(l->block[0], l->block[1], l->block[2]);
+    b.gdim = dim3(l->grid[0], l->grid[1], l->grid[2]);
+    b.sched_sp = nullptr;
+    b.l = l;
+    b.dyn = s->dyn_shared;
+    memset(&f, 0, sizeof f);
+    f.blk = &b;
+    cur = &f;
+    for (unsigned z = 0, i = 0; z < l->block[2]; z++)
+        for (unsigned y = 0; y < l->block[1]; y++)
+            for (unsigned x = 0; x < l->block[0]; x++, i++) {
+                f.tid.x = x;
+                f.tid.y = y;
+                f.tid.z = z;
+                f.lane = i & 31u;
+                f.index = i;
+                l->kernel->thunk(l->args);
+            }
+    cur = nullptr;
+    return 0;
+}
+} // namespace cp__hk
+#else
 /* cp__hk_switch(save, to): saves the callee-saved registers and the stack
  * pointer into *save and resumes the context whose stack pointer is to.  The
  * floating-point control state is shared by a block's fibers (the kernel runs
@@ -332,6 +379,11 @@ static inline int block_reduce(int pred, int op)
     return r;
 }
 
+} // namespace cp__hk
+#endif /* CUPOLA_HK_DIRECT */
+
+namespace cp__hk {
+
 /* Parameters and calls, from the kernel's own signature. */
 template <class T> constexpr cupola_hk_param param_of()
 {
@@ -360,6 +412,28 @@ template <class... A> static inline void invoke(void (*fn)(A...), void *const *a
 
 } // namespace cp__hk
 
+/* ---- synchronization and warp operations ------------------------------------ */
+#ifdef CUPOLA_HK_DIRECT
+#define CP_HK_FIBERS __attribute__((error("cupola-needs-fibers")))
+void __syncthreads() CP_HK_FIBERS;
+int __syncthreads_count(int) CP_HK_FIBERS;
+int __syncthreads_and(int) CP_HK_FIBERS;
+int __syncthreads_or(int) CP_HK_FIBERS;
+void __syncwarp(unsigned = 0xffffffffu) CP_HK_FIBERS;
+void __trap() CP_HK_FIBERS;
+unsigned __activemask() CP_HK_FIBERS;
+template <class T> T __shfl_sync(unsigned, T, int, int = 32) CP_HK_FIBERS;
+template <class T> T __shfl_down_sync(unsigned, T, unsigned, int = 32) CP_HK_FIBERS;
+template <class T> T __shfl_up_sync(unsigned, T, unsigned, int = 32) CP_HK_FIBERS;
+template <class T> T __shfl_xor_sync(unsigned, T, int, int = 32) CP_HK_FIBERS;
+unsigned __ballot_sync(unsigned, int) CP_HK_FIBERS;
+int __any_sync(unsigned, int) CP_HK_FIBERS;
+int __all_sync(unsigned, int) CP_HK_FIBERS;
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline unsigned __lanemask_lt() { return (1u << ::cp__hk::cur->lane) - 1u; }
+#else
 /* ---- synchronization ---------------------------------------------------------- */
 static inline void __syncthreads() { ::cp__hk::wait(::cp__hk::WAIT_BLOCK, 0); }
 static inline int __syncthreads_count(int p) { return ::cp__hk::block_reduce(p, 0); }
@@ -412,6 +486,8 @@ static inline int __all_sync(unsigned mask, int p)
 {
     return ::cp__hk::ballot(mask, p) == (mask & __activemask());
 }
+
+#endif /* CUPOLA_HK_DIRECT */
 
 /* ---- atomics ------------------------------------------------------------------------ */
 #define CP_HK_ATOMIC_INT(T)                                                                   \

@@ -430,15 +430,18 @@ static void mem_put_locked(const cp_cache_key *key, const char *ext, const void 
     mem_next = (mem_next + 1) % MEM_ENTRIES;
 }
 
+/* At exit or dlclose: the scratch directory's objects go, and so does the
+ * memory cache (its table is unmapped with this code). */
 __attribute__((destructor)) static void scratch_cleanup(void)
 {
     size_t n = strlen(scratch_dir);
-    if (!n)
-        return;
-    for (size_t i = 0; i < MEM_ENTRIES; i++)
-        if (mem[i] && strncmp(mem[i]->path, scratch_dir, n) == 0 && mem[i]->path[n] == '/')
-            unlink(mem[i]->path);
-    rmdir(scratch_dir);
+    if (n) {
+        for (size_t i = 0; i < MEM_ENTRIES; i++)
+            if (mem[i] && strncmp(mem[i]->path, scratch_dir, n) == 0 && mem[i]->path[n] == '/')
+                unlink(mem[i]->path);
+        rmdir(scratch_dir);
+    }
+    cp_cache_forget_memory();
 }
 
 static mem_entry *mem_find_locked(const cp_cache_key *key, const char *ext)
@@ -669,8 +672,28 @@ void cp_cache_get_stats(cp_cache_stats *out)
 
 #define LOG_LIMIT (1u << 20)
 
+/* The environment a compiler runs with: this process's, less LD_PRELOAD
+ * (a sanitizer preloaded into the interpreter must not follow it into the
+ * compiler, which would then fail or report the compiler's own leaks). */
+static char **child_env(void)
+{
+    size_t n = 0, k = 0;
+    char **env;
+    for (char **e = environ; e && *e; e++)
+        n++;
+    env = malloc((n + 1) * sizeof *env);
+    if (!env)
+        return NULL;
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
+            env[k++] = *e;
+    env[k] = NULL;
+    return env;
+}
+
 cp_status cp_cc_run(const char *const argv[], char **log, int *exit_code)
 {
+    char **env;
     int pfd[2];
     pid_t pid;
     posix_spawn_file_actions_t fa;
@@ -686,7 +709,9 @@ cp_status cp_cc_run(const char *const argv[], char **log, int *exit_code)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
-    rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, environ);
+    env = child_env();
+    rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, env ? env : environ);
+    free(env);
     posix_spawn_file_actions_destroy(&fa);
     close(pfd[1]);
     if (rc != 0) {

@@ -28,7 +28,8 @@
  *    loaded.  A shared object keeps its trailer: the dynamic loader ignores
  *    bytes past the ELF contents.
  *  - Compilers run through posix_spawn with an argument vector (no shell),
- *    stdin from /dev/null, stdout and stderr captured together as the log.
+ *    stdin from /dev/null, stdout and stderr captured together as the log,
+ *    in this process's environment less LD_PRELOAD.
  *
  * This header compiles as C and C++.
  */

@@ -113,7 +113,7 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     static const char *const alloc_headers[] = CP_DEVICE_ALLOC_HEADERS;
     char allocbuf[CP_DEVICE_ALLOC_NHEADERS][4200];
     int have_alloc = 0;
-    int na = 0, nd = 0, has_o = 0;
+    int na = 0, nd = 0, has_o = 0, direct;
     cp_cc_job job;
     cp_cc_result res;
     hmod *m;
@@ -142,6 +142,7 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     st = cp_kscan_source(d->data, d->len, 1, &sc);
     if (st != CP_OK)
         return st;
+    direct = !sc.uses_sync;
     if (sc.launch_line) {
         st = cp_error_set(CP_ERR_INVALID,
                           "%s:%d: compile error: a kernel launches a kernel (<<<...>>>); nested "
@@ -178,6 +179,8 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     args[na++] = "-Wl,-z,defs";
     args[na++] = "-include";
     args[na++] = prelude;
+    if (direct)
+        args[na++] = "-DCUPOLA_HK_DIRECT=1";
     for (int i = 0; d->include_dirs && d->include_dirs[i] && i < 16; i++) {
         snprintf(incargs[i], sizeof incargs[i], "-I%.4100s", d->include_dirs[i]);
         args[na++] = incargs[i];
@@ -222,6 +225,17 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     job.salt = "cupola-host-kernel-1";
     job.translate = translate;
     st = cp_cc_shared_object(&job, &res);
+    if (st == CP_ERR_INVALID && direct && res.log && strstr(res.log, "cupola-needs-fibers")) {
+        /* a barrier the scan did not see (in a header): fibers after all */
+        for (int i = 0; i < na; i++)
+            if (strcmp(args[i], "-DCUPOLA_HK_DIRECT=1") == 0) {
+                memmove(&args[i], &args[i + 1], (size_t)(na - i) * sizeof args[0]);
+                na--;
+                break;
+            }
+        free(res.log);
+        st = cp_cc_shared_object(&job, &res);
+    }
     free(src);
     if (log)
         *log = res.log;

@@ -164,6 +164,24 @@ static size_t skip_parens(const char *s, const toks *t, size_t i)
     return i;
 }
 
+/* Whether the source names anything that makes a thread wait for others
+ * (or stop the block): the host backend then needs fibers. */
+static int find_sync(const char *s, const toks *t)
+{
+    static const char *const names[] = {
+        "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or",
+        "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+        "__ballot_sync", "__any_sync", "__all_sync", "__activemask", "__trap", NULL};
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->v[i].kind != 'i' || t->v[i].len < 6 || s[t->v[i].start] != '_')
+            continue;
+        for (int k = 0; names[k]; k++)
+            if (is(s, &t->v[i], names[k]))
+                return 1;
+    }
+    return 0;
+}
+
 static int find_kernels(const char *s, const toks *t, cp_kscan *out)
 {
     for (size_t i = 0; i < t->n; i++) {
@@ -297,6 +315,7 @@ cp_status cp_kscan_source(const char *src, size_t n, int rewrite, cp_kscan *out)
         cp_kscan_free(out);
         return cp_error_set(CP_ERR_OOM, "out of memory scanning a module's source");
     }
+    out->uses_sync = find_sync(src, &t);
     free(t.v);
     return CP_OK;
 }

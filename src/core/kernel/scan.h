@@ -18,6 +18,7 @@ extern "C" {
 
 typedef struct cp_kscan {
     int launch_line;      /* line of the first `<<<` (a nested launch); 0: none */
+    int uses_sync;        /* names a barrier, a warp operation or __trap (host: needs fibers) */
     char **kernels;       /* names of the non-template __global__ functions */
     size_t nkernels;
     char *text;           /* the source with `extern __shared__` rewritten (host), or NULL */
