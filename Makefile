@@ -59,7 +59,7 @@ LUA_OBJ  := $(LUA_SRC:src/lua/%.c=$(OBJ)/lua/%.o)
 # Relocatable device code (-rdc) only where a kernel launches kernels
 # (nested device-pool runs); those objects are device-linked, with the
 # device runtime, into one more object.  The rest compile as before.
-RDC_CU   := cuda/devpool.cu
+RDC_CU   := cuda/devpool_nested.cu
 RDC_OBJ  := $(if $(HAVE_CUDA),$(RDC_CU:cuda/%.cu=$(OBJ)/cuda/%.o))
 DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))

@@ -3,10 +3,8 @@
  * reset kernels over the allocators of <cupola/device.h>, and the host side
  * that lays a pool out and launches them (declared in devpool_cuda.h).
  *
- * Built with relocatable device code (-rdc, device-linked with
- * libcudadevrt; see the Makefile): a nested run's parent kernel launches the
- * run kernel from the device.  The other kernels of cupola (kernels.cu) are
- * compiled as before.
+ * An ordinary module: the parent kernel of nested runs lives in
+ * devpool_nested.cu, the one file built with relocatable device code.
  *
  * A run, all on its stream and in this order: the counters are zeroed;
  * (reset, if asked); event; the run kernel (threads = ceil(N / block) blocks
@@ -24,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "devpool_body.h"
+#include "devpool_kernels.cuh"
 #include "devpool_layout.h"
 
 struct cp_devpool {
@@ -61,63 +59,6 @@ cp_status fail(cudaError_t e, const char *op)
                         op);
 }
 
-__device__ __forceinline__ void dp_count(unsigned long long *c, cpd_u32 r)
-{
-    cpd_u32 m = __activemask();
-    cpd_u32 ok = __popc(__ballot_sync(m, r & CPD_R_OK));
-    cpd_u32 failed = __popc(__ballot_sync(m, r & CPD_R_FAILED));
-    cpd_u32 over = __popc(__ballot_sync(m, r & CPD_R_OVERLAP));
-    cpd_u32 mis = __popc(__ballot_sync(m, r & CPD_R_MISALIGNED));
-    if ((m & cpd_lanemask_lt()) == 0) {
-        if (ok)
-            atomicAdd(&c[0], (unsigned long long)ok);
-        if (failed)
-            atomicAdd(&c[1], (unsigned long long)failed);
-        if (over)
-            atomicAdd(&c[2], (unsigned long long)over);
-        if (mis)
-            atomicAdd(&c[3], (unsigned long long)mis);
-    }
-}
-
-/* One instantiation per kind: the allocator is inlined, no dispatch, and
- * only the malloc kind's kernels call CUDA's malloc. */
-template <cpd_u32 KIND>
-__global__ void dp_run_kernel(cupola_device_pool *pool, cpd_run_params prm, cpd_u64 count,
-                              cpd_u64 *ptrs, cpd_u32 *claims, unsigned long long *counters)
-{
-    cpd_u64 k = (cpd_u64)blockIdx.x * blockDim.x + threadIdx.x;
-    cpd_u32 r = 0;
-    if (k < count)
-        r = cpd_run_thread(pool, &prm, prm.first + k, ptrs, claims, KIND);
-    dp_count(counters, r);
-}
-
-/* Nested runs: each of `children` parent threads launches the run kernel
- * over its share of the threads; the children finish before this grid
- * counts as complete (CUDA 12's device runtime). */
-template <cpd_u32 KIND>
-__global__ void dp_parent_kernel(cupola_device_pool *pool, cpd_run_params prm, unsigned children,
-                                 unsigned block, cpd_u64 *ptrs, cpd_u32 *claims,
-                                 unsigned long long *counters)
-{
-    unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
-    cpd_u64 per, first, cnt;
-    cpd_run_params q = prm;
-    if (c >= children)
-        return;
-    per = (prm.threads + children - 1) / children;
-    first = (cpd_u64)c * per;
-    if (first >= prm.threads)
-        return;
-    cnt = prm.threads - first < per ? prm.threads - first : per;
-    q.first = first;
-    dp_run_kernel<KIND><<<(unsigned)((cnt + block - 1) / block), block>>>(pool, q, cnt, ptrs,
-                                                                          claims, counters);
-    if (cudaGetLastError() != cudaSuccess)
-        atomicAdd(&counters[4], 1ull);
-}
-
 __global__ void dp_verify_kernel(const cupola_device_pool *pool, cpd_run_params prm,
                                  const cpd_u64 *ptrs, cpd_u32 *claims,
                                  unsigned long long *counters)
@@ -139,15 +80,14 @@ __global__ void dp_free_kernel(cupola_device_pool *pool, cpd_u64 n, const cpd_u6
 
 /* The launch of a run (children == 0) or of its parent, for the kind. */
 template <cpd_u32 KIND>
-void launch_kind(cupola_device_pool *pool, const cpd_run_params &prm, unsigned children,
-                 unsigned grid, unsigned block, cpd_u64 *ptrs, cpd_u32 *claims,
-                 unsigned long long *counters, cudaStream_t s)
+cudaError_t launch_kind(cupola_device_pool *pool, const cpd_run_params &prm, unsigned children,
+                        unsigned grid, unsigned block, cpd_u64 *ptrs, cpd_u32 *claims,
+                        unsigned long long *counters, cudaStream_t s)
 {
     if (children)
-        dp_parent_kernel<KIND><<<(children + 255u) / 256u, 256u, 0, s>>>(pool, prm, children, block,
-                                                                         ptrs, claims, counters);
-    else
-        dp_run_kernel<KIND><<<grid, block, 0, s>>>(pool, prm, prm.threads, ptrs, claims, counters);
+        return cp_cuda_dp_launch_nested(KIND, pool, &prm, children, block, ptrs, claims, counters, s);
+    dp_run_kernel<KIND><<<grid, block, 0, s>>>(pool, prm, prm.threads, ptrs, claims, counters);
+    return cudaGetLastError();
 }
 
 __global__ void dp_reset_kernel(cupola_device_pool *pool)
@@ -329,19 +269,19 @@ extern "C" cp_status cp_cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, c
     op = a->children ? "parent kernel launch" : "run kernel launch";
     switch (p->kind) {
     case CP_DP_BUMP:
-        launch_kind<CPD_KIND_BUMP>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        e = launch_kind<CPD_KIND_BUMP>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
         break;
     case CP_DP_WARP_BUMP:
-        launch_kind<CPD_KIND_WARP_BUMP>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        e = launch_kind<CPD_KIND_WARP_BUMP>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
         break;
     case CP_DP_SLAB:
-        launch_kind<CPD_KIND_SLAB>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        e = launch_kind<CPD_KIND_SLAB>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
         break;
     default:
-        launch_kind<CPD_KIND_MALLOC>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        e = launch_kind<CPD_KIND_MALLOC>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
         break;
     }
-    if ((e = cudaGetLastError()) != cudaSuccess)
+    if (e != cudaSuccess)
         goto fail_events;
     if ((e = cudaEventRecord(r->stop, s)) != cudaSuccess) {
         op = "cudaEventRecord";

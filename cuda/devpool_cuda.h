@@ -30,4 +30,14 @@ cp_status cp_cuda_dp_stats(cp_devpool *p, cp_dp_stats *out);
 }
 #endif
 
+#if defined(__CUDACC__)
+#include "devpool_body.h"
+/* devpool_nested.cu: launches the parent kernel of a nested run on s (the
+ * error of the launch).  kind is a CPD_KIND_*. */
+extern "C" cudaError_t cp_cuda_dp_launch_nested(unsigned kind, cupola_device_pool *pool,
+                                                const cpd_run_params *prm, unsigned children,
+                                                unsigned block, cpd_u64 *ptrs, cpd_u32 *claims,
+                                                unsigned long long *counters, cudaStream_t s);
+#endif
+
 #endif /* CUPOLA_CUDA_DEVPOOL_H */
