@@ -155,6 +155,15 @@ describe("cupola.device_pool", function()
     end
   end)
 
+  it("a pool larger than the device is out of memory, not an error", function()
+    for _, kind in ipairs { "bump", "slab" } do
+      local dp, msg, code = cupola.device_pool { kind = kind, capacity = 1 << 60 }
+      assert.is_nil(dp)
+      assert.equal("out_of_memory", code)
+      assert.is_string(msg)
+    end
+  end)
+
   it("verify=false leaves the counts of overlaps out", function()
     local dp <close> = cupola.device_pool { kind = "bump", capacity = 1 * MiB }
     local r = dp:run { threads = 100, bytes = 16, verify = false }

@@ -1345,7 +1345,8 @@ static void exec_wait(uint64_t sid, uint64_t ticket)
 
 __attribute__((constructor)) static void host_bind_devpools(void)
 {
-    static const cp_host_exec exec = {exec_enqueue_call, exec_wait, h_device_synchronize};
+    static const cp_host_exec exec = {exec_enqueue_call, exec_wait, h_device_synchronize,
+                                      sched_too_big};
     cp_host_devpool_bind(&exec);
 }
 

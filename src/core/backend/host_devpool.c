@@ -7,7 +7,8 @@
  *
  * Policy, exactly:
  *  - A pool is one posix_memalign'd allocation laid out as on the GPU
- *    (cuda/devpool_layout.h); the state lives in host memory.
+ *    (cuda/devpool_layout.h); the state lives in host memory.  One larger
+ *    than RAM + swap is refused as out of memory (the backend's rule).
  *  - A run is one work item on its stream.  Its "kernel" is executed by
  *    max(4, online CPUs) POSIX threads that take blocks of `block` thread
  *    indices from a shared atomic counter, as SMs take thread blocks: the
@@ -212,7 +213,7 @@ cp_status cp_host_dp_create(cp_devpool **out, cp_dp_kind kind, size_t capacity)
     p->kind = kind;
     p->capacity = capacity;
     cpd_layout_make((cpd_u32)kind, capacity, &p->L);
-    if ((kind != CP_DP_MALLOC && p->L.total < capacity) ||
+    if ((kind != CP_DP_MALLOC && p->L.total < capacity) || (X && X->too_big((size_t)p->L.total)) ||
         (e = posix_memalign(&mem, 256, (size_t)p->L.total)) != 0) {
         free(p);
         return cp_error_set(CP_ERR_OOM, "device pool: cannot allocate %zu bytes", capacity);

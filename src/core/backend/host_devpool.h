@@ -22,6 +22,8 @@ typedef struct cp_host_exec {
     /* Blocks until (sid, ticket) has run. */
     void (*wait)(uint64_t sid, uint64_t ticket);
     cp_status (*device_synchronize)(void);
+    /* 1 when bytes exceed what the machine could ever back (RAM + swap). */
+    int (*too_big)(size_t bytes);
 } cp_host_exec;
 
 void cp_host_devpool_bind(const cp_host_exec *x);
