@@ -59,7 +59,7 @@ for s in $stages; do
     memcheck|racecheck)
         extra="" tags=fault
         [ "$s" = memcheck ] && extra="--leak-check full --report-api-errors no"
-        [ "$s" = racecheck ] && tags=fault,cdp
+        [ "$s" = memcheck ] || tags=fault,cdp
         CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 CUPOLA_SERIALIZED=1 stage "$s" 150 \
             compute-sanitizer --tool "$s" $extra --error-exitcode 86 --target-processes all --print-limit 20 \
             lua5.4 "$BUSTED_BIN" --exclude-tags=$tags spec/module_spec.lua ;;

@@ -11,7 +11,9 @@ cupola.version = "0.1.0"
 -- Where <cupola/device.h> and the host prelude are, for cupola.module:
 -- $CUPOLA_INCLUDE (folders separated by ':'), else beside this file once
 -- installed (<LUADIR>/cupola/include), else the source tree's cuda/include
--- and src/include (this file is lua/cupola/init.lua there).
+-- and src/include (this file is lua/cupola/init.lua there).  Relative
+-- folders are made absolute by the core (realpath), against the current
+-- directory now, so a later chdir does not lose them.
 do
   local dirs = {}
   local env = os.getenv "CUPOLA_INCLUDE"
@@ -20,10 +22,6 @@ do
   else
     local src = debug.getinfo(1, "S").source
     local here = src:sub(1, 1) == "@" and src:sub(2):match "^(.*)/[^/]*$" or "."
-    if here:sub(1, 1) ~= "/" then
-      local pwd = os.getenv "PWD"
-      if pwd then here = pwd .. "/" .. here end
-    end
     local function exists(p)
       local f = io.open(p, "r")
       if f then f:close() return true end

@@ -48,7 +48,11 @@ static int set_include_path(lua_State *L)
                 free(dirs[j]);
             return luaL_argerror(L, 1, "include folders must be non-empty strings");
         }
-        dirs[i - 1] = strdup(s);
+        {
+            /* absolute now: compilers run later, perhaps from elsewhere */
+            char *abs = realpath(s, NULL);
+            dirs[i - 1] = abs ? abs : strdup(s);
+        }
         lua_pop(L, 1);
     }
     for (int i = 0; i < MAX_INCLUDE; i++) {

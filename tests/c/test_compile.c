@@ -13,6 +13,7 @@
 
 #include "kernel/compile.h"
 #include "kernel/module.h"
+#include "kernel/scan.h"
 #include "tap.h"
 
 static void hex(const unsigned char *d, char *out)
@@ -163,6 +164,41 @@ static void test_shared_object(void)
     free(r.log);
 }
 
+/* The source scan: kernel names, nested launches, `extern __shared__`. */
+static void test_scan(void)
+{
+    static const char src[] =
+        "// __global__ void in_comment()\n"
+        "extern \"C\" __global__ void a(int *x);\n"
+        "extern \"C\" __global__ void a(int *x) { const char *s = \"__global__ void q()\"; }\n"
+        "template <class T> __global__ void t(T *x) {}\n"
+        "extern \"C\" __global__ void __launch_bounds__(128) b(float *y)\n"
+        "{\n"
+        "    extern __shared__ __align__(16) float sm[];\n"
+        "    sm[0] = 1;\n"
+        "}\n"
+        "__global__ void c() { b<<<1, 1>>>(0); }\n";
+    cp_kscan sc;
+    int lines_in = 0, lines_out = 0;
+    tap_ok(cp_kscan_source(src, sizeof src - 1, 1, &sc) == CP_OK, "scan a source");
+    tap_ok(sc.nkernels == 3 && strcmp(sc.kernels[0], "a") == 0 && strcmp(sc.kernels[1], "b") == 0 &&
+               strcmp(sc.kernels[2], "c") == 0,
+           "kernels a, b, c: not the template, the comment or the string; declared twice once");
+    tap_ok(sc.launch_line == 10, "the nested launch is on line 10 (%d)", sc.launch_line);
+    tap_ok(!sc.uses_sync, "no barrier named");
+    tap_ok(sc.text && strstr(sc.text, "float *const sm = (float *)cp__hk_dyn_shared();") != NULL,
+           "extern __shared__ becomes a pointer to the dynamic shared memory");
+    for (const char *p = src; *p; p++)
+        lines_in += *p == '\n';
+    for (size_t i = 0; sc.text && i < sc.text_len; i++)
+        lines_out += sc.text[i] == '\n';
+    tap_ok(lines_in == lines_out, "the rewrite keeps every line where it was");
+    cp_kscan_free(&sc);
+    tap_ok(cp_kscan_source("x = __syncthreads_count(1);", 27, 0, &sc) == CP_OK && sc.uses_sync,
+           "a barrier is noticed");
+    cp_kscan_free(&sc);
+}
+
 /* NVRTC needs no device: compile for sm_90, relocatable code through
  * nvJitLink, the cache, and a compile error's log (skipped without NVRTC). */
 static void test_nvrtc(void)
@@ -214,6 +250,7 @@ int main(void)
     char sub[256];
     test_sha256();
     test_options();
+    test_scan();
     if (!mkdtemp(dir)) {
         tap_ok(0, "mkdtemp");
         return tap_finish();

@@ -267,7 +267,7 @@ static int rewrite_shared(const char *s, size_t n, const toks *t, cp_kscan *out)
         if (!put(&b, s + at, t->v[i].start - at))
             goto oom;
         for (int pass = 0; pass < 2; pass++) {
-            if (pass == 1 && !puts_(&b, " *)cp__hk_dyn_shared();"))
+            if (pass == 1 && !puts_(&b, "*)cp__hk_dyn_shared();"))
                 goto oom;
             if (pass == 1)
                 break;
