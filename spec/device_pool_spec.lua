@@ -10,10 +10,11 @@ local GPU = cupola.backend() == "cuda"
 -- allocating, writing and checking its block: 1e6 would take tens of
 -- seconds there, so the host uses 2e4, which still keeps every CPU thread
 -- allocating against the others for the whole run.
--- CUPOLA_DP_THREADS overrides it for compute-sanitizer, which runs every
--- access of every thread through its checks.
--- Under CUPOLA_SLOW (valgrind, ASan) the host uses 1e4.
-local N = tonumber(os.getenv "CUPOLA_DP_THREADS") or (GPU and 1000000 or (SLOW and 10000 or 20000))
+-- Under compute-sanitizer (CUPOLA_SERIALIZED), which runs every access of
+-- every thread through its checks, the GPU uses 2e4; under CUPOLA_SLOW
+-- (valgrind, ASan) the host uses 1e4; CUPOLA_DP_THREADS overrides both.
+local N = tonumber(os.getenv "CUPOLA_DP_THREADS")
+  or (GPU and (SERIALIZED and 20000 or 1000000) or (SLOW and 10000 or 20000))
 local MIXED = math.min(25000, N // 10)
 -- One capacity for the big cases: the first malloc pool of the process sets
 -- CUDA's device heap, which cannot grow once a malloc kernel has run.
