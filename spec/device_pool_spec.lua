@@ -114,8 +114,10 @@ describe("cupola.device_pool", function()
     -- 1e7 threads x 64 B against 64 MiB of slabs on the GPU (9.5x the
     -- capacity; at most ~270k threads are resident at once), 2e5 x 64 B
     -- against 400 KiB on the host (32x).
-    local threads = 10 * N
-    local cap = GPU and N >= 1000000 and 64 * MiB or 400 * 1024
+    -- (on the GPU always 1e7: a smaller pool would not hold what ~270k
+    -- resident threads keep at once, whatever N is)
+    local threads = GPU and 10000000 or 10 * N
+    local cap = GPU and 64 * MiB or 400 * 1024
     local dp <close> = cupola.device_pool { kind = "slab", capacity = cap }
     local r = dp:run { threads = threads, bytes = 64, free = true }
     clean(r, threads)
