@@ -24,7 +24,7 @@ struct cp_stream {
 };
 
 struct cp_event {
-    cp_stream *s;
+    cp_stream *s;      /* NULL once that stream is destroyed */
     uint64_t target;
     int recorded;
 };
@@ -33,6 +33,11 @@ static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t fake_next_id = 1;
 static cp_stream fake_default; /* the NULL stream's state */
 static cp_stream *fake_streams[64];
+/* Live events, so that destroying a stream can detach them: the real
+ * backends define a destroyed stream's work as complete, and an event
+ * recorded there stays queryable (pools query such events long after). */
+static cp_event **fake_events;
+static int fake_nevents, fake_capevents;
 static int fake_nstreams;
 static uint64_t fake_records, fake_queries, fake_syncs, fake_allocs;
 
@@ -64,6 +69,9 @@ static cp_status fake_stream_destroy(cp_stream *s)
     for (i = 0; i < fake_nstreams; i++)
         if (fake_streams[i] == s)
             fake_streams[i] = fake_streams[--fake_nstreams];
+    for (i = 0; i < fake_nevents; i++)
+        if (fake_events[i]->s == s)
+            fake_events[i]->s = NULL;
     pthread_mutex_unlock(&fake_lock);
     free(s);
     return CP_OK;
@@ -117,11 +125,34 @@ static cp_status fake_event_create(cp_event **out, int timing)
 {
     (void)timing;
     *out = calloc(1, sizeof **out);
-    return *out ? CP_OK : CP_ERR_OOM;
+    if (!*out)
+        return CP_ERR_OOM;
+    pthread_mutex_lock(&fake_lock);
+    if (fake_nevents == fake_capevents) {
+        int cap = fake_capevents ? 2 * fake_capevents : 64;
+        cp_event **grown = realloc(fake_events, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&fake_lock);
+            free(*out);
+            *out = NULL;
+            return CP_ERR_OOM;
+        }
+        fake_events = grown;
+        fake_capevents = cap;
+    }
+    fake_events[fake_nevents++] = *out;
+    pthread_mutex_unlock(&fake_lock);
+    return CP_OK;
 }
 
 static cp_status fake_event_destroy(cp_event *e)
 {
+    int i;
+    pthread_mutex_lock(&fake_lock);
+    for (i = 0; i < fake_nevents; i++)
+        if (fake_events[i] == e)
+            fake_events[i] = fake_events[--fake_nevents];
+    pthread_mutex_unlock(&fake_lock);
     free(e);
     return CP_OK;
 }
@@ -140,7 +171,7 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
 static cp_status fake_event_query(cp_event *e, int *done)
 {
     pthread_mutex_lock(&fake_lock);
-    *done = !e->recorded || e->s->completed >= e->target;
+    *done = !e->recorded || !e->s || e->s->completed >= e->target;
     fake_queries++;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
@@ -149,7 +180,7 @@ static cp_status fake_event_query(cp_event *e, int *done)
 static cp_status fake_event_synchronize(cp_event *e)
 {
     pthread_mutex_lock(&fake_lock);
-    if (e->recorded && e->s->completed < e->target)
+    if (e->recorded && e->s && e->s->completed < e->target)
         e->s->completed = e->target;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
