@@ -245,3 +245,34 @@ describe("vmm pool with fallback", function()
     assert.equals(0, p:stats().used)
   end)
 end)
+
+-- Bug fixed with this spec: when the address space could not hold the pool's
+-- span (twice the device's memory; valgrind, or a `ulimit -v`), the range was
+-- retried at the request's size, which was no whole number of pages, and
+-- every allocation raised "vm_reserve: ... not a multiple of the granularity".
+describe("vmm pool in a small address space", function()
+  local sanitized = (os.getenv "LD_PRELOAD" or "") ~= "" or (os.getenv "CUPOLA_CHILD_WRAP" or "") ~= ""
+  local test = (cupola.backend() == "host" and not sanitized) and it or pending
+  test("falls back to ranges of whole pages when its span cannot be reserved", function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(string.format("package.path = %q .. package.path; package.cpath = %q\n",
+      "lua/?.lua;lua/?/init.lua;", package.cpath))
+    f:write [[
+local cupola = require "cupola"
+local p = assert(cupola.pool { kind = "vmm", upstream = "device" })
+local bs = {}
+for i = 1, 8 do bs[i] = assert(p:alloc("1MiB")) end
+for i = 1, 8 do bs[i]:free() end
+p:close()
+io.write "ok"
+]]
+    f:close()
+    -- 3 GB of address space: far less than twice this machine's memory
+    local pipe = io.popen("ulimit -v 3000000 && CUPOLA_BACKEND=host lua5.4 " .. script .. " 2>&1")
+    local out = pipe:read "a"
+    pipe:close()
+    os.remove(script)
+    assert.equals("ok", out)
+  end)
+end)

@@ -124,24 +124,32 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
     uint64_t pad = h->align > h->up_align ? h->align - h->up_align : 0;
     uint64_t res = h->base.reserved + h->base.fb_bytes;
     uint64_t max = h->o.max;
+    /* What the upstream is asked for is a whole number of units (vmm: its
+     * pages), also when a large request is retried at the request's size. */
+    uint64_t unit = h->chunk_unit ? h->chunk_unit : 1;
+    uint64_t need = (size + unit - 1) / unit * unit;
 
-    if (want < size)
-        want = size;
+    if (need < size)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes", (unsigned long long)size);
+    if (want < need)
+        want = need;
     if (max) {
-        if (res + size + pad > max || res + size + pad < res)
+        if (res + need + pad > max || res + need + pad < res)
             return cp_error_set(CP_ERR_OOM, "out of memory: %llu more bytes would pass the "
                                 "pool's max of %llu (reserved %llu)",
-                                (unsigned long long)size, (unsigned long long)max,
+                                (unsigned long long)need, (unsigned long long)max,
                                 (unsigned long long)res);
-        if (res + want + pad > max)
+        if (res + want + pad > max) {
             want = (max - res - pad) & ~(h->align - 1);
-        if (want < size)
-            want = size;
+            want -= want % unit;
+        }
+        if (want < need)
+            want = need;
     }
     b = cp_blk_new(h);
     if (!b)
         return cp_error_set(CP_ERR_OOM, "out of host memory for block descriptors");
-    if (want > size) {
+    if (want > need) {
         st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
         if (st != CP_OK && st != CP_ERR_OOM) {
             cp_blk_put(h, b);
@@ -149,7 +157,7 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
         }
     }
     if (st != CP_OK) {
-        want = size; /* the upstream may still have room for the request alone */
+        want = need; /* the upstream may still have room for the request alone */
         st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
     }
     if (st != CP_OK) {

@@ -114,6 +114,7 @@ struct cp_heap {
     uint64_t idle_bytes;   /* upstream bytes of the entirely free chunks */
     uint64_t chunks;
     uint64_t big;          /* requests >= big get whole chunks (0: never) */
+    uint64_t chunk_unit;   /* upstream requests are multiples of it (0: any; vmm: its page) */
     int desperate;         /* growth failed: any fit will do */
     int keep_chunks;       /* chunks are address space (vmm): never returned
                               before destroy, reserved is the pool's own */

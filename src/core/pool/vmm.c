@@ -635,6 +635,7 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
                             (unsigned long long)g);
     }
     v->gshift = cp_log2_floor(v->gran);
+    v->h.chunk_unit = v->gran; /* a range is whole pages, also when a smaller one is retried */
     /* The heap sees address space only: no limit on it, and initial is
      * mapped below rather than reserved. */
     ho.max = 0;
