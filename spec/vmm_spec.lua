@@ -8,6 +8,7 @@ local K = cupola.kernels
 local MiB = 1024 * 1024
 
 describe("vmm pool", function()
+  local G0 = cupola.pool { kind = "vmm", upstream = "virtual" }:stats().page_bytes
   for _, up in ipairs { "device", "virtual" } do
     describe("over " .. up, function()
       it("maps one page under a small block and counts it as reserved", function()
@@ -43,7 +44,7 @@ describe("vmm pool", function()
         local addr = a.address
         a:free()
         local st = p:stats()
-        assert.equals(5 * G, st.reserved, "frees never unmap")
+        assert.equals(5 * G, st.reserved, "frees never unmap: the next allocation does")
         assert.equals(0, st.unmaps)
         local b = p:alloc(5 * G)
         assert.equals(addr, b.address, "best fit at the lowest address")
@@ -59,6 +60,7 @@ describe("vmm pool", function()
         local a = p:alloc(4 * G)
         local keep = p:alloc "1KiB" -- after a: pins a page beyond a's range
         a:free()
+        cupola.synchronize() -- a's frees are complete: its pages may move
         -- larger than the hole a left: new addresses, the idle pages move there
         local b = p:alloc(6 * G)
         local st = p:stats()
@@ -84,6 +86,42 @@ describe("vmm pool", function()
         assert.equals(0, st.unmaps)
         assert.equals(11 * G, st.reserved)
         b:free(); keep:free()
+      end)
+
+      it("unmaps idle pages beyond release_threshold at the next allocation", function()
+        for _, kept in ipairs { 0, 1, 3 } do
+          local p <close> = cupola.pool { kind = "vmm", upstream = up, release_threshold = kept * G0 }
+          local G = p:stats().page_bytes
+          local a = p:alloc(4 * G)
+          local keep = p:alloc "1KiB"
+          local addr = a.address
+          a:free()
+          cupola.synchronize()
+          assert.equals(5 * G, p:stats().reserved, "nothing unmapped before the pool runs again")
+          -- best fit: a's hole, on its first page; the other three are idle
+          local c = p:alloc "1KiB"
+          assert.equals(addr, c.address)
+          local st = p:stats()
+          assert.equals(3 - kept, st.unmaps, "kept " .. kept)
+          assert.equals((2 + kept) * G, st.reserved)
+          assert.equals(5, st.maps)
+          c:free(); keep:free()
+        end
+      end)
+
+      it("keeps the pages initial mapped even with release_threshold 0", function()
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, initial = 4 * G0 }
+        local G = p:stats().page_bytes
+        local a = p:alloc "1KiB"
+        assert.equals(4 * G, p:stats().reserved)
+        assert.equals(0, p:stats().unmaps)
+        a:free()
+        local b = p:alloc(6 * G)
+        assert.equals(6 * G, p:stats().reserved, "the four moved, two new")
+        b:free()
+        local c = p:alloc "1KiB"
+        assert.equals(5 * G, p:stats().reserved, "c's page and the four idle ones initial keeps")
+        c:free()
       end)
 
       it("trim unmaps and releases the idle pages", function()
@@ -174,6 +212,25 @@ describe("vmm pool", function()
     y:free(); keep:free()
   end)
 
+  it("never unmaps a page under pending work, and unmaps it once the work is done", function()
+    local p <close> = cupola.pool { kind = "vmm", upstream = "device" }
+    local a <close> = cupola.stream()
+    local G = p:stats().page_bytes
+    local x = p:alloc(3 * G, a)
+    local keep = p:alloc("1KiB", a)
+    K.spin(200000, { stream = a })
+    K.fill(x, 7, { type = "u8", stream = a }) -- runs after the spin
+    x:free(a)
+    local y = p:alloc("1KiB", a) -- on x's first page; two idle, their free pending
+    assert.equals(0, p:stats().unmaps, "the fill may still write there")
+    assert.equals(4 * G, p:stats().reserved)
+    a:synchronize()
+    local z = p:alloc("1KiB", a)
+    assert.equals(2, p:stats().unmaps, "complete now: unmapped at the next allocation")
+    assert.equals(2 * G, p:stats().reserved)
+    y:free(a); z:free(a); keep:free(a)
+  end)
+
   it("rejects upstreams it cannot map", function()
     for _, up in ipairs { "async", "managed", "pinned" } do
       assert.error_matches(function() cupola.pool { kind = "vmm", upstream = up } end,
@@ -213,6 +270,7 @@ describe("vmm pool", function()
       pins[i] = assert(p:alloc "4KiB")
     end
     for i = 1, 4 do parts[i]:free() end
+    cupola.synchronize() -- the frees are complete: their pages may move
     local free0 = cupola.mem_info()
     local big = assert(p:alloc(8 * G))
     local st = p:stats()

@@ -24,30 +24,41 @@
  *    upstream, which has no device.  A range is never given back before the
  *    pool is closed: it costs no memory.  Ranges are aligned to G.
  *  - An allocation maps the pages of its block that have none (a page of
- *    a block freed earlier keeps its mapping: it is taken as it is).  A
- *    page to map gets its memory from an idle page (mapped, no live block
- *    on it), which is unmapped and its handle mapped here ("moved"), when
- *    the pool holds more than release_threshold idle bytes and a new handle
- *    would raise the mapped bytes past their peak so far (or past max);
- *    otherwise from a new handle.  So with the default release_threshold 0
- *    the mapped bytes never exceed the peak of the pages live blocks touch,
- *    and with UINT64_MAX pages are never moved (no unmap once warm).  When
- *    the device refuses a new handle, idle pages are moved whatever the
- *    threshold.  Every run of pages mapped for one block gets one access
- *    call (cp_be->vm_set_access over the run).
+ *    a block freed earlier keeps its mapping until reaped: it is taken as
+ *    it is).  A page to map gets its memory from a settled idle page
+ *    (mapped, no live block on it, its frees complete), which is unmapped
+ *    and its handle mapped here ("moved"), when the pool holds more idle
+ *    pages than it keeps (below); otherwise from a new handle.  When the
+ *    device refuses a new handle, or max or grow=false forbid one, idle
+ *    pages are moved whatever the threshold (synchronizing the device once
+ *    if none is settled).  Every run of pages mapped for one block gets one
+ *    access call (cp_be->vm_set_access over the run).
+ *  - Idle pages kept: K = max(release_threshold, initial) bytes, in whole
+ *    pages.  Idle pages beyond K are unmapped and released ("reaped") at
+ *    the end of the next allocation, once their frees are known complete,
+ *    least recently idle first; frees themselves never unmap (a free
+ *    followed by an allocation that lands on the same pages costs
+ *    nothing).  So with the default release_threshold 0, after every
+ *    allocation the mapped pages are exactly those live blocks touch (plus
+ *    pending ones), and with UINT64_MAX no page is ever unmapped once warm.
  *  - Stream order: a page is unmapped only when the frees of the blocks
- *    that were on it are complete.  A page that becomes idle is pending
- *    until the next device synchronization; moving a page takes a settled
- *    one first, and synchronizes the device (once) only when none is
- *    settled.  Over the virtual upstream nothing runs on the memory, so an
- *    idle page is settled at once.  Reuse of the addresses themselves
- *    follows the pool's reuse option, as in every pool (streamorder.h);
- *    unlike the chunked pools, a block freed on one stream merges with the
- *    idle addresses beside it even once several streams use the pool: only
- *    the addresses take its stream's tag, the pages go wherever needed.
- *  - Frees never unmap.  trim(keep) synchronizes the device if idle pages
- *    are pending, then unmaps and releases idle pages while more than keep
- *    idle bytes are mapped.
+ *    that were on it are complete.  Over the virtual upstream nothing runs
+ *    on the memory, so an idle page is settled at once.  Over the device,
+ *    the pages a free leaves idle form a generation; when the pool then
+ *    holds more than K idle, an event is recorded on the free's stream
+ *    (events are recycled), otherwise none (such pages settle at the next
+ *    device synchronization the pool makes: trim, or a forced move).  An
+ *    allocation that maps pages, and the reaping, query the oldest
+ *    generations' events and settle those complete, stopping at the first
+ *    that is not: no device synchronization on the alloc/free path.
+ *    Reuse of the addresses themselves follows the pool's reuse option, as
+ *    in every pool (streamorder.h); unlike the chunked pools, a block freed
+ *    on one stream merges with the idle addresses beside it even once
+ *    several streams use the pool: only the addresses take its stream's
+ *    tag, the pages go wherever needed.
+ *  - trim(keep) synchronizes the device if idle pages are pending, then
+ *    unmaps and releases idle pages while more than keep idle bytes are
+ *    mapped.
  *  - reserved is the mapped physical bytes (pages x G); stats() adds the
  *    page size, the pages mapped now, and the maps and unmaps so far (one
  *    each per page).  max bounds the mapped bytes.  initial maps that many
@@ -62,8 +73,8 @@
  * Where the numbers come from (none is fitted to a trace): the page is the
  * device's granularity, what the hardware maps; the address range is twice
  * the device's memory, the most that could be mapped plus as much again for
- * holes; whether a page is moved or created follows from the pool's own
- * peak of mapped bytes and release_threshold (the API's meaning: idle bytes
+ * holes; whether a page is moved, created or unmapped follows from
+ * release_threshold and initial alone (the API's meaning: idle bytes
  * kept).  There is no size threshold at all: every block is placed by best
  * fit and pays only for the pages it touches, so no request is "big".
  */
@@ -76,11 +87,22 @@
 #define VIRT_SPAN (UINT64_C(1) << 37)
 
 typedef struct vpage vpage;
+typedef struct vgen vgen;
+
+/* The pages one free left idle while their frees are not known complete,
+ * with an event recorded on the free's stream after it (NULL: none; only a
+ * device synchronization settles them). */
+struct vgen {
+    cp_event *e;
+    vpage *pages;        /* its pending pages (idle list) */
+    vgen *next;          /* queue, oldest first, or the spare list */
+};
+
 struct vpage {
     uint32_t live;       /* live blocks touching the page */
-    uint32_t pending;    /* idle, its frees not known complete */
+    vgen *gen;           /* idle and pending: its generation; NULL: settled */
     uint64_t handle;     /* physical memory mapped here; 0: none */
-    vpage *ip, *in;      /* idle list (settled or pending) */
+    vpage *ip, *in;      /* idle list (settled, or the generation's) */
 };
 
 typedef struct vrange {
@@ -98,7 +120,12 @@ typedef struct vmm {
     uint64_t max;         /* bound on mapped bytes (0: none) */
     vrange *ranges;
     size_t nranges;
-    vpage *settled, *pending; /* idle pages */
+    vpage *settled, *settled_tail; /* idle pages whose frees are complete,
+                                      most recently idle first */
+    vgen *gq, *gq_tail;   /* generations of pending pages, oldest first */
+    vgen *gspare;         /* recycled generations (their events kept) */
+    vgen nogen;           /* pending pages with no event */
+    uint64_t keep_pages;  /* idle pages kept mapped: max(release_threshold, initial) */
     uint64_t idle_pages, mapped_pages, next_handle;
     uint64_t maps, unmaps;
     uint64_t live_bytes;  /* rounded sizes of the live blocks */
@@ -220,37 +247,78 @@ static void idle_push(vpage **list, vpage *p)
     *list = p;
 }
 
+static void settled_push(vmm *v, vpage *p)
+{
+    p->gen = NULL;
+    if (!v->settled)
+        v->settled_tail = p;
+    idle_push(&v->settled, p);
+}
+
 static void idle_unlink(vmm *v, vpage *p)
 {
     if (p->ip)
         p->ip->in = p->in;
-    else if (p->pending)
-        v->pending = p->in;
+    else if (p->gen)
+        p->gen->pages = p->in;
     else
         v->settled = p->in;
     if (p->in)
         p->in->ip = p->ip;
+    else if (!p->gen)
+        v->settled_tail = p->ip;
     p->ip = p->in = NULL;
-    p->pending = 0;
+    p->gen = NULL;
     v->idle_pages--;
+}
+
+/* Generation g's frees are complete: its pages are settled. */
+static void gen_settle(vmm *v, vgen *g)
+{
+    vpage *p;
+    while ((p = g->pages) != NULL) {
+        g->pages = p->in;
+        settled_push(v, p);
+    }
+}
+
+/* Settles the generations at the head of the queue whose events have
+ * completed (one query each, stopping at the first that has not). */
+static void settle_done(vmm *v)
+{
+    vgen *g;
+    while ((g = v->gq) != NULL) {
+        int done = 0;
+        if (cp_be->event_query(g->e, &done) != CP_OK || !done)
+            return;
+        gen_settle(v, g);
+        v->gq = g->next;
+        if (!v->gq)
+            v->gq_tail = NULL;
+        g->next = v->gspare;
+        v->gspare = g;
+    }
 }
 
 /* The device is synchronized: every pending page is settled. */
 static cp_status settle_all(vmm *v)
 {
-    vpage *p;
-    if (!v->pending)
+    vgen *g;
+    if (!v->gq && !v->nogen.pages)
         return CP_OK;
     if (v->real) {
         cp_status st = cp_be->device_synchronize();
         if (st != CP_OK)
             return st;
     }
-    while ((p = v->pending) != NULL) {
-        v->pending = p->in;
-        p->pending = 0;
-        idle_push(&v->settled, p);
+    gen_settle(v, &v->nogen);
+    while ((g = v->gq) != NULL) {
+        gen_settle(v, g);
+        v->gq = g->next;
+        g->next = v->gspare;
+        v->gspare = g;
     }
+    v->gq_tail = NULL;
     return CP_OK;
 }
 
@@ -268,10 +336,9 @@ static cp_status unmap_page(vmm *v, vpage *p)
 /* Physical memory for one page: moved from an idle page, or new. */
 static cp_status page_source(vmm *v, uint64_t *handle)
 {
-    uint64_t mapped = v->mapped_pages * v->gran, peak = v->h.base.st.reserved_peak;
-    uint64_t idle = v->idle_pages * v->gran, keep = v->h.o.release_threshold;
+    uint64_t mapped = v->mapped_pages * v->gran;
     int must_move = (v->max && mapped + v->gran > v->max) || !v->h.o.grow;
-    int move = must_move || (idle > keep && mapped + v->gran > peak);
+    int move = must_move || (v->settled && v->idle_pages > v->keep_pages);
     cp_status st = CP_OK;
     vpage *p;
 
@@ -289,7 +356,7 @@ static cp_status page_source(vmm *v, uint64_t *handle)
             return st;
     }
     /* Move an idle page: a settled one, else synchronize once. */
-    if (!v->settled && v->pending && (st = settle_all(v)) != CP_OK)
+    if (!v->settled && (v->gq || v->nogen.pages) && (st = settle_all(v)) != CP_OK)
         return st;
     p = v->settled;
     if (!p) {
@@ -351,16 +418,59 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
     return st;
 }
 
-/* A block of [addr, addr+size) is no longer live: its pages lose it. */
-static void pages_put(vmm *v, uint64_t addr, uint64_t size)
+/* A block of [addr, addr+size) is no longer live: its pages lose it.
+ * Pages left idle go to the settled list (virtual upstream: nothing runs
+ * on them) or to generation g. */
+static uint64_t pages_put(vmm *v, uint64_t addr, uint64_t size, vgen *g)
 {
     vpage *p = page_of(v, addr), *last = page_of(v, addr + size - 1);
+    uint64_t n = 0;
     for (; p && p <= last; p++) {
         if (--p->live == 0 && p->handle) {
-            p->pending = (uint32_t)v->real;
-            idle_push(v->real ? &v->pending : &v->settled, p);
+            if (g) {
+                p->gen = g;
+                idle_push(&g->pages, p);
+            } else {
+                settled_push(v, p);
+            }
             v->idle_pages++;
+            n++;
         }
+    }
+    return n;
+}
+
+/* A generation for the pages a free on s leaves idle: with an event
+ * recorded on s after the free when the pool keeps more idle pages than
+ * it may (they are to be unmapped once it completes), else (or when no
+ * event can be had) the event-less one. */
+static void gen_close(vmm *v, vgen *g, cp_stream *s)
+{
+    if (v->idle_pages <= v->keep_pages || g == &v->nogen)
+        goto none;
+    if (!g->e && cp_be->event_create(&g->e, 0) != CP_OK) {
+        g->e = NULL;
+        goto none;
+    }
+    if (cp_be->event_record(g->e, s) != CP_OK)
+        goto none;
+    g->next = NULL;
+    if (v->gq_tail)
+        v->gq_tail->next = g;
+    else
+        v->gq = g;
+    v->gq_tail = g;
+    return;
+none:
+    if (g != &v->nogen) {
+        vpage *p;
+        while ((p = g->pages) != NULL) {
+            g->pages = p->in;
+            p->gen = &v->nogen;
+            idle_push(&v->nogen.pages, p);
+        }
+        g->next = v->gspare;
+        v->gspare = g;
     }
 }
 
@@ -369,10 +479,42 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
     vmm *v = (vmm *)r;
     cp_status st = cp_heap_free_with(r, ptr, bytes, s, &vmm_policy);
     if (st == CP_OK) {
-        pages_put(v, v->h.last_addr, v->h.last_size);
+        vgen *g = NULL;
+        if (v->real) {
+            g = v->gspare;
+            if (g)
+                v->gspare = g->next;
+            else if (!(g = calloc(1, sizeof *g)))
+                g = &v->nogen;
+        }
+        if (pages_put(v, v->h.last_addr, v->h.last_size, g) && g)
+            gen_close(v, g, s);
+        else if (g && g != &v->nogen) {
+            g->next = v->gspare;
+            v->gspare = g;
+        }
         v->live_bytes -= v->h.last_size;
     }
     return st;
+}
+
+/* Unmaps and releases idle pages beyond keep_pages whose frees are known
+ * complete, least recently idle first (a failure stops it: the page is
+ * off the books, the error stays set). */
+static cp_status release_page(vmm *v, vpage *p);
+static void reap(vmm *v)
+{
+    while (v->idle_pages > v->keep_pages) {
+        if (!v->settled_tail) {
+            if (!v->gq)
+                return;
+            settle_done(v);
+            if (!v->settled_tail)
+                return;
+        }
+        if (release_page(v, v->settled_tail) != CP_OK)
+            return;
+    }
 }
 
 /* Can the pages [p, last] that have none be mapped at all (new pages within
@@ -426,6 +568,8 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         return st;
     }
     v->live_bytes += size;
+    if (v->gq && (!last->handle || !p->handle))
+        settle_done(v); /* pages to map: find pending ones now movable */
     for (; p <= last; p++) {
         if (p->live++ == 0 && p->handle)
             idle_unlink(v, p);
@@ -446,6 +590,8 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         v_free(r, *out, bytes, s);
         *out = NULL;
     }
+    if (v->idle_pages > v->keep_pages)
+        reap(v);
     return st;
 }
 
@@ -476,8 +622,8 @@ static cp_status v_trim(cp_resource *r, size_t keep)
     st = settle_all(v);
     if (st != CP_OK)
         return st;
-    while (v->settled && v->idle_pages * v->gran > keep)
-        if ((st = release_page(v, v->settled)) != CP_OK)
+    while (v->settled_tail && v->idle_pages * v->gran > keep)
+        if ((st = release_page(v, v->settled_tail)) != CP_OK)
             return st;
     return CP_OK;
 }
@@ -527,6 +673,13 @@ static void v_destroy(cp_resource *r)
     settle_all(v);
     while (v->settled)
         release_page(v, v->settled);
+    while (v->gspare) {
+        vgen *g = v->gspare;
+        v->gspare = g->next;
+        if (g->e)
+            cp_be->event_destroy(g->e);
+        free(g);
+    }
     for (i = 0; i < v->nranges; i++) {
         for (j = 0; v->mapped_pages && j < v->ranges[i].npages; j++) {
             vpage *p = &v->ranges[i].pages[j];
@@ -602,6 +755,7 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     v->ix.shift = cp_log2_floor(o->alignment ? o->alignment : 256);
     v->max = o->max;
     v->gran = VIRT_GRANULE;
+    v->nogen.e = NULL;
     v->span = VIRT_SPAN;
     if (o->upstream == CP_UP_DEVICE) {
         size_t fr = 0, total = 0;
@@ -635,6 +789,8 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
                             (unsigned long long)g);
     }
     v->gshift = cp_log2_floor(v->gran);
+    v->keep_pages = (o->release_threshold > o->initial ? o->release_threshold : o->initial) >>
+                    v->gshift;
     /* The heap sees address space only: no limit on it, and initial is
      * mapped below rather than reserved. */
     ho.max = 0;
@@ -660,7 +816,7 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         st = map_run(v, pg, n);
         v->h.o.grow = grow;
         for (i = 0; st == CP_OK && i < n; i++) {
-            idle_push(&v->settled, &pg[i]);
+            settled_push(v, &pg[i]);
             v->idle_pages++;
         }
     }
