@@ -119,6 +119,7 @@ describe("vmm pool", function()
         local b = p:alloc(6 * G)
         assert.equals(6 * G, p:stats().reserved, "the four moved, two new")
         b:free()
+        cupola.synchronize() -- b's frees complete: its pages may be unmapped
         local c = p:alloc "1KiB"
         assert.equals(5 * G, p:stats().reserved, "c's page and the four idle ones initial keeps")
         c:free()
@@ -302,4 +303,57 @@ describe("vmm pool with fallback", function()
     a:free(); b:free()
     assert.equals(0, p:stats().used)
   end)
+end)
+
+describe("vmm pool on another device", function()
+  local run_child = require "spec.support.child"
+  local CASE = [[
+local cupola = require "cupola"
+local MiB = 1024 * 1024
+local f0, f1 = cupola.mem_info(0), cupola.mem_info(1)
+local p = cupola.pool { kind = "vmm", upstream = "device", device = 1 }
+assert(p.device == 1)
+local G = p:stats().page_bytes
+local b = assert(p:alloc(8 * G))
+assert(b.device == 1)
+b:write("dev1", 8 * G - 4)
+assert(b:read(8 * G - 4, 4) == "dev1")
+local g0, g1 = cupola.mem_info(0), cupola.mem_info(1)
+assert(f1 - g1 >= 8 * G, "device 1 lost " .. (f1 - g1) .. ", the pool mapped " .. 8 * G)
+assert(math.abs(g0 - f0) < 8 * G, "device 0 lost " .. (f0 - g0))
+assert(p:stats().reserved == 8 * G)
+b:free()
+cupola.synchronize(1)
+p:trim(0)
+assert(p:stats().reserved == 0)
+assert(cupola.mem_info(1) >= f1 - G, "trim gave device 1 its memory back")
+p:close()
+-- device 0's pool charges device 0
+local q = cupola.pool { kind = "vmm", upstream = "device", device = 0 }
+local c = assert(q:alloc(4 * G))
+assert(f0 - cupola.mem_info(0) >= 4 * G)
+assert(math.abs(cupola.mem_info(1) - f1) < 4 * G)
+c:free(); q:close()
+io.write "ok"
+]]
+
+  local function case()
+    if cupola.backend() == "cuda" then
+      if cupola.device_count() < 2 then
+        return pending("maps on device 1 #gpu (needs two CUDA devices)")
+      end
+      return it("maps on the device it was made for #gpu", function()
+        assert(load(CASE, "=case"))()
+      end)
+    end
+    if not run_child.available then
+      return pending("maps on device 1 (needs a child process)")
+    end
+    it("maps, accounts and trims on the device it was made for (CUPOLA_HOST_DEVICES=2)", function()
+      local rc, out, err = run_child(CASE, { CUPOLA_HOST_DEVICES = "2", CUPOLA_BACKEND = "host" })
+      assert.equals("ok", out, err)
+      assert.equals(0, rc, err)
+    end)
+  end
+  case()
 end)

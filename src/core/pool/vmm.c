@@ -114,6 +114,7 @@ typedef struct vmm {
     cp_heap h;
     cp_sfit ix;
     int real;             /* the backend maps memory (device upstream) */
+    int dev;              /* the device whose memory is mapped (opts.device) */
     uint64_t gran;
     unsigned gshift;      /* log2(gran) */
     uint64_t span;        /* address space per range */
@@ -300,6 +301,12 @@ static void settle_done(vmm *v)
     }
 }
 
+static cp_status dev_sync(vmm *v)
+{
+    return cp_be->device_synchronize_on ? cp_be->device_synchronize_on(v->dev)
+                                        : cp_be->device_synchronize();
+}
+
 /* The device is synchronized: every pending page is settled. */
 static cp_status settle_all(vmm *v)
 {
@@ -307,7 +314,7 @@ static cp_status settle_all(vmm *v)
     if (!v->gq && !v->nogen.pages)
         return CP_OK;
     if (v->real) {
-        cp_status st = cp_be->device_synchronize();
+        cp_status st = dev_sync(v);
         if (st != CP_OK)
             return st;
     }
@@ -325,7 +332,8 @@ static cp_status settle_all(vmm *v)
 static cp_status unmap_page(vmm *v, vpage *p)
 {
     if (v->real) {
-        cp_status st = cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
+        cp_status st =
+            cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
         if (st != CP_OK)
             return st;
     }
@@ -344,7 +352,7 @@ static cp_status page_source(vmm *v, uint64_t *handle)
 
     if (!move) {
         if (v->real) {
-            st = cp_be->vm_create(handle, (size_t)v->gran);
+            st = cp_be->vm_create(v->dev, handle, (size_t)v->gran);
         } else {
             *handle = ++v->next_handle;
         }
@@ -387,9 +395,9 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
         uint64_t hd = 0;
         st = page_source(v, &hd);
         if (st == CP_OK && v->real) {
-            st = cp_be->vm_map((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran, hd);
+            st = cp_be->vm_map(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran, hd);
             if (st != CP_OK) {
-                cp_be->vm_release(hd);
+                cp_be->vm_release(v->dev, hd, (size_t)v->gran);
                 v->mapped_pages--;
             }
         }
@@ -400,15 +408,17 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
     }
     /* One access call for the whole run mapped. */
     if (i && v->real) {
-        cp_status a = cp_be->vm_set_access((void *)(uintptr_t)page_addr(v, first), (size_t)(i * v->gran));
+        cp_status a = cp_be->vm_set_access(v->dev, (void *)(uintptr_t)page_addr(v, first),
+                                           (size_t)(i * v->gran));
         if (a != CP_OK && st == CP_OK)
             st = a;
         if (a != CP_OK) {
             /* no access: the run is of no use; undo it */
             uint64_t j;
             for (j = 0; j < i; j++) {
-                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, &first[j]), (size_t)v->gran);
-                cp_be->vm_release(first[j].handle);
+                cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, &first[j]),
+                                (size_t)v->gran);
+                cp_be->vm_release(v->dev, first[j].handle, (size_t)v->gran);
                 first[j].handle = 0;
                 v->mapped_pages--;
                 v->unmaps++;
@@ -605,7 +615,7 @@ static cp_status release_page(vmm *v, vpage *p)
     cp_status st = unmap_page(v, p);
     idle_unlink(v, p);
     if (st == CP_OK && v->real)
-        cp_be->vm_release(p->handle);
+        cp_be->vm_release(v->dev, p->handle, (size_t)v->gran);
     p->handle = 0;
     v->mapped_pages--;
     return st;
@@ -666,7 +676,7 @@ static void v_destroy(cp_resource *r)
      * pool); every mapped page is unmapped and released, then the heap
      * returns the address ranges. */
     if (v->real && v->mapped_pages)
-        cp_be->device_synchronize();
+        dev_sync(v);
     /* Idle pages from their lists; a scan of the tables only if pages of
      * live blocks remain (a C caller's leak): untouched parts of the
      * tables stay untouched. */
@@ -684,8 +694,8 @@ static void v_destroy(cp_resource *r)
         for (j = 0; v->mapped_pages && j < v->ranges[i].npages; j++) {
             vpage *p = &v->ranges[i].pages[j];
             if (p->handle && v->real) {
-                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
-                cp_be->vm_release(p->handle);
+                cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
+                cp_be->vm_release(v->dev, p->handle, (size_t)v->gran);
             }
             if (p->handle)
                 v->mapped_pages--;
@@ -704,11 +714,16 @@ static const cp_resource_ops vmm_ops = {
 
 /* ---- the address-space upstream of the device upstream ---- */
 
+typedef struct vaspace {
+    cp_resource r;
+    int dev;
+} vaspace;
+
 static cp_status va_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
     (void)s;
-    st = cp_be->vm_reserve(out, bytes);
+    st = cp_be->vm_reserve(((vaspace *)r)->dev, out, bytes);
     if (st == CP_OK)
         r->reserved += bytes;
     return st;
@@ -718,7 +733,7 @@ static cp_status va_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 {
     (void)s;
     r->reserved -= bytes;
-    return cp_be->vm_free_range(p, bytes);
+    return cp_be->vm_free_range(((vaspace *)r)->dev, p, bytes);
 }
 
 static void va_destroy(cp_resource *r)
@@ -754,14 +769,15 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     v->h.big = 0; /* mapped pages, not chunks, are what reserved counts */
     v->ix.shift = cp_log2_floor(o->alignment ? o->alignment : 256);
     v->max = o->max;
+    v->dev = o->device;
     v->gran = VIRT_GRANULE;
     v->nogen.e = NULL;
     v->span = VIRT_SPAN;
     if (o->upstream == CP_UP_DEVICE) {
         size_t fr = 0, total = 0;
-        cp_resource *va;
+        vaspace *va;
         v->real = 1;
-        if (!cp_be->vm_granularity || (st = cp_be->vm_granularity(&g)) != CP_OK) {
+        if (!cp_be->vm_granularity || (st = cp_be->vm_granularity(v->dev, &g)) != CP_OK) {
             if (!cp_be->vm_granularity)
                 st = cp_error_set(CP_ERR_UNSUPPORTED, "the %s backend has no virtual memory "
                                   "management", cp_be->name);
@@ -770,7 +786,8 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
             return st;
         }
         v->gran = g;
-        if (cp_be->mem_get_info(&fr, &total) == CP_OK && total)
+        if ((cp_be->mem_get_info_on ? cp_be->mem_get_info_on(v->dev, &fr, &total)
+                                    : cp_be->mem_get_info(&fr, &total)) == CP_OK && total)
             v->span = ((2 * (uint64_t)total) + v->gran - 1) / v->gran * v->gran;
         va = malloc(sizeof *va);
         if (!va) {
@@ -778,9 +795,10 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
             free(v);
             return cp_error_set(CP_ERR_OOM, "out of host memory");
         }
-        cp_resource_init(va, &va_ops);
+        cp_resource_init(&va->r, &va_ops);
+        va->dev = v->dev;
         cp_resource_destroy(up);
-        up = va;
+        up = &va->r;
     }
     if (v->gran & (v->gran - 1)) {
         cp_resource_destroy(up);
