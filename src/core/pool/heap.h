@@ -119,6 +119,10 @@ struct cp_heap {
                               before destroy, reserved is the pool's own */
     uint64_t last_addr, last_size; /* the block the last alloc handed out, or
                               the last free took back (before merging) */
+    uint64_t gave_back[2]; /* per sub-pool (pool & 1): the largest chunk the
+                              last growth returned to make room (0: none) */
+    int turns;             /* growths in a row that needed what the one
+                              before returned (heap.c, cp_heap_grow) */
 };
 
 /* Sets up h (already zeroed, base initialised by the caller with its ops)
