@@ -126,6 +126,12 @@ typedef struct vmm {
     vgen *gq, *gq_tail;   /* generations of pending pages, oldest first */
     vgen *gspare;         /* recycled generations (their events kept) */
     vgen nogen;           /* pending pages with no event */
+    struct vopen {        /* per stream: the pages its frees left idle since
+                             its last recorded event (no event yet) */
+        uint64_t sid;
+        vgen *g;
+    } *opens;
+    uint32_t nopen, capopen;
     uint64_t keep_pages;  /* idle pages kept mapped: max(release_threshold, initial) */
     uint64_t idle_pages, mapped_pages, next_handle;
     uint64_t maps, unmaps;
@@ -311,7 +317,11 @@ static cp_status dev_sync(vmm *v)
 static cp_status settle_all(vmm *v)
 {
     vgen *g;
-    if (!v->gq && !v->nogen.pages)
+    uint32_t i;
+    int any = v->gq || v->nogen.pages;
+    for (i = 0; i < v->nopen && !any; i++)
+        any = v->opens[i].g->pages != NULL;
+    if (!any)
         return CP_OK;
     if (v->real) {
         cp_status st = dev_sync(v);
@@ -319,6 +329,8 @@ static cp_status settle_all(vmm *v)
             return st;
     }
     gen_settle(v, &v->nogen);
+    for (i = 0; i < v->nopen; i++)
+        gen_settle(v, v->opens[i].g);
     while ((g = v->gq) != NULL) {
         gen_settle(v, g);
         v->gq = g->next;
@@ -364,7 +376,7 @@ static cp_status page_source(vmm *v, uint64_t *handle)
             return st;
     }
     /* Move an idle page: a settled one, else synchronize once. */
-    if (!v->settled && (v->gq || v->nogen.pages) && (st = settle_all(v)) != CP_OK)
+    if (!v->settled && v->idle_pages && (st = settle_all(v)) != CP_OK)
         return st;
     p = v->settled;
     if (!p) {
@@ -450,38 +462,77 @@ static uint64_t pages_put(vmm *v, uint64_t addr, uint64_t size, vgen *g)
     return n;
 }
 
-/* A generation for the pages a free on s leaves idle: with an event
- * recorded on s after the free when the pool keeps more idle pages than
- * it may (they are to be unmapped once it completes), else (or when no
- * event can be had) the event-less one. */
-static void gen_close(vmm *v, vgen *g, cp_stream *s)
+/* The open generation of stream sid (created on demand; NULL when no
+ * host memory is left: the caller uses the event-less one). */
+static vgen *open_of(vmm *v, uint64_t sid, int create)
 {
-    if (v->idle_pages <= v->keep_pages || g == &v->nogen)
-        goto none;
-    if (!g->e && cp_be->event_create(&g->e, 0) != CP_OK) {
-        g->e = NULL;
-        goto none;
+    uint32_t i;
+    vgen *g;
+    for (i = 0; i < v->nopen; i++)
+        if (v->opens[i].sid == sid)
+            return v->opens[i].g;
+    if (!create)
+        return NULL;
+    if (v->nopen == v->capopen) {
+        uint32_t cap = v->capopen ? 2 * v->capopen : 4;
+        struct vopen *no = realloc(v->opens, cap * sizeof *no);
+        if (!no)
+            return NULL;
+        v->opens = no;
+        v->capopen = cap;
     }
-    if (cp_be->event_record(g->e, s) != CP_OK)
-        goto none;
+    g = v->gspare;
+    if (g)
+        v->gspare = g->next;
+    else if (!(g = calloc(1, sizeof *g)))
+        return NULL;
+    g->next = NULL;
+    v->opens[v->nopen].sid = sid;
+    v->opens[v->nopen].g = g;
+    v->nopen++;
+    return g;
+}
+
+/* Moves every page of g to the event-less generation. */
+static void gen_orphan(vmm *v, vgen *g)
+{
+    vpage *p;
+    while ((p = g->pages) != NULL) {
+        g->pages = p->in;
+        p->gen = &v->nogen;
+        idle_push(&v->nogen.pages, p);
+    }
+}
+
+/* The pool runs on stream s (id sid), so s is alive: closes sid's open
+ * generation by recording its event on s now (it covers every free of
+ * that stream before it) and queues it; its pages settle once the event
+ * has completed.  Recording later than the frees is only more cautious. */
+static void close_open(vmm *v, uint64_t sid, cp_stream *s)
+{
+    uint32_t i;
+    vgen *g;
+    for (i = 0; i < v->nopen && v->opens[i].sid != sid; i++)
+        ;
+    int idle = 0;
+    if (i == v->nopen || !(g = v->opens[i].g)->pages)
+        return;
+    if (cp_be->stream_query(s, &idle) == CP_OK && idle) {
+        gen_settle(v, g); /* nothing queued on s: its frees are complete */
+        return;
+    }
+    if ((!g->e && cp_be->event_create(&g->e, 0) != CP_OK) ||
+        cp_be->event_record(g->e, s) != CP_OK) {
+        gen_orphan(v, g);
+        return;
+    }
+    v->opens[i] = v->opens[--v->nopen];
     g->next = NULL;
     if (v->gq_tail)
         v->gq_tail->next = g;
     else
         v->gq = g;
     v->gq_tail = g;
-    return;
-none:
-    if (g != &v->nogen) {
-        vpage *p;
-        while ((p = g->pages) != NULL) {
-            g->pages = p->in;
-            p->gen = &v->nogen;
-            idle_push(&v->nogen.pages, p);
-        }
-        g->next = v->gspare;
-        v->gspare = g;
-    }
 }
 
 static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
@@ -490,19 +541,12 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
     cp_status st = cp_heap_free_with(r, ptr, bytes, s, &vmm_policy);
     if (st == CP_OK) {
         vgen *g = NULL;
-        if (v->real) {
-            g = v->gspare;
-            if (g)
-                v->gspare = g->next;
-            else if (!(g = calloc(1, sizeof *g)))
-                g = &v->nogen;
-        }
-        if (pages_put(v, v->h.last_addr, v->h.last_size, g) && g)
-            gen_close(v, g, s);
-        else if (g && g != &v->nogen) {
-            g->next = v->gspare;
-            v->gspare = g;
-        }
+        /* Over the device the pages it leaves idle join its stream's open
+         * generation: no event is recorded here (an alloc+free pair that
+         * lands on the same page again records none at all). */
+        if (v->real && !(g = open_of(v, cp_so_sid(s), 1)))
+            g = &v->nogen;
+        pages_put(v, v->h.last_addr, v->h.last_size, g);
         v->live_bytes -= v->h.last_size;
     }
     return st;
@@ -512,8 +556,10 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
  * complete, least recently idle first (a failure stops it: the page is
  * off the books, the error stays set). */
 static cp_status release_page(vmm *v, vpage *p);
-static void reap(vmm *v)
+static void reap(vmm *v, cp_stream *s)
 {
+    if (v->nopen)
+        close_open(v, cp_so_sid(s), s);
     while (v->idle_pages > v->keep_pages) {
         if (!v->settled_tail) {
             if (!v->gq)
@@ -578,8 +624,13 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         return st;
     }
     v->live_bytes += size;
-    if (v->gq && (!last->handle || !p->handle))
-        settle_done(v); /* pages to map: find pending ones now movable */
+    if ((v->gq || v->nopen) && (!last->handle || !p->handle)) {
+        /* pages to map: find pending idle ones now movable */
+        if (v->nopen)
+            close_open(v, cp_so_sid(s), s);
+        if (v->gq)
+            settle_done(v);
+    }
     for (; p <= last; p++) {
         if (p->live++ == 0 && p->handle)
             idle_unlink(v, p);
@@ -601,7 +652,7 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         *out = NULL;
     }
     if (v->idle_pages > v->keep_pages)
-        reap(v);
+        reap(v, s);
     return st;
 }
 
@@ -683,6 +734,13 @@ static void v_destroy(cp_resource *r)
     settle_all(v);
     while (v->settled)
         release_page(v, v->settled);
+    while (v->nopen) {
+        vgen *g = v->opens[--v->nopen].g;
+        g->next = v->gspare;
+        v->gspare = g;
+    }
+    free(v->opens);
+    v->opens = NULL;
     while (v->gspare) {
         vgen *g = v->gspare;
         v->gspare = g->next;
