@@ -28,7 +28,11 @@
  *    as far as needed to keep reserved within its peak so far (and max),
  *    then a new chunk of policy->chunk_size bytes is taken (or just the
  *    request, when that would pass max or the upstream refuses the larger
- *    size); if even that fails, any fit anywhere is taken;
+ *    size); if even that fails, any fit anywhere is taken.  Exception: when
+ *    two growths in a row each needed a chunk of another sub-pool that the
+ *    growth before had returned (the caching pool's small and large
+ *    segments, requests of the two kinds in turn), the second keeps what
+ *    is idle and grows past the peak, once (heap.c, cp_heap_grow);
  *  - release_threshold is the idle bytes (entirely free chunks) that growth
  *    never returns: with UINT64_MAX a warm pool makes no upstream calls at
  *    all (PyTorch's choice, for a higher peak), and idle chunks are then fit
