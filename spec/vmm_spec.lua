@@ -232,6 +232,30 @@ describe("vmm pool", function()
     y:free(a); z:free(a); keep:free(a)
   end)
 
+  it("unmaps a stream's idle pages when the pool next allocates on that stream", function()
+    local p <close> = cupola.pool { kind = "vmm", upstream = "device" }
+    local a <close> = cupola.stream()
+    local b <close> = cupola.stream()
+    local G = p:stats().page_bytes
+    local w = p:alloc("1KiB", b) -- two streams from the start
+    local x = p:alloc(3 * G, a)
+    local keep = p:alloc("1KiB", a)
+    x:free(a)
+    a:synchronize()
+    -- on b: x's addresses are a's (reuse = "stream"); y shares keep's page
+    local y = p:alloc("1KiB", b)
+    assert.equals(0, p:stats().unmaps, "b's allocation leaves a's idle pages to a")
+    -- w and x share page 0, x and keep page 3: x's pages 1 and 2 are idle
+    assert.equals(4 * G, p:stats().reserved)
+    local z = p:alloc("1KiB", a) -- where x was, on page 0; a is idle: pages 1 and 2 go
+    assert.equals(2, p:stats().unmaps)
+    assert.equals(2 * G, p:stats().reserved)
+    w:free(b); y:free(b); z:free(a); keep:free(a)
+    b:synchronize()
+    p:trim(0)
+    assert.equals(0, p:stats().reserved)
+  end)
+
   it("rejects upstreams it cannot map", function()
     for _, up in ipairs { "async", "managed", "pinned" } do
       assert.error_matches(function() cupola.pool { kind = "vmm", upstream = up } end,

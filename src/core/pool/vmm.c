@@ -510,12 +510,25 @@ static void gen_orphan(vmm *v, vgen *g)
  * has completed.  Recording later than the frees is only more cautious. */
 static void close_open(vmm *v, uint64_t sid, cp_stream *s)
 {
-    uint32_t i;
-    vgen *g;
-    for (i = 0; i < v->nopen && v->opens[i].sid != sid; i++)
-        ;
+    uint32_t i = 0;
+    vgen *g = NULL;
     int idle = 0;
-    if (i == v->nopen || !(g = v->opens[i].g)->pages)
+    /* Entries whose pages were all taken back go (streams come and go:
+     * the list stays as short as the streams with pending idle pages). */
+    while (i < v->nopen) {
+        vgen *o = v->opens[i].g;
+        if (!o->pages) {
+            o->next = v->gspare;
+            v->gspare = o;
+            v->opens[i] = v->opens[--v->nopen];
+        } else if (v->opens[i].sid == sid) {
+            g = o;
+            break;
+        } else {
+            i++;
+        }
+    }
+    if (!g)
         return;
     if (cp_be->stream_query(s, &idle) == CP_OK && idle) {
         gen_settle(v, g); /* nothing queued on s: its frees are complete */
