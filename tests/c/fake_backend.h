@@ -25,6 +25,7 @@ struct cp_stream {
 
 struct cp_event {
     cp_stream *s;
+    uint64_t sid;  /* e->s's id when recorded (stream memory may be reused) */
     uint64_t target;
     int recorded;
 };
@@ -130,6 +131,7 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
 {
     pthread_mutex_lock(&fake_lock);
     e->s = fake_s(s);
+    e->sid = e->s->id;
     e->target = fake_s(s)->queued;
     e->recorded = 1;
     fake_records++;
@@ -137,10 +139,26 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
     return CP_OK;
 }
 
+/* The event's stream, or NULL once it was destroyed (its work then counts
+ * as complete: the stream's memory is gone, so look it up, never follow
+ * e->s blindly). */
+static cp_stream *fake_event_stream(const cp_event *e)
+{
+    int i;
+    if (e->s == &fake_default)
+        return e->s;
+    for (i = 0; i < fake_nstreams; i++)
+        if (fake_streams[i] == e->s && fake_streams[i]->id == e->sid)
+            return e->s;
+    return NULL;
+}
+
 static cp_status fake_event_query(cp_event *e, int *done)
 {
+    cp_stream *es;
     pthread_mutex_lock(&fake_lock);
-    *done = !e->recorded || e->s->completed >= e->target;
+    es = fake_event_stream(e);
+    *done = !e->recorded || !es || es->completed >= e->target;
     fake_queries++;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
@@ -149,7 +167,7 @@ static cp_status fake_event_query(cp_event *e, int *done)
 static cp_status fake_event_synchronize(cp_event *e)
 {
     pthread_mutex_lock(&fake_lock);
-    if (e->recorded && e->s->completed < e->target)
+    if (e->recorded && fake_event_stream(e) && e->s->completed < e->target)
         e->s->completed = e->target;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
