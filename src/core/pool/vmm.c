@@ -44,13 +44,18 @@
  *  - Stream order: a page is unmapped only when the frees of the blocks
  *    that were on it are complete.  Over the virtual upstream nothing runs
  *    on the memory, so an idle page is settled at once.  Over the device,
- *    the pages a free leaves idle form a generation; when the pool then
- *    holds more than K idle, an event is recorded on the free's stream
- *    (events are recycled), otherwise none (such pages settle at the next
- *    device synchronization the pool makes: trim, or a forced move).  An
- *    allocation that maps pages, and the reaping, query the oldest
- *    generations' events and settle those complete, stopping at the first
- *    that is not: no device synchronization on the alloc/free path.
+ *    the pages a stream's frees leave idle join that stream's open
+ *    generation (no event is recorded by a free).  When the pool next
+ *    allocates on that stream (known alive then) and needs pages or holds
+ *    more than K idle, the generation is closed: settled at once if the
+ *    stream has no work queued (cp_be->stream_query), else one event
+ *    recorded on the stream covers all of its frees (events are recycled)
+ *    and the generation queues.  Allocations that map pages, and the
+ *    reaping, query the oldest queued events and settle those complete,
+ *    stopping at the first that is not: no device synchronization on the
+ *    alloc/free path.  Idle pages of a stream the pool is no longer used
+ *    on wait for trim, or for a forced move (max, grow=false, a refused
+ *    handle), which synchronizes the device once.
  *    Reuse of the addresses themselves follows the pool's reuse option, as
  *    in every pool (streamorder.h); unlike the chunked pools, a block freed
  *    on one stream merges with the idle addresses beside it even once
@@ -66,6 +71,10 @@
  *    no page beyond them (moving idle ones still serves new addresses).
  *    A request whose pages cannot all be had within max or grow=false
  *    fails before any page is mapped.
+ *  - Device: every virtual memory call names the pool's device
+ *    (opts.device), whatever the calling thread's current device: the
+ *    pages are that device's memory, accessible from it, and the address
+ *    range's size follows from its memory.
  *  - Upstreams: "device" (the backend's virtual memory calls: real pages on
  *    the host backend too) and "virtual" (the same page accounting, no
  *    memory and no calls: a replay reports what the GPU would map).
