@@ -24,7 +24,8 @@ struct cp_stream {
 };
 
 struct cp_event {
-    cp_stream *s;      /* NULL once that stream is destroyed */
+    cp_stream *s;
+    uint64_t sid;  /* e->s's id when recorded (stream memory may be reused) */
     uint64_t target;
     int recorded;
 };
@@ -33,11 +34,6 @@ static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t fake_next_id = 1;
 static cp_stream fake_default; /* the NULL stream's state */
 static cp_stream *fake_streams[64];
-/* Live events, so that destroying a stream can detach them: the real
- * backends define a destroyed stream's work as complete, and an event
- * recorded there stays queryable (pools query such events long after). */
-static cp_event **fake_events;
-static int fake_nevents, fake_capevents;
 static int fake_nstreams;
 static uint64_t fake_records, fake_queries, fake_syncs, fake_allocs;
 
@@ -69,9 +65,6 @@ static cp_status fake_stream_destroy(cp_stream *s)
     for (i = 0; i < fake_nstreams; i++)
         if (fake_streams[i] == s)
             fake_streams[i] = fake_streams[--fake_nstreams];
-    for (i = 0; i < fake_nevents; i++)
-        if (fake_events[i]->s == s)
-            fake_events[i]->s = NULL;
     pthread_mutex_unlock(&fake_lock);
     free(s);
     return CP_OK;
@@ -125,34 +118,11 @@ static cp_status fake_event_create(cp_event **out, int timing)
 {
     (void)timing;
     *out = calloc(1, sizeof **out);
-    if (!*out)
-        return CP_ERR_OOM;
-    pthread_mutex_lock(&fake_lock);
-    if (fake_nevents == fake_capevents) {
-        int cap = fake_capevents ? 2 * fake_capevents : 64;
-        cp_event **grown = realloc(fake_events, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&fake_lock);
-            free(*out);
-            *out = NULL;
-            return CP_ERR_OOM;
-        }
-        fake_events = grown;
-        fake_capevents = cap;
-    }
-    fake_events[fake_nevents++] = *out;
-    pthread_mutex_unlock(&fake_lock);
-    return CP_OK;
+    return *out ? CP_OK : CP_ERR_OOM;
 }
 
 static cp_status fake_event_destroy(cp_event *e)
 {
-    int i;
-    pthread_mutex_lock(&fake_lock);
-    for (i = 0; i < fake_nevents; i++)
-        if (fake_events[i] == e)
-            fake_events[i] = fake_events[--fake_nevents];
-    pthread_mutex_unlock(&fake_lock);
     free(e);
     return CP_OK;
 }
@@ -161,6 +131,7 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
 {
     pthread_mutex_lock(&fake_lock);
     e->s = fake_s(s);
+    e->sid = e->s->id;
     e->target = fake_s(s)->queued;
     e->recorded = 1;
     fake_records++;
@@ -168,10 +139,26 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
     return CP_OK;
 }
 
+/* The event's stream, or NULL once it was destroyed (its work then counts
+ * as complete: the stream's memory is gone, so look it up, never follow
+ * e->s blindly). */
+static cp_stream *fake_event_stream(const cp_event *e)
+{
+    int i;
+    if (e->s == &fake_default)
+        return e->s;
+    for (i = 0; i < fake_nstreams; i++)
+        if (fake_streams[i] == e->s && fake_streams[i]->id == e->sid)
+            return e->s;
+    return NULL;
+}
+
 static cp_status fake_event_query(cp_event *e, int *done)
 {
+    cp_stream *es;
     pthread_mutex_lock(&fake_lock);
-    *done = !e->recorded || !e->s || e->s->completed >= e->target;
+    es = fake_event_stream(e);
+    *done = !e->recorded || !es || es->completed >= e->target;
     fake_queries++;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
@@ -180,7 +167,7 @@ static cp_status fake_event_query(cp_event *e, int *done)
 static cp_status fake_event_synchronize(cp_event *e)
 {
     pthread_mutex_lock(&fake_lock);
-    if (e->recorded && e->s && e->s->completed < e->target)
+    if (e->recorded && fake_event_stream(e) && e->s->completed < e->target)
         e->s->completed = e->target;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;

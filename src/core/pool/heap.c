@@ -71,7 +71,7 @@ static int release_empty(cp_heap *h, uint64_t keep)
  * release_threshold keeps that many idle bytes cached whatever the peak
  * (UINT64_MAX: never return any, PyTorch's choice: no upstream calls once
  * warm, for a higher peak). */
-static void make_room(cp_heap *h, uint64_t want, uint64_t sid)
+static void make_room(cp_heap *h, uint64_t want, uint8_t pool, uint64_t sid)
 {
     uint64_t res = h->base.reserved + h->base.fb_bytes;
     uint64_t cap = h->base.st.reserved_peak, idle = 0;
@@ -109,6 +109,8 @@ static void make_room(cp_heap *h, uint64_t want, uint64_t sid)
         }
         res -= big->up_bytes;
         idle -= keep ? big->up_bytes : 0;
+        if (big->pool != pool && big->size > h->gave_back[big->pool & 1])
+            h->gave_back[big->pool & 1] = big->size;
         chunk_release(h, big);
     }
 }
@@ -345,7 +347,30 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
         }
         h->desperate = 0;
     }
-    make_room(h, want, sid);
+    /* Returning idle chunks to stay within the peak pays off only if they
+     * stay unneeded.  If the last growth returned a chunk of another
+     * sub-pool (the caching pool's small and large segments) that would
+     * have served this request, requests of the two sub-pools alternate:
+     * each growth would return the segment the next one needs (two
+     * upstream calls per turn, cudaFree synchronizing the device) for no
+     * lower peak.  The second such growth in a row (a turn each way: one
+     * could be chance) keeps what is idle and goes past the peak, once,
+     * which holds both from then on.  (Within one sub-pool a chunk
+     * is returned because it does not serve the request or is kept whole
+     * for big ones, and returning it keeps the peak down: no change.)
+     * Under max, room is made anyway. */
+    if (h->gave_back[cpool & 1] < size)
+        h->turns = 0;
+    else if (h->turns < 2)
+        h->turns++;
+    if (h->turns == 2 &&
+        (!h->o.max || h->base.reserved + h->base.fb_bytes + want <= h->o.max)) {
+        h->gave_back[0] = h->gave_back[1] = 0;
+        h->turns = 0;
+    } else {
+        h->gave_back[0] = h->gave_back[1] = 0;
+        make_room(h, want, cpool, sid);
+    }
     st = chunk_add(h, size, want, cpool, s, &b);
     if (st == CP_ERR_OOM && h->big) {
         /* No more memory: any fit, in any free block, will do now (the
