@@ -149,7 +149,14 @@ bench: deps all $(BUILD)/bench/speed $(BUILD)/bench_floor.so
 deps:
 	@[ -n "$${CUPOLA_NO_DEPS:-}" ] || sh .ci/deps.sh
 
-test: deps all $(C_TESTS)
+# A test-only Lua module with fork/waitpid/_exit (spec/fork_spec.lua,
+# spec/kernel_fault_spec.lua); never installed.
+TESTMOD := $(BUILD)/testmod/cupola_testposix.so
+$(TESTMOD): tests/c/lua_testposix.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -I$(LUA_INCDIR) -o $@ $<
+
+test: deps all $(C_TESTS) $(TESTMOD)
 	@$(LUA) spec/run.lua $(C_TESTS)
 
 demo: deps all
@@ -265,7 +272,8 @@ FUZZ_TRACE_SECONDS ?= 60
 .PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps fuzz-pickle
 rel-asan-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(ASAN_CFLAGS)" \
-	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS))
+	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS)) \
+	    $(ASAN_BUILD)/testmod/cupola_testposix.so
 
 rel-vg-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(VG_BUILD) EXTRA_CFLAGS="-O1 -g" \

@@ -8,8 +8,36 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 const cp_backend *cp_be = NULL;
+
+int cp_forked;
+static pid_t parent_pid;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+    cp_forked = 1;
+}
+
+static void atfork_register(void)
+{
+    parent_pid = getpid();
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
+cp_status cp_fork_error(void)
+{
+    return cp_error_set(CP_ERR_BACKEND,
+                        "cupola cannot be used in a child process created by fork() after "
+                        "cupola started (this process %ld, its parent %ld): the child has none "
+                        "of the %s backend's %s; use cupola in the parent, or exec a new "
+                        "program in the child",
+                        (long)getpid(), (long)parent_pid, cp_be ? cp_be->name : "selected",
+                        cp_be && strcmp(cp_be->name, "cuda") == 0 ? "CUDA context"
+                                                                   : "stream worker threads");
+}
 
 static pthread_mutex_t select_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -23,6 +51,9 @@ cp_status cp_backend_select(const char *force)
         return cp_error_set(CP_ERR_INVALID,
                             "CUPOLA_BACKEND must be 'cuda' or 'host', not '%s'", force);
 
+    if (cp_forked)
+        return cp_fork_error();
+    pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&select_lock);
     if (cp_be) {
         if (force && *force && strcmp(force, cp_be->name) != 0)

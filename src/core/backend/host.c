@@ -73,6 +73,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -128,6 +129,12 @@ struct cp_stream {
     cp_stream *next, *prev; /* registry (or zombie list through next) */
     hdep *known;            /* per other stream: highest ticket this one has waited for */
     size_t nknown, capknown;
+    /* A user kernel faulted on this stream (host_task returned 2): like a
+     * CUDA context after a fault, the stream stays in error.  Set by its
+     * worker under G.mu; read by the worker without it. */
+    int fault_set;
+    int fault_told; /* a device synchronization has reported it */
+    char fault[512];
 };
 
 struct cp_event {
@@ -154,6 +161,17 @@ static struct {
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 static _Atomic uint64_t next_sid = 1;
+
+/* The stream whose worker the calling thread is (NULL elsewhere). */
+static _Thread_local cp_stream *tl_worker;
+
+/* A stream's sticky fault, as an error (CP_OK when it has none). */
+static cp_status fault_error_locked(const cp_stream *s)
+{
+    if (!s || !s->fault_set)
+        return CP_OK;
+    return cp_error_set(CP_ERR_BACKEND, "%s", s->fault);
+}
 
 static void sched_lock(void)
 {
@@ -214,6 +232,7 @@ static cp_status check_device(int dev)
 
 static cp_status h_set_device(int dev)
 {
+    CP_FORK_GUARD();
     cp_status st = check_device(dev);
     if (st == CP_OK)
         tl_device = dev;
@@ -337,10 +356,13 @@ static int idle_locked(const cp_stream *s)
 
 /* ---- workers ------------------------------------------------------------ */
 
+static void run_task(hwork *w);
+
 static void *worker_main(void *arg)
 {
     cp_stream *s = arg;
 
+    tl_worker = s;
     pthread_mutex_lock(&G.mu);
     for (;;) {
         hwork *w;
@@ -352,7 +374,9 @@ static void *worker_main(void *arg)
         while (!deps_done_locked(w))
             pthread_cond_wait(&G.done, &G.mu);
         pthread_mutex_unlock(&G.mu);
-        if (w->run)
+        /* after a fault nothing more runs on the stream (its tasks are
+         * cancelled by run_task); the items still complete in order */
+        if (w->run && (!s->fault_set || w->run == run_task))
             w->run(w);
         pthread_mutex_lock(&G.mu);
         if (w->done_locked)
@@ -375,9 +399,31 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* fork(): the child must not inherit the scheduler's lock held by a worker
+ * (cp_forked then refuses every entry point; backend.h).  Registered when the
+ * first worker starts. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&G.mu);
+}
+
+static void fork_release(void)
+{
+    pthread_mutex_unlock(&G.mu);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_register(void)
+{
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 static cp_status start_worker_locked(cp_stream *s)
 {
-    int rc = pthread_create(&s->thread, NULL, worker_main, s);
+    int rc;
+    pthread_once(&fork_once, fork_register);
+    rc = pthread_create(&s->thread, NULL, worker_main, s);
     if (rc != 0)
         return cp_error_set(CP_ERR_BACKEND, "host backend: cannot start a stream worker: %s",
                             strerror(rc));
@@ -444,6 +490,10 @@ static cp_stream *resolve_locked(cp_stream *s)
  * complete on the spot (cheap frees for allocation-heavy replays). */
 static cp_status enqueue_locked(cp_stream *s, hwork *w, uint64_t *ticket)
 {
+    if (s->fault_set) {
+        work_free(w);
+        return fault_error_locked(s);
+    }
     if (s->stop || s->joined || s->destroyed) {
         work_free(w);
         return cp_error_set(CP_ERR_BACKEND, s->destroyed
@@ -507,8 +557,10 @@ static cp_status enqueue_and_wait(cp_stream *s, hwork *w)
         return st;
     pthread_mutex_lock(&G.mu);
     sched_wait_done_locked(sid, ticket);
+    /* a fault before the item on its stream: it did not run */
+    st = fault_error_locked(find_locked(sid));
     pthread_mutex_unlock(&G.mu);
-    return CP_OK;
+    return st;
 }
 
 static hwork *work_or_oom(void (*run)(hwork *))
@@ -608,6 +660,7 @@ static int sched_too_big(size_t bytes)
 
 static cp_status h_device_info_on(int dev, cp_device_info *out)
 {
+    CP_FORK_GUARD();
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     cp_status st;
@@ -634,11 +687,13 @@ static cp_status h_device_info_on(int dev, cp_device_info *out)
 
 static cp_status h_device_info(cp_device_info *out)
 {
+    CP_FORK_GUARD();
     return h_device_info_on(tl_device, out);
 }
 
 static cp_status h_device_synchronize(void)
 {
+    CP_FORK_GUARD();
     cp_status st;
     hdep *snap = NULL;
     size_t n = 0, cap = 0;
@@ -673,6 +728,12 @@ static cp_status h_device_synchronize(void)
     }
     cp_host_pool_release_locked();
     st = take_kernel_error_locked();
+    /* each stream's fault once (the stream itself keeps reporting it) */
+    for (cp_stream *s = G.streams; s && st == CP_OK; s = s->next)
+        if (s->fault_set && !s->fault_told) {
+            s->fault_told = 1;
+            st = fault_error_locked(s);
+        }
     pthread_mutex_unlock(&G.mu);
     free(snap);
     reap_zombies();
@@ -684,6 +745,7 @@ static cp_status h_device_synchronize(void)
  * has available). */
 static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_bytes)
 {
+    CP_FORK_GUARD();
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
     long psize = sysconf(_SC_PAGESIZE);
     size_t share;
@@ -705,6 +767,7 @@ static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_by
 
 static cp_status h_mem_get_info(size_t *free_bytes, size_t *total_bytes)
 {
+    CP_FORK_GUARD();
     return h_mem_get_info_on(tl_device, free_bytes, total_bytes);
 }
 
@@ -712,6 +775,7 @@ static cp_status h_device_synchronize(void);
 
 static cp_status h_device_synchronize_on(int dev)
 {
+    CP_FORK_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? h_device_synchronize() : st;
 }
@@ -720,6 +784,7 @@ static cp_status h_device_synchronize_on(int dev)
 
 static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int blocking)
 {
+    CP_FORK_GUARD();
     cp_stream *s;
     cp_status st;
     if (!out)
@@ -762,11 +827,13 @@ static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int 
 
 static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
 {
+    CP_FORK_GUARD();
     return h_stream_create_on(out, tl_device, priority, blocking);
 }
 
 static cp_status h_stream_destroy(cp_stream *s)
 {
+    CP_FORK_GUARD();
     if (!s)
         return cp_error_set(CP_ERR_INVALID, "stream_destroy: the default stream cannot be destroyed");
     pthread_mutex_lock(&G.mu);
@@ -788,6 +855,7 @@ static cp_status h_stream_destroy(cp_stream *s)
  * blocking streams' work, which anything enqueued on it would wait for. */
 static cp_status h_stream_synchronize(cp_stream *s)
 {
+    CP_FORK_GUARD();
     cp_status st;
     pthread_mutex_lock(&G.mu);
     if (s) {
@@ -817,13 +885,20 @@ static cp_status h_stream_synchronize(cp_stream *s)
         }
     }
     cp_host_pool_release_locked();
-    st = take_kernel_error_locked();
+    st = fault_error_locked(s ? s : (G.legacy_started ? &G.legacy : NULL));
+    if (st != CP_OK) {
+        if (s)
+            s->fault_told = 1;
+    } else {
+        st = take_kernel_error_locked();
+    }
     pthread_mutex_unlock(&G.mu);
     return st;
 }
 
 static cp_status h_stream_query(cp_stream *s, int *idle)
 {
+    CP_FORK_GUARD();
     if (!idle)
         return cp_error_set(CP_ERR_INVALID, "stream_query: idle is NULL");
     pthread_mutex_lock(&G.mu);
@@ -841,6 +916,7 @@ static cp_status h_stream_query(cp_stream *s, int *idle)
 
 static cp_status h_stream_wait_event(cp_stream *s, cp_event *e)
 {
+    CP_FORK_GUARD();
     cp_status st = CP_OK;
     cp_stream *hs;
     if (!e)
@@ -878,6 +954,7 @@ static uint64_t h_stream_id(const cp_stream *s)
 
 static cp_status h_event_create(cp_event **out, int timing)
 {
+    CP_FORK_GUARD();
     cp_event *e;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "event_create: out is NULL");
@@ -901,6 +978,7 @@ static void event_unref_locked(cp_event *e)
 /* As cudaEventDestroy: returns at once; a pending marker keeps the struct. */
 static cp_status h_event_destroy(cp_event *e)
 {
+    CP_FORK_GUARD();
     if (!e)
         return cp_error_set(CP_ERR_INVALID, "event_destroy: event is NULL");
     pthread_mutex_lock(&G.mu);
@@ -919,6 +997,7 @@ static void mark_done_locked(hwork *w)
 
 static cp_status h_event_record(cp_event *e, cp_stream *s)
 {
+    CP_FORK_GUARD();
     uint64_t ticket = 0;
     cp_stream *hs;
     hwork *w;
@@ -953,6 +1032,7 @@ static cp_status h_event_record(cp_event *e, cp_stream *s)
 
 static cp_status h_event_synchronize(cp_event *e)
 {
+    CP_FORK_GUARD();
     cp_status st;
     if (!e)
         return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
@@ -960,13 +1040,16 @@ static cp_status h_event_synchronize(cp_event *e)
     if (e->recorded)
         sched_wait_done_locked(e->sid, e->ticket);
     cp_host_pool_release_locked();
-    st = take_kernel_error_locked();
+    st = e->recorded ? fault_error_locked(find_locked(e->sid)) : CP_OK;
+    if (st == CP_OK)
+        st = take_kernel_error_locked();
     pthread_mutex_unlock(&G.mu);
     return st;
 }
 
 static cp_status h_event_query(cp_event *e, int *done)
 {
+    CP_FORK_GUARD();
     if (!e || !done)
         return cp_error_set(CP_ERR_INVALID, "event_query: NULL argument");
     pthread_mutex_lock(&G.mu);
@@ -977,6 +1060,7 @@ static cp_status h_event_query(cp_event *e, int *done)
 
 static cp_status h_event_elapsed(cp_event *start, cp_event *end, float *ms)
 {
+    CP_FORK_GUARD();
     cp_status st = CP_OK;
     if (!start || !end || !ms)
         return cp_error_set(CP_ERR_INVALID, "event_elapsed: NULL argument");
@@ -1047,6 +1131,8 @@ static hmem *mem_lookup(const void *p, int remove)
  * goes with the process. */
 __attribute__((destructor)) static void mem_registry_free(void)
 {
+    if (cp_forked)
+        return; /* a child of fork(): mem_lock may be held by a thread it lacks */
     pthread_mutex_lock(&mem_lock);
     if (mem_map.slots) {
         for (uint64_t i = 0; i <= mem_map.mask; i++)
@@ -1059,6 +1145,7 @@ __attribute__((destructor)) static void mem_registry_free(void)
 
 static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind kind)
 {
+    CP_FORK_GUARD();
     void *p;
     size_t len;
     hmem *m;
@@ -1108,11 +1195,13 @@ static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind ki
 
 static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
 {
+    CP_FORK_GUARD();
     return h_mem_alloc_on(tl_device, out, bytes, kind);
 }
 
 static cp_status h_mem_free(void *p, cp_memkind kind)
 {
+    CP_FORK_GUARD();
     hmem *m;
     (void)kind;
     if (!p)
@@ -1136,6 +1225,7 @@ static cp_status h_mem_free(void *p, cp_memkind kind)
 
 static cp_status h_mem_free_on(int dev, void *p, cp_memkind kind)
 {
+    CP_FORK_GUARD();
     (void)dev; /* the registry knows the device */
     return h_mem_free(p, kind);
 }
@@ -1281,6 +1371,7 @@ static void run_verify(hwork *w)
 
 static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
 {
+    CP_FORK_GUARD();
     hwork *w;
     if (bytes == 0)
         return CP_OK;
@@ -1298,6 +1389,7 @@ static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_str
 
 static cp_status h_memset_async(void *dst, int byte, size_t bytes, cp_stream *s)
 {
+    CP_FORK_GUARD();
     hwork *w;
     if (bytes == 0)
         return CP_OK;
@@ -1339,6 +1431,7 @@ static cp_status check_dtype(cp_dtype t)
 static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const cp_shape *sh,
                           cp_stream *s)
 {
+    CP_FORK_GUARD();
     hwork *w;
     cp_status st = check_shape(sh);
     if (st == CP_OK)
@@ -1363,6 +1456,7 @@ static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const 
 
 static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_stream *s)
 {
+    CP_FORK_GUARD();
     hwork *w;
     cp_status st = check_shape(sh);
     if (st != CP_OK)
@@ -1384,6 +1478,7 @@ static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_s
 static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_shape *sh,
                               cp_stream *s, cp_scalar *out)
 {
+    CP_FORK_GUARD();
     hwork *w;
     cp_scalar r;
     cp_status st = check_shape(sh);
@@ -1413,6 +1508,7 @@ static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_
 
 static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
 {
+    CP_FORK_GUARD();
     hwork *w = work_or_oom(run_spin);
     if (!w)
         return CP_ERR_OOM;
@@ -1422,6 +1518,7 @@ static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
 
 static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 {
+    CP_FORK_GUARD();
     hwork *w;
     cp_status st;
     if (bytes == 0)
@@ -1442,6 +1539,7 @@ static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
                             uint64_t *bad)
 {
+    CP_FORK_GUARD();
     hwork *w;
     uint64_t r = 0;
     cp_status st;
@@ -1470,8 +1568,21 @@ static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_strea
 static void run_task(hwork *w)
 {
     char err[sizeof G.kerr];
+    cp_stream *s = tl_worker;
+    int rc;
+    if (s && s->fault_set) {
+        w->u.task.fn(w->u.task.data, NULL, 0); /* cancelled: release, run nothing */
+        return;
+    }
     err[0] = '\0';
-    if (w->u.task.fn(w->u.task.data, err, sizeof err) != 0) {
+    rc = w->u.task.fn(w->u.task.data, err, sizeof err);
+    if (rc == 2 && s) {
+        /* a fault: the stream stays in error (the message is complete) */
+        pthread_mutex_lock(&G.mu);
+        snprintf(s->fault, sizeof s->fault, "%s", err);
+        s->fault_set = 1;
+        pthread_mutex_unlock(&G.mu);
+    } else if (rc != 0) {
         pthread_mutex_lock(&G.mu);
         if (!G.kerr_set) {
             memcpy(G.kerr, err, sizeof err);
@@ -1485,6 +1596,7 @@ static void run_task(hwork *w)
 static cp_status h_host_task(cp_stream *s, int (*fn)(void *, char *, size_t), const void *data,
                              size_t len)
 {
+    CP_FORK_GUARD();
     hwork *w;
     if (!fn)
         return cp_error_set(CP_ERR_INVALID, "host_task: fn is NULL");
@@ -1510,6 +1622,7 @@ static unsigned char peer_enabled[CP_MAX_DEVICES][CP_MAX_DEVICES];
 
 static cp_status h_can_access_peer(int dev, int peer, int *yes)
 {
+    CP_FORK_GUARD();
     cp_status st;
     if (!yes)
         return cp_error_set(CP_ERR_INVALID, "can_access_peer: yes is NULL");
@@ -1521,6 +1634,7 @@ static cp_status h_can_access_peer(int dev, int peer, int *yes)
 
 static cp_status h_enable_peer_access(int dev, int peer)
 {
+    CP_FORK_GUARD();
     cp_status st;
     if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
         return st;
@@ -1537,6 +1651,7 @@ static cp_status h_enable_peer_access(int dev, int peer)
 static cp_status h_memcpy_peer_async(void *dst, int dst_dev, const void *src, int src_dev,
                                      size_t bytes, cp_stream *s)
 {
+    CP_FORK_GUARD();
     hwork *w;
     cp_status st;
     if ((st = check_device(dst_dev)) != CP_OK || (st = check_device(src_dev)) != CP_OK)
@@ -1561,24 +1676,28 @@ static int h_mempool_device(const cp_mempool *p)
 
 static cp_status h_mempool_default_on(int dev, cp_mempool **out)
 {
+    CP_FORK_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_default_on(dev, out) : st;
 }
 
 static cp_status h_mempool_get_current_on(int dev, cp_mempool **out)
 {
+    CP_FORK_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_get_current_on(dev, out) : st;
 }
 
 static cp_status h_mempool_create(cp_mempool **out, const cp_mempool_props *props)
 {
+    CP_FORK_GUARD();
     (void)h_device_count(); /* the device range is known before the pool checks it */
     return cp_host_pool_create(out, props);
 }
 
 static cp_status h_mempool_import(int fd, int dev, cp_mempool **out)
 {
+    CP_FORK_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_import(fd, dev, out) : st;
 }
@@ -1637,6 +1756,7 @@ static cp_status promote_locked(void *p, hmem *m)
 
 static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int *fd)
 {
+    CP_FORK_GUARD();
     host_ipc_data d;
     hmem *m;
     cp_status st = CP_OK;
@@ -1669,6 +1789,7 @@ static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int
 static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, size_t bytes,
                                    void **out)
 {
+    CP_FORK_GUARD();
     host_ipc_data d;
     struct stat sb;
     hmem *m;
@@ -1709,6 +1830,7 @@ static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, siz
 
 static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
 {
+    CP_FORK_GUARD();
     hmem *m;
     (void)bytes;
     if (!ptr)
@@ -1731,6 +1853,8 @@ static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
 __attribute__((destructor)) static void host_shutdown(void)
 {
     cp_stream *live = NULL;
+    if (cp_forked)
+        return; /* a child of fork(): the workers are the parent's */
     pthread_mutex_lock(&G.mu);
     if (!G.used) {
         G.shutdown = 1;
@@ -1789,6 +1913,7 @@ static atomic_uint_least64_t next_vm_handle = 1;
 
 static cp_status h_vm_granularity(size_t *out)
 {
+    CP_FORK_GUARD();
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "vm_granularity: out is NULL");
     *out = HOST_VM_GRANULE;
@@ -1803,6 +1928,7 @@ static int vm_aligned(const void *p, size_t bytes)
 /* A PROT_NONE reservation aligned to the granule: over-reserve, trim both ends. */
 static cp_status h_vm_reserve(void **out, size_t bytes)
 {
+    CP_FORK_GUARD();
     size_t span;
     uintptr_t base, start;
     void *p;
@@ -1829,6 +1955,7 @@ static cp_status h_vm_reserve(void **out, size_t bytes)
 
 static cp_status h_vm_free_range(void *p, size_t bytes)
 {
+    CP_FORK_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_free_range: %p, %zu bytes: not a reserved "
                             "range", p, bytes);
@@ -1841,6 +1968,7 @@ static cp_status h_vm_free_range(void *p, size_t bytes)
  * vm_set_access; a handle only names it. */
 static cp_status h_vm_create(uint64_t *handle, size_t bytes)
 {
+    CP_FORK_GUARD();
     if (!handle || !bytes || bytes % HOST_VM_GRANULE)
         return cp_error_set(CP_ERR_INVALID, "vm_create: %zu bytes is not a multiple of the "
                             "granularity", bytes);
@@ -1850,6 +1978,7 @@ static cp_status h_vm_create(uint64_t *handle, size_t bytes)
 
 static cp_status h_vm_release(uint64_t handle)
 {
+    CP_FORK_GUARD();
     if (!handle)
         return cp_error_set(CP_ERR_INVALID, "vm_release: no such handle");
     return CP_OK;
@@ -1857,6 +1986,7 @@ static cp_status h_vm_release(uint64_t handle)
 
 static cp_status h_vm_map(void *p, size_t bytes, uint64_t handle)
 {
+    CP_FORK_GUARD();
     if (!vm_aligned(p, bytes) || !handle)
         return cp_error_set(CP_ERR_INVALID, "vm_map: %p, %zu bytes: not granule-aligned", p,
                             bytes);
@@ -1865,6 +1995,7 @@ static cp_status h_vm_map(void *p, size_t bytes, uint64_t handle)
 
 static cp_status h_vm_unmap(void *p, size_t bytes)
 {
+    CP_FORK_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_unmap: %p, %zu bytes: not granule-aligned", p,
                             bytes);
@@ -1875,6 +2006,7 @@ static cp_status h_vm_unmap(void *p, size_t bytes)
 
 static cp_status h_vm_set_access(void *p, size_t bytes)
 {
+    CP_FORK_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_set_access: %p, %zu bytes: not "
                             "granule-aligned", p, bytes);
