@@ -300,20 +300,29 @@ int cp_backend_cuda_probe(char *why, size_t whylen);
 /* The backend in use, chosen once per process by cp_backend_select(). */
 extern const cp_backend *cp_be;
 
-/* ---- fork (issue 12) ----------------------------------------------------
+/* ---- a process that can no longer use the backend (issue 12) -----------
  * After fork() the child has no stream workers (host) and no usable CUDA
  * context, and a lock held by a thread that does not exist there would never
- * be released.  cp_backend_select registers pthread_atfork handlers; in the
- * child cp_forked is 1 and every backend entry point that returns a status
- * fails at once (CP_FORK_GUARD, one load of a flag) with cp_fork_error()'s
- * message instead of blocking or touching the device; destructors that would
- * join or drain threads of the parent do nothing in the child. */
+ * be released.  After a sticky CUDA error (an illegal address in a kernel,
+ * ...) every later CUDA call of the process fails.  In both cases
+ * cp_unusable is nonzero and every backend entry point that returns a status
+ * fails at once (CP_GUARD, one load of a flag) with cp_unusable_error()'s
+ * message instead of blocking or failing later in a confusing way.
+ * cp_backend_select registers pthread_atfork handlers that set cp_forked
+ * (and cp_unusable) in the child; destructors that would join or drain
+ * threads of the parent do nothing there.  cp_mark_sticky records the first
+ * sticky error's message (later ones keep it). */
 extern int cp_forked;
-cp_status cp_fork_error(void);
-#define CP_FORK_GUARD()                                                                            \
+extern int cp_unusable;
+cp_status cp_unusable_error(void);
+void cp_mark_sticky(const char *msg);
+/* The message of a sticky error (CUDA's name and text, the operation). */
+void cp_sticky_message(int code, const char *name, const char *what, const char *op, char *out,
+                       size_t outlen);
+#define CP_GUARD()                                                                                 \
     do {                                                                                           \
-        if (__builtin_expect(cp_forked, 0))                                                        \
-            return cp_fork_error();                                                                \
+        if (__builtin_expect(cp_unusable, 0))                                                      \
+            return cp_unusable_error();                                                            \
     } while (0)
 
 /* Chooses the backend: force is NULL/"" (auto), "cuda" or "host".  Returns

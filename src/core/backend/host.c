@@ -232,7 +232,7 @@ static cp_status check_device(int dev)
 
 static cp_status h_set_device(int dev)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st = check_device(dev);
     if (st == CP_OK)
         tl_device = dev;
@@ -660,7 +660,7 @@ static int sched_too_big(size_t bytes)
 
 static cp_status h_device_info_on(int dev, cp_device_info *out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     cp_status st;
@@ -687,13 +687,13 @@ static cp_status h_device_info_on(int dev, cp_device_info *out)
 
 static cp_status h_device_info(cp_device_info *out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     return h_device_info_on(tl_device, out);
 }
 
 static cp_status h_device_synchronize(void)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st;
     hdep *snap = NULL;
     size_t n = 0, cap = 0;
@@ -745,7 +745,7 @@ static cp_status h_device_synchronize(void)
  * has available). */
 static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
     long psize = sysconf(_SC_PAGESIZE);
     size_t share;
@@ -767,7 +767,7 @@ static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_by
 
 static cp_status h_mem_get_info(size_t *free_bytes, size_t *total_bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     return h_mem_get_info_on(tl_device, free_bytes, total_bytes);
 }
 
@@ -775,7 +775,7 @@ static cp_status h_device_synchronize(void);
 
 static cp_status h_device_synchronize_on(int dev)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? h_device_synchronize() : st;
 }
@@ -784,7 +784,7 @@ static cp_status h_device_synchronize_on(int dev)
 
 static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int blocking)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_stream *s;
     cp_status st;
     if (!out)
@@ -827,13 +827,13 @@ static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int 
 
 static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     return h_stream_create_on(out, tl_device, priority, blocking);
 }
 
 static cp_status h_stream_destroy(cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!s)
         return cp_error_set(CP_ERR_INVALID, "stream_destroy: the default stream cannot be destroyed");
     pthread_mutex_lock(&G.mu);
@@ -855,7 +855,7 @@ static cp_status h_stream_destroy(cp_stream *s)
  * blocking streams' work, which anything enqueued on it would wait for. */
 static cp_status h_stream_synchronize(cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st;
     pthread_mutex_lock(&G.mu);
     if (s) {
@@ -898,7 +898,7 @@ static cp_status h_stream_synchronize(cp_stream *s)
 
 static cp_status h_stream_query(cp_stream *s, int *idle)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!idle)
         return cp_error_set(CP_ERR_INVALID, "stream_query: idle is NULL");
     pthread_mutex_lock(&G.mu);
@@ -916,7 +916,7 @@ static cp_status h_stream_query(cp_stream *s, int *idle)
 
 static cp_status h_stream_wait_event(cp_stream *s, cp_event *e)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st = CP_OK;
     cp_stream *hs;
     if (!e)
@@ -954,7 +954,7 @@ static uint64_t h_stream_id(const cp_stream *s)
 
 static cp_status h_event_create(cp_event **out, int timing)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_event *e;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "event_create: out is NULL");
@@ -978,7 +978,7 @@ static void event_unref_locked(cp_event *e)
 /* As cudaEventDestroy: returns at once; a pending marker keeps the struct. */
 static cp_status h_event_destroy(cp_event *e)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!e)
         return cp_error_set(CP_ERR_INVALID, "event_destroy: event is NULL");
     pthread_mutex_lock(&G.mu);
@@ -997,7 +997,7 @@ static void mark_done_locked(hwork *w)
 
 static cp_status h_event_record(cp_event *e, cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     uint64_t ticket = 0;
     cp_stream *hs;
     hwork *w;
@@ -1032,7 +1032,7 @@ static cp_status h_event_record(cp_event *e, cp_stream *s)
 
 static cp_status h_event_synchronize(cp_event *e)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st;
     if (!e)
         return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
@@ -1049,7 +1049,7 @@ static cp_status h_event_synchronize(cp_event *e)
 
 static cp_status h_event_query(cp_event *e, int *done)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!e || !done)
         return cp_error_set(CP_ERR_INVALID, "event_query: NULL argument");
     pthread_mutex_lock(&G.mu);
@@ -1060,7 +1060,7 @@ static cp_status h_event_query(cp_event *e, int *done)
 
 static cp_status h_event_elapsed(cp_event *start, cp_event *end, float *ms)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st = CP_OK;
     if (!start || !end || !ms)
         return cp_error_set(CP_ERR_INVALID, "event_elapsed: NULL argument");
@@ -1145,7 +1145,7 @@ __attribute__((destructor)) static void mem_registry_free(void)
 
 static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind kind)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     void *p;
     size_t len;
     hmem *m;
@@ -1195,13 +1195,13 @@ static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind ki
 
 static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     return h_mem_alloc_on(tl_device, out, bytes, kind);
 }
 
 static cp_status h_mem_free(void *p, cp_memkind kind)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hmem *m;
     (void)kind;
     if (!p)
@@ -1225,7 +1225,7 @@ static cp_status h_mem_free(void *p, cp_memkind kind)
 
 static cp_status h_mem_free_on(int dev, void *p, cp_memkind kind)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     (void)dev; /* the registry knows the device */
     return h_mem_free(p, kind);
 }
@@ -1371,7 +1371,7 @@ static void run_verify(hwork *w)
 
 static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     if (bytes == 0)
         return CP_OK;
@@ -1389,7 +1389,7 @@ static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_str
 
 static cp_status h_memset_async(void *dst, int byte, size_t bytes, cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     if (bytes == 0)
         return CP_OK;
@@ -1431,7 +1431,7 @@ static cp_status check_dtype(cp_dtype t)
 static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const cp_shape *sh,
                           cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     cp_status st = check_shape(sh);
     if (st == CP_OK)
@@ -1456,7 +1456,7 @@ static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const 
 
 static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     cp_status st = check_shape(sh);
     if (st != CP_OK)
@@ -1478,7 +1478,7 @@ static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_s
 static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_shape *sh,
                               cp_stream *s, cp_scalar *out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     cp_scalar r;
     cp_status st = check_shape(sh);
@@ -1508,7 +1508,7 @@ static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_
 
 static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w = work_or_oom(run_spin);
     if (!w)
         return CP_ERR_OOM;
@@ -1518,7 +1518,7 @@ static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
 
 static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     cp_status st;
     if (bytes == 0)
@@ -1539,7 +1539,7 @@ static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
                             uint64_t *bad)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     uint64_t r = 0;
     cp_status st;
@@ -1596,7 +1596,7 @@ static void run_task(hwork *w)
 static cp_status h_host_task(cp_stream *s, int (*fn)(void *, char *, size_t), const void *data,
                              size_t len)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     if (!fn)
         return cp_error_set(CP_ERR_INVALID, "host_task: fn is NULL");
@@ -1622,7 +1622,7 @@ static unsigned char peer_enabled[CP_MAX_DEVICES][CP_MAX_DEVICES];
 
 static cp_status h_can_access_peer(int dev, int peer, int *yes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st;
     if (!yes)
         return cp_error_set(CP_ERR_INVALID, "can_access_peer: yes is NULL");
@@ -1634,7 +1634,7 @@ static cp_status h_can_access_peer(int dev, int peer, int *yes)
 
 static cp_status h_enable_peer_access(int dev, int peer)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st;
     if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
         return st;
@@ -1651,7 +1651,7 @@ static cp_status h_enable_peer_access(int dev, int peer)
 static cp_status h_memcpy_peer_async(void *dst, int dst_dev, const void *src, int src_dev,
                                      size_t bytes, cp_stream *s)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hwork *w;
     cp_status st;
     if ((st = check_device(dst_dev)) != CP_OK || (st = check_device(src_dev)) != CP_OK)
@@ -1676,28 +1676,28 @@ static int h_mempool_device(const cp_mempool *p)
 
 static cp_status h_mempool_default_on(int dev, cp_mempool **out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_default_on(dev, out) : st;
 }
 
 static cp_status h_mempool_get_current_on(int dev, cp_mempool **out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_get_current_on(dev, out) : st;
 }
 
 static cp_status h_mempool_create(cp_mempool **out, const cp_mempool_props *props)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     (void)h_device_count(); /* the device range is known before the pool checks it */
     return cp_host_pool_create(out, props);
 }
 
 static cp_status h_mempool_import(int fd, int dev, cp_mempool **out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_import(fd, dev, out) : st;
 }
@@ -1756,7 +1756,7 @@ static cp_status promote_locked(void *p, hmem *m)
 
 static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int *fd)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     host_ipc_data d;
     hmem *m;
     cp_status st = CP_OK;
@@ -1789,7 +1789,7 @@ static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int
 static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, size_t bytes,
                                    void **out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     host_ipc_data d;
     struct stat sb;
     hmem *m;
@@ -1830,7 +1830,7 @@ static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, siz
 
 static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     hmem *m;
     (void)bytes;
     if (!ptr)
@@ -1913,7 +1913,7 @@ static atomic_uint_least64_t next_vm_handle = 1;
 
 static cp_status h_vm_granularity(size_t *out)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "vm_granularity: out is NULL");
     *out = HOST_VM_GRANULE;
@@ -1928,7 +1928,7 @@ static int vm_aligned(const void *p, size_t bytes)
 /* A PROT_NONE reservation aligned to the granule: over-reserve, trim both ends. */
 static cp_status h_vm_reserve(void **out, size_t bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     size_t span;
     uintptr_t base, start;
     void *p;
@@ -1955,7 +1955,7 @@ static cp_status h_vm_reserve(void **out, size_t bytes)
 
 static cp_status h_vm_free_range(void *p, size_t bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_free_range: %p, %zu bytes: not a reserved "
                             "range", p, bytes);
@@ -1968,7 +1968,7 @@ static cp_status h_vm_free_range(void *p, size_t bytes)
  * vm_set_access; a handle only names it. */
 static cp_status h_vm_create(uint64_t *handle, size_t bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!handle || !bytes || bytes % HOST_VM_GRANULE)
         return cp_error_set(CP_ERR_INVALID, "vm_create: %zu bytes is not a multiple of the "
                             "granularity", bytes);
@@ -1978,7 +1978,7 @@ static cp_status h_vm_create(uint64_t *handle, size_t bytes)
 
 static cp_status h_vm_release(uint64_t handle)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!handle)
         return cp_error_set(CP_ERR_INVALID, "vm_release: no such handle");
     return CP_OK;
@@ -1986,7 +1986,7 @@ static cp_status h_vm_release(uint64_t handle)
 
 static cp_status h_vm_map(void *p, size_t bytes, uint64_t handle)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!vm_aligned(p, bytes) || !handle)
         return cp_error_set(CP_ERR_INVALID, "vm_map: %p, %zu bytes: not granule-aligned", p,
                             bytes);
@@ -1995,7 +1995,7 @@ static cp_status h_vm_map(void *p, size_t bytes, uint64_t handle)
 
 static cp_status h_vm_unmap(void *p, size_t bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_unmap: %p, %zu bytes: not granule-aligned", p,
                             bytes);
@@ -2006,7 +2006,7 @@ static cp_status h_vm_unmap(void *p, size_t bytes)
 
 static cp_status h_vm_set_access(void *p, size_t bytes)
 {
-    CP_FORK_GUARD();
+    CP_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_set_access: %p, %zu bytes: not "
                             "granule-aligned", p, bytes);
