@@ -10,8 +10,14 @@ local run_child = require "spec.support.child"
 local HOST = cupola.backend() == "host"
 
 local it_child = run_child.available and it or pending
-local it_host = (HOST and run_child.available) and it or function(name)
-  pending(name .. " (host backend only; backend is " .. cupola.backend() .. ")")
+-- Under valgrind (make test-valgrind wraps children in memcheck) the faults
+-- these cases make on purpose are memcheck errors by definition (invalid
+-- reads and writes), which fail the child; the handling itself is what make
+-- test and make test-asan check.
+local VALGRIND = (os.getenv "CUPOLA_CHILD_WRAP" or ""):find("valgrind", 1, true) ~= nil
+local it_host = (HOST and run_child.available and not VALGRIND) and it or function(name)
+  pending(name .. (VALGRIND and " (under valgrind the deliberate faults are memcheck errors)"
+    or " (host backend only; backend is " .. cupola.backend() .. ")"))
 end
 
 -- the test-only module with fork/waitpid/_exit and a real crash (make builds it)
@@ -170,7 +176,7 @@ out("faults", tostring(n), tostring(string.unpack("i4", b:read(0, 4))))
     assert.matches("faults\t25\t3", o, 1, true)
   end)
 
-  it_child("a crash outside any kernel stays a crash (the handler chains)", function()
+  ;(VALGRIND and pending or it_child)("a crash outside any kernel stays a crash (the handler chains)", function()
     if not TESTMOD then
       pending("needs the test-only module cupola_testposix (make builds it)")
       return
