@@ -154,7 +154,7 @@ deps:
 TESTMOD := $(BUILD)/testmod/cupola_testposix.so
 $(TESTMOD): tests/c/lua_testposix.c
 	@mkdir -p $(dir $@)
-	$(CC) -shared -fPIC -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -I$(LUA_INCDIR) -o $@ $<
+	$(CC) -shared -fPIC -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -I$(LUA_INCDIR) -o $@ $< $(EXTRA_LDFLAGS)
 
 test: deps all $(C_TESTS) $(TESTMOD)
 	@$(LUA) spec/run.lua $(C_TESTS)

@@ -59,6 +59,15 @@
  *    is per thread, as in CUDA.  Every device can access every other one
  *    (can_access_peer is 1 for i != j); enabling is recorded.  Synchronizing
  *    one device waits for all of them.
+ *  - A host task that returns 2 (a user kernel's hardware fault, see
+ *    kernel/host_fault.h) leaves its stream in error, as a fault leaves a
+ *    CUDA context: the stream's synchronizations and events recorded on it
+ *    return the message, new work on it is refused with it, queued work is
+ *    skipped (queued tasks are cancelled), and the first device
+ *    synchronization after the fault returns it once.  Other streams live on.
+ *  - fork(): the scheduler's lock is taken around fork (pthread_atfork) so
+ *    the child never inherits it held; in the child every entry point fails
+ *    at once (CP_GUARD, backend.h) and the exit destructors do nothing.
  *  - mem_alloc memory is mapped from the OS (mmap, whole pages), so that the
  *    legacy IPC path can later turn it into a shared file mapping at the same
  *    address (ipc_get_handle: the bytes are copied into a memfd which is
