@@ -229,3 +229,37 @@ out("sync2", tostring(ok4), tostring(e4))
     end
   end)
 end)
+
+describe("errors of kernels and cupola's own waits", function()
+  -- bug: mem_alloc and mem_free wait for the device on the host backend, and
+  -- that wait took the pending kernel error, so a cupola.malloc between the
+  -- launch and the synchronization made the error disappear
+  local it_h = HOST and it or function(name) pending(name .. " (host backend only)") end
+  it_h("a cupola.malloc between a failing launch and the synchronization does not swallow the error", function()
+    local m = cupola.module { name = "trapper.cu", source = [[
+extern "C" __global__ void trapper(int *x) { if (threadIdx.x == 3) __trap(); x[threadIdx.x] = 1; }
+]] }
+    local b = cupola.malloc(256)
+    m:kernel("trapper", { "ptr" }):launch({ grid = 1, block = 32 }, b)
+    local b2 = cupola.malloc(4096)
+    b2:free()
+    local ok, err = pcall(cupola.synchronize)
+    assert.is_false(ok)
+    assert.matches("cupolaErrorHostKernel: kernel 'trapper'", err, 1, true)
+    assert.is_true((pcall(cupola.synchronize)))
+    b:free()
+    m:close()
+  end)
+
+  it_host("nor does it swallow a fault", function()
+    local code, o, e = run_child(PROLOGUE .. [[
+local s = cupola.stream()
+m:kernel("wild", { "ptr" }):launch({ grid = 1, block = 1, stream = s }, b)
+local x = cupola.malloc(4096)
+x:free()
+out("device", tostring((pcall(cupola.synchronize))))
+]])
+    assert.equals(0, code, o .. e)
+    assert.matches("device\tfalse", o, 1, true)
+  end)
+end)

@@ -98,7 +98,6 @@ static int sticky(cudaError_t e)
     case cudaErrorAssert:
     case cudaErrorLaunchTimeout:
     case cudaErrorECCUncorrectable:
-    case cudaErrorUnknown:
         return 1;
     default:
         return 0;

@@ -700,10 +700,21 @@ static cp_status h_device_info(cp_device_info *out)
     return h_device_info_on(tl_device, out);
 }
 
+/* Waits for every stream.  report: return (and consume) a pending kernel
+ * error and each stream's fault not yet reported; 0 for the waits cupola
+ * makes on its own (mem_alloc, mem_free, IPC), which must leave them for the
+ * user's next synchronization. */
+static cp_status device_wait(int report);
+
 static cp_status h_device_synchronize(void)
 {
     CP_GUARD();
-    cp_status st;
+    return device_wait(1);
+}
+
+static cp_status device_wait(int report)
+{
+    cp_status st = CP_OK;
     hdep *snap = NULL;
     size_t n = 0, cap = 0;
 
@@ -736,9 +747,10 @@ static cp_status h_device_synchronize(void)
             sched_wait_done_locked(snap[i].sid, snap[i].ticket);
     }
     cp_host_pool_release_locked();
-    st = take_kernel_error_locked();
+    if (report)
+        st = take_kernel_error_locked();
     /* each stream's fault once (the stream itself keeps reporting it) */
-    for (cp_stream *s = G.streams; s && st == CP_OK; s = s->next)
+    for (cp_stream *s = G.streams; report && s && st == CP_OK; s = s->next)
         if (s->fault_set && !s->fault_told) {
             s->fault_told = 1;
             st = fault_error_locked(s);
@@ -1173,7 +1185,7 @@ static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind ki
                             "out of memory: %zu bytes exceed the host's memory and swap", bytes);
     len = page_round(bytes);
     if (kind == CP_MEM_DEVICE) {
-        h_device_synchronize();
+        (void)device_wait(0);
         if (!cp_host_mem_charge(dev, len))
             return cp_error_set(CP_ERR_OOM,
                                 "out of memory: %zu bytes exceed what is left of device %d's "
@@ -1215,7 +1227,7 @@ static cp_status h_mem_free(void *p, cp_memkind kind)
     (void)kind;
     if (!p)
         return CP_OK;
-    h_device_synchronize();
+    (void)device_wait(0);
     m = mem_lookup(p, 0);
     if (!m || m->imported)
         return cp_error_set(CP_ERR_INVALID,
@@ -1773,7 +1785,7 @@ static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int
         return cp_error_set(CP_ERR_INVALID, "ipc_get_handle: NULL argument");
     *fd = -1;
     memset(out, 0, sizeof *out);
-    h_device_synchronize(); /* nothing may write the bytes while they move */
+    (void)device_wait(0); /* nothing may write the bytes while they move */
     pthread_mutex_lock(&mem_lock);
     m = mem_map.slots ? (hmem *)cp_ptrmap_get(&mem_map, (uint64_t)(uintptr_t)ptr) : NULL;
     if (!m || m->imported)
@@ -1844,7 +1856,7 @@ static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
     (void)bytes;
     if (!ptr)
         return CP_OK;
-    h_device_synchronize(); /* as cudaIpcCloseMemHandle, nothing queued may still touch it */
+    (void)device_wait(0); /* as cudaIpcCloseMemHandle, nothing queued may still touch it */
     m = mem_lookup(ptr, 0);
     if (!m || !m->imported)
         return cp_error_set(CP_ERR_INVALID, "invalid value: %p was not opened from a handle", ptr);
