@@ -25,6 +25,7 @@ struct cp_stream {
 
 struct cp_event {
     cp_stream *s;
+    uint64_t sid; /* s's id: s may be destroyed (freed) while the event lives */
     uint64_t target;
     int recorded;
 };
@@ -32,7 +33,7 @@ struct cp_event {
 static pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t fake_next_id = 1;
 static cp_stream fake_default; /* the NULL stream's state */
-static cp_stream *fake_streams[64];
+static cp_stream *fake_streams[1024];
 static int fake_nstreams;
 static uint64_t fake_records, fake_queries, fake_syncs, fake_allocs;
 
@@ -50,7 +51,7 @@ static cp_status fake_stream_create(cp_stream **out, int priority, int blocking)
         return CP_ERR_OOM;
     pthread_mutex_lock(&fake_lock);
     s->id = fake_next_id++;
-    if (fake_nstreams < 64)
+    if (fake_nstreams < (int)(sizeof fake_streams / sizeof fake_streams[0]))
         fake_streams[fake_nstreams++] = s;
     pthread_mutex_unlock(&fake_lock);
     *out = s;
@@ -130,6 +131,7 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
 {
     pthread_mutex_lock(&fake_lock);
     e->s = fake_s(s);
+    e->sid = fake_s(s)->id;
     e->target = fake_s(s)->queued;
     e->recorded = 1;
     fake_records++;
@@ -137,10 +139,26 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
     return CP_OK;
 }
 
+/* The event's stream if it still exists (under fake_lock), else NULL: a
+ * destroyed stream's work is complete, as on a device.  (Reading e->s after
+ * another thread destroyed the stream was a use after free in test_pools'
+ * threaded case, seen under ASan.) */
+static cp_stream *fake_event_stream_locked(const cp_event *e)
+{
+    if (e->s == &fake_default)
+        return e->s;
+    for (int i = 0; i < fake_nstreams; i++)
+        if (fake_streams[i] == e->s && fake_streams[i]->id == e->sid)
+            return e->s;
+    return NULL;
+}
+
 static cp_status fake_event_query(cp_event *e, int *done)
 {
+    cp_stream *es;
     pthread_mutex_lock(&fake_lock);
-    *done = !e->recorded || e->s->completed >= e->target;
+    es = e->recorded ? fake_event_stream_locked(e) : NULL;
+    *done = !es || es->completed >= e->target;
     fake_queries++;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
@@ -148,9 +166,11 @@ static cp_status fake_event_query(cp_event *e, int *done)
 
 static cp_status fake_event_synchronize(cp_event *e)
 {
+    cp_stream *es;
     pthread_mutex_lock(&fake_lock);
-    if (e->recorded && e->s->completed < e->target)
-        e->s->completed = e->target;
+    es = e->recorded ? fake_event_stream_locked(e) : NULL;
+    if (es && es->completed < e->target)
+        es->completed = e->target;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
 }
