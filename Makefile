@@ -165,7 +165,14 @@ bench: deps all $(BUILD)/bench/speed $(BUILD)/bench_floor.so
 deps:
 	@[ -n "$${CUPOLA_NO_DEPS:-}" ] || sh .ci/deps.sh
 
-test: deps all $(C_TESTS)
+# A test-only Lua module with fork/waitpid/_exit (spec/fork_spec.lua,
+# spec/kernel_fault_spec.lua); never installed.
+TESTMOD := $(BUILD)/testmod/cupola_testposix.so
+$(TESTMOD): tests/c/lua_testposix.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -I$(LUA_INCDIR) -o $@ $< $(EXTRA_LDFLAGS)
+
+test: deps all $(C_TESTS) $(TESTMOD)
 	@$(LUA) spec/run.lua $(C_TESTS)
 
 demo: deps all
@@ -278,14 +285,16 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_TRACE_SECONDS ?= 60
 
-.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps fuzz-pickle
+.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps fuzz-pickle fuzz-scan fuzz-option
 rel-asan-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(ASAN_CFLAGS)" \
-	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS))
+	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS)) \
+	    $(ASAN_BUILD)/testmod/cupola_testposix.so
 
 rel-vg-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(VG_BUILD) EXTRA_CFLAGS="-O1 -g" \
-	    $(VG_BUILD)/cupola/core.so $(addprefix $(VG_BUILD)/tests/,$(VG_C_TESTS))
+	    $(VG_BUILD)/cupola/core.so $(addprefix $(VG_BUILD)/tests/,$(VG_C_TESTS)) \
+	    $(VG_BUILD)/testmod/cupola_testposix.so
 
 test-asan: deps rel-asan-build
 	@echo "== test-asan: AddressSanitizer + UBSan + LeakSanitizer, host backend"
@@ -414,3 +423,44 @@ fuzz-pickle: fuzz-deps $(FUZZ_BUILD)/fuzz_pickle
 	    tail -40 $(FUZZ_BUILD)/fuzz_pickle.log; \
 	    echo "0 passed, 1 failed"; exit 1; \
 	fi
+
+# ---- fuzz-scan, fuzz-option: libFuzzer on what reads user kernels (issue 12)
+# fuzz-scan: the kernel source scanner (kernel/scan.c), in memory.
+# fuzz-option: the compile option allow-list (cp_cc_check_option), against
+# an independent statement of it.  Seeds: tests/fuzz/corpus-scan, -option.
+FUZZ_SCAN_SECONDS ?= 30
+FUZZ_OPTION_SECONDS ?= 20
+FUZZ_SCAN_SRC := tests/fuzz/fuzz_scan.c src/core/error.c src/core/kernel/scan.c
+FUZZ_OPTION_SRC := tests/fuzz/fuzz_option.c src/core/error.c src/core/kernel/compile.c
+$(FUZZ_BUILD)/fuzz_scan: $(FUZZ_SCAN_SRC) $(wildcard src/core/*.h src/core/kernel/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_SCAN_SRC)
+$(FUZZ_BUILD)/fuzz_option: $(FUZZ_OPTION_SRC) $(wildcard src/core/*.h src/core/kernel/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_OPTION_SRC) -lpthread
+
+# $(call run_fuzzer,name,seconds,max_len,dict): a bounded run with its own
+# "N passed, N failed" line; the corpus grows under $(FUZZ_BUILD).
+define run_fuzzer
+	@mkdir -p $(FUZZ_BUILD)/corpus-$(1)
+	@echo "== fuzz-$(1): libFuzzer for $(2) s"
+	@if $(FUZZ_BUILD)/fuzz_$(1) -max_total_time=$(2) -max_len=$(3) -timeout=10 \
+	        -rss_limit_mb=2048 -print_final_stats=1 -dict=$(4) \
+	        -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-$(1) tests/fuzz/corpus-$(1) \
+	        > $(FUZZ_BUILD)/fuzz_$(1).log 2>&1; then \
+	    grep -E "^stat::number_of_executed_units|^Done" $(FUZZ_BUILD)/fuzz_$(1).log; \
+	    echo "1 passed, 0 failed"; \
+	else \
+	    tail -40 $(FUZZ_BUILD)/fuzz_$(1).log; \
+	    echo "0 passed, 1 failed"; exit 1; \
+	fi
+endef
+
+.PHONY: fuzz-scan fuzz-option
+fuzz-scan: fuzz-deps $(FUZZ_BUILD)/fuzz_scan
+	$(call run_fuzzer,scan,$(FUZZ_SCAN_SECONDS),8192,tests/fuzz/scan.dict)
+
+fuzz-option: fuzz-deps $(FUZZ_BUILD)/fuzz_option
+	$(call run_fuzzer,option,$(FUZZ_OPTION_SECONDS),512,tests/fuzz/option.dict)

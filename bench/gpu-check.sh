@@ -72,7 +72,7 @@ C_TESTS=${C_TESTS:-$(ls tests/c/test_*.c 2>/dev/null | sed 's|tests/c/|build/tes
 for stage in $stages; do
     case $stage in
     build)
-        run_stage build make -j8 all $C_TESTS build/bench/seed000 build/bench/speed build/bench_floor.so LUA_INCDIR="$LUA_INC" \
+        run_stage build make -j8 all $C_TESTS build/bench/seed000 build/bench/speed build/bench_floor.so build/testmod/cupola_testposix.so LUA_INCDIR="$LUA_INC" \
             EXTRA_CFLAGS="-Werror $ZFLAGS" EXTRA_LDFLAGS="$ZLD" || { cat "$LOGS/build.log" | tail -30; exit 1; }
         ;;
     test)

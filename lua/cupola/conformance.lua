@@ -441,10 +441,48 @@ function checks.lifetime(make_pool)
   end)
 end
 
+-- opts' counts: integers in a range (a huge or non-integer count used to run
+-- forever or fail deep inside; found by the argument fuzz, issue 12)
+local COUNTS = {
+  ops = { 1, 10000000 }, seed = { math.mininteger, math.maxinteger }, max_live = { 1, 1000000 },
+  small = { 1, 1 << 40 }, large = { 1, 1 << 40 }, shrink_runs = { 0, 10000000 },
+}
+
+local function check_opts(opts)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then
+    error("cupola.conformance: opts must be a table, not a " .. type(opts), 3)
+  end
+  for k, range in pairs(COUNTS) do
+    local v = opts[k]
+    if v ~= nil then
+      local i = type(v) == "number" and math.tointeger(v)
+      if not i or i < range[1] or i > range[2] then
+        error(string.format("cupola.conformance: opts.%s must be an integer in %d..%d, not %s", k,
+          range[1], range[2], tostring(v)), 3)
+      end
+    end
+  end
+  for _, k in ipairs { "checks", "reuse" } do
+    local v = opts[k]
+    if v ~= nil then
+      if type(v) ~= "table" then
+        error(string.format("cupola.conformance: opts.%s must be a list of names, not a %s", k, type(v)), 3)
+      end
+      for i, name in ipairs(v) do
+        if type(name) ~= "string" then
+          error(string.format("cupola.conformance: opts.%s[%d] must be a string", k, i), 3)
+        end
+      end
+    end
+  end
+  return opts
+end
+
 --- Runs the battery; see the header comment for make_pool and opts.
 function M.run(make_pool, opts)
   assert(type(make_pool) == "function", "cupola.conformance: make_pool must be a function")
-  opts = opts or {}
+  opts = check_opts(opts)
   local report = { ok = true, violations = {}, skipped = {}, checks = {} }
   local streams = { cupola.stream(), cupola.stream() }
   for _, name in ipairs(opts.checks or ALL) do

@@ -3,19 +3,38 @@ local report = {}
 
 local units = { "B", "KiB", "MiB", "GiB", "TiB" }
 
+-- Argument checks: misuse raises naming the argument (the argument fuzz of
+-- issue 12 found raw "attempt to index a number value" errors here).
+local function want(v, types, n, fname, what)
+  local t = type(v)
+  for w in types:gmatch "[^|]+" do
+    if t == w then return v end
+  end
+  error(string.format("bad argument #%d to '%s' (%s expected, got %s)", n, fname, what,
+    t == "userdata" and (getmetatable(v) or {}).__name or t), 3)
+end
+
 --- report.bytes(n) -> "4.00 MiB"
 function report.bytes(n)
+  want(n, "number", 1, "cupola.report.bytes", "number")
   local i, v = 1, n
   while v >= 1024 and i < #units do
     v, i = v / 1024, i + 1
   end
-  if i == 1 then return string.format("%d B", n) end
+  if i == 1 then return math.tointeger(n) and string.format("%d B", n) or string.format("%g B", n) end
   return string.format("%.2f %s", v, units[i])
 end
 
 --- report.table(headers, rows) -> string: columns aligned, numbers right.
 -- rows are arrays of values (converted with tostring).
 function report.table(headers, rows)
+  want(headers, "table", 1, "cupola.report.table", "a list of column names")
+  want(rows, "table", 2, "cupola.report.table", "a list of rows")
+  for r, row in ipairs(rows) do
+    if type(row) ~= "table" then
+      error(string.format("bad argument #2 to 'cupola.report.table' (row %d is a %s, not a list)", r, type(row)), 2)
+    end
+  end
   local widths, cells = {}, {}
   local function measure(row)
     local out = {}
@@ -99,6 +118,9 @@ end
 -- a header line, then one line per row (RFC 4180 quoting, full precision).
 function report.csv(rows, path, opts)
   rows = as_rows(rows)
+  want(path, "nil|string", 2, "cupola.report.csv", "a file name")
+  want(opts, "nil|table", 3, "cupola.report.csv", "an options table")
+  if opts then want(opts.columns, "nil|table", 3, "cupola.report.csv", "option 'columns' as a list") end
   local cols = (opts and opts.columns) or report.columns(rows)
   local out = {}
   local head = {}
@@ -149,6 +171,7 @@ end
 --- report.json(rows [, path]) -> the JSON text (written to path when given),
 -- through Debian's lua-dkjson; a record stays an object, a list an array.
 function report.json(rows, path)
+  want(path, "nil|string", 2, "cupola.report.json", "a file name")
   local ok, dkjson = pcall(require, "dkjson")
   if not ok then error("cupola.report.json needs dkjson (Debian: apt-get install lua-dkjson)", 2) end
   local text = dkjson.encode(plain(rows, 0), { indent = true }) .. "\n"
@@ -165,6 +188,7 @@ end
 -- string (report.table over report.columns), numbers right-aligned.
 function report.records(rows, cols)
   rows = as_rows(rows)
+  want(cols, "nil|table", 2, "cupola.report.records", "a list of column names")
   cols = cols or report.columns(rows)
   local body = {}
   for i, r in ipairs(rows) do

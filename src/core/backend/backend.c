@@ -7,9 +7,65 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 const cp_backend *cp_be = NULL;
+
+int cp_forked;
+int cp_unusable;
+static char sticky_msg[768];
+static pid_t parent_pid;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+    cp_forked = 1;
+    cp_unusable = 1;
+}
+
+static void atfork_register(void)
+{
+    parent_pid = getpid();
+    pthread_atfork(NULL, NULL, fork_child);
+}
+
+void cp_sticky_message(int code, const char *name, const char *what, const char *op, char *out,
+                       size_t outlen)
+{
+    snprintf(out, outlen,
+             "%s: %s (%s); the CUDA context is no longer usable after this error (code %d): "
+             "every later CUDA call of this process fails, so cupola refuses them; start a new "
+             "process",
+             name, what, op, code);
+}
+
+void cp_mark_sticky(const char *msg)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    if (!sticky_msg[0]) {
+        snprintf(sticky_msg, sizeof sticky_msg, "%s", msg);
+        /* the message first, then the flag that makes readers use it */
+        __atomic_store_n(&cp_unusable, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+cp_status cp_unusable_error(void)
+{
+    if (!cp_forked)
+        return cp_error_set(CP_ERR_BACKEND, "%s", sticky_msg);
+    return cp_error_set(CP_ERR_BACKEND,
+                        "cupola cannot be used in a child process created by fork() after "
+                        "cupola started (this process %ld, its parent %ld): the child has none "
+                        "of the %s backend's %s; use cupola in the parent, or exec a new "
+                        "program in the child",
+                        (long)getpid(), (long)parent_pid, cp_be ? cp_be->name : "selected",
+                        cp_be && strcmp(cp_be->name, "cuda") == 0 ? "CUDA context"
+                                                                   : "stream worker threads");
+}
 
 static pthread_mutex_t select_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -23,6 +79,9 @@ cp_status cp_backend_select(const char *force)
         return cp_error_set(CP_ERR_INVALID,
                             "CUPOLA_BACKEND must be 'cuda' or 'host', not '%s'", force);
 
+    if (cp_forked)
+        return cp_unusable_error();
+    pthread_once(&atfork_once, atfork_register);
     pthread_mutex_lock(&select_lock);
     if (cp_be) {
         if (force && *force && strcmp(force, cp_be->name) != 0)

@@ -192,7 +192,12 @@ typedef struct cp_backend {
      * copied (len bytes, 8-byte aligned) into the work item.  A nonzero
      * return stores err as a pending kernel error, which the next device,
      * stream or event synchronization returns (CP_ERR_BACKEND, the message
-     * starting "cupolaErrorHostKernel").
+     * starting "cupolaErrorHostKernel").  A return of 2 is a fault (err is
+     * the whole message): the stream stays in error, as a CUDA context does
+     * after one: its synchronizations (and the next device synchronization)
+     * return err, new work on it is refused with err, and queued work does
+     * not run; a task queued there is called as fn(data, NULL, 0), which
+     * must release what data holds and run nothing.
      * stream_native (CUDA; NULL on host): the cudaStream_t of s (the legacy
      * stream's handle for NULL), for the driver API. */
     cp_status (*host_task)(cp_stream *s, int (*fn)(void *data, char *err, size_t errlen),
@@ -314,6 +319,31 @@ int cp_backend_cuda_probe(char *why, size_t whylen);
 
 /* The backend in use, chosen once per process by cp_backend_select(). */
 extern const cp_backend *cp_be;
+
+/* ---- a process that can no longer use the backend (issue 12) -----------
+ * After fork() the child has no stream workers (host) and no usable CUDA
+ * context, and a lock held by a thread that does not exist there would never
+ * be released.  After a sticky CUDA error (an illegal address in a kernel,
+ * ...) every later CUDA call of the process fails.  In both cases
+ * cp_unusable is nonzero and every backend entry point that returns a status
+ * fails at once (CP_GUARD, one load of a flag) with cp_unusable_error()'s
+ * message instead of blocking or failing later in a confusing way.
+ * cp_backend_select registers pthread_atfork handlers that set cp_forked
+ * (and cp_unusable) in the child; destructors that would join or drain
+ * threads of the parent do nothing there.  cp_mark_sticky records the first
+ * sticky error's message (later ones keep it). */
+extern int cp_forked;
+extern int cp_unusable;
+cp_status cp_unusable_error(void);
+void cp_mark_sticky(const char *msg);
+/* The message of a sticky error (CUDA's name and text, the operation). */
+void cp_sticky_message(int code, const char *name, const char *what, const char *op, char *out,
+                       size_t outlen);
+#define CP_GUARD()                                                                                 \
+    do {                                                                                           \
+        if (__builtin_expect(cp_unusable, 0))                                                      \
+            return cp_unusable_error();                                                            \
+    } while (0)
 
 /* Chooses the backend: force is NULL/"" (auto), "cuda" or "host".  Returns
  * CP_OK, or an error (forced cuda without a device, unknown name) with the

@@ -84,9 +84,38 @@ static cp_status status_of(cudaError_t e)
  * thread's last error is cleared so that a later launch's check reports
  * that launch, not this older failure (after an OOM above all, which
  * callers treat as data and carry on from). */
+/* Errors after which the CUDA context is unusable: every later call of the
+ * process fails with them. */
+static int sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorHardwareStackError:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static cp_status fail(cudaError_t e, const char *op)
 {
+    CP_GUARD();
     (void)cudaGetLastError();
+    if (sticky(e)) {
+        char msg[768];
+        cp_sticky_message((int)e, cudaGetErrorName(e), cudaGetErrorString(e), op, msg,
+                               sizeof msg);
+        cp_mark_sticky(msg);
+        return cp_unusable_error();
+    }
     return cp_error_set(status_of(e), "%s: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e),
                         op);
 }
@@ -107,6 +136,7 @@ static int shutting_down(cudaError_t e)
 
 static cp_status release_result(cudaError_t e, const char *op)
 {
+    CP_GUARD();
     if (e == cudaSuccess || shutting_down(e)) {
         (void)cudaGetLastError();
         return CP_OK;
@@ -136,6 +166,7 @@ static int cuda_device_count(void)
 
 static cp_status check_device(int dev)
 {
+    CP_GUARD();
     int n = cuda_device_count();
     if (dev < 0 || dev >= n)
         return cp_error_set(CP_ERR_INVALID,
@@ -148,6 +179,7 @@ static cp_status check_device(int dev)
 /* Makes dev the calling thread's CUDA device (only when it is not). */
 static cp_status use_device(int dev)
 {
+    CP_GUARD();
     int cur = -1;
     cudaError_t e = cudaGetDevice(&cur);
     if (e != cudaSuccess)
@@ -214,6 +246,7 @@ int cp_backend_cuda_probe(char *why, size_t whylen)
 
 static cp_status cuda_device_info_on(int dev, cp_device_info *out)
 {
+    CP_GUARD();
     struct cudaDeviceProp prop;
     int v = 0;
     cp_status st;
@@ -243,6 +276,7 @@ static cp_status cuda_device_info_on(int dev, cp_device_info *out)
 
 static cp_status cuda_device_info(cp_device_info *out)
 {
+    CP_GUARD();
     return cuda_device_info_on(CP_DEVICE, out);
 }
 
@@ -250,6 +284,7 @@ static void reap_retired_pools(int dev);
 
 static cp_status cuda_device_synchronize_on(int dev)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     if (st != CP_OK)
         return st;
@@ -261,11 +296,13 @@ static cp_status cuda_device_synchronize_on(int dev)
 
 static cp_status cuda_device_synchronize(void)
 {
+    CP_GUARD();
     return cuda_device_synchronize_on(CP_DEVICE);
 }
 
 static cp_status cuda_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_bytes)
 {
+    CP_GUARD();
     size_t f = 0, t = 0;
     cp_status st = check_device(dev);
     if (st != CP_OK)
@@ -281,11 +318,13 @@ static cp_status cuda_mem_get_info_on(int dev, size_t *free_bytes, size_t *total
 
 static cp_status cuda_mem_get_info(size_t *free_bytes, size_t *total_bytes)
 {
+    CP_GUARD();
     return cuda_mem_get_info_on(CP_DEVICE, free_bytes, total_bytes);
 }
 
 static cp_status cuda_set_device(int dev)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     if (st == CP_OK)
         tl_device = dev;
@@ -323,6 +362,7 @@ static atomic_uint_least64_t next_stream_id = 1;
 
 static cp_status cuda_stream_create_on(cp_stream **out, int dev, int priority, int blocking)
 {
+    CP_GUARD();
     int least = 0, greatest = 0;
     cp_stream *s;
     cudaError_t e;
@@ -358,11 +398,13 @@ static cp_status cuda_stream_create_on(cp_stream **out, int dev, int priority, i
 
 static cp_status cuda_stream_create(cp_stream **out, int priority, int blocking)
 {
+    CP_GUARD();
     return cuda_stream_create_on(out, CP_DEVICE, priority, blocking);
 }
 
 static cp_status cuda_stream_destroy(cp_stream *s)
 {
+    CP_GUARD();
     cudaError_t e;
     if (!s || s->id == 0) /* the default stream is not ours to destroy */
         return CP_OK;
@@ -376,6 +418,7 @@ static cp_status cuda_stream_destroy(cp_stream *s)
 
 static cp_status cuda_stream_synchronize(cp_stream *s)
 {
+    CP_GUARD();
     ENTER_STREAM(s);
     CHECK(cudaStreamSynchronize(stream_handle(s)), "cudaStreamSynchronize");
     return CP_OK;
@@ -383,6 +426,7 @@ static cp_status cuda_stream_synchronize(cp_stream *s)
 
 static cp_status cuda_stream_query(cp_stream *s, int *idle)
 {
+    CP_GUARD();
     cudaError_t e;
     if (!idle)
         return cp_error_set(CP_ERR_INVALID, "stream_query: idle is NULL");
@@ -397,6 +441,7 @@ static cp_status cuda_stream_query(cp_stream *s, int *idle)
 
 static cp_status cuda_stream_wait_event(cp_stream *s, cp_event *ev)
 {
+    CP_GUARD();
     if (!ev)
         return cp_error_set(CP_ERR_INVALID, "stream_wait_event: event is NULL");
     ENTER_STREAM(s); /* the event may belong to another device: CUDA allows it */
@@ -413,6 +458,7 @@ static uint64_t cuda_stream_id(const cp_stream *s)
 
 static cp_status cuda_event_create(cp_event **out, int timing)
 {
+    CP_GUARD();
     cp_event *ev;
     cudaError_t e;
 
@@ -439,6 +485,7 @@ static cp_status cuda_event_create(cp_event **out, int timing)
 
 static cp_status cuda_event_destroy(cp_event *ev)
 {
+    CP_GUARD();
     cudaError_t e;
     if (!ev)
         return CP_OK;
@@ -449,6 +496,7 @@ static cp_status cuda_event_destroy(cp_event *ev)
 
 static cp_status cuda_event_record(cp_event *ev, cp_stream *s)
 {
+    CP_GUARD();
     if (!ev)
         return cp_error_set(CP_ERR_INVALID, "event_record: event is NULL");
     ENTER_STREAM(s);
@@ -471,6 +519,7 @@ static cp_status cuda_event_record(cp_event *ev, cp_stream *s)
 
 static cp_status cuda_event_synchronize(cp_event *ev)
 {
+    CP_GUARD();
     if (!ev)
         return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
     CHECK(cudaEventSynchronize(ev->h), "cudaEventSynchronize");
@@ -479,6 +528,7 @@ static cp_status cuda_event_synchronize(cp_event *ev)
 
 static cp_status cuda_event_query(cp_event *ev, int *done)
 {
+    CP_GUARD();
     cudaError_t e;
     if (!ev || !done)
         return cp_error_set(CP_ERR_INVALID, "event_query: event or done is NULL");
@@ -492,6 +542,7 @@ static cp_status cuda_event_query(cp_event *ev, int *done)
 
 static cp_status cuda_event_elapsed(cp_event *start, cp_event *end, float *ms)
 {
+    CP_GUARD();
     cudaError_t e;
 
     if (!start || !end || !ms)
@@ -523,6 +574,7 @@ static cp_status cuda_event_elapsed(cp_event *start, cp_event *end, float *ms)
 
 static cp_status cuda_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind kind)
 {
+    CP_GUARD();
     void *p = NULL;
     cp_status st;
     if (!out)
@@ -545,11 +597,13 @@ static cp_status cuda_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind
 
 static cp_status cuda_mem_alloc(void **out, size_t bytes, cp_memkind kind)
 {
+    CP_GUARD();
     return cuda_mem_alloc_on(CP_DEVICE, out, bytes, kind);
 }
 
 static cp_status cuda_mem_free_on(int dev, void *p, cp_memkind kind)
 {
+    CP_GUARD();
     if (!p)
         return CP_OK;
     if (dev >= 0 && dev < cuda_device_count() && use_device(dev) != CP_OK)
@@ -565,6 +619,7 @@ static cp_status cuda_mem_free_on(int dev, void *p, cp_memkind kind)
 /* Frees where the memory lives: cudaFree synchronizes that device. */
 static cp_status cuda_mem_free(void *p, cp_memkind kind)
 {
+    CP_GUARD();
     struct cudaPointerAttributes a;
     int dev = CP_DEVICE;
     if (!p)
@@ -577,6 +632,7 @@ static cp_status cuda_mem_free(void *p, cp_memkind kind)
 
 static cp_status cuda_mem_alloc_async(void **out, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     void *p = NULL;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mem_alloc_async: out is NULL");
@@ -589,6 +645,7 @@ static cp_status cuda_mem_alloc_async(void **out, size_t bytes, cp_stream *s)
 
 static cp_status cuda_mem_free_async(void *p, cp_stream *s)
 {
+    CP_GUARD();
     if (!p)
         return CP_OK;
     if (use_device(stream_dev(s)) != CP_OK)
@@ -621,6 +678,7 @@ static const char *const pool_attr_names[CP_POOL_ATTR_COUNT] = {
 
 static cp_status cuda_mempool_default_on(int dev, cp_mempool **out)
 {
+    CP_GUARD();
     cp_status st;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_default: out is NULL");
@@ -650,11 +708,13 @@ static cp_status cuda_mempool_default_on(int dev, cp_mempool **out)
 
 static cp_status cuda_mempool_default(cp_mempool **out)
 {
+    CP_GUARD();
     return cuda_mempool_default_on(CP_DEVICE, out);
 }
 
 static cp_status device_attr_on(int dev, enum cudaDeviceAttr a, int *v, const char *what)
 {
+    CP_GUARD();
     CHECK(cudaDeviceGetAttribute(v, a, dev), what);
     return CP_OK;
 }
@@ -662,6 +722,7 @@ static cp_status device_attr_on(int dev, enum cudaDeviceAttr a, int *v, const ch
 
 static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *props)
 {
+    CP_GUARD();
     static const cp_mempool_props defaults = {0, 0, 0, 0};
     struct cudaMemPoolProps pp;
     cp_mempool *p;
@@ -743,6 +804,7 @@ static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *p
 
 static cp_status cuda_mempool_destroy(cp_mempool *p)
 {
+    CP_GUARD();
     cp_mempool **link;
 
     if (!p)
@@ -800,6 +862,7 @@ static void reap_retired_pools(int dev)
 
 static cp_status cuda_mempool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     void *ptr = NULL;
     if (!p || !out)
         return cp_error_set(CP_ERR_INVALID, "mempool_alloc: pool or out is NULL");
@@ -840,6 +903,7 @@ static int pool_attr_is_int(cp_pool_attr a)
 
 static cp_status cuda_mempool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
 {
+    CP_GUARD();
     if (!p || !v)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_attr: pool or v is NULL");
     if ((unsigned)a >= CP_POOL_ATTR_COUNT)
@@ -858,6 +922,7 @@ static cp_status cuda_mempool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *
 
 static cp_status cuda_mempool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
 {
+    CP_GUARD();
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_set_attr: pool is NULL");
     switch (a) {
@@ -895,6 +960,7 @@ static cp_status cuda_mempool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v
 
 static cp_status cuda_mempool_trim(cp_mempool *p, size_t keep_bytes)
 {
+    CP_GUARD();
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_trim: pool is NULL");
     CHECK(cudaMemPoolTrimTo(p->h, keep_bytes), "cudaMemPoolTrimTo");
@@ -903,6 +969,7 @@ static cp_status cuda_mempool_trim(cp_mempool *p, size_t keep_bytes)
 
 static cp_status cuda_mempool_set_current(cp_mempool *p)
 {
+    CP_GUARD();
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_set_current: pool is NULL");
     if (p->location_host)
@@ -916,6 +983,7 @@ static cp_status cuda_mempool_set_current(cp_mempool *p)
 
 static cp_status cuda_mempool_get_current_on(int dev, cp_mempool **out)
 {
+    CP_GUARD();
     cudaMemPool_t h;
     cp_mempool *def, *p;
     cp_status st;
@@ -943,6 +1011,7 @@ static cp_status cuda_mempool_get_current_on(int dev, cp_mempool **out)
 
 static cp_status cuda_mempool_get_current(cp_mempool **out)
 {
+    CP_GUARD();
     return cuda_mempool_get_current_on(CP_DEVICE, out);
 }
 
@@ -950,6 +1019,7 @@ static cp_status cuda_mempool_get_current(cp_mempool **out)
 
 static cp_status cuda_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     if (bytes == 0)
         return CP_OK;
     if (!dst || !src)
@@ -963,6 +1033,7 @@ static cp_status cuda_memcpy_async(void *dst, const void *src, size_t bytes, cp_
 
 static cp_status cuda_memset_async(void *dst, int byte, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     if (bytes == 0)
         return CP_OK;
     if (!dst)
@@ -982,6 +1053,7 @@ static const size_t dtype_sizes[CP_DTYPE_COUNT] = {4, 8, 4, 4, 1};
 static cp_status check_shape(const cp_shape *sh, unsigned max_grid, const char *kernel,
                              unsigned *grid, unsigned *block)
 {
+    CP_GUARD();
     *grid = sh ? sh->grid : 0;
     *block = sh ? sh->block : 0;
     if (*block > CP_CUDA_MAX_BLOCK)
@@ -997,6 +1069,7 @@ static cp_status check_shape(const cp_shape *sh, unsigned max_grid, const char *
 
 static cp_status check_dtype(cp_dtype t, const char *kernel)
 {
+    CP_GUARD();
     if ((unsigned)t >= CP_DTYPE_COUNT)
         return cp_error_set(CP_ERR_INVALID, "%s: unknown element type %d", kernel, (int)t);
     return CP_OK;
@@ -1004,6 +1077,7 @@ static cp_status check_dtype(cp_dtype t, const char *kernel)
 
 static cp_status check_aligned(const void *p, size_t align, const char *kernel, const char *type)
 {
+    CP_GUARD();
     if ((uintptr_t)p % align != 0)
         return cp_error_set(CP_ERR_INVALID, "%s: address %p is not aligned for %s elements",
                             kernel, (void *)(uintptr_t)p, type);
@@ -1013,6 +1087,7 @@ static cp_status check_aligned(const void *p, size_t align, const char *kernel, 
 static cp_status cuda_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const cp_shape *sh,
                              cp_stream *s)
 {
+    CP_GUARD();
     unsigned grid, block;
     cp_status st;
     if ((st = check_dtype(t, "fill")) ||
@@ -1028,6 +1103,7 @@ static cp_status cuda_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, con
 
 static cp_status cuda_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_stream *s)
 {
+    CP_GUARD();
     unsigned grid, block;
     cp_status st;
     if ((st = check_shape(sh, CP_CUDA_MAX_GRID, "sqrt_index", &grid, &block)) ||
@@ -1053,6 +1129,7 @@ static cudaMemPool_t scratch_pools[CP_MAX_DEVICES];
 /* The scratch of the thread's CUDA device (ENTER_STREAM made it the stream's). */
 static cp_status scratch_init(int *state, cudaMemPool_t *pool)
 {
+    CP_GUARD();
     cp_status st = CP_OK;
     int dev = 0;
     CHECK(cudaGetDevice(&dev), "cudaGetDevice");
@@ -1099,6 +1176,7 @@ static cp_status scratch_init(int *state, cudaMemPool_t *pool)
 
 static cp_status scratch_get(void **out, size_t bytes, cudaStream_t s, int *pooled)
 {
+    CP_GUARD();
     cp_status st;
     int state = 0;
     cudaMemPool_t pool = NULL;
@@ -1125,6 +1203,7 @@ static cudaError_t scratch_put(void *p, cudaStream_t s, int pooled)
 static cp_status finish_reduction(cudaError_t launch_e, const char *launch_op, void *scratch,
                                   int pooled, cudaStream_t s, uint64_t *bits)
 {
+    CP_GUARD();
     cudaError_t e = launch_e, e2;
     const char *op = launch_op;
     if (e == cudaSuccess) {
@@ -1147,6 +1226,7 @@ static cp_status finish_reduction(cudaError_t launch_e, const char *launch_op, v
 static cp_status cuda_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_shape *sh,
                                  cp_stream *s, cp_scalar *out)
 {
+    CP_GUARD();
     unsigned grid, block;
     size_t scratch_bytes = 0;
     void *scratch = NULL;
@@ -1182,6 +1262,7 @@ static cp_status cuda_k_checksum(const void *p, size_t bytes, cp_dtype t, const 
 
 static cp_status cuda_k_spin(uint64_t microseconds, cp_stream *s)
 {
+    CP_GUARD();
     ENTER_STREAM(s);
     CHECK(cp_cuda_spin(microseconds, stream_handle(s)), "spin kernel launch");
     return CP_OK;
@@ -1189,6 +1270,7 @@ static cp_status cuda_k_spin(uint64_t microseconds, cp_stream *s)
 
 static cp_status cuda_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 {
+    CP_GUARD();
     if (!p && bytes > 0)
         return cp_error_set(CP_ERR_INVALID, "pattern: pointer is NULL");
     ENTER_STREAM(s);
@@ -1199,6 +1281,7 @@ static cp_status cuda_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream 
 static cp_status cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
                                uint64_t *bad)
 {
+    CP_GUARD();
     void *scratch = NULL;
     uint64_t bits = 0;
     int pooled = 0;
@@ -1229,6 +1312,7 @@ static int cuda_mempool_device(const cp_mempool *p)
 
 static cp_status cuda_can_access_peer(int dev, int peer, int *yes)
 {
+    CP_GUARD();
     cp_status st;
     if (!yes)
         return cp_error_set(CP_ERR_INVALID, "can_access_peer: yes is NULL");
@@ -1244,6 +1328,7 @@ static cp_status cuda_can_access_peer(int dev, int peer, int *yes)
 
 static cp_status cuda_enable_peer_access(int dev, int peer)
 {
+    CP_GUARD();
     cudaError_t e;
     cp_status st;
     if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
@@ -1265,6 +1350,7 @@ static cp_status cuda_enable_peer_access(int dev, int peer)
 
 static cp_status cuda_mempool_set_access(cp_mempool *p, int dev, cp_access a)
 {
+    CP_GUARD();
     struct cudaMemAccessDesc d;
     cp_status st;
     if (!p)
@@ -1283,6 +1369,7 @@ static cp_status cuda_mempool_set_access(cp_mempool *p, int dev, cp_access a)
 
 static cp_status cuda_mempool_get_access(cp_mempool *p, int dev, cp_access *a)
 {
+    CP_GUARD();
     struct cudaMemLocation loc;
     enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
     cp_status st;
@@ -1303,6 +1390,7 @@ static cp_status cuda_mempool_get_access(cp_mempool *p, int dev, cp_access *a)
 static cp_status cuda_memcpy_peer_async(void *dst, int dst_dev, const void *src, int src_dev,
                                         size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     cp_status st;
     if ((st = check_device(dst_dev)) != CP_OK || (st = check_device(src_dev)) != CP_OK)
         return st;
@@ -1318,6 +1406,7 @@ static cp_status cuda_memcpy_peer_async(void *dst, int dst_dev, const void *src,
 
 static cp_status cuda_mempool_export(cp_mempool *p, int *fd)
 {
+    CP_GUARD();
     int h = -1;
     if (!p || !fd)
         return cp_error_set(CP_ERR_INVALID, "mempool_export: NULL argument");
@@ -1332,6 +1421,7 @@ static cp_status cuda_mempool_export(cp_mempool *p, int *fd)
 
 static cp_status cuda_mempool_import(int fd, int dev, cp_mempool **out)
 {
+    CP_GUARD();
     struct cudaMemAccessDesc d;
     struct cudaMemLocation loc;
     enum cudaMemAccessFlags f = cudaMemAccessFlagsProtNone;
@@ -1382,6 +1472,7 @@ static cp_status cuda_mempool_import(int fd, int dev, cp_mempool **out)
 
 static cp_status cuda_mempool_export_ptr(void *ptr, cp_ipc_data *out)
 {
+    CP_GUARD();
     struct cudaMemPoolPtrExportData d;
     if (!ptr || !out)
         return cp_error_set(CP_ERR_INVALID, "mempool_export_ptr: NULL argument");
@@ -1395,6 +1486,7 @@ static cp_status cuda_mempool_export_ptr(void *ptr, cp_ipc_data *out)
 static cp_status cuda_mempool_import_ptr(cp_mempool *p, const cp_ipc_data *data, size_t bytes,
                                          void **out)
 {
+    CP_GUARD();
     struct cudaMemPoolPtrExportData d;
     void *ptr = NULL;
     (void)bytes;
@@ -1414,6 +1506,7 @@ static cp_status cuda_mempool_import_ptr(cp_mempool *p, const cp_ipc_data *data,
 
 static cp_status cuda_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int *fd)
 {
+    CP_GUARD();
     cudaIpcMemHandle_t h;
     (void)bytes;
     if (!ptr || !out || !fd)
@@ -1428,6 +1521,7 @@ static cp_status cuda_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, 
 static cp_status cuda_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, size_t bytes,
                                       void **out)
 {
+    CP_GUARD();
     cudaIpcMemHandle_t h;
     void *p = NULL;
     cp_status st;
@@ -1447,6 +1541,7 @@ static cp_status cuda_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, 
 
 static cp_status cuda_ipc_close_handle(void *ptr, size_t bytes)
 {
+    CP_GUARD();
     (void)bytes;
     if (!ptr)
         return CP_OK;
@@ -1455,15 +1550,44 @@ static cp_status cuda_ipc_close_handle(void *ptr, size_t bytes)
 
 /* ---- device pools (cuda/devpool.cu; issue 17) ------------------------------------------ */
 
+/* The device pools' own entry points (cuda/devpool.cu) refuse to run once
+ * the context is unusable or the process is a fork's child, like every
+ * other entry point here. */
+static cp_status cuda_dp_create(cp_devpool **out, cp_dp_kind kind, size_t capacity)
+{
+    CP_GUARD();
+    return cp_cuda_dp_create(out, kind, capacity);
+}
+
+static cp_status cuda_dp_destroy(cp_devpool *p)
+{
+    CP_GUARD();
+    return cp_cuda_dp_destroy(p);
+}
+
+static cp_status cuda_dp_finish(cp_dp_run *r, cp_dp_run_result *out)
+{
+    CP_GUARD();
+    return cp_cuda_dp_finish(r, out);
+}
+
+static cp_status cuda_dp_stats(cp_devpool *p, cp_dp_stats *out)
+{
+    CP_GUARD();
+    return cp_cuda_dp_stats(p, out);
+}
+
 static cp_status cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, cp_stream *s,
                                 cp_dp_run **out)
 {
+    CP_GUARD();
     ENTER_STREAM(s);
     return cp_cuda_dp_launch(p, a, stream_handle(s), out);
 }
 
 static cp_status cuda_dp_reset(cp_devpool *p, cp_stream *s)
 {
+    CP_GUARD();
     ENTER_STREAM(s);
     return cp_cuda_dp_reset(p, stream_handle(s));
 }
@@ -1556,6 +1680,7 @@ static void vm_load(void)
 
 static cp_status vm_ready(void)
 {
+    CP_GUARD();
     pthread_once(&VM.once, vm_load);
     if (VM.st != CP_OK)
         return cp_error_set(VM.st, "%s", VM.why);
@@ -1564,6 +1689,7 @@ static cp_status vm_ready(void)
 
 static cp_status vm_fail(CUresult r, const char *op)
 {
+    CP_GUARD();
     const char *name = NULL;
     if (VM.errname)
         VM.errname(r, &name);
@@ -1581,6 +1707,7 @@ static cp_status vm_fail(CUresult r, const char *op)
 
 static cp_status cuda_vm_granularity(int dev, size_t *out)
 {
+    CP_GUARD();
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
@@ -1598,6 +1725,7 @@ static cp_status cuda_vm_granularity(int dev, size_t *out)
 
 static cp_status cuda_vm_reserve(int dev, void **out, size_t bytes)
 {
+    CP_GUARD();
     CUdeviceptr p = 0;
     cp_status st = vm_ready();
     *out = NULL;
@@ -1611,6 +1739,7 @@ static cp_status cuda_vm_reserve(int dev, void **out, size_t bytes)
 
 static cp_status cuda_vm_free_range(int dev, void *p, size_t bytes)
 {
+    CP_GUARD();
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
@@ -1621,6 +1750,7 @@ static cp_status cuda_vm_free_range(int dev, void *p, size_t bytes)
 
 static cp_status cuda_vm_create(int dev, uint64_t *handle, size_t bytes)
 {
+    CP_GUARD();
     CUmemAllocationProp prop;
     CUmemGenericAllocationHandle h = 0;
     cp_status st = vm_ready();
@@ -1635,6 +1765,7 @@ static cp_status cuda_vm_create(int dev, uint64_t *handle, size_t bytes)
 
 static cp_status cuda_vm_release(int dev, uint64_t handle, size_t bytes)
 {
+    CP_GUARD();
     cp_status st = vm_ready();
     CUresult r;
     (void)bytes;
@@ -1649,6 +1780,7 @@ static cp_status cuda_vm_release(int dev, uint64_t handle, size_t bytes)
 
 static cp_status cuda_vm_map(int dev, void *p, size_t bytes, uint64_t handle)
 {
+    CP_GUARD();
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
@@ -1660,6 +1792,7 @@ static cp_status cuda_vm_map(int dev, void *p, size_t bytes, uint64_t handle)
 
 static cp_status cuda_vm_unmap(int dev, void *p, size_t bytes)
 {
+    CP_GUARD();
     cp_status st = vm_ready();
     CUresult r;
     if (st != CP_OK)
@@ -1673,6 +1806,7 @@ static cp_status cuda_vm_unmap(int dev, void *p, size_t bytes)
 
 static cp_status cuda_vm_set_access(int dev, void *p, size_t bytes)
 {
+    CP_GUARD();
     CUmemAccessDesc d;
     cp_status st = vm_ready();
     if (st != CP_OK)
@@ -1773,11 +1907,11 @@ const cp_backend cp_backend_cuda = {
     .vm_unmap = cuda_vm_unmap,
     .vm_set_access = cuda_vm_set_access,
     /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
-    .dp_create = cp_cuda_dp_create,
-    .dp_destroy = cp_cuda_dp_destroy,
+    .dp_create = cuda_dp_create,
+    .dp_destroy = cuda_dp_destroy,
     .dp_state = cp_cuda_dp_state,
     .dp_launch = cuda_dp_launch,
-    .dp_finish = cp_cuda_dp_finish,
+    .dp_finish = cuda_dp_finish,
     .dp_reset = cuda_dp_reset,
-    .dp_stats = cp_cuda_dp_stats,
+    .dp_stats = cuda_dp_stats,
 };

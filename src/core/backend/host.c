@@ -59,6 +59,15 @@
  *    is per thread, as in CUDA.  Every device can access every other one
  *    (can_access_peer is 1 for i != j); enabling is recorded.  Synchronizing
  *    one device waits for all of them.
+ *  - A host task that returns 2 (a user kernel's hardware fault, see
+ *    kernel/host_fault.h) leaves its stream in error, as a fault leaves a
+ *    CUDA context: the stream's synchronizations and events recorded on it
+ *    return the message, new work on it is refused with it, queued work is
+ *    skipped (queued tasks are cancelled), and the first device
+ *    synchronization after the fault returns it once.  Other streams live on.
+ *  - fork(): the scheduler's lock is taken around fork (pthread_atfork) so
+ *    the child never inherits it held; in the child every entry point fails
+ *    at once (CP_GUARD, backend.h) and the exit destructors do nothing.
  *  - mem_alloc memory is mapped from the OS (mmap, whole pages), so that the
  *    legacy IPC path can later turn it into a shared file mapping at the same
  *    address (ipc_get_handle: the bytes are copied into a memfd which is
@@ -74,6 +83,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -130,6 +140,12 @@ struct cp_stream {
     cp_stream *next, *prev; /* registry (or zombie list through next) */
     hdep *known;            /* per other stream: highest ticket this one has waited for */
     size_t nknown, capknown;
+    /* A user kernel faulted on this stream (host_task returned 2): like a
+     * CUDA context after a fault, the stream stays in error.  Set by its
+     * worker under G.mu; read by the worker without it. */
+    int fault_set;
+    int fault_told; /* a device synchronization has reported it */
+    char fault[512];
 };
 
 struct cp_event {
@@ -156,6 +172,17 @@ static struct {
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 static _Atomic uint64_t next_sid = 1;
+
+/* The stream whose worker the calling thread is (NULL elsewhere). */
+static _Thread_local cp_stream *tl_worker;
+
+/* A stream's sticky fault, as an error (CP_OK when it has none). */
+static cp_status fault_error_locked(const cp_stream *s)
+{
+    if (!s || !s->fault_set)
+        return CP_OK;
+    return cp_error_set(CP_ERR_BACKEND, "%s", s->fault);
+}
 
 static void sched_lock(void)
 {
@@ -216,6 +243,7 @@ static cp_status check_device(int dev)
 
 static cp_status h_set_device(int dev)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     if (st == CP_OK)
         tl_device = dev;
@@ -339,10 +367,13 @@ static int idle_locked(const cp_stream *s)
 
 /* ---- workers ------------------------------------------------------------ */
 
+static void run_task(hwork *w);
+
 static void *worker_main(void *arg)
 {
     cp_stream *s = arg;
 
+    tl_worker = s;
     pthread_mutex_lock(&G.mu);
     for (;;) {
         hwork *w;
@@ -354,7 +385,9 @@ static void *worker_main(void *arg)
         while (!deps_done_locked(w))
             pthread_cond_wait(&G.done, &G.mu);
         pthread_mutex_unlock(&G.mu);
-        if (w->run)
+        /* after a fault nothing more runs on the stream (its tasks are
+         * cancelled by run_task); the items still complete in order */
+        if (w->run && (!s->fault_set || w->run == run_task))
             w->run(w);
         pthread_mutex_lock(&G.mu);
         if (w->done_locked)
@@ -377,9 +410,31 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* fork(): the child must not inherit the scheduler's lock held by a worker
+ * (cp_forked then refuses every entry point; backend.h).  Registered when the
+ * first worker starts. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&G.mu);
+}
+
+static void fork_release(void)
+{
+    pthread_mutex_unlock(&G.mu);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_register(void)
+{
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 static cp_status start_worker_locked(cp_stream *s)
 {
-    int rc = pthread_create(&s->thread, NULL, worker_main, s);
+    int rc;
+    pthread_once(&fork_once, fork_register);
+    rc = pthread_create(&s->thread, NULL, worker_main, s);
     if (rc != 0)
         return cp_error_set(CP_ERR_BACKEND, "host backend: cannot start a stream worker: %s",
                             strerror(rc));
@@ -446,6 +501,10 @@ static cp_stream *resolve_locked(cp_stream *s)
  * complete on the spot (cheap frees for allocation-heavy replays). */
 static cp_status enqueue_locked(cp_stream *s, hwork *w, uint64_t *ticket)
 {
+    if (s->fault_set) {
+        work_free(w);
+        return fault_error_locked(s);
+    }
     if (s->stop || s->joined || s->destroyed) {
         work_free(w);
         return cp_error_set(CP_ERR_BACKEND, s->destroyed
@@ -509,8 +568,10 @@ static cp_status enqueue_and_wait(cp_stream *s, hwork *w)
         return st;
     pthread_mutex_lock(&G.mu);
     sched_wait_done_locked(sid, ticket);
+    /* a fault before the item on its stream: it did not run */
+    st = fault_error_locked(find_locked(sid));
     pthread_mutex_unlock(&G.mu);
-    return CP_OK;
+    return st;
 }
 
 static hwork *work_or_oom(void (*run)(hwork *))
@@ -610,6 +671,7 @@ static int sched_too_big(size_t bytes)
 
 static cp_status h_device_info_on(int dev, cp_device_info *out)
 {
+    CP_GUARD();
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     cp_status st;
@@ -636,12 +698,25 @@ static cp_status h_device_info_on(int dev, cp_device_info *out)
 
 static cp_status h_device_info(cp_device_info *out)
 {
+    CP_GUARD();
     return h_device_info_on(tl_device, out);
 }
 
+/* Waits for every stream.  report: return (and consume) a pending kernel
+ * error and each stream's fault not yet reported; 0 for the waits cupola
+ * makes on its own (mem_alloc, mem_free, IPC), which must leave them for the
+ * user's next synchronization. */
+static cp_status device_wait(int report);
+
 static cp_status h_device_synchronize(void)
 {
-    cp_status st;
+    CP_GUARD();
+    return device_wait(1);
+}
+
+static cp_status device_wait(int report)
+{
+    cp_status st = CP_OK;
     hdep *snap = NULL;
     size_t n = 0, cap = 0;
 
@@ -674,7 +749,14 @@ static cp_status h_device_synchronize(void)
             sched_wait_done_locked(snap[i].sid, snap[i].ticket);
     }
     cp_host_pool_release_locked();
-    st = take_kernel_error_locked();
+    if (report)
+        st = take_kernel_error_locked();
+    /* each stream's fault once (the stream itself keeps reporting it) */
+    for (cp_stream *s = G.streams; report && s && st == CP_OK; s = s->next)
+        if (s->fault_set && !s->fault_told) {
+            s->fault_told = 1;
+            st = fault_error_locked(s);
+        }
     pthread_mutex_unlock(&G.mu);
     free(snap);
     reap_zombies();
@@ -686,6 +768,7 @@ static cp_status h_device_synchronize(void)
  * has available). */
 static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_bytes)
 {
+    CP_GUARD();
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
     long psize = sysconf(_SC_PAGESIZE);
     size_t share;
@@ -709,6 +792,7 @@ static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_by
 
 static cp_status h_mem_get_info(size_t *free_bytes, size_t *total_bytes)
 {
+    CP_GUARD();
     return h_mem_get_info_on(tl_device, free_bytes, total_bytes);
 }
 
@@ -716,6 +800,7 @@ static cp_status h_device_synchronize(void);
 
 static cp_status h_device_synchronize_on(int dev)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? h_device_synchronize() : st;
 }
@@ -724,6 +809,7 @@ static cp_status h_device_synchronize_on(int dev)
 
 static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int blocking)
 {
+    CP_GUARD();
     cp_stream *s;
     cp_status st;
     if (!out)
@@ -766,11 +852,13 @@ static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int 
 
 static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
 {
+    CP_GUARD();
     return h_stream_create_on(out, tl_device, priority, blocking);
 }
 
 static cp_status h_stream_destroy(cp_stream *s)
 {
+    CP_GUARD();
     if (!s)
         return cp_error_set(CP_ERR_INVALID, "stream_destroy: the default stream cannot be destroyed");
     pthread_mutex_lock(&G.mu);
@@ -792,6 +880,7 @@ static cp_status h_stream_destroy(cp_stream *s)
  * blocking streams' work, which anything enqueued on it would wait for. */
 static cp_status h_stream_synchronize(cp_stream *s)
 {
+    CP_GUARD();
     cp_status st;
     pthread_mutex_lock(&G.mu);
     if (s) {
@@ -821,13 +910,20 @@ static cp_status h_stream_synchronize(cp_stream *s)
         }
     }
     cp_host_pool_release_locked();
-    st = take_kernel_error_locked();
+    st = fault_error_locked(s ? s : (G.legacy_started ? &G.legacy : NULL));
+    if (st != CP_OK) {
+        if (s)
+            s->fault_told = 1;
+    } else {
+        st = take_kernel_error_locked();
+    }
     pthread_mutex_unlock(&G.mu);
     return st;
 }
 
 static cp_status h_stream_query(cp_stream *s, int *idle)
 {
+    CP_GUARD();
     if (!idle)
         return cp_error_set(CP_ERR_INVALID, "stream_query: idle is NULL");
     pthread_mutex_lock(&G.mu);
@@ -845,6 +941,7 @@ static cp_status h_stream_query(cp_stream *s, int *idle)
 
 static cp_status h_stream_wait_event(cp_stream *s, cp_event *e)
 {
+    CP_GUARD();
     cp_status st = CP_OK;
     cp_stream *hs;
     if (!e)
@@ -882,6 +979,7 @@ static uint64_t h_stream_id(const cp_stream *s)
 
 static cp_status h_event_create(cp_event **out, int timing)
 {
+    CP_GUARD();
     cp_event *e;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "event_create: out is NULL");
@@ -905,6 +1003,7 @@ static void event_unref_locked(cp_event *e)
 /* As cudaEventDestroy: returns at once; a pending marker keeps the struct. */
 static cp_status h_event_destroy(cp_event *e)
 {
+    CP_GUARD();
     if (!e)
         return cp_error_set(CP_ERR_INVALID, "event_destroy: event is NULL");
     pthread_mutex_lock(&G.mu);
@@ -923,6 +1022,7 @@ static void mark_done_locked(hwork *w)
 
 static cp_status h_event_record(cp_event *e, cp_stream *s)
 {
+    CP_GUARD();
     uint64_t ticket = 0;
     cp_stream *hs;
     hwork *w;
@@ -957,6 +1057,7 @@ static cp_status h_event_record(cp_event *e, cp_stream *s)
 
 static cp_status h_event_synchronize(cp_event *e)
 {
+    CP_GUARD();
     cp_status st;
     if (!e)
         return cp_error_set(CP_ERR_INVALID, "event_synchronize: event is NULL");
@@ -964,13 +1065,16 @@ static cp_status h_event_synchronize(cp_event *e)
     if (e->recorded)
         sched_wait_done_locked(e->sid, e->ticket);
     cp_host_pool_release_locked();
-    st = take_kernel_error_locked();
+    st = e->recorded ? fault_error_locked(find_locked(e->sid)) : CP_OK;
+    if (st == CP_OK)
+        st = take_kernel_error_locked();
     pthread_mutex_unlock(&G.mu);
     return st;
 }
 
 static cp_status h_event_query(cp_event *e, int *done)
 {
+    CP_GUARD();
     if (!e || !done)
         return cp_error_set(CP_ERR_INVALID, "event_query: NULL argument");
     pthread_mutex_lock(&G.mu);
@@ -981,6 +1085,7 @@ static cp_status h_event_query(cp_event *e, int *done)
 
 static cp_status h_event_elapsed(cp_event *start, cp_event *end, float *ms)
 {
+    CP_GUARD();
     cp_status st = CP_OK;
     if (!start || !end || !ms)
         return cp_error_set(CP_ERR_INVALID, "event_elapsed: NULL argument");
@@ -1051,6 +1156,8 @@ static hmem *mem_lookup(const void *p, int remove)
  * goes with the process. */
 __attribute__((destructor)) static void mem_registry_free(void)
 {
+    if (cp_forked)
+        return; /* a child of fork(): mem_lock may be held by a thread it lacks */
     pthread_mutex_lock(&mem_lock);
     if (mem_map.slots) {
         for (uint64_t i = 0; i <= mem_map.mask; i++)
@@ -1063,6 +1170,7 @@ __attribute__((destructor)) static void mem_registry_free(void)
 
 static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind kind)
 {
+    CP_GUARD();
     void *p;
     size_t len;
     hmem *m;
@@ -1081,7 +1189,7 @@ static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind ki
                             "out of memory: %zu bytes exceed the host's memory and swap", bytes);
     len = page_round(bytes);
     if (kind == CP_MEM_DEVICE) {
-        h_device_synchronize();
+        (void)device_wait(0);
         if (!cp_host_mem_charge(dev, len))
             return cp_error_set(CP_ERR_OOM,
                                 "out of memory: %zu bytes exceed what is left of device %d's "
@@ -1112,16 +1220,18 @@ static cp_status h_mem_alloc_on(int dev, void **out, size_t bytes, cp_memkind ki
 
 static cp_status h_mem_alloc(void **out, size_t bytes, cp_memkind kind)
 {
+    CP_GUARD();
     return h_mem_alloc_on(tl_device, out, bytes, kind);
 }
 
 static cp_status h_mem_free(void *p, cp_memkind kind)
 {
+    CP_GUARD();
     hmem *m;
     (void)kind;
     if (!p)
         return CP_OK;
-    h_device_synchronize();
+    (void)device_wait(0);
     m = mem_lookup(p, 0);
     if (!m || m->imported)
         return cp_error_set(CP_ERR_INVALID,
@@ -1140,6 +1250,7 @@ static cp_status h_mem_free(void *p, cp_memkind kind)
 
 static cp_status h_mem_free_on(int dev, void *p, cp_memkind kind)
 {
+    CP_GUARD();
     (void)dev; /* the registry knows the device */
     return h_mem_free(p, kind);
 }
@@ -1285,6 +1396,7 @@ static void run_verify(hwork *w)
 
 static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     hwork *w;
     if (bytes == 0)
         return CP_OK;
@@ -1302,6 +1414,7 @@ static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_str
 
 static cp_status h_memset_async(void *dst, int byte, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     hwork *w;
     if (bytes == 0)
         return CP_OK;
@@ -1343,6 +1456,7 @@ static cp_status check_dtype(cp_dtype t)
 static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const cp_shape *sh,
                           cp_stream *s)
 {
+    CP_GUARD();
     hwork *w;
     cp_status st = check_shape(sh);
     if (st == CP_OK)
@@ -1367,6 +1481,7 @@ static cp_status h_k_fill(void *p, size_t count, cp_dtype t, cp_scalar v, const 
 
 static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_stream *s)
 {
+    CP_GUARD();
     hwork *w;
     cp_status st = check_shape(sh);
     if (st != CP_OK)
@@ -1388,6 +1503,7 @@ static cp_status h_k_sqrt_index(float *p, size_t count, const cp_shape *sh, cp_s
 static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_shape *sh,
                               cp_stream *s, cp_scalar *out)
 {
+    CP_GUARD();
     hwork *w;
     cp_scalar r;
     cp_status st = check_shape(sh);
@@ -1417,6 +1533,7 @@ static cp_status h_k_checksum(const void *p, size_t bytes, cp_dtype t, const cp_
 
 static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
 {
+    CP_GUARD();
     hwork *w = work_or_oom(run_spin);
     if (!w)
         return CP_ERR_OOM;
@@ -1426,6 +1543,7 @@ static cp_status h_k_spin(uint64_t microseconds, cp_stream *s)
 
 static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 {
+    CP_GUARD();
     hwork *w;
     cp_status st;
     if (bytes == 0)
@@ -1446,6 +1564,7 @@ static cp_status h_k_pattern(void *p, size_t bytes, uint64_t seed, cp_stream *s)
 static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
                             uint64_t *bad)
 {
+    CP_GUARD();
     hwork *w;
     uint64_t r = 0;
     cp_status st;
@@ -1474,8 +1593,21 @@ static cp_status h_k_verify(const void *p, size_t bytes, uint64_t seed, cp_strea
 static void run_task(hwork *w)
 {
     char err[sizeof G.kerr];
+    cp_stream *s = tl_worker;
+    int rc;
+    if (s && s->fault_set) {
+        w->u.task.fn(w->u.task.data, NULL, 0); /* cancelled: release, run nothing */
+        return;
+    }
     err[0] = '\0';
-    if (w->u.task.fn(w->u.task.data, err, sizeof err) != 0) {
+    rc = w->u.task.fn(w->u.task.data, err, sizeof err);
+    if (rc == 2 && s) {
+        /* a fault: the stream stays in error (the message is complete) */
+        pthread_mutex_lock(&G.mu);
+        snprintf(s->fault, sizeof s->fault, "%s", err);
+        s->fault_set = 1;
+        pthread_mutex_unlock(&G.mu);
+    } else if (rc != 0) {
         pthread_mutex_lock(&G.mu);
         if (!G.kerr_set) {
             memcpy(G.kerr, err, sizeof err);
@@ -1489,6 +1621,7 @@ static void run_task(hwork *w)
 static cp_status h_host_task(cp_stream *s, int (*fn)(void *, char *, size_t), const void *data,
                              size_t len)
 {
+    CP_GUARD();
     hwork *w;
     if (!fn)
         return cp_error_set(CP_ERR_INVALID, "host_task: fn is NULL");
@@ -1514,6 +1647,7 @@ static unsigned char peer_enabled[CP_MAX_DEVICES][CP_MAX_DEVICES];
 
 static cp_status h_can_access_peer(int dev, int peer, int *yes)
 {
+    CP_GUARD();
     cp_status st;
     if (!yes)
         return cp_error_set(CP_ERR_INVALID, "can_access_peer: yes is NULL");
@@ -1525,6 +1659,7 @@ static cp_status h_can_access_peer(int dev, int peer, int *yes)
 
 static cp_status h_enable_peer_access(int dev, int peer)
 {
+    CP_GUARD();
     cp_status st;
     if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
         return st;
@@ -1541,6 +1676,7 @@ static cp_status h_enable_peer_access(int dev, int peer)
 static cp_status h_memcpy_peer_async(void *dst, int dst_dev, const void *src, int src_dev,
                                      size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     hwork *w;
     cp_status st;
     if ((st = check_device(dst_dev)) != CP_OK || (st = check_device(src_dev)) != CP_OK)
@@ -1565,24 +1701,28 @@ static int h_mempool_device(const cp_mempool *p)
 
 static cp_status h_mempool_default_on(int dev, cp_mempool **out)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_default_on(dev, out) : st;
 }
 
 static cp_status h_mempool_get_current_on(int dev, cp_mempool **out)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_get_current_on(dev, out) : st;
 }
 
 static cp_status h_mempool_create(cp_mempool **out, const cp_mempool_props *props)
 {
+    CP_GUARD();
     (void)h_device_count(); /* the device range is known before the pool checks it */
     return cp_host_pool_create(out, props);
 }
 
 static cp_status h_mempool_import(int fd, int dev, cp_mempool **out)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     return st == CP_OK ? cp_host_pool_import(fd, dev, out) : st;
 }
@@ -1641,6 +1781,7 @@ static cp_status promote_locked(void *p, hmem *m)
 
 static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int *fd)
 {
+    CP_GUARD();
     host_ipc_data d;
     hmem *m;
     cp_status st = CP_OK;
@@ -1648,7 +1789,7 @@ static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int
         return cp_error_set(CP_ERR_INVALID, "ipc_get_handle: NULL argument");
     *fd = -1;
     memset(out, 0, sizeof *out);
-    h_device_synchronize(); /* nothing may write the bytes while they move */
+    (void)device_wait(0); /* nothing may write the bytes while they move */
     pthread_mutex_lock(&mem_lock);
     m = mem_map.slots ? (hmem *)cp_ptrmap_get(&mem_map, (uint64_t)(uintptr_t)ptr) : NULL;
     if (!m || m->imported)
@@ -1673,6 +1814,7 @@ static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int
 static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, size_t bytes,
                                    void **out)
 {
+    CP_GUARD();
     host_ipc_data d;
     struct stat sb;
     hmem *m;
@@ -1713,11 +1855,12 @@ static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, siz
 
 static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
 {
+    CP_GUARD();
     hmem *m;
     (void)bytes;
     if (!ptr)
         return CP_OK;
-    h_device_synchronize(); /* as cudaIpcCloseMemHandle, nothing queued may still touch it */
+    (void)device_wait(0); /* as cudaIpcCloseMemHandle, nothing queued may still touch it */
     m = mem_lookup(ptr, 0);
     if (!m || !m->imported)
         return cp_error_set(CP_ERR_INVALID, "invalid value: %p was not opened from a handle", ptr);
@@ -1735,6 +1878,8 @@ static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
 __attribute__((destructor)) static void host_shutdown(void)
 {
     cp_stream *live = NULL;
+    if (cp_forked)
+        return; /* a child of fork(): the workers are the parent's */
     pthread_mutex_lock(&G.mu);
     if (!G.used) {
         G.shutdown = 1;
@@ -1825,6 +1970,7 @@ static atomic_uint_least64_t next_vm_handle = 1;
 
 static cp_status h_vm_granularity(int dev, size_t *out)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     if (st != CP_OK)
         return st;
@@ -1842,6 +1988,7 @@ static int vm_aligned(const void *p, size_t bytes)
 /* A PROT_NONE reservation aligned to the granule: over-reserve, trim both ends. */
 static cp_status h_vm_reserve(int dev, void **out, size_t bytes)
 {
+    CP_GUARD();
     size_t span;
     uintptr_t base, start;
     void *p;
@@ -1872,6 +2019,7 @@ static cp_status h_vm_reserve(int dev, void **out, size_t bytes)
 static cp_status h_vm_free_range(int dev, void *p, size_t bytes)
 {
     (void)dev;
+    CP_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_free_range: %p, %zu bytes: not a reserved "
                             "range", p, bytes);
@@ -1886,6 +2034,7 @@ static cp_status h_vm_free_range(int dev, void *p, size_t bytes)
  * device's memory). */
 static cp_status h_vm_create(int dev, uint64_t *handle, size_t bytes)
 {
+    CP_GUARD();
     cp_status st = check_device(dev);
     if (st != CP_OK)
         return st;
@@ -1901,6 +2050,7 @@ static cp_status h_vm_create(int dev, uint64_t *handle, size_t bytes)
 
 static cp_status h_vm_release(int dev, uint64_t handle, size_t bytes)
 {
+    CP_GUARD();
     if (!handle)
         return cp_error_set(CP_ERR_INVALID, "vm_release: no such handle");
     cp_host_mem_uncharge(dev, bytes);
@@ -1910,6 +2060,7 @@ static cp_status h_vm_release(int dev, uint64_t handle, size_t bytes)
 static cp_status h_vm_map(int dev, void *p, size_t bytes, uint64_t handle)
 {
     (void)dev;
+    CP_GUARD();
     if (!vm_aligned(p, bytes) || !handle)
         return cp_error_set(CP_ERR_INVALID, "vm_map: %p, %zu bytes: not granule-aligned", p,
                             bytes);
@@ -1919,6 +2070,7 @@ static cp_status h_vm_map(int dev, void *p, size_t bytes, uint64_t handle)
 static cp_status h_vm_unmap(int dev, void *p, size_t bytes)
 {
     (void)dev;
+    CP_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_unmap: %p, %zu bytes: not granule-aligned", p,
                             bytes);
@@ -1930,6 +2082,7 @@ static cp_status h_vm_unmap(int dev, void *p, size_t bytes)
 static cp_status h_vm_set_access(int dev, void *p, size_t bytes)
 {
     (void)dev;
+    CP_GUARD();
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_set_access: %p, %zu bytes: not "
                             "granule-aligned", p, bytes);

@@ -201,6 +201,7 @@ static void reset_exec(void *arg)
 
 cp_status cp_host_dp_create(cp_devpool **out, cp_dp_kind kind, size_t capacity)
 {
+    CP_GUARD();
     cp_devpool *p;
     void *mem = NULL;
     int e;
@@ -227,6 +228,7 @@ cp_status cp_host_dp_create(cp_devpool **out, cp_dp_kind kind, size_t capacity)
 
 cp_status cp_host_dp_destroy(cp_devpool *p)
 {
+    CP_GUARD();
     if (!p)
         return CP_OK;
     if (X)
@@ -243,6 +245,7 @@ void *cp_host_dp_state(cp_devpool *p)
 
 cp_status cp_host_dp_launch(cp_devpool *p, const cp_dp_run_args *a, cp_stream *s, cp_dp_run **out)
 {
+    CP_GUARD();
     cp_dp_run *r;
     cp_status st;
 
@@ -286,6 +289,7 @@ cp_status cp_host_dp_launch(cp_devpool *p, const cp_dp_run_args *a, cp_stream *s
 
 cp_status cp_host_dp_finish(cp_dp_run *r, cp_dp_run_result *out)
 {
+    CP_GUARD();
     X->wait(r->sid, r->ticket);
     memset(out, 0, sizeof *out);
     out->ok = r->counters[0];
@@ -301,11 +305,13 @@ cp_status cp_host_dp_finish(cp_dp_run *r, cp_dp_run_result *out)
 
 cp_status cp_host_dp_reset(cp_devpool *p, cp_stream *s)
 {
+    CP_GUARD();
     return X->enqueue_call(s, reset_exec, p, NULL, NULL);
 }
 
 cp_status cp_host_dp_stats(cp_devpool *p, cp_dp_stats *out)
 {
+    CP_GUARD();
     cp_status st = X->device_synchronize();
     cpd_u64 used = 0, peak = 0;
     if (st != CP_OK)

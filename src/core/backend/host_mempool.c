@@ -569,6 +569,7 @@ static cp_mempool *default_locked(int dev)
 
 cp_status cp_host_pool_default_on(int dev, cp_mempool **out)
 {
+    CP_GUARD();
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_default: out is NULL");
     S->lock();
@@ -579,11 +580,13 @@ cp_status cp_host_pool_default_on(int dev, cp_mempool **out)
 
 cp_status cp_host_pool_default(cp_mempool **out)
 {
+    CP_GUARD();
     return cp_host_pool_default_on(S->current_device(), out);
 }
 
 cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
 {
+    CP_GUARD();
     int fd = -1;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_create: out is NULL");
@@ -663,6 +666,7 @@ static void reap_doomed_locked(int force)
  * memory that pending frees may still touch is returned once they have run. */
 cp_status cp_host_pool_destroy(cp_mempool *p)
 {
+    CP_GUARD();
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_destroy: pool is NULL");
     S->lock();
@@ -706,6 +710,7 @@ static int usable_now(const cp_mempool *p, const hblock *b, cp_stream *s, uint64
 
 cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     hblock *best = NULL, *waited = NULL, *b;
     size_t need;
     uint64_t sid = s ? cp_backend_host.stream_id(s) : 0;
@@ -801,6 +806,7 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
 
 cp_status cp_host_pool_alloc_current(void **out, size_t bytes, cp_stream *s)
 {
+    CP_GUARD();
     cp_mempool *p;
     int dev = dev_index(S->stream_device(s));
     S->lock();
@@ -813,6 +819,7 @@ cp_status cp_host_pool_alloc_current(void **out, size_t bytes, cp_stream *s)
 
 cp_status cp_host_pool_free(void *ptr, cp_stream *s)
 {
+    CP_GUARD();
     hblock *b;
     cp_mempool *p;
     uint64_t sid = 0, ticket = 0;
@@ -852,6 +859,7 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
 
 cp_status cp_host_pool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
 {
+    CP_GUARD();
     cp_status st = CP_OK;
     if (!p || !v)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_attr: NULL argument");
@@ -874,6 +882,7 @@ cp_status cp_host_pool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
 
 cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
 {
+    CP_GUARD();
     cp_status st = CP_OK;
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_set_attr: pool is NULL");
@@ -907,6 +916,7 @@ cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
 
 cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes)
 {
+    CP_GUARD();
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_trim: pool is NULL");
     S->lock();
@@ -917,6 +927,7 @@ cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes)
 
 cp_status cp_host_pool_set_current(cp_mempool *p)
 {
+    CP_GUARD();
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "invalid value: set_current needs a pool");
     if (p->props.location_host)
@@ -934,6 +945,7 @@ cp_status cp_host_pool_set_current(cp_mempool *p)
 
 cp_status cp_host_pool_get_current_on(int dev, cp_mempool **out)
 {
+    CP_GUARD();
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_current: out is NULL");
     dev = dev_index(dev);
@@ -945,6 +957,7 @@ cp_status cp_host_pool_get_current_on(int dev, cp_mempool **out)
 
 cp_status cp_host_pool_get_current(cp_mempool **out)
 {
+    CP_GUARD();
     return cp_host_pool_get_current_on(S->current_device(), out);
 }
 
@@ -994,6 +1007,7 @@ int cp_host_pool_device(const cp_mempool *p)
 
 cp_status cp_host_pool_set_access(cp_mempool *p, int dev, cp_access a)
 {
+    CP_GUARD();
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_set_access: pool is NULL");
     if (dev < 0 || dev >= ndevices)
@@ -1014,6 +1028,7 @@ cp_status cp_host_pool_set_access(cp_mempool *p, int dev, cp_access a)
 
 cp_status cp_host_pool_get_access(cp_mempool *p, int dev, cp_access *a)
 {
+    CP_GUARD();
     if (!p || !a)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_access: NULL argument");
     if (dev < 0 || dev >= ndevices)
@@ -1027,6 +1042,7 @@ cp_status cp_host_pool_get_access(cp_mempool *p, int dev, cp_access *a)
 
 cp_status cp_host_pool_check_access(const void *ptr, int dev, int write)
 {
+    CP_GUARD();
     cp_status st = CP_OK;
     hblock *b;
     if (ndevices == 1 || !ptr)
@@ -1049,6 +1065,7 @@ cp_status cp_host_pool_check_access(const void *ptr, int dev, int write)
 
 cp_status cp_host_pool_export(cp_mempool *p, int *fd)
 {
+    CP_GUARD();
     if (!p || !fd)
         return cp_error_set(CP_ERR_INVALID, "mempool_export: NULL argument");
     *fd = -1;
@@ -1067,6 +1084,7 @@ cp_status cp_host_pool_export(cp_mempool *p, int *fd)
 
 cp_status cp_host_pool_import(int fd, int dev, cp_mempool **out)
 {
+    CP_GUARD();
     struct stat st;
     cp_mempool_props props;
     int mine;
@@ -1107,6 +1125,7 @@ typedef struct host_ptr_data {
 
 cp_status cp_host_pool_export_ptr(void *ptr, cp_ipc_data *out)
 {
+    CP_GUARD();
     host_ptr_data d;
     cp_status st = CP_OK;
     hblock *b;
@@ -1146,6 +1165,7 @@ static hmap *imported_live, *imported_freed;
 cp_status cp_host_pool_import_ptr(cp_mempool *p, const cp_ipc_data *data, size_t bytes,
                                   void **out)
 {
+    CP_GUARD();
     host_ptr_data d;
     struct stat st;
     long pg = sysconf(_SC_PAGESIZE);

@@ -235,6 +235,7 @@ static cp_cache_stats stats;
 
 /* A private directory for builds when the disk cache is off. */
 static char scratch_dir[4096];
+static pid_t scratch_pid; /* the process that made it: a fork()ed child must not remove it */
 
 /* Creates dir (mode 0700) when missing; checks that it is a real directory
  * of this user that nobody else can write. */
@@ -349,6 +350,7 @@ static cp_status work_dir_locked(const char **out)
             return cp_error_set(CP_ERR_BACKEND, "cannot create a build directory in %s: %s", tmp,
                                 strerror(errno));
         copystr(scratch_dir, sizeof scratch_dir, t);
+        scratch_pid = getpid();
     }
     *out = scratch_dir;
     return CP_OK;
@@ -435,7 +437,7 @@ static void mem_put_locked(const cp_cache_key *key, const char *ext, const void 
 __attribute__((destructor)) static void scratch_cleanup(void)
 {
     size_t n = strlen(scratch_dir);
-    if (n) {
+    if (n && scratch_pid == getpid()) {
         for (size_t i = 0; i < MEM_ENTRIES; i++)
             if (mem[i] && strncmp(mem[i]->path, scratch_dir, n) == 0 && mem[i]->path[n] == '/')
                 unlink(mem[i]->path);

@@ -227,9 +227,31 @@ static const char *cu_name(CUresult r)
     return "CUDA_ERROR_UNKNOWN";
 }
 
+/* As cuda.c's fail: an error after which the context is unusable (the
+ * driver's codes are the runtime's) is remembered, and every later call of
+ * the backend repeats it (backend.h, CP_GUARD). */
 static cp_status cu_fail(CUresult r, const char *what)
 {
-    return cp_error_set(r == 2 ? CP_ERR_OOM : CP_ERR_BACKEND, "%s (%s)", cu_name(r), what);
+    CP_GUARD();
+    switch ((int)r) {
+    case 700: /* ILLEGAL_ADDRESS */
+    case 702: /* LAUNCH_TIMEOUT */
+    case 710: /* ASSERT */
+    case 714: /* HARDWARE_STACK_ERROR */
+    case 715: /* ILLEGAL_INSTRUCTION */
+    case 716: /* MISALIGNED_ADDRESS */
+    case 717: /* INVALID_ADDRESS_SPACE */
+    case 718: /* INVALID_PC */
+    case 719: /* LAUNCH_FAILED */
+    {
+        char msg[768];
+        cp_sticky_message((int)r, cu_name(r), "a kernel faulted", what, msg, sizeof msg);
+        cp_mark_sticky(msg);
+        return cp_unusable_error();
+    }
+    default:
+        return cp_error_set(r == 2 ? CP_ERR_OOM : CP_ERR_BACKEND, "%s (%s)", cu_name(r), what);
+    }
 }
 
 /* The driver, and the runtime's primary context current on this thread. */

@@ -26,8 +26,13 @@
  *    dynamic shared memory), grown on demand and kept for the next launch.
  *  - A block that deadlocks at its barriers or calls __trap() stops; the
  *    launch's remaining blocks are skipped and the next synchronization
- *    reports the error.  A memory fault in user code is a fault of the
- *    process, as in any C program.
+ *    reports the error.
+ *  - A hardware fault in user code (illegal address, null dereference,
+ *    integer division by zero, stack overflow: host_fault.h) stops the launch
+ *    the same way, and the stream is left in error as a CUDA context would
+ *    be: the next synchronization and every later use of the stream report
+ *    "cupolaErrorIllegalAddress: kernel 'name' ..." (or DivisionByZero,
+ *    IllegalInstruction); other streams and the process live on.
  *  - A queued launch holds a reference to its module: closing a module never
  *    unloads code a pending launch will run.
  */
@@ -45,6 +50,7 @@
 
 #include "include/cupola/host_abi.h"
 #include "kernel/compile.h"
+#include "kernel/host_fault.h"
 #include "kernel/scan.h"
 
 #define HK_STACK (64u * 1024u)
@@ -438,7 +444,8 @@ typedef struct hjob {
     uint64_t finished; /* under P.mu */
     int active;        /* pool threads inside run_blocks, under P.mu */
     atomic_int failed;
-    char err[256]; /* the first failure, under P.mu */
+    atomic_int fault;  /* a block faulted (host_fault.h): the stream's error is sticky */
+    char err[512]; /* the first failure, under P.mu */
 } hjob;
 
 static struct {
@@ -451,15 +458,35 @@ static struct {
        .work = PTHREAD_COND_INITIALIZER,
        .done = PTHREAD_COND_INITIALIZER};
 
-/* Runs blocks of j until none is left; returns how many it took. */
+/* Runs blocks of j until none is left; returns how many it took.  User code
+ * runs armed (host_fault.h): a hardware fault jumps back here, fails the job
+ * as a fault and the remaining blocks are skipped; this thread stays usable
+ * (no lock of cupola's is held while a block runs). */
 static uint64_t run_blocks(hjob *j)
 {
     cupola_hk_scratch s;
     char err[256];
-    uint64_t count = 0;
+    volatile uint64_t count = 0;
+    volatile int have_scratch = 0;
+    cp_hfault fr;
     unsigned threads = j->l->block[0] * j->l->block[1] * j->l->block[2];
-    int have_scratch = 0;
+    memset(&s, 0, sizeof s);
+    if (sigsetjmp(fr.jb, 0) != 0) {
+        /* a fault in a block of this job */
+        cp_hfault_recover();
+        cp_hfault_describe(&fr, j->l->kernel->name, have_scratch ? s.slots - HK_GUARD : NULL,
+                           have_scratch ? s.slots - HK_GUARD + (size_t)s.nslots * s.slot_stride
+                                        : NULL,
+                           s.slot_stride, HK_GUARD, err, sizeof err);
+        atomic_store(&j->fault, 1);
+        if (!atomic_exchange(&j->failed, 1)) {
+            pthread_mutex_lock(&P.mu);
+            snprintf(j->err, sizeof j->err, "%s", err);
+            pthread_mutex_unlock(&P.mu);
+        }
+    }
     for (;;) {
+        int rc;
         uint64_t b = atomic_fetch_add(&j->next_block, 1);
         if (b >= j->nblocks)
             break;
@@ -467,11 +494,16 @@ static uint64_t run_blocks(hjob *j)
         if (atomic_load(&j->failed))
             continue;
         if (!have_scratch) {
-            if (scratch_get(threads, j->l->shared, &s, err, sizeof err) != 0)
+            if (cp_hfault_thread_init(err, sizeof err) != 0 ||
+                scratch_get(threads, j->l->shared, &s, err, sizeof err) != 0)
                 goto fail;
             have_scratch = 1;
         }
-        if (j->tab->run_block(j->l, b, &s, err, sizeof err) != 0)
+        fr.block = b;
+        cp_hfault_armed = &fr;
+        rc = j->tab->run_block(j->l, b, &s, err, sizeof err);
+        cp_hfault_armed = NULL;
+        if (rc != 0)
             goto fail;
         continue;
     fail:
@@ -544,6 +576,8 @@ static void pool_start_locked(void)
 
 __attribute__((destructor)) static void pool_shutdown(void)
 {
+    if (cp_forked)
+        return; /* a child of fork(): the pool's threads are the parent's */
     pthread_mutex_lock(&P.mu);
     P.stop = 1;
     pthread_cond_broadcast(&P.work);
@@ -574,6 +608,12 @@ static int run_launch(void *data, char *err, size_t errlen)
     hjob j;
     int rc = 0;
 
+    if (!err) {
+        /* cancelled: the stream is in error (a fault before it); run nothing */
+        hmod_release(h->m);
+        return 0;
+    }
+
     for (unsigned i = 0; i < h->nargs; i++)
         argp[i] = &h->vals[i];
     l.kernel = h->k;
@@ -588,6 +628,7 @@ static int run_launch(void *data, char *err, size_t errlen)
     j.nblocks = (uint64_t)h->grid[0] * h->grid[1] * h->grid[2];
     atomic_init(&j.next_block, 0);
     atomic_init(&j.failed, 0);
+    atomic_init(&j.fault, 0);
     if (j.nblocks > 1) {
         pthread_mutex_lock(&P.mu);
         pool_start_locked();
@@ -609,7 +650,11 @@ static int run_launch(void *data, char *err, size_t errlen)
                 *pp = j.next;
                 break;
             }
-        if (atomic_load(&j.failed)) {
+        if (atomic_load(&j.fault)) {
+            /* the message names the kernel already */
+            snprintf(err, errlen, "%s", j.err);
+            rc = 2;
+        } else if (atomic_load(&j.failed)) {
             snprintf(err, errlen, "kernel '%s': %s", h->k->name, j.err);
             rc = 1;
         }

@@ -33,6 +33,7 @@ static const cp_kimpl_ops *ops_for_backend(void)
 
 cp_status cp_kmodule_load(const cp_kmodule_desc *d, cp_kmodule **out, int *where, char **log)
 {
+    CP_GUARD();
     cp_kmodule *m;
     cp_status st;
     int w = -1;
@@ -119,6 +120,7 @@ void cp_kernel_release(cp_kernel *k)
 
 cp_status cp_kernel_launch(cp_kernel *k, const cp_klaunch *l, void *const *args)
 {
+    CP_GUARD();
     return k->m->ops->launch(k->impl, l, args);
 }
 

@@ -87,14 +87,21 @@ static int tokenize(const char *s, size_t n, toks *t, int *launch_line)
             continue;
         }
         if (c == '"' || c == '\'') {
+            /* a literal ends at its quote or, unterminated, before the end
+             * of its line, which is counted like any other (an escaped
+             * newline, a continuation, is counted here) */
             char q = c;
             i++;
             while (i < n && s[i] != q && s[i] != '\n') {
-                if (s[i] == '\\' && i + 1 < n)
+                if (s[i] == '\\' && i + 1 < n) {
+                    if (s[i + 1] == '\n')
+                        line++;
                     i++;
+                }
                 i++;
             }
-            i++;
+            if (i < n && s[i] == q)
+                i++;
             continue;
         }
         if (is_id0(c)) {

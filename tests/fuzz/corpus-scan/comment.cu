@@ -1,0 +1,1 @@
+/* unterminated comment __global__ void k() {}

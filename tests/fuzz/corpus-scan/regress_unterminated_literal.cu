@@ -1,0 +1,2 @@
+{extern __shared__ _'
+b[];

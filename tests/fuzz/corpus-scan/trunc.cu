@@ -1,0 +1,1 @@
+__global__ void trunc(int *x) { x[0] = "unterminated
