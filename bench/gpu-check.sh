@@ -95,8 +95,9 @@ for stage in $stages; do
             # Cases tagged #fault fault on purpose (in a child process); the
             # tools other than memcheck do not support dynamic parallelism
             # (#cdp: nested launches) and warn, which counts as an error.
-            tags=fault
-            [ "$tool" = memcheck ] || tags=fault,cdp
+            # #fork: a forked child under the tool never returns.
+            tags=fault,fork
+            [ "$tool" = memcheck ] || tags=fault,fork,cdp
             BUSTED_ARGS="${BUSTED_ARGS:-} --exclude-tags=$tags" \
             CUPOLA_SANITIZER=$tool \
             CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 CUPOLA_SERIALIZED=1 run_stage "sanitize-$tool" \
