@@ -441,10 +441,40 @@ function checks.lifetime(make_pool)
   end)
 end
 
+-- The options, checked before any pool is made: a number for opts used to
+-- fail inside, and ops = -1 or "x", or a misspelled option, ran a battery
+-- other than the one asked for without a word.
+local count_opts = { ops = 0, seed = false, max_live = 1, small = 1, large = 1, shrink_runs = 0 }
+local function check_opts(opts)
+  if type(opts) ~= "table" then
+    error("cupola.conformance: bad argument #2 (options table expected, got " .. type(opts) .. ")", 3)
+  end
+  for k, v in pairs(opts) do
+    local least = count_opts[k]
+    if least ~= nil then
+      if math.type(v) ~= "integer" or (least and v < least) then
+        error(("cupola.conformance: option '%s' must be an integer%s, not %s"):format(
+          k, least and (" >= " .. least) or "", tostring(v)), 3)
+      end
+    elseif k == "checks" or k == "reuse" then
+      if type(v) ~= "table" then
+        error(("cupola.conformance: option '%s' must be a list, not %s"):format(k, type(v)), 3)
+      end
+    elseif k == "no_data" or k == "nonblocking" then
+      if type(v) ~= "boolean" then
+        error(("cupola.conformance: option '%s' must be a boolean, not %s"):format(k, type(v)), 3)
+      end
+    else
+      error("cupola.conformance: unknown option '" .. tostring(k) .. "'", 3)
+    end
+  end
+end
+
 --- Runs the battery; see the header comment for make_pool and opts.
 function M.run(make_pool, opts)
   assert(type(make_pool) == "function", "cupola.conformance: make_pool must be a function")
   opts = opts or {}
+  check_opts(opts)
   local report = { ok = true, violations = {}, skipped = {}, checks = {} }
   local streams = { cupola.stream(), cupola.stream() }
   for _, name in ipairs(opts.checks or ALL) do

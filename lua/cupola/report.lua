@@ -57,15 +57,18 @@ end
 
 local first_cols = { name = 1, kind = 2, upstream = 3 }
 
-local function as_rows(rows)
-  if type(rows) ~= "table" then error("bad argument #1 (a record or a list of records expected)", 3) end
+local function as_rows(rows, fname)
+  if type(rows) ~= "table" then
+    error(("bad argument #1 to '%s' (a record or a list of records expected, got %s)"):format(
+      fname or "?", type(rows)), 3)
+  end
   if rows[1] == nil and next(rows) ~= nil then return { rows } end
   return rows
 end
 
 --- report.columns(rows) -> the column names, in order
 function report.columns(rows)
-  rows = as_rows(rows)
+  rows = as_rows(rows, "columns")
   local seen, cols = {}, {}
   for _, r in ipairs(rows) do
     for k, v in pairs(r) do
@@ -95,10 +98,37 @@ local function csv_field(s)
   return s
 end
 
+-- The optional path (argument #2) of csv and json: a string, checked before
+-- any work (a number used to be taken as a file name, a table raised inside
+-- io.open).
+local function check_path(path, fname)
+  if path ~= nil and type(path) ~= "string" then
+    error(("bad argument #2 to '%s' (a file name expected, got %s)"):format(fname, type(path)), 3)
+  end
+end
+
+-- The optional columns: a list of strings.
+local function check_columns(cols, arg, fname)
+  if cols == nil then return end
+  if type(cols) ~= "table" then
+    error(("bad argument #%d to '%s' (a list of column names expected, got %s)"):format(arg, fname, type(cols)), 3)
+  end
+  for i, c in ipairs(cols) do
+    if type(c) ~= "string" then
+      error(("bad argument #%d to '%s' (column %d is a %s, not a string)"):format(arg, fname, i, type(c)), 3)
+    end
+  end
+end
+
 --- report.csv(rows [, path]) -> the CSV text (written to path when given):
 -- a header line, then one line per row (RFC 4180 quoting, full precision).
 function report.csv(rows, path, opts)
-  rows = as_rows(rows)
+  rows = as_rows(rows, "csv")
+  check_path(path, "csv")
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #3 to 'csv' (options table expected, got " .. type(opts) .. ")", 2)
+  end
+  check_columns(opts and opts.columns, 3, "csv")
   local cols = (opts and opts.columns) or report.columns(rows)
   local out = {}
   local head = {}
@@ -149,6 +179,9 @@ end
 --- report.json(rows [, path]) -> the JSON text (written to path when given),
 -- through Debian's lua-dkjson; a record stays an object, a list an array.
 function report.json(rows, path)
+  -- 42 used to be written as the JSON text "42"
+  as_rows(rows, "json")
+  check_path(path, "json")
   local ok, dkjson = pcall(require, "dkjson")
   if not ok then error("cupola.report.json needs dkjson (Debian: apt-get install lua-dkjson)", 2) end
   local text = dkjson.encode(plain(rows, 0), { indent = true }) .. "\n"
@@ -164,7 +197,8 @@ end
 --- report.records(rows [, columns]) -> an aligned table of records as a
 -- string (report.table over report.columns), numbers right-aligned.
 function report.records(rows, cols)
-  rows = as_rows(rows)
+  rows = as_rows(rows, "records")
+  check_columns(cols, 2, "records")
   cols = cols or report.columns(rows)
   local body = {}
   for i, r in ipairs(rows) do
