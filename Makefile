@@ -29,7 +29,7 @@ WARN   := -Wall -Wextra -pedantic -Wmissing-prototypes -Wstrict-prototypes -Wsha
 # CP_CFLAGS, so a command-line CFLAGS cannot drop the standard or warnings.
 CFLAGS ?= -O2 -g
 CP_CFLAGS = -std=c11 -fPIC -fvisibility=hidden -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
-CP_CPPFLAGS = -Isrc/core -Isrc/include -Icuda $(CUDA_CPPFLAGS) $(CPPFLAGS)
+CP_CPPFLAGS = -Isrc/core -Isrc/include -Icuda -Icuda/include $(CUDA_CPPFLAGS) $(CPPFLAGS)
 LDLIBS := -lpthread -lm -lz -ldl
 
 # The core's folders are its layers (backend, pool, trace, ...): every .c in
@@ -48,9 +48,9 @@ ifneq ($(NVCC),)
   CUDA_CPPFLAGS += $(if $(wildcard $(CUDA_HOME)/include/nvtx3/nvToolsExt.h),-DCUPOLA_HAVE_NVTX)
   # Static runtime: the module loads (and falls back to the host backend) on
   # machines with no driver at all.
-  LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
+  LDLIBS    := -L$(CUDA_HOME)/lib64 -lcudadevrt -lcudart_static -lrt -ldl -lstdc++ $(LDLIBS)
   NVCCFLAGS ?= -O3 -lineinfo
-  NVCCFLAGS += -std=c++17 -Icuda -Isrc/core \
+  NVCCFLAGS += -std=c++17 -Icuda -Icuda/include -Isrc/core \
                -gencode arch=compute_80,code=sm_80 \
                -gencode arch=compute_90,code=sm_90 \
                -gencode arch=compute_90,code=compute_90 \
@@ -62,7 +62,13 @@ endif
 
 CORE_OBJ := $(CORE_SRC:src/core/%.c=$(OBJ)/core/%.o)
 LUA_OBJ  := $(LUA_SRC:src/lua/%.c=$(OBJ)/lua/%.o)
-CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o))
+# Relocatable device code (-rdc) only where a kernel launches kernels
+# (nested device-pool runs); those objects are device-linked, with the
+# device runtime, into one more object.  The rest compile as before.
+RDC_CU   := cuda/devpool_nested.cu
+RDC_OBJ  := $(if $(HAVE_CUDA),$(RDC_CU:cuda/%.cu=$(OBJ)/cuda/%.o))
+DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
+CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
 .PHONY: all deps test test-c test-lua demo bench gpu-check install clean FORCE
@@ -94,7 +100,11 @@ $(OBJ)/lua/%.o: src/lua/%.c $(CONFIG_STAMP)
 
 $(OBJ)/cuda/%.o: cuda/%.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(NVCC_RDC) -MMD -MP -c -o $@ $<
+
+$(RDC_OBJ): NVCC_RDC := -rdc=true
+$(DLINK_OBJ): $(RDC_OBJ)
+	$(NVCC) $(NVCCFLAGS) -dlink -o $@ $(RDC_OBJ) -L$(CUDA_HOME)/lib64 -lcudadevrt
 
 -include $(DEPFILES)
 
@@ -115,6 +125,12 @@ $(BUILD)/bench/seed000: bench/seed000.cu
 $(BUILD)/bench/launch: bench/launch.c
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
+
+# The device pools' seed kernel and CUDA's malloc in plain CUDA C, beside
+# bench/device_alloc.lua.
+$(BUILD)/bench/device_alloc_seed: bench/device_alloc_seed.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
 
 # bench/speed.c: the C side of `make bench` (the same operations through the
 # core, beside the Lua figures), linked with the core like the C tests.
@@ -179,7 +195,7 @@ install: all
 	    install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(LUADIR)/cupola/include/cupola/)
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
 	install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola
-	install -m 644 cuda/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/
+	install -m 644 cuda/include/cupola/*.h cuda/include/cupola/*.cuh $(DESTDIR)$(LUADIR)/cupola/include/cupola/
 	if ls src/include/cupola/*.h >/dev/null 2>&1; then \
 	    install -m 644 src/include/cupola/*.h $(DESTDIR)$(LUADIR)/cupola/include/cupola/; fi
 

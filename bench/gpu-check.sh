@@ -97,7 +97,7 @@ for stage in $stages; do
             # (#cdp: nested launches) and warn, which counts as an error.
             tags=fault
             [ "$tool" = memcheck ] || tags=fault,cdp
-            BUSTED_ARGS="--exclude-tags=$tags" \
+            BUSTED_ARGS="${BUSTED_ARGS:-} --exclude-tags=$tags" \
             CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 CUPOLA_SERIALIZED=1 run_stage "sanitize-$tool" \
                 compute-sanitizer --tool "$tool" $extra --error-exitcode 86 \
                 --target-processes all --print-limit 20 \

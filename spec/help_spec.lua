@@ -47,7 +47,7 @@ describe("cupola.help", function()
   it("names every method of every handle type on that type's page", function()
     local reg = debug.getregistry()
     for _, tname in ipairs { "cupola.Stream", "cupola.Event", "cupola.Buffer", "cupola.Mempool", "cupola.Pool",
-      "cupola.Trace", "cupola.Module", "cupola.Kernel" } do
+      "cupola.Trace", "cupola.Module", "cupola.Kernel", "cupola.DevicePool" } do
       local methods = assert(reg[tname] and reg[tname].methods, tname)
       local page = cupola.help(tname)
       for m in pairs(methods) do

@@ -1199,3 +1199,69 @@ io.write "ok"
     consistent(p)
   end)
 end)
+
+
+-- Device pools (allocation inside kernels, issue 17): every bad argument
+-- raises an error that names it.
+describe("misuse: cupola.device_pool", function()
+  local function raises(fn, text)
+    local ok, err = pcall(fn)
+    assert.is_false(ok, "expected an error containing: " .. text)
+    assert.is_truthy(tostring(err):find(text, 1, true), tostring(err))
+  end
+
+  it("a bad kind or capacity", function()
+    raises(function() cupola.device_pool {} end, "option 'kind' is required")
+    raises(function() cupola.device_pool { kind = "buddy", capacity = 1024 } end, "unknown kind 'buddy'")
+    raises(function() cupola.device_pool { kind = "bump" } end, "option 'capacity' is required")
+    raises(function() cupola.device_pool { kind = "bump", capacity = 0 } end, "option 'capacity' must be a positive")
+    raises(function() cupola.device_pool { kind = "slab", capacity = -5 } end, "option 'capacity' must be a positive")
+    raises(function() cupola.device_pool { kind = "slab", capacity = 1.5 } end, "option 'capacity' must be a positive")
+    raises(function() cupola.device_pool { kind = "slab", capacity = "lots" } end, "option 'capacity': bad size")
+    raises(function() cupola.device_pool { kind = "slab", capacity = 4096, size = 1 } end, "unknown option 'size'")
+    raises(function() cupola.device_pool "slab" end, "table expected")
+  end)
+
+  it("bad run options", function()
+    local dp <close> = cupola.device_pool { kind = "bump", capacity = "1MiB" }
+    raises(function() dp:run {} end, "option 'threads' is required")
+    raises(function() dp:run { threads = 0, bytes = 16 } end, "option 'threads' must be >= 1, got 0")
+    raises(function() dp:run { threads = -3, bytes = 16 } end, "option 'threads' must be >= 1")
+    raises(function() dp:run { threads = 1.5, bytes = 16 } end, "option 'threads' must be an integer")
+    raises(function() dp:run { threads = 10 } end, "option 'bytes' is required")
+    raises(function() dp:run { threads = 10, bytes = 0 } end, "option 'bytes' must be >= 1")
+    raises(function() dp:run { threads = 10, bytes = 2 * 1024 * 1024 } end,
+      "option 'bytes' (2097152) is more than the pool's capacity (1048576)")
+    raises(function() dp:run { threads = 10, bytes = { 64, 16 } } end, "option 'bytes': min (64) > max (16)")
+    raises(function() dp:run { threads = 10, bytes = { 16 } } end, "must be {min, max}")
+    raises(function() dp:run { threads = 10, bytes = { 0, 16 } } end, "must both be >= 1")
+    raises(function() dp:run { threads = 10, bytes = 16, block = 0 } end, "option 'block' must be >= 1")
+    raises(function() dp:run { threads = 10, bytes = 16, block = 2048 } end, "option 'block' must be 1..1024")
+    raises(function() dp:run { threads = 10, bytes = 16, free = "yes" } end, "option 'free' must be a boolean")
+    raises(function() dp:run { threads = 10, bytes = 16, stream = 3 } end, "option 'stream' must be a cupola.Stream")
+    raises(function() dp:run { threads = 10, bytes = 16, children = 11 } end, "option 'children' must be at most")
+    raises(function() dp:run { threads = 10, bytes = 16, wait = cupola.event() } end, "unknown option 'wait'")
+    raises(function() dp:run { threads = 10, bytes = 16, hold_us = -1 } end, "option 'hold_us' must be >= 0")
+    raises(function() dp:run(5) end, "table expected")
+    -- nothing above touched the pool
+    local st = dp:stats()
+    assert.equal(0, st.used)
+    assert.equal(0, st.failed)
+  end)
+
+  it("run_concurrent", function()
+    local dp <close> = cupola.device_pool { kind = "slab", capacity = "1MiB" }
+    raises(function() cupola.run_concurrent {} end, "expects a list of runs")
+    raises(function() cupola.run_concurrent { 5 } end, "run #1 must be a table")
+    raises(function() cupola.run_concurrent { { threads = 1, bytes = 1 } } end, "run #1: option 'pool' must be a cupola.DevicePool")
+    raises(function() cupola.run_concurrent { { pool = dp, threads = 1, bytes = 1, wait = 3 } } end,
+      "option 'wait' must be a cupola.Event")
+    local closed = cupola.device_pool { kind = "bump", capacity = 1024 }
+    closed:close()
+    raises(function() cupola.run_concurrent { { pool = closed, threads = 1, bytes = 1 } } end,
+      "attempt to use a closed cupola.DevicePool")
+    raises(function() closed:stats() end, "attempt to use a closed cupola.DevicePool")
+    raises(function() closed:reset() end, "attempt to use a closed cupola.DevicePool")
+    raises(function() dp.kind = "bump" end, "read-only")
+  end)
+end)

@@ -637,7 +637,7 @@ extern "C" __global__ void use_pool(void *pool, int *out) { if (threadIdx.x == 0
     assert.is_false(ok)
     assert.matches("device_pool: a cupola.DevicePool expected, got cupola.Buffer", err)
     if cupola.device_pool then
-      local dp = cupola.device_pool { size = "1MiB" }
+      local dp = cupola.device_pool { kind = "bump", capacity = "1MiB" }
       k:launch({ grid = 1, block = 1 }, dp, out)
       assert.equals(1, i32s(out, 1)[1])
     end

@@ -264,6 +264,28 @@ cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...}
 cupola.module_cache_forget() empties the in-memory cache.]],
   },
   {
+    name = "dpool",
+    names = { "device_pool", "run_concurrent", "cupola.DevicePool" },
+    overview = {
+      { "cupola.device_pool{kind=, capacity=}", "-> DevicePool: allocation in kernels" },
+      { "dp:run{threads=, bytes=, free=}", "-> {ok=, failed=, overlaps=, ms=}" },
+    },
+    page = [[
+cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc", capacity=} ->
+  DevicePool: an allocator that runs inside kernels (malloc: CUDA's own).
+dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
+  free=false, block=256, verify=true, reset=, hold_us=, seed=, children=}
+  (written dp:run{...}) -> {ok=, failed=,
+  overlaps=, misaligned=, ms=, per_second=, ...}: threads allocate, write
+  their block, optionally free; a verification kernel counts overlaps.
+cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }
+  -> results: several runs in flight at once (the seed's two-stream race).
+dp:reset(s)   dp:stats() -> {capacity, used, peak, failed}   dp:close()
+In your kernels: #include <cupola/device.h>; cupola_alloc(pool, bytes) (NULL
+  when exhausted) and cupola_free(pool, ptr) on a "device_pool" parameter;
+  also from child kernels (CUDA backend).]],
+  },
+  {
     name = "trace",
     names = { "trace", "find", "load", "replay", "compare", "cupola.Trace" },
     overview = {

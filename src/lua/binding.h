@@ -229,6 +229,7 @@ void l_open_trace(lua_State *L);
 void l_open_module(lua_State *L); /* run-time compiled kernels (module.c) */
 void l_open_nvtx(lua_State *L);   /* cupola.nvtx (issue 16) */
 void l_open_term(lua_State *L);   /* cupola.core._isatty (issue 16) */
+void l_open_devpool(lua_State *L); /* issue 17: in-kernel allocation */
 
 /* __newindex of handle types whose fields are all read-only: raises
  * "cupola.Buffer field 'size' is read-only". */

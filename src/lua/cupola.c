@@ -99,5 +99,6 @@ __attribute__((visibility("default"))) LUAMOD_API int luaopen_cupola_core(lua_St
     l_open_ipc(L);
     l_open_nvtx(L);
     l_open_term(L);
+    l_open_devpool(L);
     return 1;
 }

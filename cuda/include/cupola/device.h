@@ -4,9 +4,9 @@
  * the host compiler with cupola/host_prelude.h on the CPU).  Include it as
  * <cupola/device.h>.  It needs no other header, so NVRTC compiles it as is.
  *
- * The device-side allocation helpers (cupola_alloc / cupola_free over a
- * cupola.DevicePool) are declared here by the device-allocation part of
- * cupola; what is below are the basics every kernel may use.
+ * Below: the basics every kernel may use, then allocation inside kernels
+ * (cupola_alloc / cupola_free over a cupola.DevicePool, whose allocators live
+ * in cupola/device_alloc.cuh and the alloc_*.cuh beside it).
  */
 #ifndef CUPOLA_DEVICE_H
 #define CUPOLA_DEVICE_H
@@ -30,6 +30,38 @@ static __device__ __forceinline__ unsigned long long cupola_global_index(void)
 static __device__ __forceinline__ unsigned long long cupola_grid_size(void)
 {
     return (unsigned long long)gridDim.x * blockDim.x;
+}
+
+/* ---- allocation inside kernels (cupola.DevicePool) -------------------------
+ *
+ *     extern "C" __global__ void k(cupola_device_pool *pool, ...)
+ *     {
+ *         float *x = (float *)cupola_alloc(pool, 64 * sizeof(float));
+ *         if (x) { ...; cupola_free(pool, x); }
+ *     }
+ *
+ * The pool is a cupola.DevicePool passed for a parameter declared
+ * "device_pool"; its kind (bump, warp_bump, slab, malloc) decides the policy
+ * (each allocator's header under cupola/ states it exactly).  Both calls work
+ * from any thread of any kernel, child kernels included (dynamic parallelism,
+ * CUDA backend), and on the host backend, where the same code runs on CPU
+ * threads with a warp of one lane.
+ *
+ *   cupola_alloc(pool, bytes) -> a 16-byte aligned block of at least bytes,
+ *       or NULL when the pool cannot give one (counted in dp:stats().failed).
+ *   cupola_free(pool, ptr)    -> gives it back (a no-op for the bump kinds,
+ *       whose memory returns with dp:reset; NULL is ignored).
+ */
+#include "cupola/device_alloc.cuh"
+
+CPD_FN void *cupola_alloc(cupola_device_pool *pool, size_t bytes)
+{
+    return cpd_alloc(pool, (cpd_u64)bytes);
+}
+
+CPD_FN void cupola_free(cupola_device_pool *pool, void *ptr)
+{
+    cpd_free(pool, ptr);
 }
 
 #endif /* CUPOLA_DEVICE_H */

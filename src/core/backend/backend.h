@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devpool.h"
 #include "error.h"
 
 #ifdef __cplusplus
@@ -283,6 +284,22 @@ typedef struct cp_backend {
     cp_status (*vm_map)(void *p, size_t bytes, uint64_t handle);
     cp_status (*vm_unmap)(void *p, size_t bytes);
     cp_status (*vm_set_access)(void *p, size_t bytes);
+    /* ---- device-side (in-kernel) allocation pools (devpool.h, issue 17) ----
+     * dp_create: capacity bytes of pool memory and its device-side state
+     * (a cupola_device_pool that kernels get a pointer to: dp_state).
+     * dp_launch enqueues a run on s and returns at once; dp_finish waits for
+     * it, fills the result and releases the run (also on failure).
+     * dp_reset is ordered on s; dp_stats waits for the device.  dp_destroy
+     * waits for the work still using the pool.  NULL entries: not
+     * supported by this build. */
+    cp_status (*dp_create)(cp_devpool **out, cp_dp_kind kind, size_t capacity);
+    cp_status (*dp_destroy)(cp_devpool *p);
+    void *(*dp_state)(cp_devpool *p);
+    cp_status (*dp_launch)(cp_devpool *p, const cp_dp_run_args *a, cp_stream *s,
+                           cp_dp_run **out);
+    cp_status (*dp_finish)(cp_dp_run *r, cp_dp_run_result *out);
+    cp_status (*dp_reset)(cp_devpool *p, cp_stream *s);
+    cp_status (*dp_stats)(cp_devpool *p, cp_dp_stats *out);
 } cp_backend;
 
 /* The backends compiled into this module.  cp_backend_cuda_probe() tells

@@ -35,6 +35,7 @@
 #include <cuda.h> /* types of the driver's VMM calls only: their entry points are looked up */
 #include <cuda_runtime_api.h>
 
+#include "devpool_cuda.h"
 #include "kernels.h"
 
 #define CP_DEVICE tl_device /* object-less entry points: the thread's device */
@@ -1452,6 +1453,21 @@ static cp_status cuda_ipc_close_handle(void *ptr, size_t bytes)
     return release_result(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle");
 }
 
+/* ---- device pools (cuda/devpool.cu; issue 17) ------------------------------------------ */
+
+static cp_status cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, cp_stream *s,
+                                cp_dp_run **out)
+{
+    ENTER_STREAM(s);
+    return cp_cuda_dp_launch(p, a, stream_handle(s), out);
+}
+
+static cp_status cuda_dp_reset(cp_devpool *p, cp_stream *s)
+{
+    ENTER_STREAM(s);
+    return cp_cuda_dp_reset(p, stream_handle(s));
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 /* ---- run-time compiled kernels (issue 10) ------------------------------------ */
@@ -1740,4 +1756,12 @@ const cp_backend cp_backend_cuda = {
     .vm_map = cuda_vm_map,
     .vm_unmap = cuda_vm_unmap,
     .vm_set_access = cuda_vm_set_access,
+    /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
+    .dp_create = cp_cuda_dp_create,
+    .dp_destroy = cp_cuda_dp_destroy,
+    .dp_state = cp_cuda_dp_state,
+    .dp_launch = cuda_dp_launch,
+    .dp_finish = cp_cuda_dp_finish,
+    .dp_reset = cuda_dp_reset,
+    .dp_stats = cp_cuda_dp_stats,
 };

@@ -65,6 +65,7 @@
  *    mapped over them, MAP_FIXED); the fd then travels to another process.
  */
 #include "backend.h"
+#include "host_devpool.h"
 #include "host_mempool.h"
 #include "kernel_body.h"
 
@@ -110,6 +111,7 @@ struct hwork {
         struct { void *p; size_t bytes; uint64_t seed; uint64_t *bad; } pat;
         struct { cp_event *e; uint64_t gen; } mark;
         struct { int (*fn)(void *, char *, size_t); void *data; } task;
+        struct { void (*fn)(void *); void *arg; } call; /* device pools (host_devpool.c) */
     } u;
 };
 
@@ -1777,6 +1779,38 @@ __attribute__((constructor)) static void host_bind_pools(void)
     cp_host_pool_bind(&sched);
 }
 
+/* ---- device pools (host_devpool.c): work items that call a function ---- */
+
+static void run_call(hwork *w)
+{
+    w->u.call.fn(w->u.call.arg);
+}
+
+static cp_status exec_enqueue_call(cp_stream *s, void (*fn)(void *), void *arg, uint64_t *sid,
+                                   uint64_t *ticket)
+{
+    hwork *w = work_or_oom(run_call);
+    if (!w)
+        return CP_ERR_OOM;
+    w->u.call.fn = fn;
+    w->u.call.arg = arg;
+    return enqueue(s, w, sid, ticket);
+}
+
+static void exec_wait(uint64_t sid, uint64_t ticket)
+{
+    pthread_mutex_lock(&G.mu);
+    sched_wait_done_locked(sid, ticket);
+    pthread_mutex_unlock(&G.mu);
+}
+
+__attribute__((constructor)) static void host_bind_devpools(void)
+{
+    static const cp_host_exec exec = {exec_enqueue_call, exec_wait, h_device_synchronize,
+                                      sched_too_big};
+    cp_host_devpool_bind(&exec);
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 /* ---- virtual memory management (the vmm pool) -------------------------- */
@@ -1961,4 +1995,12 @@ const cp_backend cp_backend_host = {
     .vm_map = h_vm_map,
     .vm_unmap = h_vm_unmap,
     .vm_set_access = h_vm_set_access,
+    /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
+    .dp_create = cp_host_dp_create,
+    .dp_destroy = cp_host_dp_destroy,
+    .dp_state = cp_host_dp_state,
+    .dp_launch = cp_host_dp_launch,
+    .dp_finish = cp_host_dp_finish,
+    .dp_reset = cp_host_dp_reset,
+    .dp_stats = cp_host_dp_stats,
 };

@@ -330,10 +330,15 @@ static int has_rdc(const char *const *opts)
 
 static void hash_headers(cp_sha256 *h, const char *const *dirs)
 {
+    static const char *const alloc[] = CP_DEVICE_ALLOC_HEADERS;
     for (int i = 0; dirs && dirs[i] && i < 16; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%.4000s/cupola/device.h", dirs[i]);
         cp_sha256_file(h, p);
+        for (int k = 0; k < CP_DEVICE_ALLOC_NHEADERS; k++) {
+            snprintf(p, sizeof p, "%.4000s/cupola/%s", dirs[i], alloc[k]);
+            cp_sha256_file(h, p);
+        }
     }
 }
 

@@ -110,6 +110,9 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     size_t srclen = 0, cap;
     const char *args[64], *deps[32];
     char incargs[16][4200], depbuf[16][4200];
+    static const char *const alloc_headers[] = CP_DEVICE_ALLOC_HEADERS;
+    char allocbuf[CP_DEVICE_ALLOC_NHEADERS][4200];
+    int have_alloc = 0;
     int na = 0, nd = 0, has_o = 0, direct;
     cp_cc_job job;
     cp_cc_result res;
@@ -183,8 +186,17 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         args[na++] = incargs[i];
         /* cupola's own headers are part of the key */
         snprintf(depbuf[i], sizeof depbuf[i], "%.4100s/cupola/device.h", d->include_dirs[i]);
-        if (file_exists(depbuf[i]))
+        if (file_exists(depbuf[i])) {
             deps[nd++] = depbuf[i];
+            /* the allocators device.h includes, from the first folder that has it */
+            for (int k = 0; !have_alloc && k < CP_DEVICE_ALLOC_NHEADERS; k++) {
+                snprintf(allocbuf[k], sizeof allocbuf[k], "%.4100s/cupola/%s", d->include_dirs[i],
+                         alloc_headers[k]);
+                if (file_exists(allocbuf[k]))
+                    deps[nd++] = allocbuf[k];
+            }
+            have_alloc = 1;
+        }
     }
     args[na] = NULL;
     deps[nd++] = prelude;

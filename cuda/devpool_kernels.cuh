@@ -1,0 +1,49 @@
+/*
+ * devpool_kernels.cuh: the run kernel of the device pools, one instantiation
+ * per kind, shared by cuda/devpool.cu (launched from the host) and
+ * cuda/devpool_nested.cu (launched by a parent kernel, relocatable device
+ * code).  Each includer gets its own copy (anonymous namespace), so the
+ * relocatable module is loaded only by nested runs.
+ */
+#ifndef CUPOLA_DEVPOOL_KERNELS_CUH
+#define CUPOLA_DEVPOOL_KERNELS_CUH
+
+#include "devpool_body.h"
+
+namespace {
+
+__device__ __forceinline__ void dp_count(unsigned long long *c, cpd_u32 r)
+{
+    cpd_u32 m = __activemask();
+    cpd_u32 ok = __popc(__ballot_sync(m, r & CPD_R_OK));
+    cpd_u32 failed = __popc(__ballot_sync(m, r & CPD_R_FAILED));
+    cpd_u32 over = __popc(__ballot_sync(m, r & CPD_R_OVERLAP));
+    cpd_u32 mis = __popc(__ballot_sync(m, r & CPD_R_MISALIGNED));
+    if ((m & cpd_lanemask_lt()) == 0) {
+        if (ok)
+            atomicAdd(&c[0], (unsigned long long)ok);
+        if (failed)
+            atomicAdd(&c[1], (unsigned long long)failed);
+        if (over)
+            atomicAdd(&c[2], (unsigned long long)over);
+        if (mis)
+            atomicAdd(&c[3], (unsigned long long)mis);
+    }
+}
+
+/* One instantiation per kind: the allocator is inlined, no dispatch, and
+ * only the malloc kind's kernels call CUDA's malloc. */
+template <cpd_u32 KIND>
+__global__ void dp_run_kernel(cupola_device_pool *pool, cpd_run_params prm, cpd_u64 count,
+                              cpd_u64 *ptrs, cpd_u32 *claims, unsigned long long *counters)
+{
+    cpd_u64 k = (cpd_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    cpd_u32 r = 0;
+    if (k < count)
+        r = cpd_run_thread(pool, &prm, prm.first + k, ptrs, claims, KIND);
+    dp_count(counters, r);
+}
+
+} // namespace
+
+#endif /* CUPOLA_DEVPOOL_KERNELS_CUH */

@@ -1,0 +1,258 @@
+/*
+ * cupola/device_alloc.cuh: the in-kernel allocators' shared state, the shim
+ * that lets one source serve three compilers, and the dispatch behind
+ * cupola_alloc / cupola_free (cupola/device.h).
+ *
+ * Compiled by nvcc (cupola's built-in kernels), by NVRTC (a user's module,
+ * through <cupola/device.h>) and by the host's C or C++ compiler (the host
+ * backend runs the same allocators on CPU threads).  Each allocator lives in
+ * its own header with its policy in its header comment:
+ *   alloc_bump.cuh       one atomicAdd per thread on an offset
+ *   alloc_warp_bump.cuh  one atomicAdd per warp, lanes take consecutive slices
+ *   alloc_slab.cuh       size classes 16 B .. 8 KiB in slabs with bitmaps, with free
+ *   alloc_malloc.cuh     CUDA's in-kernel malloc/free (the host's malloc on the host)
+ *
+ * The shim (cpd_* below) names what the allocators need: relaxed atomics on
+ * 32- and 64-bit words, a device-wide fence, and the warp intrinsics.  On
+ * the host a warp is one lane: __activemask() is 1, every match returns the
+ * caller alone and a shuffle returns the caller's own value, so the warp
+ * paths run with warpSize 1; the atomics are GCC builtins, sequentially
+ * consistent.  Every allocator is written so that this degenerate warp is
+ * one of its ordinary cases, not a separate code path.
+ *
+ * Every block handed out is 16-byte aligned and a multiple of 16 bytes long
+ * (CPD_ALIGN), so two blocks never share a 16-byte granule: the run's
+ * verification relies on that.
+ *
+ * This header compiles as C11, C++ and CUDA C++ (nvcc and NVRTC: no standard
+ * headers are included there).
+ */
+#ifndef CUPOLA_DEVICE_ALLOC_CUH
+#define CUPOLA_DEVICE_ALLOC_CUH
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define CPD_CUDA 1
+#define CPD_FN static __device__ __forceinline__
+#define CPD_DEV __device__
+#else
+#define CPD_CUDA 0
+#include <stddef.h>
+#include <stdlib.h>
+#define CPD_FN static inline
+#define CPD_DEV
+#endif
+
+typedef unsigned int cpd_u32;
+typedef unsigned long long cpd_u64;
+
+/* Kinds (cupola_device_pool.kind); the numbers are part of the ABI between
+ * the host side that fills the state and every compiled kernel. */
+#define CPD_KIND_BUMP 0u
+#define CPD_KIND_WARP_BUMP 1u
+#define CPD_KIND_SLAB 2u
+#define CPD_KIND_MALLOC 3u
+
+#define CPD_ALIGN 16ull
+#define CPD_SLAB_CLASSES 10u   /* 16, 32, ..., 8192 bytes */
+#define CPD_SLAB_MAX_BYTES 8192ull
+#define CPD_SLAB_MAX_SLOTS 32u /* active slabs per class */
+#define CPD_SLOT_EMPTY 0xffffffffu     /* no slab yet: the first thread takes one */
+#define CPD_SLOT_BUSY 0xfffffffeu      /* a thread is choosing the next slab */
+#define CPD_SLOT_EXHAUSTED 0xfffffffdu /* none had room when last looked for */
+#define CPD_SLOT_SPECIAL 0xfffffffdu   /* values >= this are not slab indices */
+
+/* The device-side state of one pool; kernels receive a pointer to it (the
+ * `device_pool` parameter).  Filled by the host side (cuda/devpool.cu,
+ * src/core/backend/host_devpool.c); users treat it as opaque. */
+typedef struct cupola_device_pool {
+    cpd_u32 kind;
+    cpd_u32 slab_shift;         /* slab: log2 of the slab size */
+    unsigned char *base;        /* the pool's bytes (bump, warp_bump, slab) */
+    cpd_u64 capacity;           /* bytes */
+    cpd_u64 offset;             /* bump kinds: next free byte; malloc: live bytes */
+    cpd_u64 peak;               /* malloc: high-water mark of offset */
+    cpd_u64 failed;             /* requests answered with NULL */
+    /* slab */
+    cpd_u32 nslabs;             /* slabs in the pool */
+    cpd_u32 slots;              /* active slabs per class, 1 .. CPD_SLAB_MAX_SLOTS */
+    cpd_u32 taken;              /* slabs handed to a class so far (may run past nslabs) */
+    cpd_u32 words;              /* bitmap words per slab */
+    cpd_u32 *slab_class;        /* per slab: class + 1; 0 while fresh */
+    cpd_u32 *slab_used;         /* per slab: blocks reserved */
+    cpd_u32 *bitmaps;           /* per slab: `words` words, bit set = block in use */
+    cpd_u32 *class_slabs;       /* per class: nslabs entries, slab indices (EMPTY: not yet written) */
+    cpd_u32 class_count[CPD_SLAB_CLASSES];
+    cpd_u32 active[CPD_SLAB_CLASSES * CPD_SLAB_MAX_SLOTS];
+} cupola_device_pool;
+
+/* ---- the shim -------------------------------------------------------------- */
+#if CPD_CUDA
+CPD_FN cpd_u64 cpd_add64(cpd_u64 *p, cpd_u64 v) { return atomicAdd(p, v); }
+CPD_FN cpd_u32 cpd_add32(cpd_u32 *p, cpd_u32 v) { return atomicAdd(p, v); }
+CPD_FN cpd_u32 cpd_sub32(cpd_u32 *p, cpd_u32 v) { return atomicSub(p, v); }
+CPD_FN cpd_u32 cpd_or32(cpd_u32 *p, cpd_u32 v) { return atomicOr(p, v); }
+CPD_FN cpd_u32 cpd_and32(cpd_u32 *p, cpd_u32 v) { return atomicAnd(p, v); }
+CPD_FN cpd_u32 cpd_cas32(cpd_u32 *p, cpd_u32 cmp, cpd_u32 v) { return atomicCAS(p, cmp, v); }
+CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v) { return atomicMax(p, v); }
+CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return *(const volatile cpd_u32 *)p; }
+CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { *(volatile cpd_u32 *)p = v; }
+CPD_FN void cpd_fence(void) { __threadfence(); }
+CPD_FN void cpd_pause(void) { __nanosleep(64); }
+CPD_FN cpd_u32 cpd_activemask(void) { return __activemask(); }
+CPD_FN cpd_u32 cpd_lanemask_lt(void)
+{
+    cpd_u32 m;
+    asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
+    return m;
+}
+CPD_FN cpd_u32 cpd_match_any64(cpd_u32 mask, cpd_u64 v) { return __match_any_sync(mask, v); }
+CPD_FN cpd_u32 cpd_match_all64(cpd_u32 mask, cpd_u64 v, int *pred) { return __match_all_sync(mask, v, pred); }
+CPD_FN cpd_u64 cpd_shfl64(cpd_u32 mask, cpd_u64 v, int src) { return __shfl_sync(mask, v, src); }
+CPD_FN int cpd_ffs(cpd_u32 x) { return __ffs((int)x); }
+CPD_FN int cpd_popc(cpd_u32 x) { return __popc(x); }
+/* A number that differs between warps running at the same time, to spread
+ * them over the active slabs: the SM and the warp slot on it. */
+CPD_FN cpd_u32 cpd_warp_hash(void)
+{
+    cpd_u32 sm, warp;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    asm volatile("mov.u32 %0, %%warpid;" : "=r"(warp));
+    return sm * 64u + warp;
+}
+#else
+CPD_FN cpd_u64 cpd_add64(cpd_u64 *p, cpd_u64 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+CPD_FN cpd_u32 cpd_add32(cpd_u32 *p, cpd_u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+CPD_FN cpd_u32 cpd_sub32(cpd_u32 *p, cpd_u32 v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+CPD_FN cpd_u32 cpd_or32(cpd_u32 *p, cpd_u32 v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+CPD_FN cpd_u32 cpd_and32(cpd_u32 *p, cpd_u32 v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); }
+CPD_FN cpd_u32 cpd_cas32(cpd_u32 *p, cpd_u32 cmp, cpd_u32 v)
+{
+    __atomic_compare_exchange_n(p, &cmp, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp; /* the value found, as atomicCAS returns */
+}
+CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v)
+{
+    cpd_u64 cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+    return cur;
+}
+CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+/* Every shared word the allocators touch goes through the sequentially
+ * consistent atomics above on the host, which already order what the GPU's
+ * __threadfence orders; a separate fence would add nothing (and
+ * ThreadSanitizer does not model fences). */
+CPD_FN void cpd_fence(void) {}
+CPD_FN void cpd_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+CPD_FN cpd_u32 cpd_activemask(void) { return 1u; }
+CPD_FN cpd_u32 cpd_lanemask_lt(void) { return 0u; }
+CPD_FN cpd_u32 cpd_match_any64(cpd_u32 mask, cpd_u64 v) { (void)v; return mask; }
+CPD_FN cpd_u32 cpd_match_all64(cpd_u32 mask, cpd_u64 v, int *pred) { (void)v; *pred = 1; return mask; }
+CPD_FN cpd_u64 cpd_shfl64(cpd_u32 mask, cpd_u64 v, int src) { (void)mask; (void)src; return v; }
+CPD_FN int cpd_ffs(cpd_u32 x) { return __builtin_ffs((int)x); }
+CPD_FN int cpd_popc(cpd_u32 x) { return __builtin_popcount(x); }
+/* The host's "warp" is a CPU thread: number them as they first allocate. */
+#ifdef __cplusplus
+#define CPD_TLS thread_local
+#else
+#define CPD_TLS _Thread_local
+#endif
+static CPD_TLS cpd_u32 cpd_host_warp_id;
+static cpd_u32 cpd_host_warps;
+CPD_FN cpd_u32 cpd_warp_hash(void)
+{
+    if (cpd_host_warp_id == 0)
+        cpd_host_warp_id = cpd_add32(&cpd_host_warps, 1u) + 1u;
+    return cpd_host_warp_id;
+}
+#endif
+
+/* A well-mixed 32-bit function of a word (lowbias32). */
+CPD_FN cpd_u32 cpd_hash32(cpd_u32 x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+CPD_FN cpd_u64 cpd_round_up(cpd_u64 bytes)
+{
+    return (bytes + CPD_ALIGN - 1) & ~(CPD_ALIGN - 1);
+}
+
+/* The warp's leader among peers: its lowest lane. */
+CPD_FN int cpd_leader(cpd_u32 peers)
+{
+    return cpd_ffs(peers) - 1;
+}
+
+CPD_FN int cpd_is_leader(cpd_u32 peers)
+{
+    return (peers & cpd_lanemask_lt()) == 0;
+}
+
+CPD_FN void cpd_count_failure(cupola_device_pool *pool)
+{
+    cpd_add64(&pool->failed, 1ull);
+}
+
+#include "cupola/alloc_bump.cuh"
+#include "cupola/alloc_warp_bump.cuh"
+#include "cupola/alloc_slab.cuh"
+#include "cupola/alloc_malloc.cuh"
+
+/* ---- the dispatch ---------------------------------------------------------- */
+
+/* A block of at least `bytes` bytes, 16-byte aligned, or NULL when the pool
+ * cannot give one (exhausted, or a request its kind refuses); a NULL is
+ * counted in the pool's `failed`.  A request of 0 bytes returns NULL and is
+ * not counted.  kind is the pool's: a caller that knows it at compile time
+ * (cupola's own run kernels are instantiated per kind) gets only that
+ * allocator inlined, so only malloc pools' kernels call CUDA's malloc (CUDA
+ * fixes its heap size once such a kernel has run). */
+CPD_FN void *cpd_alloc_kind(cupola_device_pool *pool, cpd_u64 bytes, cpd_u32 kind)
+{
+    if (bytes == 0)
+        return 0;
+    switch (kind) {
+    case CPD_KIND_BUMP: return cpd_bump_alloc(pool, bytes);
+    case CPD_KIND_WARP_BUMP: return cpd_warp_bump_alloc(pool, bytes);
+    case CPD_KIND_SLAB: return cpd_slab_alloc(pool, bytes);
+    case CPD_KIND_MALLOC: return cpd_malloc_alloc(pool, bytes);
+    default: return 0;
+    }
+}
+
+/* Returns a block to the pool it came from.  NULL is ignored; the bump
+ * kinds ignore every free (their memory comes back with dp:reset). */
+CPD_FN void cpd_free_kind(cupola_device_pool *pool, void *ptr, cpd_u32 kind)
+{
+    if (!ptr)
+        return;
+    switch (kind) {
+    case CPD_KIND_SLAB: cpd_slab_free(pool, ptr); break;
+    case CPD_KIND_MALLOC: cpd_malloc_free(pool, ptr); break;
+    default: break;
+    }
+}
+
+CPD_FN void *cpd_alloc(cupola_device_pool *pool, cpd_u64 bytes)
+{
+    return cpd_alloc_kind(pool, bytes, pool->kind);
+}
+
+CPD_FN void cpd_free(cupola_device_pool *pool, void *ptr)
+{
+    cpd_free_kind(pool, ptr, pool->kind);
+}
+
+#endif /* CUPOLA_DEVICE_ALLOC_CUH */

@@ -1,0 +1,409 @@
+/*
+ * devpool.c: cupola.DevicePool (allocation inside kernels), created by
+ * cupola.device_pool{kind=, capacity=}, and cupola.run_concurrent.
+ *
+ * The userdata's first member is the device address of the pool's
+ * device-side state (a cupola_device_pool, <cupola/device.h>): a user kernel
+ * gets exactly that pointer for a parameter declared "device_pool".
+ *
+ * A run is launched and finished inside one call, so nothing the run uses
+ * (pool, stream, event) can be collected while it is in flight.
+ */
+#include <string.h>
+
+#include "binding.h"
+
+#define L_DEVPOOL L_DEVICEPOOL /* binding.h */
+#define RUN_FN L_DEVPOOL ":run"
+#define MAX_CHILDREN 2048u /* CUDA's default pending-launch limit */
+
+typedef struct l_devpool {
+    void *dev;       /* first: the device-side state (NULL once closed) */
+    cp_devpool *p;
+    cp_dp_kind kind;
+    size_t capacity;
+    uint64_t runs;   /* default seeds differ from run to run */
+} l_devpool;
+
+static const char *const kind_names[] = {"bump", "warp_bump", "slab", "malloc", NULL};
+
+static l_devpool *todevpool(lua_State *L, int arg)
+{
+    l_devpool *d = (l_devpool *)luaL_checkudata(L, arg, L_DEVPOOL);
+    if (!d->p)
+        luaL_error(L, "attempt to use a closed " L_DEVPOOL);
+    return d;
+}
+
+static void check_supported(lua_State *L)
+{
+    if (!cp_be->dp_create)
+        luaL_error(L, "cupola.device_pool: not supported by the %s backend of this build",
+                   cp_be->name);
+}
+
+/* cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc", capacity=} */
+static int devpool_new(lua_State *L)
+{
+    static const char *const opts[] = {"kind", "capacity", NULL};
+    const char *kname;
+    lua_Integer cap;
+    int k;
+    l_devpool *d;
+    cp_devpool *p = NULL;
+    cp_status st;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    l_checkoptions(L, 1, "cupola.device_pool", opts);
+    kname = l_optstring_field(L, 1, "kind", NULL);
+    if (!kname)
+        return luaL_error(L, "cupola.device_pool: option 'kind' is required (bump, warp_bump, "
+                             "slab or malloc)");
+    for (k = 0; kind_names[k] && strcmp(kind_names[k], kname) != 0; k++)
+        ;
+    if (!kind_names[k])
+        return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (bump, "
+                             "warp_bump, slab or malloc)", kname);
+    lua_getfield(L, 1, "capacity");
+    if (lua_type(L, -1) == LUA_TNUMBER) {
+        int isint;
+        cap = lua_tointegerx(L, -1, &isint);
+        if (!isint || cap <= 0)
+            return luaL_error(L, "cupola.device_pool: option 'capacity' must be a positive "
+                                 "integer number of bytes, not %s", luaL_tolstring(L, -1, NULL));
+    } else if (lua_type(L, -1) == LUA_TSTRING) {
+        cap = (lua_Integer)l_optsize_field(L, 1, "capacity", 0);
+        if (cap <= 0)
+            return luaL_error(L, "cupola.device_pool: option 'capacity' must be positive");
+    } else {
+        return luaL_error(L, "cupola.device_pool: option 'capacity' is required (bytes), got %s",
+                          luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    check_supported(L);
+
+    d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 0);
+    memset(d, 0, sizeof *d);
+    luaL_setmetatable(L, L_DEVPOOL);
+    st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
+    if (st != CP_OK)
+        return l_alloc_result(L, st);
+    d->p = p;
+    d->dev = cp_be->dp_state(p);
+    d->kind = (cp_dp_kind)k;
+    d->capacity = (size_t)cap;
+    return 1;
+}
+
+static int devpool_close(lua_State *L)
+{
+    l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
+    if (d->p) {
+        cp_devpool *p = d->p;
+        d->p = NULL;
+        d->dev = NULL;
+        cp_be->dp_destroy(p);
+    }
+    return 0;
+}
+
+/* ---- run options ----------------------------------------------------------- */
+
+typedef struct run_req {
+    l_devpool *d;
+    cp_dp_run_args a;
+    l_streamref *stream;
+    cp_event *wait, *record;
+    cp_dp_run *run;
+} run_req;
+
+static uint64_t positive_field(lua_State *L, int idx, const char *fn, const char *key,
+                               lua_Integer def, lua_Integer min)
+{
+    lua_Integer v;
+    lua_getfield(L, idx, key);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        if (def < min)
+            luaL_error(L, "%s: option '%s' is required", fn, key);
+        return (uint64_t)def;
+    }
+    if (!lua_isinteger(L, -1)) {
+        int isint = 0;
+        v = lua_tointegerx(L, -1, &isint);
+        if (!isint)
+            luaL_error(L, "%s: option '%s' must be an integer, not %s", fn, key,
+                       luaL_tolstring(L, -1, NULL));
+    } else {
+        v = lua_tointeger(L, -1);
+    }
+    if (v < min)
+        luaL_error(L, "%s: option '%s' must be >= %d, got %I", fn, key, (int)min, (LUAI_UACINT)v);
+    lua_pop(L, 1);
+    return (uint64_t)v;
+}
+
+static cp_event *event_field(lua_State *L, int idx, const char *fn, const char *key)
+{
+    cp_event *e = NULL;
+    lua_getfield(L, idx, key);
+    if (!lua_isnil(L, -1)) {
+        l_event *ev = (l_event *)luaL_testudata(L, -1, L_EVENT);
+        if (!ev)
+            luaL_error(L, "%s: option '%s' must be a " L_EVENT ", not %s", fn, key,
+                       luaL_typename(L, -1));
+        if (!ev->e)
+            luaL_error(L, "%s: option '%s': attempt to use a closed " L_EVENT, fn, key);
+        e = ev->e;
+    }
+    lua_pop(L, 1);
+    return e;
+}
+
+/* Reads the run options in the table at idx into q (q->d already set). */
+static void parse_run(lua_State *L, int idx, const char *fn, run_req *q, int concurrent)
+{
+    static const char *const opts[] = {"threads", "bytes", "stream", "free", "block", "verify",
+                                       "reset", "hold_us", "seed", "children", NULL};
+    static const char *const opts_c[] = {"pool", "threads", "bytes", "stream", "free", "block",
+                                         "verify", "reset", "hold_us", "seed", "children", "wait",
+                                         "record", NULL};
+    cp_dp_run_args *a = &q->a;
+    uint64_t mn, mx;
+
+    idx = lua_absindex(L, idx);
+    luaL_checktype(L, idx, LUA_TTABLE);
+    l_checkoptions(L, idx, fn, concurrent ? opts_c : opts);
+    memset(a, 0, sizeof *a);
+    a->threads = positive_field(L, idx, fn, "threads", 0, 1);
+    lua_getfield(L, idx, "bytes");
+    if (lua_istable(L, -1)) {
+        lua_rawgeti(L, -1, 1);
+        lua_rawgeti(L, -2, 2);
+        if (!lua_isinteger(L, -2) || !lua_isinteger(L, -1))
+            luaL_error(L, "%s: option 'bytes' as a table must be {min, max} with two integers", fn);
+        if (lua_tointeger(L, -2) < 1 || lua_tointeger(L, -1) < 1)
+            luaL_error(L, "%s: option 'bytes': {min, max} must both be >= 1, got {%I, %I}", fn,
+                       (LUAI_UACINT)lua_tointeger(L, -2), (LUAI_UACINT)lua_tointeger(L, -1));
+        mn = (uint64_t)lua_tointeger(L, -2);
+        mx = (uint64_t)lua_tointeger(L, -1);
+        if (mn > mx)
+            luaL_error(L, "%s: option 'bytes': min (%I) > max (%I)", fn, (LUAI_UACINT)mn,
+                       (LUAI_UACINT)mx);
+        lua_pop(L, 3);
+    } else {
+        lua_pop(L, 1);
+        mn = mx = positive_field(L, idx, fn, "bytes", 0, 1);
+    }
+    if (mx > q->d->capacity)
+        luaL_error(L, "%s: option 'bytes' (%I) is more than the pool's capacity (%I)", fn,
+                   (LUAI_UACINT)mx, (LUAI_UACINT)q->d->capacity);
+    a->min_bytes = mn;
+    a->max_bytes = mx;
+    a->block = (unsigned)positive_field(L, idx, fn, "block", 256, 1);
+    if (a->block > 1024)
+        luaL_error(L, "%s: option 'block' must be 1..1024, got %I", fn, (LUAI_UACINT)a->block);
+    a->free_blocks = l_optbool_field(L, idx, "free", 0);
+    a->verify = l_optbool_field(L, idx, "verify", 1);
+    a->reset_first = l_optbool_field(L, idx, "reset", 0);
+    a->hold_us = positive_field(L, idx, fn, "hold_us", 0, 0);
+    if (a->hold_us > 10u * 1000u * 1000u)
+        luaL_error(L, "%s: option 'hold_us' must be at most 10 s, got %I", fn, (LUAI_UACINT)a->hold_us);
+    a->seed = positive_field(L, idx, fn, "seed", (lua_Integer)(0x5eed0000u + ++q->d->runs), 0);
+    a->children = (unsigned)positive_field(L, idx, fn, "children", 0, 0);
+    if (a->children > MAX_CHILDREN || a->children > a->threads)
+        luaL_error(L, "%s: option 'children' must be at most min(threads, %d), got %I", fn,
+                   (int)MAX_CHILDREN, (LUAI_UACINT)a->children);
+    q->stream = l_optstream_field(L, idx);
+    q->wait = concurrent ? event_field(L, idx, fn, "wait") : NULL;
+    q->record = concurrent ? event_field(L, idx, fn, "record") : NULL;
+}
+
+static void push_result(lua_State *L, const run_req *q, const cp_dp_run_result *r)
+{
+    lua_createtable(L, 0, 8);
+    lua_pushinteger(L, (lua_Integer)r->ok);
+    lua_setfield(L, -2, "ok");
+    lua_pushinteger(L, (lua_Integer)r->failed);
+    lua_setfield(L, -2, "failed");
+    if (q->a.verify) {
+        lua_pushinteger(L, (lua_Integer)r->overlaps);
+        lua_setfield(L, -2, "overlaps");
+        lua_pushinteger(L, (lua_Integer)r->misaligned);
+        lua_setfield(L, -2, "misaligned");
+    }
+    if (q->a.children) {
+        lua_pushinteger(L, (lua_Integer)r->launch_errors);
+        lua_setfield(L, -2, "launch_errors");
+    }
+    lua_pushinteger(L, (lua_Integer)q->a.threads);
+    lua_setfield(L, -2, "threads");
+    lua_pushnumber(L, r->ms);
+    lua_setfield(L, -2, "ms");
+    lua_pushnumber(L, r->ms > 0 ? (lua_Number)q->a.threads / (r->ms * 1e-3) : 0);
+    lua_setfield(L, -2, "per_second");
+}
+
+/* dp:run{threads=, bytes= or {min, max}, stream=, free=, block=, verify=,
+ *        reset=, hold_us=, seed=, children=} -> {ok, failed, overlaps, ...} */
+static int devpool_run(lua_State *L)
+{
+    run_req q;
+    cp_dp_run_result res;
+    cp_status st;
+
+    memset(&q, 0, sizeof q);
+    q.d = todevpool(L, 1);
+    parse_run(L, 2, RUN_FN, &q, 0);
+    st = cp_be->dp_launch(q.d->p, &q.a, q.stream->s, &q.run);
+    if (st != CP_OK)
+        return l_alloc_result(L, st);
+    l_check(L, cp_be->dp_finish(q.run, &res));
+    push_result(L, &q, &res);
+    return 1;
+}
+
+/* cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }:
+ * launches every run in order (the stream first waits for `wait`, and
+ * `record` is recorded after the run), then waits for all of them. */
+static int run_concurrent(lua_State *L)
+{
+    static const char *const fn = "cupola.run_concurrent";
+    lua_Integer n;
+    run_req *qs;
+    cp_status st = CP_OK;
+    lua_Integer launched = 0;
+
+    luaL_checktype(L, 1, LUA_TTABLE);
+    n = (lua_Integer)lua_rawlen(L, 1);
+    if (n < 1)
+        return luaL_error(L, "%s: expects a list of runs", fn);
+    if (n > 64)
+        return luaL_error(L, "%s: at most 64 runs at once, got %I", fn, (LUAI_UACINT)n);
+    qs = (run_req *)lua_newuserdatauv(L, (size_t)n * sizeof *qs, 0);
+    memset(qs, 0, (size_t)n * sizeof *qs);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, 1, i);
+        if (!lua_istable(L, -1))
+            return luaL_error(L, "%s: run #%I must be a table", fn, (LUAI_UACINT)i);
+        lua_getfield(L, -1, "pool");
+        if (!luaL_testudata(L, -1, L_DEVPOOL))
+            return luaL_error(L, "%s: run #%I: option 'pool' must be a " L_DEVPOOL, fn,
+                              (LUAI_UACINT)i);
+        qs[i - 1].d = todevpool(L, -1);
+        lua_pop(L, 1);
+        parse_run(L, -1, fn, &qs[i - 1], 1);
+        lua_pop(L, 1);
+    }
+    for (lua_Integer i = 0; i < n && st == CP_OK; i++) {
+        run_req *q = &qs[i];
+        if (q->wait && (st = cp_be->stream_wait_event(q->stream->s, q->wait)) != CP_OK)
+            break;
+        if ((st = cp_be->dp_launch(q->d->p, &q->a, q->stream->s, &q->run)) != CP_OK)
+            break;
+        launched++;
+        if (q->record && (st = cp_be->event_record(q->record, q->stream->s)) != CP_OK)
+            break;
+    }
+    if (st != CP_OK) {
+        /* Wait for what was launched, keeping the first failure's message. */
+        cp_dp_run_result res;
+        char msg[512];
+        strncpy(msg, cp_error_msg(), sizeof msg - 1);
+        msg[sizeof msg - 1] = '\0';
+        for (lua_Integer i = 0; i < launched; i++)
+            cp_be->dp_finish(qs[i].run, &res);
+        if (st == CP_ERR_OOM) {
+            lua_pushnil(L);
+            lua_pushstring(L, msg);
+            lua_pushliteral(L, "out_of_memory");
+            return 3;
+        }
+        return luaL_error(L, "%s: %s", fn, msg);
+    }
+    lua_createtable(L, (int)n, 0);
+    for (lua_Integer i = 0; i < n; i++) {
+        cp_dp_run_result res;
+        cp_status fst = cp_be->dp_finish(qs[i].run, &res);
+        if (fst != CP_OK && st == CP_OK)
+            st = fst;
+        if (fst == CP_OK) {
+            push_result(L, &qs[i], &res);
+            lua_rawseti(L, -2, i + 1);
+        }
+    }
+    if (st != CP_OK)
+        return l_fail(L, st);
+    return 1;
+}
+
+static int devpool_reset(lua_State *L)
+{
+    l_devpool *d = todevpool(L, 1);
+    l_check(L, cp_be->dp_reset(d->p, l_optstream(L, 2)->s));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int devpool_stats(lua_State *L)
+{
+    l_devpool *d = todevpool(L, 1);
+    cp_dp_stats s;
+    l_check(L, cp_be->dp_stats(d->p, &s));
+    lua_createtable(L, 0, 5);
+    lua_pushinteger(L, (lua_Integer)s.capacity);
+    lua_setfield(L, -2, "capacity");
+    lua_pushinteger(L, (lua_Integer)s.used);
+    lua_setfield(L, -2, "used");
+    lua_pushinteger(L, (lua_Integer)s.peak);
+    lua_setfield(L, -2, "peak");
+    lua_pushinteger(L, (lua_Integer)s.failed);
+    lua_setfield(L, -2, "failed");
+    lua_pushstring(L, kind_names[d->kind]);
+    lua_setfield(L, -2, "kind");
+    return 1;
+}
+
+/* dp.kind, dp.capacity, dp.closed; methods. */
+static int devpool_index(lua_State *L)
+{
+    l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
+    const char *k = luaL_checkstring(L, 2);
+    if (strcmp(k, "kind") == 0)
+        lua_pushstring(L, kind_names[d->kind]);
+    else if (strcmp(k, "capacity") == 0)
+        lua_pushinteger(L, (lua_Integer)d->capacity);
+    else if (strcmp(k, "closed") == 0)
+        lua_pushboolean(L, d->p == NULL);
+    else if (!l_getmethod(L, 1, k))
+        lua_pushnil(L);
+    return 1;
+}
+
+static int devpool_tostring(lua_State *L)
+{
+    l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
+    lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p ? "" : "closed, ", kind_names[d->kind],
+                    (LUAI_UACINT)d->capacity);
+    return 1;
+}
+
+void l_open_devpool(lua_State *L)
+{
+    static const luaL_Reg meta[] = {{"__gc", devpool_close},
+                                    {"__close", devpool_close},
+                                    {"__tostring", devpool_tostring},
+                                    {"__index", devpool_index},
+                                    {"__newindex", l_readonly_newindex},
+                                    {NULL, NULL}};
+    static const luaL_Reg methods[] = {{"run", devpool_run},
+                                       {"reset", devpool_reset},
+                                       {"stats", devpool_stats},
+                                       {"close", devpool_close},
+                                       {NULL, NULL}};
+    l_newclass(L, L_DEVPOOL, meta, methods);
+    lua_pushcfunction(L, devpool_new);
+    lua_setfield(L, -2, "device_pool");
+    lua_pushcfunction(L, run_concurrent);
+    lua_setfield(L, -2, "run_concurrent");
+}
