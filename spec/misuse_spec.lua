@@ -1198,6 +1198,60 @@ io.write "ok"
     raises(function() p:alloc(-1) end, "bad argument #1 to 'alloc'")
     consistent(p)
   end)
+
+  -- device pools (issue 17) beyond the cases of its own block below
+  local DP_SRC = [[
+#include <cupola/device.h>
+extern "C" __global__ void k(cupola_device_pool *pool, unsigned *out)
+{
+    unsigned *x = (unsigned *)cupola_alloc(pool, 16);
+    out[threadIdx.x] = x ? 1u : 0u;
+    if (x) cupola_free(pool, x);
+}
+]]
+  it("device pools as kernel arguments: closed, of the wrong type, declared in the wrong place", function()
+    local dm <close> = cupola.module { source = DP_SRC, name = "dp.cu" }
+    local dk = dm:kernel("k", { "device_pool", "ptr" })
+    local out = cupola.malloc(64)
+    local dp = cupola.device_pool { kind = "slab", capacity = 65536 }
+    dk:launch({ grid = 1, block = 16 }, dp, out)
+    assert.equals(string.rep("\1\0\0\0", 16), out:read())
+    raises(function() dk:launch({ grid = 1, block = 16 }, out, out) end,
+      "bad argument #2 to 'launch' (kernel 'k' parameter 1, device_pool: a cupola.DevicePool expected, got cupola.Buffer)")
+    raises(function() dk:launch({ grid = 1, block = 16 }, dp, dp) end,
+      "bad argument #3 to 'launch' (kernel 'k' parameter 2, ptr: a cupola.Buffer or an integer address expected, got cupola.DevicePool)")
+    dp:close()
+    raises(function() dk:launch({ grid = 1, block = 16 }, dp, out) end, "the cupola.DevicePool is closed")
+    if cupola.backend() == "host" then
+      -- was: both accepted (any pointer matched), so a Buffer reached the
+      -- kernel as a pool's state, or a pool's state was written over as data
+      raises(function() dm:kernel("k", { "ptr", "device_pool" }) end,
+        "bad argument #2 to 'kernel' (kernel 'k': parameter 1 is declared ptr but the kernel takes a cupola_device_pool pointer)")
+      raises(function() dm:kernel("k", { "device_pool", "device_pool" }) end,
+        "parameter 2 is declared device_pool but the kernel takes a pointer to data")
+    end
+    dk:close()
+    out:free()
+  end)
+
+  it("device pools: sizes past the device are data, options are checked", function()
+    local dp, msg, why = cupola.device_pool { kind = "bump", capacity = 1 << 62 }
+    assert.is_nil(dp)
+    assert.equals("out_of_memory", why, msg)
+    raises(function() cupola.device_pool { kind = 5, capacity = 1024 } end, "option 'kind' must be a string, not number")
+    raises(function() cupola.device_pool { kind = "bump", capacity = 1024, device = 0 } end, "unknown option 'device'")
+    local q <close> = cupola.device_pool { kind = "bump", capacity = 1024 }
+    raises(function() q:run { threads = 4, bytes = { 1, 1 << 40 } } end, "option 'bytes' (1099511627776) is more than the pool's capacity (1024)")
+    raises(function() q:run { threads = 4, bytes = { 1.5, 2 } } end, "must be {min, max} with two integers")
+    raises(function() q:run { threads = 4, bytes = "x" } end, "option 'bytes' must be an integer, not x")
+    raises(function() q:run { threads = 4, bytes = 16, hold_us = 11e6 } end, "option 'hold_us' must be at most 10 s")
+    raises(function() q:run { threads = 4, bytes = 16, seed = -1 } end, "option 'seed' must be >= 0")
+    raises(function() q:reset(5) end, "bad argument #1 to 'reset' (cupola.Stream expected, got number)")
+    raises(function() cupola.run_concurrent(5) end, "bad argument #1 to 'run_concurrent' (table expected, got number)")
+    raises(function() cupola.run_concurrent { { pool = q, threads = 1, bytes = 1, record = 5 } } end,
+      "option 'record' must be a cupola.Event, not number")
+    assert.equals(0, q:stats().used)
+  end)
 end)
 
 
