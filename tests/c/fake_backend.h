@@ -21,6 +21,7 @@ struct cp_stream {
     uint64_t queued, completed;
     uint64_t waits;           /* stream_wait_event calls on this stream */
     const cp_stream *waited_on; /* stream of the last event waited for */
+    cp_stream *dead_next;     /* destroyed streams, kept (see fake_stream_destroy) */
 };
 
 struct cp_event {
@@ -34,6 +35,7 @@ static uint64_t fake_next_id = 1;
 static cp_stream fake_default; /* the NULL stream's state */
 static cp_stream *fake_streams[64];
 static int fake_nstreams;
+static cp_stream *fake_dead; /* destroyed streams: events recorded on them outlive them */
 static uint64_t fake_records, fake_queries, fake_syncs, fake_allocs;
 
 static cp_stream *fake_s(cp_stream *s)
@@ -64,8 +66,14 @@ static cp_status fake_stream_destroy(cp_stream *s)
     for (i = 0; i < fake_nstreams; i++)
         if (fake_streams[i] == s)
             fake_streams[i] = fake_streams[--fake_nstreams];
+    /* An event recorded on a stream stays valid after the stream is
+     * destroyed (as in CUDA), and a pool may still query one it holds for a
+     * free; freeing the stream here made that query read freed memory
+     * (test_pools' threads case under ASan, now and then).  Destroyed
+     * streams are kept, reachable, until the process ends. */
+    s->dead_next = fake_dead;
+    fake_dead = s;
     pthread_mutex_unlock(&fake_lock);
-    free(s);
     return CP_OK;
 }
 
