@@ -329,7 +329,7 @@ FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend/cuda.c,$
 $(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h src/core/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-	    -fno-sanitize-recover=undefined -Isrc/core -Icuda -o $@ $(FUZZ_TRACE_SRC) -lz -lpthread -lm
+	    -fno-sanitize-recover=undefined -Isrc/core -Isrc/include -Icuda -Icuda/include -o $@ $(FUZZ_TRACE_SRC) -lz -lpthread -lm
 
 # A bounded run: new inputs go to $(FUZZ_BUILD)/corpus (the checked-in seeds
 # stay as they are); a crash leaves its reproducer in $(FUZZ_BUILD)/.

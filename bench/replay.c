@@ -212,6 +212,57 @@ int main(int argc, char **argv)
         cp_trace_free(t);
     }
 
+    /* CUPOLA_BENCH_STEADY=1: the vmm pool's steady state, three passes of
+     * each trace over one pool, with release_threshold 0 and max: res/live
+     * and the pages mapped and unmapped per pass (deterministic over the
+     * virtual upstream). */
+    if (getenv("CUPOLA_BENCH_STEADY") && atoi(getenv("CUPOLA_BENCH_STEADY"))) {
+        static const uint64_t keeps[2] = {0, UINT64_MAX};
+        printf("\n%-31s %10s %9s %9s %9s %9s %9s\n", "vmm steady state", "threshold",
+               "res/live", "maps 1", "unmaps 1", "maps 2", "unmaps 2");
+        for (ti = 0; ti < ntraces; ti++) {
+            char path[4096];
+            const char *p;
+            cp_trace *t;
+            int k;
+            if (argc > 3) {
+                p = argv[3 + ti];
+            } else {
+                snprintf(path, sizeof path, "%s/%s", dir, known[ti].name);
+                p = path;
+            }
+            if (cp_trace_load(p, &t) != CP_OK)
+                continue;
+            for (k = 0; k < 2; k++) {
+                cp_pool_opts o;
+                cp_resource *r = NULL;
+                cp_replay_opts once = {0, 1, 0};
+                cp_replay_result a, b, c;
+                memset(&o, 0, sizeof o);
+                o.kind = "vmm";
+                o.upstream = CP_UP_VIRTUAL;
+                o.grow = 1;
+                o.alignment = 256;
+                o.release_threshold = keeps[k];
+                if (cp_pool_create(&r, &o) != CP_OK || cp_trace_replay(t, r, &once, &a) != CP_OK ||
+                    cp_trace_replay(t, r, &once, &b) != CP_OK ||
+                    cp_trace_replay(t, r, &once, &c) != CP_OK) {
+                    fprintf(stderr, "vmm: %s\n", cp_error_msg());
+                    cp_resource_destroy(r);
+                    rc = 1;
+                    continue;
+                }
+                printf("%-31s %10s %9.4f %9llu %9llu %9llu %9llu\n",
+                       strrchr(p, '/') ? strrchr(p, '/') + 1 : p, k ? "max" : "0",
+                       c.reserved_over_live, (unsigned long long)a.maps,
+                       (unsigned long long)a.unmaps, (unsigned long long)c.maps,
+                       (unsigned long long)c.unmaps);
+                cp_resource_destroy(r);
+            }
+            cp_trace_free(t);
+        }
+    }
+
     if (getenv("CUPOLA_BENCH_NO_PAIRS"))
         return rc;
     printf("\n%-9s %14s\n", "pool", "ns/pair(1MiB)");

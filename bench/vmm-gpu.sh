@@ -3,7 +3,9 @@
 # one command (issue 14): build, the vmm and conformance specs on the CUDA
 # backend (#gpu included), compute-sanitizer memcheck over the vmm spec, and
 # bench/replay.c over the device upstream (trace replays with real maps, the
-# alloc+free pair of every pool) and with two streams.
+# alloc+free pair of every pool), the vmm steady state, two streams, and
+# bench/multistream.lua at K = 1 and 8; then the whole suite unless
+# VMM_GPU_SUITE=0.
 #   sh bench/vmm-gpu.sh            logs and figures in $OUT (or /tmp/vmm-gpu)
 set -u
 cd "$(dirname "$0")/.."
@@ -34,7 +36,13 @@ cc -O2 -std=c11 -D_GNU_SOURCE -Isrc/core bench/replay.c $(find build/obj/core -n
 CUPOLA_BENCH_UPSTREAM=device timeout 60 build/bench_replay_cuda 3 1 \
     examples/traces/resnet50_train.csv.gz examples/traces/gpt2_train.csv.gz >"$OUT/replay-device.txt" 2>&1
 echo "replay-device rc=$?" >>"$OUT/summary.txt"
-CUPOLA_BENCH_NO_PAIRS=1 timeout 40 build/bench_replay_cuda 5 10 >"$OUT/replay-virtual.txt" 2>&1
+CUPOLA_BENCH_STEADY=1 CUPOLA_BENCH_NO_PAIRS=1 timeout 40 build/bench_replay_cuda 5 10 \
+    >"$OUT/replay-virtual.txt" 2>&1
+echo "replay-virtual rc=$?" >>"$OUT/summary.txt"
+# seed 001's multi-stream bench (K = 1 and 8): reuse=wait growth, caching speed
+CUPOLA_REPS=3 timeout 90 lua5.4 bench/multistream.lua 400 1,8 >"$OUT/multistream.txt" 2>&1
+echo "multistream rc=$?" >>"$OUT/summary.txt"
+[ "${VMM_GPU_SUITE:-1}" = 1 ] || { cat "$OUT/summary.txt"; exit 0; }
 CUPOLA_BENCH_NO_PAIRS=1 CUPOLA_BENCH_STREAMS=2 timeout 40 build/bench_replay_cuda 5 10 \
     >"$OUT/replay-2streams.txt" 2>&1
 echo "replay-2streams rc=$?" >>"$OUT/summary.txt"

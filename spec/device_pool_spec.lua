@@ -330,7 +330,26 @@ extern "C" __global__ void release(cupola_device_pool *pool, const unsigned long
         cupola_free(pool, (void *)addr[i]);
 }
 
-/* A parent whose threads each launch a child grid over their share. */
+/* A parent whose threads each launch a child grid over their share; a
+ * child thread works for thread first + its index, so that `check` sees the
+ * same pattern as after `use` (a child that wrote its own index instead
+ * would look like an overlap). */
+extern "C" __global__ void child(cupola_device_pool *pool, unsigned long long *addr,
+                                 unsigned long long first, unsigned long long cnt,
+                                 unsigned long long bytes)
+{
+    unsigned long long j = cupola_global_index();
+    if (j >= cnt)
+        return;
+    unsigned long long i = first + j;
+    unsigned long long *p = (unsigned long long *)cupola_alloc(pool, bytes);
+    addr[i] = (unsigned long long)p;
+    if (!p)
+        return;
+    for (unsigned long long k = 0; k < bytes / 8; k++)
+        p[k] = i;
+}
+
 extern "C" __global__ void parent(cupola_device_pool *pool, unsigned long long *addr,
                                   unsigned long long n, unsigned long long bytes, int children)
 {
@@ -341,7 +360,7 @@ extern "C" __global__ void parent(cupola_device_pool *pool, unsigned long long *
     if (first >= n)
         return;
     unsigned long long cnt = n - first < per ? n - first : per;
-    use<<<(unsigned)((cnt + 127) / 128), 128>>>(pool, addr + first, cnt, bytes, 0);
+    child<<<(unsigned)((cnt + 127) / 128), 128>>>(pool, addr, first, cnt, bytes);
 }
 ]]
   local NESTED = SRC

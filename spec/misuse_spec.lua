@@ -1319,3 +1319,17 @@ describe("misuse: cupola.device_pool", function()
     raises(function() dp.kind = "bump" end, "read-only")
   end)
 end)
+
+
+describe("misuse: vmm pool on a device (frag2)", function()
+  local cupola = require "cupola"
+  it("names the device option when the device does not exist", function()
+    local n = cupola.device_count()
+    for _, up in ipairs { "device", "virtual" } do
+      assert.error_matches(function() cupola.pool { kind = "vmm", upstream = up, device = n } end,
+        "option 'device' is " .. n)
+      assert.error_matches(function() cupola.pool { kind = "vmm", upstream = up, device = -1 } end,
+        "option 'device'")
+    end
+  end)
+end)

@@ -8,6 +8,7 @@ local K = cupola.kernels
 local MiB = 1024 * 1024
 
 describe("vmm pool", function()
+  local G0 = cupola.pool { kind = "vmm", upstream = "virtual" }:stats().page_bytes
   for _, up in ipairs { "device", "virtual" } do
     describe("over " .. up, function()
       it("maps one page under a small block and counts it as reserved", function()
@@ -43,7 +44,7 @@ describe("vmm pool", function()
         local addr = a.address
         a:free()
         local st = p:stats()
-        assert.equals(5 * G, st.reserved, "frees never unmap")
+        assert.equals(5 * G, st.reserved, "frees never unmap: the next allocation does")
         assert.equals(0, st.unmaps)
         local b = p:alloc(5 * G)
         assert.equals(addr, b.address, "best fit at the lowest address")
@@ -59,6 +60,7 @@ describe("vmm pool", function()
         local a = p:alloc(4 * G)
         local keep = p:alloc "1KiB" -- after a: pins a page beyond a's range
         a:free()
+        cupola.synchronize() -- a's frees are complete: its pages may move
         -- larger than the hole a left: new addresses, the idle pages move there
         local b = p:alloc(6 * G)
         local st = p:stats()
@@ -84,6 +86,43 @@ describe("vmm pool", function()
         assert.equals(0, st.unmaps)
         assert.equals(11 * G, st.reserved)
         b:free(); keep:free()
+      end)
+
+      it("unmaps idle pages beyond release_threshold at the next allocation", function()
+        for _, kept in ipairs { 0, 1, 3 } do
+          local p <close> = cupola.pool { kind = "vmm", upstream = up, release_threshold = kept * G0 }
+          local G = p:stats().page_bytes
+          local a = p:alloc(4 * G)
+          local keep = p:alloc "1KiB"
+          local addr = a.address
+          a:free()
+          cupola.synchronize()
+          assert.equals(5 * G, p:stats().reserved, "nothing unmapped before the pool runs again")
+          -- best fit: a's hole, on its first page; the other three are idle
+          local c = p:alloc "1KiB"
+          assert.equals(addr, c.address)
+          local st = p:stats()
+          assert.equals(3 - kept, st.unmaps, "kept " .. kept)
+          assert.equals((2 + kept) * G, st.reserved)
+          assert.equals(5, st.maps)
+          c:free(); keep:free()
+        end
+      end)
+
+      it("keeps the pages initial mapped even with release_threshold 0", function()
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, initial = 4 * G0 }
+        local G = p:stats().page_bytes
+        local a = p:alloc "1KiB"
+        assert.equals(4 * G, p:stats().reserved)
+        assert.equals(0, p:stats().unmaps)
+        a:free()
+        local b = p:alloc(6 * G)
+        assert.equals(6 * G, p:stats().reserved, "the four moved, two new")
+        b:free()
+        cupola.synchronize() -- b's frees complete: its pages may be unmapped
+        local c = p:alloc "1KiB"
+        assert.equals(5 * G, p:stats().reserved, "c's page and the four idle ones initial keeps")
+        c:free()
       end)
 
       it("trim unmaps and releases the idle pages", function()
@@ -174,6 +213,49 @@ describe("vmm pool", function()
     y:free(); keep:free()
   end)
 
+  it("never unmaps a page under pending work, and unmaps it once the work is done", function()
+    local p <close> = cupola.pool { kind = "vmm", upstream = "device" }
+    local a <close> = cupola.stream()
+    local G = p:stats().page_bytes
+    local x = p:alloc(3 * G, a)
+    local keep = p:alloc("1KiB", a)
+    K.spin(200000, { stream = a })
+    K.fill(x, 7, { type = "u8", stream = a }) -- runs after the spin
+    x:free(a)
+    local y = p:alloc("1KiB", a) -- on x's first page; two idle, their free pending
+    assert.equals(0, p:stats().unmaps, "the fill may still write there")
+    assert.equals(4 * G, p:stats().reserved)
+    a:synchronize()
+    local z = p:alloc("1KiB", a)
+    assert.equals(2, p:stats().unmaps, "complete now: unmapped at the next allocation")
+    assert.equals(2 * G, p:stats().reserved)
+    y:free(a); z:free(a); keep:free(a)
+  end)
+
+  it("unmaps a stream's idle pages when the pool next allocates on that stream", function()
+    local p <close> = cupola.pool { kind = "vmm", upstream = "device" }
+    local a <close> = cupola.stream()
+    local b <close> = cupola.stream()
+    local G = p:stats().page_bytes
+    local w = p:alloc("1KiB", b) -- two streams from the start
+    local x = p:alloc(3 * G, a)
+    local keep = p:alloc("1KiB", a)
+    x:free(a)
+    a:synchronize()
+    -- on b: x's addresses are a's (reuse = "stream"); y shares keep's page
+    local y = p:alloc("1KiB", b)
+    assert.equals(0, p:stats().unmaps, "b's allocation leaves a's idle pages to a")
+    -- w and x share page 0, x and keep page 3: x's pages 1 and 2 are idle
+    assert.equals(4 * G, p:stats().reserved)
+    local z = p:alloc("1KiB", a) -- where x was, on page 0; a is idle: pages 1 and 2 go
+    assert.equals(2, p:stats().unmaps)
+    assert.equals(2 * G, p:stats().reserved)
+    w:free(b); y:free(b); z:free(a); keep:free(a)
+    b:synchronize()
+    p:trim(0)
+    assert.equals(0, p:stats().reserved)
+  end)
+
   it("rejects upstreams it cannot map", function()
     for _, up in ipairs { "async", "managed", "pinned" } do
       assert.error_matches(function() cupola.pool { kind = "vmm", upstream = up } end,
@@ -213,6 +295,7 @@ describe("vmm pool", function()
       pins[i] = assert(p:alloc "4KiB")
     end
     for i = 1, 4 do parts[i]:free() end
+    cupola.synchronize() -- the frees are complete: their pages may move
     local free0 = cupola.mem_info()
     local big = assert(p:alloc(8 * G))
     local st = p:stats()
@@ -243,5 +326,90 @@ describe("vmm pool with fallback", function()
     assert.equals("fallback", b:read(0, 8))
     a:free(); b:free()
     assert.equals(0, p:stats().used)
+  end)
+end)
+
+describe("vmm pool on another device", function()
+  local run_child = require "spec.support.child"
+  local CASE = [[
+local cupola = require "cupola"
+local MiB = 1024 * 1024
+local f0, f1 = cupola.mem_info(0), cupola.mem_info(1)
+local p = cupola.pool { kind = "vmm", upstream = "device", device = 1 }
+assert(p.device == 1)
+local G = p:stats().page_bytes
+local b = assert(p:alloc(8 * G))
+assert(b.device == 1)
+b:write("dev1", 8 * G - 4)
+assert(b:read(8 * G - 4, 4) == "dev1")
+local g0, g1 = cupola.mem_info(0), cupola.mem_info(1)
+assert(f1 - g1 >= 8 * G, "device 1 lost " .. (f1 - g1) .. ", the pool mapped " .. 8 * G)
+assert(math.abs(g0 - f0) < 8 * G, "device 0 lost " .. (f0 - g0))
+assert(p:stats().reserved == 8 * G)
+b:free()
+cupola.synchronize(1)
+p:trim(0)
+assert(p:stats().reserved == 0)
+assert(cupola.mem_info(1) >= f1 - G, "trim gave device 1 its memory back")
+p:close()
+-- device 0's pool charges device 0
+local q = cupola.pool { kind = "vmm", upstream = "device", device = 0 }
+local c = assert(q:alloc(4 * G))
+assert(f0 - cupola.mem_info(0) >= 4 * G)
+assert(math.abs(cupola.mem_info(1) - f1) < 4 * G)
+c:free(); q:close()
+io.write "ok"
+]]
+
+  local function case()
+    if cupola.backend() == "cuda" then
+      if cupola.device_count() < 2 then
+        return pending("maps on device 1 #gpu (needs two CUDA devices)")
+      end
+      return it("maps on the device it was made for #gpu", function()
+        assert(load(CASE, "=case"))()
+      end)
+    end
+    if not run_child.available then
+      return pending("maps on device 1 (needs a child process)")
+    end
+    it("maps, accounts and trims on the device it was made for (CUPOLA_HOST_DEVICES=2)", function()
+      local rc, out, err = run_child(CASE, { CUPOLA_HOST_DEVICES = "2", CUPOLA_BACKEND = "host" })
+      assert.equals("ok", out, err)
+      assert.equals(0, rc, err)
+    end)
+  end
+  case()
+end)
+
+
+-- Bug fixed with this spec: when the address space could not hold the pool's
+-- span (twice the device's memory; valgrind, or a `ulimit -v`), the range was
+-- retried at the request's size, which was no whole number of pages, and
+-- every allocation raised "vm_reserve: ... not a multiple of the granularity".
+describe("vmm pool in a small address space", function()
+  local sanitized = (os.getenv "LD_PRELOAD" or "") ~= "" or (os.getenv "CUPOLA_CHILD_WRAP" or "") ~= ""
+  local test = (cupola.backend() == "host" and not sanitized) and it or pending
+  test("falls back to ranges of whole pages when its span cannot be reserved", function()
+    local script = os.tmpname()
+    local f = assert(io.open(script, "w"))
+    f:write(string.format("package.path = %q .. package.path; package.cpath = %q\n",
+      "lua/?.lua;lua/?/init.lua;", package.cpath))
+    f:write [[
+local cupola = require "cupola"
+local p = assert(cupola.pool { kind = "vmm", upstream = "device" })
+local bs = {}
+for i = 1, 8 do bs[i] = assert(p:alloc("1MiB")) end
+for i = 1, 8 do bs[i]:free() end
+p:close()
+io.write "ok"
+]]
+    f:close()
+    -- 3 GB of address space: far less than twice this machine's memory
+    local pipe = io.popen("ulimit -v 3000000 && CUPOLA_BACKEND=host lua5.4 " .. script .. " 2>&1")
+    local out = pipe:read "a"
+    pipe:close()
+    os.remove(script)
+    assert.equals("ok", out)
   end)
 end)

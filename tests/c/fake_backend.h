@@ -21,11 +21,11 @@ struct cp_stream {
     uint64_t queued, completed;
     uint64_t waits;           /* stream_wait_event calls on this stream */
     const cp_stream *waited_on; /* stream of the last event waited for */
-    cp_stream *dead_next;     /* destroyed streams, kept (see fake_stream_destroy) */
 };
 
 struct cp_event {
     cp_stream *s;
+    uint64_t sid;  /* e->s's id when recorded (stream memory may be reused) */
     uint64_t target;
     int recorded;
 };
@@ -35,7 +35,6 @@ static uint64_t fake_next_id = 1;
 static cp_stream fake_default; /* the NULL stream's state */
 static cp_stream *fake_streams[64];
 static int fake_nstreams;
-static cp_stream *fake_dead; /* destroyed streams: events recorded on them outlive them */
 static uint64_t fake_records, fake_queries, fake_syncs, fake_allocs;
 
 static cp_stream *fake_s(cp_stream *s)
@@ -66,14 +65,8 @@ static cp_status fake_stream_destroy(cp_stream *s)
     for (i = 0; i < fake_nstreams; i++)
         if (fake_streams[i] == s)
             fake_streams[i] = fake_streams[--fake_nstreams];
-    /* An event recorded on a stream stays valid after the stream is
-     * destroyed (as in CUDA), and a pool may still query one it holds for a
-     * free; freeing the stream here made that query read freed memory
-     * (test_pools' threads case under ASan, now and then).  Destroyed
-     * streams are kept, reachable, until the process ends. */
-    s->dead_next = fake_dead;
-    fake_dead = s;
     pthread_mutex_unlock(&fake_lock);
+    free(s);
     return CP_OK;
 }
 
@@ -138,6 +131,7 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
 {
     pthread_mutex_lock(&fake_lock);
     e->s = fake_s(s);
+    e->sid = e->s->id;
     e->target = fake_s(s)->queued;
     e->recorded = 1;
     fake_records++;
@@ -145,10 +139,26 @@ static cp_status fake_event_record(cp_event *e, cp_stream *s)
     return CP_OK;
 }
 
+/* The event's stream, or NULL once it was destroyed (its work then counts
+ * as complete: the stream's memory is gone, so look it up, never follow
+ * e->s blindly). */
+static cp_stream *fake_event_stream(const cp_event *e)
+{
+    int i;
+    if (e->s == &fake_default)
+        return e->s;
+    for (i = 0; i < fake_nstreams; i++)
+        if (fake_streams[i] == e->s && fake_streams[i]->id == e->sid)
+            return e->s;
+    return NULL;
+}
+
 static cp_status fake_event_query(cp_event *e, int *done)
 {
+    cp_stream *es;
     pthread_mutex_lock(&fake_lock);
-    *done = !e->recorded || e->s->completed >= e->target;
+    es = fake_event_stream(e);
+    *done = !e->recorded || !es || es->completed >= e->target;
     fake_queries++;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;
@@ -157,7 +167,7 @@ static cp_status fake_event_query(cp_event *e, int *done)
 static cp_status fake_event_synchronize(cp_event *e)
 {
     pthread_mutex_lock(&fake_lock);
-    if (e->recorded && e->s->completed < e->target)
+    if (e->recorded && fake_event_stream(e) && e->s->completed < e->target)
         e->s->completed = e->target;
     pthread_mutex_unlock(&fake_lock);
     return CP_OK;

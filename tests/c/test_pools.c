@@ -475,6 +475,29 @@ static void test_streams(const char *kind, cp_upstream_kind up, int real_backend
         cp_resource_destroy(r);
     }
 
+    /* reuse=wait: a free already complete needs no wait, and the block is
+     * idle again (ANY): it merges with what is beside it (issue 14) */
+    if (!real_backend && is_heap(kind) && !big) {
+        o = opts(kind, up, CP_REUSE_WAIT);
+        if (cp_pool_create(&r, &o) == CP_OK) {
+            uint64_t waits;
+            cp_resource_alloc(r, SZ, a, &x);
+            cp_resource_alloc(r, SZ, b, &y);
+            cp_be->k_spin(20000, a);
+            cp_resource_free(r, x, SZ, a);
+            fake_complete(a);
+            waits = b->waits;
+            hits = alloc_many(r, b, SZ, 128, (uintptr_t)x, SZ, v);
+            ok(hits == 1, "reuse=wait, A complete: reused on B");
+            ok(b->waits == waits, "reuse=wait, A complete: B does not wait (%llu waits)",
+               (unsigned long long)(b->waits - waits));
+            free_many(r, b, SZ, 128, v);
+            cp_resource_free(r, y, SZ, b);
+            cp_be->device_synchronize();
+            cp_resource_destroy(r);
+        }
+    }
+
     /* Blocks freed while the pool knew one stream record no event; the
      * pool's legacy event covers them once their stream is seen again. */
     if (!real_backend && !big) {

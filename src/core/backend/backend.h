@@ -275,15 +275,18 @@ typedef struct cp_backend {
      * madvise(MADV_DONTNEED) + PROT_NONE (the contents are gone, as on the
      * GPU); a handle is a number.  Unmap and release do not order
      * themselves after device work: callers make sure no queued work still
-     * touches the range. */
-    cp_status (*vm_granularity)(size_t *out);
-    cp_status (*vm_reserve)(void **out, size_t bytes);
-    cp_status (*vm_free_range)(void *p, size_t bytes);
-    cp_status (*vm_create)(uint64_t *handle, size_t bytes);
-    cp_status (*vm_release)(uint64_t handle);
-    cp_status (*vm_map)(void *p, size_t bytes, uint64_t handle);
-    cp_status (*vm_unmap)(void *p, size_t bytes);
-    cp_status (*vm_set_access)(void *p, size_t bytes);
+     * touches the range.  Every call names the device it acts for (never
+     * the calling thread's current one): its physical memory, its access,
+     * its context; the host backend charges the handles to that device's
+     * memory account (CUPOLA_HOST_DEVICES). */
+    cp_status (*vm_granularity)(int dev, size_t *out);
+    cp_status (*vm_reserve)(int dev, void **out, size_t bytes);
+    cp_status (*vm_free_range)(int dev, void *p, size_t bytes);
+    cp_status (*vm_create)(int dev, uint64_t *handle, size_t bytes);
+    cp_status (*vm_release)(int dev, uint64_t handle, size_t bytes);
+    cp_status (*vm_map)(int dev, void *p, size_t bytes, uint64_t handle);
+    cp_status (*vm_unmap)(int dev, void *p, size_t bytes);
+    cp_status (*vm_set_access)(int dev, void *p, size_t bytes);
     /* ---- device-side (in-kernel) allocation pools (devpool.h, issue 17) ----
      * dp_create: capacity bytes of pool memory and its device-side state
      * (a cupola_device_pool that kernels get a pointer to: dp_state).

@@ -1511,12 +1511,12 @@ static struct {
     size_t granularity;
 } VM = {PTHREAD_ONCE_INIT, CP_OK, "", 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
-static void vm_prop(CUmemAllocationProp *prop)
+static void vm_prop(CUmemAllocationProp *prop, int dev)
 {
     memset(prop, 0, sizeof *prop);
     prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop->location.id = CP_DEVICE;
+    prop->location.id = dev;
 }
 
 static int vm_sym(const char *name, void **fn)
@@ -1544,7 +1544,7 @@ static void vm_load(void)
              vm_sym("cuGetErrorName", (void **)&VM.errname);
     (void)cudaGetLastError();
     if (ok) {
-        vm_prop(&prop);
+        vm_prop(&prop, CP_DEVICE);
         if (VM.gran(&VM.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
                 CUDA_SUCCESS || !VM.granularity) {
             snprintf(VM.why, sizeof VM.why, "cuMemGetAllocationGranularity failed");
@@ -1579,92 +1579,108 @@ static cp_status vm_fail(CUresult r, const char *op)
             return vm_fail(vm_r_, op);                                                            \
     } while (0)
 
-static cp_status cuda_vm_granularity(size_t *out)
+static cp_status cuda_vm_granularity(int dev, size_t *out)
 {
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
-    *out = VM.granularity;
+    ENTER_DEVICE(dev);
+    {
+        CUmemAllocationProp prop;
+        size_t g = 0;
+        vm_prop(&prop, dev);
+        VM_CHECK(VM.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+                 "cuMemGetAllocationGranularity");
+        *out = g ? g : VM.granularity;
+    }
     return CP_OK;
 }
 
-static cp_status cuda_vm_reserve(void **out, size_t bytes)
+static cp_status cuda_vm_reserve(int dev, void **out, size_t bytes)
 {
     CUdeviceptr p = 0;
     cp_status st = vm_ready();
     *out = NULL;
     if (st != CP_OK)
         return st;
+    ENTER_DEVICE(dev);
     VM_CHECK(VM.reserve(&p, bytes, VM.granularity, 0, 0), "cuMemAddressReserve");
     *out = (void *)(uintptr_t)p;
     return CP_OK;
 }
 
-static cp_status cuda_vm_free_range(void *p, size_t bytes)
+static cp_status cuda_vm_free_range(int dev, void *p, size_t bytes)
 {
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
+    ENTER_DEVICE(dev);
     VM_CHECK(VM.addr_free((CUdeviceptr)(uintptr_t)p, bytes), "cuMemAddressFree");
     return CP_OK;
 }
 
-static cp_status cuda_vm_create(uint64_t *handle, size_t bytes)
+static cp_status cuda_vm_create(int dev, uint64_t *handle, size_t bytes)
 {
     CUmemAllocationProp prop;
     CUmemGenericAllocationHandle h = 0;
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
-    vm_prop(&prop);
+    ENTER_DEVICE(dev);
+    vm_prop(&prop, dev);
     VM_CHECK(VM.create(&h, bytes, &prop, 0), "cuMemCreate");
     *handle = (uint64_t)h;
     return CP_OK;
 }
 
-static cp_status cuda_vm_release(uint64_t handle)
+static cp_status cuda_vm_release(int dev, uint64_t handle, size_t bytes)
 {
     cp_status st = vm_ready();
     CUresult r;
+    (void)bytes;
     if (st != CP_OK)
         return st;
+    ENTER_DEVICE(dev);
     r = VM.release((CUmemGenericAllocationHandle)handle);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
         return vm_fail(r, "cuMemRelease");
     return CP_OK;
 }
 
-static cp_status cuda_vm_map(void *p, size_t bytes, uint64_t handle)
+static cp_status cuda_vm_map(int dev, void *p, size_t bytes, uint64_t handle)
 {
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
+    ENTER_DEVICE(dev);
     VM_CHECK(VM.map((CUdeviceptr)(uintptr_t)p, bytes, 0, (CUmemGenericAllocationHandle)handle, 0),
              "cuMemMap");
     return CP_OK;
 }
 
-static cp_status cuda_vm_unmap(void *p, size_t bytes)
+static cp_status cuda_vm_unmap(int dev, void *p, size_t bytes)
 {
     cp_status st = vm_ready();
     CUresult r;
     if (st != CP_OK)
         return st;
+    ENTER_DEVICE(dev);
     r = VM.unmap((CUdeviceptr)(uintptr_t)p, bytes);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
         return vm_fail(r, "cuMemUnmap");
     return CP_OK;
 }
 
-static cp_status cuda_vm_set_access(void *p, size_t bytes)
+static cp_status cuda_vm_set_access(int dev, void *p, size_t bytes)
 {
     CUmemAccessDesc d;
     cp_status st = vm_ready();
     if (st != CP_OK)
         return st;
+    ENTER_DEVICE(dev);
     memset(&d, 0, sizeof d);
     d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    d.location.id = CP_DEVICE;
+    d.location.id = dev;
     d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     VM_CHECK(VM.access((CUdeviceptr)(uintptr_t)p, bytes, &d, 1), "cuMemSetAccess");
     return CP_OK;

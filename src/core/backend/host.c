@@ -697,10 +697,12 @@ static cp_status h_mem_get_info_on(int dev, size_t *free_bytes, size_t *total_by
     *total_bytes = (pages > 0 && psize > 0) ? (size_t)pages * (size_t)psize : 0;
     *free_bytes = (avail > 0 && psize > 0) ? (size_t)avail * (size_t)psize : 0;
     if ((share = cp_host_mem_total()) != 0) {
-        size_t used = cp_host_mem_used(dev), left = used < share ? share - used : 0;
+        /* Emulated devices report their own account only: the OS's free
+         * memory moves with every other process, and an experiment (or a
+         * spec) that compares two readings must see its own allocations. */
+        size_t used = cp_host_mem_used(dev);
         *total_bytes = share;
-        if (left < *free_bytes)
-            *free_bytes = left;
+        *free_bytes = used < share ? share - used : 0;
     }
     return CP_OK;
 }
@@ -1821,8 +1823,11 @@ __attribute__((constructor)) static void host_bind_devpools(void)
 
 static atomic_uint_least64_t next_vm_handle = 1;
 
-static cp_status h_vm_granularity(size_t *out)
+static cp_status h_vm_granularity(int dev, size_t *out)
 {
+    cp_status st = check_device(dev);
+    if (st != CP_OK)
+        return st;
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "vm_granularity: out is NULL");
     *out = HOST_VM_GRANULE;
@@ -1835,11 +1840,14 @@ static int vm_aligned(const void *p, size_t bytes)
 }
 
 /* A PROT_NONE reservation aligned to the granule: over-reserve, trim both ends. */
-static cp_status h_vm_reserve(void **out, size_t bytes)
+static cp_status h_vm_reserve(int dev, void **out, size_t bytes)
 {
     size_t span;
     uintptr_t base, start;
     void *p;
+    cp_status st = check_device(dev);
+    if (st != CP_OK)
+        return st;
     if (!out || !bytes || bytes % HOST_VM_GRANULE)
         return cp_error_set(CP_ERR_INVALID, "vm_reserve: %zu bytes is not a multiple of the "
                             "granularity", bytes);
@@ -1861,8 +1869,9 @@ static cp_status h_vm_reserve(void **out, size_t bytes)
     return CP_OK;
 }
 
-static cp_status h_vm_free_range(void *p, size_t bytes)
+static cp_status h_vm_free_range(int dev, void *p, size_t bytes)
 {
+    (void)dev;
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_free_range: %p, %zu bytes: not a reserved "
                             "range", p, bytes);
@@ -1872,33 +1881,44 @@ static cp_status h_vm_free_range(void *p, size_t bytes)
 }
 
 /* Physical memory is the pages the kernel gives on first touch after
- * vm_set_access; a handle only names it. */
-static cp_status h_vm_create(uint64_t *handle, size_t bytes)
+ * vm_set_access; a handle only names it, and is charged to its device's
+ * memory account from create to release (as cuMemCreate takes the
+ * device's memory). */
+static cp_status h_vm_create(int dev, uint64_t *handle, size_t bytes)
 {
+    cp_status st = check_device(dev);
+    if (st != CP_OK)
+        return st;
     if (!handle || !bytes || bytes % HOST_VM_GRANULE)
         return cp_error_set(CP_ERR_INVALID, "vm_create: %zu bytes is not a multiple of the "
                             "granularity", bytes);
+    if (!cp_host_mem_charge(dev, bytes))
+        return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes exceed what is left of "
+                            "device %d's share of the host's memory", bytes, dev);
     *handle = atomic_fetch_add(&next_vm_handle, 1);
     return CP_OK;
 }
 
-static cp_status h_vm_release(uint64_t handle)
+static cp_status h_vm_release(int dev, uint64_t handle, size_t bytes)
 {
     if (!handle)
         return cp_error_set(CP_ERR_INVALID, "vm_release: no such handle");
+    cp_host_mem_uncharge(dev, bytes);
     return CP_OK;
 }
 
-static cp_status h_vm_map(void *p, size_t bytes, uint64_t handle)
+static cp_status h_vm_map(int dev, void *p, size_t bytes, uint64_t handle)
 {
+    (void)dev;
     if (!vm_aligned(p, bytes) || !handle)
         return cp_error_set(CP_ERR_INVALID, "vm_map: %p, %zu bytes: not granule-aligned", p,
                             bytes);
     return CP_OK; /* accessible only after vm_set_access, as on the GPU */
 }
 
-static cp_status h_vm_unmap(void *p, size_t bytes)
+static cp_status h_vm_unmap(int dev, void *p, size_t bytes)
 {
+    (void)dev;
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_unmap: %p, %zu bytes: not granule-aligned", p,
                             bytes);
@@ -1907,8 +1927,9 @@ static cp_status h_vm_unmap(void *p, size_t bytes)
     return CP_OK;
 }
 
-static cp_status h_vm_set_access(void *p, size_t bytes)
+static cp_status h_vm_set_access(int dev, void *p, size_t bytes)
 {
+    (void)dev;
     if (!vm_aligned(p, bytes))
         return cp_error_set(CP_ERR_INVALID, "vm_set_access: %p, %zu bytes: not "
                             "granule-aligned", p, bytes);

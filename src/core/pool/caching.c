@@ -29,7 +29,13 @@
  *    return rather than a hole that the next big request cannot use.  When
  *    nothing fits, entirely free segments are returned before a new one is
  *    taken, as far as needed to keep reserved within its peak so far
- *    (PyTorch returns cached segments only after the device has refused).
+ *    (PyTorch returns cached segments only after the device has refused),
+ *    except that small and large requests in turn do not trade segments
+ *    (the second growth in a row that needs the segment of the other kind
+ *    the growth before returned keeps it: pool/heap.h).  That rule follows
+ *    from the pool's own history of returns, not from a size.
+ *  - The segment sizes and the 1 MiB small/large cut are PyTorch's (the
+ *    shape this pool reproduces, not values chosen on a trace).
  */
 #include "heap.h"
 

@@ -71,7 +71,7 @@ static int release_empty(cp_heap *h, uint64_t keep)
  * release_threshold keeps that many idle bytes cached whatever the peak
  * (UINT64_MAX: never return any, PyTorch's choice: no upstream calls once
  * warm, for a higher peak). */
-static void make_room(cp_heap *h, uint64_t want, uint64_t sid)
+static void make_room(cp_heap *h, uint64_t want, uint8_t pool, uint64_t sid)
 {
     uint64_t res = h->base.reserved + h->base.fb_bytes;
     uint64_t cap = h->base.st.reserved_peak, idle = 0;
@@ -109,6 +109,8 @@ static void make_room(cp_heap *h, uint64_t want, uint64_t sid)
         }
         res -= big->up_bytes;
         idle -= keep ? big->up_bytes : 0;
+        if (big->pool != pool && big->size > h->gave_back[big->pool & 1])
+            h->gave_back[big->pool & 1] = big->size;
         chunk_release(h, big);
     }
 }
@@ -124,24 +126,32 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
     uint64_t pad = h->align > h->up_align ? h->align - h->up_align : 0;
     uint64_t res = h->base.reserved + h->base.fb_bytes;
     uint64_t max = h->o.max;
+    /* What the upstream is asked for is a whole number of units (vmm: its
+     * pages), also when a large request is retried at the request's size. */
+    uint64_t unit = h->chunk_unit ? h->chunk_unit : 1;
+    uint64_t need = (size + unit - 1) / unit * unit;
 
-    if (want < size)
-        want = size;
+    if (need < size)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes", (unsigned long long)size);
+    if (want < need)
+        want = need;
     if (max) {
-        if (res + size + pad > max || res + size + pad < res)
+        if (res + need + pad > max || res + need + pad < res)
             return cp_error_set(CP_ERR_OOM, "out of memory: %llu more bytes would pass the "
                                 "pool's max of %llu (reserved %llu)",
-                                (unsigned long long)size, (unsigned long long)max,
+                                (unsigned long long)need, (unsigned long long)max,
                                 (unsigned long long)res);
-        if (res + want + pad > max)
+        if (res + want + pad > max) {
             want = (max - res - pad) & ~(h->align - 1);
-        if (want < size)
-            want = size;
+            want -= want % unit;
+        }
+        if (want < need)
+            want = need;
     }
     b = cp_blk_new(h);
     if (!b)
         return cp_error_set(CP_ERR_OOM, "out of host memory for block descriptors");
-    if (want > size) {
+    if (want > need) {
         st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
         if (st != CP_OK && st != CP_ERR_OOM) {
             cp_blk_put(h, b);
@@ -149,7 +159,7 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
         }
     }
     if (st != CP_OK) {
-        want = size; /* the upstream may still have room for the request alone */
+        want = need; /* the upstream may still have room for the request alone */
         st = cp_resource_alloc(h->up, (size_t)(want + pad), s, &p);
     }
     if (st != CP_OK) {
@@ -337,7 +347,30 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
         }
         h->desperate = 0;
     }
-    make_room(h, want, sid);
+    /* Returning idle chunks to stay within the peak pays off only if they
+     * stay unneeded.  If the last growth returned a chunk of another
+     * sub-pool (the caching pool's small and large segments) that would
+     * have served this request, requests of the two sub-pools alternate:
+     * each growth would return the segment the next one needs (two
+     * upstream calls per turn, cudaFree synchronizing the device) for no
+     * lower peak.  The second such growth in a row (a turn each way: one
+     * could be chance) keeps what is idle and goes past the peak, once,
+     * which holds both from then on.  (Within one sub-pool a chunk
+     * is returned because it does not serve the request or is kept whole
+     * for big ones, and returning it keeps the peak down: no change.)
+     * Under max, room is made anyway. */
+    if (h->gave_back[cpool & 1] < size)
+        h->turns = 0;
+    else if (h->turns < 2)
+        h->turns++;
+    if (h->turns == 2 &&
+        (!h->o.max || h->base.reserved + h->base.fb_bytes + want <= h->o.max)) {
+        h->gave_back[0] = h->gave_back[1] = 0;
+        h->turns = 0;
+    } else {
+        h->gave_back[0] = h->gave_back[1] = 0;
+        make_room(h, want, cpool, sid);
+    }
     st = chunk_add(h, size, want, cpool, s, &b);
     if (st == CP_ERR_OOM && h->big) {
         /* No more memory: any fit, in any free block, will do now (the

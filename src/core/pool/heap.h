@@ -28,7 +28,11 @@
  *    as far as needed to keep reserved within its peak so far (and max),
  *    then a new chunk of policy->chunk_size bytes is taken (or just the
  *    request, when that would pass max or the upstream refuses the larger
- *    size); if even that fails, any fit anywhere is taken;
+ *    size); if even that fails, any fit anywhere is taken.  Exception: when
+ *    two growths in a row each needed a chunk of another sub-pool that the
+ *    growth before had returned (the caching pool's small and large
+ *    segments, requests of the two kinds in turn), the second keeps what
+ *    is idle and grows past the peak, once (heap.c, cp_heap_grow);
  *  - release_threshold is the idle bytes (entirely free chunks) that growth
  *    never returns: with UINT64_MAX a warm pool makes no upstream calls at
  *    all (PyTorch's choice, for a higher peak), and idle chunks are then fit
@@ -114,11 +118,16 @@ struct cp_heap {
     uint64_t idle_bytes;   /* upstream bytes of the entirely free chunks */
     uint64_t chunks;
     uint64_t big;          /* requests >= big get whole chunks (0: never) */
+    uint64_t chunk_unit;   /* upstream requests are multiples of it (0: any; vmm: its page) */
     int desperate;         /* growth failed: any fit will do */
     int keep_chunks;       /* chunks are address space (vmm): never returned
                               before destroy, reserved is the pool's own */
     uint64_t last_addr, last_size; /* the block the last alloc handed out, or
                               the last free took back (before merging) */
+    uint64_t gave_back[2]; /* per sub-pool (pool & 1): the largest chunk the
+                              last growth returned to make room (0: none) */
+    int turns;             /* growths in a row that needed what the one
+                              before returned (heap.c, cp_heap_grow) */
 };
 
 /* Sets up h (already zeroed, base initialised by the caller with its ops)

@@ -296,7 +296,22 @@ int cp_so_usable_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
         t->sid = CP_SO_ANY;
         return 1;
     }
-    /* CP_REUSE_WAIT: s waits for the free's event, then may use the block. */
+    /* CP_REUSE_WAIT: s waits for the free's event, then may use the block.
+     * A free already complete needs no wait: the block is re-tagged ANY as
+     * under CP_REUSE_EVENT, so that it merges with idle neighbours again.
+     * (Kept with its stream's tag, every block that crossed streams stayed
+     * apart from the pieces of other streams beside it until the pool's
+     * next growth found its event complete, and the pool grew meanwhile:
+     * 900 MiB against 46-90 MiB under the other policies with 8 streams.) */
+    {
+        int done = 0;
+        if (cp_be->event_query(t->ev->e, &done) == CP_OK && done) {
+            t->ev->done = 1;
+            cp_so_tag_release(so, t);
+            t->sid = CP_SO_ANY;
+            return 1;
+        }
+    }
     if (cp_be->stream_wait_event(s, t->ev->e) != CP_OK)
         return 0;
     so->waits++;

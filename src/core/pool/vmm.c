@@ -24,30 +24,46 @@
  *    upstream, which has no device.  A range is never given back before the
  *    pool is closed: it costs no memory.  Ranges are aligned to G.
  *  - An allocation maps the pages of its block that have none (a page of
- *    a block freed earlier keeps its mapping: it is taken as it is).  A
- *    page to map gets its memory from an idle page (mapped, no live block
- *    on it), which is unmapped and its handle mapped here ("moved"), when
- *    the pool holds more than release_threshold idle bytes and a new handle
- *    would raise the mapped bytes past their peak so far (or past max);
- *    otherwise from a new handle.  So with the default release_threshold 0
- *    the mapped bytes never exceed the peak of the pages live blocks touch,
- *    and with UINT64_MAX pages are never moved (no unmap once warm).  When
- *    the device refuses a new handle, idle pages are moved whatever the
- *    threshold.  Every run of pages mapped for one block gets one access
- *    call (cp_be->vm_set_access over the run).
+ *    a block freed earlier keeps its mapping until reaped: it is taken as
+ *    it is).  A page to map gets its memory from a settled idle page
+ *    (mapped, no live block on it, its frees complete), which is unmapped
+ *    and its handle mapped here ("moved"), when the pool holds more idle
+ *    pages than it keeps (below); otherwise from a new handle.  When the
+ *    device refuses a new handle, or max or grow=false forbid one, idle
+ *    pages are moved whatever the threshold (synchronizing the device once
+ *    if none is settled).  Every run of pages mapped for one block gets one
+ *    access call (cp_be->vm_set_access over the run).
+ *  - Idle pages kept: K = max(release_threshold, initial) bytes, in whole
+ *    pages.  Idle pages beyond K are unmapped and released ("reaped") at
+ *    the end of the next allocation, once their frees are known complete,
+ *    least recently idle first; frees themselves never unmap (a free
+ *    followed by an allocation that lands on the same pages costs
+ *    nothing).  So with the default release_threshold 0, after every
+ *    allocation the mapped pages are exactly those live blocks touch (plus
+ *    pending ones), and with UINT64_MAX no page is ever unmapped once warm.
  *  - Stream order: a page is unmapped only when the frees of the blocks
- *    that were on it are complete.  A page that becomes idle is pending
- *    until the next device synchronization; moving a page takes a settled
- *    one first, and synchronizes the device (once) only when none is
- *    settled.  Over the virtual upstream nothing runs on the memory, so an
- *    idle page is settled at once.  Reuse of the addresses themselves
- *    follows the pool's reuse option, as in every pool (streamorder.h);
- *    unlike the chunked pools, a block freed on one stream merges with the
- *    idle addresses beside it even once several streams use the pool: only
- *    the addresses take its stream's tag, the pages go wherever needed.
- *  - Frees never unmap.  trim(keep) synchronizes the device if idle pages
- *    are pending, then unmaps and releases idle pages while more than keep
- *    idle bytes are mapped.
+ *    that were on it are complete.  Over the virtual upstream nothing runs
+ *    on the memory, so an idle page is settled at once.  Over the device,
+ *    the pages a stream's frees leave idle join that stream's open
+ *    generation (no event is recorded by a free).  When the pool next
+ *    allocates on that stream (known alive then) and needs pages or holds
+ *    more than K idle, the generation is closed: settled at once if the
+ *    stream has no work queued (cp_be->stream_query), else one event
+ *    recorded on the stream covers all of its frees (events are recycled)
+ *    and the generation queues.  Allocations that map pages, and the
+ *    reaping, query the oldest queued events and settle those complete,
+ *    stopping at the first that is not: no device synchronization on the
+ *    alloc/free path.  Idle pages of a stream the pool is no longer used
+ *    on wait for trim, or for a forced move (max, grow=false, a refused
+ *    handle), which synchronizes the device once.
+ *    Reuse of the addresses themselves follows the pool's reuse option, as
+ *    in every pool (streamorder.h); unlike the chunked pools, a block freed
+ *    on one stream merges with the idle addresses beside it even once
+ *    several streams use the pool: only the addresses take its stream's
+ *    tag, the pages go wherever needed.
+ *  - trim(keep) synchronizes the device if idle pages are pending, then
+ *    unmaps and releases idle pages while more than keep idle bytes are
+ *    mapped.
  *  - reserved is the mapped physical bytes (pages x G); stats() adds the
  *    page size, the pages mapped now, and the maps and unmaps so far (one
  *    each per page).  max bounds the mapped bytes.  initial maps that many
@@ -55,6 +71,10 @@
  *    no page beyond them (moving idle ones still serves new addresses).
  *    A request whose pages cannot all be had within max or grow=false
  *    fails before any page is mapped.
+ *  - Device: every virtual memory call names the pool's device
+ *    (opts.device), whatever the calling thread's current device: the
+ *    pages are that device's memory, accessible from it, and the address
+ *    range's size follows from its memory.
  *  - Upstreams: "device" (the backend's virtual memory calls: real pages on
  *    the host backend too) and "virtual" (the same page accounting, no
  *    memory and no calls: a replay reports what the GPU would map).
@@ -62,8 +82,8 @@
  * Where the numbers come from (none is fitted to a trace): the page is the
  * device's granularity, what the hardware maps; the address range is twice
  * the device's memory, the most that could be mapped plus as much again for
- * holes; whether a page is moved or created follows from the pool's own
- * peak of mapped bytes and release_threshold (the API's meaning: idle bytes
+ * holes; whether a page is moved, created or unmapped follows from
+ * release_threshold and initial alone (the API's meaning: idle bytes
  * kept).  There is no size threshold at all: every block is placed by best
  * fit and pays only for the pages it touches, so no request is "big".
  */
@@ -76,11 +96,22 @@
 #define VIRT_SPAN (UINT64_C(1) << 37)
 
 typedef struct vpage vpage;
+typedef struct vgen vgen;
+
+/* The pages one free left idle while their frees are not known complete,
+ * with an event recorded on the free's stream after it (NULL: none; only a
+ * device synchronization settles them). */
+struct vgen {
+    cp_event *e;
+    vpage *pages;        /* its pending pages (idle list) */
+    vgen *next;          /* queue, oldest first, or the spare list */
+};
+
 struct vpage {
     uint32_t live;       /* live blocks touching the page */
-    uint32_t pending;    /* idle, its frees not known complete */
+    vgen *gen;           /* idle and pending: its generation; NULL: settled */
     uint64_t handle;     /* physical memory mapped here; 0: none */
-    vpage *ip, *in;      /* idle list (settled or pending) */
+    vpage *ip, *in;      /* idle list (settled, or the generation's) */
 };
 
 typedef struct vrange {
@@ -92,13 +123,25 @@ typedef struct vmm {
     cp_heap h;
     cp_sfit ix;
     int real;             /* the backend maps memory (device upstream) */
+    int dev;              /* the device whose memory is mapped (opts.device) */
     uint64_t gran;
     unsigned gshift;      /* log2(gran) */
     uint64_t span;        /* address space per range */
     uint64_t max;         /* bound on mapped bytes (0: none) */
     vrange *ranges;
     size_t nranges;
-    vpage *settled, *pending; /* idle pages */
+    vpage *settled, *settled_tail; /* idle pages whose frees are complete,
+                                      most recently idle first */
+    vgen *gq, *gq_tail;   /* generations of pending pages, oldest first */
+    vgen *gspare;         /* recycled generations (their events kept) */
+    vgen nogen;           /* pending pages with no event */
+    struct vopen {        /* per stream: the pages its frees left idle since
+                             its last recorded event (no event yet) */
+        uint64_t sid;
+        vgen *g;
+    } *opens;
+    uint32_t nopen, capopen;
+    uint64_t keep_pages;  /* idle pages kept mapped: max(release_threshold, initial) */
     uint64_t idle_pages, mapped_pages, next_handle;
     uint64_t maps, unmaps;
     uint64_t live_bytes;  /* rounded sizes of the live blocks */
@@ -220,44 +263,98 @@ static void idle_push(vpage **list, vpage *p)
     *list = p;
 }
 
+static void settled_push(vmm *v, vpage *p)
+{
+    p->gen = NULL;
+    if (!v->settled)
+        v->settled_tail = p;
+    idle_push(&v->settled, p);
+}
+
 static void idle_unlink(vmm *v, vpage *p)
 {
     if (p->ip)
         p->ip->in = p->in;
-    else if (p->pending)
-        v->pending = p->in;
+    else if (p->gen)
+        p->gen->pages = p->in;
     else
         v->settled = p->in;
     if (p->in)
         p->in->ip = p->ip;
+    else if (!p->gen)
+        v->settled_tail = p->ip;
     p->ip = p->in = NULL;
-    p->pending = 0;
+    p->gen = NULL;
     v->idle_pages--;
+}
+
+/* Generation g's frees are complete: its pages are settled. */
+static void gen_settle(vmm *v, vgen *g)
+{
+    vpage *p;
+    while ((p = g->pages) != NULL) {
+        g->pages = p->in;
+        settled_push(v, p);
+    }
+}
+
+/* Settles the generations at the head of the queue whose events have
+ * completed (one query each, stopping at the first that has not). */
+static void settle_done(vmm *v)
+{
+    vgen *g;
+    while ((g = v->gq) != NULL) {
+        int done = 0;
+        if (cp_be->event_query(g->e, &done) != CP_OK || !done)
+            return;
+        gen_settle(v, g);
+        v->gq = g->next;
+        if (!v->gq)
+            v->gq_tail = NULL;
+        g->next = v->gspare;
+        v->gspare = g;
+    }
+}
+
+static cp_status dev_sync(vmm *v)
+{
+    return cp_be->device_synchronize_on ? cp_be->device_synchronize_on(v->dev)
+                                        : cp_be->device_synchronize();
 }
 
 /* The device is synchronized: every pending page is settled. */
 static cp_status settle_all(vmm *v)
 {
-    vpage *p;
-    if (!v->pending)
+    vgen *g;
+    uint32_t i;
+    int any = v->gq || v->nogen.pages;
+    for (i = 0; i < v->nopen && !any; i++)
+        any = v->opens[i].g->pages != NULL;
+    if (!any)
         return CP_OK;
     if (v->real) {
-        cp_status st = cp_be->device_synchronize();
+        cp_status st = dev_sync(v);
         if (st != CP_OK)
             return st;
     }
-    while ((p = v->pending) != NULL) {
-        v->pending = p->in;
-        p->pending = 0;
-        idle_push(&v->settled, p);
+    gen_settle(v, &v->nogen);
+    for (i = 0; i < v->nopen; i++)
+        gen_settle(v, v->opens[i].g);
+    while ((g = v->gq) != NULL) {
+        gen_settle(v, g);
+        v->gq = g->next;
+        g->next = v->gspare;
+        v->gspare = g;
     }
+    v->gq_tail = NULL;
     return CP_OK;
 }
 
 static cp_status unmap_page(vmm *v, vpage *p)
 {
     if (v->real) {
-        cp_status st = cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
+        cp_status st =
+            cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
         if (st != CP_OK)
             return st;
     }
@@ -268,16 +365,15 @@ static cp_status unmap_page(vmm *v, vpage *p)
 /* Physical memory for one page: moved from an idle page, or new. */
 static cp_status page_source(vmm *v, uint64_t *handle)
 {
-    uint64_t mapped = v->mapped_pages * v->gran, peak = v->h.base.st.reserved_peak;
-    uint64_t idle = v->idle_pages * v->gran, keep = v->h.o.release_threshold;
+    uint64_t mapped = v->mapped_pages * v->gran;
     int must_move = (v->max && mapped + v->gran > v->max) || !v->h.o.grow;
-    int move = must_move || (idle > keep && mapped + v->gran > peak);
+    int move = must_move || (v->settled && v->idle_pages > v->keep_pages);
     cp_status st = CP_OK;
     vpage *p;
 
     if (!move) {
         if (v->real) {
-            st = cp_be->vm_create(handle, (size_t)v->gran);
+            st = cp_be->vm_create(v->dev, handle, (size_t)v->gran);
         } else {
             *handle = ++v->next_handle;
         }
@@ -289,7 +385,7 @@ static cp_status page_source(vmm *v, uint64_t *handle)
             return st;
     }
     /* Move an idle page: a settled one, else synchronize once. */
-    if (!v->settled && v->pending && (st = settle_all(v)) != CP_OK)
+    if (!v->settled && v->idle_pages && (st = settle_all(v)) != CP_OK)
         return st;
     p = v->settled;
     if (!p) {
@@ -320,9 +416,9 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
         uint64_t hd = 0;
         st = page_source(v, &hd);
         if (st == CP_OK && v->real) {
-            st = cp_be->vm_map((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran, hd);
+            st = cp_be->vm_map(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran, hd);
             if (st != CP_OK) {
-                cp_be->vm_release(hd);
+                cp_be->vm_release(v->dev, hd, (size_t)v->gran);
                 v->mapped_pages--;
             }
         }
@@ -333,15 +429,17 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
     }
     /* One access call for the whole run mapped. */
     if (i && v->real) {
-        cp_status a = cp_be->vm_set_access((void *)(uintptr_t)page_addr(v, first), (size_t)(i * v->gran));
+        cp_status a = cp_be->vm_set_access(v->dev, (void *)(uintptr_t)page_addr(v, first),
+                                           (size_t)(i * v->gran));
         if (a != CP_OK && st == CP_OK)
             st = a;
         if (a != CP_OK) {
             /* no access: the run is of no use; undo it */
             uint64_t j;
             for (j = 0; j < i; j++) {
-                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, &first[j]), (size_t)v->gran);
-                cp_be->vm_release(first[j].handle);
+                cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, &first[j]),
+                                (size_t)v->gran);
+                cp_be->vm_release(v->dev, first[j].handle, (size_t)v->gran);
                 first[j].handle = 0;
                 v->mapped_pages--;
                 v->unmaps++;
@@ -351,17 +449,112 @@ static cp_status map_run(vmm *v, vpage *first, uint64_t n)
     return st;
 }
 
-/* A block of [addr, addr+size) is no longer live: its pages lose it. */
-static void pages_put(vmm *v, uint64_t addr, uint64_t size)
+/* A block of [addr, addr+size) is no longer live: its pages lose it.
+ * Pages left idle go to the settled list (virtual upstream: nothing runs
+ * on them) or to generation g. */
+static uint64_t pages_put(vmm *v, uint64_t addr, uint64_t size, vgen *g)
 {
     vpage *p = page_of(v, addr), *last = page_of(v, addr + size - 1);
+    uint64_t n = 0;
     for (; p && p <= last; p++) {
         if (--p->live == 0 && p->handle) {
-            p->pending = (uint32_t)v->real;
-            idle_push(v->real ? &v->pending : &v->settled, p);
+            if (g) {
+                p->gen = g;
+                idle_push(&g->pages, p);
+            } else {
+                settled_push(v, p);
+            }
             v->idle_pages++;
+            n++;
         }
     }
+    return n;
+}
+
+/* The open generation of stream sid (created on demand; NULL when no
+ * host memory is left: the caller uses the event-less one). */
+static vgen *open_of(vmm *v, uint64_t sid, int create)
+{
+    uint32_t i;
+    vgen *g;
+    for (i = 0; i < v->nopen; i++)
+        if (v->opens[i].sid == sid)
+            return v->opens[i].g;
+    if (!create)
+        return NULL;
+    if (v->nopen == v->capopen) {
+        uint32_t cap = v->capopen ? 2 * v->capopen : 4;
+        struct vopen *no = realloc(v->opens, cap * sizeof *no);
+        if (!no)
+            return NULL;
+        v->opens = no;
+        v->capopen = cap;
+    }
+    g = v->gspare;
+    if (g)
+        v->gspare = g->next;
+    else if (!(g = calloc(1, sizeof *g)))
+        return NULL;
+    g->next = NULL;
+    v->opens[v->nopen].sid = sid;
+    v->opens[v->nopen].g = g;
+    v->nopen++;
+    return g;
+}
+
+/* Moves every page of g to the event-less generation. */
+static void gen_orphan(vmm *v, vgen *g)
+{
+    vpage *p;
+    while ((p = g->pages) != NULL) {
+        g->pages = p->in;
+        p->gen = &v->nogen;
+        idle_push(&v->nogen.pages, p);
+    }
+}
+
+/* The pool runs on stream s (id sid), so s is alive: closes sid's open
+ * generation by recording its event on s now (it covers every free of
+ * that stream before it) and queues it; its pages settle once the event
+ * has completed.  Recording later than the frees is only more cautious. */
+static void close_open(vmm *v, uint64_t sid, cp_stream *s)
+{
+    uint32_t i = 0;
+    vgen *g = NULL;
+    int idle = 0;
+    /* Entries whose pages were all taken back go (streams come and go:
+     * the list stays as short as the streams with pending idle pages). */
+    while (i < v->nopen) {
+        vgen *o = v->opens[i].g;
+        if (!o->pages) {
+            o->next = v->gspare;
+            v->gspare = o;
+            v->opens[i] = v->opens[--v->nopen];
+        } else if (v->opens[i].sid == sid) {
+            g = o;
+            break;
+        } else {
+            i++;
+        }
+    }
+    if (!g)
+        return;
+    if (cp_be->stream_query(s, &idle) == CP_OK && idle) {
+        gen_settle(v, g); /* nothing queued on s: its frees are complete */
+        return;
+    }
+    if ((!g->e && cp_be->event_create(&g->e, 0) != CP_OK) ||
+        cp_be->event_record(g->e, s) != CP_OK) {
+        gen_orphan(v, g);
+        return;
+    }
+    v->opens[i] = v->opens[--v->nopen];
+    g->next = NULL;
+    if (v->gq_tail)
+        v->gq_tail->next = g;
+    else
+        v->gq = g;
+    v->gq_tail = g;
 }
 
 static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
@@ -369,10 +562,37 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
     vmm *v = (vmm *)r;
     cp_status st = cp_heap_free_with(r, ptr, bytes, s, &vmm_policy);
     if (st == CP_OK) {
-        pages_put(v, v->h.last_addr, v->h.last_size);
+        vgen *g = NULL;
+        /* Over the device the pages it leaves idle join its stream's open
+         * generation: no event is recorded here (an alloc+free pair that
+         * lands on the same page again records none at all). */
+        if (v->real && !(g = open_of(v, cp_so_sid(s), 1)))
+            g = &v->nogen;
+        pages_put(v, v->h.last_addr, v->h.last_size, g);
         v->live_bytes -= v->h.last_size;
     }
     return st;
+}
+
+/* Unmaps and releases idle pages beyond keep_pages whose frees are known
+ * complete, least recently idle first (a failure stops it: the page is
+ * off the books, the error stays set). */
+static cp_status release_page(vmm *v, vpage *p);
+static void reap(vmm *v, cp_stream *s)
+{
+    if (v->nopen)
+        close_open(v, cp_so_sid(s), s);
+    while (v->idle_pages > v->keep_pages) {
+        if (!v->settled_tail) {
+            if (!v->gq)
+                return;
+            settle_done(v);
+            if (!v->settled_tail)
+                return;
+        }
+        if (release_page(v, v->settled_tail) != CP_OK)
+            return;
+    }
 }
 
 /* Can the pages [p, last] that have none be mapped at all (new pages within
@@ -426,6 +646,13 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         return st;
     }
     v->live_bytes += size;
+    if ((v->gq || v->nopen) && (!last->handle || !p->handle)) {
+        /* pages to map: find pending idle ones now movable */
+        if (v->nopen)
+            close_open(v, cp_so_sid(s), s);
+        if (v->gq)
+            settle_done(v);
+    }
     for (; p <= last; p++) {
         if (p->live++ == 0 && p->handle)
             idle_unlink(v, p);
@@ -446,6 +673,8 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         v_free(r, *out, bytes, s);
         *out = NULL;
     }
+    if (v->idle_pages > v->keep_pages)
+        reap(v, s);
     return st;
 }
 
@@ -459,7 +688,7 @@ static cp_status release_page(vmm *v, vpage *p)
     cp_status st = unmap_page(v, p);
     idle_unlink(v, p);
     if (st == CP_OK && v->real)
-        cp_be->vm_release(p->handle);
+        cp_be->vm_release(v->dev, p->handle, (size_t)v->gran);
     p->handle = 0;
     v->mapped_pages--;
     return st;
@@ -476,8 +705,8 @@ static cp_status v_trim(cp_resource *r, size_t keep)
     st = settle_all(v);
     if (st != CP_OK)
         return st;
-    while (v->settled && v->idle_pages * v->gran > keep)
-        if ((st = release_page(v, v->settled)) != CP_OK)
+    while (v->settled_tail && v->idle_pages * v->gran > keep)
+        if ((st = release_page(v, v->settled_tail)) != CP_OK)
             return st;
     return CP_OK;
 }
@@ -520,19 +749,33 @@ static void v_destroy(cp_resource *r)
      * pool); every mapped page is unmapped and released, then the heap
      * returns the address ranges. */
     if (v->real && v->mapped_pages)
-        cp_be->device_synchronize();
+        dev_sync(v);
     /* Idle pages from their lists; a scan of the tables only if pages of
      * live blocks remain (a C caller's leak): untouched parts of the
      * tables stay untouched. */
     settle_all(v);
     while (v->settled)
         release_page(v, v->settled);
+    while (v->nopen) {
+        vgen *g = v->opens[--v->nopen].g;
+        g->next = v->gspare;
+        v->gspare = g;
+    }
+    free(v->opens);
+    v->opens = NULL;
+    while (v->gspare) {
+        vgen *g = v->gspare;
+        v->gspare = g->next;
+        if (g->e)
+            cp_be->event_destroy(g->e);
+        free(g);
+    }
     for (i = 0; i < v->nranges; i++) {
         for (j = 0; v->mapped_pages && j < v->ranges[i].npages; j++) {
             vpage *p = &v->ranges[i].pages[j];
             if (p->handle && v->real) {
-                cp_be->vm_unmap((void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
-                cp_be->vm_release(p->handle);
+                cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
+                cp_be->vm_release(v->dev, p->handle, (size_t)v->gran);
             }
             if (p->handle)
                 v->mapped_pages--;
@@ -551,11 +794,16 @@ static const cp_resource_ops vmm_ops = {
 
 /* ---- the address-space upstream of the device upstream ---- */
 
+typedef struct vaspace {
+    cp_resource r;
+    int dev;
+} vaspace;
+
 static cp_status va_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     cp_status st;
     (void)s;
-    st = cp_be->vm_reserve(out, bytes);
+    st = cp_be->vm_reserve(((vaspace *)r)->dev, out, bytes);
     if (st == CP_OK)
         r->reserved += bytes;
     return st;
@@ -565,7 +813,7 @@ static cp_status va_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 {
     (void)s;
     r->reserved -= bytes;
-    return cp_be->vm_free_range(p, bytes);
+    return cp_be->vm_free_range(((vaspace *)r)->dev, p, bytes);
 }
 
 static void va_destroy(cp_resource *r)
@@ -601,13 +849,15 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     v->h.big = 0; /* mapped pages, not chunks, are what reserved counts */
     v->ix.shift = cp_log2_floor(o->alignment ? o->alignment : 256);
     v->max = o->max;
+    v->dev = o->device;
     v->gran = VIRT_GRANULE;
+    v->nogen.e = NULL;
     v->span = VIRT_SPAN;
     if (o->upstream == CP_UP_DEVICE) {
         size_t fr = 0, total = 0;
-        cp_resource *va;
+        vaspace *va;
         v->real = 1;
-        if (!cp_be->vm_granularity || (st = cp_be->vm_granularity(&g)) != CP_OK) {
+        if (!cp_be->vm_granularity || (st = cp_be->vm_granularity(v->dev, &g)) != CP_OK) {
             if (!cp_be->vm_granularity)
                 st = cp_error_set(CP_ERR_UNSUPPORTED, "the %s backend has no virtual memory "
                                   "management", cp_be->name);
@@ -616,7 +866,8 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
             return st;
         }
         v->gran = g;
-        if (cp_be->mem_get_info(&fr, &total) == CP_OK && total)
+        if ((cp_be->mem_get_info_on ? cp_be->mem_get_info_on(v->dev, &fr, &total)
+                                    : cp_be->mem_get_info(&fr, &total)) == CP_OK && total)
             v->span = ((2 * (uint64_t)total) + v->gran - 1) / v->gran * v->gran;
         va = malloc(sizeof *va);
         if (!va) {
@@ -624,9 +875,10 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
             free(v);
             return cp_error_set(CP_ERR_OOM, "out of host memory");
         }
-        cp_resource_init(va, &va_ops);
+        cp_resource_init(&va->r, &va_ops);
+        va->dev = v->dev;
         cp_resource_destroy(up);
-        up = va;
+        up = &va->r;
     }
     if (v->gran & (v->gran - 1)) {
         cp_resource_destroy(up);
@@ -635,6 +887,9 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
                             (unsigned long long)g);
     }
     v->gshift = cp_log2_floor(v->gran);
+    v->h.chunk_unit = v->gran; /* a range is whole pages, also when a smaller one is retried */
+    v->keep_pages = (o->release_threshold > o->initial ? o->release_threshold : o->initial) >>
+                    v->gshift;
     /* The heap sees address space only: no limit on it, and initial is
      * mapped below rather than reserved. */
     ho.max = 0;
@@ -660,7 +915,7 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         st = map_run(v, pg, n);
         v->h.o.grow = grow;
         for (i = 0; st == CP_OK && i < n; i++) {
-            idle_push(&v->settled, &pg[i]);
+            settled_push(v, &pg[i]);
             v->idle_pages++;
         }
     }
