@@ -7,20 +7,20 @@ describe("hostile arguments found by the argument fuzz", function()
   -- non-integer counts failed deep inside with a raw Lua error
   it("cupola.conformance refuses counts that are not integers in range, naming the option", function()
     local make = function() return cupola.pool { kind = "arena" } end
-    for _, bad in ipairs { math.huge, 1e18, -1, 0, 1.5, 0 / 0, "x" } do
+    for _, bad in ipairs { math.huge, 1e18, 10 ^ 18 // 1, -1, 1.5, 0 / 0, "x" } do
       local ok, err = pcall(cupola.conformance, make, { ops = bad })
       assert.is_false(ok)
-      assert.matches("cupola.conformance: opts.ops must be an integer in 1..10000000", err, 1, true)
+      assert.matches("cupola.conformance: option 'ops' must be", err, 1, true)
     end
     local ok, err = pcall(cupola.conformance, make, { max_live = -5 })
     assert.is_false(ok)
-    assert.matches("opts.max_live", err, 1, true)
+    assert.matches("option 'max_live'", err, 1, true)
     ok, err = pcall(cupola.conformance, make, 5)
     assert.is_false(ok)
-    assert.matches("opts must be a table", err, 1, true)
+    assert.matches("options table expected", err, 1, true)
     ok, err = pcall(cupola.conformance, make, { checks = "random" })
     assert.is_false(ok)
-    assert.matches("opts.checks must be a list of names", err, 1, true)
+    assert.matches("option 'checks' must be a list", err, 1, true)
     -- a valid small run still works
     local r = cupola.conformance(make, { ops = 20, checks = { "random" } })
     assert.is_true(r.ok)
@@ -33,9 +33,9 @@ describe("hostile arguments found by the argument fuzz", function()
       { function() return R.bytes("x") end, "bad argument #1 to 'cupola.report.bytes' (number expected, got string)" },
       { function() return R.table(5, {}) end, "bad argument #1 to 'cupola.report.table'" },
       { function() return R.table({ "a" }, { 5 }) end, "row 1 is a number" },
-      { function() return R.csv({ { a = 1 } }, nil, 5) end, "bad argument #3 to 'cupola.report.csv'" },
-      { function() return R.csv({ { a = 1 } }, 5) end, "bad argument #2 to 'cupola.report.csv'" },
-      { function() return R.records({ { a = 1 } }, 5) end, "bad argument #2 to 'cupola.report.records'" },
+      { function() return R.csv({ { a = 1 } }, nil, 5) end, "bad argument #3 to 'csv'" },
+      { function() return R.csv({ { a = 1 } }, 5) end, "bad argument #2 to 'csv'" },
+      { function() return R.records({ { a = 1 } }, 5) end, "bad argument #2 to 'records'" },
     }
     for _, c in ipairs(cases) do
       local ok, err = pcall(c[1])

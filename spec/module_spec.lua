@@ -472,8 +472,8 @@ extern "C" __global__ void f(int *x)
     end)
 
     it("unknown kernel, unknown type name, closed module, closed kernel", function()
-      assert.has_error(function() m:kernel("nope", {}) end, "no kernel 'nope' in module spec.cu" ..
-        (HOST and "" or " (is it declared extern \"C\" __global__?)"))
+      assert.has_error(function() m:kernel("nope", {}) end, "bad argument #1 to 'kernel' (no kernel 'nope' in module spec.cu" ..
+        (HOST and "" or " (is it declared extern \"C\" __global__?)") .. ")")
       local ok, err = pcall(m.kernel, m, "axpy", { "ptr", "ptr", "float", "i32" })
       assert.is_false(ok)
       assert.matches("unknown type 'float'", err)

@@ -61,6 +61,15 @@ end
 --- bench.result(name, median, samples, extra) -> a record for cupola.report
 -- (csv, json, records): {name=, median=, min=, max=, reps=, ...extra}.
 function bench.result(name, med, samples, extra)
+  -- wrong types used to fail inside (attempt to get length of a nil value)
+  if type(name) ~= "string" then error("bad argument #1 to 'result' (string expected, got " .. type(name) .. ")", 2) end
+  if type(med) ~= "number" then error("bad argument #2 to 'result' (number expected, got " .. type(med) .. ")", 2) end
+  if type(samples) ~= "table" then
+    error("bad argument #3 to 'result' (a list of samples expected, got " .. type(samples) .. ")", 2)
+  end
+  if extra ~= nil and type(extra) ~= "table" then
+    error("bad argument #4 to 'result' (table expected, got " .. type(extra) .. ")", 2)
+  end
   local r = { name = name, median = med, reps = #samples }
   local mn, mx = math.huge, -math.huge
   for _, v in ipairs(samples) do

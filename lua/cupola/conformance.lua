@@ -441,48 +441,47 @@ function checks.lifetime(make_pool)
   end)
 end
 
--- opts' counts: integers in a range (a huge or non-integer count used to run
--- forever or fail deep inside; found by the argument fuzz, issue 12)
-local COUNTS = {
-  ops = { 1, 10000000 }, seed = { math.mininteger, math.maxinteger }, max_live = { 1, 1000000 },
-  small = { 1, 1 << 40 }, large = { 1, 1 << 40 }, shrink_runs = { 0, 10000000 },
-}
-
+-- The options, checked before any pool is made: a number for opts used to
+-- fail inside, and ops = -1 or "x", or a misspelled option, ran a battery
+-- other than the one asked for without a word.
+local count_opts = { ops = 0, seed = false, max_live = 1, small = 1, large = 1, shrink_runs = 0 }
+-- and at most this many: a huge count (ops = 10^18) ran the battery for ever
+local count_max = { ops = 10000000, max_live = 1000000, small = 1 << 40, large = 1 << 40,
+  shrink_runs = 10000000 }
 local function check_opts(opts)
-  if opts == nil then return {} end
   if type(opts) ~= "table" then
-    error("cupola.conformance: opts must be a table, not a " .. type(opts), 3)
+    error("cupola.conformance: bad argument #2 (options table expected, got " .. type(opts) .. ")", 3)
   end
-  for k, range in pairs(COUNTS) do
-    local v = opts[k]
-    if v ~= nil then
-      local i = type(v) == "number" and math.tointeger(v)
-      if not i or i < range[1] or i > range[2] then
-        error(string.format("cupola.conformance: opts.%s must be an integer in %d..%d, not %s", k,
-          range[1], range[2], tostring(v)), 3)
+  for k, v in pairs(opts) do
+    local least = count_opts[k]
+    if least ~= nil then
+      if math.type(v) ~= "integer" or (least and v < least) then
+        error(("cupola.conformance: option '%s' must be an integer%s, not %s"):format(
+          k, least and (" >= " .. least) or "", tostring(v)), 3)
       end
-    end
-  end
-  for _, k in ipairs { "checks", "reuse" } do
-    local v = opts[k]
-    if v ~= nil then
+      if count_max[k] and v > count_max[k] then
+        error(("cupola.conformance: option '%s' must be at most %d, not %s"):format(
+          k, count_max[k], tostring(v)), 3)
+      end
+    elseif k == "checks" or k == "reuse" then
       if type(v) ~= "table" then
-        error(string.format("cupola.conformance: opts.%s must be a list of names, not a %s", k, type(v)), 3)
+        error(("cupola.conformance: option '%s' must be a list, not %s"):format(k, type(v)), 3)
       end
-      for i, name in ipairs(v) do
-        if type(name) ~= "string" then
-          error(string.format("cupola.conformance: opts.%s[%d] must be a string", k, i), 3)
-        end
+    elseif k == "no_data" or k == "nonblocking" then
+      if type(v) ~= "boolean" then
+        error(("cupola.conformance: option '%s' must be a boolean, not %s"):format(k, type(v)), 3)
       end
+    else
+      error("cupola.conformance: unknown option '" .. tostring(k) .. "'", 3)
     end
   end
-  return opts
 end
 
 --- Runs the battery; see the header comment for make_pool and opts.
 function M.run(make_pool, opts)
   assert(type(make_pool) == "function", "cupola.conformance: make_pool must be a function")
-  opts = check_opts(opts)
+  opts = opts or {}
+  check_opts(opts)
   local report = { ok = true, violations = {}, skipped = {}, checks = {} }
   local streams = { cupola.stream(), cupola.stream() }
   for _, name in ipairs(opts.checks or ALL) do

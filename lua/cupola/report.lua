@@ -3,36 +3,30 @@ local report = {}
 
 local units = { "B", "KiB", "MiB", "GiB", "TiB" }
 
--- Argument checks: misuse raises naming the argument (the argument fuzz of
--- issue 12 found raw "attempt to index a number value" errors here).
-local function want(v, types, n, fname, what)
-  local t = type(v)
-  for w in types:gmatch "[^|]+" do
-    if t == w then return v end
-  end
-  error(string.format("bad argument #%d to '%s' (%s expected, got %s)", n, fname, what,
-    t == "userdata" and (getmetatable(v) or {}).__name or t), 3)
-end
-
 --- report.bytes(n) -> "4.00 MiB"
 function report.bytes(n)
-  want(n, "number", 1, "cupola.report.bytes", "number")
+  if type(n) ~= "number" then
+    error("bad argument #1 to 'cupola.report.bytes' (number expected, got " .. type(n) .. ")", 2)
+  end
   local i, v = 1, n
   while v >= 1024 and i < #units do
     v, i = v / 1024, i + 1
   end
-  if i == 1 then return math.tointeger(n) and string.format("%d B", n) or string.format("%g B", n) end
+  if i == 1 then return math.type(n) == "integer" and string.format("%d B", n) or string.format("%g B", n) end
   return string.format("%.2f %s", v, units[i])
 end
 
 --- report.table(headers, rows) -> string: columns aligned, numbers right.
 -- rows are arrays of values (converted with tostring).
 function report.table(headers, rows)
-  want(headers, "table", 1, "cupola.report.table", "a list of column names")
-  want(rows, "table", 2, "cupola.report.table", "a list of rows")
+  for i, v in ipairs { headers, rows } do
+    if type(v) ~= "table" then
+      error(("bad argument #%d to 'cupola.report.table' (table expected, got %s)"):format(i, type(v)), 2)
+    end
+  end
   for r, row in ipairs(rows) do
     if type(row) ~= "table" then
-      error(string.format("bad argument #2 to 'cupola.report.table' (row %d is a %s, not a list)", r, type(row)), 2)
+      error(("bad argument #2 to 'cupola.report.table' (row %d is a %s, not a table)"):format(r, type(row)), 2)
     end
   end
   local widths, cells = {}, {}
@@ -76,15 +70,18 @@ end
 
 local first_cols = { name = 1, kind = 2, upstream = 3 }
 
-local function as_rows(rows)
-  if type(rows) ~= "table" then error("bad argument #1 (a record or a list of records expected)", 3) end
+local function as_rows(rows, fname)
+  if type(rows) ~= "table" then
+    error(("bad argument #1 to '%s' (a record or a list of records expected, got %s)"):format(
+      fname or "?", type(rows)), 3)
+  end
   if rows[1] == nil and next(rows) ~= nil then return { rows } end
   return rows
 end
 
 --- report.columns(rows) -> the column names, in order
 function report.columns(rows)
-  rows = as_rows(rows)
+  rows = as_rows(rows, "columns")
   local seen, cols = {}, {}
   for _, r in ipairs(rows) do
     for k, v in pairs(r) do
@@ -114,13 +111,37 @@ local function csv_field(s)
   return s
 end
 
+-- The optional path (argument #2) of csv and json: a string, checked before
+-- any work (a number used to be taken as a file name, a table raised inside
+-- io.open).
+local function check_path(path, fname)
+  if path ~= nil and type(path) ~= "string" then
+    error(("bad argument #2 to '%s' (a file name expected, got %s)"):format(fname, type(path)), 3)
+  end
+end
+
+-- The optional columns: a list of strings.
+local function check_columns(cols, arg, fname)
+  if cols == nil then return end
+  if type(cols) ~= "table" then
+    error(("bad argument #%d to '%s' (a list of column names expected, got %s)"):format(arg, fname, type(cols)), 3)
+  end
+  for i, c in ipairs(cols) do
+    if type(c) ~= "string" then
+      error(("bad argument #%d to '%s' (column %d is a %s, not a string)"):format(arg, fname, i, type(c)), 3)
+    end
+  end
+end
+
 --- report.csv(rows [, path]) -> the CSV text (written to path when given):
 -- a header line, then one line per row (RFC 4180 quoting, full precision).
 function report.csv(rows, path, opts)
-  rows = as_rows(rows)
-  want(path, "nil|string", 2, "cupola.report.csv", "a file name")
-  want(opts, "nil|table", 3, "cupola.report.csv", "an options table")
-  if opts then want(opts.columns, "nil|table", 3, "cupola.report.csv", "option 'columns' as a list") end
+  rows = as_rows(rows, "csv")
+  check_path(path, "csv")
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #3 to 'csv' (options table expected, got " .. type(opts) .. ")", 2)
+  end
+  check_columns(opts and opts.columns, 3, "csv")
   local cols = (opts and opts.columns) or report.columns(rows)
   local out = {}
   local head = {}
@@ -171,7 +192,9 @@ end
 --- report.json(rows [, path]) -> the JSON text (written to path when given),
 -- through Debian's lua-dkjson; a record stays an object, a list an array.
 function report.json(rows, path)
-  want(path, "nil|string", 2, "cupola.report.json", "a file name")
+  -- 42 used to be written as the JSON text "42"
+  as_rows(rows, "json")
+  check_path(path, "json")
   local ok, dkjson = pcall(require, "dkjson")
   if not ok then error("cupola.report.json needs dkjson (Debian: apt-get install lua-dkjson)", 2) end
   local text = dkjson.encode(plain(rows, 0), { indent = true }) .. "\n"
@@ -187,8 +210,8 @@ end
 --- report.records(rows [, columns]) -> an aligned table of records as a
 -- string (report.table over report.columns), numbers right-aligned.
 function report.records(rows, cols)
-  rows = as_rows(rows)
-  want(cols, "nil|table", 2, "cupola.report.records", "a list of column names")
+  rows = as_rows(rows, "records")
+  check_columns(cols, 2, "records")
   cols = cols or report.columns(rows)
   local body = {}
   for i, r in ipairs(rows) do

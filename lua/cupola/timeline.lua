@@ -129,6 +129,10 @@ function timeline.write(src, path, opts)
     if not known_opts[k] then error("cupola.timeline: unknown option '" .. tostring(k) .. "'", 2) end
   end
   if type(path) ~= "string" then error("bad argument #2 to 'timeline' (path expected)", 2) end
+  -- a closed Trace used to fail inside (attempt to index a nil value)
+  if is_trace(src) and src.path == nil then
+    error("bad argument #1 to 'timeline' (attempt to use a closed cupola.Trace)", 2)
+  end
   local panels = {}
   local names = opts.names or {}
   if opts.log then

@@ -29,6 +29,8 @@ local here = (debug.getinfo(1, "S").source:match "^@(.*)[/\\][^/\\]*$") or "."
 -- up in $CUPOLA_TRACES, then beside the installed module, then in the source
 -- tree's examples/traces; nil, message if absent.
 function trace.find(name)
+  -- a number used to fail inside (attempt to index a number value)
+  if type(name) ~= "string" then error("bad argument #1 to 'find' (string expected, got " .. type(name) .. ")", 2) end
   local names = { name }
   if not name:find "%." then names = { name .. ".csv.gz", name .. ".csv", name .. ".pickle" } end
   local dirs = {}
@@ -53,6 +55,15 @@ end
 -- configuration (tables for cupola.pool{...}, each replayed on a fresh pool)
 -- and returns one row per configuration with its figures.
 function trace.compare(t, configs, opts)
+  -- wrong types used to fail inside (attempt to index a number value)
+  if type(configs) ~= "table" then
+    error("bad argument #2 to 'compare' (a list of pool configurations expected, got " .. type(configs) .. ")", 2)
+  end
+  for i, cfg in ipairs(configs) do
+    if type(cfg) ~= "table" then
+      error(("bad argument #2 to 'compare' (configuration %d is a %s, not a table)"):format(i, type(cfg)), 2)
+    end
+  end
   local rows = {}
   for i, cfg in ipairs(configs) do
     -- `name` labels the row; the pool itself does not take it.

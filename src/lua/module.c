@@ -5,6 +5,7 @@
  * arguments; the marshalling into the kernel's argument slots is done here
  * without allocating (the Kernel userdata holds the slots).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -115,6 +116,15 @@ static const char *push_file(lua_State *L, const char *path, size_t *len)
         k = fread(p, 1, LUAL_BUFFERSIZE, f);
         luaL_addsize(&b, k);
     } while (k == LUAL_BUFFERSIZE);
+    /* A read error (a directory opens but cannot be read: EISDIR) used to
+     * end the loop like the end of the file, and the module compiled
+     * from an empty source. */
+    if (ferror(f)) {
+        int e = errno;
+        fclose(f);
+        errno = e;
+        return NULL;
+    }
     fclose(f);
     luaL_pushresult(&b);
     return lua_tolstring(L, -1, len);
@@ -162,7 +172,8 @@ static int module_new(lua_State *L)
         d.kind = CP_KSRC_SOURCE;
         d.data = push_file(L, path, &d.len); /* at 6 */
         if (!d.data)
-            return luaL_error(L, "cupola.module: option 'path': cannot read '%s'", path);
+            return luaL_error(L, "cupola.module: option 'path': cannot read '%s' (%s)", path,
+                              strerror(errno));
         if (!d.name) {
             const char *slash = strrchr(path, '/');
             d.name = slash ? slash + 1 : path;
@@ -269,12 +280,15 @@ static int module_tostring(lua_State *L)
 static int module_kernel(lua_State *L)
 {
     l_module *m = tomodule(L, 1);
-    const char *name = luaL_checkstring(L, 2);
+    size_t namelen;
+    const char *name = luaL_checklstring(L, 2, &namelen);
     l_kernel *k;
     lua_Integer n;
     cp_ktype types[CP_KMAX_PARAMS];
     cp_status st;
 
+    /* "set\0x" used to find the kernel 'set' */
+    luaL_argcheck(L, strlen(name) == namelen, 2, "a kernel name holds no NUL byte");
     luaL_checktype(L, 3, LUA_TTABLE);
     n = luaL_len(L, 3);
     luaL_argcheck(L, n <= CP_KMAX_PARAMS, 3, "at most 128 parameters");
@@ -307,8 +321,15 @@ static int module_kernel(lua_State *L)
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1); /* the kernel keeps its module's handle alive */
     st = cp_kernel_get(m->m, name, types, (unsigned)n, &k->k);
-    if (st != CP_OK)
-        return luaL_error(L, "%s", cp_error_msg());
+    if (st != CP_OK) {
+        /* Name the argument at fault: a name the module lacks is the
+         * name's, anything else (a count or a type that does not match the
+         * kernel's signature) the declared types'. */
+        const char *msg = cp_error_msg();
+        if (st != CP_ERR_INVALID) /* a driver failure, with its CUDA name */
+            return luaL_error(L, "%s", msg);
+        return luaL_argerror(L, strncmp(msg, "no kernel ", 10) == 0 ? 2 : 3, msg);
+    }
     return 1;
 }
 
@@ -394,7 +415,8 @@ static void launch_options(lua_State *L, cp_klaunch *l)
         const char *key;
         int v = lua_absindex(L, -1);
         if (lua_type(L, -2) != LUA_TSTRING)
-            luaL_error(L, "launch: option names must be strings, not %s", luaL_typename(L, -2));
+            luaL_error(L, "bad argument #1 to 'launch' (option names must be strings, not %s)",
+                       luaL_typename(L, -2));
         key = lua_tolstring(L, -2, &kl);
         if (kl == 4 && memcmp(key, "grid", 4) == 0) {
             dims_value(L, v, "grid", l->grid);
@@ -405,26 +427,31 @@ static void launch_options(lua_State *L, cp_klaunch *l)
         } else if (kl == 6 && memcmp(key, "shared", 6) == 0) {
             int isint;
             lua_Integer sh = lua_tointegerx(L, v, &isint);
-            if (lua_type(L, v) != LUA_TNUMBER || !isint || sh < 0 || sh > 0x7fffffff)
+            if (lua_type(L, v) != LUA_TNUMBER || !isint || sh < 0)
                 luaL_error(L, "bad argument #1 to 'launch' (option 'shared' must be a byte count "
                               ">= 0)");
+            /* Any count is taken: the backend's limit check (before the
+             * value is used) says what the limit is; a count over 2^31
+             * used to be called "not a byte count". */
             l->shared = (size_t)sh;
         } else if (kl == 6 && memcmp(key, "stream", 6) == 0) {
             l_stream *st = (l_stream *)luaL_testudata(L, v, L_STREAM);
             if (!st)
-                luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, v));
+                luaL_error(L, "bad argument #1 to 'launch' (option 'stream' must be a " L_STREAM
+                              ", not %s)",
+                           luaL_typename(L, v));
             if (!st->ref)
                 luaL_error(L, "attempt to use a closed " L_STREAM);
             l->stream = st->ref->s;
         } else if (kl == 7 && memcmp(key, "threads", 7) == 0) {
             int isint;
             threads = lua_tointegerx(L, v, &isint);
-            if (lua_type(L, v) != LUA_TNUMBER || !isint || threads < 1 || threads > 0x7fffffffLL * 1024)
+            if (lua_type(L, v) != LUA_TNUMBER || !isint || threads < 1)
                 luaL_error(L, "bad argument #1 to 'launch' (option 'threads' must be an integer "
                               ">= 1)");
             have_threads = 1;
         } else {
-            luaL_error(L, "launch: unknown option '%s'", key);
+            luaL_error(L, "bad argument #1 to 'launch' (unknown option '%s')", key);
         }
         lua_pop(L, 1);
     }
@@ -435,8 +462,11 @@ static void launch_options(lua_State *L, cp_klaunch *l)
         if (block[1] != 1 || block[2] != 1 || block[0] == 0)
             luaL_error(L, "bad argument #1 to 'launch' (with 'threads', 'block' is one integer >= 1)");
         g = ((uint64_t)threads + block[0] - 1) / block[0];
+        /* threads is at most 2^63 - 1, so the sum cannot wrap */
         if (g > 0xffffffffULL)
-            luaL_error(L, "bad argument #1 to 'launch' (option 'threads': too many blocks)");
+            luaL_error(L, "bad argument #1 to 'launch' (option 'threads': %I threads need %I "
+                          "blocks of %d, more than a grid holds)",
+                       (lua_Integer)threads, (lua_Integer)g, (int)block[0]);
         l->grid[0] = (unsigned)g;
         l->grid[1] = l->grid[2] = 1;
     } else {

@@ -182,7 +182,11 @@ const char *l_optstring_field(lua_State *L, int idx, const char *key, const char
     int t = getfield(L, idx, key);
     if (t == LUA_TSTRING) {
         /* The string stays alive in the option table the caller holds. */
-        v = lua_tostring(L, -1);
+        size_t n;
+        v = lua_tolstring(L, -1, &n);
+        /* C reads up to the first NUL: {symbol = "x\0y"} used to look up 'x' */
+        if (strlen(v) != n)
+            luaL_error(L, "option '%s' must not hold a NUL byte", key);
     } else if (t != LUA_TNIL) {
         luaL_error(L, "option '%s' must be a string, not %s", key, luaL_typename(L, -1));
     }

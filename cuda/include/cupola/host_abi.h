@@ -21,7 +21,8 @@
 extern "C" {
 #endif
 
-/* A parameter of a kernel as the compiler saw it: kind 'p' pointer, 'i'
+/* A parameter of a kernel as the compiler saw it: kind 'p' pointer ('d' a
+ * pointer to a cupola_device_pool, 'v' a pointer to void), 'i'
  * signed integer, 'u' unsigned integer, 'f' floating point, 'x' anything
  * else (cupola cannot pass it); size in bytes. */
 typedef struct cupola_hk_param {

@@ -382,12 +382,25 @@ static inline int block_reduce(int pred, int op)
 } // namespace cp__hk
 #endif /* CUPOLA_HK_DIRECT */
 
+/* Declared here so that a kernel's signature can name it whether or not the
+ * source includes <cupola/device.h> (which defines it). */
+struct cupola_device_pool;
+
 namespace cp__hk {
 
-/* Parameters and calls, from the kernel's own signature. */
+template <class T> using pointee = typename std::remove_cv<typename std::remove_pointer<T>::type>::type;
+
+/* Parameters and calls, from the kernel's own signature.  Pointers to a
+ * device pool ('d') and untyped pointers ('v') are told apart from other
+ * pointers, so that a Buffer is never passed where a kernel reads a pool's
+ * state, nor a pool where it writes data. */
 template <class T> constexpr cupola_hk_param param_of()
 {
-    return std::is_pointer<T>::value ? cupola_hk_param{'p', (unsigned char)sizeof(T)}
+    return std::is_pointer<T>::value && std::is_same<pointee<T>, cupola_device_pool>::value
+               ? cupola_hk_param{'d', (unsigned char)sizeof(T)}
+           : std::is_pointer<T>::value && std::is_void<pointee<T>>::value
+               ? cupola_hk_param{'v', (unsigned char)sizeof(T)}
+           : std::is_pointer<T>::value ? cupola_hk_param{'p', (unsigned char)sizeof(T)}
            : std::is_floating_point<T>::value ? cupola_hk_param{'f', (unsigned char)sizeof(T)}
            : std::is_integral<T>::value && std::is_signed<T>::value
                ? cupola_hk_param{'i', (unsigned char)sizeof(T)}

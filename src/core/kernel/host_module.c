@@ -283,8 +283,10 @@ static void h_unload(void *impl)
 static int param_matches(cp_ktype t, cupola_hk_param p)
 {
     switch (t) {
-    case CP_KT_PTR:
-    case CP_KT_DEVICE_POOL: return p.kind == 'p';
+    /* A Buffer where the kernel reads a pool's state, or a pool where it
+     * writes data, corrupts memory: refused (void pointers take either). */
+    case CP_KT_PTR: return p.kind == 'p' || p.kind == 'v';
+    case CP_KT_DEVICE_POOL: return p.kind == 'd' || p.kind == 'v';
     case CP_KT_I32:
     case CP_KT_U32: return (p.kind == 'i' || p.kind == 'u') && p.size == 4;
     case CP_KT_I64:
@@ -298,7 +300,9 @@ static int param_matches(cp_ktype t, cupola_hk_param p)
 static const char *kind_name(cupola_hk_param p)
 {
     switch (p.kind) {
-    case 'p': return "a pointer";
+    case 'p': return "a pointer to data";
+    case 'd': return "a cupola_device_pool pointer";
+    case 'v': return "a void pointer";
     case 'f': return p.size == 4 ? "float" : p.size == 8 ? "double" : "a floating type";
     case 'i': return p.size == 4 ? "a 32-bit signed integer" : p.size == 8 ? "a 64-bit signed integer" : "a small integer";
     case 'u': return p.size == 4 ? "a 32-bit unsigned integer" : p.size == 8 ? "a 64-bit unsigned integer" : "a small integer";

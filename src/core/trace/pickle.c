@@ -289,7 +289,9 @@ static cp_status run(reader *r, cp_pk_value **root)
             if (!need(r, 1))
                 return fail(r, "truncated PROTO");
             if (r->b[r->pos] < 2 || r->b[r->pos] > 5)
-                return fail(r, "unsupported pickle protocol (2 to 5 are read)");
+                return cp_error_set(CP_ERR_INVALID,
+                                    "offset %zu: unsupported pickle protocol %u (2 to 5 are read)",
+                                    r->op_at, (unsigned)r->b[r->pos]);
             r->pos++;
             break;
         case 0x95: /* FRAME: a length hint for buffered readers */

@@ -431,6 +431,16 @@ static cp_status load(loader *ld)
     return CP_OK;
 }
 
+/* A file named *.pickle or *.pkl is read as a pickle whatever it holds, so
+ * one that is not a pickle is called that (it used to be read as a CSV and
+ * refused for its header). */
+static int named_pickle(const char *path)
+{
+    size_t n = strlen(path);
+    return (n >= 7 && strcmp(path + n - 7, ".pickle") == 0) ||
+           (n >= 4 && strcmp(path + n - 4, ".pkl") == 0);
+}
+
 cp_status cp_trace_load(const char *path, cp_trace **out)
 {
     loader ld;
@@ -463,10 +473,21 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
     } else {
         /* A pickle starts with PROTO (0x80, version); a CSV with its header. */
         unsigned char head[2];
-        int got = gzread(ld.gz, head, 2);
-        int is_pickle = got == 2 && cp_pickle_sniff(head, 2);
+        int got;
+        int is_pickle;
+        errno = 0;
+        got = gzread(ld.gz, head, 2);
+        /* Any file starting with PROTO's byte goes to the pickle reader, so
+         * a pickle of a protocol it does not read is called that (a CSV
+         * cannot start with 0x80; it used to be read as a CSV with a bad
+         * header). */
+        is_pickle = (got == 2 && (cp_pickle_sniff(head, 2) || head[0] == 0x80)) ||
+                    named_pickle(path);
         t->info.devices = 1;
-        if (gzrewind(ld.gz) != 0)
+        if (got < 0) /* a directory opens but cannot be read ("cannot rewind" before) */
+            st = cp_error_set(CP_ERR_INVALID, "%s: cannot read: %s", path,
+                              errno ? strerror(errno) : "read error");
+        else if (gzrewind(ld.gz) != 0)
             st = cp_error_set(CP_ERR_BACKEND, "%s: cannot rewind", path);
         else
             st = is_pickle ? load_snapshot(&ld) : load(&ld);
