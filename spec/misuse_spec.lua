@@ -951,7 +951,9 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     raises(function() m:kernel("set", { "ptr", "i32", "u64", "u64" }) end,
       "bad argument #2 to 'kernel' (kernel 'set' takes 3 parameters, 4 declared)")
     raises(function() m:kernel("set", { "ptr", "i32" }) end,
-      "bad argument #2 to 'kernel' (kernel 'set' takes 3 parameters, 2 declared)")
+      -- the host backend counts the parameters; the driver only says there are more
+      cupola.backend() == "cuda" and "bad argument #2 to 'kernel' (kernel 'set' takes more than the 2"
+        or "bad argument #2 to 'kernel' (kernel 'set' takes 3 parameters, 2 declared)")
     raises(function() m:kernel("sett", { "ptr", "i32", "u64" }) end, "bad argument #1 to 'kernel' (no kernel 'sett'")
     raises(function() m:kernel("", {}) end, "bad argument #1 to 'kernel' (no kernel ''")
     raises(function() m:kernel("set", { "ptr", "i23", "u64" }) end, "parameter 2: unknown type 'i23'")
@@ -1096,7 +1098,11 @@ io.write "ok"
     local x = cupola.malloc(256)
     local xe = x:export()
     x:free()
-    raises(function() cupola.buffer.import((xe:gsub("pid=%d+", "pid=1"))) end, "the export is stale")
+    -- CUDA's legacy handles travel as data alone: no socket to ask, so a stale
+    -- one is refused by cudaIpcOpenMemHandle itself (seen on two H200s:
+    -- cudaErrorDeviceUninitialized)
+    raises(function() cupola.buffer.import((xe:gsub("pid=%d+", "pid=1"))) end,
+      cupola.backend() == "cuda" and "cudaError" or "the export is stale")
     raises(function() cupola.mempool { handle = "win32" } end, "invalid option 'win32' for 'handle'")
   end)
 
