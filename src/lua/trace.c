@@ -283,6 +283,13 @@ static void push_b64(lua_State *L, const void *data, size_t n)
     luaL_pushresultsize(&b, (size_t)(o - out));
 }
 
+/* Sets field key of the table on top to the base64 of bytes at p. */
+static void set_b64(lua_State *L, const char *key, const void *p, size_t bytes)
+{
+    push_b64(L, p, bytes);
+    lua_setfield(L, -2, key);
+}
+
 /* The timeline's data as a to-be-closed box, so an error while pushing the
  * strings frees it (a Lua memory error unwinds through here). */
 static int timeline_box_gc(lua_State *L)
@@ -345,25 +352,16 @@ static int trace_timeline_data(lua_State *L)
     lua_setfield(L, -2, "regions");
     lua_pushnumber(L, tl->t0_us);
     lua_setfield(L, -2, "t0_us");
-    push_b64(L, tl->time, tl->n * sizeof *tl->time);
-    lua_setfield(L, -2, "time");
-    push_b64(L, tl->live, tl->n * sizeof *tl->live);
-    lua_setfield(L, -2, "live");
-    push_b64(L, tl->b_start, tl->nb * sizeof *tl->b_start);
-    lua_setfield(L, -2, "b_start");
-    push_b64(L, tl->b_end, tl->nb * sizeof *tl->b_end);
-    lua_setfield(L, -2, "b_end");
-    push_b64(L, tl->b_y, tl->nb * sizeof *tl->b_y);
-    lua_setfield(L, -2, "b_y");
-    push_b64(L, tl->b_size, tl->nb * sizeof *tl->b_size);
-    lua_setfield(L, -2, "b_size");
-    push_b64(L, tl->b_addr, tl->nb * sizeof *tl->b_addr);
-    lua_setfield(L, -2, "b_addr");
-    push_b64(L, tl->b_stream, tl->nb * sizeof *tl->b_stream);
-    lua_setfield(L, -2, "b_stream");
+    set_b64(L, "time", tl->time, tl->n * sizeof *tl->time);
+    set_b64(L, "live", tl->live, tl->n * sizeof *tl->live);
+    set_b64(L, "b_start", tl->b_start, tl->nb * sizeof *tl->b_start);
+    set_b64(L, "b_end", tl->b_end, tl->nb * sizeof *tl->b_end);
+    set_b64(L, "b_y", tl->b_y, tl->nb * sizeof *tl->b_y);
+    set_b64(L, "b_size", tl->b_size, tl->nb * sizeof *tl->b_size);
+    set_b64(L, "b_addr", tl->b_addr, tl->nb * sizeof *tl->b_addr);
+    set_b64(L, "b_stream", tl->b_stream, tl->nb * sizeof *tl->b_stream);
     if (tl->nlabels) {
-        push_b64(L, tl->b_label, tl->nb * sizeof *tl->b_label);
-        lua_setfield(L, -2, "b_label");
+        set_b64(L, "b_label", tl->b_label, tl->nb * sizeof *tl->b_label);
     }
     lua_createtable(L, (int)tl->nlabels, 0);
     for (i = 0; i < tl->nlabels; i++) {
