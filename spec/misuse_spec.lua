@@ -1339,3 +1339,13 @@ describe("misuse: vmm pool on a device (frag2)", function()
     end
   end)
 end)
+
+-- Bug fixed with this spec: mp:access and mp:set_access cut the device index
+-- to an int before checking it, so 2^32 was taken as device 0.
+describe("misuse: device indexes of pool access", function()
+  it("an index past int is refused, not wrapped to device 0", function()
+    local mp <close> = cupola.mempool {}
+    assert.error_matches(function() mp:access(1 << 32) end, "device 4294967296 does not exist")
+    assert.error_matches(function() mp:set_access(1 << 32, "rw") end, "device 4294967296 does not exist")
+  end)
+end)

@@ -211,6 +211,9 @@ void l_checkmemory(lua_State *L, l_buffer *b, int arg);
 /* --- devices (device.c, multigpu) --- */
 /* A device index argument (0-based): absent gives the current device; out
  * of range or negative raises naming the argument. */
+/* A device index argument: an integer in 0..device_count()-1, else raises
+ * naming the argument. */
+int l_checkdevice(lua_State *L, int arg);
 int l_optdevice(lua_State *L, int arg);
 /* The option "device" of the table at idx (absent: the current device). */
 int l_optdevice_field(lua_State *L, int idx, const char *fname);

@@ -11,7 +11,7 @@
  */
 #include "binding.h"
 
-static int checkindex(lua_State *L, int arg)
+int l_checkdevice(lua_State *L, int arg)
 {
     lua_Integer i = luaL_checkinteger(L, arg);
     int n = cp_be->device_count();
@@ -25,7 +25,7 @@ int l_optdevice(lua_State *L, int arg)
 {
     if (lua_isnoneornil(L, arg))
         return cp_be->get_device();
-    return checkindex(L, arg);
+    return l_checkdevice(L, arg);
 }
 
 int l_optdevice_field(lua_State *L, int idx, const char *fname)
@@ -55,7 +55,7 @@ static int l_device_count(lua_State *L)
 
 static int l_set_device(lua_State *L)
 {
-    l_check(L, cp_be->set_device(checkindex(L, 1)));
+    l_check(L, cp_be->set_device(l_checkdevice(L, 1)));
     return 0;
 }
 
@@ -67,7 +67,7 @@ static int l_current_device(lua_State *L)
 
 static int l_can_access_peer(lua_State *L)
 {
-    int i = checkindex(L, 1), j = checkindex(L, 2), yes = 0;
+    int i = l_checkdevice(L, 1), j = l_checkdevice(L, 2), yes = 0;
     l_check(L, cp_be->can_access_peer(i, j, &yes));
     lua_pushboolean(L, yes);
     return 1;
@@ -75,7 +75,7 @@ static int l_can_access_peer(lua_State *L)
 
 static int l_enable_peer_access(lua_State *L)
 {
-    int i = checkindex(L, 1), j = checkindex(L, 2);
+    int i = l_checkdevice(L, 1), j = l_checkdevice(L, 2);
     luaL_argcheck(L, i != j, 2, "a device cannot enable peer access to itself");
     l_check(L, cp_be->enable_peer_access(i, j));
     return 0;

@@ -422,11 +422,8 @@ static const char *const access_names[] = {"none", "r", "rw", NULL};
 static int mempool_set_access(lua_State *L)
 {
     l_mempool *m = tomempool(L, 1);
-    int dev = (int)luaL_checkinteger(L, 2);
+    int dev = l_checkdevice(L, 2);
     int a = luaL_checkoption(L, 3, NULL, access_names);
-    luaL_argcheck(L, dev >= 0 && dev < cp_be->device_count(), 2,
-                  lua_pushfstring(L, "device %d does not exist (devices are 0..%d)", dev,
-                                  cp_be->device_count() - 1));
     if (dev == m->ref->device && a != CP_ACCESS_READWRITE)
         return luaL_argerror(L, 3, lua_pushfstring(L, "the pool's own device (%d) always has "
                                                       "read-write access", dev));
@@ -439,11 +436,8 @@ static int mempool_set_access(lua_State *L)
 static int mempool_access(lua_State *L)
 {
     l_mempool *m = tomempool(L, 1);
-    int dev = (int)luaL_checkinteger(L, 2);
+    int dev = l_checkdevice(L, 2);
     cp_access a = CP_ACCESS_NONE;
-    luaL_argcheck(L, dev >= 0 && dev < cp_be->device_count(), 2,
-                  lua_pushfstring(L, "device %d does not exist (devices are 0..%d)", dev,
-                                  cp_be->device_count() - 1));
     l_check(L, cp_be->mempool_get_access(m->ref->p, dev, &a));
     lua_pushstring(L, access_names[a]);
     return 1;
