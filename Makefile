@@ -272,7 +272,7 @@ ASAN_ENV     := LD_PRELOAD=$(ASAN_LIB) \
                 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 VG_BUILD     := build-valgrind
-VALGRIND     := valgrind -q --error-exitcode=99 --leak-check=full --suppressions=$(CURDIR)/tests/valgrind.supp \
+VALGRIND     := valgrind -q --error-exitcode=99 --leak-check=full \
                 --errors-for-leak-kinds=definite --show-leak-kinds=definite
 VG_C_TESTS    = $(REL_C_TESTS)
 # Fewer fuzz operations under valgrind (about 50x slower), same seed.
