@@ -947,6 +947,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     raises(function() cupola.module { path = "/nonexistent.cu" } end, "(No such file or directory)")
   end)
 
+  -- (on CUDA the empty name was CUDA_ERROR_INVALID_VALUE from cuModuleGetFunction: fixed there)
   it("kernel declarations name the argument (was: count mismatches named none)", function()
     raises(function() m:kernel("set", { "ptr", "i32", "u64", "u64" }) end,
       "bad argument #2 to 'kernel' (kernel 'set' takes 3 parameters, 4 declared)")

@@ -653,7 +653,9 @@ static cp_status c_get(void *impl, const char *mname, const char *name, const cp
     cmod *m = impl;
     ckern *k;
     CUfunction f;
-    CUresult r = X.cuModuleGetFunction(&f, m->h, name);
+    /* The driver answers an empty name with CUDA_ERROR_INVALID_VALUE, not
+     * NOT_FOUND; it is the same user error as any other unknown name. */
+    CUresult r = name[0] ? X.cuModuleGetFunction(&f, m->h, name) : CU_ERROR_NOT_FOUND;
     if (r == CU_ERROR_NOT_FOUND)
         return cp_error_set(CP_ERR_INVALID,
                             "no kernel '%s' in module %s (is it declared extern \"C\" __global__?)",
