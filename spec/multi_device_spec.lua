@@ -195,6 +195,49 @@ describe("two devices", function()
     s0:synchronize(); s1:synchronize()
   ]])
 
+  -- Bug fixed with this case (kernel/cuda_module.c): a module was loaded in
+  -- device 0's context only, so launching its kernel on a stream of device 1
+  -- failed with CUDA_ERROR_INVALID_HANDLE (cuLaunchKernel); the soak found it
+  -- on two H200s.  Modules now load on each device at its first launch there.
+  two("a kernel of one's own runs on streams of either device, whichever device made the module", [[
+    local SRC = [=[
+extern "C" __global__ void put(unsigned *p, unsigned v, unsigned long long n)
+{
+    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v + (unsigned)i;
+}
+]=]
+    local function check(b, v, n)
+      local words = { string.unpack(string.rep("I4", n), b:read(0, 4 * n)) }
+      for i = 1, n do assert(words[i] == v + i - 1, "word " .. i .. ": " .. tostring(words[i])) end
+    end
+    local n = 5000
+    for _, maker in ipairs { 0, 1 } do
+      cupola.set_device(maker)
+      local m = cupola.module { source = SRC, name = "two_devices.cu" }
+      local k = m:kernel("put", { "ptr", "u32", "u64" })
+      cupola.set_device(0)
+      for _, d in ipairs { 1, 0, 1 } do
+        local s = cupola.stream { device = d }
+        local b = cupola.malloc(4 * n, { device = d })
+        k:launch({ threads = n, block = 128, stream = s }, b, 100 * d + maker, n)
+        s:synchronize()
+        check(b, 100 * d + maker, n)
+        -- the default stream follows the current device
+        cupola.set_device(d)
+        k:launch({ threads = n, block = 256 }, b, 7 + d, n)
+        cupola.synchronize(d)
+        check(b, 7 + d, n)
+        cupola.set_device(0)
+        b:free(); s:close()
+      end
+      k = nil
+      m:close()
+      collectgarbage()
+    end
+    assert(cupola.current_device() == 0)
+  ]])
+
   two("a cupola pool over device 1's memory, used from streams of device 0", [[
     if cupola.can_access_peer(0, 1) then cupola.enable_peer_access(0, 1) end
     cupola.mempool.default(1):set_access(0, "rw")   -- the async upstream's memory

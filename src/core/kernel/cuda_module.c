@@ -13,18 +13,29 @@
  *    linked with libcudadevrt.a through nvJitLink.  The image is cached under
  *    a key of the source, options, NVRTC version, architecture and cupola's
  *    headers (compile.h).
- *  - Load: cuModuleLoadData in the runtime's primary context of device 0
- *    (made current on the calling thread when none is).  {ptx=} is loaded as
- *    it is (the driver JIT-compiles it); {cubin=path} reads the file.
+ *  - Devices: a CUDA module lives in one context, so a module is loaded
+ *    (cuModuleLoadData) into the primary context of the thread's current
+ *    cupola device when it is created, and into another device's primary
+ *    context the first time one of its kernels is launched on a stream of
+ *    that device (the image is kept for that); kernels resolve their function
+ *    per device the same way.  As the backend's entry points do (cuda.c), a
+ *    launch makes its stream's device current (here: that device's primary
+ *    context) and does not restore the previous one.  The image is built for
+ *    the architecture of the device current at creation; a device of another
+ *    architecture refuses it with the driver's error at the first launch
+ *    there.  {ptx=} is loaded as it is (the driver JIT-compiles it for each
+ *    device); {cubin=path} reads the file.
  *  - Kernels: cuModuleGetFunction; the declared parameter sizes are checked
  *    with cuFuncGetParamInfo where the driver has it (CUDA 12.4+).
- *  - Launch: the shape against the device's and the function's limits
- *    (dynamic shared memory above 48 KiB is opted into per function, up to
- *    the device's opt-in maximum less the static shared memory), then
- *    cuLaunchKernel on the stream's handle.  Its error carries the driver's
- *    error name; a fault surfaces at the next synchronization, as CUDA's do.
- *  - Unload: cuModuleUnload when the last kernel and the module handle are
- *    gone; errors at process exit are ignored.
+ *  - Launch: the shape against the stream's device's and the function's
+ *    limits (dynamic shared memory above 48 KiB is opted into per function
+ *    and device, up to the device's opt-in maximum less the static shared
+ *    memory), then cuLaunchKernel on the stream's handle.  Its error carries
+ *    the driver's error name; a fault surfaces at the next synchronization,
+ *    as CUDA's do.
+ *  - Unload: cuModuleUnload of every device's copy (in that device's
+ *    context, pushed and popped) when the last kernel and the module handle
+ *    are gone; errors at process exit are ignored.
  */
 #include "kernel/module.h"
 
@@ -69,6 +80,8 @@ static struct {
     CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+    CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
     CUresult (*cuModuleLoadData)(CUmodule *, const void *);
     CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*cuModuleUnload)(CUmodule);
@@ -99,10 +112,13 @@ static struct {
     int (*nvJitLinkGetErrorLogSize)(nvJitLinkHandle, size_t *);
     int (*nvJitLinkGetErrorLog)(nvJitLinkHandle, char *);
     int (*nvJitLinkDestroy)(nvJitLinkHandle *);
-    /* device 0 */
-    int have_limits;
-    cp_klimits lim;
-    int max_shared_optin;
+    /* per device, filled by dev_enter the first time it is used */
+    struct {
+        atomic_int ready;
+        CUcontext ctx; /* its primary context (retained once, for the process) */
+        cp_klimits lim;
+        int max_shared_optin;
+    } dev[CP_MAX_DEVICES];
 } X = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void *sym(void *lib, const char *name, int *ok)
@@ -254,13 +270,10 @@ static cp_status cu_fail(CUresult r, const char *what)
     }
 }
 
-/* The driver, and the runtime's primary context current on this thread. */
+/* The driver (opened and initialised once). */
 static cp_status need_driver(void)
 {
     static const char *const names[] = {"libcuda.so.1", "libcuda.so", NULL};
-    CUcontext c = NULL;
-    CUdevice dev = 0;
-    CUresult r;
     cp_status st = CP_OK;
     pthread_mutex_lock(&X.mu);
     if (!X.tried_cu) {
@@ -275,6 +288,8 @@ static cp_status need_driver(void)
             SYM(X.cu, cuCtxGetCurrent, &ok);
             SYM(X.cu, cuCtxSetCurrent, &ok);
             SYM(X.cu, cuDevicePrimaryCtxRetain, &ok);
+            SYM(X.cu, cuCtxPushCurrent_v2, &ok);
+            SYM(X.cu, cuCtxPopCurrent_v2, &ok);
             SYM(X.cu, cuModuleLoadData, &ok);
             SYM(X.cu, cuModuleGetFunction, &ok);
             SYM(X.cu, cuModuleUnload, &ok);
@@ -294,50 +309,59 @@ static cp_status need_driver(void)
             snprintf(X.why_cu, sizeof X.why_cu, "libcuda.so.1 not found");
         }
     }
-    if (!X.cu) {
+    if (!X.cu)
         st = cp_error_set(CP_ERR_UNSUPPORTED, "the CUDA driver API is not available: %s", X.why_cu);
-        goto out;
-    }
-    if ((r = X.cuCtxGetCurrent(&c)) != CU_SUCCESS) {
-        st = cu_fail(r, "cuCtxGetCurrent");
-        goto out;
-    }
-    if (!c) {
-        if ((r = X.cuDeviceGet(&dev, 0)) != CU_SUCCESS ||
-            (r = X.cuDevicePrimaryCtxRetain(&c, dev)) != CU_SUCCESS ||
-            (r = X.cuCtxSetCurrent(c)) != CU_SUCCESS) {
-            st = cu_fail(r, "making device 0's primary context current");
-            goto out;
-        }
-    }
-    if (!X.have_limits) {
-        static const int attrs[7] = {1, 2, 3, 4, 5, 6, 7};
-        int v[7], optin = 0;
-        if ((r = X.cuDeviceGet(&dev, 0)) != CU_SUCCESS) {
-            st = cu_fail(r, "cuDeviceGet");
-            goto out;
-        }
-        for (int i = 0; i < 7; i++)
-            if ((r = X.cuDeviceGetAttribute(&v[i], attrs[i], dev)) != CU_SUCCESS) {
-                st = cu_fail(r, "cuDeviceGetAttribute");
-                goto out;
-            }
-        if ((r = X.cuDeviceGetAttribute(&optin, 97, dev)) != CU_SUCCESS) {
-            st = cu_fail(r, "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
-            goto out;
-        }
-        X.lim.max_threads = (unsigned)v[0];
-        for (int i = 0; i < 3; i++) {
-            X.lim.max_block[i] = (unsigned)v[1 + i];
-            X.lim.max_grid[i] = (unsigned)v[4 + i];
-        }
-        X.max_shared_optin = optin;
-        X.lim.max_shared = (size_t)optin;
-        X.have_limits = 1;
-    }
-out:
     pthread_mutex_unlock(&X.mu);
     return st;
+}
+
+/* Makes device dev's primary context current on this thread (as the
+ * runtime's cudaSetDevice would), reading the device's limits the first time.
+ * The driver must be open (need_driver). */
+static cp_status dev_enter(int dev)
+{
+    CUcontext cur = NULL;
+    CUresult r;
+    if (dev < 0 || dev >= CP_MAX_DEVICES)
+        return cp_error_set(CP_ERR_INVALID, "device %d is out of range", dev);
+    if (!atomic_load_explicit(&X.dev[dev].ready, memory_order_acquire)) {
+        static const int attrs[7] = {1, 2, 3, 4, 5, 6, 7};
+        int v[7], optin = 0;
+        CUdevice d = 0;
+        CUcontext c = NULL;
+        cp_status st = CP_OK;
+        pthread_mutex_lock(&X.mu);
+        if (!atomic_load_explicit(&X.dev[dev].ready, memory_order_relaxed)) {
+            if ((r = X.cuDeviceGet(&d, dev)) != CU_SUCCESS)
+                st = cu_fail(r, "cuDeviceGet");
+            for (int i = 0; !st && i < 7; i++)
+                if ((r = X.cuDeviceGetAttribute(&v[i], attrs[i], d)) != CU_SUCCESS)
+                    st = cu_fail(r, "cuDeviceGetAttribute");
+            if (!st && (r = X.cuDeviceGetAttribute(&optin, 97, d)) != CU_SUCCESS)
+                st = cu_fail(r, "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+            if (!st && (r = X.cuDevicePrimaryCtxRetain(&c, d)) != CU_SUCCESS)
+                st = cu_fail(r, "cuDevicePrimaryCtxRetain");
+            if (!st) {
+                X.dev[dev].ctx = c;
+                X.dev[dev].lim.max_threads = (unsigned)v[0];
+                for (int i = 0; i < 3; i++) {
+                    X.dev[dev].lim.max_block[i] = (unsigned)v[1 + i];
+                    X.dev[dev].lim.max_grid[i] = (unsigned)v[4 + i];
+                }
+                X.dev[dev].max_shared_optin = optin;
+                X.dev[dev].lim.max_shared = (size_t)optin;
+                atomic_store_explicit(&X.dev[dev].ready, 1, memory_order_release);
+            }
+        }
+        pthread_mutex_unlock(&X.mu);
+        if (st != CP_OK)
+            return st;
+    }
+    if ((r = X.cuCtxGetCurrent(&cur)) != CU_SUCCESS)
+        return cu_fail(r, "cuCtxGetCurrent");
+    if (cur != X.dev[dev].ctx && (r = X.cuCtxSetCurrent(X.dev[dev].ctx)) != CU_SUCCESS)
+        return cu_fail(r, "making the device's primary context current");
+    return CP_OK;
 }
 
 /* ---- compiling ------------------------------------------------------------------- */
@@ -553,25 +577,56 @@ cp_status cp_nvrtc_build(const cp_kmodule_desc *d, int arch, void **image, size_
 /* ---- modules and kernels ------------------------------------------------------------ */
 
 typedef struct cmod {
-    atomic_int refs; /* the module and each kernel */
-    CUmodule h;
+    atomic_int refs;  /* the module and each kernel */
+    pthread_mutex_t mu; /* loads on further devices */
+    void *image;      /* what was loaded, for the other devices */
+    CUmodule h[CP_MAX_DEVICES]; /* per device; NULL: not loaded there yet */
 } cmod;
 
 typedef struct ckern {
     cmod *m;
-    CUfunction f;
+    char *name;
     unsigned n;
-    int max_threads;
-    int static_shared;
-    size_t dyn_set; /* dynamic shared memory opted into so far */
+    struct {
+        CUfunction f; /* NULL: not resolved on that device yet */
+        int max_threads;
+        int static_shared;
+        size_t dyn_set; /* dynamic shared memory opted into so far */
+    } on[CP_MAX_DEVICES];
 } ckern;
 
 static void cmod_release(cmod *m)
 {
     if (atomic_fetch_sub(&m->refs, 1) == 1) {
-        (void)X.cuModuleUnload(m->h); /* at exit the context may be gone: nothing to do */
+        for (int d = 0; d < CP_MAX_DEVICES; d++) {
+            CUcontext prev;
+            if (!m->h[d])
+                continue;
+            /* at exit the context may be gone: nothing to do then */
+            if (X.cuCtxPushCurrent_v2(X.dev[d].ctx) == CU_SUCCESS) {
+                (void)X.cuModuleUnload(m->h[d]);
+                (void)X.cuCtxPopCurrent_v2(&prev);
+            }
+        }
+        pthread_mutex_destroy(&m->mu);
+        free(m->image);
         free(m);
     }
+}
+
+/* m loaded on device dev, whose context is current (dev_enter). */
+static cp_status cmod_on(cmod *m, int dev, const char *what, CUmodule *out)
+{
+    CUresult r = CU_SUCCESS;
+    pthread_mutex_lock(&m->mu);
+    if (!m->h[dev])
+        r = X.cuModuleLoadData(&m->h[dev], m->image);
+    *out = m->h[dev];
+    pthread_mutex_unlock(&m->mu);
+    if (r != CU_SUCCESS)
+        return cp_error_set(r == 2 ? CP_ERR_OOM : CP_ERR_INVALID, "%s: %s (cuModuleLoadData, device %d)",
+                            what, cu_name(r), dev);
+    return CP_OK;
 }
 
 static char *read_path(const char *path, size_t *len)
@@ -600,11 +655,12 @@ static cp_status c_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     void *image = NULL;
     size_t len = 0;
     cmod *m;
-    CUresult r;
+    CUmodule h;
+    int dev = cp_be->get_device();
     cp_status st;
 
     *impl = NULL;
-    if ((st = need_driver()) != CP_OK)
+    if ((st = need_driver()) != CP_OK || (st = dev_enter(dev)) != CP_OK)
         return st;
     if (d->kind == CP_KSRC_SOURCE) {
         if ((st = cp_be->device_info(&info)) != CP_OK)
@@ -631,12 +687,13 @@ static cp_status c_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         return cp_error_set(CP_ERR_OOM, "out of memory for a module");
     }
     atomic_init(&m->refs, 1);
-    r = X.cuModuleLoadData(&m->h, image);
-    free(image);
-    if (r != CU_SUCCESS) {
+    pthread_mutex_init(&m->mu, NULL);
+    m->image = image;
+    if ((st = cmod_on(m, dev, d->name, &h)) != CP_OK) {
+        pthread_mutex_destroy(&m->mu);
+        free(image);
         free(m);
-        return cp_error_set(r == 2 ? CP_ERR_OOM : CP_ERR_INVALID, "%s: %s (cuModuleLoadData)",
-                            d->name, cu_name(r));
+        return st;
     }
     *impl = m;
     return CP_OK;
@@ -647,15 +704,43 @@ static void c_unload(void *impl)
     cmod_release(impl);
 }
 
+/* k's function on device dev (current), resolved the first time. */
+static cp_status ckern_on(ckern *k, int dev)
+{
+    CUmodule h;
+    CUfunction f;
+    CUresult r;
+    cp_status st;
+    if ((st = cmod_on(k->m, dev, k->name, &h)) != CP_OK)
+        return st;
+    if ((r = X.cuModuleGetFunction(&f, h, k->name)) != CU_SUCCESS)
+        return cu_fail(r, "cuModuleGetFunction");
+    if ((r = X.cuFuncGetAttribute(&k->on[dev].max_threads, 0, f)) != CU_SUCCESS ||
+        (r = X.cuFuncGetAttribute(&k->on[dev].static_shared, 1, f)) != CU_SUCCESS)
+        return cu_fail(r, "cuFuncGetAttribute");
+    k->on[dev].dyn_set = 48 * 1024;
+    k->on[dev].f = f;
+    return CP_OK;
+}
+
 static cp_status c_get(void *impl, const char *mname, const char *name, const cp_ktype *types,
                        unsigned n, void **kimpl)
 {
     cmod *m = impl;
     ckern *k;
     CUfunction f;
+    CUresult r;
+    cp_status st;
+    int dev = 0;
+    /* the declaration is checked on a device where the module is loaded */
+    while (dev < CP_MAX_DEVICES && !m->h[dev])
+        dev++;
+    if (dev == CP_MAX_DEVICES || (st = dev_enter(dev)) != CP_OK)
+        return dev == CP_MAX_DEVICES ? cp_error_set(CP_ERR_INVALID, "module %s is not loaded", mname)
+                                     : st;
     /* The driver answers an empty name with CUDA_ERROR_INVALID_VALUE, not
      * NOT_FOUND; it is the same user error as any other unknown name. */
-    CUresult r = name[0] ? X.cuModuleGetFunction(&f, m->h, name) : CU_ERROR_NOT_FOUND;
+    r = name[0] ? X.cuModuleGetFunction(&f, m->h[dev], name) : CU_ERROR_NOT_FOUND;
     if (r == CU_ERROR_NOT_FOUND)
         return cp_error_set(CP_ERR_INVALID,
                             "no kernel '%s' in module %s (is it declared extern \"C\" __global__?)",
@@ -685,17 +770,17 @@ static cp_status c_get(void *impl, const char *mname, const char *name, const cp
         }
     }
     k = calloc(1, sizeof *k);
-    if (!k)
-        return cp_error_set(CP_ERR_OOM, "out of memory for a kernel");
-    k->m = m;
-    k->f = f;
-    k->n = n;
-    if ((r = X.cuFuncGetAttribute(&k->max_threads, 0, f)) != CU_SUCCESS ||
-        (r = X.cuFuncGetAttribute(&k->static_shared, 1, f)) != CU_SUCCESS) {
+    if (!k || !(k->name = strdup(name))) {
         free(k);
-        return cu_fail(r, "cuFuncGetAttribute");
+        return cp_error_set(CP_ERR_OOM, "out of memory for a kernel");
     }
-    k->dyn_set = 48 * 1024;
+    k->m = m;
+    k->n = n;
+    if ((st = ckern_on(k, dev)) != CP_OK) {
+        free(k->name);
+        free(k);
+        return st;
+    }
     atomic_fetch_add(&m->refs, 1);
     *kimpl = k;
     return CP_OK;
@@ -705,35 +790,40 @@ static void c_put(void *kimpl)
 {
     ckern *k = kimpl;
     cmod_release(k->m);
+    free(k->name);
     free(k);
 }
 
 static cp_status c_launch(void *kimpl, const cp_klaunch *l, void *const *args)
 {
     ckern *k = kimpl;
-    cp_klimits lim = X.lim;
+    int dev = cp_be->stream_device(l->stream);
+    cp_klimits lim;
     cp_status st;
     CUresult r;
     CUstream s;
-    if ((unsigned)k->max_threads < lim.max_threads)
-        lim.max_threads = (unsigned)k->max_threads;
-    lim.max_shared = (size_t)X.max_shared_optin > (size_t)k->static_shared
-                         ? (size_t)X.max_shared_optin - (size_t)k->static_shared
+    if ((st = dev_enter(dev)) != CP_OK)
+        return st;
+    if (!k->on[dev].f && (st = ckern_on(k, dev)) != CP_OK)
+        return st;
+    lim = X.dev[dev].lim;
+    if ((unsigned)k->on[dev].max_threads < lim.max_threads)
+        lim.max_threads = (unsigned)k->on[dev].max_threads;
+    lim.max_shared = (size_t)X.dev[dev].max_shared_optin > (size_t)k->on[dev].static_shared
+                         ? (size_t)X.dev[dev].max_shared_optin - (size_t)k->on[dev].static_shared
                          : 0;
     if ((st = cp_klaunch_check(l, &lim)) != CP_OK)
         return st;
-    if (l->shared > k->dyn_set) {
-        r = X.cuFuncSetAttribute(k->f, 8, (int)l->shared);
+    if (l->shared > k->on[dev].dyn_set) {
+        r = X.cuFuncSetAttribute(k->on[dev].f, 8, (int)l->shared);
         if (r != CU_SUCCESS)
             return cu_fail(r, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-        k->dyn_set = l->shared;
+        k->on[dev].dyn_set = l->shared;
     }
     s = (CUstream)cp_be->stream_native(l->stream);
-    r = X.cuLaunchKernel(k->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
-                         l->block[2], (unsigned)l->shared, s, (void **)(uintptr_t)args, NULL);
-    if (r == CU_ERROR_INVALID_CONTEXT && need_driver() == CP_OK) /* another thread */
-        r = X.cuLaunchKernel(k->f, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
-                             l->block[2], (unsigned)l->shared, s, (void **)(uintptr_t)args, NULL);
+    r = X.cuLaunchKernel(k->on[dev].f, l->grid[0], l->grid[1], l->grid[2], l->block[0],
+                         l->block[1], l->block[2], (unsigned)l->shared, s,
+                         (void **)(uintptr_t)args, NULL);
     if (r != CU_SUCCESS)
         return cu_fail(r, "cuLaunchKernel");
     return CP_OK;
