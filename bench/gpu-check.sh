@@ -107,7 +107,9 @@ for stage in $stages; do
             # This round's argument fuzz, alone under the tool (inside the
             # suite it is pending under a tool: see its header).
             fz=$(mktemp -d)
-            CUPOLA_BACKEND=cuda run_stage "sanitize-$tool-argfuzz" \
+            nocdp=""
+            [ "$tool" = memcheck ] || nocdp=1
+            CUPOLA_NO_CDP=$nocdp CUPOLA_BACKEND=cuda run_stage "sanitize-$tool-argfuzz" \
                 compute-sanitizer --tool "$tool" $extra --error-exitcode 86 --print-limit 20 \
                 lua5.4 spec/support/argfuzz_round2.lua "${CUPOLA_FUZZ_SEED:-20261121}" 1200 "$fz"
             rm -rf "$fz"
