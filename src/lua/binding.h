@@ -71,11 +71,13 @@ typedef struct l_poolref {
 
 /* Stream and Event userdata. */
 typedef struct l_stream {
+    uint64_t tag; /* L_TAG(L_T_STREAM): see "type tags" below */
     l_streamref *ref; /* NULL once closed */
     int is_default;
 } l_stream;
 
 typedef struct l_event {
+    uint64_t tag; /* L_TAG(L_T_EVENT) */
     cp_event *e; /* NULL once closed */
     int timing;
 } l_event;
@@ -90,6 +92,7 @@ typedef enum l_origin {
 } l_origin;
 
 typedef struct l_buffer {
+    uint64_t tag; /* L_TAG(L_T_BUFFER) */
     void *ptr; /* NULL once freed */
     size_t size;
     l_origin origin;
@@ -149,6 +152,62 @@ int l_index_method(lua_State *L);
  * the upvalues above (no class: the first two are nil). */
 void l_setfuncs(lua_State *L, const luaL_Reg *l);
 void l_pushcfunction(lua_State *L, lua_CFunction f);
+
+/* --- type tags (util.c) ---
+ *
+ * The hottest checks (a Buffer, Stream, Event, Pool or Kernel argument)
+ * identify the handle by a tag in its C struct instead of by its metatable:
+ * two API calls (lua_touserdata, lua_rawlen) and a compare, where finding
+ * and comparing the metatable takes five.  A handle's struct starts with a
+ * uint64_t tag, set before its metatable is, equal to L_TAG(its type); the
+ * check reads it only from a full userdata of exactly the struct's size
+ * (lua_rawlen is 0 for light userdata), so it never reads past a block.
+ * The tags are a per-process random value (l_tag_init) mixed with the type,
+ * so no other library's userdata, whatever bytes it holds, passes by
+ * chance, and none can name the value.  On failure the check raises what
+ * luaL_checkudata raises; a foreign userdata given a cupola metatable with
+ * debug.setmetatable (which luaL_checkudata would take, and read out of
+ * bounds) is refused. */
+enum { L_T_BUFFER = 1, L_T_STREAM, L_T_EVENT, L_T_POOL, L_T_KERNEL };
+extern uint64_t l_tag_secret;
+#define L_TAG(t) (l_tag_secret ^ ((uint64_t)(t) * 0x9e3779b97f4a7c15ull))
+/* Draws the secret once per process (luaopen calls it before any handle). */
+void l_tag_init(void);
+
+/* The handle of type t (struct size size) at arg, or NULL. */
+static inline void *l_testtag(lua_State *L, int arg, unsigned t, size_t size)
+{
+    void *p = lua_touserdata(L, arg);
+    if (p && lua_rawlen(L, arg) == size && *(const uint64_t *)p == L_TAG(t))
+        return p;
+    return NULL;
+}
+/* Raises luaL_checkudata's "tname expected, got X" (never returns). */
+void *l_tagerror(lua_State *L, int arg, const char *tname);
+static inline void *l_checktag(lua_State *L, int arg, unsigned t, size_t size, const char *tname)
+{
+    void *p = l_testtag(L, arg, t, size);
+    return p ? p : l_tagerror(L, arg, tname);
+}
+
+/* The handle at arg, open or closed (raises if it is not one). */
+static inline l_buffer *l_udbuffer(lua_State *L, int arg)
+{
+    return (l_buffer *)l_checktag(L, arg, L_T_BUFFER, sizeof(l_buffer), L_BUFFER);
+}
+static inline l_stream *l_udstream(lua_State *L, int arg)
+{
+    return (l_stream *)l_checktag(L, arg, L_T_STREAM, sizeof(l_stream), L_STREAM);
+}
+static inline l_event *l_udevent(lua_State *L, int arg)
+{
+    return (l_event *)l_checktag(L, arg, L_T_EVENT, sizeof(l_event), L_EVENT);
+}
+/* A Stream at arg, or NULL (for option tables, whose messages differ). */
+static inline l_stream *l_testudstream(lua_State *L, int arg)
+{
+    return (l_stream *)l_testtag(L, arg, L_T_STREAM, sizeof(l_stream));
+}
 
 /* --- helpers (util.c) --- */
 

@@ -59,9 +59,11 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
     o->sh.block = 0;
     /* the default stream means that of b's device (multigpu) */
     o->s = b ? l_devstream(b->stream->s, b->device) : l_defaultstream()->s;
-    if (lua_isnoneornil(L, idx))
-        return;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    if (lua_type(L, idx) != LUA_TTABLE) {
+        if (lua_isnoneornil(L, idx))
+            return;
+        luaL_checktype(L, idx, LUA_TTABLE); /* raises */
+    }
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
         const char *k;
@@ -93,7 +95,7 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
             break;
         }
         case O_STREAM: {
-            l_stream *st = (l_stream *)l_testkey(L, -1, L_UP_STREAM, &l_key_stream);
+            l_stream *st = l_testudstream(L, -1);
             if (!st)
                 luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, -1));
             if (!st->ref)
@@ -136,7 +138,7 @@ static int k_fill(lua_State *L)
     }
     kpush("launch fill");
     l_check(L, kpop(cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &o.sh, o.s)));
-    lua_settop(L, 1);
+    lua_pushvalue(L, 1); /* returns its first argument (cheaper than lua_settop) */
     return 1;
 }
 
@@ -149,7 +151,7 @@ static int k_sqrt_index(lua_State *L)
     kparse(L, 2, "cupola.kernels.sqrt_index", O_STREAM | O_GRID | O_BLOCK, b, &o);
     kpush("launch sqrt_index");
     l_check(L, kpop(cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &o.sh, o.s)));
-    lua_settop(L, 1);
+    lua_pushvalue(L, 1); /* returns its first argument (cheaper than lua_settop) */
     return 1;
 }
 
@@ -197,7 +199,7 @@ static int k_pattern(lua_State *L)
     kparse(L, 3, "cupola.kernels.pattern", O_STREAM, b, &o);
     kpush("launch pattern");
     l_check(L, kpop(cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, o.s)));
-    lua_settop(L, 1);
+    lua_pushvalue(L, 1); /* returns its first argument (cheaper than lua_settop) */
     return 1;
 }
 
