@@ -156,38 +156,44 @@ void l_pushcfunction(lua_State *L, lua_CFunction f);
 /* --- type tags (util.c) ---
  *
  * The hottest checks (a Buffer, Stream, Event, Pool or Kernel argument)
- * identify the handle by a tag in its C struct instead of by its metatable:
- * two API calls (lua_touserdata, lua_rawlen) and a compare, where finding
- * and comparing the metatable takes five.  A handle's struct starts with a
- * uint64_t tag, set before its metatable is, equal to L_TAG(its type); the
- * check reads it only from a full userdata of exactly the struct's size
- * (lua_rawlen is 0 for light userdata), so it never reads past a block.
- * The tags are a per-process random value (l_tag_init) mixed with the type,
- * so no other library's userdata, whatever bytes it holds, passes by
- * chance, and none can name the value.  On failure the check raises what
- * luaL_checkudata raises; a foreign userdata given a cupola metatable with
- * debug.setmetatable (which luaL_checkudata would take, and read out of
- * bounds) is refused. */
+ * identify the handle by a tag in its C struct before looking at its
+ * metatable: two API calls (lua_touserdata, lua_rawlen) and a compare,
+ * where finding and comparing the metatable takes five.  A handle's struct
+ * starts with a uint64_t tag, set before its metatable is, equal to
+ * L_TAG(its type); it is read only from a full userdata of exactly the
+ * struct's size (lua_rawlen is 0 for light userdata), so never past a
+ * block.  The tags are a per-process random value (l_tag_init) mixed with
+ * the type: no other library's userdata passes by chance, and no script can
+ * name the value.  Without the tag the check is luaL_checkudata's (so a
+ * handle made by code that does not set it still passes, only slower),
+ * plus the size: a foreign userdata given a cupola metatable with
+ * debug.setmetatable, which luaL_checkudata takes, is refused instead of
+ * being read out of bounds.  Errors read as luaL_checkudata's. */
 enum { L_T_BUFFER = 1, L_T_STREAM, L_T_EVENT, L_T_POOL, L_T_KERNEL };
 extern uint64_t l_tag_secret;
 #define L_TAG(t) (l_tag_secret ^ ((uint64_t)(t) * 0x9e3779b97f4a7c15ull))
 /* Draws the secret once per process (luaopen calls it before any handle). */
 void l_tag_init(void);
 
-/* The handle of type t (struct size size) at arg, or NULL. */
-static inline void *l_testtag(lua_State *L, int arg, unsigned t, size_t size)
+/* The slow paths: by the metatable named tname, and the size. */
+void *l_testtag_slow(lua_State *L, int arg, size_t size, const char *tname);
+void *l_checktag_slow(lua_State *L, int arg, size_t size, const char *tname);
+
+static inline int l_hastag(lua_State *L, int arg, void *p, unsigned t, size_t size)
+{
+    return p && lua_rawlen(L, arg) == size && *(const uint64_t *)p == L_TAG(t);
+}
+/* The handle of type t (struct size size, metatable tname) at arg, or NULL. */
+static inline void *l_testtag(lua_State *L, int arg, unsigned t, size_t size, const char *tname)
 {
     void *p = lua_touserdata(L, arg);
-    if (p && lua_rawlen(L, arg) == size && *(const uint64_t *)p == L_TAG(t))
-        return p;
-    return NULL;
+    return l_hastag(L, arg, p, t, size) ? p : l_testtag_slow(L, arg, size, tname);
 }
-/* Raises luaL_checkudata's "tname expected, got X" (never returns). */
-void *l_tagerror(lua_State *L, int arg, const char *tname);
+/* The same, raising "tname expected, got X" when it is not one. */
 static inline void *l_checktag(lua_State *L, int arg, unsigned t, size_t size, const char *tname)
 {
-    void *p = l_testtag(L, arg, t, size);
-    return p ? p : l_tagerror(L, arg, tname);
+    void *p = lua_touserdata(L, arg);
+    return l_hastag(L, arg, p, t, size) ? p : l_checktag_slow(L, arg, size, tname);
 }
 
 /* The handle at arg, open or closed (raises if it is not one). */
@@ -203,10 +209,14 @@ static inline l_event *l_udevent(lua_State *L, int arg)
 {
     return (l_event *)l_checktag(L, arg, L_T_EVENT, sizeof(l_event), L_EVENT);
 }
-/* A Stream at arg, or NULL (for option tables, whose messages differ). */
+/* A Buffer or a Stream at arg, or NULL (for messages of their own). */
+static inline l_buffer *l_testudbuffer(lua_State *L, int arg)
+{
+    return (l_buffer *)l_testtag(L, arg, L_T_BUFFER, sizeof(l_buffer), L_BUFFER);
+}
 static inline l_stream *l_testudstream(lua_State *L, int arg)
 {
-    return (l_stream *)l_testtag(L, arg, L_T_STREAM, sizeof(l_stream));
+    return (l_stream *)l_testtag(L, arg, L_T_STREAM, sizeof(l_stream), L_STREAM);
 }
 
 /* --- helpers (util.c) --- */

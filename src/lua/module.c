@@ -533,7 +533,7 @@ static int kernel_launch(lua_State *L)
         case CP_KT_PTR:
             if (t == LUA_TUSERDATA) {
                 /* a Buffer: its tag, no lookup by name */
-                l_buffer *b = (l_buffer *)l_testtag(L, a, L_T_BUFFER, sizeof(l_buffer));
+                l_buffer *b = l_testudbuffer(L, a);
                 if (!b)
                     return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
                 /* live as buffer.c counts it: not freed, not reset away by its pool */
@@ -623,7 +623,7 @@ static int launch_repeat(lua_State *L)
     launch_options(L, &l);
     for (unsigned i = 0; i < k->n; i++) {
         lua_Integer v;
-        if (k->types[i] == CP_KT_PTR && l_testtag(L, (int)i + 3, L_T_BUFFER, sizeof(l_buffer))) {
+        if (k->types[i] == CP_KT_PTR && l_testudbuffer(L, (int)i + 3)) {
             void *p = l_checkbuffer(L, (int)i + 3)->ptr;
             memcpy(&k->vals[i], &p, sizeof p);
         } else if (k->types[i] == CP_KT_F32) {

@@ -35,14 +35,21 @@ void l_tag_init(void)
     pthread_once(&tag_once, tag_draw);
 }
 
-void *l_tagerror(lua_State *L, int arg, const char *tname)
+void *l_testtag_slow(lua_State *L, int arg, size_t size, const char *tname)
+{
+    void *p = luaL_testudata(L, arg, tname);
+    return p && lua_rawlen(L, arg) == size ? p : NULL;
+}
+
+void *l_checktag_slow(lua_State *L, int arg, size_t size, const char *tname)
 {
     /* the usual message for anything that is not this type ... */
-    luaL_checkudata(L, arg, tname);
+    void *p = luaL_checkudata(L, arg, tname);
     /* ... and for another userdata given its metatable (debug.setmetatable) */
-    luaL_argerror(L, arg, lua_pushfstring(L, "%s expected, got another userdata with its metatable",
-                                          tname));
-    return NULL;
+    if (lua_rawlen(L, arg) != size)
+        luaL_argerror(L, arg, lua_pushfstring(L, "%s expected, got another userdata with its metatable",
+                                              tname));
+    return p;
 }
 
 int l_fail(lua_State *L, cp_status st)
