@@ -117,13 +117,14 @@ static int k_fill(lua_State *L)
     cp_scalar v;
     kopts o;
     cp_dtype t;
+    lua_Number d;
 
     l_checkmemory(L, b, 1);
-    luaL_checknumber(L, 2);
+    d = luaL_checknumber(L, 2);
     kparse(L, 3, "cupola.kernels.fill", O_TYPE | O_STREAM | O_GRID | O_BLOCK, b, &o);
     t = o.t;
     if (t == CP_F32 || t == CP_F64) {
-        v.f = (double)lua_tonumber(L, 2);
+        v.f = (double)d;
     } else {
         int isint;
         lua_Integer n = lua_tointegerx(L, 2, &isint);
