@@ -2,7 +2,8 @@
  * binding.h: what the per-type binding files (l_*.c) share.
  *
  * Handle types follow Lua's own liolib: a metatable per type with __name,
- * checked with luaL_checkudata; the userdata is pushed in its released state
+ * checked with luaL_checkudata (the hot ones by a tag first: "type tags"
+ * below); the userdata is pushed in its released state
  * before the resource is acquired, so an error half-way leaves nothing
  * dangling; one release function serves __gc, __close and close().
  *
