@@ -116,11 +116,11 @@ void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origi
                      l_streamref *sref)
 {
     l_buffer *b = (l_buffer *)lua_touserdata(L, idx);
-    idx = lua_absindex(L, idx);
-    /* The default stream stays nil (l_pushbufferstream). */
-    if (stream_idx != 0 && !lua_isnoneornil(L, stream_idx)) {
+    /* The default stream stays nil (l_pushbufferstream): its reference is
+     * the only one without a C stream, whether it was given or not. */
+    if (stream_idx != 0 && sref->s != NULL) {
         lua_pushvalue(L, stream_idx);
-        lua_setiuservalue(L, idx, L_UV_STREAM);
+        lua_setiuservalue(L, idx < 0 && idx > LUA_REGISTRYINDEX ? idx - 1 : idx, L_UV_STREAM);
     }
     b->ptr = p;
     b->size = size;

@@ -49,9 +49,16 @@ l_streamref *l_defaultstream(void)
 
 l_streamref *l_optstream(lua_State *L, int arg)
 {
-    if (lua_isnoneornil(L, arg))
-        return &default_ref;
-    return tostream(L, arg)->ref;
+    /* the tag first: a stream given costs no lua_type */
+    l_stream *st = (l_stream *)lua_touserdata(L, arg);
+    if (!l_hastag(L, arg, st, L_T_STREAM, sizeof *st)) {
+        if (lua_isnoneornil(L, arg))
+            return &default_ref;
+        st = l_udstream(L, arg);
+    }
+    if (!st->ref)
+        luaL_error(L, "attempt to use a closed " L_STREAM);
+    return st->ref;
 }
 
 l_streamref *l_optstream_field(lua_State *L, int idx)
