@@ -11,6 +11,7 @@
 --   user3new   k:launch({grid = 1, block = 32, stream = s}, b, 1024, 2.0)
 --   event      e:record(s); e:query()
 --   async      cupola.malloc_async(65536, s):free()
+--   mempool    m:alloc(65536, s):free()  (m = cupola.mempool {})
 --   seed       b = cupola.malloc_async(4096, s); kernels.sqrt_index(b); b:free() (bench/speed.lua's loop)
 -- Kernels drain the stream every 64 calls (in every run, so per call it is
 -- the same share).
@@ -78,6 +79,14 @@ elseif shape == "async" then
     if i % 64 == 0 then s:synchronize() end
   end
   s:synchronize()
+elseif shape == "mempool" then
+  local m = cupola.mempool {}
+  for i = 1, n do
+    m:alloc(65536, s):free()
+    if i % 64 == 0 then s:synchronize() end
+  end
+  s:synchronize()
+  m:close()
 elseif shape == "seed" then
   for i = 1, n do
     local b = cupola.malloc_async(4096, s)

@@ -57,6 +57,7 @@ typedef struct l_mempoolref {
 
 /* The Mempool userdata (mempool.c; ipc.c makes imported ones). */
 typedef struct l_mempool {
+    uint64_t tag;      /* L_TAG(L_T_MEMPOOL): see "type tags" below */
     l_mempoolref *ref; /* NULL once closed */
 } l_mempool;
 
@@ -156,7 +157,7 @@ void l_pushcfunction(lua_State *L, lua_CFunction f);
 
 /* --- type tags (util.c) ---
  *
- * The hottest checks (a Buffer, Stream, Event, Pool or Kernel argument)
+ * The hottest checks (a Buffer, Stream, Event, Pool, Mempool or Kernel)
  * identify the handle by a tag in its C struct before looking at its
  * metatable: two API calls (lua_touserdata, lua_rawlen) and a compare,
  * where finding and comparing the metatable takes five.  A handle's struct
@@ -167,10 +168,11 @@ void l_pushcfunction(lua_State *L, lua_CFunction f);
  * the type: no other library's userdata passes by chance, and no script can
  * name the value.  Without the tag the check is luaL_checkudata's (so a
  * handle made by code that does not set it still passes, only slower),
- * plus the size: a foreign userdata given a cupola metatable with
- * debug.setmetatable, which luaL_checkudata takes, is refused instead of
- * being read out of bounds.  Errors read as luaL_checkudata's. */
-enum { L_T_BUFFER = 1, L_T_STREAM, L_T_EVENT, L_T_POOL, L_T_KERNEL };
+ * plus the size: a foreign userdata of another size given a cupola
+ * metatable with debug.setmetatable, which luaL_checkudata takes, is
+ * refused instead of being read out of bounds (one of exactly the struct's
+ * size still passes, as before).  Errors read as luaL_checkudata's. */
+enum { L_T_BUFFER = 1, L_T_STREAM, L_T_EVENT, L_T_POOL, L_T_KERNEL, L_T_MEMPOOL };
 extern uint64_t l_tag_secret;
 #define L_TAG(t) (l_tag_secret ^ ((uint64_t)(t) * 0x9e3779b97f4a7c15ull))
 /* Draws the secret once per process (luaopen calls it before any handle). */
@@ -209,6 +211,10 @@ static inline l_stream *l_udstream(lua_State *L, int arg)
 static inline l_event *l_udevent(lua_State *L, int arg)
 {
     return (l_event *)l_checktag(L, arg, L_T_EVENT, sizeof(l_event), L_EVENT);
+}
+static inline l_mempool *l_udmempool(lua_State *L, int arg)
+{
+    return (l_mempool *)l_checktag(L, arg, L_T_MEMPOOL, sizeof(l_mempool), L_MEMPOOL);
 }
 /* A Buffer or a Stream at arg, or NULL (for messages of their own). */
 static inline l_buffer *l_testudbuffer(lua_State *L, int arg)

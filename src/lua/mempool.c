@@ -29,13 +29,9 @@ static const struct {
 };
 #define NATTRS (sizeof attrs / sizeof attrs[0])
 
-/* Its registry key: cupola.malloc_async checks the current pool on every
- * call, and a light key costs less than the name. */
-static const char key_mempool = 'm';
-
 static l_mempool *tomempool(lua_State *L, int arg)
 {
-    l_mempool *m = (l_mempool *)l_checkkey(L, arg, 0, &key_mempool, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, arg);
     if (!m->ref)
         luaL_error(L, "attempt to use a closed " L_MEMPOOL);
     return m;
@@ -44,6 +40,7 @@ static l_mempool *tomempool(lua_State *L, int arg)
 static l_mempool *newmempool(lua_State *L)
 {
     l_mempool *m = (l_mempool *)lua_newuserdatauv(L, sizeof *m, 0);
+    m->tag = L_TAG(L_T_MEMPOOL);
     m->ref = NULL;
     luaL_setmetatable(L, L_MEMPOOL);
     m->ref = (l_mempoolref *)calloc(1, sizeof *m->ref);
@@ -321,7 +318,7 @@ static int mempool_stats(lua_State *L)
  * state without one, so it is refused too. */
 static int mempool_close(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (!m->ref)
         return 0;
     if (m->ref->is_default)
@@ -343,7 +340,7 @@ static int mempool_close(lua_State *L)
 /* __gc: the pool lives on while buffers need it (they hold references). */
 static int mempool_gc(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (m->ref) {
         l_mempoolref_release(m->ref);
         m->ref = NULL;
@@ -358,7 +355,7 @@ static int mempool_gc(lua_State *L)
  * default, and malloc_async broken); a current pool stops being current. */
 static int mempool_tbc(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (!m->ref || m->ref->is_default)
         return 0;
     if (current_is(L, 1, m->ref->device)) {
@@ -371,7 +368,7 @@ static int mempool_tbc(lua_State *L)
 
 static int mempool_index(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     const char *k = luaL_checkstring(L, 2);
     int i;
     if (l_getmethod(L, 1, k))
@@ -416,7 +413,7 @@ static int mempool_newindex(lua_State *L)
 
 static int mempool_tostring(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (!m->ref)
         lua_pushliteral(L, L_MEMPOOL " (closed)");
     else
@@ -475,8 +472,6 @@ void l_open_mempool(lua_State *L)
                                      {"new", mempool_new},
                                      {NULL, NULL}};
     l_newclass(L, L_MEMPOOL, meta, methods);
-    luaL_getmetatable(L, L_MEMPOOL);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &key_mempool);
 
     luaL_newlib(L, funcs);
     lua_newtable(L);
