@@ -1350,3 +1350,121 @@ describe("misuse: device indexes of pool access", function()
     assert.error_matches(function() mp:set_access(1 << 32, "rw") end, "device 4294967296 does not exist")
   end)
 end)
+
+-- Issue 13, third pass: Buffer, Stream, Event, Pool and Kernel arguments are
+-- identified by a tag in their C struct, not by their metatable.  Bug fixed
+-- with this spec: a userdata of another library given a cupola metatable
+-- with debug.setmetatable passed luaL_checkudata's test, and its smaller
+-- block was read as the cupola struct (out of bounds).
+describe("misuse: handles told apart by their tags (issue 13)", function()
+  local pool, s
+  before_each(function()
+    pool = cupola.pool { kind = "tlsf" }
+    s = cupola.stream()
+  end)
+  after_each(function()
+    consistent(pool)
+    pool:close()
+    s:close()
+  end)
+
+  -- a FILE* handle (16 bytes) wearing the metatable of h
+  local function impostor(h)
+    local f = io.tmpfile()
+    debug.setmetatable(f, getmetatable(h))
+    return f
+  end
+
+  it("another userdata with a cupola metatable is refused, not read", function()
+    local b = pool:alloc(256, s)
+    local e <close> = cupola.event()
+    local fb, fs, fe, fp = impostor(b), impostor(s), impostor(e), impostor(pool)
+    local other = "expected, got another userdata with its metatable"
+    raises(function() fb:free() end, "cupola.Buffer " .. other)
+    raises(function() fb:memset(1) end, "cupola.Buffer " .. other)
+    raises(function() return fb.size end, "cupola.Buffer " .. other)
+    raises(function() return #fb end, "cupola.Buffer " .. other)
+    raises(function() K.fill(fb, 1) end, "cupola.Buffer " .. other)
+    raises(function() K.sqrt_index(fb) end, "cupola.Buffer " .. other)
+    raises(function() pool:alloc(16, fs) end, "cupola.Stream " .. other)
+    raises(function() fs:synchronize() end, "cupola.Stream " .. other)
+    raises(function() K.fill(b, 1, { stream = fs }) end, "option 'stream' must be a cupola.Stream")
+    raises(function() b:free(fs) end, "cupola.Stream " .. other)
+    raises(function() fe:record(s) end, "cupola.Event " .. other)
+    raises(function() fe:query() end, "cupola.Event " .. other)
+    raises(function() s:wait(fe) end, "cupola.Event " .. other)
+    raises(function() fp:alloc(16) end, "cupola.Pool " .. other)
+    raises(function() fp:stats() end, "cupola.Pool " .. other)
+    raises(function() return fp.kind end, "cupola.Pool " .. other)
+    -- a Mempool's struct is as large as a FILE*'s: a Stream plays the impostor
+    local m <close> = cupola.mempool {}
+    local fm = cupola.stream()
+    debug.setmetatable(fm, getmetatable(m))
+    raises(function() fm:alloc(16) end, "cupola.Mempool " .. other)
+    raises(function() fm:stats() end, "cupola.Mempool " .. other)
+    raises(function() cupola.mempool.set_current(fm) end, "cupola.Mempool " .. other)
+    debug.setmetatable(fm, getmetatable(s)); fm:close()
+    -- the finalizers and closers refuse them too (and so never run on them)
+    raises(function() getmetatable(fb).__gc(fb) end, "cupola.Buffer " .. other)
+    raises(function() getmetatable(fs).__close(fs) end, "cupola.Stream " .. other)
+    raises(function() getmetatable(fp).__gc(fp) end, "cupola.Pool " .. other)
+    -- give them their own metatable back before they are collected
+    for _, f in ipairs { fb, fs, fe, fp } do debug.setmetatable(f, getmetatable(io.stdout)); f:close() end
+    b:free()
+  end)
+
+  it("the errors for every other wrong value read as before", function()
+    local b = pool:alloc(256)
+    raises(function() b.free(pool) end, "cupola.Buffer expected, got cupola.Pool")
+    raises(function() b.free(nil) end, "cupola.Buffer expected, got nil")
+    raises(function() b.free(io.stdout) end, "cupola.Buffer expected, got FILE*")
+    raises(function() pool.alloc(b, 1) end, "cupola.Pool expected, got cupola.Buffer")
+    raises(function() pool:alloc(16, b) end, "cupola.Stream expected, got cupola.Buffer")
+    raises(function() pool:alloc(16, 5) end, "cupola.Stream expected, got number")
+    local e <close> = cupola.event()
+    raises(function() e.record(b, s) end, "cupola.Event expected, got cupola.Buffer")
+    raises(function() e:record(b) end, "cupola.Stream expected, got cupola.Buffer")
+    raises(function() K.sqrt_index(s) end, "cupola.Buffer expected, got cupola.Stream")
+    raises(function() K.sqrt_index(b, { stream = e }) end, "option 'stream' must be a cupola.Stream, not userdata")
+    raises(function() K.sqrt_index(b.free) end, "cupola.Buffer expected, got function")
+    b:free()
+    raises(function() b:free() end, "double free")
+    raises(function() K.sqrt_index(b) end, "attempt to use a closed cupola.Buffer")
+  end)
+
+  it("a closed stream, event and pool still say so", function()
+    local st = cupola.stream()
+    st:close()
+    st:close()
+    raises(function() pool:alloc(16, st) end, "attempt to use a closed cupola.Stream")
+    local e = cupola.event()
+    e:close()
+    e:close()
+    raises(function() e:record(s) end, "attempt to use a closed cupola.Event")
+    local p2 = cupola.pool { kind = "arena", upstream = "virtual", initial = 4096 }
+    p2:close()
+    p2:close()
+    raises(function() p2:alloc(16) end, "attempt to use a closed cupola.Pool")
+    assert.is_true(p2.closed)
+  end)
+
+  it("a kernel, its buffer arguments and its stream option", function()
+    local m <close> = cupola.module { name = "tags.cu", source = [[
+extern "C" __global__ void set(int *x, int v) { x[threadIdx.x] = v; }
+]] }
+    local k <close> = m:kernel("set", { "ptr", "i32" })
+    local b = pool:alloc(256, s)
+    local fk, fb, fs = impostor(k), impostor(b), impostor(s)
+    local other = "expected, got another userdata with its metatable"
+    raises(function() fk:launch({ grid = 1, block = 1 }, b, 1) end, "cupola.Kernel " .. other)
+    raises(function() k:launch({ grid = 1, block = 1 }, fb, 1) end,
+      "a cupola.Buffer or an integer address expected, got cupola.Buffer")
+    raises(function() k:launch({ grid = 1, block = 1, stream = fs }, b, 1) end,
+      "option 'stream' must be a cupola.Stream")
+    raises(function() k.launch(b, { grid = 1, block = 1 }, b, 1) end, "cupola.Kernel expected, got cupola.Buffer")
+    k:launch({ grid = 1, block = 64, stream = s }, b, 7)
+    assert.equals(7 * 64, K.checksum(b, { type = "i32", stream = s }))
+    for _, f in ipairs { fk, fb, fs } do debug.setmetatable(f, getmetatable(io.stdout)); f:close() end
+    b:free()
+  end)
+end)

@@ -2,7 +2,8 @@
  * binding.h: what the per-type binding files (l_*.c) share.
  *
  * Handle types follow Lua's own liolib: a metatable per type with __name,
- * checked with luaL_checkudata; the userdata is pushed in its released state
+ * checked with luaL_checkudata (the hot ones by a tag first: "type tags"
+ * below); the userdata is pushed in its released state
  * before the resource is acquired, so an error half-way leaves nothing
  * dangling; one release function serves __gc, __close and close().
  *
@@ -56,6 +57,7 @@ typedef struct l_mempoolref {
 
 /* The Mempool userdata (mempool.c; ipc.c makes imported ones). */
 typedef struct l_mempool {
+    uint64_t tag;      /* L_TAG(L_T_MEMPOOL): see "type tags" below */
     l_mempoolref *ref; /* NULL once closed */
 } l_mempool;
 
@@ -71,11 +73,13 @@ typedef struct l_poolref {
 
 /* Stream and Event userdata. */
 typedef struct l_stream {
+    uint64_t tag; /* L_TAG(L_T_STREAM): see "type tags" below */
     l_streamref *ref; /* NULL once closed */
     int is_default;
 } l_stream;
 
 typedef struct l_event {
+    uint64_t tag; /* L_TAG(L_T_EVENT) */
     cp_event *e; /* NULL once closed */
     int timing;
 } l_event;
@@ -90,6 +94,7 @@ typedef enum l_origin {
 } l_origin;
 
 typedef struct l_buffer {
+    uint64_t tag; /* L_TAG(L_T_BUFFER) */
     void *ptr; /* NULL once freed */
     size_t size;
     l_origin origin;
@@ -149,6 +154,77 @@ int l_index_method(lua_State *L);
  * the upvalues above (no class: the first two are nil). */
 void l_setfuncs(lua_State *L, const luaL_Reg *l);
 void l_pushcfunction(lua_State *L, lua_CFunction f);
+
+/* --- type tags (util.c) ---
+ *
+ * The hottest checks (a Buffer, Stream, Event, Pool, Mempool or Kernel)
+ * identify the handle by a tag in its C struct before looking at its
+ * metatable: two API calls (lua_touserdata, lua_rawlen) and a compare,
+ * where finding and comparing the metatable takes five.  A handle's struct
+ * starts with a uint64_t tag, set before its metatable is, equal to
+ * L_TAG(its type); it is read only from a full userdata of exactly the
+ * struct's size (lua_rawlen is 0 for light userdata), so never past a
+ * block.  The tags are a per-process random value (l_tag_init) mixed with
+ * the type: no other library's userdata passes by chance, and no script can
+ * name the value.  Without the tag the check is luaL_checkudata's (so a
+ * handle made by code that does not set it still passes, only slower),
+ * plus the size: a foreign userdata of another size given a cupola
+ * metatable with debug.setmetatable, which luaL_checkudata takes, is
+ * refused instead of being read out of bounds (one of exactly the struct's
+ * size still passes, as before).  Errors read as luaL_checkudata's. */
+enum { L_T_BUFFER = 1, L_T_STREAM, L_T_EVENT, L_T_POOL, L_T_KERNEL, L_T_MEMPOOL };
+extern uint64_t l_tag_secret;
+#define L_TAG(t) (l_tag_secret ^ ((uint64_t)(t) * 0x9e3779b97f4a7c15ull))
+/* Draws the secret once per process (luaopen calls it before any handle). */
+void l_tag_init(void);
+
+/* The slow paths: by the metatable named tname, and the size. */
+void *l_testtag_slow(lua_State *L, int arg, size_t size, const char *tname);
+void *l_checktag_slow(lua_State *L, int arg, size_t size, const char *tname);
+
+static inline int l_hastag(lua_State *L, int arg, void *p, unsigned t, size_t size)
+{
+    return p && lua_rawlen(L, arg) == size && *(const uint64_t *)p == L_TAG(t);
+}
+/* The handle of type t (struct size size, metatable tname) at arg, or NULL. */
+static inline void *l_testtag(lua_State *L, int arg, unsigned t, size_t size, const char *tname)
+{
+    void *p = lua_touserdata(L, arg);
+    return l_hastag(L, arg, p, t, size) ? p : l_testtag_slow(L, arg, size, tname);
+}
+/* The same, raising "tname expected, got X" when it is not one. */
+static inline void *l_checktag(lua_State *L, int arg, unsigned t, size_t size, const char *tname)
+{
+    void *p = lua_touserdata(L, arg);
+    return l_hastag(L, arg, p, t, size) ? p : l_checktag_slow(L, arg, size, tname);
+}
+
+/* The handle at arg, open or closed (raises if it is not one). */
+static inline l_buffer *l_udbuffer(lua_State *L, int arg)
+{
+    return (l_buffer *)l_checktag(L, arg, L_T_BUFFER, sizeof(l_buffer), L_BUFFER);
+}
+static inline l_stream *l_udstream(lua_State *L, int arg)
+{
+    return (l_stream *)l_checktag(L, arg, L_T_STREAM, sizeof(l_stream), L_STREAM);
+}
+static inline l_event *l_udevent(lua_State *L, int arg)
+{
+    return (l_event *)l_checktag(L, arg, L_T_EVENT, sizeof(l_event), L_EVENT);
+}
+static inline l_mempool *l_udmempool(lua_State *L, int arg)
+{
+    return (l_mempool *)l_checktag(L, arg, L_T_MEMPOOL, sizeof(l_mempool), L_MEMPOOL);
+}
+/* A Buffer or a Stream at arg, or NULL (for messages of their own). */
+static inline l_buffer *l_testudbuffer(lua_State *L, int arg)
+{
+    return (l_buffer *)l_testtag(L, arg, L_T_BUFFER, sizeof(l_buffer), L_BUFFER);
+}
+static inline l_stream *l_testudstream(lua_State *L, int arg)
+{
+    return (l_stream *)l_testtag(L, arg, L_T_STREAM, sizeof(l_stream), L_STREAM);
+}
 
 /* --- helpers (util.c) --- */
 

@@ -101,6 +101,7 @@ l_buffer *l_newbuffer(lua_State *L)
 {
     l_buffer *b = (l_buffer *)lua_newuserdatauv(L, sizeof *b, 2);
     memset(b, 0, sizeof *b);
+    b->tag = L_TAG(L_T_BUFFER);
     /* From the caller's upvalue when it has one: no registry lookup. */
     lua_pushvalue(L, L_UP_BUFFER);
     if (lua_type(L, -1) != LUA_TTABLE) {
@@ -115,11 +116,11 @@ void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origi
                      l_streamref *sref)
 {
     l_buffer *b = (l_buffer *)lua_touserdata(L, idx);
-    idx = lua_absindex(L, idx);
-    /* The default stream stays nil (l_pushbufferstream). */
-    if (stream_idx != 0 && !lua_isnoneornil(L, stream_idx)) {
+    /* The default stream stays nil (l_pushbufferstream): its reference is
+     * the only one without a C stream, whether it was given or not. */
+    if (stream_idx != 0 && sref->s != NULL) {
         lua_pushvalue(L, stream_idx);
-        lua_setiuservalue(L, idx, L_UV_STREAM);
+        lua_setiuservalue(L, idx < 0 && idx > LUA_REGISTRYINDEX ? idx - 1 : idx, L_UV_STREAM);
     }
     b->ptr = p;
     b->size = size;
@@ -149,7 +150,7 @@ void l_pushbufferstream(lua_State *L, int idx)
 
 l_buffer *l_checkbuffer(lua_State *L, int arg)
 {
-    l_buffer *b = (l_buffer *)l_checkkey(L, arg, L_UP_BUFFER, &l_key_buffer, L_BUFFER);
+    l_buffer *b = l_udbuffer(L, arg);
     if (!buffer_live(b)) {
         if (b->ptr)
             luaL_error(L, "attempt to use a closed " L_BUFFER " (freed by its pool's reset())");
@@ -214,7 +215,7 @@ static cp_status buffer_release(l_buffer *b, l_streamref *s, int from_gc)
 /* __gc and __close: never raise, never synchronize. */
 static int buffer_gc(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
+    l_buffer *b = l_udbuffer(L, 1);
     if (b->ptr)
         buffer_release(b, b->stream, 1);
     return 0;
@@ -224,7 +225,7 @@ static int buffer_gc(lua_State *L)
  * safe to call twice. */
 static int buffer_close(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
+    l_buffer *b = l_udbuffer(L, 1);
     if (b->ptr)
         l_check(L, buffer_release(b, b->stream, 0));
     return 0;
@@ -234,7 +235,7 @@ static int buffer_close(lua_State *L)
  * free is a double free, which is misuse and raises. */
 static int buffer_free(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
+    l_buffer *b = l_udbuffer(L, 1);
     l_streamref *s;
     if (!buffer_live(b)) {
         if (b->ptr) { /* freed by reset(): only drop the references */
@@ -348,7 +349,7 @@ static int buffer_index(lua_State *L)
     const char *k;
     if (l_index_method(L))
         return 1;
-    b = (l_buffer *)l_checkself(L, 1, L_BUFFER);
+    b = l_udbuffer(L, 1);
     k = luaL_checkstring(L, 2);
     if (strcmp(k, "size") == 0)
         lua_pushinteger(L, (lua_Integer)b->size);
@@ -371,7 +372,7 @@ static int buffer_index(lua_State *L)
 
 static int buffer_tostring(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)luaL_checkudata(L, 1, L_BUFFER);
+    l_buffer *b = l_udbuffer(L, 1);
     if (!buffer_live(b))
         lua_pushliteral(L, L_BUFFER " (freed)");
     else
@@ -382,7 +383,7 @@ static int buffer_tostring(lua_State *L)
 
 static int buffer_len(lua_State *L)
 {
-    l_buffer *b = (l_buffer *)luaL_checkudata(L, 1, L_BUFFER);
+    l_buffer *b = l_udbuffer(L, 1);
     lua_pushinteger(L, (lua_Integer)b->size);
     return 1;
 }

@@ -86,6 +86,7 @@ __attribute__((visibility("default"))) LUAMOD_API int luaopen_cupola_core(lua_St
                                      {NULL, NULL}};
     if (cp_backend_select(getenv("CUPOLA_BACKEND")) != CP_OK)
         return luaL_error(L, "cupola: %s", cp_error_msg());
+    l_tag_init();
     luaL_newlib(L, funcs);
     l_open_stream(L);
     l_open_event(L);

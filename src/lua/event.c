@@ -8,7 +8,7 @@
 
 static l_event *toevent(lua_State *L, int arg)
 {
-    l_event *ev = (l_event *)l_checkself(L, arg, L_EVENT);
+    l_event *ev = l_udevent(L, arg);
     if (!ev->e)
         luaL_error(L, "attempt to use a closed " L_EVENT);
     return ev;
@@ -24,6 +24,7 @@ static int event_new(lua_State *L)
     l_checkoptions(L, 1, "cupola.event", opts);
     timing = l_optbool_field(L, 1, "timing", 1);
     ev = (l_event *)lua_newuserdatauv(L, sizeof *ev, 0);
+    ev->tag = L_TAG(L_T_EVENT);
     ev->e = NULL;
     ev->timing = timing;
     luaL_setmetatable(L, L_EVENT);
@@ -34,7 +35,7 @@ static int event_new(lua_State *L)
 
 static int event_close(lua_State *L)
 {
-    l_event *ev = (l_event *)l_checkself(L, 1, L_EVENT);
+    l_event *ev = l_udevent(L, 1);
     if (ev->e) {
         cp_be->event_destroy(ev->e);
         ev->e = NULL;
@@ -46,7 +47,7 @@ static int event_record(lua_State *L)
 {
     l_event *ev = toevent(L, 1);
     l_check(L, cp_be->event_record(ev->e, l_optstream(L, 2)->s));
-    lua_settop(L, 1);
+    lua_pushvalue(L, 1); /* returns its first argument (cheaper than lua_settop) */
     return 1;
 }
 
@@ -79,7 +80,7 @@ static int event_elapsed(lua_State *L)
 
 static int event_tostring(lua_State *L)
 {
-    l_event *ev = (l_event *)luaL_checkudata(L, 1, L_EVENT);
+    l_event *ev = l_udevent(L, 1);
     lua_pushfstring(L, L_EVENT " (%s%s)", ev->e ? "" : "closed, ",
                     ev->timing ? "timing" : "no timing");
     return 1;

@@ -313,6 +313,7 @@ static int mempool_import(lua_State *L)
 
     parse(L, 1, "pool", &t);
     ud = (l_mempool *)lua_newuserdatauv(L, sizeof *ud, 0);
+    ud->tag = L_TAG(L_T_MEMPOOL);
     ud->ref = NULL;
     luaL_setmetatable(L, L_MEMPOOL);
     fd = receive_fd(L, 1, &t); /* may raise: nothing is held yet */

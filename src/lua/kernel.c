@@ -59,9 +59,11 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
     o->sh.block = 0;
     /* the default stream means that of b's device (multigpu) */
     o->s = b ? l_devstream(b->stream->s, b->device) : l_defaultstream()->s;
-    if (lua_isnoneornil(L, idx))
-        return;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    if (lua_type(L, idx) != LUA_TTABLE) {
+        if (lua_isnoneornil(L, idx))
+            return;
+        luaL_checktype(L, idx, LUA_TTABLE); /* raises */
+    }
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
         const char *k;
@@ -93,7 +95,7 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
             break;
         }
         case O_STREAM: {
-            l_stream *st = (l_stream *)l_testkey(L, -1, L_UP_STREAM, &l_key_stream);
+            l_stream *st = l_testudstream(L, -1);
             if (!st)
                 luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, -1));
             if (!st->ref)
@@ -115,13 +117,14 @@ static int k_fill(lua_State *L)
     cp_scalar v;
     kopts o;
     cp_dtype t;
+    lua_Number d;
 
     l_checkmemory(L, b, 1);
-    luaL_checknumber(L, 2);
+    d = luaL_checknumber(L, 2);
     kparse(L, 3, "cupola.kernels.fill", O_TYPE | O_STREAM | O_GRID | O_BLOCK, b, &o);
     t = o.t;
     if (t == CP_F32 || t == CP_F64) {
-        v.f = (double)lua_tonumber(L, 2);
+        v.f = (double)d;
     } else {
         int isint;
         lua_Integer n = lua_tointegerx(L, 2, &isint);
@@ -136,7 +139,7 @@ static int k_fill(lua_State *L)
     }
     kpush("launch fill");
     l_check(L, kpop(cp_be->k_fill(b->ptr, b->size / dtype_sizes[t], t, v, &o.sh, o.s)));
-    lua_settop(L, 1);
+    lua_pushvalue(L, 1); /* returns its first argument (cheaper than lua_settop) */
     return 1;
 }
 
@@ -149,7 +152,7 @@ static int k_sqrt_index(lua_State *L)
     kparse(L, 2, "cupola.kernels.sqrt_index", O_STREAM | O_GRID | O_BLOCK, b, &o);
     kpush("launch sqrt_index");
     l_check(L, kpop(cp_be->k_sqrt_index((float *)b->ptr, b->size / sizeof(float), &o.sh, o.s)));
-    lua_settop(L, 1);
+    lua_pushvalue(L, 1); /* returns its first argument (cheaper than lua_settop) */
     return 1;
 }
 
@@ -197,7 +200,7 @@ static int k_pattern(lua_State *L)
     kparse(L, 3, "cupola.kernels.pattern", O_STREAM, b, &o);
     kpush("launch pattern");
     l_check(L, kpop(cp_be->k_pattern(b->ptr, b->size, (uint64_t)seed, o.s)));
-    lua_settop(L, 1);
+    lua_pushvalue(L, 1); /* returns its first argument (cheaper than lua_settop) */
     return 1;
 }
 

@@ -29,13 +29,9 @@ static const struct {
 };
 #define NATTRS (sizeof attrs / sizeof attrs[0])
 
-/* Its registry key: cupola.malloc_async checks the current pool on every
- * call, and a light key costs less than the name. */
-static const char key_mempool = 'm';
-
 static l_mempool *tomempool(lua_State *L, int arg)
 {
-    l_mempool *m = (l_mempool *)l_checkkey(L, arg, 0, &key_mempool, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, arg);
     if (!m->ref)
         luaL_error(L, "attempt to use a closed " L_MEMPOOL);
     return m;
@@ -44,6 +40,7 @@ static l_mempool *tomempool(lua_State *L, int arg)
 static l_mempool *newmempool(lua_State *L)
 {
     l_mempool *m = (l_mempool *)lua_newuserdatauv(L, sizeof *m, 0);
+    m->tag = L_TAG(L_T_MEMPOOL);
     m->ref = NULL;
     luaL_setmetatable(L, L_MEMPOOL);
     m->ref = (l_mempoolref *)calloc(1, sizeof *m->ref);
@@ -87,11 +84,25 @@ static int checkchoice(lua_State *L, const char *key, const char *def, const cha
                       list[0], list[1]);
 }
 
-/* Registry keys of a device's default and current pools: device 0 keeps
- * the single-device names. */
-static const char *devkey(lua_State *L, const char *base, int dev)
+/* The registry slots of each device's default and current pools: light
+ * userdata keys, one byte of these arrays per device (cupola.malloc_async
+ * reads the current pool on every call; a string key cost an interning of
+ * the name and a lookup by it). */
+static const char slot_default[CP_MAX_DEVICES], slot_current[CP_MAX_DEVICES];
+
+/* Pushes the slot's value; l_checkdevice and the backends keep dev in
+ * 0..CP_MAX_DEVICES-1. */
+static int get_slot(lua_State *L, const char *slots, int dev)
 {
-    return dev == 0 ? lua_pushstring(L, base) : lua_pushfstring(L, "%s.%d", base, dev);
+    luaL_argcheck(L, dev >= 0 && dev < CP_MAX_DEVICES, 1, "device out of range");
+    return lua_rawgetp(L, LUA_REGISTRYINDEX, slots + dev);
+}
+
+/* Pops the value on top into the slot. */
+static void set_slot(lua_State *L, const char *slots, int dev)
+{
+    luaL_argcheck(L, dev >= 0 && dev < CP_MAX_DEVICES, 1, "device out of range");
+    lua_rawsetp(L, LUA_REGISTRYINDEX, slots + dev);
 }
 
 /* cupola.mempool{location=, max_size=, release_threshold=, handle=, reuse_*=, device=} */
@@ -138,8 +149,7 @@ static int mempool_new(lua_State *L)
 /* A device's default pool: one Lua object per state and device. */
 static void push_default(lua_State *L, int dev)
 {
-    devkey(L, "cupola.mempool.default", dev);
-    if (lua_rawget(L, LUA_REGISTRYINDEX) == LUA_TNIL) {
+    if (get_slot(L, slot_default, dev) == LUA_TNIL) {
         cp_mempool *p = NULL;
         l_mempool *m;
         lua_pop(L, 1);
@@ -148,9 +158,8 @@ static void push_default(lua_State *L, int dev)
         m->ref->p = p;
         m->ref->is_default = 1;
         m->ref->device = dev;
-        devkey(L, "cupola.mempool.default", dev);
-        lua_pushvalue(L, -2);
-        lua_rawset(L, LUA_REGISTRYINDEX);
+        lua_pushvalue(L, -1);
+        set_slot(L, slot_default, dev);
     }
 }
 
@@ -163,8 +172,7 @@ static int mempool_default(lua_State *L)
 
 static void push_current(lua_State *L, int dev)
 {
-    devkey(L, "cupola.mempool.current", dev);
-    if (lua_rawget(L, LUA_REGISTRYINDEX) == LUA_TNIL) {
+    if (get_slot(L, slot_current, dev) == LUA_TNIL) {
         lua_pop(L, 1);
         push_default(L, dev);
     }
@@ -173,16 +181,14 @@ static void push_current(lua_State *L, int dev)
 /* Forgets the registry's current pool of dev (it goes back to the default). */
 static void clear_current(lua_State *L, int dev)
 {
-    devkey(L, "cupola.mempool.current", dev);
     lua_pushnil(L);
-    lua_rawset(L, LUA_REGISTRYINDEX);
+    set_slot(L, slot_current, dev);
 }
 
 static int current_is(lua_State *L, int idx, int dev)
 {
     int same;
-    devkey(L, "cupola.mempool.current", dev);
-    lua_rawget(L, LUA_REGISTRYINDEX);
+    get_slot(L, slot_current, dev);
     same = lua_rawequal(L, -1, idx);
     lua_pop(L, 1);
     return same;
@@ -200,17 +206,17 @@ static int mempool_set_current(lua_State *L)
 {
     l_mempool *m = tomempool(L, 1);
     l_check(L, cp_be->mempool_set_current(m->ref->p));
-    devkey(L, "cupola.mempool.current", m->ref->device);
     lua_pushvalue(L, 1);
-    lua_rawset(L, LUA_REGISTRYINDEX);
+    set_slot(L, slot_current, m->ref->device);
     return 0;
 }
 
 /* Allocates into a new Buffer from m (the Mempool at midx, checked by the
- * caller) on the stream argument at sarg; origin says which API served it. */
-static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, l_origin origin)
+ * caller) on s, the stream argument at sarg (checked by the caller); origin
+ * says which API served it. */
+static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, l_streamref *s,
+                      l_origin origin)
 {
-    l_streamref *s = l_optstream(L, sarg);
     void *p = NULL;
     int nret;
     l_buffer *b;
@@ -245,7 +251,7 @@ static int mempool_alloc(lua_State *L)
     l_mempool *m = tomempool(L, 1);
     n = l_checksize(L, 2);
     lua_settop(L, 3); /* index 3 reads nil without a stream, not the new buffer */
-    return alloc_into(L, m, 1, n, 3, L_FROM_MEMPOOL);
+    return alloc_into(L, m, 1, n, 3, l_optstream(L, 3), L_FROM_MEMPOOL);
 }
 
 /* cupola.malloc_async(size, s): cudaMallocAsync from the current pool of
@@ -263,7 +269,7 @@ static int l_malloc_async(lua_State *L)
     m = (l_mempool *)lua_touserdata(L, 3);
     if (!m || !m->ref)
         return luaL_error(L, "attempt to use a closed " L_MEMPOOL);
-    return alloc_into(L, m, 3, n, 2, L_FROM_ASYNC);
+    return alloc_into(L, m, 3, n, 2, s, L_FROM_ASYNC);
 }
 
 static int mempool_trim(lua_State *L)
@@ -312,7 +318,7 @@ static int mempool_stats(lua_State *L)
  * state without one, so it is refused too. */
 static int mempool_close(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (!m->ref)
         return 0;
     if (m->ref->is_default)
@@ -334,7 +340,7 @@ static int mempool_close(lua_State *L)
 /* __gc: the pool lives on while buffers need it (they hold references). */
 static int mempool_gc(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (m->ref) {
         l_mempoolref_release(m->ref);
         m->ref = NULL;
@@ -349,7 +355,7 @@ static int mempool_gc(lua_State *L)
  * default, and malloc_async broken); a current pool stops being current. */
 static int mempool_tbc(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (!m->ref || m->ref->is_default)
         return 0;
     if (current_is(L, 1, m->ref->device)) {
@@ -362,7 +368,7 @@ static int mempool_tbc(lua_State *L)
 
 static int mempool_index(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     const char *k = luaL_checkstring(L, 2);
     int i;
     if (l_getmethod(L, 1, k))
@@ -407,7 +413,7 @@ static int mempool_newindex(lua_State *L)
 
 static int mempool_tostring(lua_State *L)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, 1, L_MEMPOOL);
+    l_mempool *m = l_udmempool(L, 1);
     if (!m->ref)
         lua_pushliteral(L, L_MEMPOOL " (closed)");
     else
@@ -466,8 +472,6 @@ void l_open_mempool(lua_State *L)
                                      {"new", mempool_new},
                                      {NULL, NULL}};
     l_newclass(L, L_MEMPOOL, meta, methods);
-    luaL_getmetatable(L, L_MEMPOOL);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &key_mempool);
 
     luaL_newlib(L, funcs);
     lua_newtable(L);

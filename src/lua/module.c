@@ -19,6 +19,7 @@ typedef struct l_module {
 } l_module;
 
 typedef struct l_kernel {
+    uint64_t tag; /* L_TAG(L_T_KERNEL) (binding.h) */
     cp_kernel *k; /* NULL once closed */
     unsigned n;
     cp_ktype types[CP_KMAX_PARAMS];
@@ -311,6 +312,7 @@ static int module_kernel(lua_State *L)
         lua_pop(L, 1);
     }
     k = (l_kernel *)lua_newuserdatauv(L, sizeof *k, 1);
+    k->tag = L_TAG(L_T_KERNEL);
     k->k = NULL;
     k->n = (unsigned)n;
     memcpy(k->types, types, (size_t)n * sizeof *types);
@@ -335,9 +337,15 @@ static int module_kernel(lua_State *L)
 
 /* ---- Kernel ------------------------------------------------------------------ */
 
+/* The Kernel at arg, open or closed. */
+static l_kernel *udkernel(lua_State *L, int arg)
+{
+    return (l_kernel *)l_checktag(L, arg, L_T_KERNEL, sizeof(l_kernel), L_KERNEL);
+}
+
 static l_kernel *tokernel(lua_State *L, int arg)
 {
-    l_kernel *k = (l_kernel *)luaL_checkudata(L, arg, L_KERNEL);
+    l_kernel *k = udkernel(L, arg);
     if (!k->k)
         luaL_error(L, "attempt to use a closed " L_KERNEL);
     return k;
@@ -345,7 +353,7 @@ static l_kernel *tokernel(lua_State *L, int arg)
 
 static int kernel_release(lua_State *L)
 {
-    l_kernel *k = (l_kernel *)luaL_checkudata(L, 1, L_KERNEL);
+    l_kernel *k = udkernel(L, 1);
     if (k->k) {
         cp_kernel_release(k->k);
         k->k = NULL;
@@ -355,7 +363,7 @@ static int kernel_release(lua_State *L)
 
 static int kernel_tostring(lua_State *L)
 {
-    l_kernel *k = (l_kernel *)luaL_checkudata(L, 1, L_KERNEL);
+    l_kernel *k = udkernel(L, 1);
     if (!k->k)
         lua_pushliteral(L, L_KERNEL " (closed)");
     else
@@ -407,13 +415,14 @@ static void launch_options(lua_State *L, cp_klaunch *l)
     int have_grid = 0, have_block = 0, have_threads = 0;
     lua_Integer threads = 0;
     unsigned block[3] = {256, 1, 1};
+    /* inside the loop the key is at v - 1 and its value at v */
+    int v = lua_gettop(L) + 2;
     l->shared = 0;
     l->stream = l_defaultstream()->s;
     lua_pushnil(L);
     while (lua_next(L, 2) != 0) {
         size_t kl;
         const char *key;
-        int v = lua_absindex(L, -1);
         if (lua_type(L, -2) != LUA_TSTRING)
             luaL_error(L, "bad argument #1 to 'launch' (option names must be strings, not %s)",
                        luaL_typename(L, -2));
@@ -435,7 +444,7 @@ static void launch_options(lua_State *L, cp_klaunch *l)
              * used to be called "not a byte count". */
             l->shared = (size_t)sh;
         } else if (kl == 6 && memcmp(key, "stream", 6) == 0) {
-            l_stream *st = (l_stream *)luaL_testudata(L, v, L_STREAM);
+            l_stream *st = l_testudstream(L, v);
             if (!st)
                 luaL_error(L, "bad argument #1 to 'launch' (option 'stream' must be a " L_STREAM
                               ", not %s)",
@@ -500,16 +509,7 @@ static int arg_error(lua_State *L, int arg, l_kernel *k, unsigned i, const char 
  * call's do not count the kernel. */
 static int kernel_launch(lua_State *L)
 {
-    /* the Kernel metatable is this closure's upvalue: comparing it is
-     * cheaper than luaL_checkudata's lookup by name (the hot path) */
-    l_kernel *k = (l_kernel *)lua_touserdata(L, 1);
-    int mine = 0;
-    if (k && lua_getmetatable(L, 1)) {
-        mine = lua_rawequal(L, -1, lua_upvalueindex(1));
-        lua_pop(L, 1);
-    }
-    if (!mine)
-        k = (l_kernel *)luaL_checkudata(L, 1, L_KERNEL); /* raises the usual message */
+    l_kernel *k = udkernel(L, 1);
     if (!k->k)
         return luaL_error(L, "attempt to use a closed " L_KERNEL);
     int nargs = lua_gettop(L) - 2;
@@ -532,14 +532,9 @@ static int kernel_launch(lua_State *L)
         switch (k->types[i]) {
         case CP_KT_PTR:
             if (t == LUA_TUSERDATA) {
-                /* a Buffer: the metatable compared with upvalue 2, no lookup by name */
-                l_buffer *b = (l_buffer *)lua_touserdata(L, a);
-                int isbuf = 0;
-                if (lua_getmetatable(L, a)) {
-                    isbuf = lua_rawequal(L, -1, lua_upvalueindex(2));
-                    lua_pop(L, 1);
-                }
-                if (!isbuf)
+                /* a Buffer: its tag, no lookup by name */
+                l_buffer *b = l_testudbuffer(L, a);
+                if (!b)
                     return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
                 /* live as buffer.c counts it: not freed, not reset away by its pool */
                 if (!b->ptr || (b->origin == L_FROM_POOL && b->pool->generation != b->generation))
@@ -628,7 +623,7 @@ static int launch_repeat(lua_State *L)
     launch_options(L, &l);
     for (unsigned i = 0; i < k->n; i++) {
         lua_Integer v;
-        if (k->types[i] == CP_KT_PTR && luaL_testudata(L, (int)i + 3, L_BUFFER)) {
+        if (k->types[i] == CP_KT_PTR && l_testudbuffer(L, (int)i + 3)) {
             void *p = l_checkbuffer(L, (int)i + 3)->ptr;
             memcpy(&k->vals[i], &p, sizeof p);
         } else if (k->types[i] == CP_KT_F32) {
@@ -705,7 +700,8 @@ void l_open_module(lua_State *L)
                                            {"__tostring", kernel_tostring},
                                            {"__newindex", l_readonly_newindex},
                                            {NULL, NULL}};
-    static const luaL_Reg kernel_methods[] = {{"close", kernel_release},
+    static const luaL_Reg kernel_methods[] = {{"launch", kernel_launch},
+                                              {"close", kernel_release},
                                               {NULL, NULL}};
     static const luaL_Reg funcs[] = {{"module", module_new},
                                      {"module_cache_stats", cache_stats},
@@ -716,14 +712,6 @@ void l_open_module(lua_State *L)
                                      {NULL, NULL}};
     l_newclass(L, L_MODULE, module_meta, module_methods);
     l_newclass(L, L_KERNEL, kernel_meta, kernel_methods);
-    /* k:launch, with the Kernel and Buffer metatables as its upvalues */
-    luaL_getmetatable(L, L_KERNEL);
-    lua_getfield(L, -1, "methods");
-    lua_pushvalue(L, -2);
-    luaL_getmetatable(L, L_BUFFER);
-    lua_pushcclosure(L, kernel_launch, 2);
-    lua_setfield(L, -2, "launch");
-    lua_pop(L, 2);
     /* per-module fields (name, cached, log), weakly keyed by the handle */
     lua_newtable(L);
     lua_newtable(L);

@@ -16,6 +16,7 @@
 #include "kernel/compile.h"
 
 typedef struct l_pool {
+    uint64_t tag;   /* L_TAG(L_T_POOL) (binding.h) */
     l_poolref *ref; /* NULL once closed */
     cp_pool_opts opts;
     char kind[16];
@@ -25,9 +26,15 @@ static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", "vmm
 static const char *const upstreams[] = {"device", "async", "managed", "pinned", "virtual", NULL};
 static const char *const reuses[] = {"stream", "event", "wait", NULL};
 
+/* The Pool at arg, open or closed. */
+static l_pool *udpool(lua_State *L, int arg)
+{
+    return (l_pool *)l_checktag(L, arg, L_T_POOL, sizeof(l_pool), L_POOL);
+}
+
 static l_pool *topool(lua_State *L, int arg)
 {
-    l_pool *p = (l_pool *)luaL_checkudata(L, arg, L_POOL);
+    l_pool *p = udpool(L, arg);
     if (!p->ref)
         luaL_error(L, "attempt to use a closed " L_POOL);
     return p;
@@ -157,6 +164,7 @@ static int pool_new(lua_State *L)
     l_checkoptions(L, 1, "cupola.pool", opts);
     p = (l_pool *)lua_newuserdatauv(L, sizeof *p, 0);
     memset(p, 0, sizeof *p);
+    p->tag = L_TAG(L_T_POOL);
     luaL_setmetatable(L, L_POOL);
     ud = lua_gettop(L);
 
@@ -243,7 +251,7 @@ static void push_oom_figures(lua_State *L)
 /* p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory", figures */
 static int pool_alloc(lua_State *L)
 {
-    l_pool *p = (l_pool *)l_checkself(L, 1, L_POOL);
+    l_pool *p = udpool(L, 1);
     size_t n = l_checksize(L, 2);
     l_streamref *s = l_optstream(L, 3);
     void *ptr = NULL;
@@ -330,7 +338,7 @@ static int pool_stats(lua_State *L)
 
 static int pool_close(lua_State *L)
 {
-    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
+    l_pool *p = udpool(L, 1);
     if (!p->ref)
         return 0;
     if (p->ref->live > 0)
@@ -343,7 +351,7 @@ static int pool_close(lua_State *L)
 
 static int pool_gc(lua_State *L)
 {
-    l_pool *p = (l_pool *)l_checkself(L, 1, L_POOL);
+    l_pool *p = udpool(L, 1);
     if (p->ref) {
         l_poolref_release(p->ref);
         p->ref = NULL;
@@ -357,7 +365,7 @@ static int pool_index(lua_State *L)
     const char *k;
     if (l_index_method(L))
         return 1;
-    p = (l_pool *)l_checkself(L, 1, L_POOL);
+    p = udpool(L, 1);
     k = luaL_checkstring(L, 2);
     if (strcmp(k, "kind") == 0)
         lua_pushstring(L, p->kind);
@@ -378,7 +386,7 @@ static int pool_index(lua_State *L)
 
 static int pool_tostring(lua_State *L)
 {
-    l_pool *p = (l_pool *)luaL_checkudata(L, 1, L_POOL);
+    l_pool *p = udpool(L, 1);
     if (!p->ref)
         lua_pushfstring(L, L_POOL " (%s, closed)", p->kind);
     else

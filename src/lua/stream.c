@@ -31,7 +31,7 @@ static l_streamref default_ref = {NULL, 1};
 
 static l_stream *tostream(lua_State *L, int arg)
 {
-    l_stream *st = (l_stream *)l_checkkey(L, arg, L_UP_STREAM, &l_key_stream, L_STREAM);
+    l_stream *st = l_udstream(L, arg);
     if (!st->ref)
         luaL_error(L, "attempt to use a closed " L_STREAM);
     return st;
@@ -49,9 +49,16 @@ l_streamref *l_defaultstream(void)
 
 l_streamref *l_optstream(lua_State *L, int arg)
 {
-    if (lua_isnoneornil(L, arg))
-        return &default_ref;
-    return tostream(L, arg)->ref;
+    /* the tag first: a stream given costs no lua_type */
+    l_stream *st = (l_stream *)lua_touserdata(L, arg);
+    if (!l_hastag(L, arg, st, L_T_STREAM, sizeof *st)) {
+        if (lua_isnoneornil(L, arg))
+            return &default_ref;
+        st = l_udstream(L, arg);
+    }
+    if (!st->ref)
+        luaL_error(L, "attempt to use a closed " L_STREAM);
+    return st->ref;
 }
 
 l_streamref *l_optstream_field(lua_State *L, int idx)
@@ -60,7 +67,7 @@ l_streamref *l_optstream_field(lua_State *L, int idx)
     if (lua_isnoneornil(L, idx))
         return &default_ref;
     lua_getfield(L, idx, "stream");
-    if (!lua_isnil(L, -1) && !luaL_testudata(L, -1, L_STREAM))
+    if (!lua_isnil(L, -1) && !l_testudstream(L, -1))
         luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, -1));
     r = l_optstream(L, lua_absindex(L, -1));
     lua_pop(L, 1);
@@ -80,6 +87,7 @@ static int stream_new(lua_State *L)
     dev = l_optdevice_field(L, 1, "cupola.stream");
 
     st = (l_stream *)lua_newuserdatauv(L, sizeof *st, 0);
+    st->tag = L_TAG(L_T_STREAM);
     st->ref = NULL;
     st->is_default = 0;
     luaL_setmetatable(L, L_STREAM);
@@ -103,7 +111,7 @@ static int stream_new(lua_State *L)
  * stream belongs to the device and is never released. */
 static int stream_close(lua_State *L)
 {
-    l_stream *st = (l_stream *)l_checkself(L, 1, L_STREAM);
+    l_stream *st = l_udstream(L, 1);
     if (st->ref && !st->is_default) {
         l_streamref_release(st->ref);
         st->ref = NULL;
@@ -128,7 +136,7 @@ static int stream_query(lua_State *L)
 static int stream_wait(lua_State *L)
 {
     l_stream *st = tostream(L, 1);
-    l_event *ev = (l_event *)luaL_checkudata(L, 2, L_EVENT);
+    l_event *ev = l_udevent(L, 2);
     if (!ev->e)
         return luaL_error(L, "attempt to use a closed " L_EVENT);
     l_check(L, cp_be->stream_wait_event(st->ref->s, ev->e));
@@ -142,7 +150,7 @@ static int stream_index(lua_State *L)
     const char *k;
     if (l_index_method(L))
         return 1;
-    st = (l_stream *)l_checkself(L, 1, L_STREAM);
+    st = l_udstream(L, 1);
     k = luaL_checkstring(L, 2);
     if (strcmp(k, "closed") == 0) {
         lua_pushboolean(L, st->ref == NULL);
@@ -167,7 +175,7 @@ static int stream_index(lua_State *L)
 
 static int stream_tostring(lua_State *L)
 {
-    l_stream *st = (l_stream *)luaL_checkudata(L, 1, L_STREAM);
+    l_stream *st = l_udstream(L, 1);
     if (st->is_default)
         lua_pushliteral(L, L_STREAM " (default)");
     else if (!st->ref)
@@ -199,6 +207,7 @@ void l_open_stream(lua_State *L)
     /* The legacy default stream: one object per Lua state over the shared
      * static reference. */
     st = (l_stream *)lua_newuserdatauv(L, sizeof *st, 0);
+    st->tag = L_TAG(L_T_STREAM);
     st->ref = &default_ref;
     st->is_default = 1;
     luaL_setmetatable(L, L_STREAM);

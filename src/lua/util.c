@@ -3,10 +3,54 @@
  */
 #include <ctype.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "binding.h"
+
+/* ---- type tags (binding.h) ---- */
+
+uint64_t l_tag_secret;
+static pthread_once_t tag_once = PTHREAD_ONCE_INIT;
+
+static void tag_draw(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+        /* no entropy yet (early boot): still unknown to a script */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        v = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts ^
+            ((uint64_t)getpid() << 17);
+    }
+    l_tag_secret = v;
+}
+
+void l_tag_init(void)
+{
+    pthread_once(&tag_once, tag_draw);
+}
+
+void *l_testtag_slow(lua_State *L, int arg, size_t size, const char *tname)
+{
+    void *p = luaL_testudata(L, arg, tname);
+    return p && lua_rawlen(L, arg) == size ? p : NULL;
+}
+
+void *l_checktag_slow(lua_State *L, int arg, size_t size, const char *tname)
+{
+    /* the usual message for anything that is not this type ... */
+    void *p = luaL_checkudata(L, arg, tname);
+    /* ... and for another userdata given its metatable (debug.setmetatable) */
+    if (lua_rawlen(L, arg) != size)
+        luaL_argerror(L, arg, lua_pushfstring(L, "%s expected, got another userdata with its metatable",
+                                              tname));
+    return p;
+}
 
 int l_fail(lua_State *L, cp_status st)
 {
