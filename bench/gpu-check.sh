@@ -87,6 +87,7 @@ for stage in $stages; do
         # Timing assertions are relaxed (CUPOLA_SLOW): the tools slow every
         # API call, which is not what these runs check; and they serialize
         # kernels, so streams cannot overlap (CUPOLA_SERIALIZED).
+        base_limit=${STAGE_TIMEOUT:-300}
         for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
             extra=""
             # The suite's out-of-memory cases fail cudaMalloc on purpose;
@@ -98,8 +99,13 @@ for stage in $stages; do
             # #fork: a forked child under the tool never returns.
             tags=fault,fork
             [ "$tool" = memcheck ] || tags=fault,fork,cdp
+            # racecheck analyses every shared-memory access of every kernel:
+            # the suite takes about 10 minutes under it on an H100 (the other
+            # tools under one), hence its own limit.
+            limit=$base_limit
+            [ "$tool" = racecheck ] && limit=${RACECHECK_TIMEOUT:-1200}
             BUSTED_ARGS="${BUSTED_ARGS:-} --exclude-tags=$tags" \
-            CUPOLA_SANITIZER=$tool \
+            CUPOLA_SANITIZER=$tool STAGE_TIMEOUT=$limit \
             CUPOLA_BACKEND=cuda CUPOLA_SLOW=1 CUPOLA_SERIALIZED=1 run_stage "sanitize-$tool" \
                 compute-sanitizer --tool "$tool" $extra --error-exitcode 86 \
                 --target-processes all --print-limit 20 \
