@@ -26,8 +26,27 @@ describe("soak (issue 12)", function()
     assert.matches("module check", out)
     assert.equals(0, rc, out .. err)
   end
+  -- Bug fixed with this case: an error inside the run was printed only in the
+  -- summary, after the cleanup, and the cleanup itself raised first ("closing
+  -- a pool at the end: ... live buffer") because the blocks the run held were
+  -- never freed, so the first error was lost (on two H200s it hid a launch on
+  -- the wrong device's context).
+  local function injected()
+    local f = assert(io.open "spec/soak/soak.lua")
+    local src = f:read "a"
+    f:close()
+    local env = { SOAK_FAIL_AFTER = "300", SOAK_NO_FLAT = "1", SOAK_QUIET = "1" }
+    if cupola.backend() == "host" then env.CUPOLA_BACKEND = "host" end
+    local rc, out, err = run_child(src, env, { "30", "3" })
+    assert.matches("FAILED: unexpected error after 300 operations: [^\n]*injected failure", out)
+    -- that error is the only failure: every block was freed and every pool closed
+    assert.matches("\n%d+ passed, 1 failed\n$", out, out .. err)
+    assert.not_matches("closing a pool", out)
+    assert.not_equals(0, rc)
+  end
   if run_child.available then
     it("a few seconds of everything at once: data intact, memory flat, 0 failed", body)
+    it("an error during the run is reported at once, and the cleanup still frees and closes everything", injected)
   else
     pending("the soak smoke (needs a child process, unavailable under this tool)")
   end

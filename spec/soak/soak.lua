@@ -64,6 +64,9 @@ local MiB = 1024 * 1024
 local SECONDS = tonumber(arg[1] or os.getenv "SOAK_SECONDS" or "") or 60
 local SEED = math.tointeger(tonumber(arg[2] or os.getenv "SOAK_SEED" or "") or 1) or 1
 local QUIET = os.getenv "SOAK_QUIET" ~= nil
+-- SOAK_FAIL_AFTER=N: the run raises after N operations (spec/soak_spec.lua
+-- checks that such an error is reported and that cleanup still works)
+local FAIL_AFTER = math.tointeger(tonumber(os.getenv "SOAK_FAIL_AFTER" or ""))
 math.randomseed(SEED)
 
 local passed, failed = 0, 0
@@ -468,6 +471,7 @@ local ok, err = pcall(function()
         io.flush()
       end
     end
+    if nops == FAIL_AFTER then error("injected failure (SOAK_FAIL_AFTER)") end
     pick_op()()
     nops = nops + 1
   end
