@@ -134,18 +134,9 @@ typedef struct l_buffer {
 #define L_UP_STREAM lua_upvalueindex(4)
 #define L_NUP 4
 
-extern const char l_key_buffer, l_key_stream, l_key_event;
-
-/* The userdata at arg, which must be of the class whose method or
- * metamethod is running (its metatable is upvalue 1); raises as
- * luaL_checkudata(L, arg, tname) otherwise.  Only for the class's own
- * objects: in a function of another class the upvalue is that class's. */
-void *l_checkself(lua_State *L, int arg, const char *tname);
-/* The userdata at arg if its metatable is the one at upvalue up (0: none)
- * or stored under key in the registry, else NULL (l_testkey) or
- * luaL_checkudata's error (l_checkkey). */
-void *l_testkey(lua_State *L, int arg, int up, const void *key);
-void *l_checkkey(lua_State *L, int arg, int up, const void *key, const char *tname);
+/* The Buffer metatable under a light-userdata key, for code without the
+ * Buffer upvalue (l_newbuffer outside an l_newclass function). */
+extern const char l_key_buffer;
 /* For __index functions of l_newclass classes: pushes the method named by
  * the key at index 2 (a raw lookup in L_UP_METHODS, no string compare) and
  * returns 1, or pushes nothing and returns 0. */

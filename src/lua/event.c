@@ -99,8 +99,6 @@ void l_open_event(lua_State *L)
                                        {"close", event_close},
                                        {NULL, NULL}};
     l_newclass(L, L_EVENT, meta, methods);
-    luaL_getmetatable(L, L_EVENT);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &l_key_event);
     lua_pushcfunction(L, event_new);
     lua_setfield(L, -2, "event");
 }

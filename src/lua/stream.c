@@ -198,8 +198,6 @@ void l_open_stream(lua_State *L)
     l_stream *st;
 
     l_newclass(L, L_STREAM, meta, methods);
-    luaL_getmetatable(L, L_STREAM);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &l_key_stream);
 
     lua_pushcfunction(L, stream_new);
     lua_setfield(L, -2, "stream");

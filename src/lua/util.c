@@ -246,44 +246,8 @@ int l_readonly_newindex(lua_State *L)
     return luaL_error(L, "%s field '%s' is read-only", tname, luaL_tolstring(L, 2, NULL));
 }
 
-/* The registry keys: only their addresses matter. */
-const char l_key_buffer = 'b', l_key_stream = 's', l_key_event = 'e';
-
-void *l_checkself(lua_State *L, int arg, const char *tname)
-{
-    void *p = lua_touserdata(L, arg);
-    if (p && lua_getmetatable(L, arg)) {
-        const void *mt = lua_topointer(L, -1);
-        lua_settop(L, -2);
-        if (mt == lua_topointer(L, L_UP_META))
-            return p;
-    }
-    return luaL_checkudata(L, arg, tname);
-}
-
-void *l_testkey(lua_State *L, int arg, int up, const void *key)
-{
-    void *p = lua_touserdata(L, arg);
-    if (p && lua_getmetatable(L, arg)) {
-        const void *mt = lua_topointer(L, -1);
-        lua_settop(L, -2);
-        if (up && mt == lua_topointer(L, up))
-            return p;
-        lua_rawgetp(L, LUA_REGISTRYINDEX, key);
-        if (mt == lua_topointer(L, -1)) {
-            lua_settop(L, -2);
-            return p;
-        }
-        lua_settop(L, -2);
-    }
-    return NULL;
-}
-
-void *l_checkkey(lua_State *L, int arg, int up, const void *key, const char *tname)
-{
-    void *p = l_testkey(L, arg, up, key);
-    return p ? p : luaL_checkudata(L, arg, tname);
-}
+/* The registry key: only its address matters. */
+const char l_key_buffer = 'b';
 
 int l_index_method(lua_State *L)
 {
