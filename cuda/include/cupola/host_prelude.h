@@ -135,6 +135,26 @@ static inline fiber *fiber_at(block *b, unsigned i)
 #define blockDim (::cp__hk::cur->blk->bdim)
 #define gridDim (::cp__hk::cur->blk->gdim)
 
+namespace cp__hk {
+/* Block number index of launch l, with its threads not started yet. */
+static inline void block_init(block *b, const cupola_hk_launch *l, uint64_t index,
+                              const cupola_hk_scratch *s, unsigned char *fibers)
+{
+    unsigned n = l->block[0] * l->block[1] * l->block[2];
+    b->fibers = fibers;
+    b->n = n;
+    b->live = n;
+    b->bid.x = (unsigned)(index % l->grid[0]);
+    b->bid.y = (unsigned)((index / l->grid[0]) % l->grid[1]);
+    b->bid.z = (unsigned)(index / ((uint64_t)l->grid[0] * l->grid[1]));
+    b->bdim = dim3(l->block[0], l->block[1], l->block[2]);
+    b->gdim = dim3(l->grid[0], l->grid[1], l->grid[2]);
+    b->sched_sp = nullptr;
+    b->l = l;
+    b->dyn = s->dyn_shared;
+}
+} // namespace cp__hk
+
 #ifdef CUPOLA_HK_DIRECT
 /* Direct mode: the source uses no barrier and no warp operation (cupola's
  * scan said so), so each thread runs to completion in turn, called straight
@@ -147,20 +167,9 @@ static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_
 {
     block b;
     fiber f;
-    unsigned n = l->block[0] * l->block[1] * l->block[2];
     (void)err;
     (void)errlen;
-    b.fibers = nullptr;
-    b.n = n;
-    b.live = n;
-    b.bid.x = (unsigned)(index % l->grid[0]);
-    b.bid.y = (unsigned)((index / l->grid[0]) % l->grid[1]);
-    b.bid.z = (unsigned)(index / ((uint64_t)l->grid[0] * l->grid[1]));
-    b.bdim = dim3(l->block[0], l->block[1], l->block[2]);
-    b.gdim = dim3(l->grid[0], l->grid[1], l->grid[2]);
-    b.sched_sp = nullptr;
-    b.l = l;
-    b.dyn = s->dyn_shared;
+    block_init(&b, l, index, s, nullptr);
     memset(&f, 0, sizeof f);
     f.blk = &b;
     cur = &f;
@@ -242,17 +251,7 @@ static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_
         snprintf(err, errlen, "block of %u threads does not fit the scratch memory", n);
         return 1;
     }
-    b.fibers = static_cast<unsigned char *>(s->fibers);
-    b.n = n;
-    b.live = n;
-    b.bid.x = (unsigned)(index % l->grid[0]);
-    b.bid.y = (unsigned)((index / l->grid[0]) % l->grid[1]);
-    b.bid.z = (unsigned)(index / ((uint64_t)l->grid[0] * l->grid[1]));
-    b.bdim = dim3(l->block[0], l->block[1], l->block[2]);
-    b.gdim = dim3(l->grid[0], l->grid[1], l->grid[2]);
-    b.sched_sp = nullptr;
-    b.l = l;
-    b.dyn = s->dyn_shared;
+    block_init(&b, l, index, s, static_cast<unsigned char *>(s->fibers));
     for (unsigned i = 0; i < n; i++) {
         fiber *f = fiber_at(&b, i);
         f->tid.x = i % l->block[0];

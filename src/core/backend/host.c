@@ -1394,20 +1394,34 @@ static void run_verify(hwork *w)
     *w->u.pat.bad = bad;
 }
 
+/* A copy of bytes (> 0) from src to dst, not queued yet; NULL with *st set
+ * (a NULL pointer, or no memory for the work item). */
+static hwork *copy_work(void *dst, const void *src, size_t bytes, const char *what, cp_status *st)
+{
+    hwork *w;
+    if (!dst || !src) {
+        *st = cp_error_set(CP_ERR_INVALID, "%s: NULL pointer", what);
+        return NULL;
+    }
+    if (!(w = work_or_oom(run_copy))) {
+        *st = CP_ERR_OOM;
+        return NULL;
+    }
+    w->u.copy.dst = dst;
+    w->u.copy.src = src;
+    w->u.copy.n = bytes;
+    return w;
+}
+
 static cp_status h_memcpy_async(void *dst, const void *src, size_t bytes, cp_stream *s)
 {
     CP_GUARD();
     hwork *w;
+    cp_status st;
     if (bytes == 0)
         return CP_OK;
-    if (!dst || !src)
-        return cp_error_set(CP_ERR_INVALID, "memcpy_async: NULL pointer");
-    w = work_or_oom(run_copy);
-    if (!w)
-        return CP_ERR_OOM;
-    w->u.copy.dst = dst;
-    w->u.copy.src = src;
-    w->u.copy.n = bytes;
+    if (!(w = copy_work(dst, src, bytes, "memcpy_async", &st)))
+        return st;
     /* synchronous for the caller: the source may be a Lua string (pageable) */
     return enqueue_and_wait(s, w);
 }
@@ -1683,14 +1697,8 @@ static cp_status h_memcpy_peer_async(void *dst, int dst_dev, const void *src, in
         return st;
     if (bytes == 0)
         return CP_OK;
-    if (!dst || !src)
-        return cp_error_set(CP_ERR_INVALID, "memcpy_peer_async: NULL pointer");
-    w = work_or_oom(run_copy);
-    if (!w)
-        return CP_ERR_OOM;
-    w->u.copy.dst = dst;
-    w->u.copy.src = src;
-    w->u.copy.n = bytes;
+    if (!(w = copy_work(dst, src, bytes, "memcpy_peer_async", &st)))
+        return st;
     return enqueue(s, w, NULL, NULL);
 }
 

@@ -580,6 +580,7 @@ typedef struct cmod {
     atomic_int refs;  /* the module and each kernel */
     pthread_mutex_t mu; /* loads on further devices */
     void *image;      /* what was loaded, for the other devices */
+    int home;         /* the device it was loaded on when it was made */
     CUmodule h[CP_MAX_DEVICES]; /* per device; NULL: not loaded there yet */
 } cmod;
 
@@ -689,6 +690,7 @@ static cp_status c_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     atomic_init(&m->refs, 1);
     pthread_mutex_init(&m->mu, NULL);
     m->image = image;
+    m->home = dev;
     if ((st = cmod_on(m, dev, d->name, &h)) != CP_OK) {
         pthread_mutex_destroy(&m->mu);
         free(image);
@@ -731,13 +733,10 @@ static cp_status c_get(void *impl, const char *mname, const char *name, const cp
     CUfunction f;
     CUresult r;
     cp_status st;
-    int dev = 0;
-    /* the declaration is checked on a device where the module is loaded */
-    while (dev < CP_MAX_DEVICES && !m->h[dev])
-        dev++;
-    if (dev == CP_MAX_DEVICES || (st = dev_enter(dev)) != CP_OK)
-        return dev == CP_MAX_DEVICES ? cp_error_set(CP_ERR_INVALID, "module %s is not loaded", mname)
-                                     : st;
+    int dev = m->home;
+    /* the declaration is checked where the module was loaded when it was made */
+    if ((st = dev_enter(dev)) != CP_OK)
+        return st;
     /* The driver answers an empty name with CUDA_ERROR_INVALID_VALUE, not
      * NOT_FOUND; it is the same user error as any other unknown name. */
     r = name[0] ? X.cuModuleGetFunction(&f, m->h[dev], name) : CU_ERROR_NOT_FOUND;
