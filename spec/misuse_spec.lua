@@ -618,6 +618,42 @@ describe("misuse: fast paths (issue 13)", function()
     b:free()
   end)
 
+  it("a Pool's methods and fields come from a metatable of its own", function()
+    local a <close> = cupola.pool { kind = "arena", upstream = "virtual", reuse = "stream", alignment = 512 }
+    local f <close> = cupola.pool { kind = "freelist", upstream = "virtual", reuse = "wait" }
+    assert.are_not.equal(getmetatable(a), getmetatable(f))
+    assert.equals("cupola.Pool", getmetatable(a).__name)
+    assert.equals(getmetatable(a).alloc, getmetatable(f).alloc)
+    assert.same({ "arena", "virtual", "stream", 512, false },
+                { a.kind, a.upstream, a.reuse, a.alignment, a.closed })
+    assert.same({ "freelist", "virtual", "wait", 256, false },
+                { f.kind, f.upstream, f.reuse, f.alignment, f.closed })
+    assert.equals(cupola.current_device(), a.device)
+    assert.equals(a.alloc, f.alloc)
+    assert.is_nil(a.nosuchfield)
+    raises(function() a.kind = "tlsf" end, "read-only")
+    raises(function() a.alloc = print end, "read-only")
+    assert.equals("arena", a.kind)
+    assert.matches("^cupola.Pool %(arena over virtual, 0 live%)$", tostring(a))
+    -- closed answers true after close(), after <close> and after a refused close
+    local b = f:alloc(64)
+    raises(function() f:close() end, "live buffer")
+    assert.is_false(f.closed)
+    b:free()
+    f:close()
+    assert.is_true(f.closed)
+    raises(function() f:alloc(16) end, "closed cupola.Pool")
+    local kept
+    do local c <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }; kept = c end
+    assert.is_true(kept.closed)
+    -- a pool whose options are refused after its handle was made is collected
+    -- with the class's metatable: the shared method table gets no field
+    raises(function() cupola.pool { kind = "tlsf", alignment = 3 } end, "power of two")
+    collectgarbage(); collectgarbage()
+    assert.is_nil(debug.getregistry()["cupola.Pool"].__index.closed)
+    assert.is_false(cupola.pool { kind = "tlsf", upstream = "virtual" }.closed)
+  end)
+
   it("metamethods called by hand with the wrong handle", function()
     local b = pool:alloc(256)
     local bm, pm, sm = getmetatable(b), getmetatable(pool), getmetatable(s)
@@ -626,7 +662,9 @@ describe("misuse: fast paths (issue 13)", function()
     raises(function() pm.__gc(b) end, "cupola.Pool expected, got cupola.Buffer")
     raises(function() sm.__gc(b) end, "cupola.Stream expected, got cupola.Buffer")
     raises(function() bm.__index(pool, "size") end, "cupola.Buffer expected, got cupola.Pool")
-    raises(function() pm.__index(b, "kind") end, "cupola.Pool expected, got cupola.Buffer")
+    -- a Pool's __index is a table (its methods and fields): its methods check self
+    raises(function() pm.__index.alloc(b, 16) end, "cupola.Pool expected, got cupola.Buffer")
+    raises(function() pm.__index.close(s) end, "cupola.Pool expected, got cupola.Stream")
     -- a method found through another type's __index still checks its self
     local sync = sm.__index(b, "synchronize")
     raises(function() sync(b) end, "cupola.Stream expected, got cupola.Buffer")
@@ -1395,7 +1433,10 @@ describe("misuse: handles told apart by their tags (issue 13)", function()
     raises(function() s:wait(fe) end, "cupola.Event " .. other)
     raises(function() fp:alloc(16) end, "cupola.Pool " .. other)
     raises(function() fp:stats() end, "cupola.Pool " .. other)
-    raises(function() return fp.kind end, "cupola.Pool " .. other)
+    -- a Pool's fields are in its own metatable: the impostor reads the pool's,
+    -- never its own bytes
+    assert.equals(pool.kind, fp.kind)
+    assert.is_false(fp.closed)
     -- a Mempool's struct is as large as a FILE*'s: a Stream plays the impostor
     local m <close> = cupola.mempool {}
     local fm = cupola.stream()

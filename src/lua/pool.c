@@ -146,6 +146,62 @@ static void plugin_options(lua_State *L, l_pool *p)
     p->opts.plugin_options = options;
 }
 
+/* Each Pool gets a metatable of its own whose __index is a table: the
+ * methods and the pool's fields, all constant but `closed` (which
+ * pool_mark_closed updates).  `p:alloc` then costs the VM one table lookup
+ * instead of a call to a C __index, on the path every allocation from Lua
+ * takes.  The other entries (__gc, __close, __name, ...) are the class's. */
+static void pool_setmeta(lua_State *L, int ud, const l_pool *p)
+{
+    luaL_getmetatable(L, L_POOL);
+    lua_createtable(L, 0, 8);
+    lua_pushnil(L);
+    while (lua_next(L, -3)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, -4);
+    }
+    lua_createtable(L, 0, 12);
+    lua_getfield(L, -3, "methods");
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, -5);
+    }
+    lua_pop(L, 1);
+    lua_pushstring(L, p->kind);
+    lua_setfield(L, -2, "kind");
+    lua_pushstring(L, upstreams[p->opts.upstream]);
+    lua_setfield(L, -2, "upstream");
+    lua_pushstring(L, reuses[p->opts.reuse]);
+    lua_setfield(L, -2, "reuse");
+    lua_pushinteger(L, (lua_Integer)p->opts.alignment);
+    lua_setfield(L, -2, "alignment");
+    lua_pushinteger(L, p->opts.device);
+    lua_setfield(L, -2, "device");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "closed");
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, ud);
+    lua_pop(L, 1);
+}
+
+/* Once closed, p.closed answers true.  A pool whose construction failed
+ * still has the class's metatable, whose __index (the shared method table)
+ * is left alone. */
+static void pool_mark_closed(lua_State *L, int ud)
+{
+    int top = lua_gettop(L);
+    luaL_getmetatable(L, L_POOL);
+    if (lua_getmetatable(L, ud) && !lua_rawequal(L, -1, -2) &&
+        lua_getfield(L, -1, "__index") == LUA_TTABLE) {
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "closed");
+    }
+    lua_settop(L, top);
+}
+
 static int pool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
@@ -222,6 +278,7 @@ static int pool_new(lua_State *L)
     }
     p->ref->r = outer;
     lua_settop(L, ud);
+    pool_setmeta(L, ud, p);
     return 1;
 }
 
@@ -346,6 +403,7 @@ static int pool_close(lua_State *L)
                           p->ref->live, p->ref->live == 1 ? "" : "s");
     l_poolref_release(p->ref);
     p->ref = NULL;
+    pool_mark_closed(L, 1);
     return 0;
 }
 
@@ -355,33 +413,9 @@ static int pool_gc(lua_State *L)
     if (p->ref) {
         l_poolref_release(p->ref);
         p->ref = NULL;
+        pool_mark_closed(L, 1);
     }
     return 0;
-}
-
-static int pool_index(lua_State *L)
-{
-    l_pool *p;
-    const char *k;
-    if (l_index_method(L))
-        return 1;
-    p = udpool(L, 1);
-    k = luaL_checkstring(L, 2);
-    if (strcmp(k, "kind") == 0)
-        lua_pushstring(L, p->kind);
-    else if (strcmp(k, "upstream") == 0)
-        lua_pushstring(L, upstreams[p->opts.upstream]);
-    else if (strcmp(k, "reuse") == 0)
-        lua_pushstring(L, reuses[p->opts.reuse]);
-    else if (strcmp(k, "alignment") == 0)
-        lua_pushinteger(L, (lua_Integer)p->opts.alignment);
-    else if (strcmp(k, "closed") == 0)
-        lua_pushboolean(L, p->ref == NULL);
-    else if (strcmp(k, "device") == 0)
-        lua_pushinteger(L, p->opts.device);
-    else
-        lua_pushnil(L);
-    return 1;
 }
 
 static int pool_tostring(lua_State *L)
@@ -405,7 +439,7 @@ cp_resource *l_checkresource(lua_State *L, int arg)
 void l_open_pool(lua_State *L)
 {
     static const luaL_Reg meta[] = {{"__gc", pool_gc},           {"__close", pool_gc},
-                                    {"__index", pool_index},     {"__tostring", pool_tostring},
+                                    {"__tostring", pool_tostring},
                                     {"__newindex", l_readonly_newindex}, {NULL, NULL}};
     static const luaL_Reg methods[] = {{"alloc", pool_alloc}, {"trim", pool_trim},
                                        {"reset", pool_reset}, {"stats", pool_stats},

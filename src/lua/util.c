@@ -43,13 +43,16 @@ void *l_testtag_slow(lua_State *L, int arg, size_t size, const char *tname)
 
 void *l_checktag_slow(lua_State *L, int arg, size_t size, const char *tname)
 {
-    /* the usual message for anything that is not this type ... */
-    void *p = luaL_checkudata(L, arg, tname);
-    /* ... and for another userdata given its metatable (debug.setmetatable) */
-    if (lua_rawlen(L, arg) != size)
+    void *p = luaL_testudata(L, arg, tname);
+    /* Another userdata given a handle's metatable (debug.setmetatable): the
+     * class's, or one of a Pool's own (which carry the class's __name). */
+    if ((p && lua_rawlen(L, arg) != size) ||
+        (!p && lua_type(L, arg) == LUA_TUSERDATA && luaL_getmetafield(L, arg, "__name") == LUA_TSTRING &&
+         strcmp(lua_tostring(L, -1), tname) == 0))
         luaL_argerror(L, arg, lua_pushfstring(L, "%s expected, got another userdata with its metatable",
                                               tname));
-    return p;
+    /* the usual message for anything that is not this type */
+    return p ? p : luaL_checkudata(L, arg, tname);
 }
 
 int l_fail(lua_State *L, cp_status st)
