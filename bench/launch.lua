@@ -53,29 +53,57 @@ print(string.format("# launch cost: %s (%s backend), %s", d.name, cupola.backend
 print("")
 
 if cupola.backend() == "cuda" then
-  local c = {}
-  local p = io.popen("build/bench/launch " .. N .. " 2>&1")
-  for line in p:lines() do
-    local k, v = line:match "^(%S+) (%S+)$"
-    if k then c[k] = tonumber(v) else print("launch.c: " .. line) end
+  -- The C program and the Lua loops alternate in ROUNDS rounds (C L C L ...
+  -- C); each Lua figure is set against the lower of the C runs around it,
+  -- and the table gives the medians over the rounds and the range of the
+  -- ratios (the host CPU's speed drifts between runs).
+  local ROUNDS = math.max(1, math.tointeger(tonumber(os.getenv "CUPOLA_BENCH_ROUNDS") or 3) or 3)
+  local function run_c()
+    local c = {}
+    local p = io.popen("build/bench/launch " .. N .. " 2>&1")
+    for line in p:lines() do
+      local k, v = line:match "^(%S+) (%S+)$"
+      if k then c[k] = tonumber(v) else print("launch.c: " .. line) end
+    end
+    p:close()
+    return c
   end
-  p:close()
   local m = cupola.module { source = EMPTY, name = "empty.cu" }
   local k = m:kernel("empty", {})
   local s = cupola.stream()
   local legacy_opts, stream_opts = { grid = 1, block = 1 }, { grid = 1, block = 1, stream = s }
   lua_launches(k, legacy_opts, 2000)
-  local lua_legacy = lua_launches(k, legacy_opts, N)
-  local lua_stream = lua_launches(k, stream_opts, N)
-  -- the same with a new options table per launch, as a loop written inline would
-  local t = {}
-  for rep = 1, 7 do
-    cupola.synchronize()
-    local t0 = cupola.clock()
-    for _ = 1, N do k:launch({ grid = 1, block = 1 }) end
-    t[rep] = (cupola.clock() - t0) / N * 1e9
+  local function run_lua()
+    local l = { legacy = lua_launches(k, legacy_opts, N), stream = lua_launches(k, stream_opts, N) }
+    -- the same with a new options table per launch, as a loop written inline would
+    local t = {}
+    for rep = 1, 7 do
+      cupola.synchronize()
+      local t0 = cupola.clock()
+      for _ = 1, N do k:launch({ grid = 1, block = 1 }) end
+      t[rep] = (cupola.clock() - t0) / N * 1e9
+    end
+    l.inline = median(t)
+    return l
   end
-  local lua_inline = median(t)
+  local cs, ls = { [0] = run_c() }, {}
+  for r = 1, ROUNDS do
+    ls[r] = run_lua()
+    cs[r] = run_c()
+  end
+  -- per round: C (the lower of the runs around it), Lua, and their ratio
+  local function figures(ckey, lkey)
+    local cv, lv, ratio = {}, {}, {}
+    for r = 1, ROUNDS do
+      local a, b = cs[r - 1][ckey], cs[r][ckey]
+      cv[r] = a and b and math.min(a, b) or a or b
+      lv[r] = ls[r][lkey]
+      ratio[r] = cv[r] and lv[r] / cv[r]
+    end
+    return cv, lv, ratio
+  end
+  local c = { launch_ns_legacy_rt = cs[ROUNDS].launch_ns_legacy_rt, nvrtc_ms = cs[ROUNDS].nvrtc_ms }
+  local lua_legacy = median(({ figures("launch_ns_legacy", "legacy") })[2])
   -- the same launches repeated from C inside cupola: the core's and the
   -- driver's share, without the binding's
   local rep = {}
@@ -85,15 +113,27 @@ if cupola.backend() == "cuda" then
   end
   cupola.synchronize()
   local core_legacy = median(rep)
-  print("| empty kernel, back to back | C cuLaunchKernel (ns) | Lua k:launch (ns) | Lua / C |")
-  print("| --- | --- | --- | --- |")
-  local function row(name, cv, lv)
-    print(string.format("| %s | %s | %.0f | %s |", name, cv and string.format("%.0f", cv) or "n/a", lv,
-      cv and string.format("%.2fx", lv / cv) or "n/a"))
+  print(string.format("%d rounds, C and Lua alternated; medians over the rounds, and the range of the ratios.",
+    ROUNDS))
+  print("")
+  print("| empty kernel, back to back | C cuLaunchKernel (ns) | Lua k:launch (ns) | Lua / C | range |")
+  print("| --- | --- | --- | --- | --- |")
+  local function row(name, ckey, lkey)
+    local cv, lv, ratio = figures(ckey, lkey)
+    local n = 0
+    for r = 1, ROUNDS do if ratio[r] then n = n + 1 end end
+    if n < ROUNDS then
+      print(string.format("| %s | n/a | %.0f | n/a | |", name, median(lv)))
+      return
+    end
+    local lo, hi = math.min(table.unpack(ratio)), math.max(table.unpack(ratio))
+    print(string.format("| %s | %.0f | %.0f | %.2fx | %.2f-%.2fx |", name, median(cv), median(lv),
+      median(ratio), lo, hi))
   end
-  row("legacy default stream", c.launch_ns_legacy, lua_legacy)
-  row("created stream", c.launch_ns_stream, lua_stream)
-  row("legacy stream, options table built per launch", c.launch_ns_legacy, lua_inline)
+  row("legacy default stream", "launch_ns_legacy", "legacy")
+  row("created stream", "launch_ns_stream", "stream")
+  row("legacy stream, options table built per launch", "launch_ns_legacy", "inline")
+  c.launch_ns_legacy = median(({ figures("launch_ns_legacy", "legacy") })[1])
   print("")
   print(string.format("Where the time goes (legacy stream, ns per launch): C program %s; the same C program once " ..
     "cudart has attached and with a parameter array %s; cupola's core from C (cupola._launch_repeat, no " ..

@@ -4,6 +4,11 @@
 --   lua5.4 bench/speed.lua [scale]            (CUPOLA_BACKEND picks the backend)
 -- Loops are written inline (no closure per iteration), so what is measured is
 -- the calls themselves; medians of 7 repetitions after a warm-up, as in C.
+-- The C and Lua sides alternate in ROUNDS rounds (C L C L ... C;
+-- CUPOLA_BENCH_ROUNDS, default 3): each round's ratio takes the lower of the C
+-- figures just before and just after its Lua figure, the table gives the
+-- medians over the rounds and the range of the ratios, so that a machine
+-- whose speed drifts between runs shows as a wide range, not as a verdict.
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
 local cupola = require "cupola"
@@ -12,6 +17,7 @@ local clock = cupola.clock
 
 local scale = tonumber(arg and arg[1]) or tonumber(os.getenv "CUPOLA_BENCH_SCALE") or 1
 local REPS = 7
+local ROUNDS = math.max(1, math.tointeger(tonumber(os.getenv "CUPOLA_BENCH_ROUNDS") or 3) or 3)
 local n_pair, n_async = math.floor(200000 * scale), math.floor(20000 * scale)
 local n_launch, n_event = math.floor(500 * scale), math.floor(20000 * scale)
 local backend = cupola.backend()
@@ -34,94 +40,103 @@ local function per_op(n, body, after)
   return median(t)
 end
 
--- The C side runs before and after the Lua side (a machine's clocks and
--- caches may settle during the first); each figure is the lower median.
+-- One run of the C side (build/bench/speed): its figures by name.
 local exe = os.getenv "CUPOLA_BENCH_C" or "build/bench/speed"
-local C, c_comments = {}, {}
+local c_comments = {}
 local function run_c()
+  local C = {}
   local h = assert(io.popen(string.format("%s %s 2>&1", exe, scale)))
   local c_out = h:read "a"
   if not h:close() then error("bench/speed: the C side failed:\n" .. c_out) end
   for line in c_out:gmatch "[^\n]+" do
     local name, v = line:match "^(%S+) ([%d.]+) %a+$"
     if name then
-      C[name] = math.min(C[name] or math.huge, tonumber(v))
+      C[name] = tonumber(v)
     elseif #c_comments < 1 then
       c_comments[#c_comments + 1] = line
     end
   end
+  return C
 end
-run_c()
 
 local s <close> = cupola.stream()
-local L = {}
-
-do -- pool pair, virtual upstream
-  local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual", initial = "64MiB" }
-  L.pool_pair_virtual = per_op(n_pair, function(n)
-    for _ = 1, n do p:alloc(4096, s):free() end
-  end)
-end
-do -- pool pair, device upstream
-  local p <close> = cupola.pool { kind = "tlsf", upstream = "device", initial = "64MiB" }
-  L.pool_pair_device = per_op(n_pair, function(n)
-    for _ = 1, n do p:alloc(65536, s):free() end
-  end)
-end
-L.async_pair = per_op(n_async, function(n)
-  for _ = 1, n do cupola.malloc_async(65536, s):free() end
-end, function() s:synchronize() end)
-do
-  local small = cupola.malloc(1024 * 4)
-  local opts = { stream = s }
-  L.launch = per_op(n_launch, function(n)
-    for _ = 1, n do K.sqrt_index(small, opts) end
-  end, function() s:synchronize() end)
-  -- the same with the options table built per call, as scripts write it
-  L.launch_newopts = per_op(n_launch, function(n)
-    for _ = 1, n do K.sqrt_index(small, { stream = s }) end
-  end, function() s:synchronize() end)
-  s:synchronize()
-  small:free()
-end
-do
-  local e <close> = cupola.event { timing = false }
-  L.event_record_query = per_op(n_event, function(n)
-    for _ = 1, n do e:record(s); e:query() end
-  end, function() s:synchronize() end)
-end
-do -- the seed's loop, device time between events (as bench/speed.c)
-  local e0 <close> = cupola.event()
-  local e1 <close> = cupola.event()
-  local size = (1 << 20) * 4
-  local t = {}
-  for rep = 0, REPS do
-    e0:record(s)
-    for _ = 1, 100 do
-      local b = cupola.malloc_async(size, s)
-      K.sqrt_index(b)
-      b:free()
-    end
-    e1:record(s)
-    e1:synchronize()
-    if rep > 0 then t[rep] = e0:elapsed(e1) end
-  end
-  L.seed_loop = median(t)
-end
-
--- Lua's own floor for the pair's shape (bench/floor.c), when built.
 package.cpath = "build/?.so;" .. package.cpath
 local has_floor, floor = pcall(require, "bench_floor")
-if has_floor then
-  for _, v in ipairs { "table", "gc", "cindex" } do
-    local p = floor.pool(v)
-    L["floor_" .. v] = per_op(n_pair, function(n)
+
+-- One run of the Lua side: its figures by the C side's names.
+local function run_lua()
+  local L = {}
+
+  do -- pool pair, virtual upstream
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual", initial = "64MiB" }
+    L.pool_pair_virtual = per_op(n_pair, function(n)
       for _ = 1, n do p:alloc(4096, s):free() end
     end)
   end
+  do -- pool pair, device upstream
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "device", initial = "64MiB" }
+    L.pool_pair_device = per_op(n_pair, function(n)
+      for _ = 1, n do p:alloc(65536, s):free() end
+    end)
+  end
+  L.async_pair = per_op(n_async, function(n)
+    for _ = 1, n do cupola.malloc_async(65536, s):free() end
+  end, function() s:synchronize() end)
+  do
+    local small = cupola.malloc(1024 * 4)
+    local opts = { stream = s }
+    L.launch = per_op(n_launch, function(n)
+      for _ = 1, n do K.sqrt_index(small, opts) end
+    end, function() s:synchronize() end)
+    -- the same with the options table built per call, as scripts write it
+    L.launch_newopts = per_op(n_launch, function(n)
+      for _ = 1, n do K.sqrt_index(small, { stream = s }) end
+    end, function() s:synchronize() end)
+    s:synchronize()
+    small:free()
+  end
+  do
+    local e <close> = cupola.event { timing = false }
+    L.event_record_query = per_op(n_event, function(n)
+      for _ = 1, n do e:record(s); e:query() end
+    end, function() s:synchronize() end)
+  end
+  do -- the seed's loop, device time between events (as bench/speed.c)
+    local e0 <close> = cupola.event()
+    local e1 <close> = cupola.event()
+    local size = (1 << 20) * 4
+    local t = {}
+    for rep = 0, REPS do
+      e0:record(s)
+      for _ = 1, 100 do
+        local b = cupola.malloc_async(size, s)
+        K.sqrt_index(b)
+        b:free()
+      end
+      e1:record(s)
+      e1:synchronize()
+      if rep > 0 then t[rep] = e0:elapsed(e1) end
+    end
+    L.seed_loop = median(t)
+  end
+
+  -- Lua's own floor for the pair's shape (bench/floor.c), when built.
+  if has_floor then
+    for _, v in ipairs { "table", "gc", "cindex" } do
+      local p = floor.pool(v)
+      L["floor_" .. v] = per_op(n_pair, function(n)
+        for _ = 1, n do p:alloc(4096, s):free() end
+      end)
+    end
+  end
+  return L
 end
 
-run_c()
+local Cs, Ls = { [0] = run_c() }, {}
+for r = 1, ROUNDS do
+  Ls[r] = run_lua()
+  Cs[r] = run_c()
+end
 
 local rows = {
   -- name, unit, C counterpart, aim (ratio Lua/C at most; for async_pair: C/Lua at least)
@@ -149,8 +164,10 @@ print(string.format("## make bench: backend %s (%s)", backend, d.name))
 print("")
 for _, l in ipairs(c_comments) do print("    " .. l) end
 print("")
-print("| operation | Lua | C | ratio | aim |")
-print("|---|---:|---:|---:|---|")
+print(string.format("%d rounds, C and Lua alternated; medians over the rounds, and the range of the ratios.", ROUNDS))
+print("")
+print("| operation | Lua | C | ratio | range | aim |")
+print("|---|---:|---:|---:|---:|---|")
 local function fmt(v, unit)
   if unit == "ms" then return string.format("%.3f ms", v) end
   return string.format("%.0f ns", v)
@@ -158,18 +175,24 @@ end
 local results = {}
 for _, r in ipairs(rows) do
   local name, unit, lkey, ckey = r[1], r[2], r[3], r[4]
-  local lv, cv = L[lkey], C[ckey]
-  local ratio, aim = lv / cv, ""
+  local lvs, cvs, ratios = {}, {}, {}
+  for k = 1, ROUNDS do
+    local lv, cv = Ls[k][lkey], math.min(Cs[k - 1][ckey], Cs[k][ckey])
+    lvs[k], cvs[k], ratios[k] = lv, cv, r.speedup and cv / lv or lv / cv
+  end
+  local lo, hi = math.min(table.unpack(ratios)), math.max(table.unpack(ratios))
+  local lv, cv, ratio, aim = median(lvs), median(cvs), median(ratios), ""
+  local range = ROUNDS > 1 and string.format("%.2f-%.2fx", lo, hi) or ""
   if r.speedup then
-    ratio = cv / lv
     aim = string.format(">= %.0fx faster: %s", r.speedup, ratio >= r.speedup and "met" or "NOT met")
-    print(string.format("| %s | %s | %s | %.2fx faster | %s |", name, fmt(lv, unit), fmt(cv, unit), ratio, aim))
+    print(string.format("| %s | %s | %s | %.2fx faster | %s | %s |", name, fmt(lv, unit), fmt(cv, unit), ratio,
+      range, aim))
   else
     if r.aim then aim = string.format("<= %.2fx: %s", r.aim, ratio <= r.aim and "met" or "NOT met") end
     if lkey == "pool_pair_virtual" and backend == "host" then
       aim = string.format("<= 150 ns: %s", lv <= 150 and "met" or "NOT met")
     end
-    print(string.format("| %s | %s | %s | %.2fx | %s |", name, fmt(lv, unit), fmt(cv, unit), ratio, aim))
+    print(string.format("| %s | %s | %s | %.2fx | %s | %s |", name, fmt(lv, unit), fmt(cv, unit), ratio, range, aim))
   end
   results[#results + 1] = { name = name, lua = lv, c = cv, ratio = ratio }
 end
