@@ -148,7 +148,8 @@ $(BUILD)/bench_floor.so: bench/floor.c $(CONFIG_STAMP)
 # make bench: every binding aim beside its C counterpart (bench/speed.lua),
 # then seed 001's multi-stream comparison (bench/multistream.lua), on the
 # host backend and, when a device answers, on the CUDA backend.
-# BENCH_SCALE shortens (0.1) or lengthens the runs; MULTISTREAM_ARGS are
+# BENCH_SCALE shortens (0.1) or lengthens the runs; CUPOLA_BENCH_ROUNDS (3)
+# is how many times the C and Lua sides alternate; MULTISTREAM_ARGS are
 # passed to bench/multistream.lua.
 BENCH_SCALE ?= 1
 MULTISTREAM_ARGS ?=

@@ -113,7 +113,8 @@ if cupola.backend() == "cuda" then
   end
   cupola.synchronize()
   local core_legacy = median(rep)
-  print(string.format("%d rounds, C and Lua alternated; medians over the rounds, and the range of the ratios.",
+  print(string.format("%d rounds, C and Lua alternated: C and Lua are medians over the rounds; Lua / C is the " ..
+    "median of the rounds' own ratios (so not always the columns' quotient), range their lowest and highest.",
     ROUNDS))
   print("")
   print("| empty kernel, back to back | C cuLaunchKernel (ns) | Lua k:launch (ns) | Lua / C | range |")

@@ -164,7 +164,8 @@ print(string.format("## make bench: backend %s (%s)", backend, d.name))
 print("")
 for _, l in ipairs(c_comments) do print("    " .. l) end
 print("")
-print(string.format("%d rounds, C and Lua alternated; medians over the rounds, and the range of the ratios.", ROUNDS))
+print(string.format("%d rounds, C and Lua alternated: Lua and C are medians over the rounds; ratio is the median of " ..
+  "the rounds' own ratios (so not always Lua / C of the columns), range their lowest and highest.", ROUNDS))
 print("")
 print("| operation | Lua | C | ratio | range | aim |")
 print("|---|---:|---:|---:|---:|---|")
