@@ -256,6 +256,31 @@ describe("vmm pool", function()
     assert.equals(0, p:stats().reserved)
   end)
 
+  -- Found by a probe: over the device upstream any alignment above 256 made
+  -- every growth ask for an address range that was not whole pages.
+  it("honours every power-of-two alignment, below and above its page, on both upstreams", function()
+    local G = cupola.pool { kind = "vmm", upstream = "device" }:stats().page_bytes
+    for _, up in ipairs { "device", "virtual" } do
+      for _, al in ipairs { 512, 4096, 65536, G, 2 * G, 4 * G } do
+        for _, initial in ipairs { 0, 3 * G } do
+          local p <close> = cupola.pool { kind = "vmm", upstream = up, alignment = al, initial = initial }
+          local live = {}
+          for i = 1, 6 do
+            local b = assert(p:alloc(37 * i + (i == 4 and G + 1 or 0)))
+            assert.equals(0, b.address % al)
+            live[i] = b
+          end
+          if up == "device" then
+            live[4]:memset(7)
+            assert.equals("\7\7\7\7", live[4]:read(live[4].size - 4, 4))
+          end
+          for _, b in ipairs(live) do b:free() end
+          assert.equals(0, p:stats().used)
+        end
+      end
+    end
+  end)
+
   it("rejects upstreams it cannot map", function()
     for _, up in ipairs { "async", "managed", "pinned" } do
       assert.error_matches(function() cupola.pool { kind = "vmm", upstream = up } end,

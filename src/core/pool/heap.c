@@ -207,7 +207,8 @@ cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
     h->o = *o;
     h->pol = pol;
     h->align = o->alignment ? o->alignment : 256;
-    h->up_align = cp_upstream_alignment(o->upstream);
+    if (h->up_align < cp_upstream_alignment(o->upstream))
+        h->up_align = cp_upstream_alignment(o->upstream);
     cp_so_init(&h->so, o->reuse);
     if (cp_ptrmap_init(&h->live, 1024) != 0)
         return cp_error_set(CP_ERR_OOM, "out of host memory");

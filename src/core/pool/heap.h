@@ -113,7 +113,8 @@ struct cp_heap {
     cp_blk *empty;         /* entirely free chunks */
     cp_blk *apart;         /* free blocks kept apart from a free neighbour */
     uint64_t align;
-    uint64_t up_align;
+    uint64_t up_align;     /* what the upstream's addresses are aligned to; set before
+                              cp_heap_init to say more than the upstream kind promises */
     uint64_t free_bytes;
     uint64_t idle_bytes;   /* upstream bytes of the entirely free chunks */
     uint64_t chunks;

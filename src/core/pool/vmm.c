@@ -887,6 +887,12 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
                             (unsigned long long)g);
     }
     v->gshift = cp_log2_floor(v->gran);
+    /* The address space comes in whole pages, aligned to the page: a block
+     * alignment up to the page needs no padding, and a larger one (a power
+     * of two, so a multiple of the page) pads by whole pages, which the
+     * reservation accepts. */
+    if (v->real)
+        v->h.up_align = v->gran;
     v->h.chunk_unit = v->gran; /* a range is whole pages, also when a smaller one is retried */
     v->keep_pages = (o->release_threshold > o->initial ? o->release_threshold : o->initial) >>
                     v->gshift;
