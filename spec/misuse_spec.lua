@@ -1509,3 +1509,50 @@ extern "C" __global__ void set(int *x, int v) { x[threadIdx.x] = v; }
     b:free()
   end)
 end)
+
+-- Found by a probe written from the contract: "an allocation that cannot be
+-- served returns nil, message, "out_of_memory", info" held only for cupola's
+-- pools; cudaMalloc, native pools, pool creation and device pools gave three
+-- values.  And a pool asked for more than its max could ever hold gave back
+-- its idle memory (its `initial` reservation) before refusing.
+describe("misuse: out of memory answers everywhere", function()
+  local function four(kind, requested, a, msg, code, info)
+    assert.is_nil(a)
+    assert.equals("string", type(msg))
+    assert.equals("out_of_memory", code)
+    assert.equals("table", type(info))
+    assert.equals(kind, info.kind)
+    assert.equals(requested, info.requested)
+    assert.equals("number", math.type(info.free) and "number")
+  end
+
+  it("cupola.malloc, malloc_async and a native pool's alloc give the info table", function()
+    four("cudaMalloc", 1 << 60, cupola.malloc(1 << 60))
+    four("cudaMallocAsync", 1 << 60, cupola.malloc_async(1 << 60))
+    local mp <close> = cupola.mempool { max_size = "4MiB" }
+    local keep = mp:alloc("2MiB")
+    local a, msg, code, info = mp:alloc("8MiB")
+    four("cudaMallocFromPoolAsync", 8 << 20, a, msg, code, info)
+    assert.equals(2 << 20, info.used)
+    assert.is_true(info.reserved >= info.used)
+    assert.equals(info.reserved - info.used, info.free)
+    keep:free()
+  end)
+
+  it("pool and device pool creation give the info table", function()
+    four("tlsf", 1 << 50, cupola.pool { initial = 1 << 50 })
+    four("bump", 1 << 60, cupola.device_pool { kind = "bump", capacity = 1 << 60 })
+  end)
+
+  it("a request beyond max keeps the pool's memory", function()
+    for _, k in ipairs { "tlsf", "freelist", "caching", "arena", "vmm" } do
+      local p <close> = cupola.pool { kind = k, initial = "64MiB", max = "64MiB" }
+      local before = p:stats().reserved
+      oom(p:alloc("1GiB"))
+      assert.equals(before, p:stats().reserved)
+      local b = assert(p:alloc("32MiB"))
+      b:free()
+      consistent(p)
+    end
+  end)
+end)

@@ -232,8 +232,11 @@ static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, 
                                  ? cp_be->mem_alloc_async(&p, n, s->s)
                                  : cp_be->mempool_alloc(m->ref->p, &p, n,
                                                         l_devstream(s->s, m->ref->device)));
-    if (nret)
-        return nret;
+    if (nret) {
+        l_push_oom_info(L, origin == L_FROM_ASYNC ? "cudaMallocAsync" : "cudaMallocFromPoolAsync", n,
+                        m->ref->device, m->ref->p);
+        return nret + 1;
+    }
     l_buffer_attach(L, -1, p, n, origin, sarg, s);
     b->device = m->ref->device;
     lua_pushvalue(L, midx);

@@ -258,7 +258,8 @@ static int pool_new(lua_State *L)
         if (nret) {
             free(p->ref);
             p->ref = NULL;
-            return nret;
+            l_push_oom_info(L, p->kind, p->opts.initial, p->opts.device, NULL);
+            return nret + 1;
         }
     }
     /* Adaptors wrap the pool; each owns what it wraps. */

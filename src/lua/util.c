@@ -80,6 +80,40 @@ int l_alloc_result(lua_State *L, cp_status st)
     return 3;
 }
 
+void l_push_oom_info(lua_State *L, const char *kind, uint64_t requested, int dev,
+                     struct cp_mempool *mp)
+{
+    size_t fr = 0, total = 0;
+    uint64_t reserved = 0, used = 0;
+    int have_dev, have_pool;
+    have_dev = (cp_be->mem_get_info_on ? cp_be->mem_get_info_on(dev, &fr, &total)
+                                       : cp_be->mem_get_info(&fr, &total)) == CP_OK;
+    have_pool = mp && cp_be->mempool_get_attr(mp, CP_POOL_RESERVED_MEM_CURRENT, &reserved) == CP_OK &&
+                cp_be->mempool_get_attr(mp, CP_POOL_USED_MEM_CURRENT, &used) == CP_OK;
+    lua_createtable(L, 0, 7);
+    lua_pushinteger(L, (lua_Integer)requested);
+    lua_setfield(L, -2, "requested");
+    lua_pushstring(L, kind);
+    lua_setfield(L, -2, "kind");
+    if (have_dev) {
+        lua_pushinteger(L, (lua_Integer)fr);
+        lua_setfield(L, -2, "device_free");
+        lua_pushinteger(L, (lua_Integer)total);
+        lua_setfield(L, -2, "device_total");
+    }
+    if (have_pool) {
+        lua_pushinteger(L, (lua_Integer)reserved);
+        lua_setfield(L, -2, "reserved");
+        lua_pushinteger(L, (lua_Integer)used);
+        lua_setfield(L, -2, "used");
+        lua_pushinteger(L, (lua_Integer)(reserved > used ? reserved - used : 0));
+        lua_setfield(L, -2, "free");
+    } else if (have_dev) {
+        lua_pushinteger(L, (lua_Integer)fr);
+        lua_setfield(L, -2, "free");
+    }
+}
+
 /* "4MiB", "4 MiB", "1.5GiB", "256B", "4096": binary units only, because the
  * contract's sizes are what allocators count (1 KiB = 1024 B). */
 int l_parsesize(const char *s, uint64_t *out)

@@ -115,6 +115,23 @@ static void make_room(cp_heap *h, uint64_t want, uint8_t pool, uint64_t sid)
     }
 }
 
+/* Whether a chunk for size bytes could not fit under max even with every
+ * entirely free chunk returned: then returning them gains nothing and loses
+ * the memory they hold (an `initial` reservation emptied by one request
+ * larger than the pool could ever serve). */
+static int beyond_max(const cp_heap *h, uint64_t size)
+{
+    uint64_t unit = h->chunk_unit ? h->chunk_unit : 1;
+    uint64_t need = (size + unit - 1) / unit * unit;
+    uint64_t pad = h->align > h->up_align ? h->align - h->up_align : 0;
+    uint64_t res = h->base.reserved + h->base.fb_bytes;
+    uint64_t kept = res > h->idle_bytes ? res - h->idle_bytes : 0;
+    if (!h->o.max)
+        return 0;
+    return need < size || need + pad < need || kept + need + pad < kept ||
+           kept + need + pad > h->o.max;
+}
+
 /* Takes a chunk of at least `size` bytes from the upstream; the new block
  * is free and in the index.  want is the preferred chunk size. */
 static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t pool,
@@ -370,7 +387,8 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
         h->turns = 0;
     } else {
         h->gave_back[0] = h->gave_back[1] = 0;
-        make_room(h, want, cpool, sid);
+        if (!beyond_max(h, size))
+            make_room(h, want, cpool, sid);
     }
     st = chunk_add(h, size, want, cpool, s, &b);
     if (st == CP_ERR_OOM && h->big) {
