@@ -156,8 +156,14 @@ describe("two devices", function()
     raises(function() mp:set_access(2, "rw") end, "device 2 does not exist")
     if HOST then
       -- the emulation enforces what it recorded (on a GPU this is a fault)
-      local c = mp:alloc(4096, cupola.stream { device = 1 })
-      c:memset(0) -- on its own device's stream: the checksum below reads defined bytes
+      -- memset on the buffer's own device's stream, finished before s0 reads
+      -- it: s0 is not ordered after that stream, and without the wait the
+      -- checksum could read the bytes before the memset wrote them (valgrind
+      -- saw it: the sum's comparison depended on uninitialised bytes)
+      local s1 = cupola.stream { device = 1 }
+      local c = mp:alloc(4096, s1)
+      c:memset(0)
+      s1:synchronize()
       raises(function() cupola.kernels.fill(c, 1, { type = "u8", stream = s0 }) end,
         "device 0 has no access")
       mp:set_access(0, "r")
