@@ -248,7 +248,13 @@ function World:op_reset()
   for _, e in ipairs(gone) do
     assert.is_true(e.b.freed)
     assert.error_matches(function() e.b:read(0, 1) end, "freed by its pool's reset()", 1, true)
-    if self.r.chance(0.5) then e.b:free() end -- drops the references; else GC does
+    if self.r.chance(0.5) then -- drops the references; else GC does
+      if self.r.chance(0.5) then
+        assert.error_matches(function() e.b:free() end, "double free", 1, true)
+      else
+        e.b:close()
+      end
+    end
   end
   totals.frees = totals.frees + #gone
 end

@@ -291,8 +291,9 @@ describe("misuse: buffers", function()
     local b = arena:alloc(10)
     arena:reset()
     raises(function() b:read() end, "freed by its pool's reset()")
-    b:free() -- drops the references
+    raises(function() b:free() end, "double free (the buffer was freed by its pool's reset())")
     raises(function() b:free() end, "double free")
+    b:close()
     consistent(arena)
   end)
 

@@ -232,15 +232,18 @@ static int buffer_close(lua_State *L)
 }
 
 /* b:free(s): stream-ordered on s (default: the buffer's stream).  A second
- * free is a double free, which is misuse and raises. */
+ * free is a double free, which is misuse and raises; so is a free after the
+ * pool's reset() freed the block (its references are dropped first, as
+ * close() would). */
 static int buffer_free(lua_State *L)
 {
     l_buffer *b = l_udbuffer(L, 1);
     l_streamref *s;
     if (!buffer_live(b)) {
-        if (b->ptr) { /* freed by reset(): only drop the references */
+        if (b->ptr) {
             buffer_release(b, b->stream, 0);
-            return 0;
+            return luaL_error(L, L_BUFFER ":free: double free (the buffer was freed by its pool's "
+                                 "reset())");
         }
         return luaL_error(L, L_BUFFER ":free: double free (the buffer was already freed)");
     }
