@@ -174,6 +174,29 @@ describe("cupola.pool options", function()
     assert.error_matches(function() cupola.pool { kind = "tlsf" }:reset() end, "only arena pools")
   end)
 
+  -- Found by a probe: an arena kept its current chunk through trim(0) with
+  -- nothing live, while every other kind gave everything back.
+  it("trims every entirely free chunk, an arena's current one included", function()
+    for _, k in ipairs { "arena", "freelist", "tlsf", "caching", "vmm" } do
+      for _, initial in ipairs { 0, 32 << 20 } do
+        local p <close> = cupola.pool { kind = k, initial = initial }
+        p:alloc(100):free()
+        local big = p:alloc("20MiB")
+        big:free()
+        cupola.synchronize()
+        p:trim(0)
+        assert.equals(0, p:stats().reserved, k)
+        local b = assert(p:alloc(100))
+        b:write("abc")
+        assert.equals("abc", b:read(0, 3))
+        b:free()
+        cupola.synchronize()
+        p:trim(p:stats().reserved) -- keep everything: nothing goes
+        assert.is_true(p:stats().reserved > 0, k)
+      end
+    end
+  end)
+
   it("keeps no memory for buffers of a virtual upstream", function()
     local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
     local b = p:alloc "1GiB"

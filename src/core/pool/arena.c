@@ -90,19 +90,21 @@ static void chunk_drop(arena *a, size_t i)
     free(c);
 }
 
-/* Returns emptied chunks (not the current one) while more than keep bytes
- * sit in them. */
-static void release_empty(arena *a, uint64_t keep)
+/* Returns emptied chunks while more than keep bytes sit in them: not the
+ * current one when the pool is growing (it is rewound before a new chunk is
+ * cut), the current one too for trim() (an arena with nothing live holds
+ * nothing a caller asked it to keep). */
+static void release_empty(arena *a, uint64_t keep, int with_cur)
 {
     uint64_t idle = 0;
     size_t i;
     int synced = 0;
     for (i = 0; i < a->n; i++)
-        if (!a->chunks[i]->live && a->chunks[i] != a->cur)
+        if (!a->chunks[i]->live && (with_cur || a->chunks[i] != a->cur))
             idle += a->chunks[i]->size;
     for (i = a->n; i-- > 0 && idle > keep;) {
         achunk *c = a->chunks[i];
-        if (c->live || c == a->cur)
+        if (c->live || (!with_cur && c == a->cur))
             continue;
         if (a->o.upstream == CP_UP_ASYNC && !synced) {
             if (cp_be->device_synchronize() != CP_OK)
@@ -203,7 +205,7 @@ static cp_status ar_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out
                 want = a->o.initial;
             if (want < MIN_CHUNK)
                 want = MIN_CHUNK;
-            release_empty(a, a->o.release_threshold);
+            release_empty(a, a->o.release_threshold, 0);
             st = chunk_new(a, size, want, s, &c);
             if (st != CP_OK)
                 return st;
@@ -266,7 +268,7 @@ static cp_status ar_trim(cp_resource *r, size_t keep)
 {
     arena *a = (arena *)r;
     if (a->o.grow)
-        release_empty(a, keep);
+        release_empty(a, keep, 1);
     return CP_OK;
 }
 
