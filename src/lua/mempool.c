@@ -316,16 +316,15 @@ static int mempool_stats(lua_State *L)
     return 1;
 }
 
-/* p:close(): refuses while buffers are live; the default pool is the
- * device's and closing it only closes this handle... which would leave the
- * state without one, so it is refused too. */
+/* p:close(): refuses while buffers are live.  The default pool is the
+ * device's, as cupola.default_stream is: close() on it does nothing (the
+ * contract makes close() safe on every handle, and closing this handle
+ * would leave the state without the device's pool). */
 static int mempool_close(lua_State *L)
 {
     l_mempool *m = l_udmempool(L, 1);
-    if (!m->ref)
+    if (!m->ref || m->ref->is_default)
         return 0;
-    if (m->ref->is_default)
-        return luaL_error(L, L_MEMPOOL ":close: the device's default pool cannot be closed");
     if (m->ref->live > 0)
         return luaL_error(L, L_MEMPOOL ":close: the pool has %d live buffer%s; free them first",
                           m->ref->live, m->ref->live == 1 ? "" : "s");
