@@ -33,7 +33,7 @@ describe("mempool", function()
       assert.error_matches(function() p[k] = 0 end, "attribute '" .. k .. "' is read%-only")
     end
     assert.error_matches(function() p.nope = 1 end, "has no attribute 'nope'")
-    assert.error_matches(function() p.reuse_allow_opportunistic = 1 end, "boolean expected")
+    assert.error_matches(function() p.reuse_allow_opportunistic = 1 end, "must be a boolean, not number")
   end)
 
   it("follows the seed's configuration: threshold, used/reserved, free, trim", function()

@@ -466,9 +466,9 @@ describe("misuse: native pools", function()
   it("unknown attributes and values of the wrong type", function()
     local m <close> = cupola.mempool()
     raises(function() m.colour = 0 end, "cupola.Mempool has no attribute 'colour'")
-    raises(function() m.reuse_allow_opportunistic = 1 end, "boolean expected, got number")
-    raises(function() m.release_threshold = -5 end, "size must not be negative")
-    raises(function() m.release_threshold = "abc" end, "malformed size 'abc'")
+    raises(function() m.reuse_allow_opportunistic = 1 end, "must be a boolean, not number")
+    raises(function() m.release_threshold = -5 end, "bad size '-5' (size must not be negative)")
+    raises(function() m.release_threshold = "abc" end, "bad size 'abc' (malformed size")
   end)
 
   it("the default pool cannot be closed: close() does nothing, twice", function()
@@ -1560,5 +1560,40 @@ describe("misuse: out of memory answers everywhere", function()
       b:free()
       consistent(p)
     end
+  end)
+end)
+
+-- Found by a probe written from the contract ("misuse raises a Lua error whose
+-- message names the argument and the problem"): these named an argument #3
+-- that the caller never wrote, or said "attempt to index".
+describe("misuse: messages that name what was wrong", function()
+  it("a native pool's options and attributes", function()
+    raises(function() cupola.mempool { release_threshold = "x" } end,
+      "cupola.mempool: option 'release_threshold': bad size 'x'")
+    raises(function() cupola.mempool { reuse_allow_opportunistic = 1 } end,
+      "cupola.mempool: option 'reuse_allow_opportunistic' must be a boolean, not number")
+    local m <close> = cupola.mempool {}
+    raises(function() m.release_threshold = "x" end, "cupola.Mempool attribute 'release_threshold': bad size 'x'")
+    raises(function() m.release_threshold = {} end, "cupola.Mempool attribute 'release_threshold' must be a size, not table")
+    raises(function() m.reuse_allow_opportunistic = 1 end,
+      "cupola.Mempool attribute 'reuse_allow_opportunistic' must be a boolean, not number")
+  end)
+
+  it("assigning to a field of any handle", function()
+    local s <close> = cupola.stream()
+    local e <close> = cupola.event()
+    local t <close> = cupola.trace.load(cupola.trace.find "gpt2_train")
+    raises(function() s.id = 5 end, "cupola.Stream field 'id' is read-only")
+    raises(function() cupola.default_stream.priority = 1 end, "cupola.Stream field 'priority' is read-only")
+    raises(function() e.timing = 3 end, "cupola.Event field 'timing' is read-only")
+    raises(function() t.events = 1 end, "cupola.Trace field 'events' is read-only")
+  end)
+
+  it("cupola.conformance's arguments, at the caller's line", function()
+    raises(function() cupola.conformance(5) end, "bad argument #1 to 'cupola.conformance' (make_pool must be a function, not number)")
+    raises(function() cupola.conformance(function() end, 3) end, "cupola.conformance: bad argument #2")
+    local ok, err = pcall(function() cupola.conformance(function() end, { checks = { "nope" } }) end)
+    assert.is_false(ok)
+    assert.matches("^[^:]*misuse_spec.lua:%d+: cupola.conformance: unknown check 'nope'", err)
   end)
 end)

@@ -479,14 +479,16 @@ end
 
 --- Runs the battery; see the header comment for make_pool and opts.
 function M.run(make_pool, opts)
-  assert(type(make_pool) == "function", "cupola.conformance: make_pool must be a function")
+  if type(make_pool) ~= "function" then
+    error("bad argument #1 to 'cupola.conformance' (make_pool must be a function, not " .. type(make_pool) .. ")", 2)
+  end
   opts = opts or {}
   check_opts(opts)
   local report = { ok = true, violations = {}, skipped = {}, checks = {} }
   local streams = { cupola.stream(), cupola.stream() }
   for _, name in ipairs(opts.checks or ALL) do
     local fn = checks[name]
-    assert(fn, "cupola.conformance: unknown check '" .. tostring(name) .. "'")
+    if not fn then error("cupola.conformance: unknown check '" .. tostring(name) .. "'", 2) end
     local ok, r, why = pcall(fn, make_pool, streams, opts)
     if not ok then
       local v = as_violation(r)

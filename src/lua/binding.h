@@ -247,6 +247,9 @@ void l_checkoptions(lua_State *L, int idx, const char *fname, const char *const 
 lua_Integer l_optint_field(lua_State *L, int idx, const char *key, lua_Integer def);
 int l_optbool_field(lua_State *L, int idx, const char *key, int def);
 size_t l_optsize_field(lua_State *L, int idx, const char *key, size_t def);
+/* The size at idx (integer bytes or a string with units), raising
+ * "<what>: bad size 'x'" or "<what> must be a size, not <type>". */
+size_t l_checksize_named(lua_State *L, int idx, const char *what);
 const char *l_optstring_field(lua_State *L, int idx, const char *key, const char *def);
 
 /* --- streams (stream.c) --- */

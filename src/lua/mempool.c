@@ -59,14 +59,17 @@ static int find_attr(const char *k)
     return -1;
 }
 
-static void set_attr(lua_State *L, l_mempool *m, int i, int validx)
+/* Sets attribute i from the value at validx; what names it in messages
+ * ("cupola.mempool: option 'x'" or "cupola.Mempool attribute 'x'"). */
+static void set_attr(lua_State *L, l_mempool *m, int i, int validx, const char *what)
 {
     uint64_t v;
     if (attrs[i].boolean) {
-        luaL_argexpected(L, lua_isboolean(L, validx), validx, "boolean");
+        if (!lua_isboolean(L, validx))
+            luaL_error(L, "%s must be a boolean, not %s", what, luaL_typename(L, validx));
         v = (uint64_t)lua_toboolean(L, validx);
     } else {
-        v = (uint64_t)l_checksize(L, validx);
+        v = (uint64_t)l_checksize_named(L, validx, what);
     }
     l_check(L, cp_be->mempool_set_attr(m->ref->p, attrs[i].attr, v));
 }
@@ -139,9 +142,12 @@ static int mempool_new(lua_State *L)
     for (i = 0; i < NATTRS; i++) {
         if (!attrs[i].writable)
             continue;
-        if (lua_getfield(L, 1, attrs[i].name) != LUA_TNIL)
-            set_attr(L, m, (int)i, lua_gettop(L));
-        lua_pop(L, 1);
+        int top = lua_gettop(L);
+        if (lua_getfield(L, 1, attrs[i].name) != LUA_TNIL) {
+            const char *what = lua_pushfstring(L, "cupola.mempool: option '%s'", attrs[i].name);
+            set_attr(L, m, (int)i, top + 1, what);
+        }
+        lua_settop(L, top);
     }
     return 1;
 }
@@ -409,7 +415,7 @@ static int mempool_newindex(lua_State *L)
     if (!attrs[i].writable)
         return luaL_error(L, L_MEMPOOL " attribute '%s' is read-only%s", k,
                           strstr(k, "_high") ? " (use reset_high())" : "");
-    set_attr(L, m, i, 3);
+    set_attr(L, m, i, 3, lua_pushfstring(L, L_MEMPOOL " attribute '%s'", k));
     return 0;
 }
 

@@ -233,27 +233,39 @@ int l_optbool_field(lua_State *L, int idx, const char *key, int def)
     return v;
 }
 
+size_t l_checksize_named(lua_State *L, int idx, const char *what)
+{
+    int t = lua_type(L, idx);
+    const char *why;
+    if (t == LUA_TNUMBER) {
+        int isint;
+        lua_Integer n = lua_tointegerx(L, idx, &isint);
+        if (isint && n >= 0)
+            return (size_t)n;
+        why = isint ? "size must not be negative" : "size must be a whole number of bytes";
+    } else if (t == LUA_TSTRING) {
+        uint64_t u;
+        if (l_parsesize(lua_tostring(L, idx), &u) != 0)
+            why = "malformed size (expected e.g. 4096, \"64KiB\", \"4MiB\")";
+        else if (u > (uint64_t)SIZE_MAX / 2)
+            why = "size too large";
+        else
+            return (size_t)u;
+    } else {
+        return (size_t)luaL_error(L, "%s must be a size, not %s", what, luaL_typename(L, idx));
+    }
+    return (size_t)luaL_error(L, "%s: bad size '%s' (%s)", what, luaL_tolstring(L, idx, NULL), why);
+}
+
 size_t l_optsize_field(lua_State *L, int idx, const char *key, size_t def)
 {
     size_t v = def;
-    int t = getfield(L, idx, key);
-    if (t != LUA_TNIL) {
-        if (t == LUA_TNUMBER || t == LUA_TSTRING) {
-            uint64_t u;
-            int isint;
-            lua_Integer n = lua_tointegerx(L, -1, &isint);
-            if (t == LUA_TNUMBER && isint && n >= 0)
-                v = (size_t)n;
-            else if (t == LUA_TSTRING && l_parsesize(lua_tostring(L, -1), &u) == 0 &&
-                     u <= (uint64_t)SIZE_MAX / 2)
-                v = (size_t)u;
-            else
-                luaL_error(L, "option '%s': bad size '%s'", key, luaL_tolstring(L, -1, NULL));
-        } else {
-            luaL_error(L, "option '%s' must be a size, not %s", key, luaL_typename(L, -1));
-        }
+    int top = lua_gettop(L);
+    if (getfield(L, idx, key) != LUA_TNIL) {
+        int vi = lua_gettop(L);
+        v = l_checksize_named(L, vi, lua_pushfstring(L, "option '%s'", key));
     }
-    lua_pop(L, 1);
+    lua_settop(L, top);
     return v;
 }
 
@@ -338,6 +350,13 @@ void l_newclass(lua_State *L, const char *tname, const luaL_Reg *meta, const lua
     lua_pushvalue(L, -3);
     push_shared(L);
     luaL_setfuncs(L, meta, L_NUP);
+    lua_pop(L, 1);
+    /* Handles take no new fields: an assignment says which field is
+     * read-only instead of Lua's "attempt to index a cupola.X value". */
+    if (lua_getfield(L, -2, "__newindex") == LUA_TNIL) {
+        lua_pushcfunction(L, l_readonly_newindex);
+        lua_setfield(L, -4, "__newindex");
+    }
     lua_pop(L, 1);
     /* A type without its own __index (no fields, only methods) looks the
      * methods up directly: a table __index costs no call at all. */
