@@ -1293,8 +1293,8 @@ extern "C" __global__ void k(cupola_device_pool *pool, unsigned *out)
     raises(function() cupola.device_pool { kind = "bump", capacity = 1024, device = 0 } end, "unknown option 'device'")
     local q <close> = cupola.device_pool { kind = "bump", capacity = 1024 }
     raises(function() q:run { threads = 4, bytes = { 1, 1 << 40 } } end, "option 'bytes' (1099511627776) is more than the pool's capacity (1024)")
-    raises(function() q:run { threads = 4, bytes = { 1.5, 2 } } end, "must be {min, max} with two integers")
-    raises(function() q:run { threads = 4, bytes = "x" } end, "option 'bytes' must be an integer, not x")
+    raises(function() q:run { threads = 4, bytes = { 1.5, 2 } } end, "option 'bytes' min: bad size '1.5' (size must be a whole number of bytes)")
+    raises(function() q:run { threads = 4, bytes = "x" } end, "option 'bytes': bad size 'x' (malformed size")
     raises(function() q:run { threads = 4, bytes = 16, hold_us = 11e6 } end, "option 'hold_us' must be at most 10 s")
     raises(function() q:run { threads = 4, bytes = 16, seed = -1 } end, "option 'seed' must be >= 0")
     raises(function() q:reset(5) end, "bad argument #1 to 'reset' (cupola.Stream expected, got number)")
@@ -1339,7 +1339,7 @@ describe("misuse: cupola.device_pool", function()
       "option 'bytes' (2097152) is more than the pool's capacity (1048576)")
     raises(function() dp:run { threads = 10, bytes = { 64, 16 } } end, "option 'bytes': min (64) > max (16)")
     raises(function() dp:run { threads = 10, bytes = { 16 } } end, "must be {min, max}")
-    raises(function() dp:run { threads = 10, bytes = { 0, 16 } } end, "must both be >= 1")
+    raises(function() dp:run { threads = 10, bytes = { 0, 16 } } end, "option 'bytes' min must be >= 1, got 0")
     raises(function() dp:run { threads = 10, bytes = 16, block = 0 } end, "option 'block' must be >= 1")
     raises(function() dp:run { threads = 10, bytes = 16, block = 2048 } end, "option 'block' must be 1..1024")
     raises(function() dp:run { threads = 10, bytes = 16, free = "yes" } end, "option 'free' must be a boolean")
@@ -1595,5 +1595,42 @@ describe("misuse: messages that name what was wrong", function()
     local ok, err = pcall(function() cupola.conformance(function() end, { checks = { "nope" } }) end)
     assert.is_false(ok)
     assert.matches("^[^:]*misuse_spec.lua:%d+: cupola.conformance: unknown check 'nope'", err)
+  end)
+end)
+
+-- Found by a probe: "Sizes are integers (bytes) or strings with binary units"
+-- did not hold for a launch's `shared` and a device pool run's `bytes`, and
+-- `bytes = {16, 32, 64}` ran as {16, 32}.
+describe("misuse: sizes as strings, and bytes = {min, max} exactly", function()
+  it("a launch's shared and a device pool run's bytes take size strings", function()
+    local m = cupola.module { name = "shared_str.cu", source = [[
+extern "C" __global__ void rev(int *o)
+{
+    extern __shared__ int sh[];
+    sh[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    o[threadIdx.x] = sh[31 - threadIdx.x];
+}
+]] }
+    local k = m:kernel("rev", { "ptr" })
+    local b <close> = cupola.malloc(128)
+    k:launch({ grid = 1, block = 32, shared = "1KiB" }, b)
+    assert.equals(31, string.unpack("<i4", b:read(0, 4)))
+    for _, v in ipairs { "x", -1, 1.5, {} } do
+      raises(function() k:launch({ grid = 1, block = 32, shared = v }, b) end, "option 'shared' must be a byte count")
+    end
+    local dp <close> = cupola.device_pool { kind = "bump", capacity = "4MiB" }
+    assert.equals(4, dp:run { threads = 4, bytes = "1KiB" }.ok)
+    assert.equals(4, dp:run { threads = 4, bytes = { "16B", 64 } }.ok)
+  end)
+
+  it("a device pool run's bytes table is two sizes, no more, no fewer", function()
+    local dp <close> = cupola.device_pool { kind = "bump", capacity = "4MiB" }
+    for _, v in ipairs { { 16, 32, 64 }, { 16 }, { x = 1, y = 2 }, { 16, 32, x = 1 } } do
+      raises(function() dp:run { threads = 4, bytes = v } end, "option 'bytes' as a table must be {min, max}: two sizes")
+    end
+    raises(function() dp:run { threads = 4, bytes = { 0, 5 } } end, "option 'bytes' min must be >= 1")
+    raises(function() dp:run { threads = 4, bytes = { 64, 16 } } end, "min (64) > max (16)")
+    raises(function() dp:run { threads = 4, bytes = "x" } end, "option 'bytes': bad size 'x'")
   end)
 end)

@@ -165,6 +165,19 @@ static cp_event *event_field(lua_State *L, int idx, const char *fn, const char *
     return e;
 }
 
+/* A byte count of a run option at idx: an integer or a size string, >= 1. */
+static uint64_t run_size(lua_State *L, int idx, const char *fn, const char *name)
+{
+    int top = lua_gettop(L);
+    uint64_t v;
+    idx = lua_absindex(L, idx);
+    v = (uint64_t)l_checksize_named(L, idx, lua_pushfstring(L, "%s: %s", fn, name));
+    if (v < 1)
+        luaL_error(L, "%s: %s must be >= 1, got 0", fn, name);
+    lua_settop(L, top);
+    return v;
+}
+
 /* Reads the run options in the table at idx into q (q->d already set). */
 static void parse_run(lua_State *L, int idx, const char *fn, run_req *q, int concurrent)
 {
@@ -183,22 +196,28 @@ static void parse_run(lua_State *L, int idx, const char *fn, run_req *q, int con
     a->threads = positive_field(L, idx, fn, "threads", 0, 1);
     lua_getfield(L, idx, "bytes");
     if (lua_istable(L, -1)) {
+        int n = 0;
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            n++;
+            lua_pop(L, 1);
+        }
         lua_rawgeti(L, -1, 1);
         lua_rawgeti(L, -2, 2);
-        if (!lua_isinteger(L, -2) || !lua_isinteger(L, -1))
-            luaL_error(L, "%s: option 'bytes' as a table must be {min, max} with two integers", fn);
-        if (lua_tointeger(L, -2) < 1 || lua_tointeger(L, -1) < 1)
-            luaL_error(L, "%s: option 'bytes': {min, max} must both be >= 1, got {%I, %I}", fn,
-                       (LUAI_UACINT)lua_tointeger(L, -2), (LUAI_UACINT)lua_tointeger(L, -1));
-        mn = (uint64_t)lua_tointeger(L, -2);
-        mx = (uint64_t)lua_tointeger(L, -1);
+        if (n != 2 || lua_isnil(L, -2) || lua_isnil(L, -1))
+            luaL_error(L, "%s: option 'bytes' as a table must be {min, max}: two sizes", fn);
+        mn = run_size(L, -2, fn, "option 'bytes' min");
+        mx = run_size(L, -1, fn, "option 'bytes' max");
         if (mn > mx)
             luaL_error(L, "%s: option 'bytes': min (%I) > max (%I)", fn, (LUAI_UACINT)mn,
                        (LUAI_UACINT)mx);
         lua_pop(L, 3);
-    } else {
+    } else if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
-        mn = mx = positive_field(L, idx, fn, "bytes", 0, 1);
+        mn = mx = positive_field(L, idx, fn, "bytes", 0, 1); /* raises: required */
+    } else {
+        mn = mx = run_size(L, -1, fn, "option 'bytes'");
+        lua_pop(L, 1);
     }
     if (mx > q->d->capacity)
         luaL_error(L, "%s: option 'bytes' (%I) is more than the pool's capacity (%I)", fn,

@@ -436,9 +436,16 @@ static void launch_options(lua_State *L, cp_klaunch *l)
         } else if (kl == 6 && memcmp(key, "shared", 6) == 0) {
             int isint;
             lua_Integer sh = lua_tointegerx(L, v, &isint);
-            if (lua_type(L, v) != LUA_TNUMBER || !isint || sh < 0)
+            uint64_t u;
+            /* a size string ("48KiB") as everywhere sizes are taken */
+            if (lua_type(L, v) == LUA_TSTRING && l_parsesize(lua_tostring(L, v), &u) == 0 &&
+                u <= (uint64_t)LUA_MAXINTEGER)
+                sh = (lua_Integer)u, isint = 1;
+            else if (lua_type(L, v) != LUA_TNUMBER)
+                isint = 0;
+            if (!isint || sh < 0)
                 luaL_error(L, "bad argument #1 to 'launch' (option 'shared' must be a byte count "
-                              ">= 0)");
+                              ">= 0 or a size such as \"48KiB\")");
             /* Any count is taken: the backend's limit check (before the
              * value is used) says what the limit is; a count over 2^31
              * used to be called "not a byte count". */
