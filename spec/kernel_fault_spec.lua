@@ -92,10 +92,10 @@ local function check(code, stdout, stderr, kernel, pattern)
 end
 
 describe("a user kernel that faults on the host backend", function()
-  it_host("a store to unmapped memory: cupolaErrorIllegalAddress naming the kernel", function()
+  it_host("a store to unmapped memory: cudaErrorIllegalAddress naming the kernel", function()
     local code, o, e = run_child(fault_script [[
 m:kernel("wild", { "ptr" }):launch({ grid = 8, block = 64, stream = s }, b)]])
-    check(code, o, e, "wild", "cupolaErrorIllegalAddress: ")
+    check(code, o, e, "wild", "cudaErrorIllegalAddress: an illegal memory access was encountered %(")
     assert.matches("SIGSEGV at address 0x10", o, 1, true)
   end)
 
@@ -104,14 +104,14 @@ m:kernel("wild", { "ptr" }):launch({ grid = 8, block = 64, stream = s }, b)]])
 local pp = cupola.malloc(32 * 8)
 pp:memset(0)
 m:kernel("nullread", { "ptr", "ptr" }):launch({ grid = 1, block = 32, stream = s }, b, pp)]])
-    check(code, o, e, "nullread", "cupolaErrorIllegalAddress: ")
+    check(code, o, e, "nullread", "cudaErrorIllegalAddress: ")
     assert.matches("SIGSEGV at address %(nil%)", o)
   end)
 
   it_host("an out-of-bounds store far past a buffer", function()
     local code, o, e = run_child(fault_script [[
 m:kernel("oob", { "ptr", "i64" }):launch({ grid = 4, block = 1, stream = s }, b, 1 << 40)]])
-    check(code, o, e, "oob", "cupolaErrorIllegalAddress: ")
+    check(code, o, e, "oob", "cudaErrorIllegalAddress: ")
   end)
 
   it_host("an integer division by zero: cupolaErrorDivisionByZero", function()
@@ -124,7 +124,7 @@ m:kernel("divz", { "ptr", "i32" }):launch({ grid = 3, block = 32, stream = s }, 
   it_host("a stack overflow in a thread of a block", function()
     local code, o, e = run_child(fault_script [[
 m:kernel("overflow", { "ptr" }):launch({ grid = 2, block = 4, stream = s }, b)]])
-    check(code, o, e, "overflow", "cupolaErrorIllegalAddress: ")
+    check(code, o, e, "overflow", "cudaErrorIllegalAddress: ")
     assert.matches("overflowed its stack", o, 1, true)
   end)
 
@@ -141,7 +141,7 @@ ok_launch(s, 9)
 out("other", tostring(pcall(s.synchronize, s)), tostring(ok2))
 ]])
     assert.equals(0, code, o .. e)
-    assert.matches("sync\tfalse\tcupolaErrorIllegalAddress: kernel 'wild'", o, 1, true)
+    assert.matches("sync\tfalse\tcudaErrorIllegalAddress: [^\n]*kernel 'wild'", o)
     assert.matches("other\ttrue\tfalse", o, 1, true)
   end)
 

@@ -624,6 +624,84 @@ static void test_stress(void)
     BE->stream_destroy(shared[1]);
 }
 
+/* Refusals that stand for CUDA errors carry CUDA's name and text, as the
+ * CUDA backend's messages do, with the host's explanation in parentheses
+ * (backend.h, cp_cuda_error).  Several cannot be reached from Lua, where the
+ * binding refuses the request first. */
+static int msg_starts(const char *head)
+{
+    return strncmp(cp_error_msg(), head, strlen(head)) == 0;
+}
+
+#define check_msg(cond, head, name)                                                                \
+    do {                                                                                           \
+        int c_ = (cond) && msg_starts(head);                                                       \
+        check(c_, name);                                                                           \
+        if (!c_)                                                                                   \
+            printf("#   got: %s\n", cp_error_msg());                                             \
+    } while (0)
+
+static void test_cuda_names(void)
+{
+    cp_stream *s = NULL, *bad = NULL;
+    cp_event *a = NULL, *b = NULL, *nt = NULL;
+    cp_mempool *hp = NULL;
+    cp_mempool_props hprops = {.location_host = 1};
+    cp_scalar one = {.f = 1.0};
+    cp_shape big = {.grid = 1, .block = 2000};
+    float ms = 0;
+    void *p = NULL;
+    int local = 0;
+
+    check_msg(BE->set_device(99) == CP_ERR_INVALID,
+              "cudaErrorInvalidDevice: invalid device ordinal (device 99 ",
+              "names: set_device(99) is cudaErrorInvalidDevice");
+    check_msg(BE->enable_peer_access(0, 0) == CP_ERR_INVALID,
+              "cudaErrorInvalidDevice: invalid device ordinal (device 0 cannot enable peer",
+              "names: peer access to itself is cudaErrorInvalidDevice");
+    check_msg(BE->stream_create(&bad, 1, 0) == CP_ERR_INVALID && !bad,
+              "cudaErrorInvalidValue: invalid argument (stream priority 1 ",
+              "names: a priority out of range is cudaErrorInvalidValue");
+    BE->stream_create(&s, 0, 0);
+    BE->event_create(&a, 1);
+    BE->event_create(&b, 1);
+    BE->event_create(&nt, 0);
+    check_msg(BE->event_elapsed(a, b, &ms) == CP_ERR_INVALID,
+              "cudaErrorInvalidResourceHandle: invalid resource handle (elapsed time: the start "
+              "event was not recorded)",
+              "names: elapsed of an unrecorded event is cudaErrorInvalidResourceHandle");
+    BE->event_record(a, s);
+    BE->event_record(nt, s);
+    BE->stream_synchronize(s);
+    check_msg(BE->event_elapsed(a, nt, &ms) == CP_ERR_INVALID,
+              "cudaErrorInvalidResourceHandle: invalid resource handle (elapsed time needs timing "
+              "events: the end event",
+              "names: elapsed of an event without timing is cudaErrorInvalidResourceHandle");
+    BE->event_record(a, s);
+    BE->k_spin(200000, s);
+    BE->event_record(b, s);
+    check_msg(BE->event_elapsed(a, b, &ms) == CP_ERR_NOT_READY,
+              "cudaErrorNotReady: device not ready (", "names: elapsed too early is cudaErrorNotReady");
+    BE->stream_synchronize(s);
+    check_msg(BE->mem_free(&local, CP_MEM_DEVICE) == CP_ERR_INVALID,
+              "cudaErrorInvalidValue: invalid argument (",
+              "names: freeing memory mem_alloc did not give is cudaErrorInvalidValue");
+    check(BE->mem_alloc(&p, 4096, CP_MEM_DEVICE) == CP_OK, "names: mem_alloc");
+    check_msg(BE->k_fill(p, 1024, CP_F32, one, &big, s) == CP_ERR_INVALID,
+              "cudaErrorInvalidConfiguration: invalid configuration argument (block of 2000",
+              "names: a 2000-thread block is cudaErrorInvalidConfiguration");
+    check(BE->mempool_create(&hp, &hprops) == CP_OK, "names: a pool of host memory");
+    check_msg(BE->mempool_set_current(hp) == CP_ERR_INVALID,
+              "cudaErrorInvalidValue: invalid argument (",
+              "names: a host-memory pool as the current pool is cudaErrorInvalidValue");
+    BE->mempool_destroy(hp);
+    BE->mem_free(p, CP_MEM_DEVICE);
+    BE->event_destroy(a);
+    BE->event_destroy(b);
+    BE->event_destroy(nt);
+    BE->stream_destroy(s);
+}
+
 int main(void)
 {
     if (cp_backend_select("host") != CP_OK) {
@@ -638,6 +716,7 @@ int main(void)
     test_pool_reuse();
     test_oom();
     test_kernels();
+    test_cuda_names();
     test_stress();
     BE->device_synchronize();
     return tap_finish();

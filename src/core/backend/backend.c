@@ -7,6 +7,7 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,6 +66,58 @@ cp_status cp_unusable_error(void)
                         (long)getpid(), (long)parent_pid, cp_be ? cp_be->name : "selected",
                         cp_be && strcmp(cp_be->name, "cuda") == 0 ? "CUDA context"
                                                                    : "stream worker threads");
+}
+
+/* Exactly what CUDA 12's cudaGetErrorName and cudaGetErrorString answer
+ * (spec/error_names_spec.lua compares the two backends' messages). */
+static const struct {
+    const char *name, *string;
+} cuda_errs[CP_CUDA_ERR_COUNT] = {
+    [CP_CUDA_INVALID_VALUE] = {"cudaErrorInvalidValue", "invalid argument"},
+    [CP_CUDA_NOT_READY] = {"cudaErrorNotReady", "device not ready"},
+    [CP_CUDA_INVALID_HANDLE] = {"cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    [CP_CUDA_INVALID_DEVICE] = {"cudaErrorInvalidDevice", "invalid device ordinal"},
+    [CP_CUDA_INVALID_CONFIG] = {"cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    [CP_CUDA_ILLEGAL_ADDRESS] = {"cudaErrorIllegalAddress",
+                                 "an illegal memory access was encountered"},
+    [CP_CUDA_ILLEGAL_INSTRUCTION] = {"cudaErrorIllegalInstruction",
+                                     "an illegal instruction was encountered"},
+};
+
+const char *cp_cuda_err_name(cp_cuda_err e)
+{
+    return (unsigned)e < CP_CUDA_ERR_COUNT ? cuda_errs[e].name : "cudaErrorUnknown";
+}
+
+const char *cp_cuda_err_string(cp_cuda_err e)
+{
+    return (unsigned)e < CP_CUDA_ERR_COUNT ? cuda_errs[e].string : "unknown error";
+}
+
+static void cuda_err_vformat(char *out, size_t outlen, cp_cuda_err e, const char *fmt, va_list ap)
+{
+    char what[448];
+    vsnprintf(what, sizeof what, fmt, ap);
+    snprintf(out, outlen, "%s: %s (%s)", cp_cuda_err_name(e), cp_cuda_err_string(e), what);
+}
+
+void cp_cuda_err_format(char *out, size_t outlen, cp_cuda_err e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cuda_err_vformat(out, outlen, e, fmt, ap);
+    va_end(ap);
+}
+
+cp_status cp_cuda_error(cp_status st, cp_cuda_err e, const char *fmt, ...)
+{
+    /* formatted here first: an argument may be the thread's last message */
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    cuda_err_vformat(msg, sizeof msg, e, fmt, ap);
+    va_end(ap);
+    return cp_error_set(st, "%s", msg);
 }
 
 static pthread_mutex_t select_lock = PTHREAD_MUTEX_INITIALIZER;

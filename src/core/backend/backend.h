@@ -8,8 +8,9 @@
  *
  * Conventions
  *  - Every entry returns a cp_status.  On failure the backend has stored a
- *    message with cp_error_set() (error.h); for the CUDA backend it starts with
- *    the CUDA error name ("cudaErrorInvalidValue: invalid argument").
+ *    message with cp_error_set() (error.h).  A failure that stands for a
+ *    CUDA error starts with the CUDA error name on either backend
+ *    ("cudaErrorInvalidValue: invalid argument (...)"; cp_cuda_error below).
  *  - CP_ERR_OOM is reserved for "the memory is not there": callers turn it
  *    into nil, msg, "out_of_memory" and everything stays consistent.
  *  - A NULL cp_stream means the default (legacy) stream.
@@ -344,6 +345,34 @@ void cp_sticky_message(int code, const char *name, const char *what, const char 
         if (__builtin_expect(cp_unusable, 0))                                                      \
             return cp_unusable_error();                                                            \
     } while (0)
+
+/* ---- CUDA error names for failures that stand for CUDA's -----------------
+ * A backend without the CUDA runtime (the host) reports a failure that the
+ * CUDA backend would get from a CUDA call with the same message head as
+ * cuda.c's: "cudaErrorInvalidValue: invalid argument (<what>)", the name and
+ * cudaGetErrorString's text, then the backend's own explanation where cuda.c
+ * names the call.  A script that matches on the name then behaves alike on
+ * both backends.  cuda.c's own checks made before a CUDA call use the real
+ * runtime for the same format. */
+typedef enum cp_cuda_err {
+    CP_CUDA_INVALID_VALUE = 0,   /* cudaErrorInvalidValue */
+    CP_CUDA_NOT_READY,           /* cudaErrorNotReady */
+    CP_CUDA_INVALID_HANDLE,      /* cudaErrorInvalidResourceHandle */
+    CP_CUDA_INVALID_DEVICE,      /* cudaErrorInvalidDevice */
+    CP_CUDA_INVALID_CONFIG,      /* cudaErrorInvalidConfiguration */
+    CP_CUDA_ILLEGAL_ADDRESS,     /* cudaErrorIllegalAddress */
+    CP_CUDA_ILLEGAL_INSTRUCTION, /* cudaErrorIllegalInstruction */
+    CP_CUDA_ERR_COUNT
+} cp_cuda_err;
+
+/* cudaGetErrorName's and cudaGetErrorString's answers for e. */
+const char *cp_cuda_err_name(cp_cuda_err e);
+const char *cp_cuda_err_string(cp_cuda_err e);
+/* Writes "<name>: <string> (<fmt...>)" to out (always terminated). */
+void cp_cuda_err_format(char *out, size_t outlen, cp_cuda_err e, const char *fmt, ...)
+    CP_PRINTF(4, 5);
+/* Stores that message with cp_error_set and returns st. */
+cp_status cp_cuda_error(cp_status st, cp_cuda_err e, const char *fmt, ...) CP_PRINTF(3, 4);
 
 /* Chooses the backend: force is NULL/"" (auto), "cuda" or "host".  Returns
  * CP_OK, or an error (forced cuda without a device, unknown name) with the

@@ -27,6 +27,7 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,23 @@ static cp_status fail(cudaError_t e, const char *op)
     }
     return cp_error_set(status_of(e), "%s: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e),
                         op);
+}
+
+/* A request cupola refuses before making the CUDA call that would fail (or,
+ * for a stream priority, clamp it silently): worded as fail() words that
+ * call's error, with cupola's explanation where fail() names the call, so
+ * that both backends carry the same CUDA error name (backend.h).  Always
+ * CP_ERR_INVALID: the request is what is wrong. */
+static cp_status refuse(cudaError_t e, const char *fmt, ...) CP_PRINTF(2, 3);
+static cp_status refuse(cudaError_t e, const char *fmt, ...)
+{
+    char what[448];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return cp_error_set(CP_ERR_INVALID, "%s: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e),
+                        what);
 }
 
 #define CHECK(call, op)                                                                           \
@@ -378,10 +396,10 @@ static cp_status cuda_stream_create_on(cp_stream **out, int dev, int priority, i
     /* CUDA would clamp silently; an experiment asking for a priority the
      * device lacks should hear about it. */
     if (priority > least || priority < greatest)
-        return cp_error_set(CP_ERR_INVALID,
-                            "stream priority %d is out of range: this device accepts %d (lowest) "
-                            "to %d (highest); lower numbers mean higher priority",
-                            priority, least, greatest);
+        return refuse(cudaErrorInvalidValue,
+                      "stream priority %d is out of range: this device accepts %d (lowest) "
+                      "to %d (highest); lower numbers mean higher priority",
+                      priority, least, greatest);
     if (!(s = malloc(sizeof *s)))
         return cp_error_set(CP_ERR_OOM, "stream_create: out of host memory");
     e = cudaStreamCreateWithPriority(&s->h, blocking ? cudaStreamDefault : cudaStreamNonBlocking,
@@ -550,13 +568,13 @@ static cp_status cuda_event_elapsed(cp_event *start, cp_event *end, float *ms)
     /* CUDA answers all of these with cudaErrorInvalidResourceHandle; say
      * which it is. */
     if (!start->timing || !end->timing)
-        return cp_error_set(CP_ERR_INVALID,
-                            "elapsed time needs timing events: the %s event was created without "
-                            "timing (timing=false)",
-                            !start->timing ? "start" : "end");
+        return refuse(cudaErrorInvalidResourceHandle,
+                      "elapsed time needs timing events: the %s event was created without "
+                      "timing (timing=false)",
+                      !start->timing ? "start" : "end");
     if (!atomic_load(&start->recorded) || !atomic_load(&end->recorded))
-        return cp_error_set(CP_ERR_INVALID, "elapsed time: the %s event was not recorded",
-                            !atomic_load(&start->recorded) ? "start" : "end");
+        return refuse(cudaErrorInvalidResourceHandle, "elapsed time: the %s event was not recorded",
+                      !atomic_load(&start->recorded) ? "start" : "end");
     e = cudaEventElapsedTime(ms, start->h, end->h);
     if (e == cudaErrorNotReady) {
         (void)cudaGetLastError();
@@ -738,9 +756,9 @@ static cp_status cuda_mempool_create(cp_mempool **out, const cp_mempool_props *p
     if ((st = check_device(props->device)) != CP_OK)
         return st;
     if (props->location_host && props->handle_posix_fd)
-        return cp_error_set(CP_ERR_INVALID,
-                            "a host-memory pool cannot be exported: CUDA allows no handle types "
-                            "for location host");
+        return refuse(cudaErrorInvalidValue,
+                      "a host-memory pool cannot be exported: CUDA allows no handle types "
+                      "for location host");
     if (props->location_host) {
         if ((st = device_attr(cudaDevAttrHostMemoryPoolsSupported, &v,
                               "cudaDeviceGetAttribute(cudaDevAttrHostMemoryPoolsSupported)")))
@@ -810,7 +828,7 @@ static cp_status cuda_mempool_destroy(cp_mempool *p)
     if (!p)
         return CP_OK;
     if (p->is_default)
-        return cp_error_set(CP_ERR_INVALID, "the device's default pool cannot be destroyed");
+        return refuse(cudaErrorInvalidValue, "the device's default pool cannot be destroyed");
     pthread_mutex_lock(&pool_lock);
     for (link = &live_pools; *link; link = &(*link)->next) {
         if (*link == p) {
@@ -868,9 +886,9 @@ static cp_status cuda_mempool_alloc(cp_mempool *p, void **out, size_t bytes, cp_
         return cp_error_set(CP_ERR_INVALID, "mempool_alloc: pool or out is NULL");
     *out = NULL;
     if (p->imported)
-        return cp_error_set(CP_ERR_INVALID,
-                            "an imported pool only maps the exporter's buffers (import them); it "
-                            "cannot allocate");
+        return refuse(cudaErrorInvalidValue,
+                      "an imported pool only maps the exporter's buffers (import them); it "
+                      "cannot allocate");
     ENTER_STREAM(s);
     CHECK(cudaMallocFromPoolAsync(&ptr, bytes, p->h, stream_handle(s)), "cudaMallocFromPoolAsync");
     *out = ptr;
@@ -907,7 +925,7 @@ static cp_status cuda_mempool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *
     if (!p || !v)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_attr: pool or v is NULL");
     if ((unsigned)a >= CP_POOL_ATTR_COUNT)
-        return cp_error_set(CP_ERR_INVALID, "unknown pool attribute %d", (int)a);
+        return refuse(cudaErrorInvalidValue, "unknown pool attribute %d", (int)a);
     if (pool_attr_is_int(a)) {
         int x = 0;
         CHECK(cudaMemPoolGetAttribute(p->h, pool_attr_cuda(a), &x), "cudaMemPoolGetAttribute");
@@ -944,17 +962,17 @@ static cp_status cuda_mempool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v
          * current value". */
         uint64_t x = 0;
         if (v != 0)
-            return cp_error_set(CP_ERR_INVALID,
-                                "pool attribute %s can only be reset: set it to 0 and it becomes "
-                                "the current value",
-                                pool_attr_names[a]);
+            return refuse(cudaErrorInvalidValue,
+                          "pool attribute %s can only be reset: set it to 0 and it becomes "
+                          "the current value",
+                          pool_attr_names[a]);
         CHECK(cudaMemPoolSetAttribute(p->h, pool_attr_cuda(a), &x), "cudaMemPoolSetAttribute");
         return CP_OK;
     }
     case CP_POOL_RESERVED_MEM_CURRENT:
     case CP_POOL_USED_MEM_CURRENT:
-        return cp_error_set(CP_ERR_INVALID, "pool attribute %s is read-only", pool_attr_names[a]);
-    default: return cp_error_set(CP_ERR_INVALID, "unknown pool attribute %d", (int)a);
+        return refuse(cudaErrorInvalidValue, "pool attribute %s is read-only", pool_attr_names[a]);
+    default: return refuse(cudaErrorInvalidValue, "unknown pool attribute %d", (int)a);
     }
 }
 
@@ -973,10 +991,11 @@ static cp_status cuda_mempool_set_current(cp_mempool *p)
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_set_current: pool is NULL");
     if (p->location_host)
-        return cp_error_set(CP_ERR_INVALID,
-                            "a host-memory pool cannot be the device's current pool");
+        return refuse(cudaErrorInvalidValue,
+                      "a host-memory pool cannot be the device's current pool");
     if (p->imported)
-        return cp_error_set(CP_ERR_INVALID, "an imported pool cannot be the device's current pool");
+        return refuse(cudaErrorInvalidValue,
+                      "an imported pool cannot be the device's current pool");
     CHECK(cudaDeviceSetMemPool(p->dev, p->h), "cudaDeviceSetMemPool");
     return CP_OK;
 }
@@ -1049,7 +1068,8 @@ static const char *const dtype_names[CP_DTYPE_COUNT] = {"f32", "f64", "i32", "u3
 static const size_t dtype_sizes[CP_DTYPE_COUNT] = {4, 8, 4, 4, 1};
 
 /* Says which part of a user-given shape is wrong (the launchers only
- * answer cudaErrorInvalidValue). */
+ * answer cudaErrorInvalidValue), named as a launch of that shape fails and as
+ * the host backend names it. */
 static cp_status check_shape(const cp_shape *sh, unsigned max_grid, const char *kernel,
                              unsigned *grid, unsigned *block)
 {
@@ -1057,13 +1077,13 @@ static cp_status check_shape(const cp_shape *sh, unsigned max_grid, const char *
     *grid = sh ? sh->grid : 0;
     *block = sh ? sh->block : 0;
     if (*block > CP_CUDA_MAX_BLOCK)
-        return cp_error_set(CP_ERR_INVALID,
-                            "%s: block %u is out of range (1 to %u threads, 0 to choose)", kernel,
-                            *block, CP_CUDA_MAX_BLOCK);
+        return refuse(cudaErrorInvalidConfiguration,
+                      "%s: block %u is out of range (1 to %u threads, 0 to choose)", kernel, *block,
+                      CP_CUDA_MAX_BLOCK);
     if (*grid > max_grid)
-        return cp_error_set(CP_ERR_INVALID,
-                            "%s: grid %u is out of range (1 to %u blocks, 0 to choose)", kernel,
-                            *grid, max_grid);
+        return refuse(cudaErrorInvalidConfiguration,
+                      "%s: grid %u is out of range (1 to %u blocks, 0 to choose)", kernel, *grid,
+                      max_grid);
     return CP_OK;
 }
 
@@ -1334,9 +1354,7 @@ static cp_status cuda_enable_peer_access(int dev, int peer)
     if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
         return st;
     if (dev == peer)
-        return cp_error_set(CP_ERR_INVALID,
-                            "cudaErrorInvalidDevice: device %d cannot enable peer access to itself",
-                            dev);
+        return refuse(cudaErrorInvalidDevice, "device %d cannot enable peer access to itself", dev);
     ENTER_DEVICE(dev);
     e = cudaDeviceEnablePeerAccess(peer, 0);
     if (e == cudaErrorPeerAccessAlreadyEnabled) {
@@ -1412,7 +1430,7 @@ static cp_status cuda_mempool_export(cp_mempool *p, int *fd)
         return cp_error_set(CP_ERR_INVALID, "mempool_export: NULL argument");
     *fd = -1;
     if (p->imported)
-        return cp_error_set(CP_ERR_INVALID, "an imported pool cannot be exported again");
+        return refuse(cudaErrorInvalidValue, "an imported pool cannot be exported again");
     CHECK(cudaMemPoolExportToShareableHandle(&h, p->h, cudaMemHandleTypePosixFileDescriptor, 0),
           "cudaMemPoolExportToShareableHandle");
     *fd = h;
@@ -1494,8 +1512,8 @@ static cp_status cuda_mempool_import_ptr(cp_mempool *p, const cp_ipc_data *data,
         return cp_error_set(CP_ERR_INVALID, "mempool_import_ptr: NULL argument");
     *out = NULL;
     if (!p->imported)
-        return cp_error_set(CP_ERR_INVALID,
-                            "buffers are imported into a pool imported with cupola.mempool.import");
+        return refuse(cudaErrorInvalidValue,
+                      "buffers are imported into a pool imported with cupola.mempool.import");
     memset(&d, 0, sizeof d);
     memcpy(&d, data->bytes, sizeof d < sizeof data->bytes ? sizeof d : sizeof data->bytes);
     ENTER_DEVICE(p->dev);

@@ -65,6 +65,12 @@
  *    return the message, new work on it is refused with it, queued work is
  *    skipped (queued tasks are cancelled), and the first device
  *    synchronization after the fault returns it once.  Other streams live on.
+ *  - Errors: a refusal that stands for a CUDA error (an invalid value,
+ *    handle or device ordinal, an event not ready, a kernel's illegal
+ *    address) carries the CUDA error name and text, as the CUDA backend's
+ *    does, with the host's explanation after it (cp_cuda_error, backend.h).
+ *    Misuse of the C interface (NULL arguments), out of memory and the
+ *    host's own conditions (the process shutting down, OS failures) do not.
  *  - fork(): the scheduler's lock is taken around fork (pthread_atfork) so
  *    the child never inherits it held; in the child every entry point fails
  *    at once (CP_GUARD, backend.h) and the exit destructors do nothing.
@@ -234,10 +240,10 @@ static cp_status check_device(int dev)
 {
     int n = h_device_count();
     if (dev < 0 || dev >= n)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid device ordinal: device %d does not exist (the host backend "
-                            "emulates %d; CUPOLA_HOST_DEVICES sets how many)",
-                            dev, n);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE,
+                             "device %d does not exist (the host backend "
+                             "emulates %d; CUPOLA_HOST_DEVICES sets how many)",
+                             dev, n);
     return CP_OK;
 }
 
@@ -820,10 +826,10 @@ static cp_status h_stream_create_on(cp_stream **out, int dev, int priority, int 
     /* validated like the CUDA backend does, then ignored: one worker per
      * stream already gives each stream its own share of the CPU */
     if (priority > HOST_PRIO_LEAST || priority < HOST_PRIO_GREATEST)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: stream priority %d is outside the device's range "
-                            "%d (least) .. %d (greatest)",
-                            priority, HOST_PRIO_LEAST, HOST_PRIO_GREATEST);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "stream priority %d is outside the device's range "
+                             "%d (least) .. %d (greatest)",
+                             priority, HOST_PRIO_LEAST, HOST_PRIO_GREATEST);
     reap_zombies();
     s = calloc(1, sizeof *s);
     if (!s)
@@ -1091,16 +1097,19 @@ static cp_status h_event_elapsed(cp_event *start, cp_event *end, float *ms)
         return cp_error_set(CP_ERR_INVALID, "event_elapsed: NULL argument");
     pthread_mutex_lock(&G.mu);
     if (!start->timing || !end->timing)
-        st = cp_error_set(CP_ERR_INVALID,
-                          "invalid resource handle: elapsed time needs both events created with "
-                          "timing enabled");
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_HANDLE,
+                           "elapsed time needs timing events: the %s event was created without "
+                           "timing (timing=false)",
+                           !start->timing ? "start" : "end");
     else if (!start->recorded || !end->recorded)
-        st = cp_error_set(CP_ERR_INVALID,
-                          "invalid resource handle: elapsed time of an event that was never "
-                          "recorded");
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_HANDLE,
+                           "elapsed time: the %s event was not recorded",
+                           !start->recorded ? "start" : "end");
     else if (!sched_done_locked(start->sid, start->ticket) ||
              !sched_done_locked(end->sid, end->ticket))
-        st = cp_error_set(CP_ERR_NOT_READY, "device not ready: an event has not completed yet");
+        st = cp_cuda_error(CP_ERR_NOT_READY, CP_CUDA_NOT_READY,
+                           "elapsed time: an event has not completed yet; synchronize on it "
+                           "first");
     else
         *ms = (float)((double)(end->at.tv_sec - start->at.tv_sec) * 1e3 +
                       (double)(end->at.tv_nsec - start->at.tv_nsec) / 1e6);
@@ -1234,10 +1243,10 @@ static cp_status h_mem_free(void *p, cp_memkind kind)
     (void)device_wait(0);
     m = mem_lookup(p, 0);
     if (!m || m->imported)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: %p was not allocated by mem_alloc (or was already "
-                            "freed)",
-                            p);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "%p was not allocated by mem_alloc (or was already "
+                             "freed)",
+                             p);
     mem_lookup(p, 1);
     munmap(p, m->len);
     if (m->kind == CP_MEM_DEVICE)
@@ -1450,13 +1459,11 @@ static cp_status check_shape(const cp_shape *sh)
     if (!sh)
         return CP_OK;
     if (sh->block > 1024u)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid configuration argument: block of %u threads (1..1024)",
-                            sh->block);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_CONFIG,
+                             "block of %u threads (1..1024)", sh->block);
     if (sh->grid > 0x7fffffffu)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid configuration argument: grid of %u blocks (1..2147483647)",
-                            sh->grid);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_CONFIG,
+                             "grid of %u blocks (1..2147483647)", sh->grid);
     return CP_OK;
 }
 
@@ -1678,8 +1685,8 @@ static cp_status h_enable_peer_access(int dev, int peer)
     if ((st = check_device(dev)) != CP_OK || (st = check_device(peer)) != CP_OK)
         return st;
     if (dev == peer)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid device: device %d cannot enable peer access to itself", dev);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE,
+                             "device %d cannot enable peer access to itself", dev);
     pthread_mutex_lock(&G.mu);
     peer_enabled[dev][peer] = 1;
     pthread_mutex_unlock(&G.mu);
@@ -1801,10 +1808,11 @@ static cp_status h_ipc_get_handle(void *ptr, size_t bytes, cp_ipc_data *out, int
     pthread_mutex_lock(&mem_lock);
     m = mem_map.slots ? (hmem *)cp_ptrmap_get(&mem_map, (uint64_t)(uintptr_t)ptr) : NULL;
     if (!m || m->imported)
-        st = cp_error_set(CP_ERR_INVALID,
-                          "invalid value: %p is not the start of a mem_alloc allocation", ptr);
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                           "%p is not the start of a mem_alloc allocation", ptr);
     else if (bytes > m->len)
-        st = cp_error_set(CP_ERR_INVALID, "invalid value: %zu bytes exceed the allocation", bytes);
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE, "%zu bytes exceed the allocation",
+                           bytes);
     else if (m->fd < 0)
         st = promote_locked(ptr, m);
     if (st == CP_OK) {
@@ -1835,14 +1843,14 @@ static cp_status h_ipc_open_handle(int dev, const cp_ipc_data *data, int fd, siz
         return st;
     memcpy(&d, data->bytes, sizeof d);
     if (memcmp(d.magic, HOST_IPC_MAGIC, sizeof d.magic) != 0)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the handle is not a host backend allocation");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the handle is not a host backend allocation");
     if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != d.len ||
         bytes == 0 || bytes > d.len)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the received memory does not match the handle "
-                            "(%zu bytes asked, %llu described)",
-                            bytes, (unsigned long long)d.len);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the received memory does not match the handle "
+                             "(%zu bytes asked, %llu described)",
+                             bytes, (unsigned long long)d.len);
     m = malloc(sizeof *m);
     p = m ? mmap(NULL, (size_t)d.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (p == MAP_FAILED || !mem_register(p, m)) {
@@ -1871,7 +1879,8 @@ static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
     (void)device_wait(0); /* as cudaIpcCloseMemHandle, nothing queued may still touch it */
     m = mem_lookup(ptr, 0);
     if (!m || !m->imported)
-        return cp_error_set(CP_ERR_INVALID, "invalid value: %p was not opened from a handle", ptr);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "%p was not opened from a handle", ptr);
     mem_lookup(ptr, 1);
     munmap(ptr, m->len);
     free(m);

@@ -592,12 +592,12 @@ cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
         return cp_error_set(CP_ERR_INVALID, "mempool_create: out is NULL");
     *out = NULL;
     if (props && props->location_host && props->handle_posix_fd)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: a pool of host memory cannot be exported "
-                            "(posix fd handles)");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "a pool of host memory cannot be exported "
+                             "(posix fd handles)");
     if (props && (props->device < 0 || props->device >= ndevices))
-        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
-                            props->device, ndevices);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
+                             props->device, ndevices);
     if (props && props->handle_posix_fd) {
         fd = memfd_create("cupola-mempool", MFD_CLOEXEC);
         if (fd < 0)
@@ -672,8 +672,8 @@ cp_status cp_host_pool_destroy(cp_mempool *p)
     S->lock();
     if (p->is_default) {
         S->unlock();
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the device's default pool cannot be destroyed");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the device's default pool cannot be destroyed");
     }
     if (p->prev)
         p->prev->next = p->next;
@@ -720,9 +720,9 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
         return cp_error_set(CP_ERR_INVALID, "mempool_alloc: NULL argument");
     *out = NULL;
     if (p->imported)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: an imported pool only maps the exporter's buffers "
-                            "(import them); it cannot allocate");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "an imported pool only maps the exporter's buffers "
+                             "(import them); it cannot allocate");
     if (bytes == 0)
         return CP_OK; /* as cudaMallocAsync(0): success, NULL */
     if (S->too_big(bytes))
@@ -835,10 +835,10 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
     }
     if (!b) {
         S->unlock();
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: pointer %p was not allocated by a stream-ordered pool "
-                            "(or was already freed)",
-                            ptr);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "pointer %p was not allocated by a stream-ordered pool "
+                             "(or was already freed)",
+                             ptr);
     }
     st = S->enqueue_mark_locked(s, &sid, &ticket);
     if (st != CP_OK) {
@@ -874,7 +874,8 @@ cp_status cp_host_pool_get_attr(cp_mempool *p, cp_pool_attr a, uint64_t *v)
     case CP_POOL_USED_MEM_CURRENT: *v = p->used; break;
     case CP_POOL_USED_MEM_HIGH: *v = p->used_high; break;
     default:
-        st = cp_error_set(CP_ERR_INVALID, "invalid value: unknown pool attribute %d", (int)a);
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE, "unknown pool attribute %d",
+                           (int)a);
     }
     S->unlock();
     return st;
@@ -895,8 +896,8 @@ cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
     case CP_POOL_RESERVED_MEM_HIGH:
     case CP_POOL_USED_MEM_HIGH:
         if (v != 0)
-            st = cp_error_set(CP_ERR_INVALID,
-                              "invalid value: a pool's high-water mark can only be reset (set to 0)");
+            st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                               "a pool's high-water mark can only be reset (set to 0)");
         else if (a == CP_POOL_RESERVED_MEM_HIGH)
             p->reserved_high = p->reserved;
         else
@@ -904,11 +905,12 @@ cp_status cp_host_pool_set_attr(cp_mempool *p, cp_pool_attr a, uint64_t v)
         break;
     case CP_POOL_RESERVED_MEM_CURRENT:
     case CP_POOL_USED_MEM_CURRENT:
-        st = cp_error_set(CP_ERR_INVALID,
-                          "invalid value: reserved_current and used_current are read-only");
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                           "reserved_current and used_current are read-only");
         break;
     default:
-        st = cp_error_set(CP_ERR_INVALID, "invalid value: unknown pool attribute %d", (int)a);
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE, "unknown pool attribute %d",
+                           (int)a);
     }
     S->unlock();
     return st;
@@ -929,14 +931,14 @@ cp_status cp_host_pool_set_current(cp_mempool *p)
 {
     CP_GUARD();
     if (!p)
-        return cp_error_set(CP_ERR_INVALID, "invalid value: set_current needs a pool");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE, "set_current needs a pool");
     if (p->props.location_host)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: a pool of host memory cannot be the device's "
-                            "current pool");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "a pool of host memory cannot be the device's "
+                             "current pool");
     if (p->imported)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: an imported pool cannot be the device's current pool");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "an imported pool cannot be the device's current pool");
     S->lock();
     current_pool[p->props.device] = p->is_default ? NULL : p;
     S->unlock();
@@ -1011,15 +1013,15 @@ cp_status cp_host_pool_set_access(cp_mempool *p, int dev, cp_access a)
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_set_access: pool is NULL");
     if (dev < 0 || dev >= ndevices)
-        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
-                            dev, ndevices);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
+                             dev, ndevices);
     if ((unsigned)a > CP_ACCESS_READWRITE)
-        return cp_error_set(CP_ERR_INVALID, "invalid value: unknown access %d", (int)a);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE, "unknown access %d", (int)a);
     if (dev == p->props.device && a != CP_ACCESS_READWRITE)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the pool's own device (%d) always has read-write "
-                            "access",
-                            dev);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the pool's own device (%d) always has read-write "
+                             "access",
+                             dev);
     S->lock();
     p->access[dev] = (unsigned char)a;
     S->unlock();
@@ -1032,8 +1034,8 @@ cp_status cp_host_pool_get_access(cp_mempool *p, int dev, cp_access *a)
     if (!p || !a)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_access: NULL argument");
     if (dev < 0 || dev >= ndevices)
-        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
-                            dev, ndevices);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
+                             dev, ndevices);
     S->lock();
     *a = (cp_access)p->access[dev];
     S->unlock();
@@ -1053,11 +1055,10 @@ cp_status cp_host_pool_check_access(const void *ptr, int dev, int write)
         cp_mempool *p = b->chunk->pool;
         cp_access a = p->props.device == dev ? CP_ACCESS_READWRITE : (cp_access)p->access[dev];
         if (a == CP_ACCESS_NONE || (write && a == CP_ACCESS_READ))
-            st = cp_error_set(CP_ERR_INVALID,
-                              "an illegal memory access was encountered: device %d has %s "
-                              "access to this block of a pool of device %d (mp:set_access(%d, "
-                              "\"rw\") grants it)",
-                              dev, a == CP_ACCESS_NONE ? "no" : "read-only", p->props.device, dev);
+            st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_ILLEGAL_ADDRESS,
+                               "device %d has %s access to this block of a pool of device %d "
+                               "(mp:set_access(%d, \"rw\") grants it)",
+                               dev, a == CP_ACCESS_NONE ? "no" : "read-only", p->props.device, dev);
     }
     S->unlock();
     return st;
@@ -1070,12 +1071,13 @@ cp_status cp_host_pool_export(cp_mempool *p, int *fd)
         return cp_error_set(CP_ERR_INVALID, "mempool_export: NULL argument");
     *fd = -1;
     if (p->imported)
-        return cp_error_set(CP_ERR_INVALID, "invalid value: an imported pool cannot be exported "
-                                            "again");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "an imported pool cannot be exported "
+                             "again");
     if (p->memfd < 0)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the pool was not created shareable "
-                            "(cupola.mempool{handle=\"posix_fd\"})");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the pool was not created shareable "
+                             "(cupola.mempool{handle=\"posix_fd\"})");
     *fd = fcntl(p->memfd, F_DUPFD_CLOEXEC, 0);
     if (*fd < 0)
         return cp_error_set(CP_ERR_BACKEND, "dup: %s (exporting a pool)", strerror(errno));
@@ -1092,11 +1094,11 @@ cp_status cp_host_pool_import(int fd, int dev, cp_mempool **out)
         return cp_error_set(CP_ERR_INVALID, "mempool_import: out is NULL");
     *out = NULL;
     if (dev < 0 || dev >= ndevices)
-        return cp_error_set(CP_ERR_INVALID, "invalid device ordinal: %d (the host emulates %d)",
-                            dev, ndevices);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
+                             dev, ndevices);
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the file descriptor is not a shareable pool's memory");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the file descriptor is not a shareable pool's memory");
     if ((mine = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
         return cp_error_set(CP_ERR_BACKEND, "dup: %s (importing a pool)", strerror(errno));
     memset(&props, 0, sizeof props);
@@ -1136,12 +1138,12 @@ cp_status cp_host_pool_export_ptr(void *ptr, cp_ipc_data *out)
     S->lock();
     b = map_find(ptr);
     if (!b)
-        st = cp_error_set(CP_ERR_INVALID,
-                          "invalid value: %p is not a live block of a stream-ordered pool", ptr);
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                           "%p is not a live block of a stream-ordered pool", ptr);
     else if (b->chunk->pool->memfd < 0 || b->chunk->pool->imported)
-        st = cp_error_set(CP_ERR_INVALID,
-                          "invalid value: the block's pool was not created shareable "
-                          "(cupola.mempool{handle=\"posix_fd\"})");
+        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                           "the block's pool was not created shareable "
+                           "(cupola.mempool{handle=\"posix_fd\"})");
     else {
         memcpy(d.magic, HOST_PTR_MAGIC, sizeof d.magic);
         d.off = b->chunk->off + (uint64_t)(b->ptr - b->chunk->base);
@@ -1177,22 +1179,22 @@ cp_status cp_host_pool_import_ptr(cp_mempool *p, const cp_ipc_data *data, size_t
         return cp_error_set(CP_ERR_INVALID, "mempool_import_ptr: NULL argument");
     *out = NULL;
     if (!p->imported)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: buffers are imported into a pool imported with "
-                            "cupola.mempool.import");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "buffers are imported into a pool imported with "
+                             "cupola.mempool.import");
     memcpy(&d, data->bytes, sizeof d);
     if (memcmp(d.magic, HOST_PTR_MAGIC, sizeof d.magic) != 0)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the export data is not a host backend block");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the export data is not a host backend block");
     if (d.size == 0 || bytes == 0 || bytes > d.size)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the export describes %llu bytes, the buffer %zu",
-                            (unsigned long long)d.size, bytes);
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the export describes %llu bytes, the buffer %zu",
+                             (unsigned long long)d.size, bytes);
     if (fstat(p->memfd, &st) != 0 || d.off > (uint64_t)st.st_size ||
         d.size > (uint64_t)st.st_size - d.off)
-        return cp_error_set(CP_ERR_INVALID,
-                            "invalid value: the block lies outside the pool's memory (a stale or "
-                            "foreign export)");
+        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
+                             "the block lies outside the pool's memory (a stale or "
+                             "foreign export)");
     start = d.off / (uint64_t)pg * (uint64_t)pg;
     end = (d.off + d.size + (uint64_t)pg - 1) / (uint64_t)pg * (uint64_t)pg;
     base = mmap(NULL, (size_t)(end - start), PROT_READ | PROT_WRITE, MAP_SHARED, p->memfd,

@@ -4,6 +4,8 @@
  */
 #include "kernel/host_fault.h"
 
+#include "backend/backend.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -175,6 +177,15 @@ void cp_hfault_recover(void)
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
+/* What follows the message of a fault, outside its parentheses as the CUDA
+ * backend's "the CUDA context is no longer usable" is. */
+static void append_unusable(char *err, size_t errlen)
+{
+    size_t n = strlen(err);
+    if (n < errlen)
+        snprintf(err + n, errlen - n, "; the stream is no longer usable");
+}
+
 void cp_hfault_describe(const cp_hfault *f, const char *kname, const void *stack_lo,
                         const void *stack_hi, size_t stride, size_t guard, char *err,
                         size_t errlen)
@@ -193,23 +204,25 @@ void cp_hfault_describe(const cp_hfault *f, const char *kname, const void *stack
                  kname, blk, f->code == FPE_INTDIV ? "division by zero" : "division overflow",
                  f->addr);
     } else if (f->sig == SIGILL || f->sig == SIGFPE) {
-        snprintf(err, errlen,
-                 "cupolaErrorIllegalInstruction: kernel '%s' faulted in block %llu (host "
-                 "backend: %s at instruction %p); the stream is no longer usable",
-                 kname, blk, sig, f->addr);
+        cp_cuda_err_format(err, errlen, CP_CUDA_ILLEGAL_INSTRUCTION,
+                           "kernel '%s' faulted in block %llu; host backend: %s at instruction "
+                           "%p",
+                           kname, blk, sig, f->addr);
+        append_unusable(err, errlen);
     } else if ((stack_lo && stride && a >= (uintptr_t)stack_lo && a < (uintptr_t)stack_hi &&
                 (a - (uintptr_t)stack_lo) % stride < guard) ||
                (thread_stack_lo && a < thread_stack_lo + 4096 &&
                 a + thread_guard + 65536 >= thread_stack_lo)) {
-        snprintf(err, errlen,
-                 "cupolaErrorIllegalAddress: kernel '%s' faulted in block %llu: a thread "
-                 "overflowed its stack (host backend: %s at address %p, in a stack's guard "
-                 "page); the stream is no longer usable",
-                 kname, blk, sig, f->addr);
+        cp_cuda_err_format(err, errlen, CP_CUDA_ILLEGAL_ADDRESS,
+                           "kernel '%s' faulted in block %llu: a thread overflowed its stack; "
+                           "host backend: %s at address %p, in a stack's guard page",
+                           kname, blk, sig, f->addr);
+        append_unusable(err, errlen);
     } else {
-        snprintf(err, errlen,
-                 "cupolaErrorIllegalAddress: kernel '%s' made an illegal memory access in "
-                 "block %llu (host backend: %s at address %p); the stream is no longer usable",
-                 kname, blk, sig, f->addr);
+        cp_cuda_err_format(err, errlen, CP_CUDA_ILLEGAL_ADDRESS,
+                           "kernel '%s' made an illegal memory access in block %llu; host "
+                           "backend: %s at address %p",
+                           kname, blk, sig, f->addr);
+        append_unusable(err, errlen);
     }
 }

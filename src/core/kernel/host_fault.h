@@ -52,7 +52,9 @@ int cp_hfault_thread_init(char *err, size_t errlen);
  * mask, which keeps arming cheap) and disarms. */
 void cp_hfault_recover(void);
 
-/* Describes the fault of f: "cupolaErrorIllegalAddress: ..." etc. for
+/* Describes the fault of f: "cudaErrorIllegalAddress: an illegal memory
+ * access was encountered (kernel 'k' ...)", with the CUDA error name a GPU
+ * reports (cupolaErrorDivisionByZero where a GPU does not fault), for
  * kernel kname; stack_lo..stack_hi (optional) is where the threads' stacks
  * and their guard pages lie, to tell a stack overflow. */
 void cp_hfault_describe(const cp_hfault *f, const char *kname, const void *stack_lo,

@@ -31,8 +31,10 @@
  *    integer division by zero, stack overflow: host_fault.h) stops the launch
  *    the same way, and the stream is left in error as a CUDA context would
  *    be: the next synchronization and every later use of the stream report
- *    "cupolaErrorIllegalAddress: kernel 'name' ..." (or DivisionByZero,
- *    IllegalInstruction); other streams and the process live on.
+ *    "cudaErrorIllegalAddress: an illegal memory access was encountered
+ *    (kernel 'name' ...)" (or cudaErrorIllegalInstruction, with CUDA's name as
+ *    on the GPU; an integer division by zero, which does not fault on a GPU,
+ *    is cupolaErrorDivisionByZero); other streams and the process live on.
  *  - A queued launch holds a reference to its module: closing a module never
  *    unloads code a pending launch will run.
  */
