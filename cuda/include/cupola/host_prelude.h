@@ -8,7 +8,8 @@
  *  - A block's threads are fibers on one OS thread, run in thread order; a
  *    thread runs until it finishes or reaches a barrier, so __syncthreads
  *    really waits (it completes when every thread of the block that has not
- *    exited has reached it).  Warp operations (__shfl*_sync, __ballot_sync,
+ *    exited has reached it, and releases only those: an exited thread takes
+ *    no part in barriers, as on CUDA since Volta).  Warp operations (__shfl*_sync, __ballot_sync,
  *    __any/__all_sync, __syncwarp) meet the lanes of the mask like a barrier
  *    among the warp (32 lanes, by linear thread index).  Threads waiting at
  *    different barriers forever are a deadlock: the block stops and the
@@ -25,9 +26,19 @@
  *  - A module whose source uses no barrier and no warp operation is built
  *    in direct mode (CUPOLA_HK_DIRECT): threads run one after the other with
  *    no fibers at all (see cp__run_block).
- *  - Anything else (textures, cooperative groups, launching kernels from
- *    kernels, device-side malloc beyond <cupola/device.h>) is not declared
- *    here and fails to compile.
+ *  - Device-side malloc and free are the C library's (legal CUDA; the heap
+ *    is the process's).  Anything else (textures, cooperative groups,
+ *    launching kernels from kernels) is not declared here and fails to
+ *    compile.
+ *
+ * Names: this header is read before any macro of the user's (cupola turns
+ * the user's -D/-U options into lines after it), so the user cannot change
+ * its text; what its macros expand to in user code (threadIdx, the kernel
+ * table) and everything at namespace scope that is not CUDA's own API uses
+ * only reserved names (containing "__": cp__hk, cp__cur, cp__invoke ...),
+ * and calls inside templates are qualified, so that no kernel, parameter,
+ * global or macro of the user's is hidden, found by argument-dependent
+ * lookup, or rewrites the expansion.
  */
 #ifndef CUPOLA_HOST_PRELUDE_H
 #define CUPOLA_HOST_PRELUDE_H

@@ -7,8 +7,16 @@
  *    dynamic shared memory, and a table naming the module's __global__
  *    functions is appended.  The system C++ compiler builds a shared object
  *    (C++17, -O2 unless the options say otherwise, -fno-exceptions,
- *    -Wl,-z,defs so that anything undefined is a compile error) with
- *    cupola/host_prelude.h force-included; compile.h caches it.
+ *    -Wl,-z,defs so that anything undefined is a compile error,
+ *    -fstack-clash-protection so that a stack overflow faults in the guard
+ *    page) with cupola/host_prelude.h force-included; compile.h caches it.
+ *    The user's -D/-U options of non-reserved names become #define/#undef
+ *    lines between the prelude and the source (macro_prologue).
+ *  - A compile error whose first message is not in the user's file (a
+ *    syntax error that ran on into the appended table, or one the prelude
+ *    reports) is checked again without the table (-fsyntax-only); when that
+ *    fails too, its log, which names the user's file and line first, is the
+ *    error's.
  *  - Load: dlopen (RTLD_NOW | RTLD_LOCAL); the module's table gives each
  *    kernel's thunk and its real parameter kinds and sizes, which m:kernel
  *    checks the declared types against.
@@ -24,9 +32,10 @@
  *  - Each OS thread that runs blocks keeps scratch memory (fiber states, one
  *    64 KiB stack per thread of the block with a guard page below it, the
  *    dynamic shared memory), grown on demand and kept for the next launch.
- *  - A block that deadlocks at its barriers or calls __trap() stops; the
- *    launch's remaining blocks are skipped and the next synchronization
- *    reports the error.
+ *  - A block that deadlocks at its barriers stops; the launch's remaining
+ *    blocks are skipped and the next synchronization reports the error.  A
+ *    __trap() does the same and leaves the stream in error, as a fault does
+ *    (below) and as a trap does on CUDA.
  *  - A hardware fault in user code (illegal address, null dereference,
  *    integer division by zero, stack overflow: host_fault.h) stops the launch
  *    the same way, and the stream is left in error as a CUDA context would
