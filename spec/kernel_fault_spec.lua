@@ -236,16 +236,18 @@ describe("errors of kernels and cupola's own waits", function()
   -- launch and the synchronization made the error disappear
   local it_h = HOST and it or function(name) pending(name .. " (host backend only)") end
   it_h("a cupola.malloc between a failing launch and the synchronization does not swallow the error", function()
-    local m = cupola.module { name = "trapper.cu", source = [[
-extern "C" __global__ void trapper(int *x) { if (threadIdx.x == 3) __trap(); x[threadIdx.x] = 1; }
+    -- a deadlock fails the launch without leaving the (default) stream in
+    -- error (a __trap() would: see the end of this file)
+    local m = cupola.module { name = "stuck.cu", source = [[
+extern "C" __global__ void stuck(int *x) { if (threadIdx.x == 3) __syncthreads(); else __syncwarp(); x[threadIdx.x] = 1; }
 ]] }
     local b = cupola.malloc(256)
-    m:kernel("trapper", { "ptr" }):launch({ grid = 1, block = 32 }, b)
+    m:kernel("stuck", { "ptr" }):launch({ grid = 1, block = 32 }, b)
     local b2 = cupola.malloc(4096)
     b2:free()
     local ok, err = pcall(cupola.synchronize)
     assert.is_false(ok)
-    assert.matches("cupolaErrorHostKernel: kernel 'trapper'", err, 1, true)
+    assert.matches("cupolaErrorHostKernel: kernel 'stuck': deadlock", err, 1, true)
     assert.is_true((pcall(cupola.synchronize)))
     b:free()
     m:close()
@@ -261,5 +263,50 @@ out("device", tostring((pcall(cupola.synchronize))))
 ]])
     assert.equals(0, code, o .. e)
     assert.matches("device\tfalse", o, 1, true)
+  end)
+end)
+
+-- kernfix: a stack overflow through frames larger than the guard page is
+-- still told as one (the prelude's code probes each page of a frame), in
+-- both execution modes; a __trap() leaves its stream in error like a fault.
+describe("kernfix: overflow and trap on the host backend", function()
+  local DEEP = [==[
+__device__ int deep4k(int n)
+{
+    volatile char pad[4096];
+    pad[0] = (char)n;
+    pad[4095] = 1;
+    return n == 0 ? 0 : deep4k(n - 1) + pad[0] + pad[4095];
+}
+extern "C" __global__ void overflow4k(int *x) { x[threadIdx.x] = deep4k(1000); }
+extern "C" __global__ void overflow4k_fibers(int *x)
+{
+    __syncthreads();
+    x[threadIdx.x] = deep4k(1000);
+}
+extern "C" __global__ void trapper(int *x) { if (threadIdx.x == 3) __trap(); x[threadIdx.x] = 1; }
+]==]
+  local function with(kernel, shape)
+    return "local m2 = cupola.module { name = 'deep.cu', source = " .. string.format("%q", DEEP) .. " }\n"
+      .. "m2:kernel('" .. kernel .. "', { 'ptr' }):launch({ " .. shape .. ", stream = s }, b)"
+  end
+
+  it_host("4 KiB frames 1000 deep, threads run without fibers: 'overflowed its stack'", function()
+    local code, o, e = run_child(fault_script(with("overflow4k", "grid = 1, block = 4")))
+    check(code, o, e, "overflow4k", "cudaErrorIllegalAddress: ")
+    assert.matches("a thread overflowed its stack", o, 1, true)
+  end)
+
+  it_host("4 KiB frames 1000 deep, threads as fibers (64 KiB stacks): 'overflowed its stack'", function()
+    local code, o, e = run_child(fault_script(with("overflow4k_fibers", "grid = 3, block = 64")))
+    check(code, o, e, "overflow4k_fibers", "cudaErrorIllegalAddress: ")
+    assert.matches("a thread overflowed its stack", o, 1, true)
+  end)
+
+  it_host("__trap() leaves the stream in error, as a fault does", function()
+    local code, o, e = run_child(fault_script(with("trapper", "grid = 2, block = 32")))
+    check(code, o, e, "trapper", "cupolaErrorHostKernel: ")
+    assert.matches("__trap() in thread (3,0,0)", o, 1, true)
+    assert.matches("the stream is no longer usable", o, 1, true)
   end)
 end)

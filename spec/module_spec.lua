@@ -608,10 +608,17 @@ extern "C" __global__ void trap(void) { __trap(); }
         assert.is_false(ok)
         assert.matches("cupolaErrorHostKernel: kernel 'dead': deadlock in block", err)
         cupola.synchronize() -- reported once
-        mm:kernel("trap", {}):launch({ grid = 1, block = 1 })
-        ok, err = pcall(cupola.synchronize)
+        -- a trap is sticky (as on CUDA): its own stream, left in error
+        local s = cupola.stream()
+        mm:kernel("trap", {}):launch({ grid = 1, block = 1, stream = s })
+        ok, err = pcall(s.synchronize, s)
         assert.is_false(ok)
         assert.matches("__trap", err)
+        local ok2, err2 = pcall(s.synchronize, s)
+        assert.is_false(ok2)
+        assert.equals(err, err2)
+        s:close()
+        cupola.synchronize()
       end)
 
       it("code outside the subset is a compile error (host)", function()
@@ -711,5 +718,252 @@ extern "C" __global__ void fault(int *x) { x[threadIdx.x] = 1; }
       io.write(tostring(ok), " ", tostring(err), "\n")
     ]])
     assert.matches("launched\nfalse .*[Ii]llegal", out)
+  end)
+end)
+
+-- kernfix: threads that exit before a barrier, names the prelude must not
+-- take from the user, compile errors that keep the user's file:line, and
+-- device-side malloc.
+describe("kernfix: kernels of your own", function()
+  local SENT = -7
+
+  -- threads i >= n return at once; the others meet at the barrier (threads
+  -- that have exited take no part in a block's barriers, as on CUDA since
+  -- Volta); a second kernel has exited threads interleaved with the live
+  -- ones and uses two barriers and a counting barrier
+  local EARLY = [[
+extern "C" __global__ void early(int *o, int n)
+{
+    __shared__ int sh[1024];
+    int i = threadIdx.x;
+    if (i >= n)
+        return;
+    sh[i] = i;
+    __syncthreads();
+    o[i] = sh[n - 1 - i];
+}
+extern "C" __global__ void holes(int *o)
+{
+    __shared__ int sh[1024];
+    int i = threadIdx.x;
+    if (i % 3 == 1)
+        return;
+    sh[i] = 2 * i;
+    __syncthreads();
+    int c = __syncthreads_count(1);
+    int j = (i + 3) % (int)blockDim.x;
+    __syncthreads();
+    o[i] = (j % 3 == 1 ? -1 : sh[j]) + 4096 * c;
+}
+extern "C" __global__ void early_direct(int *o, int n)
+{
+    int i = threadIdx.x;
+    if (i >= n)
+        return;
+    o[i] = n - 1 - i;
+}
+]]
+
+  it("threads that return before a __syncthreads: the others complete with the right data", function()
+    local m = cupola.module { name = "early.cu", source = EARLY }
+    local early = m:kernel("early", { "ptr", "i32" })
+    local holes = m:kernel("holes", { "ptr" })
+    local direct = cupola.module { name = "early_direct.cu", source = EARLY:match('extern "C" __global__ void early_direct.*') }
+    local early_direct = direct:kernel("early_direct", { "ptr", "i32" })
+    local s = cupola.stream()
+    local o = cupola.malloc(1024 * 4)
+    local sentinel = {}
+    for i = 1, 1024 do sentinel[i] = SENT end
+    for _, block in ipairs { 1, 2, 32, 33, 64, 256, 1024 } do
+      local ns = { 0, 1, block // 2, block - 1, block }
+      for _, n in ipairs(ns) do
+        for _, k in ipairs { early, early_direct } do
+          put_i32(o, sentinel)
+          k:launch({ grid = 1, block = block, stream = s }, o, n)
+          s:synchronize()
+          local got = i32s(o, block)
+          for i = 0, block - 1 do
+            local want = i < n and n - 1 - i or SENT
+            if got[i + 1] ~= want then
+              error(string.format("block %d, n %d: o[%d] = %d, want %d", block, n, i, got[i + 1], want))
+            end
+          end
+        end
+      end
+      put_i32(o, sentinel)
+      holes:launch({ grid = 2, block = block, stream = s }, o)
+      s:synchronize()
+      local got, live = i32s(o, block), 0
+      for i = 0, block - 1 do if i % 3 ~= 1 then live = live + 1 end end
+      for i = 0, block - 1 do
+        local j = (i + 3) % block
+        local want = i % 3 == 1 and SENT or ((j % 3 == 1 and -1 or 2 * j) + 4096 * live)
+        if got[i + 1] ~= want then
+          error(string.format("holes, block %d: o[%d] = %d, want %d", block, i, got[i + 1], want))
+        end
+      end
+    end
+    o:free()
+    s:close()
+    m:close()
+    direct:close()
+  end)
+
+  -- kernels and parameters named like the prelude's internals, before and
+  -- after they were renamed (the table's lambda had a parameter `a`, which
+  -- hid a kernel named a)
+  local NAMES = [[
+extern "C" __global__ void a(int *o, int a) { o[0] = a; }
+extern "C" __global__ void b(int *fn, int cur, int tid, int blk) { fn[1] = cur + tid + blk; }
+extern "C" __global__ void i(int *i) { i[2] = 3; }
+extern "C" __global__ void k(int *l, int s, int n) { l[3] = s + n; }
+extern "C" __global__ void p(int *p) { p[4] = 5; }
+extern "C" __global__ void s(int *s) { s[5] = 6; }
+extern "C" __global__ void x(int *x) { x[6] = 7 + (int)threadIdx.x; }
+extern "C" __global__ void invoke(int *invoke) { invoke[7] = 8; }
+extern "C" __global__ void launch(int *params, int nparams) { params[8] = nparams; }
+extern "C" __global__ void call(int *sig, int run_block, int entry) { sig[9] = run_block + entry; }
+]]
+  local WANT = { 1, 6, 3, 9, 5, 6, 7, 8, 9, 10 }
+  local function run_names(m)
+    local o = cupola.malloc(16 * 4)
+    o:memset(0)
+    m:kernel("a", { "ptr", "i32" }):launch({ grid = 1, block = 1 }, o, 1)
+    m:kernel("b", { "ptr", "i32", "i32", "i32" }):launch({ grid = 1, block = 1 }, o, 1, 2, 3)
+    m:kernel("i", { "ptr" }):launch({ grid = 1, block = 1 }, o)
+    m:kernel("k", { "ptr", "i32", "i32" }):launch({ grid = 1, block = 1 }, o, 4, 5)
+    for _, name in ipairs { "p", "s", "x", "invoke" } do
+      m:kernel(name, { "ptr" }):launch({ grid = 1, block = 1 }, o)
+    end
+    m:kernel("launch", { "ptr", "i32" }):launch({ grid = 1, block = 1 }, o, 9)
+    m:kernel("call", { "ptr", "i32", "i32" }):launch({ grid = 1, block = 1 }, o, 4, 6)
+    cupola.synchronize()
+    assert.same(WANT, { table.unpack(i32s(o, 10)) })
+    o:free()
+  end
+
+  it("kernels named a, b, i, k, p, s, x, invoke, launch, call (parameters too) compile and run", function()
+    run_names(cupola.module { name = "names.cu", source = NAMES })
+    -- the same with a barrier in the module: threads as fibers
+    run_names(cupola.module { name = "names_sync.cu", source = NAMES .. [[
+extern "C" __global__ void with_barrier(int *o) { __syncthreads(); }
+]] })
+  end)
+
+  if HOST then
+    -- a user's macros (options and #define) never rewrite the prelude's
+    -- code, nor what its macros (threadIdx, the kernel table) expand to
+    it("user macros named like the prelude's internals: -DN -DT -Di -Da -Db -Dk -Dp -Ds and #defines (host)", function()
+      local opts = {}
+      for _, name in ipairs { "N", "T", "i", "a", "b", "k", "p", "s", "f", "l", "n", "v", "r", "m", "fn",
+        "A", "B", "I", "C", "U", "lim", "mask", "src", "width", "d", "w", "j", "size", "kind", "name",
+        "block", "grid", "args", "kernel", "shared", "lo", "entry", "wait", "state", "lane", "index" } do
+        opts[#opts + 1] = "-D" .. name .. "=(syntax error"
+      end
+      opts[#opts + 1] = "-DNUM=5"
+      local src = [[
+#define cur oops(
+#define tid oops(
+#define blk oops(
+#define bid oops(
+#define bdim oops(
+#define gdim oops(
+#define dyn oops(
+#define invoke oops(
+#define nparams oops(
+#define params oops(
+#define run_block oops(
+#define visibility oops(
+#define always_inline oops(
+#define aligned oops(
+#define noinline oops(
+extern "C" __global__ void macros(int *out)
+{
+    extern __shared__ int dynsh[];
+    unsigned t = threadIdx.x + blockIdx.x * blockDim.x;
+    dynsh[threadIdx.x] = (int)t;
+    __syncthreads();
+    out[t] = dynsh[(threadIdx.x + 1) % blockDim.x] + NUM * (int)gridDim.x;
+}
+]]
+      local m = cupola.module { name = "macros.cu", source = src, options = opts }
+      local o = cupola.malloc(64 * 4)
+      m:kernel("macros", { "ptr" }):launch({ grid = 2, block = 32, shared = 32 * 4 }, o)
+      cupola.synchronize()
+      local got = i32s(o, 64)
+      for t = 0, 63 do
+        local blk = t // 32
+        assert.equals(blk * 32 + (t % 32 + 1) % 32 + 10, got[t + 1])
+      end
+      o:free()
+      -- a user macro is still a macro for the user's code, and -U undoes one
+      local m2 = cupola.module { name = "macros2.cu", options = { "-DVAL=41", "-DGONE=1", "-UGONE" }, source = [[
+#ifdef GONE
+#error GONE was undefined
+#endif
+extern "C" __global__ void val(int *o) { o[0] = VAL + 1; }
+]] }
+      local o2 = cupola.malloc(4)
+      m2:kernel("val", { "ptr" }):launch({ grid = 1, block = 1 }, o2)
+      cupola.synchronize()
+      assert.equals(42, i32s(o2, 1)[1])
+      o2:free()
+    end)
+  end
+
+  -- the compile error names the user's file and line first, and the whole
+  -- log is kept (the core's message buffer is 512 bytes)
+  -- (NVRTC writes "b.cu(1): error"; where an unclosed brace is reported at
+  -- the end of input may be the next line there)
+  local WHERE = HOST and "b%.cu:1:" or "b%.cu%(%d+%)"
+  it("a syntax error that runs into cupola's own code still names b.cu:1", function()
+    for _, src in ipairs { "broken(", 'extern "C" __global__ void k(int *o) { o[0] = 1;', "{" } do
+      local ok, err = pcall(cupola.module, { source = src, name = "b.cu" })
+      assert.is_false(ok)
+      assert.matches("cupola.module: b.cu: compile error", err, 1, true)
+      assert.matches(WHERE, err)
+      if HOST then
+        assert.is_nil(err:find("host_prelude.h", 1, true), err)
+      end
+    end
+  end)
+
+  it("a long log is kept whole: its last error is in the message", function()
+    local lines = { 'extern "C" __global__ void k(int *o)', "{" }
+    for n = 1, 40 do
+      lines[#lines + 1] = string.format("    o[%d] = undeclared_name_number_%d;", n, n)
+    end
+    lines[#lines + 1] = "}"
+    local ok, err = pcall(cupola.module, { source = table.concat(lines, "\n"), name = "long.cu" })
+    assert.is_false(ok)
+    assert.is_true(#err > 2048, #err)
+    assert.matches("undeclared_name_number_1[^%d]", err)
+    assert.matches("undeclared_name_number_40", err, 1, true)
+    assert.matches(HOST and "long.cu:42" or "long.cu(42)", err, 1, true)
+  end)
+
+  -- device-side malloc/free are legal CUDA; on the host backend they are the
+  -- C library's
+  it("device-side malloc and free in a kernel", function()
+    local m = cupola.module { name = "dmalloc.cu", source = [[
+extern "C" __global__ void dm(int *o)
+{
+    int *p = (int *)malloc(16 * sizeof(int));
+    if (!p) {
+        o[threadIdx.x] = -1;
+        return;
+    }
+    for (int j = 0; j < 16; j++)
+        p[j] = (int)threadIdx.x + j;
+    o[threadIdx.x] = p[15];
+    free(p);
+}
+]] }
+    local o = cupola.malloc(64 * 4)
+    m:kernel("dm", { "ptr" }):launch({ grid = 1, block = 64 }, o)
+    cupola.synchronize()
+    local got = i32s(o, 64)
+    for t = 0, 63 do assert.equals(t + 15, got[t + 1]) end
+    o:free()
   end)
 end)

@@ -59,8 +59,10 @@ typedef struct cupola_hk_module {
     unsigned abi;
     unsigned nkernels;
     const cupola_hk_kernel *kernels;
-    /* runs block number `block` (x fastest) of the launch; 0, or nonzero
-     * with a message in err (a deadlock at a barrier) */
+    /* runs block number `block` (x fastest) of the launch; 0, or 1 with a
+     * message in err (a deadlock at a barrier: the launch fails), or 2 with
+     * a message (__trap(): the stream is left in error, as a fault leaves
+     * it) */
     int (*run_block)(const cupola_hk_launch *l, uint64_t block, const cupola_hk_scratch *s,
                      char *err, size_t errlen);
 } cupola_hk_module;

@@ -8,7 +8,8 @@
  *  - A block's threads are fibers on one OS thread, run in thread order; a
  *    thread runs until it finishes or reaches a barrier, so __syncthreads
  *    really waits (it completes when every thread of the block that has not
- *    exited has reached it).  Warp operations (__shfl*_sync, __ballot_sync,
+ *    exited has reached it, and releases only those: an exited thread takes
+ *    no part in barriers, as on CUDA since Volta).  Warp operations (__shfl*_sync, __ballot_sync,
  *    __any/__all_sync, __syncwarp) meet the lanes of the mask like a barrier
  *    among the warp (32 lanes, by linear thread index).  Threads waiting at
  *    different barriers forever are a deadlock: the block stops and the
@@ -24,10 +25,20 @@
  *    fence.
  *  - A module whose source uses no barrier and no warp operation is built
  *    in direct mode (CUPOLA_HK_DIRECT): threads run one after the other with
- *    no fibers at all (see run_block).
- *  - Anything else (textures, cooperative groups, launching kernels from
- *    kernels, device-side malloc beyond <cupola/device.h>) is not declared
- *    here and fails to compile.
+ *    no fibers at all (see cp__run_block).
+ *  - Device-side malloc and free are the C library's (legal CUDA; the heap
+ *    is the process's).  Anything else (textures, cooperative groups,
+ *    launching kernels from kernels) is not declared here and fails to
+ *    compile.
+ *
+ * Names: this header is read before any macro of the user's (cupola turns
+ * the user's -D/-U options into lines after it), so the user cannot change
+ * its text; what its macros expand to in user code (threadIdx, the kernel
+ * table) and everything at namespace scope that is not CUDA's own API uses
+ * only reserved names (containing "__": cp__hk, cp__cur, cp__invoke ...),
+ * and calls inside templates are qualified, so that no kernel, parameter,
+ * global or macro of the user's is hidden, found by argument-dependent
+ * lookup, or rewrites the expansion.
  */
 #ifndef CUPOLA_HOST_PRELUDE_H
 #define CUPOLA_HOST_PRELUDE_H
@@ -56,10 +67,10 @@
 #define __host__
 #define __constant__
 #define __managed__
-#define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+#define __forceinline__ inline __attribute__((__always_inline__))
+#define __noinline__ __attribute__((__noinline__))
 #define __shared__ thread_local
-#define __align__(n) __attribute__((aligned(n)))
+#define __align__(n) __attribute__((__aligned__(n)))
 #define __launch_bounds__(...)
 #define __grid_constant__
 #ifndef __restrict__
@@ -101,27 +112,27 @@ enum { READY = 0, WAIT_BLOCK, WAIT_WARP, DONE, TRAPPED };
 struct block;
 struct fiber {
     void *sp;
-    uint3 tid;
+    uint3 cp__tid;
     unsigned lane, index;
     int state;
     unsigned mask;
     unsigned long long xchg;
-    block *blk;
+    block *cp__blk;
 };
 static_assert(sizeof(fiber) <= CUPOLA_HK_FIBER_BYTES, "fiber state too large");
 struct block {
     unsigned char *fibers;
     unsigned n, live;
-    uint3 bid;
-    dim3 bdim, gdim;
+    uint3 cp__bid;
+    dim3 cp__bdim, cp__gdim;
     void *sched_sp;
     const cupola_hk_launch *l;
-    void *dyn;
+    void *cp__dyn;
 };
 
 /* default TLS model: initial-exec would draw on the static TLS surplus,
  * which a process loading many modules exhausts */
-static thread_local fiber *cur;
+static thread_local fiber *cp__cur;
 
 static inline fiber *fiber_at(block *b, unsigned i)
 {
@@ -130,10 +141,10 @@ static inline fiber *fiber_at(block *b, unsigned i)
 
 } // namespace cp__hk
 
-#define threadIdx (::cp__hk::cur->tid)
-#define blockIdx (::cp__hk::cur->blk->bid)
-#define blockDim (::cp__hk::cur->blk->bdim)
-#define gridDim (::cp__hk::cur->blk->gdim)
+#define threadIdx (::cp__hk::cp__cur->cp__tid)
+#define blockIdx (::cp__hk::cp__cur->cp__blk->cp__bid)
+#define blockDim (::cp__hk::cp__cur->cp__blk->cp__bdim)
+#define gridDim (::cp__hk::cp__cur->cp__blk->cp__gdim)
 
 namespace cp__hk {
 /* Block number index of launch l, with its threads not started yet. */
@@ -144,14 +155,14 @@ static inline void block_init(block *b, const cupola_hk_launch *l, uint64_t inde
     b->fibers = fibers;
     b->n = n;
     b->live = n;
-    b->bid.x = (unsigned)(index % l->grid[0]);
-    b->bid.y = (unsigned)((index / l->grid[0]) % l->grid[1]);
-    b->bid.z = (unsigned)(index / ((uint64_t)l->grid[0] * l->grid[1]));
-    b->bdim = dim3(l->block[0], l->block[1], l->block[2]);
-    b->gdim = dim3(l->grid[0], l->grid[1], l->grid[2]);
+    b->cp__bid.x = (unsigned)(index % l->grid[0]);
+    b->cp__bid.y = (unsigned)((index / l->grid[0]) % l->grid[1]);
+    b->cp__bid.z = (unsigned)(index / ((uint64_t)l->grid[0] * l->grid[1]));
+    b->cp__bdim = dim3(l->block[0], l->block[1], l->block[2]);
+    b->cp__gdim = dim3(l->grid[0], l->grid[1], l->grid[2]);
     b->sched_sp = nullptr;
     b->l = l;
-    b->dyn = s->dyn_shared;
+    b->cp__dyn = s->dyn_shared;
 }
 } // namespace cp__hk
 
@@ -162,7 +173,7 @@ static inline void block_init(block *b, const cupola_hk_launch *l, uint64_t inde
  * (through a header the scan did not see) is a compile error, on which
  * cupola compiles the module again with fibers. */
 namespace cp__hk {
-static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_scratch *s,
+static int cp__run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_scratch *s,
                      char *err, size_t errlen)
 {
     block b;
@@ -171,19 +182,19 @@ static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_
     (void)errlen;
     block_init(&b, l, index, s, nullptr);
     memset(&f, 0, sizeof f);
-    f.blk = &b;
-    cur = &f;
+    f.cp__blk = &b;
+    cp__cur = &f;
     for (unsigned z = 0, i = 0; z < l->block[2]; z++)
         for (unsigned y = 0; y < l->block[1]; y++)
             for (unsigned x = 0; x < l->block[0]; x++, i++) {
-                f.tid.x = x;
-                f.tid.y = y;
-                f.tid.z = z;
+                f.cp__tid.x = x;
+                f.cp__tid.y = y;
+                f.cp__tid.z = z;
                 f.lane = i & 31u;
                 f.index = i;
                 l->kernel->thunk(l->args);
             }
-    cur = nullptr;
+    cp__cur = nullptr;
     return 0;
 }
 } // namespace cp__hk
@@ -224,25 +235,25 @@ namespace cp__hk {
 
 static void entry()
 {
-    fiber *f = cur;
-    block *b = f->blk;
+    fiber *f = cp__cur;
+    block *b = f->cp__blk;
     b->l->kernel->thunk(b->l->args);
-    f = cur;
+    f = cp__cur;
     f->state = DONE;
-    f->blk->live--;
-    cp__hk_switch(&f->sp, f->blk->sched_sp);
+    f->cp__blk->live--;
+    cp__hk_switch(&f->sp, f->cp__blk->sched_sp);
     __builtin_unreachable();
 }
 
 static inline void wait(int st, unsigned mask)
 {
-    fiber *f = cur;
+    fiber *f = cp__cur;
     f->state = st;
     f->mask = mask;
-    cp__hk_switch(&f->sp, f->blk->sched_sp);
+    cp__hk_switch(&f->sp, f->cp__blk->sched_sp);
 }
 
-static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_scratch *s,
+static int cp__run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_scratch *s,
                      char *err, size_t errlen)
 {
     block b;
@@ -254,15 +265,15 @@ static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_
     block_init(&b, l, index, s, static_cast<unsigned char *>(s->fibers));
     for (unsigned i = 0; i < n; i++) {
         fiber *f = fiber_at(&b, i);
-        f->tid.x = i % l->block[0];
-        f->tid.y = (i / l->block[0]) % l->block[1];
-        f->tid.z = i / (l->block[0] * l->block[1]);
+        f->cp__tid.x = i % l->block[0];
+        f->cp__tid.y = (i / l->block[0]) % l->block[1];
+        f->cp__tid.z = i / (l->block[0] * l->block[1]);
         f->lane = i & 31u;
         f->index = i;
         f->state = READY;
         f->mask = 0;
         f->xchg = 0;
-        f->blk = &b;
+        f->cp__blk = &b;
         /* stack tops staggered by a cache line per thread: at equal page
          * offsets they would all fall into one set of the L1 cache */
         f->sp = stack_init(s->slots + (size_t)i * s->slot_stride,
@@ -274,24 +285,29 @@ static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_
         for (unsigned i = 0; i < n; i++) {
             fiber *f = fiber_at(&b, i);
             if (f->state == READY) {
-                cur = f;
+                cp__cur = f;
                 cp__hk_switch(&b.sched_sp, f->sp);
                 if (f->state == TRAPPED) {
-                    cur = nullptr;
+                    /* 2: a sticky error, as a trap is on CUDA */
+                    cp__cur = nullptr;
                     snprintf(err, errlen, "__trap() in thread (%u,%u,%u) of block (%u,%u,%u)",
-                             f->tid.x, f->tid.y, f->tid.z, b.bid.x, b.bid.y, b.bid.z);
-                    return 1;
+                             f->cp__tid.x, f->cp__tid.y, f->cp__tid.z, b.cp__bid.x, b.cp__bid.y, b.cp__bid.z);
+                    return 2;
                 }
             }
         }
-        cur = nullptr;
+        cp__cur = nullptr;
         if (b.live == 0)
             return 0;
         for (unsigned i = 0; i < n; i++)
             nblock += fiber_at(&b, i)->state == WAIT_BLOCK;
         if (nblock == b.live) {
+            /* every thread that has not exited is at the barrier: release
+             * those (an exited thread takes no part in barriers, as on CUDA
+             * since Volta, and its stack must never be resumed) */
             for (unsigned i = 0; i < n; i++)
-                fiber_at(&b, i)->state = READY;
+                if (fiber_at(&b, i)->state == WAIT_BLOCK)
+                    fiber_at(&b, i)->state = READY;
             continue;
         }
         for (unsigned w = 0; w * 32 < n; w++) {
@@ -316,7 +332,7 @@ static int run_block(const cupola_hk_launch *l, uint64_t index, const cupola_hk_
             snprintf(err, errlen,
                      "deadlock in block (%u,%u,%u): its threads wait at different barriers "
                      "(%u at __syncthreads, %u at a warp operation, %u exited)",
-                     b.bid.x, b.bid.y, b.bid.z, nblock, b.live - nblock, n - b.live);
+                     b.cp__bid.x, b.cp__bid.y, b.cp__bid.z, nblock, b.live - nblock, n - b.live);
             return 1;
         }
     }
@@ -328,27 +344,27 @@ template <class T> static inline T exchange(unsigned mask, T v, int src, bool va
 {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value,
                   "warp shuffles take values of at most 8 bytes");
-    fiber *f = cur;
+    fiber *f = cp__cur;
     unsigned base = f->index & ~31u;
     T r = v;
-    memcpy(&f->xchg, &v, sizeof v);
+    __builtin_memcpy(&f->xchg, &v, sizeof v);
     wait(WAIT_WARP, mask);
-    f = cur;
-    if (valid && src >= 0 && base + (unsigned)src < f->blk->n)
-        memcpy(&r, &fiber_at(f->blk, base + (unsigned)src)->xchg, sizeof r);
+    f = cp__cur;
+    if (valid && src >= 0 && base + (unsigned)src < f->cp__blk->n)
+        __builtin_memcpy(&r, &fiber_at(f->cp__blk, base + (unsigned)src)->xchg, sizeof r);
     wait(WAIT_WARP, mask);
     return r;
 }
 
 static inline unsigned ballot(unsigned mask, int pred)
 {
-    fiber *f = cur;
+    fiber *f = cp__cur;
     unsigned base = f->index & ~31u, r = 0;
     f->xchg = pred != 0;
     wait(WAIT_WARP, mask);
-    f = cur;
-    for (unsigned j = 0; j < 32 && base + j < f->blk->n; j++) {
-        fiber *o = fiber_at(f->blk, base + j);
+    f = cp__cur;
+    for (unsigned j = 0; j < 32 && base + j < f->cp__blk->n; j++) {
+        fiber *o = fiber_at(f->cp__blk, base + j);
         if ((mask & (1u << j)) && o->state != DONE && o->xchg)
             r |= 1u << j;
     }
@@ -358,13 +374,13 @@ static inline unsigned ballot(unsigned mask, int pred)
 
 static inline int block_reduce(int pred, int op)
 {
-    fiber *f = cur;
+    fiber *f = cp__cur;
     int r = op == 1 ? 1 : 0;
     f->xchg = pred != 0;
     wait(WAIT_BLOCK, 0);
-    f = cur;
-    for (unsigned i = 0; i < f->blk->n; i++) {
-        fiber *o = fiber_at(f->blk, i);
+    f = cp__cur;
+    for (unsigned i = 0; i < f->cp__blk->n; i++) {
+        fiber *o = fiber_at(f->cp__blk, i);
         if (o->state == DONE)
             continue;
         if (op == 0)
@@ -406,20 +422,20 @@ template <class T> constexpr cupola_hk_param param_of()
            : std::is_integral<T>::value ? cupola_hk_param{'u', (unsigned char)sizeof(T)}
                                         : cupola_hk_param{'x', (unsigned char)(sizeof(T) > 255 ? 255 : sizeof(T))};
 }
-template <class... A> struct sig {
-    static constexpr cupola_hk_param params[sizeof...(A) + 1] = {param_of<A>()..., cupola_hk_param{0, 0}};
+template <class... A> struct cp__sig {
+    static constexpr cupola_hk_param cp__table[sizeof...(A) + 1] = {param_of<A>()..., cupola_hk_param{0, 0}};
 };
-template <class... A> constexpr unsigned nparams(void (*)(A...)) { return sizeof...(A); }
-template <class... A> constexpr const cupola_hk_param *params(void (*)(A...)) { return sig<A...>::params; }
+template <class... A> constexpr unsigned cp__nparams(void (*)(A...)) { return sizeof...(A); }
+template <class... A> constexpr const cupola_hk_param *cp__params(void (*)(A...)) { return cp__sig<A...>::cp__table; }
 template <class... A, size_t... I>
-static inline void call(void (*fn)(A...), void *const *a, std::index_sequence<I...>)
+static inline void cp__call(void (*fn)(A...), void *const *a, std::index_sequence<I...>)
 {
     (void)a;
     fn(*static_cast<typename std::remove_cv<A>::type *>(a[I])...);
 }
-template <class... A> static inline void invoke(void (*fn)(A...), void *const *a)
+template <class... A> static inline void cp__invoke(void (*fn)(A...), void *const *a)
 {
-    call(fn, a, std::index_sequence_for<A...>{});
+    ::cp__hk::cp__call(fn, a, std::index_sequence_for<A...>{});
 }
 
 } // namespace cp__hk
@@ -444,7 +460,7 @@ int __all_sync(unsigned, int) CP_HK_FIBERS;
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline unsigned __lanemask_lt() { return (1u << ::cp__hk::cur->lane) - 1u; }
+static inline unsigned __lanemask_lt() { return (1u << ::cp__hk::cp__cur->lane) - 1u; }
 #else
 /* ---- synchronization ---------------------------------------------------------- */
 static inline void __syncthreads() { ::cp__hk::wait(::cp__hk::WAIT_BLOCK, 0); }
@@ -464,32 +480,32 @@ static inline void __trap()
 /* ---- warp operations ------------------------------------------------------------ */
 static inline unsigned __activemask()
 {
-    ::cp__hk::fiber *f = ::cp__hk::cur;
+    ::cp__hk::fiber *f = ::cp__hk::cp__cur;
     unsigned base = f->index & ~31u, r = 0;
-    for (unsigned j = 0; j < 32 && base + j < f->blk->n; j++)
-        if (::cp__hk::fiber_at(f->blk, base + j)->state != ::cp__hk::DONE)
+    for (unsigned j = 0; j < 32 && base + j < f->cp__blk->n; j++)
+        if (::cp__hk::fiber_at(f->cp__blk, base + j)->state != ::cp__hk::DONE)
             r |= 1u << j;
     return r;
 }
-static inline unsigned __lanemask_lt() { return (1u << ::cp__hk::cur->lane) - 1u; }
+static inline unsigned __lanemask_lt() { return (1u << ::cp__hk::cp__cur->lane) - 1u; }
 template <class T> static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32)
 {
-    int lane = (int)::cp__hk::cur->lane;
+    int lane = (int)::cp__hk::cp__cur->lane;
     return ::cp__hk::exchange(mask, v, (lane & ~(width - 1)) + (src & (width - 1)), true);
 }
 template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32)
 {
-    int lane = (int)::cp__hk::cur->lane;
+    int lane = (int)::cp__hk::cp__cur->lane;
     return ::cp__hk::exchange(mask, v, lane + (int)d, (lane & (width - 1)) + (int)d < width);
 }
 template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32)
 {
-    int lane = (int)::cp__hk::cur->lane;
+    int lane = (int)::cp__hk::cp__cur->lane;
     return ::cp__hk::exchange(mask, v, lane - (int)d, (lane & (width - 1)) >= (int)d);
 }
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int m, int width = 32)
 {
-    int lane = (int)::cp__hk::cur->lane, src = lane ^ m;
+    int lane = (int)::cp__hk::cp__cur->lane, src = lane ^ m;
     return ::cp__hk::exchange(mask, v, src, (src & ~(width - 1)) == (lane & ~(width - 1)));
 }
 static inline unsigned __ballot_sync(unsigned mask, int p) { return ::cp__hk::ballot(mask, p); }
@@ -614,16 +630,16 @@ template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }
 
 /* `extern __shared__ T name[];` becomes a pointer to this. */
-static inline void *cp__hk_dyn_shared() { return ::cp__hk::cur->blk->dyn; }
+static inline void *cp__hk_dyn_shared() { return ::cp__hk::cp__cur->cp__blk->cp__dyn; }
 
 /* The table of the module's kernels; cupola appends one line naming them. */
 #define CUPOLA_HK_KERNEL(fn)                                                                  \
-    cupola_hk_kernel{#fn, [](void *const *a) { ::cp__hk::invoke(fn, a); }, ::cp__hk::nparams(fn), \
-                     ::cp__hk::params(fn)},
+    cupola_hk_kernel{#fn, [](void *const *cp__args) { ::cp__hk::cp__invoke(fn, cp__args); }, ::cp__hk::cp__nparams(fn), \
+                     ::cp__hk::cp__params(fn)},
 #define CUPOLA_HK_TABLE(...)                                                                  \
     static const cupola_hk_kernel cp__hk_kernels[] = {__VA_ARGS__ cupola_hk_kernel{nullptr, nullptr, 0, nullptr}}; \
-    extern "C" __attribute__((visibility("default"))) const cupola_hk_module cupola_hk_module_v1 = { \
+    extern "C" __attribute__((__visibility__("default"))) const cupola_hk_module cupola_hk_module_v1 = { \
         CUPOLA_HK_ABI, (unsigned)(sizeof cp__hk_kernels / sizeof cp__hk_kernels[0]) - 1u,   \
-        cp__hk_kernels, ::cp__hk::run_block};
+        cp__hk_kernels, ::cp__hk::cp__run_block};
 
 #endif /* CUPOLA_HOST_PRELUDE_H */

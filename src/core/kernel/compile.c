@@ -856,14 +856,17 @@ cp_status cp_cc_find(cp_cc_lang lang, char *path, size_t pathlen, cp_sha256 *h)
 
 /* ---- a shared object through the cache ---------------------------------------------- */
 
-/* Writes `#line 1 "name"` so the compiler's messages name the user's file,
- * then the source. */
-static cp_status write_source(const char *path, const char *name, const char *src, size_t n)
+/* Writes the prologue, then `#line 1 "name"` so the compiler's messages name
+ * the user's file, then the source. */
+static cp_status write_source(const char *path, const char *prologue, const char *name,
+                              const char *src, size_t n)
 {
     FILE *f = fopen(path, "wex");
     int ok;
     if (!f)
         return cp_error_set(CP_ERR_BACKEND, "cannot write %s: %s", path, strerror(errno));
+    if (prologue)
+        fputs(prologue, f);
     fputs("#line 1 \"", f);
     for (const char *p = name; *p; p++) {
         if (*p == '"' || *p == '\\')
@@ -927,6 +930,7 @@ cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out)
     if ((st = cp_cc_find(job->lang, cc, sizeof cc, &h)) != CP_OK)
         return st;
     cp_sha256_str(&h, job->name);
+    cp_sha256_str(&h, job->prologue);
     cp_sha256_update(&h, &job->source_len, sizeof job->source_len);
     cp_sha256_update(&h, job->source, job->source_len);
     for (const char *const *o = job->args; o && *o; o++)
@@ -939,9 +943,10 @@ cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out)
         cp_sha256_file(&h, *d);
     cp_cache_key_of(&h, &key);
 
-    if ((st = cp_cache_lookup(&key, "so", 0, NULL, NULL, out->path, &where)) != CP_OK)
+    if (!job->syntax_only &&
+        (st = cp_cache_lookup(&key, "so", 0, NULL, NULL, out->path, &where)) != CP_OK)
         return st;
-    if (where && out->path[0]) {
+    if (!job->syntax_only && where && out->path[0]) {
         out->where = where;
         return CP_OK;
     }
@@ -969,7 +974,7 @@ cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out)
         return st;
 
     snprintf(srcpath, sizeof srcpath, "%s/%s", srcdir, job->lang == CP_CC_C ? "source.c" : "source.cc");
-    st = write_source(srcpath, job->name, job->source, job->source_len);
+    st = write_source(srcpath, job->prologue, job->name, job->source, job->source_len);
     if (st == CP_OK) {
         argv[argc++] = cc;
         for (const char *const *o = job->args; o && *o && argc < MAX_ARGS - 8; o++)
@@ -985,8 +990,12 @@ cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out)
             for (int i = 0; i < k && i < 2; i++)
                 argv[argc++] = t[i];
         }
-        argv[argc++] = "-o";
-        argv[argc++] = objtmp;
+        if (job->syntax_only) {
+            argv[argc++] = "-fsyntax-only";
+        } else {
+            argv[argc++] = "-o";
+            argv[argc++] = objtmp;
+        }
         argv[argc++] = "-x";
         argv[argc++] = job->lang == CP_CC_C ? "c" : "c++";
         argv[argc++] = srcpath;
@@ -1005,6 +1014,10 @@ cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out)
         unlink(objtmp);
         return cp_error_set(CP_ERR_INVALID, "%s: compile error:\n%s", job->name,
                             log && *log ? log : "(the compiler printed nothing)");
+    }
+    if (job->syntax_only) {
+        unlink(objtmp);
+        return CP_OK;
     }
     {
         size_t n = 0;

@@ -133,6 +133,12 @@ typedef struct cp_cc_job {
      * 2 strings into out (pointing at opt or static text), returns how many
      * (0: dropped).  NULL: every option is passed as it is. */
     int (*translate)(const char *opt, const char *out[2]);
+    /* text written before the source (and before the `#line 1 "name"` that
+     * makes the compiler's messages name the user's file), or NULL */
+    const char *prologue;
+    /* only check the source (-fsyntax-only): nothing is built or cached;
+     * CP_OK when it compiles, else the compile error as below */
+    int syntax_only;
 } cp_cc_job;
 
 typedef struct cp_cc_result {
@@ -142,8 +148,9 @@ typedef struct cp_cc_result {
 } cp_cc_result;
 
 /* Builds (or finds) the shared object.  A compile error is CP_ERR_INVALID
- * with the message "<name>: compile error:\n<log>" and the log in out->log
- * too; the caller frees out->log in every case. */
+ * with the message "<name>: compile error:\n<log>" (cut to the error
+ * buffer's size) and the whole log in out->log; the caller frees out->log
+ * in every case. */
 cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out);
 
 #ifdef __cplusplus

@@ -7,8 +7,16 @@
  *    dynamic shared memory, and a table naming the module's __global__
  *    functions is appended.  The system C++ compiler builds a shared object
  *    (C++17, -O2 unless the options say otherwise, -fno-exceptions,
- *    -Wl,-z,defs so that anything undefined is a compile error) with
- *    cupola/host_prelude.h force-included; compile.h caches it.
+ *    -Wl,-z,defs so that anything undefined is a compile error,
+ *    -fstack-clash-protection so that a stack overflow faults in the guard
+ *    page) with cupola/host_prelude.h force-included; compile.h caches it.
+ *    The user's -D/-U options of non-reserved names become #define/#undef
+ *    lines between the prelude and the source (macro_prologue).
+ *  - A compile error whose first message is not in the user's file (a
+ *    syntax error that ran on into the appended table, or one the prelude
+ *    reports) is checked again without the table (-fsyntax-only); when that
+ *    fails too, its log, which names the user's file and line first, is the
+ *    error's.
  *  - Load: dlopen (RTLD_NOW | RTLD_LOCAL); the module's table gives each
  *    kernel's thunk and its real parameter kinds and sizes, which m:kernel
  *    checks the declared types against.
@@ -24,9 +32,10 @@
  *  - Each OS thread that runs blocks keeps scratch memory (fiber states, one
  *    64 KiB stack per thread of the block with a guard page below it, the
  *    dynamic shared memory), grown on demand and kept for the next launch.
- *  - A block that deadlocks at its barriers or calls __trap() stops; the
- *    launch's remaining blocks are skipped and the next synchronization
- *    reports the error.
+ *  - A block that deadlocks at its barriers stops; the launch's remaining
+ *    blocks are skipped and the next synchronization reports the error.  A
+ *    __trap() does the same and leaves the stream in error, as a fault does
+ *    (below) and as a trap does on CUDA.
  *  - A hardware fault in user code (illegal address, null dereference,
  *    integer division by zero, stack overflow: host_fault.h) stops the launch
  *    the same way, and the stream is left in error as a CUDA context would
@@ -93,13 +102,88 @@ static void hmod_release(hmod *m)
 
 /* ---- compiling ------------------------------------------------------------ */
 
-/* User options for g++: fast math maps, device-only ones are dropped. */
+/* A -D or -U option of a name the user may define (not reserved: no leading
+ * underscore).  Those become #define and #undef lines after the prelude
+ * (macro_prologue), so that a user's macro (-DN=256, -Da) never rewrites
+ * the prelude's own text; reserved names (_GNU_SOURCE and the like) stay on
+ * the command line, where they configure the system headers the prelude
+ * includes. */
+static int is_user_macro(const char *opt)
+{
+    return (strncmp(opt, "-D", 2) == 0 || strncmp(opt, "-U", 2) == 0) && opt[2] != '_';
+}
+
+/* The user's -D/-U options as lines (malloc'd; NULL when there are none or
+ * out of memory, with *oom set).  `#line 1 "<command-line>"` makes the
+ * compiler call them what it calls command-line macros. */
+static char *macro_prologue(const char *const *options, int *oom)
+{
+    size_t cap = 64;
+    char *p, *q;
+    *oom = 0;
+    for (const char *const *o = options; o && *o; o++)
+        if (is_user_macro(*o))
+            cap += strlen(*o) + 16;
+    if (cap == 64)
+        return NULL;
+    p = q = malloc(cap);
+    if (!p) {
+        *oom = 1;
+        return NULL;
+    }
+    q += sprintf(q, "#line 1 \"<command-line>\"\n");
+    for (const char *const *o = options; o && *o; o++) {
+        const char *eq;
+        if (!is_user_macro(*o))
+            continue;
+        if ((*o)[1] == 'U') {
+            q += sprintf(q, "#undef %s\n", *o + 2);
+            continue;
+        }
+        /* the option was checked: a macro name, then nothing or `=value`
+         * without control characters (so no line break) */
+        eq = strchr(*o + 2, '=');
+        if (eq)
+            q += sprintf(q, "#define %.*s %s\n", (int)(eq - (*o + 2)), *o + 2, eq + 1);
+        else
+            q += sprintf(q, "#define %s 1\n", *o + 2);
+    }
+    return p;
+}
+
+/* Whether the compiler's first error is in the user's own file: the first
+ * line holding " error:" (gcc and clang write "file:line:col: error: ..."
+ * and "... fatal error: ...") starts with "name:LINE". */
+static int first_error_is_users(const char *log, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *l = log; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        const char *hit = NULL;
+        for (size_t i = 0; i + 7 <= len; i++)
+            if (memcmp(l + i, " error:", 7) == 0) {
+                hit = l + i;
+                break;
+            }
+        if (hit)
+            return len > n && strncmp(l, name, n) == 0 && l[n] == ':' && l[n + 1] >= '0' &&
+                   l[n + 1] <= '9';
+        l = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+/* User options for g++: fast math maps, device-only ones are dropped, and
+ * the user's macros go into the source (macro_prologue). */
 static int translate(const char *opt, const char *out[2])
 {
     if (strcmp(opt, "--use_fast_math") == 0 || strcmp(opt, "-use_fast_math") == 0) {
         out[0] = "-ffast-math";
         return 1;
     }
+    if (is_user_macro(opt))
+        return 0;
     if (strncmp(opt, "-D", 2) == 0 || strncmp(opt, "-U", 2) == 0 || strncmp(opt, "-I", 2) == 0 ||
         strncmp(opt, "-O", 2) == 0 || strcmp(opt, "-g") == 0 || strcmp(opt, "-w") == 0) {
         out[0] = opt;
@@ -125,14 +209,14 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
 {
     cp_kscan sc;
     cp_status st;
-    char prelude[4096] = "", *src = NULL;
-    size_t srclen = 0, cap;
+    char prelude[4096] = "", *src = NULL, *macros;
+    size_t srclen = 0, userlen, cap;
     const char *args[64], *deps[32];
     char incargs[16][4200], depbuf[16][4200];
     static const char *const alloc_headers[] = CP_DEVICE_ALLOC_HEADERS;
     char allocbuf[CP_DEVICE_ALLOC_NHEADERS][4200];
     int have_alloc = 0;
-    int na = 0, nd = 0, has_o = 0, direct;
+    int na = 0, nd = 0, has_o = 0, direct, oom = 0;
     cp_cc_job job;
     cp_cc_result res;
     hmod *m;
@@ -180,7 +264,7 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         return cp_error_set(CP_ERR_OOM, "out of memory for a module's source");
     }
     memcpy(src, sc.text, sc.text_len);
-    srclen = sc.text_len;
+    srclen = userlen = sc.text_len;
     srclen += (size_t)snprintf(src + srclen, cap - srclen,
                                "\n#line 1 \"<cupola: kernel table>\"\nCUPOLA_HK_TABLE(");
     for (size_t i = 0; i < sc.nkernels; i++)
@@ -196,6 +280,11 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     args[na++] = "-fno-exceptions";
     args[na++] = "-fvisibility=hidden";
     args[na++] = "-Wl,-z,defs";
+    /* a frame larger than a page touches each page it claims, in order, so
+     * that a stack overflow always faults in the guard page below the stack
+     * (and is reported as one) instead of jumping past it into the next
+     * thread's stack */
+    args[na++] = "-fstack-clash-protection";
     args[na++] = "-include";
     args[na++] = prelude;
     if (direct)
@@ -233,7 +322,13 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         }
     }
 
+    macros = macro_prologue(d->options, &oom);
+    if (oom) {
+        free(src);
+        return cp_error_set(CP_ERR_OOM, "out of memory for a module's options");
+    }
     memset(&job, 0, sizeof job);
+    job.prologue = macros;
     job.lang = CP_CC_CXX;
     job.name = d->name;
     job.source = src;
@@ -255,6 +350,28 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         free(res.log);
         st = cp_cc_shared_object(&job, &res);
     }
+    if (st == CP_ERR_INVALID && res.log && !first_error_is_users(res.log, d->name)) {
+        /* The first error is not in the user's file: a syntax error that ran
+         * on into the kernel table cupola appends ("broken(" or an unclosed
+         * `{`), or one inside the prelude.  The source alone, checked without
+         * the table, gives the user's own file and line first; if it checks
+         * clean, the first log stands. */
+        cp_cc_result chk;
+        cp_status st2;
+        job.source_len = userlen;
+        job.syntax_only = 1;
+        st2 = cp_cc_shared_object(&job, &chk);
+        if (st2 == CP_ERR_INVALID && chk.log) {
+            free(res.log);
+            res.log = chk.log;
+            st = st2;
+        } else {
+            free(chk.log);
+            /* the first failure's message again */
+            st = cp_error_set(CP_ERR_INVALID, "%s: compile error:\n%s", d->name, res.log);
+        }
+    }
+    free(macros);
     free(src);
     if (log)
         *log = res.log;
@@ -517,7 +634,7 @@ static struct {
 static uint64_t run_blocks(hjob *j)
 {
     cupola_hk_scratch s;
-    char err[256];
+    char err[512]; /* as j->err */
     volatile uint64_t count = 0;
     volatile int have_scratch = 0;
     cp_hfault fr;
@@ -555,6 +672,15 @@ static uint64_t run_blocks(hjob *j)
         cp_hfault_armed = &fr;
         rc = j->tab->run_block(j->l, b, &s, err, sizeof err);
         cp_hfault_armed = NULL;
+        if (rc == 2) {
+            /* __trap(): sticky, as on CUDA; the message is made complete */
+            char why[300];
+            snprintf(why, sizeof why, "%.299s", err);
+            snprintf(err, sizeof err,
+                     "cupolaErrorHostKernel: kernel '%s': %s; the stream is no longer usable",
+                     j->l->kernel->name, why);
+            atomic_store(&j->fault, 1);
+        }
         if (rc != 0)
             goto fail;
         continue;
