@@ -121,7 +121,8 @@ static void test_shared_object(void)
     static const char *const opts[] = {"-DN=3", "-O2", NULL};
     static const char *const args[] = {"-shared", "-fPIC", NULL};
     static const char *const badopts[] = {"-fplugin=evil.so", NULL};
-    cp_cc_job job = {CP_CC_C, "add.c", src, sizeof src - 1, opts, args, NULL, "test-1", NULL};
+    cp_cc_job job = {.lang = CP_CC_C, .name = "add.c", .source = src, .source_len = sizeof src - 1,
+                     .options = opts, .args = args, .salt = "test-1"};
     cp_cc_result r;
     cp_status st;
     char cc[4096];
