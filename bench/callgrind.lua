@@ -14,8 +14,9 @@
 --   mempool    m:alloc(65536, s):free()  (m = cupola.mempool {})
 --   seed       b = cupola.malloc_async(4096, s); kernels.sqrt_index(b); b:free() (bench/speed.lua's loop)
 --   plugin     p:alloc(4096, s):free()  (the buddy plugin, examples/plugins/buddy.c, virtual upstream)
---   pluginlive the same pair on a pass-through plugin (each block an upstream block of its own)
---              with 4096 blocks live: cupola's checks of a plugin's block against 4096 intervals
+--   pluginpass the same pair on a pass-through plugin (each block an upstream block of its own)
+--   pluginlive pluginpass with 4096 blocks live: cupola's checks of a plugin's block against 4096
+--              blocks and 4096 upstream blocks
 --   pluginalign the pass-through pair with alignment = 65536 over the virtual upstream (4 KiB
 --              aligned): every block over-allocated and its address adjusted by cupola
 -- Kernels drain the stream every 64 calls (in every run, so per call it is
@@ -106,7 +107,7 @@ elseif shape == "plugin" then
   f:close()
   local p = cupola.pool { kind = "plugin", source = src, symbol = "buddy_allocator", upstream = "virtual" }
   for _ = 1, n do p:alloc(4096, s):free() end
-elseif shape == "pluginlive" or shape == "pluginalign" then
+elseif shape == "pluginpass" or shape == "pluginlive" or shape == "pluginalign" then
   local p = cupola.pool { kind = "plugin", symbol = "pass", upstream = "virtual",
     alignment = shape == "pluginalign" and 65536 or nil, source = [[
 #include <cupola/allocator.h>

@@ -180,7 +180,8 @@ static const pl_up *up_holding(plugin *pl, uint64_t addr, uint64_t size)
 static void up_free_at(plugin *pl, size_t i, cp_stream *s)
 {
     pl_up u = pl->ups[i];
-    memmove(&pl->ups[i], &pl->ups[i + 1], (pl->nup - i - 1) * sizeof *pl->ups);
+    if (i + 1 < pl->nup) /* mostly the end: no call */
+        memmove(&pl->ups[i], &pl->ups[i + 1], (pl->nup - i - 1) * sizeof *pl->ups);
     pl->nup--;
     pl->up_hint = 0;
     cp_resource_free(pl->up, (void *)(uintptr_t)u.addr, (size_t)u.size, s);
@@ -214,7 +215,8 @@ static void *up_allocate(cupola_upstream *self, size_t bytes, void *stream)
     a = (uint64_t)(uintptr_t)p;
     /* upstreams mostly hand out rising addresses: appended without a search */
     i = !pl->nup || pl->ups[pl->nup - 1].addr < a ? pl->nup : up_lower(pl, a);
-    memmove(&pl->ups[i + 1], &pl->ups[i], (pl->nup - i) * sizeof *pl->ups);
+    if (i < pl->nup) /* mostly the end: no call */
+        memmove(&pl->ups[i + 1], &pl->ups[i], (pl->nup - i) * sizeof *pl->ups);
     pl->ups[i].addr = a;
     pl->ups[i].size = bytes;
     pl->ups[i].gone = 0;
@@ -319,7 +321,8 @@ static int blk_room(plugin *pl)
 static void blk_insert_at(plugin *pl, size_t i, uint64_t addr, uint64_t size, uint64_t raw,
                           uint64_t rsize)
 {
-    memmove(&pl->blk[i + 1], &pl->blk[i], (pl->nblk - i) * sizeof *pl->blk);
+    if (i < pl->nblk) /* mostly the end: no call */
+        memmove(&pl->blk[i + 1], &pl->blk[i], (pl->nblk - i) * sizeof *pl->blk);
     pl->blk[i].addr = addr;
     pl->blk[i].size = size;
     pl->blk[i].raw = raw;
@@ -330,7 +333,8 @@ static void blk_insert_at(plugin *pl, size_t i, uint64_t addr, uint64_t size, ui
 
 static void blk_remove_at(plugin *pl, size_t i)
 {
-    memmove(&pl->blk[i], &pl->blk[i + 1], (pl->nblk - i - 1) * sizeof *pl->blk);
+    if (i + 1 < pl->nblk) /* mostly the end: no call */
+        memmove(&pl->blk[i], &pl->blk[i + 1], (pl->nblk - i - 1) * sizeof *pl->blk);
     pl->nblk--;
 }
 
