@@ -24,12 +24,13 @@
  *    this order (binary searches, O(log n) in the blocks and in the upstream
  *    blocks): it must overlap no block that is live or whose free is held,
  *    and lie entirely inside one upstream block the plugin holds and has not
- *    given back (with the virtual upstream, its address range).  A block that fails either is
- *    not given back to the plugin: cupola cannot tell what the plugin's
- *    deallocate would write through an address outside its memory, or
- *    release under the live block it overlaps; it stays with the plugin until
- *    destroy.  The request fails with an error naming the plugin and the
- *    block; cupola's own state is unchanged.
+ *    given back (with the virtual upstream, its address range; the upstream
+ *    block last added or found is tried before the search).  A block that
+ *    fails either is not given back to the plugin: cupola cannot tell what
+ *    the plugin's deallocate would write through an address outside its
+ *    memory, or release under the live block it overlaps; it stays with the
+ *    plugin until destroy.  The request fails with an error naming the plugin
+ *    and the block; cupola's own state is unchanged.
  *  - Alignment: a block the plugin returns that is not aligned to the pool's
  *    alignment A is given back, and cupola asks again for the bytes plus
  *    A - a, where a (at first A) is the plugin's natural alignment, lowered to
