@@ -13,6 +13,12 @@
 --   async      cupola.malloc_async(65536, s):free()
 --   mempool    m:alloc(65536, s):free()  (m = cupola.mempool {})
 --   seed       b = cupola.malloc_async(4096, s); kernels.sqrt_index(b); b:free() (bench/speed.lua's loop)
+--   plugin     p:alloc(4096, s):free()  (the buddy plugin, examples/plugins/buddy.c, virtual upstream)
+--   pluginpass the same pair on a pass-through plugin (each block an upstream block of its own)
+--   pluginlive pluginpass with 4096 blocks live: cupola's checks of a plugin's block against 4096
+--              blocks and 4096 upstream blocks
+--   pluginalign the pass-through pair with alignment = 65536 over the virtual upstream (4 KiB
+--              aligned): every block over-allocated and its address adjusted by cupola
 -- Kernels drain the stream every 64 calls (in every run, so per call it is
 -- the same share).
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
@@ -95,6 +101,34 @@ elseif shape == "seed" then
     if i % 64 == 0 then s:synchronize() end
   end
   s:synchronize()
+elseif shape == "plugin" then
+  local f = assert(io.open "examples/plugins/buddy.c")
+  local src = f:read "a"
+  f:close()
+  local p = cupola.pool { kind = "plugin", source = src, symbol = "buddy_allocator", upstream = "virtual" }
+  for _ = 1, n do p:alloc(4096, s):free() end
+elseif shape == "pluginpass" or shape == "pluginlive" or shape == "pluginalign" then
+  local p = cupola.pool { kind = "plugin", symbol = "pass", upstream = "virtual",
+    alignment = shape == "pluginalign" and 65536 or nil, source = [[
+#include <cupola/allocator.h>
+static void *create(cupola_upstream *up, const char *o) { (void)o; return up; }
+static void destroy(void *s) { (void)s; }
+static void *allocate(void *s, size_t n, void *st) {
+  cupola_upstream *up = s;
+  return up->allocate(up, n, st);
+}
+static void deallocate(void *s, void *p, size_t n, void *st) {
+  cupola_upstream *up = s;
+  up->deallocate(up, p, n, st);
+}
+const cupola_allocator pass = {CUPOLA_ALLOCATOR_VERSION, create, destroy, allocate, deallocate, 0, 0};
+]] }
+  local keep = {}
+  if shape == "pluginlive" then
+    for i = 1, 4096 do keep[i] = p:alloc(4096, s) end
+  end
+  for _ = 1, n do p:alloc(4096, s):free() end
+  for _, b in ipairs(keep) do b:free() end
 else
   error("unknown shape " .. shape)
 end

@@ -1633,5 +1633,42 @@ extern "C" __global__ void rev(int *o)
     raises(function() dp:run { threads = 4, bytes = { 0, 5 } } end, "option 'bytes' min must be >= 1")
     raises(function() dp:run { threads = 4, bytes = { 64, 16 } } end, "min (64) > max (16)")
     raises(function() dp:run { threads = 4, bytes = "x" } end, "option 'bytes': bad size 'x'")
+describe("misuse: a plugin's blocks outside its upstream, overlapping, or given back twice", function()
+  local f = assert(io.open "spec/plugins/broken.c")
+  local BROKEN = f:read "a"
+  f:close()
+  local function broken(options)
+    return cupola.pool { kind = "plugin", source = BROKEN, symbol = "broken_allocator", options = options }
+  end
+
+  it("a block at an address the plugin never got is refused, naming the plugin and the address", function()
+    local p <close> = broken "wild_after=2"
+    local a = assert(p:alloc(64))
+    raises(function() p:alloc(64) end,
+      "plugin 'broken_allocator' returned a block [0x100000, +64) outside the memory it holds from its upstream")
+    consistent(p, 1)
+    a:memset(5)
+    assert.equals(5 * 64, K.checksum(a, { type = "u8" }))
+    a:free()
+    consistent(p)
+  end)
+
+  it("a block overlapping a live one is refused before anything touches it", function()
+    local p <close> = broken "overlap_after=2"
+    local a = assert(p:alloc(4096))
+    a:memset(1)
+    raises(function() p:alloc(4096) end, "overlaps the live block")
+    consistent(p, 1)
+    assert.equals(4096, K.checksum(a, { type = "u8" }), "the live block's data is untouched")
+    a:free()
+    consistent(p)
+  end)
+
+  it("an upstream deallocate of a pointer the plugin never got is ignored", function()
+    local p <close> = broken "free_foreign"
+    local a = assert(p:alloc(4096))
+    a:free()
+    consistent(p)
+    assert.equals(0, p:stats().reserved)
   end)
 end)

@@ -4,6 +4,7 @@
 -- with a short reproducer; loading errors are clear; out of memory is data;
 -- adaptors, fallback and replay work on a plugin like on any pool.
 local cupola = require "cupola"
+local K = cupola.kernels
 require "cupola.busted"
 
 local MiB = 1024 * 1024
@@ -157,18 +158,20 @@ describe("a broken plugin", function()
     assert.matches("reproduced by %(5 operations%)", tostring(err))
   end)
 
-  it("that returns misaligned blocks is caught, and the block is refused", function()
+  it("that returns misaligned blocks has them aligned by cupola (padded and adjusted)", function()
     local p <close> = cupola.pool { kind = "plugin", path = path, symbol = "broken_allocator",
       options = "misalign_after=2" }
     local a = assert(p:alloc(100))
-    assert.error_matches(function() p:alloc(100) end, "not aligned to the pool's alignment of 256")
+    local b = assert(p:alloc(100))
+    assert.equals(0, b.address % 256)
+    b:memset(9)
+    assert.equals(9 * 100, K.checksum(b, { type = "u8" }))
     local st = p:stats()
-    assert.equals(1, st.allocs)
-    assert.equals(100, st.used)
-    assert.equals(1, st.live_buffers)
-    a:free()
-    assert.is_not_conforming_pool(factory { kind = "plugin", path = path, symbol = "broken_allocator",
-      options = "misalign_after=2" }, { checks = { "random" } })
+    assert.equals(2, st.allocs)
+    assert.equals(200, st.used)
+    a:free(); b:free()
+    assert.is_conforming_pool(factory { kind = "plugin", path = path, symbol = "broken_allocator",
+      options = "misalign_after=2" }, { checks = { "random", "conserved" }, ops = 200 })
   end)
 
   it("whose allocate returns NULL gives out_of_memory as data", function()
@@ -265,6 +268,173 @@ describe("a plugin pool with cupola's options", function()
     local b = assert(p:alloc(4 * MiB))
     cupola.kernels.fill(b, 1.5, { type = "f32" })
     assert.equals(1.5 * MiB, cupola.kernels.checksum(b, { type = "f32" }))
+    b:free()
+  end)
+end)
+
+-- A plugin's block must lie inside memory the plugin holds from its upstream
+-- (cupola sees every upstream call), and is aligned by cupola to the pool's
+-- alignment whatever the plugin returns.
+describe("a plugin's blocks, checked against its upstream and aligned by cupola", function()
+  local path
+  setup(function() path = build "spec/plugins/broken.c" end)
+
+  -- the probe's plugin: every block at an address it never got
+  local WILD = [[
+#include <cupola/allocator.h>
+static void *create(cupola_upstream *up, const char *o) { (void)o; return up; }
+static void destroy(void *s) { (void)s; }
+static void *aw(void *s, size_t n, void *st) { (void)s; (void)n; (void)st; return (void *)0x100000; }
+static void dw(void *s, void *p, size_t n, void *st) { (void)s; (void)p; (void)n; (void)st; }
+const cupola_allocator wild = {CUPOLA_ALLOCATOR_VERSION, create, destroy, aw, dw, 0, 0};
+]]
+
+  local function broken(options, extra)
+    local t = { kind = "plugin", path = path, symbol = "broken_allocator", options = options }
+    for k, v in pairs(extra or {}) do t[k] = v end
+    return cupola.pool(t)
+  end
+
+  for _, up in ipairs { "device", "virtual" } do
+    it("refuses a block at an address the plugin never got, over " .. up, function()
+      local p <close> = cupola.pool { kind = "plugin", source = WILD, symbol = "wild", upstream = up }
+      assert.error_matches(function() p:alloc(100) end,
+        "plugin 'wild' returned a block [0x100000, +100) outside the memory it holds from its upstream", 1, true)
+      local st = p:stats()
+      assert.equals(0, st.allocs)
+      assert.equals(0, st.used)
+      assert.equals(0, st.live_buffers)
+    end)
+  end
+
+  it("refuses a wild block after good ones, and the pool stays consistent and usable", function()
+    local p <close> = broken "wild_after=3"
+    local a = assert(p:alloc(1000))
+    local b = assert(p:alloc(2000))
+    assert.error_matches(function() p:alloc(100) end,
+      "'broken_allocator' returned a block [0x100000, +100) outside the memory it holds from its upstream "
+      .. "(the nearest upstream block: [0x", 1, true)
+    local st = p:stats()
+    assert.equals(2, st.allocs)
+    assert.equals(3000, st.used)
+    assert.equals(2, st.live_buffers)
+    a:memset(1); b:memset(2)
+    cupola.synchronize()
+    assert.equals(1000, K.checksum(a, { type = "u8" }))
+    assert.equals(4000, K.checksum(b, { type = "u8" }))
+    a:free(); b:free()
+    assert.equals(0, p:stats().used)
+  end)
+
+  it("refuses a block that runs past the end of its upstream block", function()
+    local p <close> = broken "past_end_after=1"
+    assert.error_matches(function() p:alloc(4096) end,
+      "returned a block %[0x%x+, %+4096%) outside the memory it holds from its upstream %(the nearest "
+      .. "upstream block: %[0x%x+, %+4096%)%)")
+    assert.equals(0, p:stats().live_buffers)
+    assert.equals(0, p:stats().used)
+  end)
+
+  for _, up in ipairs { "device", "virtual" } do
+    it("makes the conformance battery report a wild plugin with a reproducer, over " .. up, function()
+      local report = cupola.conformance(factory { kind = "plugin", source = WILD, symbol = "wild",
+        upstream = up }, { ops = 100, seed = 5 })
+      assert.is_false(report.ok)
+      assert.equals(#report.checks - #report.skipped, #report.violations)
+      local v = report.violations[1]
+      assert.equals("random", v.check)
+      assert.equals("address", v.class)
+      assert.matches("0x100000, %+%d+%) outside the memory it holds from its upstream", v.message)
+      assert.equals(1, #report.ops)
+      assert.matches("b%[1%] = pool:alloc%(%d+, s%[%d%]%)", report.reproducer)
+      -- a plugin that goes wild later is shrunk to the allocations it takes
+      local late = cupola.conformance(factory { kind = "plugin", path = path, symbol = "broken_allocator",
+        options = "wild_after=4", upstream = up }, { checks = { "random" }, ops = 300, seed = 6 })
+      assert.is_false(late.ok)
+      assert.equals("address", late.violations[1].class)
+      assert.is_true(#late.ops <= 4, #late.ops .. " operations")
+      assert.matches("b%[4%] = pool:alloc", late.reproducer)
+    end)
+  end
+
+  it("ignores an upstream deallocate of a pointer the plugin never got, or not at a block's start", function()
+    local p <close> = broken "free_foreign"
+    local list = {}
+    for i = 1, 8 do list[i] = assert(p:alloc(i * 1000)) end
+    for i = 1, 8 do list[i]:free() end
+    local st = p:stats()
+    assert.equals(0, st.used)
+    assert.equals(0, st.reserved, "every upstream block given back once, at its start")
+    assert.is_conforming_pool(factory { kind = "plugin", path = path, symbol = "broken_allocator",
+      options = "free_foreign" }, { checks = { "random", "conserved" }, ops = 200 })
+  end)
+
+  it("keeps upstream memory the plugin gives back under a live block until that block is freed", function()
+    local p <close> = broken "drop_after=2"
+    local a = assert(p:alloc(MiB))
+    local b = assert(p:alloc(1000)) -- the plugin gives a's upstream memory back here
+    assert.equals(MiB + 8 + 1000 + 8, p:stats().reserved, "still held, by cupola")
+    a:memset(3)
+    cupola.synchronize()
+    assert.equals(3 * MiB, K.checksum(a, { type = "u8" }), "a's memory is still there")
+    a:free()
+    p:trim()
+    assert.equals(1000 + 8, p:stats().reserved, "freed once nothing lay in it")
+    b:free()
+    assert.equals(0, p:stats().reserved)
+  end)
+
+  local function aligned_run(p, align)
+    local list, total = {}, 0
+    for i = 1, 40 do
+      local n = (i * 7919) % 70000 + 1
+      local b = assert(p:alloc(n))
+      assert.equals(0, b.address % align, string.format("block %d at 0x%x", i, b.address))
+      K.fill(b, i % 251, { type = "u8" })
+      list[i], total = b, total + n
+    end
+    assert.equals(total, p:stats().used, "used counts the bytes requested")
+    for i = 1, 40, 2 do list[i]:free() end
+    for i = 1, 40, 2 do list[i] = assert(p:alloc(i * 3 + 1)) ; K.fill(list[i], i % 251, { type = "u8" }) end
+    for i, b in ipairs(list) do
+      assert.equals((i % 251) * b.size, K.checksum(b, { type = "u8" }), "block " .. i)
+      b:free()
+    end
+    assert.equals(0, p:stats().used)
+  end
+
+  for _, align in ipairs { 4096, 65536 } do
+    it("honours alignment = " .. align .. " for a plugin that does not align, data checked", function()
+      local p <close> = broken("misalign_after=1", { alignment = align })
+      aligned_run(p, align)
+      p:trim()
+      assert.equals(0, p:stats().reserved)
+      assert.is_conforming_pool(factory { kind = "plugin", path = path, symbol = "broken_allocator",
+        options = "misalign_after=1", alignment = align }, { ops = 200, seed = align })
+    end)
+
+    it("honours alignment = " .. align .. " for the buddy plugin, data checked", function()
+      local p <close> = cupola.pool { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+        alignment = align }
+      assert.equals(align, p.alignment)
+      aligned_run(p, align)
+      assert.is_conforming_pool(factory { kind = "plugin", source = BUDDY_SRC, symbol = "buddy_allocator",
+        alignment = align }, { ops = 200, seed = align + 1 })
+    end)
+  end
+
+  it("asks a plugin that already aligns for exactly the bytes requested", function()
+    -- the pass-through over the virtual upstream returns 4 KiB-aligned blocks
+    local p <close> = broken("", { upstream = "virtual", alignment = 4096 })
+    local a = assert(p:alloc(1000))
+    assert.equals(1000 + 8, p:stats().reserved, "not padded")
+    a:free()
+    -- and one that does not is padded by the alignment it lacks
+    local q <close> = broken("misalign_after=1", { alignment = 4096 })
+    local b = assert(q:alloc(1000))
+    assert.equals(0, b.address % 4096)
+    assert.equals(1000, q:stats().used)
+    assert.is_true(q:stats().reserved > 1000 + 8, "padded")
     b:free()
   end)
 end)

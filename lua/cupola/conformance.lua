@@ -38,6 +38,10 @@
 --              that never synchronize, as cupola's own).
 --   lifetime   a pool outlives its buffers when collected; close() refuses
 --              while buffers are live, saying how many, and is safe twice.
+-- An error raised by the pool is a violation too (class "error"; "address"
+-- when cupola refused a plugin's block outside the memory the plugin holds
+-- from its upstream, "overlap" when it refused one overlapping a live block):
+-- the battery reports it, with a reproducer, where one is found.
 local cupola = require "cupola"
 local K = cupola.kernels
 
@@ -68,7 +72,11 @@ end
 local function as_violation(err)
   if getmetatable(err) == Violation then return err end
   -- (the position is the battery's, not the pool's: left out)
-  return { class = "error", message = (tostring(err):gsub("^[^\n:]+%.lua:%d+: ", "")) }
+  local msg = tostring(err):gsub("^[^\n:]+%.lua:%d+: ", "")
+  -- A block cupola refused to hand out (a plugin's) is classed by its fault.
+  local class = msg:find("outside the memory it holds from its upstream", 1, true) and "address"
+    or msg:find("returned a block .* that overlaps the") and "overlap" or "error"
+  return { class = class, message = msg }
 end
 
 local function has_memory(p)

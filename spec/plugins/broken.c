@@ -7,6 +7,15 @@
  *   misalign_after=N  from the N-th allocation on, hand out a block 8 bytes
  *                     past what the upstream gave (misaligned)
  *   null_after=N      from the N-th allocation on, return NULL
+ *   wild_after=N      from the N-th allocation on, return 0x100000, an address
+ *                     it never got from the upstream
+ *   past_end_after=N  from the N-th allocation on, hand out a block 256 bytes
+ *                     past the start of an upstream block of only the bytes
+ *                     asked for (its end lies outside the plugin's memory)
+ *   free_foreign      give the upstream, before each real deallocate, a
+ *                     pointer it never handed out (and one inside a block)
+ *   drop_after=N      at the N-th allocation, give the newest live block's
+ *                     upstream memory back while the block is still live
  *   leak              keep whatever is live at destroy (cupola returns it)
  * Other symbols: broken_v2 (interface version 2), broken_nocreate (create
  * NULL), broken_failcreate (create returns NULL), broken_function (a function).
@@ -20,8 +29,8 @@
 
 typedef struct st {
     cupola_upstream *up;
-    long overlap_after, misalign_after, null_after, n;
-    int leak;
+    long overlap_after, misalign_after, null_after, wild_after, past_end_after, drop_after, n;
+    int leak, free_foreign;
     void *live[MAX_LIVE], *given[MAX_LIVE];
     size_t bytes[MAX_LIVE];
     int nlive;
@@ -42,6 +51,10 @@ static void *create(cupola_upstream *up, const char *options)
     s->overlap_after = opt(options, "overlap_after=");
     s->misalign_after = opt(options, "misalign_after=");
     s->null_after = opt(options, "null_after=");
+    s->wild_after = opt(options, "wild_after=");
+    s->past_end_after = opt(options, "past_end_after=");
+    s->drop_after = opt(options, "drop_after=");
+    s->free_foreign = strstr(options, "free_foreign") != NULL;
     s->leak = strstr(options, "leak") != NULL;
     return s;
 }
@@ -63,6 +76,19 @@ static void *allocate(void *state, size_t bytes, void *stream)
     s->n++;
     if (s->null_after && s->n >= s->null_after)
         return NULL;
+    if (s->wild_after && s->n >= s->wild_after)
+        return (void *)0x100000;
+    if (s->drop_after && s->n == s->drop_after && s->nlive > 0)
+        s->up->deallocate(s->up, s->live[s->nlive - 1], s->bytes[s->nlive - 1], stream);
+    if (s->past_end_after && s->n >= s->past_end_after && s->nlive < MAX_LIVE) {
+        p = s->up->allocate(s->up, bytes, stream);
+        if (!p)
+            return NULL;
+        s->live[s->nlive] = p;
+        s->given[s->nlive] = (char *)p + 256;
+        s->bytes[s->nlive] = bytes;
+        return s->given[s->nlive++];
+    }
     if (s->overlap_after && s->n >= s->overlap_after && s->nlive > 0)
         return s->given[s->nlive - 1];
     if (s->nlive == MAX_LIVE)
@@ -83,6 +109,11 @@ static void deallocate(void *state, void *ptr, size_t bytes, void *stream)
     (void)bytes;
     for (i = 0; i < s->nlive; i++)
         if (s->given[i] == ptr) {
+            if (s->free_foreign) {
+                static char foreign[64];
+                s->up->deallocate(s->up, foreign, sizeof foreign, stream);
+                s->up->deallocate(s->up, (char *)s->live[i] + 64, s->bytes[i], stream);
+            }
             s->up->deallocate(s->up, s->live[i], s->bytes[i], stream);
             s->nlive--;
             s->live[i] = s->live[s->nlive];

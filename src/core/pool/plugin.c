@@ -14,16 +14,32 @@
  *    (device, async, managed, pinned, virtual).  reserved is what the plugin
  *    holds through it; `max` refuses (NULL) a call that would pass it, and
  *    grow = false refuses every call after create.  Each upstream block is
- *    remembered, so a deallocate of something the upstream never gave is
- *    ignored instead of reaching cudaFree/free, and whatever the plugin still
- *    holds after destroy is given back by cupola.
- *  - Every block the plugin returns is checked before it is handed out: it
- *    must be aligned to the pool's alignment and overlap no block that is
- *    live or whose free is held (a sorted array of intervals, binary search).
- *    A misaligned block is given back to the plugin; an overlapping one is
- *    not (deallocating it could release the live block it overlaps) and stays
- *    with the plugin until destroy.  Either way the request fails with an
- *    error naming both blocks; cupola's own state is unchanged.
+ *    remembered in a sorted array of intervals, so a deallocate of something
+ *    the upstream never gave (or not at its start) is ignored instead of
+ *    reaching cudaFree/free; one that would give back memory under a block
+ *    still live or held is kept by cupola (marked given back: no new block
+ *    may lie in it) and freed at trim once nothing lies in it, or at destroy.
+ *    Whatever the plugin still holds after destroy is given back by cupola.
+ *  - Every block the plugin returns is checked before it is handed out, in
+ *    this order (binary searches, O(log n) in the blocks and in the upstream
+ *    blocks): it must overlap no block that is live or whose free is held,
+ *    and lie entirely inside one upstream block the plugin holds and has not
+ *    given back (with the virtual upstream, its address range; the upstream
+ *    block last added or found is tried before the search).  A block that
+ *    fails either is not given back to the plugin: cupola cannot tell what
+ *    the plugin's deallocate would write through an address outside its
+ *    memory, or release under the live block it overlaps; it stays with the
+ *    plugin until destroy.  The request fails with an error naming the plugin
+ *    and the block; cupola's own state is unchanged.
+ *  - Alignment: a block the plugin returns that is not aligned to the pool's
+ *    alignment A is given back, and cupola asks again for the bytes plus
+ *    A - a, where a (at first A) is the plugin's natural alignment, lowered to
+ *    the lowest set bit of each misaligned address seen; the first A-aligned
+ *    address inside the block is handed out, the plugin's address and size
+ *    kept in the block's record for the free.  From then on every request is
+ *    padded at once (a can only fall, so at most log2(A) such retries over the
+ *    pool's life).  A plugin whose blocks are aligned is asked for exactly the
+ *    bytes requested and pays nothing; used counts the bytes requested.
  *  - NULL from allocate is out of memory, after one retry once the frees
  *    cupola holds (below) have been waited for and given back.
  *  - Stream order (streamorder.h), unless the plugin sets
@@ -59,17 +75,29 @@
 
 #define SCAN_MAX 64
 
+/* A block handed out.  Blocks never overlap in [raw, raw + rsize), and addr
+ * lies inside that range, so the array sorted by raw is sorted by addr too. */
 typedef struct pl_blk {
-    uint64_t addr;
-    uint64_t size; /* the bytes the plugin was asked for (>= 1) */
-    int held;      /* freed by the user, the free held by the stream-order layer */
+    uint64_t addr;  /* what cupola handed out: raw rounded up to the alignment */
+    uint64_t size;  /* the bytes requested (>= 1) */
+    uint64_t raw;   /* what the plugin returned */
+    uint64_t rsize; /* the bytes the plugin was asked for (size, or padded) */
+    int held;       /* freed by the user, the free held by the stream-order layer */
 } pl_blk;
 
 typedef struct pl_held {
     uint64_t addr;
     uint64_t size;
+    uint64_t raw, rsize;
     cp_so_tag tag;
 } pl_held;
+
+/* An upstream block the plugin holds. */
+typedef struct pl_up {
+    uint64_t addr;
+    uint64_t size;
+    int gone; /* the plugin gave it back while a block lay in it: kept by cupola */
+} pl_up;
 
 typedef struct plugin plugin;
 
@@ -88,11 +116,14 @@ struct plugin {
     unsigned flags;
     void (*stats)(void *state, size_t *largest_free, size_t *free_bytes);
     uint64_t align;
+    uint64_t natural;   /* the plugin's alignment as seen so far (<= align) */
     uint64_t max;
     int grow, created;
     int async_up;       /* the upstream frees stream-ordered (cudaFreeAsync) */
     cp_stream *cur;     /* the stream of the operation in progress */
-    cp_ptrmap up_map;   /* upstream blocks the plugin holds: address -> size */
+    pl_up *ups;         /* upstream blocks the plugin holds, sorted by address */
+    size_t nup, cup;
+    size_t up_hint;     /* 1 + the index of the upstream block last added or found; 0: none */
     pl_blk *blk;        /* live and held blocks, sorted by address */
     size_t nblk, cblk;
     pl_held *held;      /* held frees, oldest first */
@@ -113,45 +144,113 @@ static cp_stream *stream_of(plugin *pl, void *native)
     return NULL;
 }
 
+/* The index of the first upstream block whose address is >= addr. */
+static size_t up_lower(const plugin *pl, uint64_t addr)
+{
+    size_t lo = 0, hi = pl->nup;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (pl->ups[mid].addr < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int up_holds(const pl_up *u, uint64_t addr, uint64_t size)
+{
+    return addr >= u->addr && addr - u->addr <= u->size && size <= u->size - (addr - u->addr);
+}
+
+/* The upstream block that holds [addr, addr + size) entirely, or NULL.  The
+ * block last added or found is tried first: a plugin that takes an upstream
+ * block per request, or carves several from its newest chunk, costs no search. */
+static const pl_up *up_holding(plugin *pl, uint64_t addr, uint64_t size)
+{
+    size_t i;
+    if (pl->up_hint && up_holds(&pl->ups[pl->up_hint - 1], addr, size))
+        return &pl->ups[pl->up_hint - 1];
+    i = up_lower(pl, addr + 1); /* the first block starting past addr */
+    if (i == 0 || !up_holds(&pl->ups[i - 1], addr, size))
+        return NULL;
+    pl->up_hint = i;
+    return &pl->ups[i - 1];
+}
+
+static void up_free_at(plugin *pl, size_t i, cp_stream *s)
+{
+    pl_up u = pl->ups[i];
+    if (i + 1 < pl->nup) /* mostly the end: no call */
+        memmove(&pl->ups[i], &pl->ups[i + 1], (pl->nup - i - 1) * sizeof *pl->ups);
+    pl->nup--;
+    pl->up_hint = 0;
+    cp_resource_free(pl->up, (void *)(uintptr_t)u.addr, (size_t)u.size, s);
+    pl->base.reserved -= u.size;
+}
+
+static const pl_blk *blk_overlap(const plugin *pl, uint64_t raw, uint64_t rsize);
+
 static void *up_allocate(cupola_upstream *self, size_t bytes, void *stream)
 {
-    plugin *pl = ((pl_upstream *)self)->pl;
+    plugin *pl = self ? ((pl_upstream *)self)->pl : NULL;
     void *p = NULL;
-    if (!self || !pl || bytes == 0)
+    uint64_t a;
+    size_t i;
+    if (!pl || bytes == 0)
         return NULL;
     if (pl->created && !pl->grow)
         return NULL;
     if (pl->max && (bytes > pl->max || pl->base.reserved + pl->base.fb_bytes > pl->max - bytes))
         return NULL;
-    if (!pl->up_map.slots && cp_ptrmap_init(&pl->up_map, 16) != 0)
-        return NULL;
+    if (pl->nup == pl->cup) { /* room first, so that nothing can fail after the upstream */
+        size_t n = pl->cup ? pl->cup * 2 : 16;
+        pl_up *v = realloc(pl->ups, n * sizeof *v);
+        if (!v)
+            return NULL;
+        pl->ups = v;
+        pl->cup = n;
+    }
     if (cp_resource_alloc(pl->up, bytes, stream_of(pl, stream), &p) != CP_OK)
         return NULL;
-    if (cp_ptrmap_put(&pl->up_map, (uint64_t)(uintptr_t)p, (void *)(uintptr_t)bytes) != 0) {
-        cp_resource_free(pl->up, p, bytes, stream_of(pl, stream));
-        return NULL;
-    }
+    a = (uint64_t)(uintptr_t)p;
+    /* upstreams mostly hand out rising addresses: appended without a search */
+    i = !pl->nup || pl->ups[pl->nup - 1].addr < a ? pl->nup : up_lower(pl, a);
+    if (i < pl->nup) /* mostly the end: no call */
+        memmove(&pl->ups[i + 1], &pl->ups[i], (pl->nup - i) * sizeof *pl->ups);
+    pl->ups[i].addr = a;
+    pl->ups[i].size = bytes;
+    pl->ups[i].gone = 0;
+    pl->nup++;
+    pl->up_hint = i + 1;
     pl->base.reserved += bytes;
     return p;
 }
 
 static void up_deallocate(cupola_upstream *self, void *ptr, size_t bytes, void *stream)
 {
-    plugin *pl = ((pl_upstream *)self)->pl;
-    void *v;
+    plugin *pl = self ? ((pl_upstream *)self)->pl : NULL;
+    uint64_t a = (uint64_t)(uintptr_t)ptr;
+    size_t i;
     (void)bytes; /* the size remembered is the one that counts */
-    if (!ptr || !pl->up_map.slots)
+    if (!pl || !ptr)
         return;
-    v = cp_ptrmap_del(&pl->up_map, (uint64_t)(uintptr_t)ptr);
-    if (!v)
-        return; /* never came from the upstream: ignored, never passed on */
-    cp_resource_free(pl->up, ptr, (size_t)(uintptr_t)v, stream_of(pl, stream));
-    pl->base.reserved -= (uint64_t)(uintptr_t)v;
+    i = up_lower(pl, a);
+    if (i == pl->nup || pl->ups[i].addr != a || pl->ups[i].gone)
+        return; /* never came from the upstream (or given back already): ignored */
+    if (blk_overlap(pl, a, pl->ups[i].size)) {
+        /* A block handed out (or whose free is held) lies in it: freeing it
+         * would pull memory from under the user.  Kept until trim or destroy. */
+        pl->ups[i].gone = 1;
+        pl->up_hint = 0;
+        return;
+    }
+    up_free_at(pl, i, stream_of(pl, stream));
 }
 
 /* ---- the interval set of live and held blocks ------------------------------ */
 
-/* The index of the first block whose address is >= addr. */
+/* The index of the first block whose handed-out address is >= addr. */
 static size_t blk_lower(const plugin *pl, uint64_t addr)
 {
     size_t lo = 0, hi = pl->nblk;
@@ -165,15 +264,37 @@ static size_t blk_lower(const plugin *pl, uint64_t addr)
     return lo;
 }
 
-/* The block [addr, addr+size) overlaps, or NULL. */
-static const pl_blk *blk_overlap(const plugin *pl, uint64_t addr, uint64_t size)
+/* The index of the first block whose plugin address is >= raw. */
+static size_t blk_lower_raw(const plugin *pl, uint64_t raw)
 {
-    size_t i = blk_lower(pl, addr);
-    if (i < pl->nblk && pl->blk[i].addr < addr + size)
+    size_t lo = 0, hi = pl->nblk;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (pl->blk[mid].raw < raw)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The block whose plugin range [raw, raw+rsize) overlaps the one given, or
+ * NULL; *at (when given) is where a block at raw would be inserted. */
+static const pl_blk *blk_overlap_at(const plugin *pl, uint64_t raw, uint64_t rsize, size_t *at)
+{
+    size_t i = !pl->nblk || pl->blk[pl->nblk - 1].raw < raw ? pl->nblk : blk_lower_raw(pl, raw);
+    if (at)
+        *at = i;
+    if (i < pl->nblk && pl->blk[i].raw < raw + rsize)
         return &pl->blk[i];
-    if (i > 0 && pl->blk[i - 1].addr + pl->blk[i - 1].size > addr)
+    if (i > 0 && pl->blk[i - 1].raw + pl->blk[i - 1].rsize > raw)
         return &pl->blk[i - 1];
     return NULL;
+}
+
+static const pl_blk *blk_overlap(const plugin *pl, uint64_t raw, uint64_t rsize)
+{
+    return blk_overlap_at(pl, raw, rsize, NULL);
 }
 
 static pl_blk *blk_find(plugin *pl, uint64_t addr)
@@ -196,24 +317,33 @@ static int blk_room(plugin *pl)
     return 0;
 }
 
-/* Inserts a block; blk_room must have succeeded since the last insertion. */
-static void blk_insert(plugin *pl, uint64_t addr, uint64_t size)
+/* Inserts a block at index i (from blk_overlap_at); blk_room must have
+ * succeeded since the last insertion. */
+static void blk_insert_at(plugin *pl, size_t i, uint64_t addr, uint64_t size, uint64_t raw,
+                          uint64_t rsize)
 {
-    size_t i = blk_lower(pl, addr);
-    memmove(&pl->blk[i + 1], &pl->blk[i], (pl->nblk - i) * sizeof *pl->blk);
+    if (i < pl->nblk) /* mostly the end: no call */
+        memmove(&pl->blk[i + 1], &pl->blk[i], (pl->nblk - i) * sizeof *pl->blk);
     pl->blk[i].addr = addr;
     pl->blk[i].size = size;
+    pl->blk[i].raw = raw;
+    pl->blk[i].rsize = rsize;
     pl->blk[i].held = 0;
     pl->nblk++;
+}
+
+static void blk_remove_at(plugin *pl, size_t i)
+{
+    if (i + 1 < pl->nblk) /* mostly the end: no call */
+        memmove(&pl->blk[i], &pl->blk[i + 1], (pl->nblk - i - 1) * sizeof *pl->blk);
+    pl->nblk--;
 }
 
 static void blk_remove(plugin *pl, uint64_t addr)
 {
     size_t i = blk_lower(pl, addr);
-    if (i < pl->nblk && pl->blk[i].addr == addr) {
-        memmove(&pl->blk[i], &pl->blk[i + 1], (pl->nblk - i - 1) * sizeof *pl->blk);
-        pl->nblk--;
-    }
+    if (i < pl->nblk && pl->blk[i].addr == addr)
+        blk_remove_at(pl, i);
 }
 
 /* ---- held frees -------------------------------------------------------------- */
@@ -231,7 +361,7 @@ static void held_release(plugin *pl, size_t i, cp_stream *s)
     memmove(&pl->held[i], &pl->held[i + 1], (pl->nheld - i - 1) * sizeof *pl->held);
     pl->nheld--;
     blk_remove(pl, h.addr);
-    pl->a->deallocate(pl->state, (void *)(uintptr_t)h.addr, (size_t)h.size, native(s));
+    pl->a->deallocate(pl->state, (void *)(uintptr_t)h.raw, (size_t)h.rsize, native(s));
 }
 
 /* Gives back the held blocks whose frees are known complete. */
@@ -301,64 +431,117 @@ static void note_stream(plugin *pl, uint64_t sid, cp_stream *s)
 
 /* ---- the resource's ops ---------------------------------------------------- */
 
-static cp_status p_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+/* The plugin's allocate, once more after the held frees are given back. */
+static void *plugin_allocate(plugin *pl, uint64_t rsize, cp_stream *s)
 {
-    plugin *pl = (plugin *)r;
-    uint64_t size = bytes ? bytes : 1, addr = 0, sid = 0;
+    void *p = pl->a->allocate(pl->state, (size_t)rsize, native(s));
+    if (!p && pl->nheld) {
+        held_flush(pl, s);
+        p = pl->a->allocate(pl->state, (size_t)rsize, native(s));
+    }
+    return p;
+}
+
+static uint64_t low_bit(uint64_t x)
+{
+    return x & (~x + 1);
+}
+
+static cp_status alloc_in(plugin *pl, size_t bytes, cp_stream *s, void **out)
+{
+    uint64_t size = bytes ? bytes : 1, addr = 0, sid = 0, raw, rsize;
+    size_t at = 0;
     const pl_blk *o;
+    const pl_up *u;
     void *p;
     int ordered = ordered_by_plugin(pl);
 
-    pl->cur = s;
     if (!ordered) {
         sid = cp_so_sid(s);
         note_stream(pl, sid, s);
         if (pl->nheld) {
             if (held_take(pl, size, sid, s, &addr)) {
                 *out = (void *)(uintptr_t)addr;
-                pl->cur = NULL;
                 return CP_OK;
             }
             held_drain(pl, s);
         }
     }
-    if (blk_room(pl) != 0) { /* first, so that nothing can fail after allocate */
-        pl->cur = NULL;
+    if (blk_room(pl) != 0) /* first, so that nothing can fail after allocate */
         return cp_error_set(CP_ERR_OOM, "out of host memory for the plugin's block list");
-    }
-    p = pl->a->allocate(pl->state, (size_t)size, native(s));
-    if (!p && pl->nheld) {
-        held_flush(pl, s);
-        p = pl->a->allocate(pl->state, (size_t)size, native(s));
-    }
-    pl->cur = NULL;
-    if (!p)
-        return cp_error_set(CP_ERR_OOM, "out of memory: plugin '%s' returned NULL for %llu bytes",
-                            pl->name, (unsigned long long)size);
-    addr = (uint64_t)(uintptr_t)p;
-    if (addr % pl->align) {
-        pl->cur = s;
-        pl->a->deallocate(pl->state, p, (size_t)size, native(s));
-        pl->cur = NULL;
-        return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block at 0x%llx that is not "
-                            "aligned to the pool's alignment of %llu bytes", pl->name,
-                            (unsigned long long)addr, (unsigned long long)pl->align);
-    }
-    if (addr > UINT64_MAX - size || (o = blk_overlap(pl, addr, size)) != NULL) {
-        /* Not given back: deallocating it could release the block it overlaps. */
-        if (addr > UINT64_MAX - size)
+    for (;;) {
+        /* padded by what the plugin's alignment may be short of the pool's */
+        uint64_t pad = pl->natural < pl->align ? pl->align - pl->natural : 0;
+        if (size > UINT64_MAX - pad)
+            return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes plus %llu of alignment "
+                                "do not fit in a request", (unsigned long long)size,
+                                (unsigned long long)pad);
+        rsize = size + pad;
+        p = plugin_allocate(pl, rsize, s);
+        if (!p)
+            return cp_error_set(CP_ERR_OOM, "out of memory: plugin '%s' returned NULL for %llu "
+                                "bytes", pl->name, (unsigned long long)rsize);
+        raw = (uint64_t)(uintptr_t)p;
+        /* Not given back on any of these: see the header. */
+        if (raw > UINT64_MAX - rsize)
             return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block at 0x%llx of "
                                 "%llu bytes that wraps around the address space", pl->name,
-                                (unsigned long long)addr, (unsigned long long)size);
-        return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block [0x%llx, +%llu) that "
-                            "overlaps the %s block [0x%llx, +%llu)", pl->name,
-                            (unsigned long long)addr, (unsigned long long)size,
-                            o->held ? "freed (not yet reusable)" : "live",
-                            (unsigned long long)o->addr, (unsigned long long)o->size);
+                                (unsigned long long)raw, (unsigned long long)rsize);
+        if ((o = blk_overlap_at(pl, raw, rsize, &at)) != NULL)
+            return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block [0x%llx, +%llu) that "
+                                "overlaps the %s block [0x%llx, +%llu)", pl->name,
+                                (unsigned long long)raw, (unsigned long long)rsize,
+                                o->held ? "freed (not yet reusable)" : "live",
+                                (unsigned long long)o->raw, (unsigned long long)o->rsize);
+        u = up_holding(pl, raw, rsize);
+        if (!u || u->gone) {
+            size_t i = up_lower(pl, raw + 1);
+            if (i == 0 && pl->nup)
+                i = 1; /* none below: the lowest */
+            if (!pl->nup)
+                return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block [0x%llx, +%llu) "
+                                    "outside the memory it holds from its upstream (it holds "
+                                    "none)", pl->name, (unsigned long long)raw,
+                                    (unsigned long long)rsize);
+            return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block [0x%llx, +%llu) "
+                                "outside the memory it holds from its upstream (the nearest "
+                                "upstream block: [0x%llx, +%llu)%s)", pl->name,
+                                (unsigned long long)raw, (unsigned long long)rsize,
+                                (unsigned long long)pl->ups[i - 1].addr,
+                                (unsigned long long)pl->ups[i - 1].size,
+                                u ? ", which it gave back" : "");
+        }
+        addr = (raw + pl->align - 1) & ~(pl->align - 1);
+        if (addr >= raw && addr - raw <= rsize - size)
+            break;
+        /* Short of the alignment: give it back (it is the plugin's, inside its
+         * memory, overlapping nothing) and ask again, padded. */
+        pl->a->deallocate(pl->state, p, (size_t)rsize, native(s));
+        pl->natural = low_bit(raw);
     }
-    blk_insert(pl, addr, size);
-    *out = p;
+    blk_insert_at(pl, at, addr, size, raw, rsize);
+    *out = (void *)(uintptr_t)addr;
     return CP_OK;
+}
+
+static cp_status p_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
+{
+    plugin *pl = (plugin *)r;
+    cp_status st;
+    pl->cur = s; /* the stream the plugin's upstream calls run on */
+    st = alloc_in(pl, bytes, s, out);
+    pl->cur = NULL;
+    return st;
+}
+
+/* Removes block b and gives it to the plugin at once. */
+static void give_back(plugin *pl, pl_blk *b, cp_stream *s)
+{
+    uint64_t raw = b->raw, rsize = b->rsize;
+    blk_remove_at(pl, (size_t)(b - pl->blk));
+    pl->cur = s;
+    pl->a->deallocate(pl->state, (void *)(uintptr_t)raw, (size_t)rsize, native(s));
+    pl->cur = NULL;
 }
 
 static cp_status p_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
@@ -371,21 +554,13 @@ static cp_status p_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
         return cp_error_set(CP_ERR_INVALID, "free of 0x%llx, which plugin pool '%s' did not "
                             "hand out (or was freed already)", (unsigned long long)addr, pl->name);
     if (ordered_by_plugin(pl)) {
-        uint64_t size = b->size;
-        blk_remove(pl, addr);
-        pl->cur = s;
-        pl->a->deallocate(pl->state, p, (size_t)size, native(s));
-        pl->cur = NULL;
+        give_back(pl, b, s);
         return CP_OK;
     }
     sid = cp_so_sid(s);
     note_stream(pl, sid, s);
     if (!pl->so.multi) {
-        uint64_t size = b->size;
-        blk_remove(pl, addr);
-        pl->cur = s;
-        pl->a->deallocate(pl->state, p, (size_t)size, native(s));
-        pl->cur = NULL;
+        give_back(pl, b, s);
         pl->unsynced = 1;
         return CP_OK;
     }
@@ -394,13 +569,9 @@ static cp_status p_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
         pl_held *v = realloc(pl->held, n * sizeof *v);
         if (!v) {
             /* Cannot hold it: wait for the stream's work and give it back. */
-            uint64_t size = b->size;
             if (cp_be && s)
                 cp_be->stream_synchronize(s);
-            blk_remove(pl, addr);
-            pl->cur = s;
-            pl->a->deallocate(pl->state, p, (size_t)size, native(s));
-            pl->cur = NULL;
+            give_back(pl, b, s);
             return CP_OK;
         }
         pl->held = v;
@@ -409,9 +580,21 @@ static cp_status p_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
     b->held = 1;
     pl->held[pl->nheld].addr = addr;
     pl->held[pl->nheld].size = b->size;
+    pl->held[pl->nheld].raw = b->raw;
+    pl->held[pl->nheld].rsize = b->rsize;
     cp_so_tag_free(&pl->so, &pl->held[pl->nheld].tag, sid, s);
     pl->nheld++;
     return CP_OK;
+}
+
+/* Frees the upstream blocks the plugin gave back while a block lay in them,
+ * once none does. */
+static void up_sweep(plugin *pl)
+{
+    size_t i = pl->nup;
+    while (i-- > 0)
+        if (pl->ups[i].gone && !blk_overlap(pl, pl->ups[i].addr, pl->ups[i].size))
+            up_free_at(pl, i, NULL);
 }
 
 static cp_status p_trim(cp_resource *r, size_t keep_bytes)
@@ -419,6 +602,7 @@ static cp_status p_trim(cp_resource *r, size_t keep_bytes)
     plugin *pl = (plugin *)r;
     (void)keep_bytes; /* what the plugin keeps is the plugin's business */
     held_flush(pl, NULL);
+    up_sweep(pl);
     return CP_OK;
 }
 
@@ -441,7 +625,6 @@ static void p_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes)
 static void p_destroy(cp_resource *r)
 {
     plugin *pl = (plugin *)r;
-    uint64_t i;
     if (pl->state) {
         /* Finalizers do not wait for the device, except where the plugin's
          * destroy would free memory stream-ordered on the legacy stream
@@ -452,18 +635,17 @@ static void p_destroy(cp_resource *r)
             cp_so_tag_release(&pl->so, &pl->held[pl->nheld - 1].tag);
             pl->nheld--;
             blk_remove(pl, pl->held[pl->nheld].addr);
-            pl->a->deallocate(pl->state, (void *)(uintptr_t)pl->held[pl->nheld].addr,
-                              (size_t)pl->held[pl->nheld].size, NULL);
+            pl->a->deallocate(pl->state, (void *)(uintptr_t)pl->held[pl->nheld].raw,
+                              (size_t)pl->held[pl->nheld].rsize, NULL);
         }
+        pl->nblk = 0; /* nothing is handed out any more: destroy frees freely */
         pl->a->destroy(pl->state);
         pl->state = NULL;
     }
     /* What the plugin did not give back, cupola does. */
-    for (i = 0; pl->up_map.slots && i <= pl->up_map.mask; i++)
-        if (pl->up_map.slots[i].key)
-            cp_resource_free(pl->up, (void *)(uintptr_t)pl->up_map.slots[i].key,
-                             (size_t)(uintptr_t)pl->up_map.slots[i].val, NULL);
-    cp_ptrmap_fini(&pl->up_map);
+    while (pl->nup)
+        up_free_at(pl, pl->nup - 1, NULL);
+    free(pl->ups);
     cp_so_fini(&pl->so);
     free(pl->held);
     free(pl->blk);
@@ -549,6 +731,7 @@ cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opt
     pl->upw.pub.deallocate = up_deallocate;
     pl->upw.pl = pl;
     pl->align = o->alignment ? o->alignment : 256;
+    pl->natural = pl->align; /* until a block shows otherwise */
     pl->max = o->max;
     pl->grow = o->grow;
     pl->async_up = o->upstream == CP_UP_ASYNC;

@@ -14,8 +14,13 @@
  *   - holds every free until it is safe under the pool's `reuse` policy (its
  *     stream-order layer), so the plugin sees plain allocate/deallocate, unless
  *     the plugin sets CUPOLA_ALLOCATOR_STREAM_ORDERED in `flags`;
- *   - checks every block the plugin returns (alignment, no overlap with a
- *     block still live) and refuses it with an error rather than hand it out;
+ *   - checks every block the plugin returns (no overlap with a block still
+ *     live, inside a block the plugin holds from its upstream) and refuses it
+ *     with an error rather than hand it out;
+ *   - aligns every block to the pool's `alignment`: a plugin whose block is
+ *     not aligned is asked again for the bytes plus the alignment it lacks,
+ *     and cupola hands out the aligned address inside (the plugin still gets
+ *     its own pointer and size back at deallocate);
  *   - counts used, allocs, frees and reserved (what went through the
  *     upstream) itself; largest_free and free_bytes come from `stats` when the
  *     plugin has one.
@@ -55,8 +60,9 @@ typedef struct cupola_allocator {
     void *(*create)(cupola_upstream *up, const char *options);
     /* Gives everything back to the upstream and frees the state. */
     void (*destroy)(void *state);
-    /* A block of at least bytes (>= 1), aligned to the pool's `alignment`
-     * (256 by default); NULL: out of memory.  stream is opaque: a
+    /* A block of at least bytes (>= 1) inside memory from the upstream;
+     * NULL: out of memory.  Best aligned to the pool's `alignment` (256 by
+     * default): cupola pads and aligns a block that is not.  stream is opaque: a
      * cudaStream_t on the CUDA backend (cudaStreamLegacy for the default
      * stream), cupola's own stream object on the host backend (NULL for the
      * default stream). */
