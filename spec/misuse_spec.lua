@@ -1633,6 +1633,9 @@ extern "C" __global__ void rev(int *o)
     raises(function() dp:run { threads = 4, bytes = { 0, 5 } } end, "option 'bytes' min must be >= 1")
     raises(function() dp:run { threads = 4, bytes = { 64, 16 } } end, "min (64) > max (16)")
     raises(function() dp:run { threads = 4, bytes = "x" } end, "option 'bytes': bad size 'x'")
+  end)
+end)
+
 describe("misuse: a plugin's blocks outside its upstream, overlapping, or given back twice", function()
   local f = assert(io.open "spec/plugins/broken.c")
   local BROKEN = f:read "a"
