@@ -438,3 +438,17 @@ const cupola_allocator wild = {CUPOLA_ALLOCATOR_VERSION, create, destroy, aw, dw
     b:free()
   end)
 end)
+
+-- The compile log of a plugin's source reaches the caller whole (the core's
+-- message buffer holds 512 bytes: a long log lost its later errors).
+describe("a plugin's compile errors", function()
+  it("raise with the whole compiler log, the last error's file:line included", function()
+    local src = { "#include <cupola/allocator.h>" }
+    for i = 1, 30 do src[#src + 1] = "int f" .. i .. "(void) { return nope" .. i .. "; }" end
+    local ok, err = pcall(cupola.pool, { kind = "plugin", source = table.concat(src, "\n"), symbol = "x" })
+    assert.is_false(ok)
+    assert.is_true(#err > 2048, err)
+    assert.matches("plugin.c:2:", err, 1, true)
+    assert.matches("plugin.c:31:", err, 1, true)
+  end)
+end)

@@ -223,6 +223,10 @@ static inline l_stream *l_testudstream(lua_State *L, int arg)
 int l_fail(lua_State *L, cp_status st);
 /* Raises unless st is CP_OK. */
 void l_check(lua_State *L, cp_status st);
+/* Raises prefix + the core's message for a failed compile, its whole log
+ * (which the core's message buffer may have cut) in place of the cut one;
+ * frees log (may be NULL).  Never returns. */
+int l_fail_log(lua_State *L, const char *prefix, char *log);
 /* For allocations: CP_ERR_OOM pushes nil, msg, "out_of_memory" and returns 3;
  * CP_OK returns 0; anything else raises. */
 int l_alloc_result(lua_State *L, cp_status st);

@@ -221,20 +221,8 @@ static int module_new(lua_State *L)
     luaL_setmetatable(L, L_MODULE);
     st = cp_kmodule_load(&d, &m->m, &where, &log);
     if (st != CP_OK) {
-        /* A compile error's message is its first line, then the log, cut
-         * to the core's error buffer (512 bytes); the whole log came back
-         * in log, so the raised message carries all of it: a prelude's or
-         * a long first error must not cut off the user's file:line. */
-        const char *msg = cp_error_msg(), *nl = strchr(msg, '\n');
-        if (st == CP_ERR_INVALID && log && *log && nl &&
-            strncmp(nl + 1, log, strlen(nl + 1)) == 0) {
-            lua_pushliteral(L, "cupola.module: ");
-            lua_pushlstring(L, msg, (size_t)(nl + 1 - msg));
-            lua_pushstring(L, log);
-            free(log);
-            lua_concat(L, 3);
-            return lua_error(L);
-        }
+        if (st == CP_ERR_INVALID)
+            return l_fail_log(L, "cupola.module: ", log);
         free(log);
         return luaL_error(L, "cupola.module: %s", cp_error_msg());
     }

@@ -103,6 +103,8 @@ static const char *compile_source(lua_State *L, const char *src, size_t len)
     job.depends = depends;
     job.salt = "cupola plugin allocator 1";
     st = cp_cc_shared_object(&job, &res);
+    if (st == CP_ERR_INVALID)
+        l_fail_log(L, "", res.log);
     free(res.log);
     if (st != CP_OK)
         l_fail(L, st);

@@ -62,6 +62,26 @@ int l_fail(lua_State *L, cp_status st)
     return luaL_error(L, "%s", *msg ? msg : "cupola: operation failed");
 }
 
+int l_fail_log(lua_State *L, const char *prefix, char *log)
+{
+    /* A compile error's message is its first line, then the log, cut to
+     * the core's error buffer (512 bytes); the whole log came back in log,
+     * so the raised message carries all of it: a prelude's or a long first
+     * error must not cut off the user's file:line. */
+    const char *msg = cp_error_msg(), *nl = strchr(msg, '\n');
+    if (log && *log && nl && strncmp(nl + 1, log, strlen(nl + 1)) == 0) {
+        luaL_where(L, 1); /* the caller's file:line, as luaL_error gives */
+        lua_pushstring(L, prefix);
+        lua_pushlstring(L, msg, (size_t)(nl + 1 - msg));
+        lua_pushstring(L, log);
+        free(log);
+        lua_concat(L, 4);
+        return lua_error(L);
+    }
+    free(log);
+    return luaL_error(L, "%s%s", prefix, *msg ? msg : "operation failed");
+}
+
 void l_check(lua_State *L, cp_status st)
 {
     if (st != CP_OK)
