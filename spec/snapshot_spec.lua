@@ -225,6 +225,16 @@ describe("snapshot sizes and sums", function()
     t:close()
   end)
 
+  it("loads the corpus seed at the bounds and refuses the one past them (Python's pickle)", function()
+    local t <close> = cupola.trace.load(corpus .. "sizes_max_p2.pickle")
+    assert.equals(math.maxinteger, t.peak_live)
+    assert.equals(math.maxinteger, t.torch_peak_reserved)
+    assert.equals(math.maxinteger, t:event(2).size)
+    local ok, err = pcall(cupola.trace.load, corpus .. "sizes_refused_p4.pickle")
+    assert.is_false(ok)
+    assert.matches("segments[1]: the segments' total_size sum passes 2^63-1", err, 1, true)
+  end)
+
   it("keeps PyTorch's reserved figures exact, refusing sums past 2^63-1", function()
     local seg = dict { "device", 0, "address", 4096, "total_size", math.maxinteger }
     local ok, err = load({ list { entry("alloc", 4096, 10) } }, { seg, dict { "device", 0, "address", 8192, "total_size", 1 } })
