@@ -227,6 +227,24 @@ describe("trace sizes and sums", function()
     assert.matches(":2: line too long", err, 1, true)
   end)
 
+  it("refuses threads above 2^32-1 and times that are not finite (they were cut, or counted per row)", function()
+    for _, c in ipairs {
+      { "18446744073709551615,1,allocate,0x10,5,0x0\n", ":2: thread is above 2^32-1" },
+      { "4294967296,1,allocate,0x10,5,0x0\n", ":2: thread is above 2^32-1" },
+      { "0,nan,allocate,0x10,5,0x0\n", ":2: time is not a finite number ('nan')" },
+      { "0,-inf,allocate,0x10,5,0x0\n", ":2: time is not a finite number ('-inf')" },
+    } do
+      local ok, err = load(c[1])
+      assert.is_false(ok)
+      assert.matches(c[2], err, 1, true)
+    end
+    local ok, t = load("4294967295,1,allocate,0x10,5,0x0\n4294967295,2,free,0x10,5,0x0\n")
+    assert.is_true(ok, t)
+    assert.equals(4294967295, t:event(2).thread)
+    assert.equals(1, t.threads)
+    t:close()
+  end)
+
   it("refuses a path with a NUL byte (it opened the part before it)", function()
     local path = tmpfile(H .. "0,1,allocate,0x1000,4096,0x0\n")
     assert.has_error(function() cupola.trace.load(path .. "\0.other") end,

@@ -312,12 +312,19 @@ static cp_status parse_row(loader *ld, char *line)
                                        ld->path, ld->line, ncol)
                         : cp_error_set(CP_ERR_INVALID, "%s:%zu: expected 6 columns, found more",
                                        ld->path, ld->line);
-    if (parse_dec(col[0], &thread) != 0)
+    if ((rc = parse_dec(col[0], &thread)) == -1)
         return bad(ld, "thread is not a decimal number", col[0]);
+    /* Rows keep the thread in 32 bits (an OS thread id fits); a larger one
+     * was cut, and 2^64-1 wrapped the thread table's key to its empty mark
+     * (counted as a new thread on every row). */
+    if (rc == -2 || thread > UINT32_MAX)
+        return bad(ld, "thread is above 2^32-1", col[0]);
     errno = 0;
     time = strtod(col[1], &end);
     if (end == col[1] || *end || errno)
         return bad(ld, "time is not a number", col[1]);
+    if (time != time || time > 1e300 || time < -1e300) /* strtod takes "nan" and "inf" */
+        return bad(ld, "time is not a finite number", col[1]);
     if (strcmp(col[2], "allocate") == 0)
         is_free = 0;
     else if (strcmp(col[2], "free") == 0)

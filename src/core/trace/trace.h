@@ -13,7 +13,8 @@
  *
  * Loading checks the whole file and fails with CP_ERR_INVALID and a message
  * naming the file, the line and the reason ("t.csv:17: size is not a
- * number"): wrong header, unknown action, bad hex, missing columns, a free of
+ * number"): wrong header, unknown action, bad hex, missing columns, a thread
+ * above 2^32-1, a time that is not finite, a free of
  * a pointer that is not live, an allocate of a pointer already live, a size
  * or a sum of sizes beyond CP_TRACE_BYTES_MAX, a NUL byte, or a truncated
  * gzip stream.
