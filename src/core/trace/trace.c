@@ -11,6 +11,7 @@
 #include "trace.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,7 +324,7 @@ static cp_status parse_row(loader *ld, char *line)
     time = strtod(col[1], &end);
     if (end == col[1] || *end || errno)
         return bad(ld, "time is not a number", col[1]);
-    if (time != time || time > 1e300 || time < -1e300) /* strtod takes "nan" and "inf" */
+    if (!isfinite(time)) /* strtod takes "nan" and "inf" */
         return bad(ld, "time is not a finite number", col[1]);
     if (strcmp(col[2], "allocate") == 0)
         is_free = 0;
