@@ -1182,7 +1182,7 @@ io.write "ok"
   it("timelines: unwritable paths, closed traces (was: an error inside timeline.lua)", function()
     local t = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
     raises(function() cupola.timeline(t, "/") end, "cupola.timeline: cannot write /")
-    raises(function() cupola.timeline(t, 5) end, "bad argument #2 to 'timeline' (path expected)")
+    raises(function() cupola.timeline(t, 5) end, "bad argument #2 to 'timeline' (path expected, got number)")
     raises(function() cupola.timeline(5, "x.html") end, "bad argument #1 to 'timeline'")
     raises(function() cupola.timeline(t, "x.html", { colour = 1 }) end, "cupola.timeline: unknown option 'colour'")
     t:close()
@@ -1673,5 +1673,38 @@ describe("misuse: a plugin's blocks outside its upstream, overlapping, or given 
     a:free()
     consistent(p)
     assert.equals(0, p:stats().reserved)
+  end)
+end)
+
+-- Trace inputs and timeline options (tracefix): each used to end in a wrong
+-- figure, a raw Lua error from inside cupola, or the wrong file.
+describe("misuse: traces and timelines (tracefix)", function()
+  it("a path with a NUL byte is refused, not cut at the NUL", function()
+    raises(function() cupola.trace.load "examples/traces/gpt2_train.csv.gz\0x" end,
+      "bad argument #1 to 'load' (path contains a NUL byte)")
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    raises(function() cupola.timeline(t, "/tmp/x\0y.html") end,
+      "bad argument #2 to 'timeline' (path contains a NUL byte)")
+  end)
+
+  it("timeline options of the wrong type name the option and the type", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    local path = os.tmpname()
+    raises(function() cupola.timeline(t, path, { names = 5 }) end, "option 'names' must be a list of strings")
+    raises(function() cupola.timeline(t, path, { pools = 5 }) end, "option 'pools' must be a list of pool configuration tables")
+    raises(function() cupola.timeline(t, path, { chart_height = "x" }) end, "option 'chart_height' must be an integer")
+    raises(function() cupola.timeline(t, path, 5) end, "bad argument #3 to 'timeline' (table expected, got number)")
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    raises(function() cupola.timeline(p, path) end, "path expected, got cupola.Pool)")
+    os.remove(path)
+  end)
+
+  it("trace sizes that no Lua integer holds are refused at load", function()
+    local path = os.tmpname()
+    local f = assert(io.open(path, "w"))
+    f:write "Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x10,9223372036854775807,0x0\n0,2,allocate,0x20,1,0x0\n"
+    f:close()
+    raises(function() cupola.trace.load(path) end, ":3: the live bytes")
+    os.remove(path)
   end)
 end)

@@ -151,3 +151,108 @@ describe("out of memory that explains itself", function()
     assert.equals(0, info.used)
   end)
 end)
+
+-- Sizes in snapshots: byte counts in 0..2^63-1 (an allocation's above 0),
+-- sums checked.  A size of 2^63 used to load with a negative max_size, and
+-- one of -100 loaded too.  The pickles are written here by hand, protocol 2
+-- as PyTorch's C++ writer does: BINUNICODE strings, LONG1 integers.
+describe("snapshot sizes and sums", function()
+  local function str(s) return "X" .. string.pack("<I4", #s) .. s end
+  local function int(n) return "\138\8" .. string.pack("<i8", n) end
+  local TWO63 = "\138\9" .. string.pack("<i8", math.mininteger) .. "\0" -- 2^63, nine bytes
+  local function dict(kv)
+    local out = { "}(" }
+    for i = 1, #kv, 2 do
+      out[#out + 1] = str(kv[i])
+      out[#out + 1] = type(kv[i + 1]) == "number" and int(kv[i + 1]) or kv[i + 1]
+    end
+    return table.concat(out) .. "u"
+  end
+  local function list(items) return "](" .. table.concat(items) .. "e" end
+  local function entry(action, addr, size, t)
+    local kv = { "action", str(action), "addr", addr, "stream", 0, "time_us", t or 1 }
+    if size ~= nil then kv[#kv + 1] = "size"; kv[#kv + 1] = size end
+    return dict(kv)
+  end
+  local function load(devices, segments)
+    local kv = { "device_traces", list(devices) }
+    if segments then kv[3] = "segments"; kv[4] = list(segments) end
+    local path = tmpfile("\128\2" .. dict(kv) .. ".")
+    local ok, t = pcall(cupola.trace.load, path)
+    os.remove(path)
+    return ok, t
+  end
+
+  it("refuses a size of 2^63 or a negative one, naming the entry", function()
+    local ok, err = load { list { entry("alloc", 4096, TWO63) } }
+    assert.is_false(ok)
+    assert.matches("device_traces[0][0]: size 9223372036854775808 is not in 0..2^63-1", err, 1, true)
+    ok, err = load { list { entry("alloc", 4096, 100) }, list { entry("alloc", 8192, 50), entry("alloc", 12288, -100) } }
+    assert.is_false(ok)
+    assert.matches("device_traces[1][1]: size -100 is not in 0..2^63-1", err, 1, true)
+    ok, err = load { list { entry("alloc", 4096, 100), entry("free_completed", 4096, -1) } }
+    assert.is_false(ok)
+    assert.matches("device_traces[0][1]: size -1 is not in 0..2^63-1", err, 1, true)
+  end)
+
+  it("refuses an allocation of size 0, without a size, or with a size that is not an int", function()
+    local ok, err = load { list { entry("alloc", 4096, 0) } }
+    assert.is_false(ok)
+    assert.matches("device_traces[0][0]: an allocation of size 0", err, 1, true)
+    ok, err = load { list { entry("alloc", 4096, nil) } }
+    assert.is_false(ok)
+    assert.matches("device_traces[0][0]: size is missing", err, 1, true)
+    ok, err = load { list { entry("alloc", 4096, str "12") } }
+    assert.is_false(ok)
+    assert.matches("device_traces[0][0]: size is not an integer", err, 1, true)
+  end)
+
+  it("refuses live bytes past 2^63-1, naming the entry; takes exactly 2^63-1", function()
+    local ok, err = load { list { entry("alloc", 4096, math.maxinteger, 1), entry("alloc", 8192, 1, 2) } }
+    assert.is_false(ok)
+    assert.matches("device_traces[0][1]: the live bytes (9223372036854775807 bytes) plus this size (1) passes 2^63-1",
+      err, 1, true)
+    local t
+    ok, t = load { list { entry("alloc", 4096, math.maxinteger, 1), entry("free_completed", 4096, nil, 2),
+      entry("alloc", 4096, 7, 3), entry("free_completed", 4096, 0, 4) } }
+    assert.is_false(ok) -- the total passes 2^63-1 at the second allocation
+    assert.matches("device_traces[0][2]: the total of the allocation sizes", t, 1, true)
+    ok, t = load { list { entry("alloc", 4096, math.maxinteger, 1), entry("free_completed", 4096, nil, 2) } }
+    assert.is_true(ok, t)
+    assert.equals(math.maxinteger, t.max_size)
+    assert.equals(math.maxinteger, t.peak_live)
+    assert.equals(math.maxinteger, t:event(2).size, "a free without a size takes its allocation's")
+    t:close()
+  end)
+
+  it("loads the corpus seed at the bounds and refuses the one past them (Python's pickle)", function()
+    local t <close> = cupola.trace.load(corpus .. "sizes_max_p2.pickle")
+    assert.equals(math.maxinteger, t.peak_live)
+    assert.equals(math.maxinteger, t.torch_peak_reserved)
+    assert.equals(math.maxinteger, t:event(2).size)
+    local ok, err = pcall(cupola.trace.load, corpus .. "sizes_refused_p4.pickle")
+    assert.is_false(ok)
+    assert.matches("segments[1]: the segments' total_size sum passes 2^63-1", err, 1, true)
+  end)
+
+  it("keeps PyTorch's reserved figures exact, refusing sums past 2^63-1", function()
+    local seg = dict { "device", 0, "address", 4096, "total_size", math.maxinteger }
+    local ok, err = load({ list { entry("alloc", 4096, 10) } }, { seg, dict { "device", 0, "address", 8192, "total_size", 1 } })
+    assert.is_false(ok)
+    assert.matches("segments[1]: the segments' total_size sum passes 2^63-1", err, 1, true)
+    ok, err = load({ list { entry("alloc", 4096, 10) } }, { dict { "device", 0, "total_size", -4 } })
+    assert.is_false(ok)
+    assert.matches("segments[0]: total_size is not an integer in 0..2^63-1", err, 1, true)
+    ok, err = load { list { entry("segment_alloc", 4096, math.maxinteger, 1), entry("segment_alloc", 1 << 62, 1, 2) } }
+    assert.is_false(ok)
+    assert.matches("PyTorch's reserved bytes", err, 1, true)
+    -- Exact where a double would round: 2^60 + 1 bytes.
+    local t
+    ok, t = load({ list { entry("segment_alloc", 4096, (1 << 60) + 1, 1), entry("alloc", 4096, 10, 2) } },
+      { dict { "device", 0, "address", 4096, "total_size", (1 << 60) + 1 } })
+    assert.is_true(ok, t)
+    assert.equals((1 << 60) + 1, t.torch_peak_reserved)
+    assert.equals((1 << 60) + 1, t.torch_reserved_end)
+    t:close()
+  end)
+end)

@@ -102,4 +102,69 @@ describe("timeline", function()
     assert.has_error(function() cupola.timeline(r, path) end,
       "cupola.timeline: a replay result must come from trace.replay(t, pool, {record = true})")
   end)
+
+  it("checks every option's type, naming the option (they failed inside, or went into the page)", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    local cases = {
+      { { names = 5 }, "option 'names' must be a list of strings, not integer 5" },
+      { { names = { "a", 7 } }, "option 'names' must be a list of strings, not a table holding a number" },
+      { { pools = 5 }, "option 'pools' must be a list of pool configuration tables, not integer 5" },
+      { { pools = { "tlsf" } }, "option 'pools' must be a list of pool configuration tables, not a table holding a string" },
+      { { chart_height = "x" }, "option 'chart_height' must be an integer number of CSS pixels in 1..100000, not string" },
+      { { band_height = 0 }, "option 'band_height' must be an integer number of CSS pixels in 1..100000, not integer 0" },
+      { { chart_height = 1.5 }, "option 'chart_height' must be an integer number of CSS pixels in 1..100000, not number" },
+      { { title = 5 }, "option 'title' must be a string, not integer 5" },
+      { { log = true }, "option 'log' must be a path (string), not boolean" },
+      { { trace = 5 }, "option 'trace' must be an open cupola.Trace, not integer 5" },
+      { { width = 800 }, "unknown option 'width'" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(function() local r = cupola.timeline(t, path, c[1]); return r end)
+      assert.is_false(ok)
+      assert.matches("cupola.timeline: " .. c[2], err, 1, true)
+    end
+    -- Good values still draw, and are what the page gets.
+    cupola.timeline(t, path, { chart_height = 200, band_height = 300, names = { "mine" }, title = "x" })
+    assert.matches('{"band":300,"chart":200}', readfile(path), 1, true)
+  end)
+
+  it("names a handle's type in a wrong source, and refuses pools without a Trace", function()
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    assert.has_error(function() cupola.timeline(p, path) end,
+      "bad argument #1 to 'timeline' (a Trace, a replay result, a list of them or a path expected, got cupola.Pool)")
+    assert.has_error(function() cupola.timeline({ 5 }, path) end,
+      "bad argument #1 to 'timeline' (entry 1 is a number, not a replay result)")
+    assert.has_error(function() cupola.timeline(cupola.trace.find "torch_snapshot_mlp", path, { pools = { {} } }) end,
+      "cupola.timeline: option 'pools' replays a Trace: the source must be a cupola.Trace, not string")
+    assert.has_error(function() cupola.timeline("x.csv", path .. "\0.html") end,
+      "bad argument #2 to 'timeline' (path contains a NUL byte)")
+  end)
+
+  it("raises at the caller's line, not inside cupola's Lua files", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local calls = {
+      function() local r = cupola.trace.replay(t, p, { bogus = 1 }); return r end,
+      function() local r = cupola.trace.replay(t, p, { ["repeat"] = 0 }); return r end,
+      function() local r = cupola.trace.compare(t, { { kind = "tlsf", upstream = "virtual" } }, { bogus = 1 }); return r end,
+      function() local r = cupola.trace.compare(t, { { kind = "nope" } }); return r end,
+      function() local r = cupola.timeline(t, path, { names = 5 }); return r end,
+      function() local r = cupola.timeline(t, path, { pools = { { kind = "nope" } } }); return r end,
+      function() local r = cupola.timeline("/nonexistent/t.csv", path); return r end,
+      function() local r = cupola.timeline(p, path); return r end,
+    }
+    for i, f in ipairs(calls) do
+      local ok, err = pcall(f)
+      assert.is_false(ok)
+      assert.matches("^[^:]*timeline_spec%.lua:%d+: ", err, nil, false, "call " .. i .. ": " .. err)
+    end
+  end)
+
+  it("draws a replay recorded through the method t:replay (it was not registered)", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local r = t:replay(p, { record = true })
+    local _, info = cupola.timeline(r, path)
+    assert.equals(1, info.panels)
+  end)
 end)

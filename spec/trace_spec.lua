@@ -114,3 +114,141 @@ describe("trace", function()
     assert.equals("caching", rows[2].name)
   end)
 end)
+
+-- Sizes and their sums reach Lua as integers (signed 64-bit): a trace whose
+-- figures would pass 2^63-1 used to load with negative ones (two rows of
+-- 2^63-1: peak_live = total_bytes = -2) and replay to a negative peak.
+describe("trace sizes and sums", function()
+  local H = "Thread,Time,Action,Pointer,Size,Stream\n"
+  local function load(body)
+    local path = tmpfile(H .. body)
+    local ok, t = pcall(cupola.trace.load, path)
+    os.remove(path)
+    return ok, t
+  end
+
+  it("refuses a live sum past 2^63-1, naming the line", function()
+    local ok, err = load("0,1,allocate,0x1000,9223372036854775807,0x0\n"
+      .. "0,2,allocate,0x2000,9223372036854775807,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":3: the live bytes (9223372036854775807 bytes) plus this size "
+      .. "(9223372036854775807) passes 2^63-1", err, 1, true)
+    ok, err = load("0,1,allocate,0x1000,4611686018427387904,0x0\n"
+      .. "0,2,allocate,0x2000,4611686018427387904,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":3: the live bytes", err, 1, true)
+  end)
+
+  it("refuses a total past 2^63-1 even when the live bytes stay below", function()
+    local ok, err = load("0,1,allocate,0x1000,6000000000000000000,0x0\n"
+      .. "0,2,free,0x1000,,0x0\n0,3,allocate,0x1000,6000000000000000000,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":4: the total of the allocation sizes (6000000000000000000 bytes)", err, 1, true)
+  end)
+
+  it("refuses sizes above 2^63-1 and of 0; takes exactly 2^63-1", function()
+    local ok, err = load("0,1,allocate,0x1000,9223372036854775808,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":2: size 9223372036854775808 is above 2^63-1", err, 1, true)
+    ok, err = load("0,1,allocate,0x1000,99999999999999999999999,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":2: size 99999999999999999999999 is above 2^63-1", err, 1, true)
+    ok, err = load("0,1,allocate,0x1000,0,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":2: an allocate of size 0", err, 1, true)
+    ok, err = load("0,1,allocate,0x1000,-5,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":2: size is not a number ('-5')", err, 1, true)
+    local t
+    ok, t = load("0,1,allocate,0x1000,9223372036854775807,0x0\n0,2,free,0x1000,0,0x0\n")
+    assert.is_true(ok, t)
+    assert.equals(math.maxinteger, t.peak_live)
+    assert.equals(math.maxinteger, t.total_bytes)
+    assert.equals(math.maxinteger, t.max_size)
+    -- A pool cannot serve it (the virtual upstream's address space is 2^63
+    -- bytes; it used to hand out 2^63 twice): refused, never a wrapped figure.
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local r = cupola.trace.replay(t, p)
+    assert.equals(1, r.failed)
+    assert.is_true(r.peak_reserved >= 0)
+    t:close()
+  end)
+
+  it("replays a trace of large sizes with exact, non-negative figures", function()
+    -- Three blocks of 2^61 live at once: 3 * 2^61 bytes, within 2^63-1.
+    local s = 1 << 61
+    local ok, t = load(("0,1,allocate,0x1000,%d,0x0\n0,2,allocate,0x2000,%d,0x0\n"
+      .. "0,3,allocate,0x3000,%d,0x0\n0,4,free,0x1000,,0x0\n0,5,free,0x2000,,0x0\n"
+      .. "0,6,free,0x3000,,0x0\n"):format(s, s, s))
+    assert.is_true(ok, t)
+    assert.equals(3 * s, t.peak_live)
+    for _, kind in ipairs { "arena", "freelist", "tlsf", "caching" } do
+      local p <close> = cupola.pool { kind = kind, upstream = "virtual" }
+      local r = cupola.trace.replay(t, p)
+      assert.equals(0, r.failed, kind)
+      assert.equals(3 * s, r.peak_live, kind)
+      assert.is_true(r.peak_reserved >= r.peak_live, kind)
+      assert.equals(0, p:stats().used, kind)
+    end
+    t:close()
+  end)
+
+  it("takes an empty free size as missing: the allocation's (the docs said so)", function()
+    local ok, t = load("0,1,allocate,0x1000,4096,0x0\n0,2,free,0x1000,,0x0\n"
+      .. "0,3,allocate,0x2000,100,0x0\n0,4,free,0x2000,0,0x0\n")
+    assert.is_true(ok, t)
+    assert.equals(4096, t:event(2).size)
+    assert.equals(100, t:event(4).size)
+    assert.equals(4096, t.peak_live)
+    t:close()
+    -- An allocate's size is not optional.
+    local err
+    ok, err = load("0,1,allocate,0x1000,,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":2: size is missing", err, 1, true)
+  end)
+
+  it("names a NUL byte and its line (it was called 'line too long')", function()
+    local ok, err = load("0,1,allocate,0x1000,4096,0x0\n0,2,fr\0ee,0x1000,4096,0x0\n")
+    assert.is_false(ok)
+    assert.matches(":3: a NUL byte in the line", err, 1, true)
+    -- On the last line, without its newline, it used to be cut off silently.
+    ok, err = load("0,1,allocate,0x1000,4096,0x0\n0,2,free,0x1000,4096,0x0\0junk")
+    assert.is_false(ok)
+    assert.matches(":3: a NUL byte in the line", err, 1, true)
+    local path = tmpfile("Thread,Time,Action,Pointer,Size,Stream\0\n")
+    ok, err = pcall(cupola.trace.load, path)
+    os.remove(path)
+    assert.is_false(ok)
+    assert.matches(":1: a NUL byte in the line", err, 1, true)
+    -- A long line is still called that.
+    ok, err = load("0,1,allocate,0x1000," .. ("1"):rep(2000) .. ",0x0\n")
+    assert.is_false(ok)
+    assert.matches(":2: line too long", err, 1, true)
+  end)
+
+  it("refuses threads above 2^32-1 and times that are not finite (they were cut, or counted per row)", function()
+    for _, c in ipairs {
+      { "18446744073709551615,1,allocate,0x10,5,0x0\n", ":2: thread is above 2^32-1" },
+      { "4294967296,1,allocate,0x10,5,0x0\n", ":2: thread is above 2^32-1" },
+      { "0,nan,allocate,0x10,5,0x0\n", ":2: time is not a finite number ('nan')" },
+      { "0,-inf,allocate,0x10,5,0x0\n", ":2: time is not a finite number ('-inf')" },
+    } do
+      local ok, err = load(c[1])
+      assert.is_false(ok)
+      assert.matches(c[2], err, 1, true)
+    end
+    local ok, t = load("4294967295,1,allocate,0x10,5,0x0\n4294967295,2,free,0x10,5,0x0\n")
+    assert.is_true(ok, t)
+    assert.equals(4294967295, t:event(2).thread)
+    assert.equals(1, t.threads)
+    t:close()
+  end)
+
+  it("refuses a path with a NUL byte (it opened the part before it)", function()
+    local path = tmpfile(H .. "0,1,allocate,0x1000,4096,0x0\n")
+    assert.has_error(function() cupola.trace.load(path .. "\0.other") end,
+      "bad argument #1 to 'load' (path contains a NUL byte)")
+    os.remove(path)
+  end)
+end)

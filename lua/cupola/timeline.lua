@@ -17,8 +17,9 @@ local core = require "cupola.core"
 local timeline = {}
 
 -- Replay results remember their trace here (weak keys), so that a result
--- table stays plain data (for report.json) and still draws.
-timeline.sources = setmetatable({}, { __mode = "k" })
+-- table stays plain data (for report.json) and still draws; trace.replay
+-- (C) fills it.
+timeline.sources = core.trace.sources
 
 local function jstr(s)
   s = tostring(s):gsub('[%c"\\<>&\127-\255]', function(c)
@@ -118,30 +119,99 @@ local function panel_for_result(r, t, name)
   }
 end
 
-local known_opts = { title = true, pools = true, log = true, trace = true, width = true, names = true,
-  band_height = true, chart_height = true }
+-- What a value is, in messages: a handle's class ("cupola.Pool"), else its
+-- Lua type.
+local function what(v)
+  local mt = getmetatable(v)
+  if type(mt) == "table" and type(rawget(mt, "__name")) == "string" then return mt.__name end
+  return type(v)
+end
+
+local function is_string_list(v)
+  if type(v) ~= "table" then return false end
+  for _, x in pairs(v) do
+    if type(x) ~= "string" then return false end
+  end
+  return true
+end
+
+local function is_table_list(v)
+  if type(v) ~= "table" then return false end
+  for _, x in pairs(v) do
+    if type(x) ~= "table" then return false end
+  end
+  return true
+end
+
+local function is_pixels(v)
+  return math.type(v) == "integer" and v >= 1 and v <= 100000
+end
+
+-- Each option: a test and what it must be (the message's words).
+local option_checks = {
+  title = { function(v) return type(v) == "string" end, "a string" },
+  names = { is_string_list, "a list of strings", list = true },
+  pools = { is_table_list, "a list of pool configuration tables", list = true },
+  log = { function(v) return type(v) == "string" end, "a path (string)" },
+  trace = { function(v) return is_trace(v) and v.path ~= nil end, "an open cupola.Trace" },
+  chart_height = { is_pixels, "an integer number of CSS pixels in 1..100000" },
+  band_height = { is_pixels, "an integer number of CSS pixels in 1..100000" },
+}
+
+-- Raises at the caller of timeline.write (level 3 from here) for any option
+-- of the wrong kind: they used to fail deep inside ("attempt to index a
+-- number value") or be written into the page as they were.
+local function check_options(opts)
+  for k, v in pairs(opts) do
+    local c = option_checks[k]
+    if not c then error("cupola.timeline: unknown option '" .. tostring(k) .. "'", 3) end
+    if not c[1](v) then
+      local got = type(v) == "number" and math.type(v) == "integer" and ("integer " .. v) or what(v)
+      if c.list and type(v) == "table" then
+        for _, x in pairs(v) do
+          if not c[1]({ x }) then got = "a table holding a " .. what(x) break end
+        end
+      end
+      error(("cupola.timeline: option '%s' must be %s, not %s"):format(k, c[2], got), 3)
+    end
+  end
+end
+
+-- Calls f(...) and raises its error, if any, at the caller of
+-- timeline.write (level 3 from here) without the position inside this file.
+local here = debug.getinfo(1, "S").short_src
+local function at_caller(f, ...)
+  local ok, r = pcall(f, ...)
+  if ok then return r end
+  if type(r) == "string" and r:sub(1, #here + 1) == here .. ":" then
+    r = r:sub(#here + 2):gsub("^%d+: ", "", 1)
+  end
+  error(r, 3)
+end
 
 --- timeline.write(src, path, opts) -> path, {panels=, events=, blocks=, bytes=}
 function timeline.write(src, path, opts)
   opts = opts or {}
-  if type(opts) ~= "table" then error("bad argument #3 to 'timeline' (table expected)", 2) end
-  for k in pairs(opts) do
-    if not known_opts[k] then error("cupola.timeline: unknown option '" .. tostring(k) .. "'", 2) end
-  end
-  if type(path) ~= "string" then error("bad argument #2 to 'timeline' (path expected)", 2) end
+  if type(opts) ~= "table" then error("bad argument #3 to 'timeline' (table expected, got " .. what(opts) .. ")", 2) end
+  check_options(opts)
+  if type(path) ~= "string" then error("bad argument #2 to 'timeline' (path expected, got " .. what(path) .. ")", 2) end
+  if path:find("\0", 1, true) then error("bad argument #2 to 'timeline' (path contains a NUL byte)", 2) end
   -- a closed Trace used to fail inside (attempt to index a nil value)
   if is_trace(src) and src.path == nil then
     error("bad argument #1 to 'timeline' (attempt to use a closed cupola.Trace)", 2)
   end
+  if opts.pools and not is_trace(src) then
+    error("cupola.timeline: option 'pools' replays a Trace: the source must be a cupola.Trace, not " .. what(src), 2)
+  end
   local panels = {}
   local names = opts.names or {}
   if opts.log then
-    local t <close> = core.trace.load(opts.log)
+    local t <close> = at_caller(core.trace.load, opts.log)
     local p = panel_for_trace(t, names[1] or ("pool log " .. opts.log))
     p.subtitle = "the pool's own addresses, from its log"
     panels[1] = p
   elseif type(src) == "string" then
-    local t <close> = core.trace.load(src)
+    local t <close> = at_caller(core.trace.load, src)
     panels[1] = panel_for_trace(t, names[1] or (src:match "[^/\\]*$"))
   elseif is_trace(src) then
     if opts.pools then
@@ -149,8 +219,8 @@ function timeline.write(src, path, opts)
         local c = {}
         for k, v in pairs(cfg) do if k ~= "name" then c[k] = v end end
         if c.upstream == nil then c.upstream = "virtual" end
-        local pool <close> = core.pool(c)
-        local r = core.trace.replay(src, pool, { record = true })
+        local pool <close> = at_caller(core.pool, c)
+        local r = at_caller(core.trace.replay, src, pool, { record = true })
         r.name = cfg.name or pool.kind
         panels[i] = panel_for_result(r, src, names[i] or r.name)
       end
@@ -160,10 +230,15 @@ function timeline.write(src, path, opts)
   elseif type(src) == "table" and (src.recording or src.ns_per_event) then
     panels[1] = panel_for_result(src, opts.trace, names[1])
   elseif type(src) == "table" and src[1] then
-    for i, r in ipairs(src) do panels[i] = panel_for_result(r, opts.trace, names[i]) end
+    for i, r in ipairs(src) do
+      if type(r) ~= "table" then
+        error(("bad argument #1 to 'timeline' (entry %d is a %s, not a replay result)"):format(i, what(r)), 2)
+      end
+      panels[i] = panel_for_result(r, opts.trace, names[i])
+    end
   else
     error("bad argument #1 to 'timeline' (a Trace, a replay result, a list of them or a "
-      .. "path expected, got " .. type(src) .. ")", 2)
+      .. "path expected, got " .. what(src) .. ")", 2)
   end
 
   local title = opts.title

@@ -13,12 +13,9 @@ trace.load = core.trace.load
 -- With record = true the result carries `recording` (the pool's reserved
 -- bytes over the events, and where it put each block) for cupola.timeline,
 -- which finds the trace again through timeline.sources.
-local sources = require("cupola.timeline").sources
-function trace.replay(t, pool, opts)
-  local r = core.trace.replay(t, pool, opts)
-  if r.recording then sources[r] = t end
-  return r
-end
+-- The C function itself (it registers recorded results in
+-- core.trace.sources), so its errors point at the caller's line.
+trace.replay = core.trace.replay
 
 -- Where this file lives: the traces ship beside it when installed
 -- (LUADIR/cupola/traces) and in examples/traces of a source tree.
@@ -51,6 +48,18 @@ function trace.find(name)
   return nil, "trace " .. name .. " not found in " .. table.concat(dirs, ", ") .. " (set CUPOLA_TRACES)"
 end
 
+-- Calls f(...) and raises its error, if any, at the caller of the function
+-- that calls this (level 3 from here) without the position inside this file.
+local here = debug.getinfo(1, "S").short_src
+local function at_caller(f, ...)
+  local ok, r = pcall(f, ...)
+  if ok then return r end
+  if type(r) == "string" and r:sub(1, #here + 1) == here .. ":" then
+    r = r:sub(#here + 2):gsub("^%d+: ", "", 1)
+  end
+  error(r, 3)
+end
+
 --- trace.compare(t, configs, opts) -> rows: replays t once per pool
 -- configuration (tables for cupola.pool{...}, each replayed on a fresh pool)
 -- and returns one row per configuration with its figures.
@@ -69,8 +78,8 @@ function trace.compare(t, configs, opts)
     -- `name` labels the row; the pool itself does not take it.
     local c = {}
     for k, v in pairs(cfg) do if k ~= "name" then c[k] = v end end
-    local pool <close> = core.pool(c)
-    local r = trace.replay(t, pool, opts)
+    local pool <close> = at_caller(core.pool, c)
+    local r = at_caller(core.trace.replay, t, pool, opts)
     r.kind, r.upstream, r.name = pool.kind, pool.upstream, cfg.name or pool.kind
     rows[i] = r
   end

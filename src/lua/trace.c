@@ -26,12 +26,23 @@ static l_trace *totrace(lua_State *L, int arg)
     return tr;
 }
 
+/* Replay results recorded with record = true -> their Trace, weak keys:
+ * cupola.timeline draws a result from it, and the result stays plain data.
+ * Kept here so that t:replay and cupola.trace.replay both register (a Lua
+ * wrapper did it once, and moved every error's position into itself). */
+#define L_SOURCES "cupola.trace.sources"
+
 static int trace_load(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
-    l_trace *tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
+    size_t plen;
+    const char *path = luaL_checklstring(L, 1, &plen);
+    l_trace *tr;
     cp_trace *t = NULL;
     cp_status st;
+    /* C sees the path up to its first NUL: "a\0b" would open "a". */
+    if (strlen(path) != plen)
+        return luaL_argerror(L, 1, "path contains a NUL byte");
+    tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;
     luaL_setmetatable(L, L_TRACE);
     st = cp_trace_load(path, &t);
@@ -223,6 +234,11 @@ static int trace_replay(lua_State *L)
         lua_remove(L, -2);
         lua_setfield(L, -2, "addresses");
         lua_setfield(L, -2, "recording");
+        lua_getfield(L, LUA_REGISTRYINDEX, L_SOURCES);
+        lua_pushvalue(L, -2);
+        lua_pushvalue(L, 1);
+        lua_rawset(L, -3);
+        lua_pop(L, 1);
     }
     cp_replay_result_fini(&res);
     cp_trace_info_get(tr->t, &in);
@@ -449,5 +465,13 @@ void l_open_trace(lua_State *L)
                                      {NULL, NULL}};
     l_newclass(L, L_TRACE, meta, methods);
     luaL_newlib(L, funcs);
+    lua_newtable(L); /* the sources, weak keys */
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, L_SOURCES);
+    lua_setfield(L, -2, "sources");
     lua_setfield(L, -2, "trace");
 }

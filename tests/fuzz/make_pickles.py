@@ -80,6 +80,23 @@ def main():
     d["frames"] = [d]
     with open(f"{OUT}/hostile_shared_roles.pickle", "wb") as f:
         pickle.dump({"segments": [d], "device_traces": [[d, d]]}, f, protocol=4)
+    # Sizes at the bounds cupola keeps (0..2^63-1, sums checked): one that
+    # loads (2^63-1 live, a free without a size), one that is refused (2^63,
+    # a negative size, segments summing past 2^63-1).
+    def ev(action, addr, size, t):
+        e = {"action": action, "addr": addr, "stream": 0, "time_us": t, "frames": []}
+        if size is not None:
+            e["size"] = size
+        return e
+    with open(f"{OUT}/sizes_max_p2.pickle", "wb") as f:
+        pickle.dump({"segments": [{"device": 0, "address": 4096, "total_size": 2**63 - 1}],
+                     "device_traces": [[ev("segment_alloc", 4096, 2**63 - 1, 1),
+                                        ev("alloc", 4096, 2**63 - 1, 2),
+                                        ev("free_completed", 4096, None, 3)]]}, f, protocol=2)
+    with open(f"{OUT}/sizes_refused_p4.pickle", "wb") as f:
+        pickle.dump({"segments": [{"total_size": 2**63 - 1}, {"total_size": 1}],
+                     "device_traces": [[ev("alloc", 4096, 2**63, 1), ev("alloc", 8192, -100, 2)]]},
+                    f, protocol=4)
     # Truncated half-way.
     data = pickle.dumps(s, protocol=4)
     with open(f"{OUT}/truncated_p4.pickle", "wb") as f:

@@ -175,6 +175,17 @@ static struct {
     int kerr_set; /* a host task (user kernel) failed: the next sync reports it */
     char kerr[512];
     int shutdown; /* the destructor ran: no new workers */
+    /* tracefix: the registry by id (key id + 1), so that finding a stream
+     * (every event query and synchronization does) does not walk every
+     * stream: a replay of a trace of 20,000 streams spent a third of its
+     * loop in that walk.  byid_ok is 0 until the map exists and for good
+     * once an insertion failed (out of memory): the walk is then used. */
+    cp_ptrmap byid;
+    int byid_ok, byid_failed;
+    /* Registered blocking streams other than the legacy one: work on the
+     * legacy stream looks for them only when there are some (it walked
+     * every stream for each item). */
+    int nblocking;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 static _Atomic uint64_t next_sid = 1;
@@ -317,6 +328,8 @@ static int work_add_dep(hwork *w, uint64_t sid, uint64_t ticket)
 
 static cp_stream *find_locked(uint64_t sid)
 {
+    if (G.byid_ok)
+        return (cp_stream *)cp_ptrmap_get(&G.byid, sid + 1);
     for (cp_stream *s = G.streams; s; s = s->next)
         if (s->id == sid)
             return s;
@@ -330,10 +343,38 @@ static void registry_add_locked(cp_stream *s)
     if (G.streams)
         G.streams->prev = s;
     G.streams = s;
+    if (s->blocking && !s->legacy)
+        G.nblocking++;
+    if (!G.byid_ok && !G.byid_failed) {
+        /* First stream: index the ones already registered (none, or the
+         * legacy stream) along with it. */
+        if (cp_ptrmap_init(&G.byid, 64) != 0) {
+            G.byid_failed = 1;
+            return;
+        }
+        G.byid_ok = 1;
+        for (cp_stream *o = G.streams->next; o && G.byid_ok; o = o->next)
+            if (cp_ptrmap_put(&G.byid, o->id + 1, o) != 0)
+                G.byid_ok = 0;
+        if (!G.byid_ok) {
+            cp_ptrmap_fini(&G.byid);
+            G.byid_failed = 1;
+            return;
+        }
+    }
+    if (G.byid_ok && cp_ptrmap_put(&G.byid, s->id + 1, s) != 0) {
+        cp_ptrmap_fini(&G.byid);
+        G.byid_ok = 0;
+        G.byid_failed = 1;
+    }
 }
 
 static void registry_remove_locked(cp_stream *s)
 {
+    if (G.byid_ok)
+        cp_ptrmap_del(&G.byid, s->id + 1);
+    if (s->blocking && !s->legacy)
+        G.nblocking--;
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -518,7 +559,7 @@ static cp_status enqueue_locked(cp_stream *s, hwork *w, uint64_t *ticket)
                                                 : "host backend: the process is shutting down");
     }
     if (s->legacy) {
-        for (cp_stream *o = G.streams; o; o = o->next)
+        for (cp_stream *o = G.nblocking ? G.streams : NULL; o; o = o->next)
             if (o != s && o->blocking && !idle_locked(o) && !work_add_dep(w, o->id, o->enqueued))
                 goto oom;
     } else if (s->blocking && G.legacy_started && !idle_locked(&G.legacy)) {

@@ -51,7 +51,9 @@ static cp_status up_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out
     switch (u->kind) {
     case CP_UP_VIRTUAL: {
         uint64_t step = (n + VIRT_ALIGN - 1) & ~(VIRT_ALIGN - 1);
-        if (step < n || u->next > UINT64_MAX / 2 - step)
+        /* step > UINT64_MAX / 2 first: the subtraction below wraps for it
+         * (two requests of 2^63 - 1 bytes were both handed out). */
+        if (step < n || step > UINT64_MAX / 2 || u->next > UINT64_MAX / 2 - step)
             return cp_error_set(CP_ERR_OOM, "out of memory: virtual address space exhausted");
         *out = (void *)(uintptr_t)u->next;
         u->next += step;

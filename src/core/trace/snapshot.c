@@ -36,6 +36,7 @@ typedef struct raw_event {
     uint8_t action;
     uint8_t use;      /* free_requested: it is the block's free */
     size_t order;     /* position before the merge, for a stable sort */
+    size_t entry;     /* index in its device's list, for messages */
 } raw_event;
 
 typedef struct dec {
@@ -156,12 +157,38 @@ static cp_status frames_label(dec *d, cp_pk_value *frames, uint32_t *out)
     return CP_OK;
 }
 
-static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device)
+/* A byte count as the pickle holds it: an int in 0..2^63-1, the range of a
+ * signed 64-bit integer (trace.h says why sizes stop there).  -1: negative or
+ * above; -2: not an int (a bool is not a size either). */
+static int byte_count(const cp_pk_value *v, uint64_t *out)
+{
+    if (!v || v->type != CP_PK_INT)
+        return -2;
+    if (v->is_u64 || v->v.i < 0)
+        return -1;
+    *out = (uint64_t)v->v.i;
+    return 0;
+}
+
+static cp_status bad_size(const cp_pk_value *v, uint16_t device, size_t entry, const char *key)
+{
+    if (v && v->type == CP_PK_INT)
+        return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u][%zu]: %s %s%llu is "
+                            "not in 0..2^63-1", (unsigned)device, entry, key,
+                            v->is_u64 ? "" : "-",
+                            v->is_u64 ? (unsigned long long)v->v.u
+                                      : (unsigned long long)(0 - (uint64_t)v->v.i));
+    return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u][%zu]: %s is %s",
+                        (unsigned)device, entry, key, v ? "not an integer" : "missing");
+}
+
+static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device, size_t entry)
 {
     cp_pk_value *em = e;
     raw_event *r;
     size_t i;
     cp_pk_value *frames = NULL;
+    const cp_pk_value *size = NULL;
     cp_status st;
 
     if (d->n == d->cap) {
@@ -178,15 +205,17 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device)
         /* The same dict again (a memo reference): decoded already. */
         *r = d->raw[MVAL(e->mark) - 1];
         r->device = device;
+        r->entry = entry;
         r->order = d->n++;
         return CP_OK;
     }
     memset(r, 0, sizeof *r);
     r->device = device;
+    r->entry = entry;
     r->order = d->n;
     if (e->type != CP_PK_DICT)
-        return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u] entry %zu is not a "
-                            "dict", (unsigned)device, d->n);
+        return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u][%zu] is not a dict",
+                            (unsigned)device, entry);
     /* One pass over the keys (a hostile entry may have very many). */
     for (i = 0; i < e->n; i++) {
         const cp_pk_value *k = e->v.items[2 * i];
@@ -198,7 +227,7 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device)
         else if (cp_pk_streq(k, "addr"))
             r->addr = cp_pk_u64(v);
         else if (cp_pk_streq(k, "size"))
-            r->size = cp_pk_u64(v);
+            size = v;
         else if (cp_pk_streq(k, "stream"))
             r->stream = cp_pk_u64(v);
         else if (cp_pk_streq(k, "time_us"))
@@ -215,6 +244,17 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device)
         d->s->ignored++; /* no address: nothing to pair */
         r->action = A_OTHER;
     }
+    /* Sizes of what is replayed or summed must be byte counts; an
+     * allocation's must be there and positive.  A free's may be missing or
+     * 0: the replay takes the size of its allocation. */
+    if (r->action != A_OTHER) {
+        int rc = byte_count(size, &r->size);
+        if (rc == -1 || (rc == -2 && (r->action == A_ALLOC || size)))
+            return bad_size(size, device, entry, "size");
+        if (r->action == A_ALLOC && r->size == 0)
+            return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u][%zu]: an "
+                                "allocation of size 0", (unsigned)device, entry);
+    }
     if (r->action == A_ALLOC) {
         st = frames_label(d, frames, &r->label);
         if (st != CP_OK)
@@ -224,6 +264,12 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device)
         em->mark = MARK(M_ENTRY, d->n + 1);
     d->n++;
     return CP_OK;
+}
+
+static cp_status seg_overflow(const raw_event *e)
+{
+    return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u][%zu]: PyTorch's reserved "
+                        "bytes pass 2^63-1", (unsigned)e->device, e->entry);
 }
 
 static int by_time(const void *a, const void *b)
@@ -252,9 +298,10 @@ static cp_status convert(dec *d, cp_pk_value *root)
     const cp_pk_value *traces, *segs;
     cp_ptrmap m;
     size_t i, j, nseg = 0;
-    /* Reserved figures in double: exact below 2^53 bytes, and hostile sizes
-     * cannot overflow. */
-    double delta = 0, r, peak;
+    /* Reserved figures exact, in int64: every size is in 0..2^63-1 and every
+     * sum is checked, so a figure either fits a Lua integer or the snapshot
+     * is refused (a double lost bytes above 2^53 and a clamp hid wraps). */
+    int64_t delta = 0, r, peak;
     cp_status st = CP_OK;
 
     if (!root || root->type != CP_PK_DICT)
@@ -278,7 +325,17 @@ static cp_status convert(dec *d, cp_pk_value *root)
             if (MROLE(sg->mark) == M_SEGMENT)
                 continue; /* the same segment twice: counted once */
             sg->mark = MARK(M_SEGMENT, 1);
-            s->reserved_end += cp_pk_u64(cp_pk_get(sg, "total_size"));
+            {
+                const cp_pk_value *ts = cp_pk_get(sg, "total_size");
+                uint64_t sz = 0;
+                if (ts && byte_count(ts, &sz) != 0)
+                    return cp_error_set(CP_ERR_INVALID, "snapshot: segments[%zu]: total_size "
+                                        "is not an integer in 0..2^63-1", i);
+                if (sz > (uint64_t)INT64_MAX - s->reserved_end)
+                    return cp_error_set(CP_ERR_INVALID, "snapshot: segments[%zu]: the "
+                                        "segments' total_size sum passes 2^63-1 bytes", i);
+                s->reserved_end += sz;
+            }
         }
     }
     if (traces) {
@@ -291,7 +348,7 @@ static cp_status convert(dec *d, cp_pk_value *root)
                 return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%zu] is not a list",
                                     j);
             for (i = 0; i < dl->n; i++) {
-                st = add_entry(d, dl->v.items[i], (uint16_t)j);
+                st = add_entry(d, dl->v.items[i], (uint16_t)j, i);
                 if (st != CP_OK)
                     return st;
             }
@@ -316,10 +373,13 @@ static cp_status convert(dec *d, cp_pk_value *root)
         }
         if (st != CP_OK)
             break;
-        if (e->action == A_SEG_UP)
-            delta += (double)e->size;
-        else if (e->action == A_SEG_DOWN)
-            delta -= (double)e->size;
+        if ((e->action == A_SEG_UP &&
+             __builtin_add_overflow(delta, (int64_t)e->size, &delta)) ||
+            (e->action == A_SEG_DOWN &&
+             __builtin_sub_overflow(delta, (int64_t)e->size, &delta)))
+            st = seg_overflow(e);
+        if (st != CP_OK)
+            break;
     }
     cp_ptrmap_fini(&m);
     if (st != CP_OK)
@@ -333,11 +393,14 @@ static cp_status convert(dec *d, cp_pk_value *root)
     s->seg_reserved = (uint64_t *)malloc((nseg + 1) * sizeof *s->seg_reserved);
     if (!s->ev || !s->seg_time || !s->seg_reserved || cp_ptrmap_init(&m, 1024) != 0)
         return oom();
-    r = (double)s->reserved_end - delta;
+    if (__builtin_sub_overflow((int64_t)s->reserved_end, delta, &r)) {
+        cp_ptrmap_fini(&m);
+        return cp_error_set(CP_ERR_INVALID, "snapshot: PyTorch's reserved bytes at the start "
+                            "(the segments' total minus the trace's segment events) pass "
+                            "2^63-1");
+    }
     if (r < 0)
         r = 0; /* no segments list, or one that disagrees with the trace */
-    if (r > 1.8e19)
-        r = 1.8e19;
     peak = r;
     s->seg_time[0] = d->n ? d->raw[0].time_us : 0.0;
     s->seg_reserved[0] = (uint64_t)r;
@@ -348,11 +411,15 @@ static cp_status convert(dec *d, cp_pk_value *root)
         switch (e->action) {
         case A_SEG_UP:
         case A_SEG_DOWN:
-            r += e->action == A_SEG_UP ? (double)e->size : -(double)e->size;
+            /* r >= 0 and size <= 2^63-1: a subtraction cannot overflow. */
+            if (e->action == A_SEG_DOWN)
+                r -= (int64_t)e->size;
+            else if (__builtin_add_overflow(r, (int64_t)e->size, &r)) {
+                st = seg_overflow(e);
+                continue;
+            }
             if (r < 0)
                 r = 0;
-            if (r > 1.8e19)
-                r = 1.8e19; /* stays convertible to uint64 */
             if (r > peak)
                 peak = r;
             s->seg_time[s->nseg] = e->time_us;
@@ -386,6 +453,7 @@ static cp_status convert(dec *d, cp_pk_value *root)
         o->time_us = e->time_us;
         o->label = e->action == A_ALLOC ? e->label : 0;
         o->device = e->device;
+        o->entry = e->entry;
         s->n++;
     }
     cp_ptrmap_fini(&m);

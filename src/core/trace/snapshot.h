@@ -21,6 +21,10 @@
  *     is skipped and counted in `unmatched`.
  *   - Several devices: the lists are merged by time (stable); addresses are
  *     unique across devices (unified addressing).  Each event keeps its device.
+ *   - Sizes are byte counts in 0..2^63-1 (trace.h says why): an "alloc"
+ *     must have one, and above 0; a free's may be missing or 0 (the
+ *     allocation's is used).  Anything else, or a sum of segment sizes
+ *     beyond that range, fails the load naming device_traces[d][k].
  *   - Frames: the label of an event is "file:line name" of its innermost frame
  *     outside PyTorch's own sources (a path containing "/torch/"), else of
  *     the innermost frame; events without frames have no label.
@@ -41,6 +45,7 @@ typedef struct cp_snap_event {
     uint32_t label;   /* index + 1 into labels; 0: none */
     uint16_t device;
     uint8_t is_free;
+    size_t entry;     /* its index in device_traces[device], for messages */
 } cp_snap_event;
 
 typedef struct cp_snapshot {

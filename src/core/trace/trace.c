@@ -11,6 +11,7 @@
 #include "trace.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,18 +134,23 @@ static int parse_hex(const char *s, uint64_t *out)
     return 0;
 }
 
+/* -1: not a decimal number; -2: one above UINT64_MAX. */
 static int parse_dec(const char *s, uint64_t *out)
 {
     uint64_t v = 0;
+    int big = 0;
     if (!*s)
         return -1;
     for (; *s; s++) {
         if (*s < '0' || *s > '9')
             return -1;
         if (v > (UINT64_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (uint64_t)(*s - '0');
+            big = 1; /* go on: "99...9x" is not a number at all */
+        else
+            v = v * 10 + (uint64_t)(*s - '0');
     }
+    if (big)
+        return -2;
     *out = v;
     return 0;
 }
@@ -161,12 +167,37 @@ typedef struct loader {
     uint64_t live_bytes;
     uint64_t *osize;    /* size of each allocate, by ordinal */
     size_t ocap;
+    uint64_t offset;    /* CSV: bytes of the complete lines read so far */
+    int snap;           /* rows come from a snapshot: messages name the entry */
+    unsigned sdev;      /* ... device_traces[sdev][sentry] */
+    size_t sentry;
 } loader;
+
+/* Where the current row came from: "path:line" (CSV) or
+ * "path: device_traces[d][k]" (the snapshot entry it was made from). */
+static const char *where(const loader *ld, char *buf, size_t n)
+{
+    if (ld->snap)
+        snprintf(buf, n, "%s: device_traces[%u][%zu]", ld->path, ld->sdev, ld->sentry);
+    else
+        snprintf(buf, n, "%s:%zu", ld->path, ld->line);
+    return buf;
+}
 
 static cp_status bad(loader *ld, const char *why, const char *detail)
 {
-    return cp_error_set(CP_ERR_INVALID, "%s:%zu: %s%s%s%s", ld->path, ld->line, why,
+    char w[512];
+    return cp_error_set(CP_ERR_INVALID, "%s: %s%s%s%s", where(ld, w, sizeof w), why,
                         detail ? " ('" : "", detail ? detail : "", detail ? "')" : "");
+}
+
+/* A sum of sizes that would pass CP_TRACE_BYTES_MAX. */
+static cp_status too_big(loader *ld, const char *what, uint64_t have, uint64_t size)
+{
+    char w[512];
+    return cp_error_set(CP_ERR_INVALID, "%s: %s (%llu bytes) plus this size (%llu) passes "
+                        "2^63-1, the largest byte count a trace holds", where(ld, w, sizeof w),
+                        what, (unsigned long long)have, (unsigned long long)size);
 }
 
 /* Appends one checked row; shared by the CSV and the snapshot loaders. */
@@ -176,13 +207,26 @@ static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, u
     cp_trace *t = ld->t;
     void *v;
     size_t i = t->n;
+    char w[512];
 
     if (t->n == t->cap && grow_rows(t) != 0)
         return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    if (size > CP_TRACE_BYTES_MAX)
+        return cp_error_set(CP_ERR_INVALID, "%s: size %llu is above 2^63-1, the largest byte "
+                            "count a trace holds", where(ld, w, sizeof w),
+                            (unsigned long long)size);
     if (!is_free) {
+        if (size == 0)
+            return bad(ld, "an allocate of size 0 (sizes must be positive)", NULL);
         if (cp_ptrmap_get(&ld->live, ptr))
-            return cp_error_set(CP_ERR_INVALID, "%s:%zu: allocate of 0x%llx, which is already "
-                                "live", ld->path, ld->line, (unsigned long long)ptr);
+            return cp_error_set(CP_ERR_INVALID, "%s: allocate of 0x%llx, which is already "
+                                "live", where(ld, w, sizeof w), (unsigned long long)ptr);
+        /* Live bytes never exceed the total, but both are checked: each is
+         * a figure of its own (peak_live, total_bytes). */
+        if (size > CP_TRACE_BYTES_MAX - ld->live_bytes)
+            return too_big(ld, "the live bytes", ld->live_bytes, size);
+        if (size > CP_TRACE_BYTES_MAX - t->info.total_bytes)
+            return too_big(ld, "the total of the allocation sizes", t->info.total_bytes, size);
         if (t->nallocs == ld->ocap) {
             size_t cap = ld->ocap ? 2 * ld->ocap : 4096;
             uint64_t *np = realloc(ld->osize, cap * sizeof *np);
@@ -205,12 +249,14 @@ static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, u
     } else {
         v = cp_ptrmap_del(&ld->live, ptr);
         if (!v)
-            return cp_error_set(CP_ERR_INVALID, "%s:%zu: free of 0x%llx, which is not live "
-                                "(never allocated in this trace, or freed twice)", ld->path,
-                                ld->line, (unsigned long long)ptr);
+            return cp_error_set(CP_ERR_INVALID, "%s: free of 0x%llx, which is not live "
+                                "(never allocated in this trace, or freed twice)",
+                                where(ld, w, sizeof w), (unsigned long long)ptr);
         t->ord[i] = (uint32_t)((uintptr_t)v - 1);
         ld->live_bytes -= ld->osize[t->ord[i]];
         t->info.frees++;
+        if (size == 0) /* 0 or missing: the allocation's, as the row reads */
+            size = ld->osize[t->ord[i]];
     }
     /* Keys are value + 1 (0 marks an empty slot); the one value that would
      * wrap to 0 has its own slot. */
@@ -250,7 +296,7 @@ static cp_status parse_row(loader *ld, char *line)
     uint64_t thread, ptr, size, stream;
     double time;
     char *end;
-    int is_free;
+    int is_free, rc;
 
     col[ncol++] = p;
     for (; *p; p++) {
@@ -267,12 +313,19 @@ static cp_status parse_row(loader *ld, char *line)
                                        ld->path, ld->line, ncol)
                         : cp_error_set(CP_ERR_INVALID, "%s:%zu: expected 6 columns, found more",
                                        ld->path, ld->line);
-    if (parse_dec(col[0], &thread) != 0)
+    if ((rc = parse_dec(col[0], &thread)) == -1)
         return bad(ld, "thread is not a decimal number", col[0]);
+    /* Rows keep the thread in 32 bits (an OS thread id fits); a larger one
+     * was cut, and 2^64-1 wrapped the thread table's key to its empty mark
+     * (counted as a new thread on every row). */
+    if (rc == -2 || thread > UINT32_MAX)
+        return bad(ld, "thread is above 2^32-1", col[0]);
     errno = 0;
     time = strtod(col[1], &end);
     if (end == col[1] || *end || errno)
         return bad(ld, "time is not a number", col[1]);
+    if (!isfinite(time)) /* strtod takes "nan" and "inf" */
+        return bad(ld, "time is not a finite number", col[1]);
     if (strcmp(col[2], "allocate") == 0)
         is_free = 0;
     else if (strcmp(col[2], "free") == 0)
@@ -285,8 +338,17 @@ static cp_status parse_row(loader *ld, char *line)
         return bad(ld, "pointer is not a hexadecimal number", col[3]);
     if (ptr == 0)
         return bad(ld, "pointer is 0", NULL);
-    if (parse_dec(col[4], &size) != 0)
-        return bad(ld, "size is not a number", col[4]);
+    /* An empty Size is a missing one: allowed on a free (it takes its
+     * allocation's size, like 0), refused on an allocate. */
+    if (!*col[4] && is_free)
+        size = 0;
+    else if (!*col[4])
+        return bad(ld, "size is missing", NULL);
+    else if ((rc = parse_dec(col[4], &size)) != 0)
+        return rc == -2 ? cp_error_set(CP_ERR_INVALID, "%s:%zu: size %s is above 2^63-1, the "
+                                       "largest byte count a trace holds", ld->path, ld->line,
+                                       col[4])
+                        : bad(ld, "size is not a number", col[4]);
     if (parse_hex(col[5], &stream) != 0)
         return bad(ld, "stream is not a hexadecimal number", col[5]);
 
@@ -352,6 +414,9 @@ static cp_status load_snapshot(loader *ld)
     for (i = 0; i < snap.n && st == CP_OK; i++) {
         const cp_snap_event *e = &snap.ev[i];
         ld->line = i + 1;
+        ld->snap = 1;
+        ld->sdev = e->device;
+        ld->sentry = e->entry;
         st = add_row(ld, e->is_free, e->addr, e->size, e->stream, e->device, e->time_us);
         if (st == CP_OK) {
             t->label[t->n - 1] = e->label;
@@ -400,9 +465,15 @@ static cp_status load(loader *ld)
             if (err != Z_OK && err != Z_STREAM_END)
                 return cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data "
                                     "(%s)", ld->path, ld->line, msg);
+            /* gzgets stops only at a newline, a full buffer or the end, so
+             * a shorter string than it read means a NUL byte cut it: known
+             * from the bytes read (the offset of the lines before). */
+            if ((uint64_t)gztell(ld->gz) - ld->offset != len)
+                return bad(ld, "a NUL byte in the line", NULL);
             if (!gzeof(ld->gz))
                 return bad(ld, "line too long", NULL);
         }
+        ld->offset += len;
         while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
             buf[--len] = '\0';
         if (ld->line == 1) {
@@ -755,6 +826,13 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->seconds = t1 - t0;
     out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
     cp_resource_stats(r, &stats);
+    if (stats.reserved_peak > CP_TRACE_BYTES_MAX && st == CP_OK) {
+        /* The trace's own figures are bounded at load; the pool's rounding
+         * may still take its reserved bytes past what is reported exactly. */
+        st = cp_error_set(CP_ERR_INVALID, "the pool's reserved peak (%llu bytes) is above "
+                          "2^63-1, the largest byte count a replay reports",
+                          (unsigned long long)stats.reserved_peak);
+    }
     out->peak_reserved = stats.reserved_peak;
     out->maps = stats.maps - out->maps;
     out->unmaps = stats.unmaps - out->unmaps;

@@ -8,13 +8,16 @@
  * Time is microseconds (a decimal number), Action is "allocate" or "free",
  * Pointer and Stream are hexadecimal (with or without 0x).  Files may be
  * plain or gzip-compressed (read transparently).  A free's Size may be 0 or
- * missing in some logs; the loader takes the size from the matching allocate.
+ * missing (an empty field) in some logs; the loader takes the size from the
+ * matching allocate.  An allocate's Size must be in 1..CP_TRACE_BYTES_MAX.
  *
  * Loading checks the whole file and fails with CP_ERR_INVALID and a message
  * naming the file, the line and the reason ("t.csv:17: size is not a
- * number"): wrong header, unknown action, bad hex, missing columns, a free of
- * a pointer that is not live, an allocate of a pointer already live, or a
- * truncated gzip stream.
+ * number"): wrong header, unknown action, bad hex, missing columns, a thread
+ * above 2^32-1, a time that is not finite, a free of
+ * a pointer that is not live, an allocate of a pointer already live, a size
+ * or a sum of sizes beyond CP_TRACE_BYTES_MAX, a NUL byte, or a truncated
+ * gzip stream.
  *
  * Replay walks the events in file order.  Each distinct trace stream gets a
  * cp_stream made for the replay (stream 0 maps to NULL, the default stream);
@@ -42,6 +45,15 @@ extern "C" {
 #endif
 
 typedef struct cp_trace cp_trace;
+
+/* The largest byte count a trace holds, in a size or in any sum of sizes
+ * (live bytes, the total, peaks; PyTorch's reserved figures): each reaches
+ * Lua as an integer, which is signed 64-bit, so a count above 2^63-1 would
+ * read as negative.  Sizes are at most this and so are the sums, checked as
+ * they grow, so two of them added in uint64 never wrap before the check.
+ * A trace that would pass it fails to load, naming the row or entry; a
+ * replay whose pool reserves more than it fails. */
+#define CP_TRACE_BYTES_MAX ((uint64_t)INT64_MAX)
 
 /* What the trace itself says, computed at load time. */
 typedef struct cp_trace_info {
