@@ -1930,6 +1930,17 @@ static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
 
 /* ---- process exit --------------------------------------------------------- */
 
+/* The streams' index goes with the module (dlclose at the state's close
+ * unmaps G, which would leave the table unreachable: a leak under
+ * valgrind); a stream destroyed later is found by the walk. */
+static void byid_free_locked(void)
+{
+    if (G.byid_ok)
+        cp_ptrmap_fini(&G.byid);
+    G.byid_ok = 0;
+    G.byid_failed = 1;
+}
+
 /* Drains and joins every worker: at exit the threads must not outlive the
  * module's code (dlclose unmaps it).  Streams the owner never destroyed keep
  * their struct, marked joined, so a late stream_destroy is still safe. */
@@ -1941,6 +1952,7 @@ __attribute__((destructor)) static void host_shutdown(void)
     pthread_mutex_lock(&G.mu);
     if (!G.used) {
         G.shutdown = 1;
+        byid_free_locked();
         pthread_mutex_unlock(&G.mu);
         return;
     }
@@ -1966,6 +1978,7 @@ __attribute__((destructor)) static void host_shutdown(void)
         G.legacy.known = NULL;
         G.legacy.nknown = G.legacy.capknown = 0;
     }
+    byid_free_locked();
     pthread_mutex_unlock(&G.mu);
     cp_host_pool_shutdown();
 }
