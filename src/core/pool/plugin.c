@@ -144,18 +144,32 @@ static cp_stream *stream_of(plugin *pl, void *native)
     return NULL;
 }
 
-/* The index of the first upstream block whose address is >= addr. */
-static size_t up_lower(const plugin *pl, uint64_t addr)
+/* The index of the first of n records, stride bytes apart and sorted by the
+ * uint64_t at offset off in each, whose key is >= key.  The last record is
+ * tried first: upstreams and plugins mostly hand out rising addresses, so
+ * an insertion is mostly an append, found without a search. */
+static size_t lower_bound(const void *base, size_t n, size_t stride, size_t off, uint64_t key)
 {
-    size_t lo = 0, hi = pl->nup;
+    const char *b = base;
+    size_t lo = 0, hi = n;
+#define KEY_AT(i) (*(const uint64_t *)(const void *)(b + (i) * stride + off))
+    if (n == 0 || KEY_AT(n - 1) < key)
+        return n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (pl->ups[mid].addr < addr)
+        if (KEY_AT(mid) < key)
             lo = mid + 1;
         else
             hi = mid;
     }
+#undef KEY_AT
     return lo;
+}
+
+/* The index of the first upstream block whose address is >= addr. */
+static size_t up_lower(const plugin *pl, uint64_t addr)
+{
+    return lower_bound(pl->ups, pl->nup, sizeof *pl->ups, offsetof(pl_up, addr), addr);
 }
 
 static int up_holds(const pl_up *u, uint64_t addr, uint64_t size)
@@ -214,8 +228,7 @@ static void *up_allocate(cupola_upstream *self, size_t bytes, void *stream)
     if (cp_resource_alloc(pl->up, bytes, stream_of(pl, stream), &p) != CP_OK)
         return NULL;
     a = (uint64_t)(uintptr_t)p;
-    /* upstreams mostly hand out rising addresses: appended without a search */
-    i = !pl->nup || pl->ups[pl->nup - 1].addr < a ? pl->nup : up_lower(pl, a);
+    i = up_lower(pl, a);
     if (i < pl->nup) /* mostly the end: no call */
         memmove(&pl->ups[i + 1], &pl->ups[i], (pl->nup - i) * sizeof *pl->ups);
     pl->ups[i].addr = a;
@@ -253,36 +266,20 @@ static void up_deallocate(cupola_upstream *self, void *ptr, size_t bytes, void *
 /* The index of the first block whose handed-out address is >= addr. */
 static size_t blk_lower(const plugin *pl, uint64_t addr)
 {
-    size_t lo = 0, hi = pl->nblk;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (pl->blk[mid].addr < addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return lower_bound(pl->blk, pl->nblk, sizeof *pl->blk, offsetof(pl_blk, addr), addr);
 }
 
 /* The index of the first block whose plugin address is >= raw. */
 static size_t blk_lower_raw(const plugin *pl, uint64_t raw)
 {
-    size_t lo = 0, hi = pl->nblk;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (pl->blk[mid].raw < raw)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return lower_bound(pl->blk, pl->nblk, sizeof *pl->blk, offsetof(pl_blk, raw), raw);
 }
 
 /* The block whose plugin range [raw, raw+rsize) overlaps the one given, or
  * NULL; *at (when given) is where a block at raw would be inserted. */
 static const pl_blk *blk_overlap_at(const plugin *pl, uint64_t raw, uint64_t rsize, size_t *at)
 {
-    size_t i = !pl->nblk || pl->blk[pl->nblk - 1].raw < raw ? pl->nblk : blk_lower_raw(pl, raw);
+    size_t i = blk_lower_raw(pl, raw);
     if (at)
         *at = i;
     if (i < pl->nblk && pl->blk[i].raw < raw + rsize)
