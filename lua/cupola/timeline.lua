@@ -13,6 +13,8 @@
 -- live bytes and draws one column per pixel from the level that fits, so a
 -- million events draw in a few hundred milliseconds and zooming refines.
 local core = require "cupola.core"
+local util = require "cupola.util"
+local at_caller = util.at_caller
 
 local timeline = {}
 
@@ -127,20 +129,15 @@ local function what(v)
   return type(v)
 end
 
-local function is_string_list(v)
-  if type(v) ~= "table" then return false end
-  for _, x in pairs(v) do
-    if type(x) ~= "string" then return false end
+-- A test: v is a table whose values are all of Lua type t.
+local function list_of(t)
+  return function(v)
+    if type(v) ~= "table" then return false end
+    for _, x in pairs(v) do
+      if type(x) ~= t then return false end
+    end
+    return true
   end
-  return true
-end
-
-local function is_table_list(v)
-  if type(v) ~= "table" then return false end
-  for _, x in pairs(v) do
-    if type(x) ~= "table" then return false end
-  end
-  return true
 end
 
 local function is_pixels(v)
@@ -150,8 +147,8 @@ end
 -- Each option: a test and what it must be (the message's words).
 local option_checks = {
   title = { function(v) return type(v) == "string" end, "a string" },
-  names = { is_string_list, "a list of strings", list = true },
-  pools = { is_table_list, "a list of pool configuration tables", list = true },
+  names = { list_of "string", "a list of strings", list = true },
+  pools = { list_of "table", "a list of pool configuration tables", list = true },
   log = { function(v) return type(v) == "string" end, "a path (string)" },
   trace = { function(v) return is_trace(v) and v.path ~= nil end, "an open cupola.Trace" },
   chart_height = { is_pixels, "an integer number of CSS pixels in 1..100000" },
@@ -177,17 +174,6 @@ local function check_options(opts)
   end
 end
 
--- Calls f(...) and raises its error, if any, at the caller of
--- timeline.write (level 3 from here) without the position inside this file.
-local here = debug.getinfo(1, "S").short_src
-local function at_caller(f, ...)
-  local ok, r = pcall(f, ...)
-  if ok then return r end
-  if type(r) == "string" and r:sub(1, #here + 1) == here .. ":" then
-    r = r:sub(#here + 2):gsub("^%d+: ", "", 1)
-  end
-  error(r, 3)
-end
 
 --- timeline.write(src, path, opts) -> path, {panels=, events=, blocks=, bytes=}
 function timeline.write(src, path, opts)
@@ -216,8 +202,7 @@ function timeline.write(src, path, opts)
   elseif is_trace(src) then
     if opts.pools then
       for i, cfg in ipairs(opts.pools) do
-        local c = {}
-        for k, v in pairs(cfg) do if k ~= "name" then c[k] = v end end
+        local c = util.pool_config(cfg)
         if c.upstream == nil then c.upstream = "virtual" end
         local pool <close> = at_caller(core.pool, c)
         local r = at_caller(core.trace.replay, src, pool, { record = true })

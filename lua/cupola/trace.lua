@@ -1,6 +1,8 @@
 --- cupola.trace: allocation traces (RMM logging-adaptor CSV, plain or gzip).
 -- Parsing and replay run in C; this adds the comparison helper.
 local core = require "cupola.core"
+local util = require "cupola.util"
+local at_caller = util.at_caller
 
 local trace = {}
 
@@ -48,17 +50,6 @@ function trace.find(name)
   return nil, "trace " .. name .. " not found in " .. table.concat(dirs, ", ") .. " (set CUPOLA_TRACES)"
 end
 
--- Calls f(...) and raises its error, if any, at the caller of the function
--- that calls this (level 3 from here) without the position inside this file.
-local here = debug.getinfo(1, "S").short_src
-local function at_caller(f, ...)
-  local ok, r = pcall(f, ...)
-  if ok then return r end
-  if type(r) == "string" and r:sub(1, #here + 1) == here .. ":" then
-    r = r:sub(#here + 2):gsub("^%d+: ", "", 1)
-  end
-  error(r, 3)
-end
 
 --- trace.compare(t, configs, opts) -> rows: replays t once per pool
 -- configuration (tables for cupola.pool{...}, each replayed on a fresh pool)
@@ -75,10 +66,7 @@ function trace.compare(t, configs, opts)
   end
   local rows = {}
   for i, cfg in ipairs(configs) do
-    -- `name` labels the row; the pool itself does not take it.
-    local c = {}
-    for k, v in pairs(cfg) do if k ~= "name" then c[k] = v end end
-    local pool <close> = at_caller(core.pool, c)
+    local pool <close> = at_caller(core.pool, util.pool_config(cfg))
     local r = at_caller(core.trace.replay, t, pool, opts)
     r.kind, r.upstream, r.name = pool.kind, pool.upstream, cfg.name or pool.kind
     rows[i] = r
