@@ -230,13 +230,14 @@ int l_fail_log(lua_State *L, const char *prefix, char *log);
 /* For allocations: CP_ERR_OOM pushes nil, msg, "out_of_memory" and returns 3;
  * CP_OK returns 0; anything else raises. */
 int l_alloc_result(lua_State *L, cp_status st);
-/* The fourth value of an out-of-memory answer where no cupola pool refused
- * (cudaMalloc, native pools, pool creation, device pools): a table with
- * requested and kind, the device's free and total bytes as device_free and
- * device_total, and, given a native pool mp, its reserved and used bytes
- * and free = reserved - used; without one, free is the device's. */
-void l_push_oom_info(lua_State *L, const char *kind, uint64_t requested, int dev,
-                     struct cp_mempool *mp);
+/* l_alloc_result where no cupola pool refused (cudaMalloc, native pools,
+ * pool creation, device pools): CP_ERR_OOM pushes the three values and an
+ * info table (requested and kind, the device's free and total bytes as
+ * device_free and device_total, and, given a native pool mp, its reserved
+ * and used bytes with free = reserved - used; without one, free is the
+ * device's) and returns 4. */
+int l_alloc_result_info(lua_State *L, cp_status st, const char *kind, uint64_t requested, int dev,
+                        struct cp_mempool *mp);
 
 /* A size argument: integer bytes or a string with binary units ("4MiB").
  * Negative, fractional or malformed sizes raise an argument error. */

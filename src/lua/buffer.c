@@ -404,10 +404,9 @@ static int l_malloc(lua_State *L)
     dev = l_optdevice_field(L, 2, "cupola.malloc");
     b = l_newbuffer(L);
     l_graveyard_reap(0);
-    if ((nret = l_alloc_result(L, cp_be->mem_alloc_on(dev, &p, n, CP_MEM_DEVICE))) != 0) {
-        l_push_oom_info(L, "cudaMalloc", n, dev, NULL);
-        return nret + 1;
-    }
+    if ((nret = l_alloc_result_info(L, cp_be->mem_alloc_on(dev, &p, n, CP_MEM_DEVICE), "cudaMalloc",
+                                    n, dev, NULL)) != 0)
+        return nret;
     l_buffer_attach(L, -1, p, n, L_FROM_MALLOC, 0, l_defaultstream());
     b->device = dev;
     return 1;

@@ -86,13 +86,8 @@ static int devpool_new(lua_State *L)
     memset(d, 0, sizeof *d);
     luaL_setmetatable(L, L_DEVPOOL);
     st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
-    if (st == CP_ERR_OOM) {
-        l_alloc_result(L, st);
-        l_push_oom_info(L, kind_names[k], (uint64_t)cap, cp_be->get_device(), NULL);
-        return 4;
-    }
     if (st != CP_OK)
-        return l_alloc_result(L, st);
+        return l_alloc_result_info(L, st, kind_names[k], (uint64_t)cap, cp_be->get_device(), NULL);
     d->p = p;
     d->dev = cp_be->dp_state(p);
     d->kind = (cp_dp_kind)k;

@@ -234,15 +234,15 @@ static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, 
     b = l_newbuffer(L);
     /* a pool's stream-ordered work on the default stream goes to the pool's
      * device's legacy stream */
-    nret = l_alloc_result(L, origin == L_FROM_ASYNC
-                                 ? cp_be->mem_alloc_async(&p, n, s->s)
-                                 : cp_be->mempool_alloc(m->ref->p, &p, n,
-                                                        l_devstream(s->s, m->ref->device)));
-    if (nret) {
-        l_push_oom_info(L, origin == L_FROM_ASYNC ? "cudaMallocAsync" : "cudaMallocFromPoolAsync", n,
-                        m->ref->device, m->ref->p);
-        return nret + 1;
-    }
+    nret = l_alloc_result_info(L,
+                               origin == L_FROM_ASYNC
+                                   ? cp_be->mem_alloc_async(&p, n, s->s)
+                                   : cp_be->mempool_alloc(m->ref->p, &p, n,
+                                                          l_devstream(s->s, m->ref->device)),
+                               origin == L_FROM_ASYNC ? "cudaMallocAsync" : "cudaMallocFromPoolAsync",
+                               n, m->ref->device, m->ref->p);
+    if (nret)
+        return nret;
     l_buffer_attach(L, -1, p, n, origin, sarg, s);
     b->device = m->ref->device;
     lua_pushvalue(L, midx);

@@ -254,14 +254,14 @@ static int pool_new(lua_State *L)
     p->ref->has_memory = p->opts.upstream != CP_UP_VIRTUAL;
     p->ref->device = p->opts.device;
     {
-        int nret = l_alloc_result(L, cp_pool_create(&r, &p->opts));
+        int nret = l_alloc_result_info(L, cp_pool_create(&r, &p->opts), p->kind, p->opts.initial,
+                                       p->opts.device, NULL);
         /* the strings live on the Lua stack only for the call */
         p->opts.plugin_path = p->opts.plugin_symbol = p->opts.plugin_options = NULL;
         if (nret) {
             free(p->ref);
             p->ref = NULL;
-            l_push_oom_info(L, p->kind, p->opts.initial, p->opts.device, NULL);
-            return nret + 1;
+            return nret;
         }
     }
     /* Adaptors wrap the pool; each owns what it wraps. */

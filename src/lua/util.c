@@ -100,8 +100,8 @@ int l_alloc_result(lua_State *L, cp_status st)
     return 3;
 }
 
-void l_push_oom_info(lua_State *L, const char *kind, uint64_t requested, int dev,
-                     struct cp_mempool *mp)
+static void push_oom_info(lua_State *L, const char *kind, uint64_t requested, int dev,
+                          struct cp_mempool *mp)
 {
     size_t fr = 0, total = 0;
     uint64_t reserved = 0, used = 0;
@@ -132,6 +132,16 @@ void l_push_oom_info(lua_State *L, const char *kind, uint64_t requested, int dev
         lua_pushinteger(L, (lua_Integer)fr);
         lua_setfield(L, -2, "free");
     }
+}
+
+int l_alloc_result_info(lua_State *L, cp_status st, const char *kind, uint64_t requested, int dev,
+                        struct cp_mempool *mp)
+{
+    if (st == CP_OK)
+        return 0;
+    l_alloc_result(L, st); /* raises unless out of memory */
+    push_oom_info(L, kind, requested, dev, mp);
+    return 4;
 }
 
 /* "4MiB", "4 MiB", "1.5GiB", "256B", "4096": binary units only, because the
