@@ -70,7 +70,7 @@ describe("CUDA error names on " .. cupola.backend() .. " backend", function()
   it_child("a kernel's illegal memory access: cudaErrorIllegalAddress", function()
     local code, o, e = run_child [[
 local cupola = require "cupola"
-local m = cupola.module { name = "errnames.cu", source = [=[
+local m = cupola.module { name = "error_names.cu", source = [=[
 extern "C" __global__ void wild(int *x) { volatile int *p = (volatile int *)0x10; p[threadIdx.x] = 1; }
 ]=] }
 local s = cupola.stream()

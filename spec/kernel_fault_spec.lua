@@ -266,10 +266,10 @@ out("device", tostring((pcall(cupola.synchronize))))
   end)
 end)
 
--- kernfix: a stack overflow through frames larger than the guard page is
+-- A stack overflow through frames larger than the guard page is
 -- still told as one (the prelude's code probes each page of a frame), in
 -- both execution modes; a __trap() leaves its stream in error like a fault.
-describe("kernfix: overflow and trap on the host backend", function()
+describe("a user kernel that faults on the host backend: deep frames and __trap()", function()
   local DEEP = [==[
 __device__ int deep4k(int n)
 {

@@ -1676,9 +1676,9 @@ describe("misuse: a plugin's blocks outside its upstream, overlapping, or given 
   end)
 end)
 
--- Trace inputs and timeline options (tracefix): each used to end in a wrong
+-- Trace inputs and timeline options: each used to end in a wrong
 -- figure, a raw Lua error from inside cupola, or the wrong file.
-describe("misuse: traces and timelines (tracefix)", function()
+describe("misuse: traces and timelines", function()
   it("a path with a NUL byte is refused, not cut at the NUL", function()
     raises(function() cupola.trace.load "examples/traces/gpt2_train.csv.gz\0x" end,
       "bad argument #1 to 'load' (path contains a NUL byte)")

@@ -721,10 +721,10 @@ extern "C" __global__ void fault(int *x) { x[threadIdx.x] = 1; }
   end)
 end)
 
--- kernfix: threads that exit before a barrier, names the prelude must not
+-- Threads that exit before a barrier, names the prelude must not
 -- take from the user, compile errors that keep the user's file:line, and
 -- device-side malloc.
-describe("kernfix: kernels of your own", function()
+describe("kernels of your own: early exits, reserved names, whole compile logs", function()
   local SENT = -7
 
   -- threads i >= n return at once; the others meet at the barrier (threads

@@ -175,7 +175,7 @@ static struct {
     int kerr_set; /* a host task (user kernel) failed: the next sync reports it */
     char kerr[512];
     int shutdown; /* the destructor ran: no new workers */
-    /* tracefix: the registry by id (key id + 1), so that finding a stream
+    /* The registry by id (key id + 1), so that finding a stream
      * (every event query and synchronization does) does not walk every
      * stream: a replay of a trace of 20,000 streams spent a third of its
      * loop in that walk.  byid_ok is 0 until the map exists and for good
@@ -326,6 +326,18 @@ static int work_add_dep(hwork *w, uint64_t sid, uint64_t ticket)
 
 /* ---- the stream registry ------------------------------------------------ */
 
+/* Drops the streams' index for good (the list is walked from then on): when
+ * it cannot take a stream (out of memory), and at exit, since the module's
+ * unmapping at the state's close would leave its table unreachable (a leak
+ * under valgrind). */
+static void byid_free_locked(void)
+{
+    if (G.byid_ok)
+        cp_ptrmap_fini(&G.byid);
+    G.byid_ok = 0;
+    G.byid_failed = 1;
+}
+
 static cp_stream *find_locked(uint64_t sid)
 {
     if (G.byid_ok)
@@ -345,28 +357,11 @@ static void registry_add_locked(cp_stream *s)
     G.streams = s;
     if (s->blocking && !s->legacy)
         G.nblocking++;
-    if (!G.byid_ok && !G.byid_failed) {
-        /* First stream: index the ones already registered (none, or the
-         * legacy stream) along with it. */
-        if (cp_ptrmap_init(&G.byid, 64) != 0) {
-            G.byid_failed = 1;
-            return;
-        }
+    /* the index is made with the first stream, so it holds every one */
+    if (!G.byid_ok && !G.byid_failed && cp_ptrmap_init(&G.byid, 64) == 0)
         G.byid_ok = 1;
-        for (cp_stream *o = G.streams->next; o && G.byid_ok; o = o->next)
-            if (cp_ptrmap_put(&G.byid, o->id + 1, o) != 0)
-                G.byid_ok = 0;
-        if (!G.byid_ok) {
-            cp_ptrmap_fini(&G.byid);
-            G.byid_failed = 1;
-            return;
-        }
-    }
-    if (G.byid_ok && cp_ptrmap_put(&G.byid, s->id + 1, s) != 0) {
-        cp_ptrmap_fini(&G.byid);
-        G.byid_ok = 0;
-        G.byid_failed = 1;
-    }
+    if (!G.byid_ok || cp_ptrmap_put(&G.byid, s->id + 1, s) != 0)
+        byid_free_locked();
 }
 
 static void registry_remove_locked(cp_stream *s)
@@ -1929,17 +1924,6 @@ static cp_status h_ipc_close_handle(void *ptr, size_t bytes)
 }
 
 /* ---- process exit --------------------------------------------------------- */
-
-/* The streams' index goes with the module (dlclose at the state's close
- * unmaps G, which would leave the table unreachable: a leak under
- * valgrind); a stream destroyed later is found by the walk. */
-static void byid_free_locked(void)
-{
-    if (G.byid_ok)
-        cp_ptrmap_fini(&G.byid);
-    G.byid_ok = 0;
-    G.byid_failed = 1;
-}
 
 /* Drains and joins every worker: at exit the threads must not outlive the
  * module's code (dlclose unmaps it).  Streams the owner never destroyed keep
