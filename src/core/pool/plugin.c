@@ -492,14 +492,15 @@ static cp_status alloc_in(plugin *pl, size_t bytes, cp_stream *s, void **out)
                                 (unsigned long long)o->raw, (unsigned long long)o->rsize);
         u = up_holding(pl, raw, rsize);
         if (!u || u->gone) {
-            size_t i = up_lower(pl, raw + 1);
-            if (i == 0 && pl->nup)
-                i = 1; /* none below: the lowest */
+            size_t i;
             if (!pl->nup)
                 return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block [0x%llx, +%llu) "
                                     "outside the memory it holds from its upstream (it holds "
                                     "none)", pl->name, (unsigned long long)raw,
                                     (unsigned long long)rsize);
+            i = up_lower(pl, raw + 1);
+            if (i == 0)
+                i = 1; /* none below: the lowest */
             return cp_error_set(CP_ERR_INVALID, "plugin '%s' returned a block [0x%llx, +%llu) "
                                 "outside the memory it holds from its upstream (the nearest "
                                 "upstream block: [0x%llx, +%llu)%s)", pl->name,
