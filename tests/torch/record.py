@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Records ground truth for cupola's model of PyTorch's caching allocator.
+
+Each recording is a fresh Python process (the allocator reads
+PYTORCH_CUDA_ALLOC_CONF once), running one seeded workload under one setting,
+optionally under a memory limit (torch.cuda.set_per_process_memory_fraction),
+with the allocator's history recorded from the start.  It writes
+
+  NAME.TAG.pickle.gz   a compact snapshot: device_traces entries with action,
+                       addr, size, stream, time_us only, and segments (the
+                       form cupola.trace.load reads; frames left out)
+  NAME.TAG.json        PyTorch's own figures at the end: peaks, counters,
+                       the setting, the limit, whether the run ran out
+
+Workloads (all random weights, seeded, on one GPU):
+  twostream  ResNet-18 training; inputs copied in on a loader stream and
+             handed to the main stream with record_stream; every other step
+             an evaluation forward on a third stream whose outputs are read
+             on the main stream.  Several streams, events, cross-stream frees.
+  varlen     a transformer language model (6 layers, d 768) trained with
+             AdamW on batches of changing shape, with an empty_cache() half
+             way; run unlimited, then under limits derived from its own
+             unlimited peaks: one that forces free-and-retry, one that runs
+             out of memory (the snapshot then ends with PyTorch's oom entry).
+
+  python3 tests/torch/record.py OUTDIR            everything, in parallel
+  python3 tests/torch/record.py --one NAME TAG CONF LIMIT OUTDIR   one run
+"""
+import gzip
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+KEEP = ("action", "addr", "size", "stream", "time_us")
+
+ROUNDUP_LIST = "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"
+
+# (workload, tag, conf)
+UNLIMITED = [
+    ("twostream", "default", ""),
+    ("twostream", "expandable", "expandable_segments:True"),
+    ("twostream", "split64", "max_split_size_mb:64"),
+    ("twostream", "pow2list", ROUNDUP_LIST),
+    ("twostream", "split128nsr", "max_split_size_mb:128,max_non_split_rounding_mb:256"),
+    ("varlen", "default", ""),
+    ("varlen", "expandable", "expandable_segments:True"),
+    ("varlen", "split32", "max_split_size_mb:32"),
+]
+
+# (workload, tag, conf, which limit): "retry" lies between the unlimited
+# run's peak allocated and its peak reserved; "oom" below its peak allocated.
+LIMITED = [
+    ("varlen", "limit-default", "", "retry"),
+    ("varlen", "limit-expandable", "expandable_segments:True", "retry"),
+    ("varlen", "limit-gc70", "garbage_collection_threshold:0.7", "retry"),
+    ("varlen", "limit-split256-gc80", "max_split_size_mb:256,garbage_collection_threshold:0.8", "retry"),
+    ("varlen", "oom-default", "", "oom"),
+    ("varlen", "oom-expandable", "expandable_segments:True", "oom"),
+    ("twostream", "limit-default", "", "retry"),
+]
+
+
+def workload_twostream(torch):
+    import torchvision
+    torch.manual_seed(1)
+    dev = torch.device("cuda")
+    model = torchvision.models.resnet18(num_classes=100).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    main = torch.cuda.current_stream()
+    loader = torch.cuda.Stream()
+    evals = torch.cuda.Stream()
+    gen = torch.Generator().manual_seed(2)
+    sizes = [32, 48, 24, 64, 40, 56, 32, 48]
+    side = [112, 96, 128, 112, 96, 128, 112, 96]
+
+    def fetch(i):
+        n, hw = sizes[i], side[i]
+        host = torch.randn(n, 3, hw, hw, generator=gen).pin_memory()
+        lab = torch.randint(0, 100, (n,), generator=gen).pin_memory()
+        with torch.cuda.stream(loader):
+            x = torch.empty(host.shape, device=dev)
+            y = torch.empty(lab.shape, dtype=torch.long, device=dev)
+            x.copy_(host, non_blocking=True)
+            y.copy_(lab, non_blocking=True)
+        return x, y
+
+    nxt = fetch(0)
+    losses = []
+    for i in range(len(sizes)):
+        main.wait_stream(loader)
+        x, y = nxt
+        x.record_stream(main)
+        y.record_stream(main)
+        if i + 1 < len(sizes):
+            nxt = fetch(i + 1)
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+        if i % 2 == 1:
+            evals.wait_stream(main)
+            with torch.cuda.stream(evals):
+                with torch.no_grad():
+                    ex = torch.randn(16, 3, 128, 128, device=dev)
+                    eo = model(ex).softmax(1)
+            main.wait_stream(evals)
+            eo.record_stream(main)
+            losses.append(eo.sum())
+            del ex, eo
+        del x, y, out, loss
+    torch.cuda.synchronize()
+    return [float(v) for v in losses]
+
+
+def workload_varlen(torch):
+    torch.manual_seed(3)
+    dev = torch.device("cuda")
+    vocab, d, layers = 16000, 768, 6
+    emb = torch.nn.Embedding(vocab, d).to(dev)
+    enc = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(d, 12, 4 * d, dropout=0.0, batch_first=True),
+        layers).to(dev)
+    head = torch.nn.Linear(d, vocab).to(dev)
+    params = list(emb.parameters()) + list(enc.parameters()) + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    gen = torch.Generator().manual_seed(4)
+    shapes = [(8, 256), (4, 512), (16, 128), (6, 384), (12, 192), (2, 1024),
+              (8, 320), (10, 256), (4, 640), (14, 160), (6, 448), (8, 256)]
+    losses = []
+    for i, (b, t) in enumerate(shapes):
+        tok = torch.randint(0, vocab, (b, t + 1), generator=gen).to(dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = enc(emb(tok[:, :-1]))
+            logits = head(h)
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, vocab),
+                                                     tok[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        del tok, h, logits, loss
+        if i == len(shapes) // 2:
+            torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    return losses
+
+
+WORKLOADS = {"twostream": workload_twostream, "varlen": workload_varlen}
+
+
+def compact(snap):
+    traces = [[{k: e.get(k) for k in KEEP} for e in dt] for dt in snap["device_traces"]]
+    segs = [{k: s.get(k) for k in ("address", "total_size", "stream", "segment_type",
+                                    "allocated_size", "active_size")}
+            for s in snap["segments"]]
+    out = {"device_traces": traces, "segments": segs}
+    if "allocator_settings" in snap:
+        out["allocator_settings"] = snap["allocator_settings"]
+    return out
+
+
+def one(name, tag, conf, limit, outdir):
+    import torch
+    total = torch.cuda.mem_get_info()[1]
+    fraction = None
+    if limit:
+        fraction = limit / total
+        torch.cuda.set_per_process_memory_fraction(fraction)
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                             max_entries=5_000_000)
+    t0 = time.time()
+    oom = None
+    losses = None
+    try:
+        losses = WORKLOADS[name](torch)
+    except torch.OutOfMemoryError as e:
+        oom = str(e).splitlines()[0][:300]
+    seconds = time.time() - t0
+    snap = torch.cuda.memory._snapshot()
+    stats = torch.cuda.memory_stats()
+    with gzip.open(os.path.join(outdir, f"{name}.{tag}.pickle.gz"), "wb") as f:
+        pickle.dump(compact(snap), f, protocol=4)
+    fig = {
+        "name": name, "tag": tag, "conf": conf, "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+        "allocated": torch.cuda.max_memory_allocated(),
+        "reserved": torch.cuda.max_memory_reserved(),
+        "device_allocs": stats.get("num_device_alloc"),
+        "device_frees": stats.get("num_device_free"),
+        "retries": stats.get("num_alloc_retries"),
+        "ooms": stats.get("num_ooms"),
+        "sync_all_streams": stats.get("num_sync_all_streams"),
+        "events": sum(len(dt) for dt in snap["device_traces"]),
+        "streams": sorted({e.get("stream") for dt in snap["device_traces"] for e in dt}),
+        "total_memory": total, "fraction": fraction, "limit": limit,
+        "oom": oom, "losses": losses, "seconds": round(seconds, 2),
+        "snapshot_keys": sorted(snap.keys()),
+        "stats": {k: v for k, v in stats.items() if "all" in k or "num_" in k},
+    }
+    if "allocator_settings" in snap:
+        fig["allocator_settings"] = snap["allocator_settings"]
+    with open(os.path.join(outdir, f"{name}.{tag}.json"), "w") as f:
+        json.dump(fig, f, indent=1, default=str)
+    print(json.dumps({k: fig[k] for k in ("name", "tag", "allocated", "reserved",
+                                          "device_allocs", "retries", "ooms", "events", "oom")}))
+
+
+def full_snapshot(outdir):
+    """A snapshot as users dump it (frames, every key), from both writers."""
+    import torch
+    torch.cuda.memory._record_memory_history(enabled="all", stacks="python")
+    workload_twostream(torch)
+    torch.cuda.memory._dump_snapshot(os.path.join(outdir, "twostream.full.pickle"))
+    names = [n for n in dir(torch._C) if "napshot" in n or "ickle" in n]
+    info = {"torch_C_names": names}
+    for n in names:
+        if "pickled" in n.lower():
+            try:
+                data = getattr(torch._C, n)()
+                with open(os.path.join(outdir, "twostream.cpp.pickle"), "wb") as f:
+                    f.write(data)
+                info["cpp_writer"] = n
+            except Exception as e:  # noqa: BLE001 - a probe: say what happened
+                info["cpp_writer_error"] = f"{n}: {e}"
+    with open(os.path.join(outdir, "full.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(json.dumps(info))
+
+
+def launch(args, env_conf, outdir, log):
+    env = dict(os.environ)
+    if env_conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = env_conf
+    else:
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    return subprocess.Popen([sys.executable, __file__] + args, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+def main():
+    if sys.argv[1] == "--one":
+        name, tag, conf, limit, outdir = sys.argv[2:7]
+        one(name, tag, conf, int(limit), outdir)
+        return
+    if sys.argv[1] == "--full":
+        full_snapshot(sys.argv[2])
+        return
+    outdir = sys.argv[1]
+    os.makedirs(outdir, exist_ok=True)
+    logs = open(os.path.join(outdir, "record.log"), "w")
+    procs = [launch(["--one", n, t, c, "0", outdir], c, outdir, logs) for n, t, c in UNLIMITED]
+    procs.append(launch(["--full", outdir], "", outdir, logs))
+    for p in procs:
+        p.wait()
+    procs = []
+    for n, t, c, which in LIMITED:
+        base = json.load(open(os.path.join(outdir, f"{n}.default.json")))
+        a, r = base["allocated"], base["reserved"]
+        # retry: halfway between the peaks the program needs and what the
+        # default setting reserved; oom: a tenth below what it needs.
+        limit = (a + r) // 2 if which == "retry" else a * 9 // 10
+        procs.append(launch(["--one", n, t, c, str(limit), outdir], c, outdir, logs))
+    for p in procs:
+        p.wait()
+    logs.close()
+
+
+if __name__ == "__main__":
+    main()
