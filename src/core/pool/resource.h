@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "pool/clock.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,6 +42,11 @@ typedef struct cp_stats {
     uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
     uint64_t maps;          /* pages mapped since creation */
     uint64_t unmaps;        /* pages unmapped since creation */
+    /* a vmm pool's default policy (vmm.c); 0 with release_threshold given */
+    int by_time;            /* nonzero: the pool follows it */
+    double decay_window;    /* seconds a page stays idle before it may go */
+    uint64_t recent_peak;   /* bytes of the most demand over that window */
+    double map_budget;      /* seconds of mapping it may still spend */
 } cp_stats;
 
 /* How a block freed on one stream may be reused on another (seed 001). */
@@ -82,6 +88,10 @@ typedef struct cp_pool_opts {
     const char *plugin_options;
     int device;               /* whose memory the upstream takes (multigpu); streams of
                                  any device may use the pool */
+    int release_threshold_set; /* nonzero: the caller gave release_threshold (the
+                                 vmm pool then keeps exactly that many idle bytes
+                                 instead of deciding by time, vmm.c) */
+    cp_clock_kind clock;      /* the pool's clock (pool/clock.h): wall or manual */
 } cp_pool_opts;
 
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
@@ -136,6 +146,19 @@ typedef struct cp_oom_figures {
     const char *kind;       /* the refusing resource's kind (static string) */
 } cp_oom_figures;
 void cp_resource_last_oom(cp_oom_figures *out);
+/* The resource's clock (pool/clock.h), in seconds since it was created:
+ * the wall clock unless cp_pool_opts.clock made it manual.  Adaptors share
+ * the clock of what they wrap.  set_time sets a manual clock's reading:
+ * CP_ERR_INVALID for a wall clock, a time that is not finite, or one before
+ * the reading now (a clock never goes back). */
+double cp_resource_time(cp_resource *r);
+cp_clock_kind cp_resource_clock_kind(cp_resource *r);
+cp_status cp_resource_set_time(cp_resource *r, double t);
+/* The clock itself, for a caller that drives it while holding the
+ * resource's lock (a replay on the trace's timestamps, trace.h); it keeps
+ * the reading from going back. */
+cp_clock *cp_resource_clock(cp_resource *r);
+
 /* Reserved bytes of any resource now (cheap: no free-space walk). */
 uint64_t cp_resource_reserved(cp_resource *r);
 /* The same with the resource's lock already held (cp_resource_lock). */
