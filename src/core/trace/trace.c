@@ -20,6 +20,7 @@
 
 #include "ptrmap.h"
 #include "pickle.h"
+#include "replay_time.h"
 #include "snapshot.h"
 
 /* One row as the replay needs it, 16 bytes: sizes of frees are those of
@@ -699,8 +700,12 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     uint64_t live = 0;
     double t0, t1;
     cp_stats stats;
+    replay_clock rclock;
+    replay_integral integ;
 
     memset(out, 0, sizeof *out);
+    memset(&rclock, 0, sizeof rclock);
+    replay_integral_init(&integ);
     memset(&def, 0, sizeof def);
     def.repeat = 1;
     if (!o)
@@ -738,6 +743,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_resource_stats(r, &stats);
     out->maps = stats.maps;
     out->unmaps = stats.unmaps;
+    replay_clock_start(&rclock, r, o->trace_clock && t->n);
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         const replay_op *op = t->ops, *end = t->ops + t->n;
@@ -750,12 +756,24 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             break;
         }
         unsigned batch = 0;
+        const double *tm = t->time;
+        if (t->n) {
+            replay_clock_begin(&rclock, tm[0]);
+            replay_integral_begin(&integ, tm[0], cp_resource_reserved(r));
+        }
         /* The resource's lock is taken once per REPLAY_BATCH events, not
          * once per event (its atomic exchange was a third of the cost of
          * an event), and released between batches so that another thread
          * using the pool waits at most one batch. */
         cp_resource_lock(r);
         for (; op < end; op++) {
+            /* the trace's time (replay_time.h): the reserved bytes the event
+             * before left, from its time; this event's time; the pool's
+             * clock reads it */
+            replay_integral_reserved(&integ, cp_resource_reserved_locked(r));
+            replay_integral_time(&integ, tm[op - t->ops]);
+            if (rclock.clk)
+                replay_clock_step(&rclock, tm[op - t->ops]);
             if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
                 o->progress(o->progress_ud, out->events + (uint64_t)(op - t->ops), total_events);
             if (__builtin_expect(rec, 0) && op > t->ops &&
@@ -787,6 +805,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                 live += op->size;
                 if (live > peak)
                     peak = live;
+                replay_integral_block(&integ, op->size, 1.0);
             } else {
                 if (__builtin_expect(!*slot, 0)) {
                     skipped++;
@@ -797,8 +816,11 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                     break;
                 *slot = NULL;
                 live -= op->size;
+                replay_integral_block(&integ, op->size, -1.0);
             }
         }
+        if (op == end && t->n)
+            replay_integral_end(&integ, live, cp_resource_reserved_locked(r));
         if (rec && op == end && t->n &&
             record_point(out, &reccap, (uint64_t)t->n - 1, cp_resource_reserved_locked(r)) != 0)
             st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
@@ -821,6 +843,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         }
     }
     t1 = now_s();
+    replay_clock_stop(&rclock);
+    replay_integral_result(&integ, &out->reserved_byte_seconds, &out->live_byte_seconds);
     if (o->progress)
         o->progress(o->progress_ud, out->events, total_events);
     out->seconds = t1 - t0;
@@ -843,6 +867,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             cp_be->stream_synchronize(sv[k]);
     }
 done:
+    replay_clock_stop(&rclock);
     if (sv) {
         for (k = 0; k < t->nstreams; k++)
             if (sv[k])
