@@ -53,12 +53,15 @@
  *    the first mapping of the pool's peak number of pages (moves, and
  *    refills of released pages) cost at most 1/32 of the elapsed time at
  *    59 us a page: below 5 % even if a page costs 50 % more than the
- *    figure.  The budget holds at most two remappings of the pool's peak
- *    (2 x peak pages x PAGE_COST): enough for a change of phase that moves
- *    every page elsewhere and back, the most a workload returning to its
- *    old shape needs at once, while a long quiet stretch buys no bigger
- *    burst.  When the budget is short, a page that would have been moved
- *    is a new one: the pool trades memory for time.
+ *    figure.  The budget holds at most two remappings of the device's
+ *    memory (the pages of the address span, twice the memory; 7.7 s of
+ *    mapping for a 64 GiB device): a phase change that moves every page
+ *    the pool could ever map elsewhere and back, the most any workload
+ *    needs at once, while a pool idle for hours buys no bigger burst than
+ *    that.  (Bounding it by the pool's own peak instead starves a pool that
+ *    stayed small while its program started up.)  When the budget is
+ *    short, a page that would have been moved is a new one: the pool
+ *    trades memory for time.
  *  - Recent peak of demand (TCMalloc's skip-subrelease window, jemalloc's
  *    peak demand).  Demand is the pages live blocks touch.  Its recent peak
  *    D is the most demand over the last WINDOW seconds (kept as the most
@@ -474,7 +477,7 @@ static uint64_t v_recent_peak(const vmm *v)
     return d;
 }
 
-/* Reads the clock: the budget accrues (up to two remappings of the peak),
+/* Reads the clock: the budget accrues (up to two remappings of the device),
  * a new epoch begins every eighth of the window, and the floor (recent
  * peak plus headroom, at least initial) follows.  A reading below the last
  * (a manual clock reset at creation) is no time passing.  A past epoch's
@@ -487,7 +490,7 @@ static void v_tick(vmm *v)
     double now = cp_clock_now(v->h.base.clock), last = v->now, len;
     uint64_t fl;
     if (now > v->now) {
-        double cap = 2.0 * (double)v->peak_pages * PAGE_COST;
+        double cap = (double)(v->span >> v->gshift) * PAGE_COST;
         v->budget += (now - v->now) * BUDGET;
         if (v->budget > cap)
             v->budget = cap;
@@ -524,6 +527,7 @@ static cp_status page_source(vmm *v, uint64_t *handle)
                (v->settled && v->mapped_pages + 1 > fl && v->budget >= PAGE_COST);
         if (move && !must_move)
             v->budget -= PAGE_COST;
+
     } else {
         move = must_move || (v->settled && v->idle_pages > v->keep_pages);
     }
