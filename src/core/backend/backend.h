@@ -295,6 +295,10 @@ typedef struct cp_backend {
     cp_status (*dp_stats)(cp_devpool *p, cp_dp_stats *out);
 } cp_backend;
 
+/* The device-pool kinds' names, by cp_dp_kind (NULL past the last): the one
+ * list the binding checks and prints. */
+const char *cp_dp_kind_name(int kind);
+
 /* The backends compiled into this module.  cp_backend_cuda_probe() tells
  * whether a usable device exists, without side effects beyond initialising
  * the runtime; it fills why with the reason when there is none. */
