@@ -56,10 +56,7 @@ typedef struct caching {
 
 static uint64_t c_round(cp_heap *h, uint64_t bytes)
 {
-    uint64_t a = h->align > MIN_BLOCK ? h->align : MIN_BLOCK;
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + a - 1) & ~(a - 1);
+    return cp_round_size(bytes, h->align > MIN_BLOCK ? h->align : MIN_BLOCK);
 }
 
 static uint8_t c_pool_of(cp_heap *h, uint64_t size)

@@ -33,13 +33,6 @@ typedef struct freelist {
     cp_sfit ix;
 } freelist;
 
-static uint64_t f_round(cp_heap *h, uint64_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + h->align - 1) & ~(h->align - 1);
-}
-
 static uint64_t f_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
 {
     *pool = 0;
@@ -80,7 +73,7 @@ static uint64_t f_largest(cp_heap *h)
 }
 
 static const cp_heap_policy freelist_policy = {
-    "freelist", f_round, f_chunk, f_pool_of, f_split, f_insert, f_remove, f_find, f_largest,
+    "freelist", cp_heap_round, f_chunk, f_pool_of, f_split, f_insert, f_remove, f_find, f_largest,
     NULL, NULL,
 };
 

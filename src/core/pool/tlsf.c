@@ -56,13 +56,6 @@ typedef struct tlsf {
 #define log2_floor cp_log2_floor
 #define map_insert cp_class_of
 
-static uint64_t t_round(cp_heap *h, uint64_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + h->align - 1) & ~(h->align - 1);
-}
-
 static uint8_t t_pool_of(cp_heap *h, uint64_t size)
 {
     (void)h;
@@ -171,7 +164,7 @@ static uint64_t t_largest(cp_heap *h)
 }
 
 static const cp_heap_policy tlsf_policy = {
-    "tlsf", t_round, t_chunk, t_pool_of, t_split, t_insert, t_remove, t_find, t_largest, NULL, NULL,
+    "tlsf", cp_heap_round, t_chunk, t_pool_of, t_split, t_insert, t_remove, t_find, t_largest, NULL, NULL,
 };
 
 static cp_status t_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)

@@ -149,13 +149,6 @@ typedef struct vmm {
 
 /* ---- the address heap (the freelist's policy) ---- */
 
-static uint64_t v_round(cp_heap *h, uint64_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + h->align - 1) & ~(h->align - 1);
-}
-
 static uint64_t v_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
 {
     vmm *v = (vmm *)h;
@@ -224,7 +217,7 @@ static cp_status v_chunk_added(cp_heap *h, cp_blk *b)
 }
 
 static const cp_heap_policy vmm_policy = {
-    "vmm", v_round, v_chunk, v_pool_of, v_split, v_insert, v_remove, v_find, v_largest, NULL,
+    "vmm", cp_heap_round, v_chunk, v_pool_of, v_split, v_insert, v_remove, v_find, v_largest, NULL,
     v_chunk_added,
 };
 
