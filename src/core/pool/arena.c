@@ -296,7 +296,13 @@ static void ar_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops arena_ops = {
-    "arena", ar_alloc, ar_free, ar_trim, ar_reset, ar_free_info, NULL, ar_destroy, NULL,
+    .kind = "arena",
+    .alloc = ar_alloc,
+    .free = ar_free,
+    .trim = ar_trim,
+    .reset = ar_reset,
+    .free_info = ar_free_info,
+    .destroy = ar_destroy,
 };
 
 cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -103,7 +103,7 @@ static void up_destroy(cp_resource *r)
     free(r);
 }
 
-#define UP_OPS(name) {name, up_alloc, up_free, NULL, NULL, NULL, NULL, up_destroy, NULL}
+#define UP_OPS(name) {.kind = name, .alloc = up_alloc, .free = up_free, .destroy = up_destroy}
 static const cp_resource_ops up_ops[] = {
     UP_OPS("device"), UP_OPS("async"), UP_OPS("managed"), UP_OPS("pinned"), UP_OPS("virtual"),
 };
