@@ -53,25 +53,12 @@ static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
     return lua_error(L);
 }
 
-/* The directory holding <cupola/allocator.h>, which lua/cupola/init.lua
- * publishes as cupola.include_dir (the source tree's or the installed one). */
-static const char *include_dir(lua_State *L)
-{
-    const char *dir = NULL;
-    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-    if (lua_getfield(L, -1, "cupola") == LUA_TTABLE &&
-        lua_getfield(L, -1, "include_dir") == LUA_TSTRING)
-        dir = lua_tostring(L, -1); /* anchored in the loaded module table */
-    lua_pop(L, 3);
-    return dir;
-}
-
 /* A plugin's C source, compiled by the system C compiler into a cached
  * shared object (kernel/compile.h); pushes nothing, returns the path in a
  * buffer owned by the Lua stack (a string left on it). */
 static const char *compile_source(lua_State *L, const char *src, size_t len)
 {
-    const char *dir = include_dir(L);
+    const char *dir = l_plugin_include_dir();
     const char *args[8];
     const char *depends[2] = {NULL, NULL};
     cp_cc_job job;
