@@ -10,6 +10,22 @@ local known = {
 }
 
 describe("trace", function()
+  it("loads a trace that ships with cupola by its name alone", function()
+    local t <close> = cupola.trace.load "resnet50_train"
+    assert.equals(known.resnet50_train.allocs, t.allocs)
+    assert.equals(cupola.trace.find "resnet50_train", t.path)
+  end)
+
+  it("keeps trace.find's message when load is given find's failure", function()
+    local line = debug.getinfo(1, "l").currentline + 1
+    local ok, err = pcall(function() local t = cupola.trace.load(cupola.trace.find "no_such_trace"); return t end)
+    assert.is_false(ok)
+    assert.matches("trace_spec.lua:" .. line .. ": no trace named no_such_trace ships with cupola; looked in ", err, 1, true)
+    ok, err = pcall(function() return cupola.trace.load "no_such_trace" end)
+    assert.is_false(ok)
+    assert.matches("cannot open 'no_such_trace' (no such file), and no trace named no_such_trace", err, 1, true)
+  end)
+
   for name, want in pairs(known) do
     it("loads " .. name .. " with the figures its README gives", function()
       local t <close> = cupola.trace.load(assert(cupola.trace.find(name)))
