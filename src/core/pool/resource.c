@@ -41,6 +41,12 @@ double cp_resource_time(cp_resource *r)
     return t;
 }
 
+const char *cp_clock_name(int kind)
+{
+    static const char *const names[] = {"wall", "manual"};
+    return kind >= 0 && kind <= CP_CLOCK_MANUAL ? names[kind] : NULL;
+}
+
 cp_clock_kind cp_resource_clock_kind(cp_resource *r)
 {
     return r->clock->manual ? CP_CLOCK_MANUAL : CP_CLOCK_WALL;

@@ -1,120 +1,92 @@
 /*
- * replay_time.h: what a replay does with the trace's own time (internal to
- * trace/), beside the walk over its events:
+ * replay_time.h: what a replay does with the trace's own time, beside the
+ * walk (replay.h), internal to trace/:
  *  - the clock (opts.trace_clock): for the replay, the pool's clock reads
  *    the trace's timestamps, so that a pool deciding by time (the vmm pool's
  *    decay window) sees the workload's seconds, as on a live GPU, and not
  *    the replay's microseconds.  Each repetition starts at the clock's
  *    reading then and moves it on by the time since the trace's first event
- *    (never back, should a trace's times go back); after the replay the
- *    clock is of its own kind again, its reading kept where it got to;
- *  - the integrals: reserved and live bytes times the trace's seconds,
- *    over each repetition's first to last event (the bytes after an event
- *    hold until the next one's time), summed over repetitions.
- * Each piece is a state with a begin (a repetition starts), a step per
- * event and an end.
+ *    (never back, should a trace's times go back); after the replay,
+ *    whether it succeeded or not, the clock is of its own kind again, its
+ *    reading kept where it got to;
+ *  - the integrals (every replay): the pool's reserved bytes and the live
+ *    bytes times the trace's seconds, from each repetition's first event to
+ *    its last (the bytes after an event hold until the next one's time),
+ *    summed over the repetitions, into the result's reserved_byte_seconds
+ *    and live_byte_seconds.  Times are made monotonic (a trace whose times
+ *    go back counts no time there).  The live integral is kept per block
+ *    (minus size x its start, plus size x its end), the reserved one per
+ *    change of the reserved bytes: per event one product and one
+ *    comparison.
  */
 #ifndef CUPOLA_REPLAY_TIME_H
 #define CUPOLA_REPLAY_TIME_H
 
-#include <stddef.h>
-#include <stdint.h>
-
-#include "pool/resource.h"
+#include "replay.h"
 
 typedef struct replay_clock {
     cp_resource *r;
-    cp_clock *clk;      /* NULL: the pool keeps its own clock */
+    cp_clock *clk;      /* NULL: not taken over */
     int was_manual;
     double base;        /* the reading when the repetition started */
     double t0;          /* the trace's first time (microseconds) */
 } replay_clock;
 
-/* Takes over r's clock when on (the pool's lock not held). */
-void replay_clock_start(replay_clock *c, cp_resource *r, int on);
-/* A repetition starts at the trace's first time t0_us. */
-void replay_clock_begin(replay_clock *c, double t0_us);
-/* Event at t_us is next (the pool's lock held). */
-static inline void replay_clock_step(replay_clock *c, double t_us)
-{
-    double t = c->base + (t_us - c->t0) * 1e-6;
-    if (t > c->clk->t)
-        c->clk->t = t;
-}
-/* Gives the clock back to its own kind (safe when not started; the
- * pool's lock not held). */
+/* Zeroes the state (stopping then does nothing). */
+void replay_clock_init(replay_clock *c);
+replay_hook replay_clock_hook(replay_clock *c);
+/* Gives the clock back to its own kind (the pool's lock not held; safe
+ * when never started). */
 void replay_clock_stop(replay_clock *c);
 
-/* The integrals, all inline (their state stays in the replay loop's
- * registers).  Times are microseconds since the repetition's first event,
- * made monotonic (a trace whose times go back counts no time there).  The
- * live integral is kept per block (minus size x its start, plus size x its
- * end), the reserved one per change of the reserved bytes: per event that
- * is one product and one comparison. */
 typedef struct replay_integral {
-    double t0;          /* the repetition's first time (trace microseconds) */
-    double t;           /* the latest time since t0, monotonic */
+    double t;           /* the latest event's time since the first, monotonic */
     double t_res;       /* when the reserved bytes last changed */
-    uint64_t reserved;
-    double reserved_bus, live_bus; /* byte-microseconds */
+    uint64_t reserved, live;
+    double reserved_bus, live_bus; /* byte-microseconds, all repetitions */
 } replay_integral;
 
-static inline void replay_integral_init(replay_integral *g)
-{
-    g->t0 = g->t = g->t_res = g->reserved_bus = g->live_bus = 0.0;
-    g->reserved = 0;
-}
+/* Unlike the clock (and the recorder), the integrals are no hook: they
+ * follow every replay, and called inline from the walk they cost about 35
+ * instructions an event where a hook's indirect call cost twice that. */
+void replay_integral_init(replay_integral *g);
+/* A repetition starts (the pool's lock not held). */
+void replay_integral_begin(replay_integral *g, cp_resource *r);
 
-/* A repetition starts at t0_us with these reserved bytes (none live). */
-static inline void replay_integral_begin(replay_integral *g, double t0_us, uint64_t reserved)
-{
-    g->t0 = t0_us;
-    g->t = g->t_res = 0.0;
-    g->reserved = reserved;
-}
-
-/* The next event's time. */
-static inline void replay_integral_time(replay_integral *g, double t_us)
-{
-    double t = t_us - g->t0;
-    if (t > g->t)
-        g->t = t;
-}
-
-/* The reserved bytes now (after the event before): counted when changed.
- * Byte counts stay below 2^63 (trace.h): the signed conversion, one
+/* Byte counts stay below 2^63 (trace.h): the signed conversion, one
  * instruction where the unsigned one branches. */
-static inline void replay_integral_reserved(replay_integral *g, uint64_t reserved)
+#define REPLAY_BYTES(x) ((double)(int64_t)(x))
+
+/* Event i is done: addr is the block an allocation got or a free gave back
+ * (NULL: refused, or skipped); reserved, the pool's bytes after it. */
+static inline void replay_integral_event(replay_integral *g, const cp_trace *t, size_t i,
+                                         const replay_op *op, const void *addr,
+                                         uint64_t reserved)
 {
+    double tm = t->time[i] - t->time[0];
+    if (tm > g->t)
+        g->t = tm;
+    if (addr) { /* a block began or ended its life now */
+        if (op->is_free) {
+            g->live_bus += REPLAY_BYTES(op->size) * g->t;
+            g->live -= op->size;
+        } else {
+            g->live_bus -= REPLAY_BYTES(op->size) * g->t;
+            g->live += op->size;
+        }
+    }
     if (reserved != g->reserved) {
-        g->reserved_bus += (double)(int64_t)g->reserved * (g->t - g->t_res);
+        g->reserved_bus += REPLAY_BYTES(g->reserved) * (g->t - g->t_res);
         g->t_res = g->t;
         g->reserved = reserved;
     }
 }
 
-/* A block of size bytes becomes live (sign +1) or is freed (-1) now. */
-static inline void replay_integral_block(replay_integral *g, uint64_t size, double sign)
-{
-    g->live_bus -= sign * (double)(int64_t)size * g->t;
-}
-
-/* The repetition's last event is done; live bytes are still live (freed by
- * the replay after it, at no time) and the pool holds reserved. */
-static inline void replay_integral_end(replay_integral *g, uint64_t live, uint64_t reserved)
-{
-    replay_integral_reserved(g, reserved);
-    g->reserved_bus += (double)(int64_t)g->reserved * (g->t - g->t_res);
-    g->t_res = g->t;
-    g->live_bus += (double)(int64_t)live * g->t;
-}
-
-/* Byte-seconds so far. */
-static inline void replay_integral_result(const replay_integral *g, double *reserved_bs,
-                                          double *live_bs)
-{
-    *reserved_bs = g->reserved_bus * 1e-6;
-    *live_bs = g->live_bus * 1e-6;
-}
+/* The repetition's last event is done: what is still live or reserved
+ * holds until its time (the walk frees the rest after it, at no time of
+ * the trace's). */
+void replay_integral_end(replay_integral *g);
+/* Byte-seconds over the repetitions done. */
+void replay_integral_result(const replay_integral *g, double *reserved_bs, double *live_bs);
 
 #endif /* CUPOLA_REPLAY_TIME_H */
