@@ -11,8 +11,8 @@
  * much memory the pool held over time, not only at its peak).  PyTorch's
  * expandable-segments figure is its peak reserved over peak live, recorded
  * live: for the shipped traces from examples/traces/README.md, for a
- * snapshot NAME.default.pickle.gz from NAME.expandable.pickle.gz beside it
- * (that run's own segments), else "-".  The last columns say whether the
+ * snapshot NAME.TAG.pickle.gz from NAME.expandable.pickle.gz beside it (the
+ * same program's run with expandable segments: its own segments), else "-".  The last columns say whether the
  * default meets the aim: ratio <= 1.05 and <= expandable, churn <= 5 %.
  *
  * CUPOLA_BENCH_UPSTREAM=device: on real memory instead (the backend
@@ -66,6 +66,11 @@ static cp_resource *fresh(const config *c)
     o.reuse = CP_REUSE_EVENT; /* the Lua default */
     o.release_threshold_set = c->threshold_set;
     o.release_threshold = c->threshold;
+    /* on the trace's clock over the virtual upstream: a manual clock, so
+     * that the replay starts it at 0 and the figures are the same on every
+     * run (a wall clock would start it at the time since creation) */
+    if (c->trace_clock && upstream == CP_UP_VIRTUAL)
+        o.clock = CP_CLOCK_MANUAL;
     if (cp_pool_create(&r, &o) != CP_OK) {
         fprintf(stderr, "%s: %s\n", c->label, cp_error_msg());
         return NULL;
@@ -99,17 +104,18 @@ static int replay(const cp_trace *t, const config *c, cp_replay_result *res, uin
 static double expandable_for(const char *path)
 {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    const char *tag = strstr(base, ".default.pickle");
+    const char *dot = strchr(base, '.');
     size_t j;
     for (j = 0; j < sizeof known / sizeof known[0]; j++)
         if (strcmp(base, known[j].name) == 0)
             return known[j].expandable;
-    if (tag) {
+    if (dot && strstr(dot, ".pickle")) {
         char sib[4096];
         cp_trace *e = NULL;
         cp_trace_info in;
         double x = 0;
-        snprintf(sib, sizeof sib, "%.*sexpandable%s", (int)(tag + 1 - path), path, tag + 8);
+        snprintf(sib, sizeof sib, "%.*s.expandable%s", (int)(dot - path), path,
+                 strstr(dot, ".pickle"));
         if (cp_trace_load(sib, &e) != CP_OK)
             return 0;
         cp_trace_info_get(e, &in);
