@@ -11,8 +11,9 @@
  * much memory the pool held over time, not only at its peak).  PyTorch's
  * expandable-segments figure is its peak reserved over peak live, recorded
  * live: for the shipped traces from examples/traces/README.md, for a
- * snapshot NAME.TAG.pickle.gz from NAME.expandable.pickle.gz beside it (the
- * same program's run with expandable segments: its own segments), else "-".  The last columns say whether the
+ * snapshot NAME.SETTING-TAG.pickle.gz from NAME.SETTING-expandable.pickle.gz
+ * beside it, else from NAME.expandable.pickle.gz (the same program's run
+ * with expandable segments: its own segments), else "-".  The last columns say whether the
  * default meets the aim: ratio <= 1.05 and <= expandable, churn <= 5 %.
  *
  * CUPOLA_BENCH_UPSTREAM=device: on real memory instead (the backend
@@ -114,10 +115,17 @@ static double expandable_for(const char *path)
         cp_trace *e = NULL;
         cp_trace_info in;
         double x = 0;
-        snprintf(sib, sizeof sib, "%.*s.expandable%s", (int)(dot - path), path,
-                 strstr(dot, ".pickle"));
-        if (cp_trace_load(sib, &e) != CP_OK)
-            return 0;
+        const char *pk = strstr(dot, ".pickle"), *dash = NULL, *q;
+        for (q = dot; q < pk; q++)
+            if (*q == '-')
+                dash = q;
+        if (dash) /* the same setting's run (a memory limit, an out of memory) */
+            snprintf(sib, sizeof sib, "%.*sexpandable%s", (int)(dash + 1 - path), path, pk);
+        if (!dash || cp_trace_load(sib, &e) != CP_OK) {
+            snprintf(sib, sizeof sib, "%.*s.expandable%s", (int)(dot - path), path, pk);
+            if (cp_trace_load(sib, &e) != CP_OK)
+                return 0;
+        }
         cp_trace_info_get(e, &in);
         if (in.torch_reserved && in.peak_live)
             x = (double)in.torch_peak_reserved / (double)in.peak_live;
