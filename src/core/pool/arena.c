@@ -303,7 +303,7 @@ static void ar_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops arena_ops = {
-    "arena", ar_alloc, ar_free, ar_trim, ar_reset, ar_free_info, NULL, ar_destroy, NULL,
+    "arena", ar_alloc, ar_free, ar_trim, ar_reset, ar_free_info, NULL, ar_destroy, NULL, NULL,
 };
 
 cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -654,7 +654,7 @@ static void p_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops plugin_ops = {
-    "plugin", p_alloc, p_free, p_trim, NULL, p_free_info, NULL, p_destroy, NULL,
+    "plugin", p_alloc, p_free, p_trim, NULL, p_free_info, NULL, p_destroy, NULL, NULL,
 };
 
 /* ---- loading ------------------------------------------------------------------ */

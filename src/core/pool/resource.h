@@ -25,6 +25,7 @@ extern "C" {
 typedef struct cp_resource cp_resource;
 
 /* Statistics of one resource, in bytes unless named otherwise. */
+#define CP_STATS_EXTRA 12
 typedef struct cp_stats {
     uint64_t used;          /* sum of the sizes of live blocks, as requested */
     uint64_t used_peak;
@@ -41,6 +42,14 @@ typedef struct cp_stats {
     uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
     uint64_t maps;          /* pages mapped since creation */
     uint64_t unmaps;        /* pages unmapped since creation */
+    /* Figures of one kind of pool under names of its own (cub: its
+     * upstream calls, retries and cache), in the order the pool gives them;
+     * names are static strings. */
+    struct {
+        const char *name;
+        uint64_t value;
+    } extra[CP_STATS_EXTRA];
+    int nextra;
 } cp_stats;
 
 /* How a block freed on one stream may be reused on another (seed 001). */
@@ -62,7 +71,7 @@ typedef enum cp_upstream_kind {
 /* Everything cupola.pool{...} accepts, already validated by the binding. */
 typedef struct cp_pool_opts {
     const char *kind;         /* "arena", "freelist", "tlsf", "caching", "vmm",
-                                 "plugin" */
+                                 "plugin", "cub" */
     cp_upstream_kind upstream;
     uint64_t initial;         /* bytes reserved at creation (0: none) */
     int grow;                 /* may reserve more from upstream when full */
@@ -82,6 +91,12 @@ typedef struct cp_pool_opts {
     const char *plugin_options;
     int device;               /* whose memory the upstream takes (multigpu); streams of
                                  any device may use the pool */
+    /* kind "cub" (pool/cub.c): CachingDeviceAllocator's constructor
+     * arguments; cub_given 0 means CUB's defaults for all four (8, 3, 7,
+     * 3 * 8^7 - 1), and then the four fields are not read */
+    int cub_given;
+    uint64_t cub_bin_growth, cub_min_bin, cub_max_bin;
+    uint64_t cub_max_cached_bytes;
 } cp_pool_opts;
 
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
