@@ -99,6 +99,13 @@ typedef struct cp_pool_opts {
     uint64_t cub_max_cached_bytes;
 } cp_pool_opts;
 
+/* A pool described in one string, "KIND[,KEY=VALUE]..." (pool/spec.c says
+ * which keys): fills *o with cupola.pool's defaults and the spec's values;
+ * o->kind points into kind (kindlen bytes).  CP_ERR_INVALID naming the
+ * key and value that are wrong.  Ranges a kind checks itself (cub's bins)
+ * are checked by cp_pool_create. */
+cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen);
+
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
  * CP_ERR_OOM when the initial reservation cannot be had. */
 cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
