@@ -219,16 +219,18 @@ gpu-check:
 # install` alone installs under PREFIX in the layout Lua 5.4 searches by
 # default.  Besides the module and bin/cupola: the traces, which
 # cupola.trace.find looks for beside the installed trace.lua, and the public
-# C headers (whichever exist) for allocators and kernels of one's own.
+# C headers (whichever exist) for allocators and kernels of one's own; with
+# CUDA, libcupola_torch.so (make torch-allocator) beside core.so.
 PREFIX ?= /usr/local
 LUADIR ?= $(PREFIX)/share/lua/5.4
 LIBDIR ?= $(PREFIX)/lib/lua/5.4
 BINDIR ?= $(PREFIX)/bin
 PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
 TRACE_FILES    := $(wildcard examples/traces/*)
-install: all
+install: all torch-allocator
 	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces $(DESTDIR)$(BINDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
+	if [ -f $(TORCH_LIB) ]; then install -m 755 $(TORCH_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_torch.so; fi
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
 	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \

@@ -118,6 +118,13 @@ static cpt_status configure_locked(void)
         G.config_st = CPT_CONFIG;
         return CPT_CONFIG;
     }
+    if (G.opts.upstream == CP_UP_PINNED || G.opts.upstream == CP_UP_VIRTUAL) {
+        snprintf(G.config_msg, sizeof G.config_msg, "CUPOLA_TORCH_POOL=\"%s\": upstream '%s' "
+                 "cannot serve PyTorch's device tensors (device, async or managed); every "
+                 "allocation fails until it is fixed", G.spec, cp_upstream_name(G.opts.upstream));
+        G.config_st = CPT_CONFIG;
+        return CPT_CONFIG;
+    }
     be = getenv("CUPOLA_BACKEND");
     st = cp_backend_select(be && *be ? be : NULL);
     if (st == CP_OK && !cp_be->stream_wrap)

@@ -166,6 +166,9 @@ static void test_errors(void)
     config("nosuch", NULL);
     ok(cpt_alloc(100, 0, NULL, &p) == CPT_CONFIG && strstr(cpt_last_error(), "'nosuch'"),
        "an unknown kind");
+    config("tlsf,upstream=virtual", NULL);
+    ok(cpt_alloc(100, 0, NULL, &p) == CPT_CONFIG && strstr(cpt_last_error(), "upstream 'virtual'"),
+       "an upstream without device memory is refused (%s)", cpt_last_error());
     config("tlsf", "maybe");
     ok(cpt_alloc(100, 0, NULL, &p) == CPT_CONFIG &&
            strstr(cpt_last_error(), "CUPOLA_TORCH_STREAMS must be safe or trust"),
