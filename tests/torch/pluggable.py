@@ -128,7 +128,13 @@ def main():
         name, tag, outdir = sys.argv[2:5]
         lib, spec = (sys.argv[5], sys.argv[6]) if len(sys.argv) > 6 else (None, None)
         one(name, tag, outdir, lib, spec)
-        return
+        # Results are written: leave without the interpreter's teardown, in
+        # which PyTorch frees its last tensors after the libraries' own
+        # destructors may have run (an exit-time fault would read as a
+        # failed run).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     outdir, lib = sys.argv[1], os.path.abspath(sys.argv[2])
     specs = sys.argv[3:] or ["vmm", "tlsf"]
     os.makedirs(outdir, exist_ok=True)

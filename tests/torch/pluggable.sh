@@ -21,7 +21,9 @@ if [ ! -f build/cupola/core.so ]; then
         { tail -30 "$WORK/build.txt"; exit 1; }
 fi
 . bench/lua-env.sh
-make torch-allocator LUA_INCDIR="$LUA_INC" >"$WORK/make.txt" 2>&1 || { tail -30 "$WORK/make.txt"; exit 1; }
+# (the flags of gpu-check's build stage: its objects are reused)
+make -j8 torch-allocator $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" >"$WORK/make.txt" 2>&1 ||
+    { tail -30 "$WORK/make.txt"; exit 1; }
 echo "library: $(ls -l build/libcupola_torch.so)"
 python3 tests/torch/pluggable.py "$WORK" build/libcupola_torch.so ${TORCH_SPECS:-vmm tlsf} \
     >"$WORK/pluggable.txt" 2>&1
