@@ -7,13 +7,15 @@
 #      (8,3,7,268435456) and powers of two from 512 B to 64 MiB with a 4 GiB
 #      cache (2,9,26,4294967296).  CUB runs twice over: "sync" (the device
 #      synchronized before every allocation: every ready event complete, the
-#      deterministic run the model computes) and "free" (no synchronization,
-#      3 runs: the spread timing gives); cupola's cub pool also replays the
-#      traces over the device upstream (real cudaMalloc and events).
+#      deterministic run the model computes) and, on the three-stream traces
+#      where timing can matter, "free" (no synchronization, 3 runs: the
+#      spread timing gives); cupola's cub pool also replays the traces over
+#      the device upstream (real cudaMalloc and events; CUB's defaults).
 #   2. cupola's pools serving PyTorch through its pluggable allocator
 #      (tests/torch/pluggable.sh), unless CUB_GPU_TORCH=0.
 # Results in $OUT (default /tmp/cub-gpu): cub_gpu.md, torch_pluggable.md,
-# summary.txt, logs.tgz.  CUPOLA_COMMIT names the commit (the tree that
+# summary.txt, logs.tgz, snapshots.tgz (the PyTorch runs' snapshots and
+# figures, to replay elsewhere).  CUPOLA_COMMIT names the commit (the tree that
 # travels has no .git).
 set -u
 cd "$(dirname "$0")/.."
@@ -36,8 +38,8 @@ OUT=$WORK/gc LOGS=$WORK/gclogs sh bench/gpu-check.sh build >"$WORK/logs/build.tx
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 mkdir -p build/bench
 $CUDA_HOME/bin/nvcc -O2 -std=c++17 -arch=sm_90 -cudart shared -I$CUDA_HOME/include/cccl \
-    -Xlinker --wrap=cudaMalloc -Xlinker --wrap=cudaFree -o build/bench/cub_replay bench/cub_replay.cu \
-    >"$WORK/logs/nvcc.txt" 2>&1
+    -Xlinker --wrap=cudaMalloc -Xlinker --wrap=cudaFree -Xlinker -rpath -Xlinker $CUDA_HOME/lib64 \
+    -o build/bench/cub_replay bench/cub_replay.cu >"$WORK/logs/nvcc.txt" 2>&1
 note "cub_replay build rc=$?"
 
 SETTINGS="8,3,7,6291455;8,3,7,268435456;2,9,26,4294967296"
@@ -47,15 +49,15 @@ t0=$(date +%s)
 bin/cupola bench/cub_model.lua run "$SETTINGS" $TRACES >"$WORK/model.csv" 2>"$WORK/logs/model.err"
 note "model (virtual) rc=$? $(( $(date +%s) - t0 ))s"
 t0=$(date +%s)
-CUPOLA_BACKEND=cuda timeout 300 bin/cupola bench/cub_model.lua run --upstream device "$SETTINGS" $TRACES \
+CUPOLA_BACKEND=cuda timeout 200 bin/cupola bench/cub_model.lua run --upstream device "8,3,7,6291455" $TRACES \
     >"$WORK/device.csv" 2>"$WORK/logs/device.err"
 note "cupola cub over device rc=$? $(( $(date +%s) - t0 ))s"
 for mode in sync free; do
-    runs=1
-    [ $mode = free ] && runs=3
+    runs=1 list=$TRACES
+    [ $mode = free ] && runs=3 list=$(ls $WORK/traces/*.csv)
     t0=$(date +%s)
     : >"$WORK/$mode.csv"
-    for t in $TRACES; do
+    for t in $list; do
         name=$(basename "$t" | sed 's/\.csv\.gz$//; s/\.csv$//')
         case $t in *.gz) cat="gzip -dc" ;; *) cat=cat ;; esac
         $cat "$t" | timeout 300 build/bench/cub_replay "$name" $mode $runs $(echo "$SETTINGS" | tr ';' ' ') \
@@ -76,7 +78,9 @@ done
     echo "freed in allocation order), peak held the largest sum of bytes held from cudaMalloc;"
     echo "CUB's are counted by wrapping cudaMalloc/cudaFree at link time and checked row by row"
     echo "against CUB's cached_bytes (live + free). \"sync\": the device synchronized before each"
-    echo "allocation; \"free\": no synchronization, 3 runs (a range where they differ)."
+    echo "allocation; \"free\": no synchronization, 3 runs (a range where they differ), on the"
+    echo "three-stream traces only (on one stream every cached block is the stream's own: timing"
+    echo "cannot change CUB's choices)."
     echo
     bin/cupola bench/cub_model.lua table "$WORK/model.csv" "$WORK/sync.csv" "$WORK/free.csv" "$WORK/device.csv"
     echo
@@ -94,5 +98,8 @@ if [ "${CUB_GPU_TORCH:-1}" = 1 ]; then
     note "torch pluggable rc=$?"
     tail -5 "$WORK/logs/torch.txt" >>"$summary"
 fi
-tar czf "$OUT/logs.tgz" -C "$WORK" logs $( [ -d "$WORK/torch" ] && echo torch )
+# the snapshots apart (larger), so that the logs come back whatever happens
+tar czf "$OUT/logs.tgz" -C "$WORK" --exclude='*.pickle.gz' logs $( [ -d "$WORK/torch" ] && echo torch )
+[ -d "$WORK/torch" ] && ls "$WORK"/torch/*.pickle.gz >/dev/null 2>&1 &&
+    tar czf "$OUT/snapshots.tgz" -C "$WORK/torch" $(cd "$WORK/torch" && ls *.pickle.gz *.json)
 cat "$summary"
