@@ -83,7 +83,7 @@ static void test_spec(void)
            strstr(cp_error_msg(), "is for kind 'cub', not 'tlsf'"),
        "spec: cub's keys on another kind");
     ok(cp_pool_spec_parse("plugin", &o, kind, sizeof kind) == CP_ERR_INVALID &&
-           strstr(cp_error_msg(), "a plugin needs a path"),
+           strstr(cp_error_msg(), "kind 'plugin' needs a path"),
        "spec: plugin refused, saying why");
     ok(cp_pool_spec_parse("", &o, kind, sizeof kind) == CP_ERR_INVALID &&
            cp_pool_spec_parse("tlsf,reuse", &o, kind, sizeof kind) == CP_ERR_INVALID &&

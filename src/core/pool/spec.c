@@ -5,7 +5,7 @@
  *   KIND[,KEY=VALUE]...     e.g. "vmm", "tlsf,initial=1GiB,release_threshold=4GiB",
  *                           "cub,bin_growth=4,max_cached_bytes=256MiB"
  *
- * KIND: arena, freelist, tlsf, caching, vmm, cub (plugin needs a path and a
+ * KIND: any of cp_pool_kind_name's but plugin (which needs a path and a
  * symbol, which a spec does not carry).  KEYs, as cupola.pool's options:
  * upstream (device, async, managed, pinned, virtual), initial, max,
  * alignment, release_threshold (sizes: 4096, 64KiB, 1.5GiB), grow, fallback
@@ -22,14 +22,16 @@
 #include "resource.h"
 #include "size.h"
 
-static const char *const spec_kinds[] = {"arena", "freelist", "tlsf", "caching", "vmm", "cub"};
-static const char *const spec_upstreams[] = {"device", "async", "managed", "pinned", "virtual"};
-static const char *const spec_reuses[] = {"stream", "event", "wait"};
 static const char *const spec_keys[] = {
     "upstream", "initial", "max", "alignment", "release_threshold", "grow", "fallback", "reuse",
     "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
 };
 #define NKEYS (sizeof spec_keys / sizeof spec_keys[0])
+
+static const char *key_name(int i)
+{
+    return i >= 0 && (size_t)i < NKEYS ? spec_keys[i] : NULL;
+}
 
 /* [b, e) without the blanks around it. */
 static void trim(const char **b, const char **e)
@@ -40,13 +42,33 @@ static void trim(const char **b, const char **e)
         (*e)--;
 }
 
-static int choice(const char *v, const char *const *list, size_t n)
+/* The index of v among the names name(0), name(1), ... (NULL ends them), or
+ * -1: the core keeps each list once (cp_pool_kind_name, cp_upstream_name,
+ * cp_reuse_name). */
+static int choice(const char *v, const char *(*name)(int))
 {
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (strcmp(v, list[i]) == 0)
-            return (int)i;
+    int i;
+    const char *n;
+    for (i = 0; (n = name(i)) != NULL; i++)
+        if (strcmp(v, n) == 0)
+            return i;
     return -1;
+}
+
+/* "a, b or c" of the names, into buf; skip: a name left out (or NULL). */
+static const char *names(char *buf, size_t len, const char *(*name)(int), const char *skip)
+{
+    int i, k = 0;
+    size_t n = 0;
+    const char *v;
+    buf[0] = '\0';
+    for (i = 0; (v = name(i)) != NULL; i++) {
+        if (skip && strcmp(v, skip) == 0)
+            continue;
+        if (n < len)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", k++ ? ", " : "", v);
+    }
+    return buf;
 }
 
 static cp_status bad(const char *spec, const char *fmt, const char *a, const char *b)
@@ -58,7 +80,7 @@ static cp_status bad(const char *spec, const char *fmt, const char *a, const cha
 
 cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen)
 {
-    char key[32], val[128];
+    char key[32], val[128], list[160];
     const char *p, *b, *e, *eq;
     int seen[NKEYS] = {0};
     uint64_t u;
@@ -82,14 +104,16 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
     p = e;
     trim(&b, &e);
     if ((size_t)(e - b) >= kindlen || e == b)
-        return bad(spec, "the spec starts with the pool's kind (%s%s)",
-                   "arena, freelist, tlsf, caching, vmm, cub", "");
+        return bad(spec, "the spec starts with the pool's kind (%s)%s",
+                   names(list, sizeof list, cp_pool_kind_name, "plugin"), "");
     memcpy(kind, b, (size_t)(e - b));
     kind[e - b] = '\0';
-    if (choice(kind, spec_kinds, sizeof spec_kinds / sizeof spec_kinds[0]) < 0)
-        return bad(spec, "unknown pool kind '%s' (arena, freelist, tlsf, caching, vmm, cub%s)",
-                   kind, strcmp(kind, "plugin") == 0 ? "; a plugin needs a path and a symbol, "
-                                                       "which a spec does not carry" : "");
+    if (strcmp(kind, "plugin") == 0)
+        return bad(spec, "kind '%s' needs a path and a symbol, which a spec does not carry "
+                   "(%s)", kind, names(list, sizeof list, cp_pool_kind_name, "plugin"));
+    if (choice(kind, cp_pool_kind_name) < 0)
+        return bad(spec, "unknown pool kind '%s' (%s)", kind,
+                   names(list, sizeof list, cp_pool_kind_name, "plugin"));
     o->kind = kind;
     o->cub_given = strcmp(kind, "cub") == 0;
     while (*p == ',') {
@@ -115,7 +139,7 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
             memcpy(val, vb, (size_t)(ve - vb));
             val[ve - vb] = '\0';
         }
-        k = choice(key, spec_keys, NKEYS);
+        k = choice(key, key_name);
         if (k < 0)
             return bad(spec, "unknown option '%s' (upstream, initial, max, alignment, "
                        "release_threshold, grow, fallback, reuse%s)", key,
@@ -126,9 +150,9 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
             return bad(spec, "option '%s' is for kind 'cub', not '%s'", key, kind);
         switch (k) {
         case 0:
-            if ((k = choice(val, spec_upstreams, 5)) < 0)
-                return bad(spec, "option 'upstream' must be device, async, managed, pinned or "
-                           "virtual, not '%s'%s", val, "");
+            if ((k = choice(val, cp_upstream_name)) < 0)
+                return bad(spec, "option 'upstream' must be one of %s, not '%s'",
+                           names(list, sizeof list, cp_upstream_name, NULL), val);
             o->upstream = (cp_upstream_kind)k;
             break;
         case 5:
@@ -144,9 +168,9 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
             break;
         }
         case 7:
-            if ((k = choice(val, spec_reuses, 3)) < 0)
-                return bad(spec, "option 'reuse' must be stream, event or wait, not '%s'%s", val,
-                           "");
+            if ((k = choice(val, cp_reuse_name)) < 0)
+                return bad(spec, "option 'reuse' must be one of %s, not '%s'",
+                           names(list, sizeof list, cp_reuse_name, NULL), val);
             o->reuse = (cp_reuse)k;
             break;
         case 8:
