@@ -23,6 +23,9 @@ OUTDIR/summary.json, and prints one line per run.
 
   python3 tests/torch/pluggable.py OUTDIR LIB [SPEC ...]      (default: vmm tlsf)
   python3 tests/torch/pluggable.py --one W TAG OUTDIR [LIB SPEC]
+  python3 tests/torch/pluggable.py --errors LIB     (CUPOLA_TORCH_POOL from the environment)
+Also writes OUTDIR/errors.txt: a wrong spec and a full pool under PyTorch (each
+must raise RuntimeError with cupola's message, and the process carry on).
 """
 import ctypes
 import gzip
@@ -103,6 +106,23 @@ def one(name, tag, outdir, lib=None, spec=None):
           flush=True)
 
 
+def errors(lib):
+    """A wrong CUPOLA_TORCH_POOL, and a pool that is full: PyTorch raises
+    RuntimeError with cupola's message and the process carries on."""
+    import torch
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "cupola_torch_alloc", "cupola_torch_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+    out = {"spec": os.environ.get("CUPOLA_TORCH_POOL")}
+    for step, n in (("128 MiB", 1 << 25), ("then 1 MiB", 1 << 18)):
+        try:
+            x = torch.ones(n, device="cuda")
+            out[step] = f"allocated, sum {float(x.sum())}"
+            del x
+        except RuntimeError as e:
+            out[step] = "RuntimeError: " + str(e).splitlines()[0][:240]
+    print("errors: " + json.dumps(out), flush=True)
+
+
 def child(args, env, log):
     e = dict(os.environ)
     e.update(env)
@@ -124,6 +144,10 @@ def compare(a, b):
 
 
 def main():
+    if sys.argv[1] == "--errors":
+        errors(sys.argv[2])
+        sys.stdout.flush()
+        os._exit(0)
     if sys.argv[1] == "--one":
         name, tag, outdir = sys.argv[2:5]
         lib, spec = (sys.argv[5], sys.argv[6]) if len(sys.argv) > 6 else (None, None)
@@ -150,6 +174,16 @@ def main():
                 fig = json.load(open(path)) if rc == 0 and os.path.exists(path) else None
                 summary["runs"].append({"workload": w, "tag": tag, "rc": rc, "fig": fig})
                 print(f"{w} {tag}: rc={rc} reserved={fig and fig.get('reserved')}", flush=True)
+        # failures that must raise, not crash
+        with open(os.path.join(outdir, "errors.txt"), "w") as ef:
+            for spec in ("tlsf,bogus=1", "tlsf,max=64MiB"):
+                e = dict(os.environ, CUPOLA_TORCH_POOL=spec)
+                r = subprocess.run([sys.executable, __file__, "--errors", lib], env=e,
+                                   capture_output=True, text=True)
+                lines = [l for l in r.stdout.splitlines() if l.startswith("errors: ")]
+                said = lines[0][8:] if lines else r.stderr[-400:].replace("\n", " | ")
+                ef.write(f"rc={r.returncode} {said}\n")
+                log.write(r.stdout + r.stderr)
     base = {r["workload"]: r["fig"] for r in summary["runs"] if r["tag"] == "native"}
     lines = []
     for r in summary["runs"]:

@@ -38,6 +38,12 @@ tail -20 "$WORK/pluggable.txt"
     cat "$WORK/measured.tsv" 2>/dev/null
     grep -E "^pluggable:|Traceback|Error" "$WORK/pluggable.txt" | head -20
     echo '```'
+    echo
+    echo "Failures that must raise RuntimeError, not crash (a wrong spec; a 64 MiB pool asked for 128 MiB, then 1 MiB):"
+    echo
+    echo '```'
+    cat "$WORK/errors.txt" 2>/dev/null
+    echo '```'
 } >"$OUT/torch_pluggable.md" 2>"$WORK/replay.err"
 cat "$WORK/replay.err"
 grep -E "^Largest" "$OUT/torch_pluggable.md"
