@@ -9,6 +9,7 @@
 #include "resource_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct limit_res {
     cp_resource base;
@@ -63,6 +64,9 @@ static void lim_vm_info(cp_resource *r, cp_stats *out)
     out->decay_window = st.decay_window;
     out->recent_peak = st.recent_peak;
     out->map_budget = st.map_budget;
+    /* and the wrapped pool's figures of its own */
+    memcpy(out->extra, st.extra, sizeof out->extra);
+    out->nextra = st.nextra;
 }
 
 static uint64_t lim_reserved(cp_resource *r)
