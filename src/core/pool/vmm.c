@@ -40,11 +40,51 @@
  *    same pages costs nothing.  Pages are released (unmapped, their memory
  *    given back) only at the end of an allocation, once their frees are
  *    known complete, least recently idle first, and by trim.
+ *  - Stream order: a page is unmapped only when the frees of the blocks
+ *    that were on it are complete.  Over the virtual upstream nothing runs
+ *    on the memory, so an idle page is settled at once.  Over the device,
+ *    the pages a stream's frees leave idle join that stream's open
+ *    generation (no event is recorded by a free).  When the pool next
+ *    allocates on that stream (known alive then) and needs pages or may
+ *    release idle ones (below), the generation is closed: settled at once
+ *    if the stream has no work queued (cp_be->stream_query), else one event
+ *    recorded on the stream covers all of its frees (events are recycled)
+ *    and the generation queues.  Allocations that map pages, and the
+ *    releases, query the oldest queued events and settle those complete,
+ *    stopping at the first that is not: no device synchronization on the
+ *    alloc/free path.  Idle pages of a stream the pool is no longer used
+ *    on wait for trim, or for a forced move (max, grow=false, a refused
+ *    handle), which synchronizes the device once.
+ *    Reuse of the addresses themselves follows the pool's reuse option, as
+ *    in every pool (streamorder.h); unlike the chunked pools, a block freed
+ *    on one stream merges with the idle addresses beside it even once
+ *    several streams use the pool: only the addresses take its stream's
+ *    tag, the pages go wherever needed.
+ *  - trim(keep) synchronizes the device if idle pages are pending, then
+ *    unmaps and releases idle pages while more than keep idle bytes are
+ *    mapped (paid by no budget: the caller asked).
+ *  - reserved is the mapped physical bytes (pages x G); stats() adds the
+ *    page size, the pages mapped now, the maps and unmaps so far (one
+ *    each per page), and under the default policy the window, the recent
+ *    peak of demand and the budget left.  max bounds the mapped bytes.
+ *    initial maps that many bytes (whole pages) at creation, kept as idle
+ *    pages; grow=false maps no page beyond them (moving idle ones still
+ *    serves new addresses).
+ *    A request whose pages cannot all be had within max or grow=false
+ *    fails before any page is mapped.
+ *  - Device: every virtual memory call names the pool's device
+ *    (opts.device), whatever the calling thread's current device: the
+ *    pages are that device's memory, accessible from it, and the address
+ *    range's size follows from its memory.
+ *  - Upstreams: "device" (the backend's virtual memory calls: real pages on
+ *    the host backend too) and "virtual" (the same page accounting, no
+ *    memory and no calls: a replay reports what the GPU would map).
  *
- * The default policy decides by time (no release_threshold given).  Moving
- * or remapping a page is what costs: ~59 us a 2 MiB page on an H100 (map +
- * access + unmap of a handle; a new handle costs about the same), 50-100
- * times an alloc+free pair.  What it guarantees, on the pool's clock
+ * Which page moves, and when pages are released.  The default policy
+ * decides by time (no release_threshold given).  Moving or remapping a page
+ * is what costs: ~59 us a 2 MiB page on an H100 (map + access + unmap of a
+ * handle; a new handle costs about the same), 50-100 times an alloc+free
+ * pair.  What it guarantees, on the pool's clock
  * (pool/clock.h: the wall clock, or a replay's trace time):
  *  - Mapping budget.  Moves and releases are paid from a budget that
  *    accrues BUDGET = 1/32 of the clock's time and starts empty; each costs
@@ -54,7 +94,7 @@
  *    refills of released pages) cost at most 1/32 of the elapsed time at
  *    59 us a page: below 5 % even if a page costs 50 % more than the
  *    figure.  The budget holds at most two remappings of the device's
- *    memory (the pages of the address span, twice the memory; 7.7 s of
+ *    memory (the pages of the address span, twice the memory: 3.9 s of
  *    mapping for a 64 GiB device): a phase change that moves every page
  *    the pool could ever map elsewhere and back, the most any workload
  *    needs at once, while a pool idle for hours buys no bigger burst than
@@ -81,13 +121,13 @@
  *  - WINDOW = peak pages x PAGE_COST / BUDGET: the time the budget needs to
  *    remap the pool's peak once.  A demand that falls and, after the
  *    window, comes back costs at most its peak's remapping per window,
- *    the budget's rate again; a larger pool waits longer (an 80 GB device
+ *    the budget's rate again; a larger pool waits longer (an 80 GiB device
  *    of 2 MiB pages: 77 s; 4,000 pages: 7.6 s), a small one little.  Pages
  *    idle for less than a window are never released by time.
  *  - The clock is read when a free leaves pages idle, when an allocation
- *    must map pages, and at the end of an allocation while more pages are
- *    mapped than the floor; nothing happens between pool operations (no
- *    thread of its own), and trim releases at once.
+ *    must map pages, raises the demand's peak or leaves idle pages;
+ *    nothing happens between pool operations (no thread of its own), and
+ *    trim releases at once.
  *  - initial bytes (whole pages) stay mapped whatever the demand.
  * With release_threshold given, the pool keeps K = max(release_threshold,
  * initial) idle bytes (whole pages) instead: a page is moved while more
@@ -96,44 +136,6 @@
  * budget and no clock.  With 0, after every allocation the mapped pages
  * are exactly those live blocks touch (plus pending ones); with UINT64_MAX
  * no page is ever released once warm.
- *  - Stream order: a page is unmapped only when the frees of the blocks
- *    that were on it are complete.  Over the virtual upstream nothing runs
- *    on the memory, so an idle page is settled at once.  Over the device,
- *    the pages a stream's frees leave idle join that stream's open
- *    generation (no event is recorded by a free).  When the pool next
- *    allocates on that stream (known alive then) and needs pages or holds
- *    more than K idle, the generation is closed: settled at once if the
- *    stream has no work queued (cp_be->stream_query), else one event
- *    recorded on the stream covers all of its frees (events are recycled)
- *    and the generation queues.  Allocations that map pages, and the
- *    reaping, query the oldest queued events and settle those complete,
- *    stopping at the first that is not: no device synchronization on the
- *    alloc/free path.  Idle pages of a stream the pool is no longer used
- *    on wait for trim, or for a forced move (max, grow=false, a refused
- *    handle), which synchronizes the device once.
- *    Reuse of the addresses themselves follows the pool's reuse option, as
- *    in every pool (streamorder.h); unlike the chunked pools, a block freed
- *    on one stream merges with the idle addresses beside it even once
- *    several streams use the pool: only the addresses take its stream's
- *    tag, the pages go wherever needed.
- *  - trim(keep) synchronizes the device if idle pages are pending, then
- *    unmaps and releases idle pages while more than keep idle bytes are
- *    mapped (paid by no budget: the caller asked).
- *  - reserved is the mapped physical bytes (pages x G); stats() adds the
- *    page size, the pages mapped now, the maps and unmaps so far (one
- *    each per page), and under the default policy the window, the recent
- *    peak of demand and the budget left.  max bounds the mapped bytes.  initial maps that many
- *    bytes (whole pages) at creation, kept as idle pages; grow=false maps
- *    no page beyond them (moving idle ones still serves new addresses).
- *    A request whose pages cannot all be had within max or grow=false
- *    fails before any page is mapped.
- *  - Device: every virtual memory call names the pool's device
- *    (opts.device), whatever the calling thread's current device: the
- *    pages are that device's memory, accessible from it, and the address
- *    range's size follows from its memory.
- *  - Upstreams: "device" (the backend's virtual memory calls: real pages on
- *    the host backend too) and "virtual" (the same page accounting, no
- *    memory and no calls: a replay reports what the GPU would map).
  *
  * Where the numbers come from (none is fitted to a trace): the page is the
  * device's granularity, what the hardware maps; the address range is twice
