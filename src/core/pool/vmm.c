@@ -125,9 +125,11 @@
  *    of 2 MiB pages: 77 s; 4,000 pages: 7.6 s), a small one little.  Pages
  *    idle for less than a window are never released by time.
  *  - The clock is read when a free leaves pages idle, when an allocation
- *    must map pages, raises the demand's peak or leaves idle pages;
- *    nothing happens between pool operations (no thread of its own), and
- *    trim releases at once.
+ *    must map pages, raises the demand's peak or leaves idle pages (then
+ *    only the reading, until the time something could next be released:
+ *    when the floor may fall, the oldest idle page reaches the window, or
+ *    the budget pays); nothing happens between pool operations (no thread
+ *    of its own), and trim releases at once.
  *  - initial bytes (whole pages) stay mapped whatever the demand.
  * With release_threshold given, the pool keeps K = max(release_threshold,
  * initial) idle bytes (whole pages) instead: a page is moved while more
@@ -223,6 +225,8 @@ typedef struct vmm {
     } ep[DEMAND_EPOCHS + 1]; /* one more: the one overwritten ended a window ago */
     unsigned ep_cur;
     double ep_start;      /* when the current epoch began */
+    double floor_until;   /* the floor stays at least until then */
+    double decay_at;      /* no page can be released before then */
 } vmm;
 
 /* ---- the address heap (the freelist's policy) ---- */
@@ -468,30 +472,32 @@ static void v_note_demand(vmm *v, uint64_t d)
 }
 
 /* The most demand over the window (epochs that ended within it, and the
- * current one), at the last reading. */
-static uint64_t v_recent_peak(const vmm *v)
+ * current one), at the last reading; *until: the first time one of the
+ * epochs counted leaves the window (or the current one ends), before which
+ * the figure cannot fall. */
+static uint64_t v_recent_peak(const vmm *v, double *until)
 {
     double w = v_window(v);
     uint64_t d = v_demand(v);
     unsigned i;
-    for (i = 0; i <= DEMAND_EPOCHS; i++)
-        if ((i == v->ep_cur || v->ep[i].start >= v->now - w) && v->ep[i].peak > d)
+    *until = v->ep_start + w / DEMAND_EPOCHS;
+    for (i = 0; i <= DEMAND_EPOCHS; i++) {
+        if (i == v->ep_cur || v->ep[i].start < v->now - w)
+            continue;
+        if (v->ep[i].start + w < *until)
+            *until = v->ep[i].start + w;
+        if (v->ep[i].peak > d)
             d = v->ep[i].peak;
-    return d;
+    }
+    return v->ep[v->ep_cur].peak > d ? v->ep[v->ep_cur].peak : d;
 }
 
-/* Reads the clock: the budget accrues (up to two remappings of the device),
- * a new epoch begins every eighth of the window, and the floor (recent
- * peak plus headroom, at least initial) follows.  A reading below the last
- * (a manual clock reset at creation) is no time passing.  A past epoch's
- * `start` holds the time it ended: the last reading before the next began.
- * That is exact because the clock is read whenever an epoch's peak rises,
- * and before a free lowers the demand; between readings demand only rises
- * within the peak, and the next epoch starts from the demand then. */
-static void v_tick(vmm *v)
+/* Reads the clock; the budget accrues (up to two remappings of the device).
+ * A reading below the last (a manual clock reset at creation) is no time
+ * passing. */
+static void v_clock(vmm *v)
 {
-    double now = cp_clock_now(v->h.base.clock), last = v->now, len;
-    uint64_t fl;
+    double now = cp_clock_now(v->h.base.clock);
     if (now > v->now) {
         double cap = (double)(v->span >> v->gshift) * PAGE_COST;
         v->budget += (now - v->now) * BUDGET;
@@ -499,14 +505,32 @@ static void v_tick(vmm *v)
             v->budget = cap;
         v->now = now;
     }
-    len = v_window(v) / DEMAND_EPOCHS;
-    if (v->now - v->ep_start >= len) {
+}
+
+/* v_clock, then a new epoch begins every eighth of the window (v_roll),
+ * and the floor (recent peak plus headroom, at least initial) follows.  A past
+ * epoch's `start` holds the time it ended: the last reading before the
+ * next began.  That is exact because the clock is read whenever an epoch's
+ * peak rises, and before a free lowers the demand; between readings demand
+ * only rises within the peak, and the next epoch starts from the demand
+ * then. */
+static void v_roll(vmm *v)
+{
+    double last = v->now;
+    v_clock(v);
+    if (v->now - v->ep_start >= v_window(v) / DEMAND_EPOCHS) {
         v->ep[v->ep_cur].start = last; /* its end */
         v->ep_cur = (v->ep_cur + 1) % (DEMAND_EPOCHS + 1);
         v->ep[v->ep_cur].peak = v_demand(v);
         v->ep_start = v->now;
     }
-    fl = with_headroom(v_recent_peak(v));
+}
+
+static void v_tick(vmm *v)
+{
+    uint64_t fl;
+    v_roll(v);
+    fl = with_headroom(v_recent_peak(v, &v->floor_until));
     v->floor_pages = fl > v->keep_pages ? fl : v->keep_pages;
 }
 
@@ -530,6 +554,8 @@ static cp_status page_source(vmm *v, uint64_t *handle)
                (v->settled && v->mapped_pages + 1 > fl && v->budget >= PAGE_COST);
         if (move && !must_move)
             v->budget -= PAGE_COST;
+        else if (!move && v->mapped_pages + 1 > fl)
+            v->decay_at = 0; /* past the floor: look again at the next allocation */
 
     } else {
         move = must_move || (v->settled && v->idle_pages > v->keep_pages);
@@ -624,7 +650,7 @@ static uint64_t pages_put(vmm *v, uint64_t addr, uint64_t size, vgen *g)
     for (; p && p <= last; p++) {
         if (--p->live == 0 && p->handle) {
             if (v->timed && !n)
-                v_tick(v); /* the clock is read once per free that idles pages */
+                v_roll(v); /* the clock is read once per free that idles pages */
             p->idle_since = v->now;
             if (g) {
                 p->gen = g;
@@ -773,19 +799,30 @@ static void decay(vmm *v, cp_stream *s)
     double w;
     vpage *p;
     v_tick(v);
-    if (v->mapped_pages <= v->floor_pages || v->budget < PAGE_COST)
-        return;
     w = v_window(v);
-    if (v->nopen)
-        close_open(v, cp_so_sid(s), s);
-    if (v->gq && (!v->settled_tail || v->now - v->settled_tail->idle_since < w))
-        settle_done(v); /* pending pages may have been idle longer */
-    while (v->mapped_pages > v->floor_pages && v->budget >= PAGE_COST &&
-           (p = v->settled_tail) != NULL && v->now - p->idle_since >= w) {
-        if (release_page(v, p) != CP_OK)
-            return;
-        v->budget -= PAGE_COST;
+    if (v->mapped_pages > v->floor_pages && v->budget >= PAGE_COST) {
+        if (v->nopen)
+            close_open(v, cp_so_sid(s), s);
+        if (v->gq && (!v->settled_tail || v->now - v->settled_tail->idle_since < w))
+            settle_done(v); /* pending pages may have been idle longer */
+        while (v->mapped_pages > v->floor_pages && v->budget >= PAGE_COST &&
+               (p = v->settled_tail) != NULL && v->now - p->idle_since >= w) {
+            if (release_page(v, p) != CP_OK)
+                return;
+            v->budget -= PAGE_COST;
+        }
     }
+    /* When anything could be released next (allocations until then only
+     * read the clock): when the floor may fall, when the least recently
+     * idle page will have been idle a window, or when the budget pays. */
+    if (v->mapped_pages <= v->floor_pages)
+        v->decay_at = v->floor_until;
+    else if (!v->settled_tail)
+        v->decay_at = v->now; /* pending pages: at the next allocation */
+    else if (v->now - v->settled_tail->idle_since < w)
+        v->decay_at = v->settled_tail->idle_since + w;
+    else
+        v->decay_at = v->now + (PAGE_COST - v->budget) / BUDGET;
 }
 
 /* Can the pages [p, last] that have none be mapped at all (new pages within
@@ -878,7 +915,8 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
             v_tick(v); /* a new peak: when it happened counts */
             v_note_demand(v, d);
         }
-        if (v->settled_tail || v->gq || v->nopen)
+        if ((v->settled_tail || v->gq || v->nopen) &&
+            cp_clock_now(v->h.base.clock) >= v->decay_at)
             decay(v, s);
     } else if (v->idle_pages > v->keep_pages) {
         reap(v, s);
@@ -947,10 +985,11 @@ static void v_vm_info(cp_resource *r, cp_stats *out)
     out->maps = v->maps;
     out->unmaps = v->unmaps;
     if (v->timed) {
+        double until;
         v_tick(v);
         out->by_time = 1;
         out->decay_window = v_window(v);
-        out->recent_peak = v_recent_peak(v) * v->gran;
+        out->recent_peak = v_recent_peak(v, &until) * v->gran;
         out->map_budget = v->budget;
     }
 }
