@@ -201,8 +201,18 @@ def main():
     with open(os.path.join(outdir, "measured.tsv"), "w") as f:
         f.write("workload\ttag\tspec\trc\tlosses_equal\tmax_rel_diff\treserved_peak\tallocated_peak\tseconds\n")
         f.write("\n".join(lines) + "\n")
-    bad = [r for r in summary["runs"] if r["rc"] != 0 or not r["losses_equal"]]
-    print("pluggable: %d runs, %d with a failure or changed losses" % (len(summary["runs"]), len(bad)))
+    # Losses are compared with PyTorch's own run-to-run spread: a workload
+    # whose kernels are not deterministic (atomics in an embedding's
+    # backward, say) differs between two runs under PyTorch's allocator too.
+    # A pool passes when it is equal, or within 10x that spread.
+    floor = {r["workload"]: r["losses_max_rel_diff"] or 0.0 for r in summary["runs"]
+             if r["tag"] == "native2"}
+    for r in summary["runs"]:
+        d = r["losses_max_rel_diff"]
+        r["losses_ok"] = r["losses_equal"] or (d is not None and d <= 10 * floor.get(r["workload"], 0.0))
+    bad = [r for r in summary["runs"] if r["rc"] != 0 or not r["losses_ok"]]
+    print("pluggable: %d runs, %d with a failure or losses beyond PyTorch's own run-to-run spread"
+          % (len(summary["runs"]), len(bad)))
     sys.exit(1 if bad else 0)
 
 
