@@ -34,14 +34,14 @@ LDLIBS := -lpthread -lm -lz -ldl
 
 # The core's folders are its layers (backend, pool, trace, ...): every .c in
 # them is part of the module, but exactly one of the two device backends.
-CORE_SRC := $(filter-out src/core/backend/cuda.c src/core/backend/nocuda.c,\
+CORE_SRC := $(filter-out src/core/backend/cuda%.c src/core/backend/nocuda.c,\
               $(wildcard src/core/*.c src/core/*/*.c))
 LUA_SRC  := $(wildcard src/lua/*.c)
 CU_SRC   := $(wildcard cuda/*.cu)
 
 ifneq ($(NVCC),)
   HAVE_CUDA := 1
-  CORE_SRC  += src/core/backend/cuda.c
+  CORE_SRC  += $(wildcard src/core/backend/cuda*.c)
   CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
   # NVTX v3 is header-only in the toolkit (src/core/nvtx.c); without it the
   # ranges are no-ops.
@@ -335,7 +335,7 @@ fuzz-deps:
 	        clang libclang-rt-dev zlib1g-dev >/dev/null; \
 	fi
 
-FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend/cuda.c,$(wildcard src/core/*.c src/core/*/*.c))
+FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend/cuda%.c,$(wildcard src/core/*.c src/core/*/*.c))
 $(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h src/core/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \

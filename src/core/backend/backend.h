@@ -3,7 +3,8 @@
  *
  * Two implementations exist: backend/cuda.c (the CUDA runtime) and
  * backend/host.c (the CPU: memory from the OS, one worker thread per stream,
- * kernels run on the CPU).  The binding and every allocator see only this
+ * kernels run on the CPU), each with the files of its parts beside it
+ * (cuda_*.c, host_*.c).  The binding and every allocator see only this
  * table, so an experiment behaves the same on either.
  *
  * Conventions
