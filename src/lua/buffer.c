@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/ipc.h"
+#include "ipc.h"
 #include "binding.h"
 
 /* ---- the graveyard of collected malloc buffers (process-wide: a buffer

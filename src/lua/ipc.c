@@ -13,7 +13,7 @@
  * (16 hex digits) names the exported pool, so a block can only be imported
  * into the pool it came from; socket is the Unix socket (abstract namespace)
  * a server thread of the exporting process hands the pool's file descriptor
- * out on, SCM_RIGHTS (backend/ipc.c), "-" when nothing travels that way; data
+ * out on, SCM_RIGHTS (core/ipc.c), "-" when nothing travels that way; data
  * is the 64 bytes of cudaMemPoolPtrExportData / cudaIpcMemHandle_t (the host
  * backend's own description of the memory) in hex, "-" for a pool.
  *
@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/ipc.h"
+#include "ipc.h"
 #include "binding.h"
 
 #define IPC_PREFIX "cupola-ipc/"

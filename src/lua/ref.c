@@ -5,7 +5,7 @@
  * drops a reference when a buffer is freed) and mempool.c / pool.c (which
  * make buffers) never call each other.
  */
-#include "backend/ipc.h"
+#include "ipc.h"
 #include "binding.h"
 
 #include <stdlib.h>
