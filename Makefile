@@ -115,7 +115,8 @@ $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
-# The seeds' benchmark written directly in CUDA C, beside the Lua version.
+# The stream-ordered allocation benchmark written directly in CUDA C
+# (cudaMalloc against cudaMallocAsync), beside the Lua version.
 $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
@@ -126,8 +127,8 @@ $(BUILD)/bench/launch: bench/launch.c
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
 
-# The device pools' seed kernel and CUDA's malloc in plain CUDA C, beside
-# bench/device_alloc.lua.
+# The atomic-offset device pool's kernel and CUDA's in-kernel malloc in
+# plain CUDA C, beside bench/device_alloc.lua.
 $(BUILD)/bench/device_alloc_seed: bench/device_alloc_seed.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
@@ -146,7 +147,7 @@ $(BUILD)/bench_floor.so: bench/floor.c $(CONFIG_STAMP)
 	$(CC) -shared -I$(LUA_INCDIR) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $<
 
 # make bench: every binding aim beside its C counterpart (bench/speed.lua),
-# then seed 001's multi-stream comparison (bench/multistream.lua), on the
+# then the multi-stream comparison of every pool (bench/multistream.lua), on the
 # host backend and, when a device answers, on the CUDA backend.
 # BENCH_SCALE shortens (0.1) or lengthens the runs; CUPOLA_BENCH_ROUNDS (3)
 # is how many times the C and Lua sides alternate; MULTISTREAM_ARGS are
@@ -214,7 +215,7 @@ test-install: deps all
 clean:
 	rm -rf $(BUILD)
 
-# ---- test-tsan: the host backend under ThreadSanitizer (issue 3) -----------
+# ---- test-tsan: the host backend under ThreadSanitizer -----------
 # Rebuilds the core and the C tests in build-tsan with -fsanitize=thread
 # (EXTRA_CFLAGS reaches the link line too), without CUDA since its runtime
 # does not run under TSAN, and runs them on the host backend; any race report
@@ -244,7 +245,7 @@ test-tsan-lua:
 	    $(LUA) $(TSAN_BUSTED) --ignore-lua --cpath="$(TSAN_BUILD)/?.so" -o utfTerminal \
 	    --filter-out="CUPOLA_BACKEND="
 
-# ---- Reliability harness (issue 4): sanitizers, aggressive GC, fuzzing ------
+# ---- Reliability harness: sanitizers, aggressive GC, fuzzing ------
 # All on the host backend, host-only builds (NVCC=), each in its own build
 # folder; each test target ends with spec/run.lua's "N passed, N failed".
 #   make test-asan      C tests + busted suite, AddressSanitizer + UBSan + LSan
@@ -357,7 +358,7 @@ fuzz-trace: fuzz-deps $(FUZZ_BUILD)/fuzz_trace
 	    echo "0 passed, 1 failed"; exit 1; \
 	fi
 
-# ---- test-browser: timeline pages in headless Chromium (issue 16) ----------
+# ---- test-browser: timeline pages in headless Chromium ----------
 # Renders cupola.timeline pages (the snapshot, gpt2_beam_search, three pools,
 # a pool's log, a synthetic million-event trace) in Debian's chromium, checks
 # the peak label in the DOM and the drawn pixels of every plot in the
@@ -382,7 +383,7 @@ test-browser: deps browser-deps all $(BUILD)/browser/pngcheck
 	@CHROMIUM=$(CHROMIUM) LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
 	    $(LUA) tests/browser/check_timeline.lua $(BUILD)/browser $(BUILD)/browser/pngcheck
 
-# ---- test-nvtx: cupola's NVTX ranges reach a tool (issue 16) ---------------
+# ---- test-nvtx: cupola's NVTX ranges reach a tool ---------------
 # tests/nvtx/nvtx_count.c is an NVTX injection library that counts ranges per
 # domain; check_nvtx.lua runs a workload under it with and without
 # CUPOLA_NVTX=1.  Needs the toolkit's NVTX headers (skipped without them).
@@ -401,7 +402,7 @@ test-nvtx: all
 	        $(LUA) tests/nvtx/check_nvtx.lua $(NVTX_LIB) $(BUILD)/nvtx; \
 	fi
 
-# ---- fuzz-pickle: libFuzzer on the snapshot pickle reader alone (issue 16) --
+# ---- fuzz-pickle: libFuzzer on the snapshot pickle reader alone --
 # In memory, no replay: thousands of inputs a second (fuzz-trace covers the
 # same reader through cp_trace_load, a hundred a second).
 FUZZ_PICKLE_SECONDS ?= 30
@@ -425,7 +426,7 @@ fuzz-pickle: fuzz-deps $(FUZZ_BUILD)/fuzz_pickle
 	    echo "0 passed, 1 failed"; exit 1; \
 	fi
 
-# ---- fuzz-scan, fuzz-option: libFuzzer on what reads user kernels (issue 12)
+# ---- fuzz-scan, fuzz-option: libFuzzer on what reads user kernels
 # fuzz-scan: the kernel source scanner (kernel/scan.c), in memory.
 # fuzz-option: the compile option allow-list (cp_cc_check_option), against
 # an independent statement of it.  Seeds: tests/fuzz/corpus-scan, -option.
@@ -466,7 +467,7 @@ fuzz-scan: fuzz-deps $(FUZZ_BUILD)/fuzz_scan
 fuzz-option: fuzz-deps $(FUZZ_BUILD)/fuzz_option
 	$(call run_fuzzer,option,$(FUZZ_OPTION_SECONDS),512,tests/fuzz/option.dict)
 
-# ---- soak: a seeded random mix of everything for a bounded time (issue 12) --
+# ---- soak: a seeded random mix of everything for a bounded time --
 # spec/soak/soak.lua says what it mixes and checks.  Two emulated devices on
 # the host backend (ignored by the CUDA backend).  The C library's heap is
 # told to give large freed blocks back to the OS (a fixed mmap threshold,

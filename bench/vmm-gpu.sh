@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/vmm-gpu.sh: the vmm pool's checks and figures on the GPU machine in
-# one command (issue 14): build, the vmm and conformance specs on the CUDA
+# one command: build, the vmm and conformance specs on the CUDA
 # backend (#gpu included), compute-sanitizer memcheck over the vmm spec, and
 # bench/replay.c over the device upstream (trace replays with real maps, the
 # alloc+free pair of every pool), the vmm steady state, two streams, and

@@ -18,7 +18,8 @@
 #define CP_HD static inline
 #endif
 
-/* The seeds' processKernel: data[i] = sqrtf(i). */
+/* data[i] = sqrtf(i): the smallest body that writes every element, the
+ * benchmarks' workload. */
 CP_HD float cp_body_sqrt_index(uint64_t i)
 {
     return sqrtf((float)i);

@@ -336,9 +336,9 @@ void l_open_module(lua_State *L); /* run-time compiled kernels (module.c) */
 /* The folder of <cupola/allocator.h> that lua/cupola/init.lua found
  * (cupola.include_dir), or NULL before require "cupola" (module.c). */
 const char *l_plugin_include_dir(void);
-void l_open_nvtx(lua_State *L);   /* cupola.nvtx (issue 16) */
-void l_open_term(lua_State *L);   /* cupola.core._isatty (issue 16) */
-void l_open_devpool(lua_State *L); /* issue 17: in-kernel allocation */
+void l_open_nvtx(lua_State *L);   /* cupola.nvtx */
+void l_open_term(lua_State *L);   /* cupola.core._isatty */
+void l_open_devpool(lua_State *L); /* in-kernel allocation */
 
 /* __newindex of handle types whose fields are all read-only: raises
  * "cupola.Buffer field 'size' is read-only". */

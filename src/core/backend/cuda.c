@@ -111,7 +111,7 @@ const cp_backend cp_backend_cuda = {
     .k_spin = cp_cuda_k_spin,
     .k_pattern = cp_cuda_k_pattern,
     .k_verify = cp_cuda_k_verify,
-    /* run-time compiled kernels (issue 10) */
+    /* run-time compiled kernels */
     .host_task = NULL,
     .stream_native = cp_cuda_stream_native,
 
@@ -152,7 +152,7 @@ const cp_backend cp_backend_cuda = {
     .vm_map = cp_cuda_vm_map,
     .vm_unmap = cp_cuda_vm_unmap,
     .vm_set_access = cp_cuda_vm_set_access,
-    /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
+    /* ---- device-side (in-kernel) allocation pools ---- */
     .dp_create = cp_cuda_devpool_create,
     .dp_destroy = cp_cuda_devpool_destroy,
     .dp_state = cp_cuda_dp_state,

@@ -274,7 +274,7 @@ cp_status cp_cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream
     return CP_OK;
 }
 
-/* ---- device pools (cuda/devpool.cu; issue 17) ------------------------------------------ */
+/* ---- device pools (cuda/devpool.cu) ------------------------------------------ */
 
 /* The device pools' own entry points (cuda/devpool.cu) cp_cuda_refuse to run once
  * the context is unusable or the process is a fork's child, like every

@@ -224,7 +224,7 @@ cp_status cp_cuda_event_elapsed(cp_event *start, cp_event *end, float *ms)
     return CP_OK;
 }
 
-/* ---- run-time compiled kernels (issue 10) ------------------------------------ */
+/* ---- run-time compiled kernels ------------------------------------ */
 
 void *cp_cuda_stream_native(cp_stream *s)
 {

@@ -180,7 +180,7 @@ const cp_backend cp_backend_host = {
     .k_spin = cp_host_k_spin,
     .k_pattern = cp_host_k_pattern,
     .k_verify = cp_host_k_verify,
-    /* run-time compiled kernels (issue 10) */
+    /* run-time compiled kernels */
     .host_task = cp_host_task,
     .stream_native = NULL,
 
@@ -220,7 +220,7 @@ const cp_backend cp_backend_host = {
     .vm_map = cp_host_vm_map,
     .vm_unmap = cp_host_vm_unmap,
     .vm_set_access = cp_host_vm_set_access,
-    /* ---- device-side (in-kernel) allocation pools (issue 17) ---- */
+    /* ---- device-side (in-kernel) allocation pools ---- */
     .dp_create = cp_host_dp_create,
     .dp_destroy = cp_host_dp_destroy,
     .dp_state = cp_host_dp_state,

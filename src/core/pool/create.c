@@ -85,7 +85,7 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
         return st;
     }
     pool->fallback = fb;
-    pool->max = o.max;
+    pool->reserved_max = o.max;
     *out = pool;
     return CP_OK;
 }
