@@ -138,10 +138,20 @@ static l_buffer *own(lua_State *L, int idx, void *p, size_t size, l_origin origi
     return b;
 }
 
-static void own_pool_object(lua_State *L, int idx, int pool_idx)
+/* own() for a block of a pool: the pool's Lua object (at pool_idx) becomes
+ * b.pool and its C owner counts one more reference and one more live buffer. */
+static l_buffer *own_pooled(lua_State *L, int idx, void *p, size_t size, l_origin origin, int dev,
+                            int stream_idx, l_streamref *sref, int pool_idx, int *refs, int *live)
 {
+    l_buffer *b;
+    idx = lua_absindex(L, idx);
+    pool_idx = lua_absindex(L, pool_idx);
+    b = own(L, idx, p, size, origin, dev, stream_idx, sref);
     lua_pushvalue(L, pool_idx);
     lua_setiuservalue(L, idx, L_UV_POOL);
+    ++*refs;
+    ++*live;
+    return b;
 }
 
 void l_buffer_own(lua_State *L, int idx, void *p, size_t size, l_origin origin, int dev,
@@ -153,28 +163,17 @@ void l_buffer_own(lua_State *L, int idx, void *p, size_t size, l_origin origin, 
 void l_buffer_own_mempool(lua_State *L, int idx, void *p, size_t size, l_origin origin,
                           int stream_idx, l_streamref *sref, int pool_idx, l_mempoolref *r)
 {
-    l_buffer *b;
-    idx = lua_absindex(L, idx);
-    pool_idx = lua_absindex(L, pool_idx);
-    b = own(L, idx, p, size, origin, r->device, stream_idx, sref);
-    own_pool_object(L, idx, pool_idx);
-    b->mempool = r;
-    r->refs++;
-    r->live++;
+    own_pooled(L, idx, p, size, origin, r->device, stream_idx, sref, pool_idx, &r->refs, &r->live)
+        ->mempool = r;
 }
 
 void l_buffer_own_pool(lua_State *L, int idx, void *p, size_t size, int stream_idx,
                        l_streamref *sref, int pool_idx, l_poolref *r)
 {
-    l_buffer *b;
-    idx = lua_absindex(L, idx);
-    pool_idx = lua_absindex(L, pool_idx);
-    b = own(L, idx, p, size, L_FROM_POOL, r->device, stream_idx, sref);
-    own_pool_object(L, idx, pool_idx);
+    l_buffer *b = own_pooled(L, idx, p, size, L_FROM_POOL, r->device, stream_idx, sref, pool_idx,
+                             &r->refs, &r->live);
     b->pool = r;
     b->generation = r->generation;
-    r->refs++;
-    r->live++;
 }
 
 /* Is the buffer still holding memory?  A pool's reset() frees its blocks
