@@ -65,11 +65,11 @@ cp_status cp_cuda_fail(cudaError_t e, const char *op)
                         op);
 }
 
-/* A request cupola refuses before making the CUDA call that would cp_cuda_fail (or,
- * for a stream priority, clamp it silently): worded as cp_cuda_fail() words that
- * call's error, with cupola's explanation where cp_cuda_fail() names the call, so
- * that both backends carry the same CUDA error name (backend.h).  Always
- * CP_ERR_INVALID: the request is what is wrong. */
+/* A request cupola refuses before making the CUDA call that would fail (or,
+ * for a stream priority, clamp it silently): worded as cp_cuda_fail() words
+ * that call's error, with cupola's explanation where cp_cuda_fail() names the
+ * call, so that both backends carry the same CUDA error name (backend.h).
+ * Always CP_ERR_INVALID: the request is what is wrong. */
 cp_status cp_cuda_refuse(cudaError_t e, const char *fmt, ...)
 {
     char what[448];

@@ -276,7 +276,7 @@ cp_status cp_cuda_k_verify(const void *p, size_t bytes, uint64_t seed, cp_stream
 
 /* ---- device pools (cuda/devpool.cu) ------------------------------------------ */
 
-/* The device pools' own entry points (cuda/devpool.cu) cp_cuda_refuse to run once
+/* The device pools' own entry points (cuda/devpool.cu) refuse to run once
  * the context is unusable or the process is a fork's child, like every
  * other entry point here. */
 cp_status cp_cuda_devpool_create(cp_devpool **out, cp_dp_kind kind, size_t capacity)

@@ -23,7 +23,7 @@
  *    stream depends on everything already enqueued on the legacy stream;
  *    non-blocking streams never wait for it.  Synchronizing or querying the
  *    legacy stream covers the blocking streams' work enqueued before the call.
- *    Dependencies are captured at cp_host_enqueue time, so they never form a cycle.
+ *    Dependencies are captured at enqueue time, so they never form a cycle.
  *  - stream_destroy returns at once; the queued work still runs, then the
  *    worker exits and is joined (and the stream freed) by the next
  *    stream_create, stream_destroy or device_synchronize, or at exit.

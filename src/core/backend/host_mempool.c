@@ -13,7 +13,7 @@
  *    Both keep a high-water mark, which can only be reset to the current value.
  *  - Sub-allocation is best fit over the pool's free blocks (kept in
  *    power-of-two size bins), splitting the chosen block; adjacent free
- *    blocks cp_host_pool_coalesce when their reuse constraints agree (see below).
+ *    blocks coalesce when their reuse constraints agree (see below).
  *  - mem_free_async(p, s) enqueues a marker on s; the block remembers
  *    (sid, ticket) of that marker: the point after which no work on s touches
  *    it.  used drops at once.  A freed block may then be handed to an
