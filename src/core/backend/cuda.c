@@ -125,6 +125,7 @@ const cp_backend cp_backend_cuda = {
     .stream_create_on = cp_cuda_stream_create_on,
     .stream_device = cp_cuda_stream_device,
     .stream_legacy = cp_cuda_stream_legacy,
+    .stream_wrap = cp_cuda_stream_wrap,
     .mem_alloc_on = cp_cuda_mem_alloc_on,
     .mem_free_on = cp_cuda_mem_free_on,
     .mempool_default_on = cp_cuda_mempool_default_on,

@@ -33,6 +33,7 @@ struct cp_stream {
     cudaStream_t h;
     uint64_t id;
     int dev;
+    int foreign; /* stream_wrap: the handle is another library's */
 };
 
 struct cp_event {
@@ -103,6 +104,7 @@ cp_status cp_cuda_enable_peer_access(int dev, int peer);
 /* ---- cuda_stream.c ---- */
 cp_status cp_cuda_stream_create_on(cp_stream **out, int dev, int priority, int blocking);
 cp_status cp_cuda_stream_create(cp_stream **out, int priority, int blocking);
+cp_status cp_cuda_stream_wrap(cp_stream **out, void *native, int dev);
 cp_status cp_cuda_stream_destroy(cp_stream *s);
 cp_status cp_cuda_stream_synchronize(cp_stream *s);
 cp_status cp_cuda_stream_query(cp_stream *s, int *idle);

@@ -45,6 +45,7 @@ cp_status cp_cuda_stream_create_on(cp_stream **out, int dev, int priority, int b
     }
     s->id = atomic_fetch_add(&next_stream_id, 1);
     s->dev = dev;
+    s->foreign = 0;
     *out = s;
     return CP_OK;
 }
@@ -55,12 +56,39 @@ cp_status cp_cuda_stream_create(cp_stream **out, int priority, int blocking)
     return cp_cuda_stream_create_on(out, CP_DEVICE, priority, blocking);
 }
 
+/* Another library's stream (PyTorch's, handed to a pluggable allocator). */
+cp_status cp_cuda_stream_wrap(cp_stream **out, void *native, int dev)
+{
+    CP_GUARD();
+    cp_stream *s;
+    cp_status st;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "stream_wrap: out is NULL");
+    *out = NULL;
+    if ((st = cp_cuda_check_device(dev)) != CP_OK)
+        return st;
+    if (!native || (cudaStream_t)native == cudaStreamLegacy)
+        return CP_OK;
+    if (!(s = malloc(sizeof *s)))
+        return cp_error_set(CP_ERR_OOM, "stream_wrap: out of host memory");
+    s->h = (cudaStream_t)native;
+    s->id = atomic_fetch_add(&next_stream_id, 1);
+    s->dev = dev;
+    s->foreign = 1;
+    *out = s;
+    return CP_OK;
+}
+
 cp_status cp_cuda_stream_destroy(cp_stream *s)
 {
     CP_GUARD();
     cudaError_t e;
     if (!s || s->id == 0) /* the default stream is not ours to destroy */
         return CP_OK;
+    if (s->foreign) { /* its owner destroys the stream itself */
+        free(s);
+        return CP_OK;
+    }
     /* Returns at once; work still queued completes first (no sync). */
     if (cp_cuda_use_device(s->dev) != CP_OK)
         (void)cudaGetLastError(); /* shutting down: destroy tolerates it */

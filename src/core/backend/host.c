@@ -194,6 +194,7 @@ const cp_backend cp_backend_host = {
     .stream_create_on = cp_host_stream_create_on,
     .stream_device = cp_host_stream_device,
     .stream_legacy = cp_host_stream_legacy,
+    .stream_wrap = cp_host_stream_wrap,
     .mem_alloc_on = cp_host_mem_alloc_on,
     .mem_free_on = cp_host_mem_free_on,
     .mempool_default_on = cp_host_mempool_default_on,

@@ -199,6 +199,7 @@ cp_status cp_host_mempool_import(int fd, int dev, cp_mempool **out);
 /* ---- host_stream.c ---- */
 cp_status cp_host_stream_create_on(cp_stream **out, int dev, int priority, int blocking);
 cp_status cp_host_stream_create(cp_stream **out, int priority, int blocking);
+cp_status cp_host_stream_wrap(cp_stream **out, void *native, int dev);
 cp_status cp_host_stream_destroy(cp_stream *s);
 cp_status cp_host_stream_synchronize(cp_stream *s);
 cp_status cp_host_stream_query(cp_stream *s, int *idle);

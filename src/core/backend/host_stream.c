@@ -61,6 +61,19 @@ cp_status cp_host_stream_create(cp_stream **out, int priority, int blocking)
     return cp_host_stream_create_on(out, cp_host_get_device(), priority, blocking);
 }
 
+/* No native streams on the host: a new stream stands for the handle (0 and
+ * 1, the legacy stream's handles, are the legacy stream). */
+cp_status cp_host_stream_wrap(cp_stream **out, void *native, int dev)
+{
+    CP_GUARD();
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "stream_wrap: out is NULL");
+    *out = NULL;
+    if ((uintptr_t)native <= 1)
+        return cp_host_check_device(dev);
+    return cp_host_stream_create_on(out, dev, 0, 0);
+}
+
 cp_status cp_host_stream_destroy(cp_stream *s)
 {
     CP_GUARD();
