@@ -4,6 +4,8 @@
 -- the median of several repetitions.
 local core = require "cupola.core"
 local report = require "cupola.report"
+local util = require "cupola.util"
+local typed, raise = util.typed, util.raise
 
 local bench = {}
 
@@ -62,13 +64,13 @@ end
 -- (csv, json, records): {name=, median=, min=, max=, reps=, ...extra}.
 function bench.result(name, med, samples, extra)
   -- wrong types used to fail inside (attempt to get length of a nil value)
-  if type(name) ~= "string" then error("bad argument #1 to 'result' (string expected, got " .. type(name) .. ")", 2) end
-  if type(med) ~= "number" then error("bad argument #2 to 'result' (number expected, got " .. type(med) .. ")", 2) end
+  if type(name) ~= "string" then raise("bad argument #1 to 'result' (string expected, got " .. typed(name) .. ")") end
+  if type(med) ~= "number" then raise("bad argument #2 to 'result' (number expected, got " .. typed(med) .. ")") end
   if type(samples) ~= "table" then
-    error("bad argument #3 to 'result' (a list of samples expected, got " .. type(samples) .. ")", 2)
+    raise("bad argument #3 to 'result' (a list of samples expected, got " .. typed(samples) .. ")")
   end
   if extra ~= nil and type(extra) ~= "table" then
-    error("bad argument #4 to 'result' (table expected, got " .. type(extra) .. ")", 2)
+    raise("bad argument #4 to 'result' (table expected, got " .. typed(extra) .. ")")
   end
   local r = { name = name, median = med, reps = #samples }
   local mn, mx = math.huge, -math.huge
