@@ -243,6 +243,13 @@ end
 local core = require "cupola.core"
 local shown = false
 function report.progress(label, done, total, t0)
+  -- checked before the terminal test: a wrong call fails in a log too
+  if type(label) ~= "string" then raise("bad argument #1 to 'progress' (string expected, got " .. typed(label) .. ")") end
+  for i, v in ipairs { done, total, t0 } do
+    if type(v) ~= "number" then
+      raise(("bad argument #%d to 'progress' (number expected, got %s)"):format(i + 1, typed(v)))
+    end
+  end
   if not core._isatty(2) then return false end
   if done >= total then
     if shown then io.stderr:write "\r\27[K" end

@@ -220,7 +220,8 @@ static int module_new(lua_State *L)
                               l_pushtyped(L, -1));
         n = luaL_len(L, -1);
         if (n > 64)
-            return luaL_error(L, "cupola.module: option 'options': at most 64 compiler options");
+            return luaL_error(L, "cupola.module: option 'options': at most 64 compiler options, got %I",
+                              (LUAI_UACINT)n);
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, -1, i);
             if (lua_type(L, -1) != LUA_TSTRING) {
@@ -317,7 +318,8 @@ static int module_kernel(lua_State *L)
         luaL_argerror(L, 2, lua_pushfstring(L, "a kernel name holds no NUL byte, got %s", l_pushshown(L, 2)));
     l_checktable(L, 3);
     n = luaL_len(L, 3);
-    luaL_argcheck(L, n <= CP_KMAX_PARAMS, 3, "at most 128 parameters");
+    if (n > CP_KMAX_PARAMS)
+        luaL_argerror(L, 3, lua_pushfstring(L, "at most 128 parameters, got %I", (LUAI_UACINT)n));
     for (lua_Integer i = 1; i <= n; i++) {
         const char *t;
         int found = -1;
