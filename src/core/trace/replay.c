@@ -179,7 +179,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
-        replay_hook *follow[REPLAY_MAX_HOOKS];
+        replay_hook *follow[REPLAY_MAX_HOOKS] = {NULL};
         size_t h, nfollow = 0;
         cp_status fs;
         for (h = 0; h < nhooks && st == CP_OK; h++) {
