@@ -1791,6 +1791,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.pool", function() cupola.pool { initial = "2MiB", max = "1MiB" } end, "option 'initial' is larger than 'max'", "2097152 > 1048576" },
     { "cupola.pool", function() cupola.pool { log = 5 } end, "option 'log' must be a string", "not number 5" },
     { "cupola.pool", function() cupola.pool { sise = 1 } end, "cupola.pool: unknown option", "'sise'" },
+    { "cupola.pool", function() cupola.pool { kind = "cub", min_bin = "low" } end, "option 'min_bin' must be a non-negative integer", "not 'low'" },
     { "cupola.pool", function() cupola.pool { symbol = "x\0y" } end, "option 'symbol' must not hold a NUL byte", "got 'x\\0y'" },
     { "cupola.pool", function() cupola.pool { kind = "plugin", source = 5, symbol = "a" } end, "option 'source' must be a string", "not number 5" },
     { "cupola.device_pool", function() cupola.device_pool "slab" end, "table expected", "got string 'slab'" },

@@ -151,7 +151,7 @@ static void cub_options(lua_State *L, l_pool *p)
             v = lua_tointegerx(L, -1, &isint);
             if (!isint || v < 0)
                 luaL_error(L, "cupola.pool: option '%s' must be a non-negative integer, not %s",
-                           names[i], luaL_tolstring(L, -1, NULL));
+                           names[i], l_pushshown(L, -1));
         }
         lua_pop(L, 1);
         *dst[i] = (uint64_t)v;
