@@ -1965,6 +1965,25 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     ["cupola.module_cache_stats"] = true, ["cupola.nvtx.depth"] = true,
   }
 
+  it("cuts a value at 40 characters, never inside a UTF-8 one, and escapes control bytes, in C and in Lua", function()
+    local e = ("\u{e9}"):rep(50)
+    local ok, err = pcall(cupola.pool, { kind = e })
+    assert.is_false(ok)
+    assert.matches("not '" .. ("\u{e9}"):rep(40) .. "...'", err, 1, true)
+    ok, err = pcall(cupola.timeline.write, F.t, F.path, { [e] = 1 })
+    assert.is_false(ok)
+    assert.matches("unknown option '" .. ("\u{e9}"):rep(40) .. "...'", err, 1, true)
+    ok, err = pcall(cupola.pool, { kind = ("\x80"):rep(1000) })
+    assert.is_false(ok)
+    assert.is_true(#err < 400, err)
+    ok, err = pcall(cupola.pool, { kind = "a\1b\nc\td\27" })
+    assert.matches("not 'a\\1b\\nc\\td\\27'", err, 1, true)
+    ok, err = pcall(cupola.trace.find, {})
+    assert.matches("got table)", err, 1, true)
+    ok, err = pcall(cupola.report.bytes, "a\0b\nc")
+    assert.matches("got string 'a\\0b\\nc'", err, 1, true)
+  end)
+
   it("covers every function and method of the module, and every handle's fields", function()
     local covered, missing = {}, {}
     for _, c in ipairs(cases) do covered[c[1]] = true end

@@ -55,11 +55,13 @@ local SHOWN_MAX = 40
 function util.shown(v)
   local t = type(v)
   if t == "string" then
-    local s = v:sub(1, SHOWN_MAX):gsub("[%c]", function(c)
+    -- characters, not bytes, where v is UTF-8: a cut never splits one
+    local cut = (utf8.len(v) and utf8.offset(v, SHOWN_MAX + 1) or SHOWN_MAX + 1) - 1
+    local s = v:sub(1, cut):gsub("[%c]", function(c)
       if c == "\n" then return "\\n" elseif c == "\t" then return "\\t" end
       return "\\" .. c:byte()
     end)
-    return "'" .. s .. (#v > SHOWN_MAX and "..." or "") .. "'"
+    return "'" .. s .. (#v > cut and "..." or "") .. "'"
   elseif t == "number" or t == "boolean" or t == "nil" then
     return tostring(v)
   end

@@ -68,8 +68,15 @@ void l_pushcut(lua_State *L, const char *s, size_t len)
     luaL_Buffer b;
     size_t i, n;
     luaL_buffinit(L, &b);
-    for (i = 0, n = 0; i < len && n < L_SHOWN_MAX; i++, n++) {
+    /* n counts characters: the bytes that follow a UTF-8 lead byte go with
+     * it, so a cut never splits one (and a run of them, which no UTF-8
+     * text holds, ends at 4 bytes a character) */
+    for (i = 0, n = 0; i < len && i < 4 * L_SHOWN_MAX &&
+                       (n < L_SHOWN_MAX || ((unsigned char)s[i] & 0xc0) == 0x80);
+         i++) {
         unsigned char c = (unsigned char)s[i];
+        if ((c & 0xc0) != 0x80)
+            n++;
         /* control bytes escaped as Lua writes them, so a NUL or a newline
          * inside a value is seen (and does not cut the message) */
         if (c == '\n')
