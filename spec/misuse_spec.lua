@@ -1751,6 +1751,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
   local F = {}
   setup(function()
     F.pool = cupola.pool { kind = "tlsf" }
+    F.clocked = cupola.pool { kind = "tlsf", clock = "manual" }
     F.b = F.pool:alloc(64)
     F.small = F.pool:alloc(16)
     F.s = cupola.stream()
@@ -1765,7 +1766,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     F.rows = { { name = "a", n = 1 } }
   end)
   teardown(function()
-    F.b:free(); F.small:free(); F.pool:close(); F.s:close(); F.e:close(); F.mp:close(); F.t:close()
+    F.b:free(); F.small:free(); F.pool:close(); F.clocked:close(); F.s:close(); F.e:close(); F.mp:close(); F.t:close()
     F.k:close(); F.m:close(); F.dp:close()
     os.remove(F.path)
   end)
@@ -1813,6 +1814,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.pool", function() cupola.pool { initial = "2MiB", max = "1MiB" } end, "option 'initial' is larger than 'max'", "2097152 > 1048576" },
     { "cupola.pool", function() cupola.pool { log = 5 } end, "option 'log' must be a string", "not number 5" },
     { "cupola.pool", function() cupola.pool { sise = 1 } end, "cupola.pool: unknown option", "'sise'" },
+    { "cupola.pool", function() cupola.pool { clock = "sundial" } end, "option 'clock' must be one of", "not 'sundial'" },
     { "cupola.pool", function() cupola.pool { kind = "cub", min_bin = "low" } end, "option 'min_bin' must be a non-negative integer", "not 'low'" },
     { "cupola.pool", function() cupola.pool { symbol = "x\0y" } end, "option 'symbol' must not hold a NUL byte", "got 'x\\0y'" },
     { "cupola.pool", function() cupola.pool { kind = "plugin", source = 5, symbol = "a" } end, "option 'source' must be a string", "not number 5" },
@@ -1859,6 +1861,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { ["repeat"] = 0 }) end, "option 'repeat' must be in 1..1000000", "got 0" },
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { record = "yes" }) end, "option 'record' must be a boolean", "not string 'yes'" },
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { bogus = 1 }) end, "cupola.trace.replay: unknown option", "'bogus'" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { clock = "sundial" }) end, "option 'clock' must be one of pool, trace", "not 'sundial'" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, 5) end, "a list of pool configurations expected", "got number 5" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, { 7 }) end, "configuration 1 is a number, not a table", "got 7" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, { { kind = "buddy" } }) end, "option 'kind' must be one of", "not 'buddy'" },
@@ -1927,6 +1930,11 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Pool:reset", function() F.pool:reset() end, "only arena pools can be reset", "this one is 'tlsf'" },
     { "cupola.Pool:stats", function() F.pool.stats(5) end, "cupola.Pool expected", "got number 5" },
     { "cupola.Pool:close", function() F.pool.close(F.b) end, "cupola.Pool expected", "got cupola.Buffer" },
+    { "cupola.Pool:time", function() F.pool.time(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:set_time", function() F.clocked:set_time "soon" end, "number expected", "got string 'soon'" },
+    { "cupola.Pool:set_time", function() F.clocked:set_time(-1) end, "time -1.0 is before the clock's reading", false },
+    { "cupola.Pool:advance", function() F.clocked:advance(-2) end, "the seconds to advance must be finite and at least 0", "not -2.0" },
+    { "cupola.Pool:advance", function() F.pool:advance(1) end, "the pool's clock is \"wall\"", false },
     { "cupola.Pool.=", function() F.pool.kind = "arena" end, "cupola.Pool field 'kind' is read-only", false },
     { "cupola.Mempool:alloc", function() F.mp:alloc(-7) end, "size must not be negative", "got -7" },
     { "cupola.Mempool:trim", function() F.mp:trim(true) end, "size (integer or string such as \"4MiB\") expected", "got boolean true" },

@@ -421,7 +421,7 @@ static void set_clock(lua_State *L, l_pool *p, int arg, double t, const char *fn
 static int pool_set_time(lua_State *L)
 {
     l_pool *p = topool(L, 1);
-    set_clock(L, p, 2, (double)luaL_checknumber(L, 2), "set_time");
+    set_clock(L, p, 2, (double)l_checknumber(L, 2), "set_time");
     return 0;
 }
 
@@ -429,7 +429,7 @@ static int pool_set_time(lua_State *L)
 static int pool_advance(lua_State *L)
 {
     l_pool *p = topool(L, 1);
-    double dt = (double)luaL_checknumber(L, 2);
+    double dt = (double)l_checknumber(L, 2);
     luaL_argcheck(L, dt >= 0 && isfinite(dt), 2,
                   lua_pushfstring(L, "the seconds to advance must be finite and at least 0, "
                                      "not %f", (LUAI_UACNUMBER)dt));

@@ -208,7 +208,7 @@ static int trace_replay(lua_State *L)
             o.trace_clock = 1;
         else if (strcmp(ck, "pool") != 0)
             return luaL_error(L, "cupola.trace.replay: option 'clock' must be one of pool, trace, "
-                                 "not '%s'", ck);
+                                 "not '%s'", (l_pushcut(L, ck, strlen(ck)), lua_tostring(L, -1)));
     }
     ps.t0 = mono_s();
     ps.shown = 0;
