@@ -235,9 +235,9 @@ CPR_FN cpd_u32 cpd_verify_thread(const cupola_device_pool *pool, const cpd_run_p
 }
 
 /* The reset of a pool's counters (the arrays are cleared beside it, with
- * memsets): every block returns, `peak` keeps the high-water mark, `failed`
- * counts on.  A malloc pool keeps its live bytes: CUDA's heap cannot be
- * emptied from outside. */
+ * memsets: a heap's metadata to 0 and its slots to EMPTY): every block
+ * returns, `peak` keeps the high-water mark, `failed` counts on.  A malloc
+ * pool keeps its live bytes: CUDA's heap cannot be emptied from outside. */
 CPR_FN void cpd_reset_state(cupola_device_pool *st)
 {
     if (st->kind == CPD_KIND_BUMP || st->kind == CPD_KIND_WARP_BUMP) {
@@ -254,6 +254,18 @@ CPR_FN void cpd_reset_state(cupola_device_pool *st)
             st->class_count[c] = 0;
         for (cpd_u32 i = 0; i < CPD_SLAB_CLASSES * CPD_SLAB_MAX_SLOTS; i++)
             st->active[i] = CPD_SLOT_EMPTY;
+    } else if (st->kind == CPD_KIND_HEAP) {
+        /* the map's bits past the last chunk stay set for good */
+        if (st->nchunks % 32u)
+            st->cmap[st->cwords - 1] = ~((1u << (st->nchunks % 32u)) - 1u);
+        if ((st->chunks_peak << st->chunk_shift) > st->peak)
+            st->peak = st->chunks_peak << st->chunk_shift;
+        st->chunks_live = 0;
+        st->chunks_peak = 0;
+        st->epoch = 0;
+        st->exhausted = 0;
+        for (cpd_u32 c = 0; c < CPD_HEAP_CLASSES; c++)
+            st->exhausted_epoch[c] = 0;
     }
 }
 

@@ -25,7 +25,7 @@ typedef struct l_devpool {
     uint64_t runs;   /* default seeds differ from run to run */
 } l_devpool;
 
-static const char *const kind_names[] = {"bump", "warp_bump", "slab", "malloc", NULL};
+static const char *const kind_names[] = {"bump", "warp_bump", "slab", "malloc", "heap", NULL};
 
 static l_devpool *todevpool(lua_State *L, int arg)
 {
@@ -58,12 +58,12 @@ static int devpool_new(lua_State *L)
     kname = l_optstring_field(L, 1, "kind", NULL);
     if (!kname)
         return luaL_error(L, "cupola.device_pool: option 'kind' is required (bump, warp_bump, "
-                             "slab or malloc)");
+                             "slab, malloc or heap)");
     for (k = 0; kind_names[k] && strcmp(kind_names[k], kname) != 0; k++)
         ;
     if (!kind_names[k])
         return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (bump, "
-                             "warp_bump, slab or malloc)", kname);
+                             "warp_bump, slab, malloc or heap)", kname);
     lua_getfield(L, 1, "capacity");
     if (lua_type(L, -1) == LUA_TNUMBER) {
         int isint;

@@ -49,8 +49,8 @@ extern const unsigned char cp_ktype_sizes[CP_KT_COUNT];
  * allocators, issue 17): part of a module's cache key beside device.h. */
 #define CP_DEVICE_ALLOC_HEADERS                                                         \
     {"device_alloc.cuh", "alloc_bump.cuh", "alloc_warp_bump.cuh", "alloc_slab.cuh",     \
-     "alloc_malloc.cuh"}
-#define CP_DEVICE_ALLOC_NHEADERS 5
+     "alloc_malloc.cuh", "alloc_heap.cuh"}
+#define CP_DEVICE_ALLOC_NHEADERS 6
 
 typedef enum cp_ksrc {
     CP_KSRC_SOURCE = 0, /* CUDA C */
