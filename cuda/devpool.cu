@@ -67,7 +67,7 @@ __global__ void dp_verify_kernel(const cupola_device_pool *pool, cpd_run_params 
     cpd_u32 r = 0;
     if (i < prm.threads)
         r = cpd_verify_thread(pool, &prm, i, ptrs, claims);
-    dp_count(counters, r);
+    cpd_run_count(counters, r);
 }
 
 /* Frees a malloc pool's blocks after a run that kept them. */

@@ -233,6 +233,23 @@ CPD_FN void cpd_count_failure(cupola_device_pool *pool)
     cpd_add64(&pool->failed, 1ull);
 }
 
+/* A plugin pool's allocator (cupola/plugin.h): defined by the plugin's
+ * source, which defines CUPOLA_PLUGIN before including this header. */
+#ifdef CUPOLA_PLUGIN
+CPD_DEV void cupola_plugin_init(cupola_device_pool *pool, unsigned long long thread,
+                                unsigned long long threads);
+CPD_DEV void *cupola_plugin_alloc(cupola_device_pool *pool, unsigned long long bytes);
+CPD_DEV void cupola_plugin_free(cupola_device_pool *pool, void *ptr);
+
+CPD_FN void *cpd_plugin_alloc(cupola_device_pool *pool, cpd_u64 bytes)
+{
+    void *p = cupola_plugin_alloc(pool, bytes);
+    if (!p)
+        cpd_count_failure(pool);
+    return p;
+}
+#endif
+
 #include "cupola/alloc_bump.cuh"
 #include "cupola/alloc_warp_bump.cuh"
 #include "cupola/alloc_slab.cuh"
@@ -258,6 +275,9 @@ CPD_FN void *cpd_alloc_kind(cupola_device_pool *pool, cpd_u64 bytes, cpd_u32 kin
     case CPD_KIND_SLAB: return cpd_slab_alloc(pool, bytes);
     case CPD_KIND_MALLOC: return cpd_malloc_alloc(pool, bytes);
     case CPD_KIND_HEAP: return cpd_heap_alloc(pool, bytes);
+#ifdef CUPOLA_PLUGIN
+    case CPD_KIND_PLUGIN: return cpd_plugin_alloc(pool, bytes);
+#endif
     default:
         /* a plugin's allocator lives in the plugin's source: a kernel
          * compiled without it cannot reach it (cupola/plugin.h) */
@@ -276,18 +296,29 @@ CPD_FN void cpd_free_kind(cupola_device_pool *pool, void *ptr, cpd_u32 kind)
     case CPD_KIND_SLAB: cpd_slab_free(pool, ptr); break;
     case CPD_KIND_MALLOC: cpd_malloc_free(pool, ptr); break;
     case CPD_KIND_HEAP: cpd_heap_free(pool, ptr); break;
+#ifdef CUPOLA_PLUGIN
+    case CPD_KIND_PLUGIN: cupola_plugin_free(pool, ptr); break;
+#endif
     default: break;
     }
 }
 
+/* The kind a call is compiled for: CUPOLA_POOL_KIND when the includer
+ * names one (the allocator is then inlined alone), else the pool's own. */
+#ifdef CUPOLA_POOL_KIND
+#define CPD_KIND_OF(pool) ((void)(pool), (cpd_u32)(CUPOLA_POOL_KIND))
+#else
+#define CPD_KIND_OF(pool) ((pool)->kind)
+#endif
+
 CPD_FN void *cpd_alloc(cupola_device_pool *pool, cpd_u64 bytes)
 {
-    return cpd_alloc_kind(pool, bytes, pool->kind);
+    return cpd_alloc_kind(pool, bytes, CPD_KIND_OF(pool));
 }
 
 CPD_FN void cpd_free(cupola_device_pool *pool, void *ptr)
 {
-    cpd_free_kind(pool, ptr, pool->kind);
+    cpd_free_kind(pool, ptr, CPD_KIND_OF(pool));
 }
 
 #endif /* CUPOLA_DEVICE_ALLOC_CUH */

@@ -3,7 +3,7 @@
  *
  * The allocators are the very code the GPU runs (cuda/include/cupola/
  * device_alloc.cuh, compiled here as C with its host shim: GCC atomics, a
- * warp of one lane), and a run is the GPU's run body (cuda/devpool_body.h).
+ * warp of one lane), and a run is the GPU's run body (cuda/include/cupola/dp_body.cuh).
  *
  * Policy, exactly:
  *  - A pool is one posix_memalign'd allocation laid out as on the GPU
@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "devpool_body.h"
+#include "cupola/dp_body.cuh"
 #include "devpool_layout.h"
 
 static const cp_host_exec *X;
