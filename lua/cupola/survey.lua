@@ -32,11 +32,16 @@ end
 local function defaults(gpu)
   return {
     capacity = gpu and 8 * 2^30 or 256 * 2^20,
+    frag_capacity = gpu and 2 * 2^30 or 64 * 2^20,
     oom_capacity = gpu and 256 * 2^20 or 16 * 2^20,
     sizes = pow2s(4, 8192),
     threads = gpu and 100000 or 4000,
     warps = gpu and 10000 or 1000,
-    iterations = gpu and 10 or 3,
+    iterations = gpu and 5 or 3,
+    -- a measurement is repeated up to `iterations` times while its launches
+    -- took less than budget_ms in all (CUDA's malloc takes seconds per
+    -- launch at large sizes: one launch then stands for it)
+    budget_ms = gpu and 1500 or 1000,
     mixed_ranges = { 64, 512, 4096, 8192 },
     scaling_sizes = { 16, 1024 },
     scaling_threads = pow2s(1, gpu and 2^20 or 2^12),
@@ -195,22 +200,25 @@ end
 -- Allocation per thread (or per warp) of one size, or of drawn sizes:
 -- alloc and free timed apart, as the survey does, the blocks written and
 -- checked between them.
-local function alloc_free_rounds(ctx, K, dp, n, size, sizes, warp, iters)
+local function alloc_free_rounds(ctx, K, dp, n, size, sizes, warp, o)
   local ptrs = ctx:ptrs(n)
   local ta, tf, worst = {}, {}, { nulls = 0, bad = 0, misaligned = 0 }
   local threads = warp and 32 * n or n
-  for it = 1, iters do
+  local spent = 0
+  for it = 1, o.iterations do
+    if it > 1 and spent > o.budget_ms then break end
     if sizes then ctx:launch(K.sizes, n, sizes, n, 4, size, 1000 + it) end
     ta[#ta + 1] = ctx:timed(function() ctx:launch(K.alloc, threads, dp, ptrs, n, size, sizes or 0, warp and 1 or 0) end)
     local c = ctx:check(K, ptrs, n, size, sizes)
     for _, k in ipairs { "nulls", "bad", "misaligned" } do worst[k] = math.max(worst[k], c[k]) end
     tf[#tf + 1] = ctx:timed(function() ctx:launch(K.free, threads, dp, ptrs, n, warp and 1 or 0) end)
+    spent = spent + ta[#ta] + tf[#tf]
   end
   local am, amean, amin, amax = stats(ta)
   local fm, fmean, fmin, fmax = stats(tf)
   return { alloc_ms = am, alloc_ms_mean = amean, alloc_ms_min = amin, alloc_ms_max = amax,
     free_ms = fm, free_ms_mean = fmean, free_ms_min = fmin, free_ms_max = fmax,
-    failed = worst.nulls, corrupt = worst.bad, misaligned = worst.misaligned }
+    failed = worst.nulls, corrupt = worst.bad, misaligned = worst.misaligned, iterations = #ta }
 end
 
 local function merge(a, b)
@@ -223,14 +231,14 @@ local tests = {}
 function tests.thread(ctx, A, o)
   for _, size in ipairs(o.sizes) do
     add(ctx.res, merge({ test = "thread", allocator = A.name, size = size, threads = o.threads },
-      alloc_free_rounds(ctx, A.K, A.dp, o.threads, size, nil, false, o.iterations)))
+      alloc_free_rounds(ctx, A.K, A.dp, o.threads, size, nil, false, o)))
   end
 end
 
 function tests.warp(ctx, A, o)
   for _, size in ipairs(o.sizes) do
     add(ctx.res, merge({ test = "warp", allocator = A.name, size = size, threads = o.warps },
-      alloc_free_rounds(ctx, A.K, A.dp, o.warps, size, nil, true, o.iterations)))
+      alloc_free_rounds(ctx, A.K, A.dp, o.warps, size, nil, true, o)))
   end
 end
 
@@ -239,7 +247,7 @@ function tests.mixed(ctx, A, o)
   for _, hi in ipairs(o.mixed_ranges) do
     -- sv_sizes draws in [4, hi] (the size argument is the range's top)
     add(ctx.res, merge({ test = "mixed", allocator = A.name, size = hi, size_min = 4, threads = o.threads },
-      alloc_free_rounds(ctx, A.K, A.dp, o.threads, hi, sizes, false, o.iterations)))
+      alloc_free_rounds(ctx, A.K, A.dp, o.threads, hi, sizes, false, o)))
   end
 end
 
@@ -247,23 +255,25 @@ function tests.scaling(ctx, A, o)
   for _, size in ipairs(o.scaling_sizes) do
     for _, n in ipairs(o.scaling_threads) do
       add(ctx.res, merge({ test = "scaling", allocator = A.name, size = size, threads = n },
-        alloc_free_rounds(ctx, A.K, A.dp, n, size, nil, false, o.iterations)))
+        alloc_free_rounds(ctx, A.K, A.dp, n, size, nil, false, o)))
     end
   end
 end
 
 function tests.pairs(ctx, A, o)
   for _, size in ipairs(o.pair_sizes) do
-    local n, t, worst = o.pair_threads, {}, { 0, 0 }
-    for _ = 1, o.iterations do
+    local n, t, worst, spent = o.pair_threads, {}, { 0, 0 }, 0
+    for it = 1, o.iterations do
+      if it > 1 and spent > o.budget_ms then break end
       ctx.out:write(string.pack("<I8I8", 0, 0), 0, ctx.s)
       t[#t + 1] = ctx:timed(function() ctx:launch(A.K.pair, n, A.dp, n, size, ctx.out) end)
       local nulls, bad = string.unpack("<I8I8", ctx.out:read(0, 16, ctx.s))
       worst[1], worst[2] = math.max(worst[1], nulls), math.max(worst[2], bad)
+      spent = spent + t[#t]
     end
     local ms = median(t)
     add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = n, ms = ms,
-      per_second = ms > 0 and n / (ms / 1e3) or 0, failed = worst[1], corrupt = worst[2] })
+      per_second = ms > 0 and n / (ms / 1e3) or 0, failed = worst[1], corrupt = worst[2], iterations = #t })
   end
 end
 
@@ -272,10 +282,12 @@ end
 -- highest end) against the bytes live, and its maximum over the rounds.
 function tests.frag(ctx, A, o)
   for _, size in ipairs(o.frag_sizes) do
-    local dp <close> = make_pool(A.spec, o.capacity)
+    local dp <close> = make_pool(A.spec, o.frag_capacity)
     local n, ptrs = o.threads, ctx:ptrs(o.threads)
-    local lo, hi, worst, live, ranges = math.maxinteger, 0, 0, 0, {}
-    for _ = 1, o.iterations do
+    local lo, hi, worst, live, ranges = -1, 0, 0, 0, {}
+    local t0 = cupola.clock()
+    for it = 1, o.iterations do
+      if it > 1 and (cupola.clock() - t0) * 1e3 > o.budget_ms then break end
       ctx:launch(A.K.alloc, n, dp, ptrs, n, size, 0, 0)
       local c = ctx:check(A.K, ptrs, n, size)
       worst = math.max(worst, c.nulls + c.bad + c.misaligned)
@@ -288,7 +300,7 @@ function tests.frag(ctx, A, o)
       ctx:launch(A.K.free, n, dp, ptrs, n, 0)
     end
     local range = median(ranges) or 0
-    local range_max = hi > lo and hi - lo or 0
+    local range_max = math.ult(lo, hi) and hi - lo or 0
     add(ctx.res, { test = "frag", allocator = A.name, size = size, threads = n, range = range,
       range_max = range_max, live = live, ratio = live > 0 and range_max / live or 0, failed = worst })
   end
@@ -335,8 +347,9 @@ local function synth(ctx, A, o, with_writes)
       local K = A.K or ctx.anyK
       local sizes, ptrs = ctx:sizes_buf(n), ctx:ptrs(n)
       local offs <close> = assert(cupola.malloc(8 * (n + 1)))
-      local t = {}
+      local t, t0 = {}, cupola.clock()
       for it = 1, o.iterations do
+        if it > 1 and (cupola.clock() - t0) * 1e3 > o.budget_ms then break end
         ctx:launch(K.sizes, n, sizes, n, 4, hi, 2000 + it)
         local area
         if A.baseline then
@@ -366,7 +379,7 @@ local function synth(ctx, A, o, with_writes)
       end
       local m, mean, mn, mx = stats(t)
       add(ctx.res, { test = with_writes and "synth_write" or "synth", allocator = A.name, size = hi,
-        size_min = 4, threads = n, ms = m, ms_mean = mean, ms_min = mn, ms_max = mx })
+        size_min = 4, threads = n, ms = m, ms_mean = mean, ms_min = mn, ms_max = mx, iterations = #t })
     end
   end
 end
@@ -390,6 +403,7 @@ local function check_opts(opts)
     o[k] = v
   end
   o.capacity = cupola.bytes(o.capacity)
+  o.frag_capacity = cupola.bytes(o.frag_capacity)
   o.oom_capacity = cupola.bytes(o.oom_capacity)
   o.allocators = opts.allocators or { "heap", "slab", "malloc" }
   o.tests = opts.tests or ALL_TESTS
@@ -409,7 +423,7 @@ function survey.run(opts)
   local res = {
     meta = { device = d.name, backend = cupola.backend(), sms = d.sms, cc = d.cc, driver = d.driver,
       runtime = d.runtime, date = os.date "!%Y-%m-%d %H:%M UTC", commit = os.getenv "CUPOLA_COMMIT",
-      capacity = o.capacity, oom_capacity = o.oom_capacity, iterations = o.iterations,
+      capacity = o.capacity, oom_capacity = o.oom_capacity, iterations = o.iterations, budget_ms = o.budget_ms,
       timing = gpu and "CUDA events around each launch" or
         "the host backend: kernels run on the CPU, times are the CPU's" },
     rows = {},
@@ -553,7 +567,8 @@ function survey.markdown(res)
   local m = res.meta
   out[#out + 1] = string.format("- device: %s (%s backend%s); %s; commit %s", m.device, m.backend,
     m.backend == "cuda" and string.format(", %s SMs, cc %s", m.sms, m.cc) or "", m.date, m.commit or "unknown")
-  out[#out + 1] = "- timing: " .. m.timing .. string.format("; median of %d iterations", m.iterations)
+  out[#out + 1] = "- timing: " .. m.timing .. string.format("; median of up to %d iterations (fewer where " ..
+    "they passed %d ms: the rows' `iterations`)", m.iterations, m.budget_ms or 0)
   out[#out + 1] = ""
   local r = rows_of(res, "init")
   if #r > 0 then
