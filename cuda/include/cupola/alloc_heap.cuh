@@ -535,7 +535,9 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
         cpd_u32 n = (cpd_u32)cpd_popc(peers), rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
         cpd_u32 s, got;
 
-        if (bulk && n >= nb) {
+        /* every peer must take the same branch (a lane that gave up on
+         * whole slabs may meet lanes that did not) */
+        if (n >= nb && cpd_ballot(peers, bulk) == peers) {
             /* whole slabs for these lanes, straight from the chunk map */
             cpd_u32 k = n / nb, first = CPD_HEAP_NONE;
             if (rank == 0) {
@@ -611,7 +613,7 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
         cpd_count_failure(pool);
         return 0;
     }
-    pool->run_len[first] = m;
+    cpd_store32(&pool->run_len[first], m);
     cpd_add32(&pool->cstate[first], CPD_HEAP_RUN << CPD_HEAP_TAG_SHIFT);
     cpd_heap_live(pool, (cpd_u64)m);
     return pool->base + ((cpd_u64)first << pool->chunk_shift);
@@ -654,7 +656,7 @@ CPD_FN void cpd_heap_free(cupola_device_pool *pool, void *ptr)
                 break;
             st = was;
         }
-        m = pool->run_len[s];
+        m = cpd_load32(&pool->run_len[s]);
         cpd_heap_release(pool, s, m);
         return;
     }
