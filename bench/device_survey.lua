@@ -90,7 +90,7 @@ if part == "main" then
     if h and m and m.per_second > 0 then
       local want = size == 65536 and 100 or 400
       local k = h.per_second / m.per_second
-      aim(k >= want and h.failed == 0, string.format("alloc+free pairs at %d B, %d threads: heap %.4g/s, CUDA's malloc " ..
+      aim(GPU and k >= want and h.failed == 0, string.format("alloc+free pairs at %d B, %d threads: heap %.4g/s, CUDA's malloc " ..
         "%.4g/s: %.0fx (aim >= %dx)%s", size, h.threads, h.per_second, m.per_second, k, want,
         h.failed > 0 and string.format(", %d failed", h.failed) or ""))
     end
@@ -110,7 +110,10 @@ survey.csv(res, stem .. ".csv")
 survey.json(res, stem .. ".json")
 survey.html(res, stem .. ".html")
 local md = survey.markdown(res)
-if #aims > 0 then md = "### The heap's aims\n\n" .. table.concat(aims, "\n") .. "\n\n" .. md end
+if #aims > 0 then
+  md = "### The heap's aims\n\n" .. (GPU and "" or "(host backend: the pairs aims are the GPU's; here both sides " ..
+    "run on the CPU and their ratio says nothing about them)\n\n") .. table.concat(aims, "\n") .. "\n\n" .. md
+end
 local f = assert(io.open(stem .. ".md", "w"))
 f:write(md, "\n")
 f:close()
