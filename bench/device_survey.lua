@@ -83,7 +83,9 @@ local function find(test, alloc, size)
   end
 end
 local aims = {}
-local function aim(ok, text) aims[#aims + 1] = string.format("- %s %s", ok and "met:" or "**missed:**", text) end
+local function aim(ok, text, label)
+  aims[#aims + 1] = string.format("- %s %s", label or (ok and "met:" or "**missed:**"), text)
+end
 if part == "main" then
   for _, size in ipairs { 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 65536 } do
     local h, m = find("pairs", "heap", size), find("pairs", "CUDA malloc", size)
@@ -92,7 +94,7 @@ if part == "main" then
       local k = h.per_second / m.per_second
       aim(GPU and k >= want and h.failed == 0, string.format("alloc+free pairs at %d B, %d threads: heap %.4g/s, CUDA's malloc " ..
         "%.4g/s: %.0fx (aim >= %dx)%s", size, h.threads, h.per_second, m.per_second, k, want,
-        h.failed > 0 and string.format(", %d failed", h.failed) or ""))
+        h.failed > 0 and string.format(", %d failed", h.failed) or ""), not GPU and "CPU:" or nil)
     end
   end
   for _, r in ipairs(res.rows) do
