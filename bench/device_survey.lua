@@ -93,8 +93,10 @@ if part == "main" then
       local want = size == 65536 and 100 or 400
       local k = h.per_second / m.per_second
       aim(GPU and k >= want and h.failed == 0, string.format("alloc+free pairs at %d B, %d threads: heap %.4g/s, CUDA's malloc " ..
-        "%.4g/s: %.0fx (aim >= %dx)%s", size, h.threads, h.per_second, m.per_second, k, want,
-        h.failed > 0 and string.format(", %d failed", h.failed) or ""), not GPU and "CPU:" or nil)
+        "%.4g/s: %.0fx (aim >= %dx)%s%s", size, h.threads, h.per_second, m.per_second, k, want,
+        h.failed > 0 and string.format(", heap: %d failed", h.failed) or "",
+        m.failed > 0 and string.format(", CUDA's malloc: %d NULL (its heap: %s)", m.failed,
+          tostring(res.meta.malloc_heap)) or ""), not GPU and "CPU:" or nil)
     end
   end
   for _, r in ipairs(res.rows) do

@@ -17,7 +17,7 @@ local report = require "cupola.report"
 
 local survey = {}
 
-local ALL_TESTS = { "init", "registers", "thread", "warp", "mixed", "scaling", "pairs", "frag", "oom",
+local ALL_TESTS = { "init", "registers", "pairs", "thread", "warp", "mixed", "scaling", "frag", "oom",
   "synth", "synth_write" }
 survey.tests = ALL_TESTS
 
@@ -442,8 +442,15 @@ function survey.run(opts)
     if spec.kind == "malloc" then
       local cap = spec.capacity or o.capacity
       if want.oom and #o.tests == 1 then cap = o.oom_capacity end
+      -- a device that cannot reserve so large a heap gets the largest it can
+      local dp, msg = make_pool(spec, cap)
+      while not dp and cap > 64 * 2^20 do
+        cap = cap // 2
+        dp, msg = make_pool(spec, cap)
+      end
       spec.capacity = cap
-      spec.heap_pool = assert(make_pool(spec, cap))
+      spec.heap_pool = assert(dp, msg)
+      res.meta.malloc_heap = cap
     end
   end
 

@@ -312,6 +312,20 @@ static void test_nvrtc_device_pools(void)
                log && st ? ": " : "", log && st ? log : "");
         free(img);
         free(log);
+        /* and the survey's module over the plugin, as cupola.survey makes it */
+        n = snprintf(src, plen + 200, "#include <cupola/plugin.h>\n#line 1 \"stackalloc.cu\"\n%s"
+                                      "\n#include <cupola/survey.cuh>\n", plugin);
+        {
+            const char *opts[2] = {"-DCUPOLA_POOL_KIND=5", NULL};
+            cp_kmodule_desc d2 = {CP_KSRC_SOURCE, "survey_stackalloc.cu", src, (size_t)n, opts, inc};
+            img = NULL;
+            log = NULL;
+            st = cp_nvrtc_build(&d2, 90, &img, &len, &where, &log);
+            tap_ok(st == CP_OK, "NVRTC builds the survey's module over a plugin%s%s", log && st ? ": " : "",
+                   log && st ? log : "");
+            free(img);
+            free(log);
+        }
     } else {
         tap_ok(0, "examples/plugins/stackalloc.cu is readable");
     }
