@@ -491,26 +491,47 @@ CPD_FN void cpd_heap_refill(cupola_device_pool *pool, cpd_u32 *slot, cpd_u32 old
     cpd_store32(slot, next);
 }
 
+/* Whether slab s looks like a slab of class c with a free block. */
+CPD_FN int cpd_heap_has_room(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c)
+{
+    cpd_u32 st = cpd_load32(&pool->cstate[s]);
+    return cpd_heap_tag(st) == c + 1u && cpd_heap_count(st) < cpd_heap_blocks(pool, c);
+}
+
 /* The last resort of one lane: a free block of class c in any active slab
- * of the class, or in a slab on its partial list; NULL (counted) if none. */
+ * of the class, or in a slab on its partial list; NULL (counted) if none.
+ * A reservation can miss a free block while other lanes' reservations
+ * overshoot the count for a moment (they give the excess back): the scan
+ * goes round again as long as it saw a slab that looked like it had room. */
 CPD_FN void *cpd_heap_borrow(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
 {
-    cpd_u32 me = cpd_lanemask_eq(), nb = cpd_heap_blocks(pool, c);
+    cpd_u32 me = cpd_lanemask_eq();
     cpd_u32 *list = pool->partial + (cpd_u64)c * pool->cwords;
-    for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c + 1u]; k++) {
-        cpd_u32 s = cpd_load32(&pool->hslots[k]);
-        if (s < CPD_SLOT_SPECIAL && cpd_heap_count(cpd_load32(&pool->cstate[s])) < nb &&
-            cpd_heap_reserve(pool, s, c, me, 1u, 0u))
-            return cpd_heap_take(pool, s, c, h, 0u);
-    }
-    for (cpd_u32 w = 0; w < pool->cwords; w++) {
-        cpd_u32 bits = cpd_load32(&list[w]);
-        while (bits) {
-            cpd_u32 s = w * 32u + (cpd_u32)cpd_ffs(bits) - 1u;
-            bits &= bits - 1u;
-            if (cpd_heap_reserve(pool, s, c, me, 1u, 0u))
-                return cpd_heap_take(pool, s, c, h, 0u);
+    for (int round = 0; round < 4096; round++) {
+        int seen = 0;
+        for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c + 1u]; k++) {
+            cpd_u32 s = cpd_load32(&pool->hslots[k]);
+            if (s < CPD_SLOT_SPECIAL && cpd_heap_has_room(pool, s, c)) {
+                seen = 1;
+                if (cpd_heap_reserve(pool, s, c, me, 1u, 0u))
+                    return cpd_heap_take(pool, s, c, h, 0u);
+            }
         }
+        for (cpd_u32 w = 0; w < pool->cwords; w++) {
+            cpd_u32 bits = cpd_load32(&list[w]);
+            while (bits) {
+                cpd_u32 s = w * 32u + (cpd_u32)cpd_ffs(bits) - 1u;
+                bits &= bits - 1u;
+                if (cpd_heap_has_room(pool, s, c)) {
+                    seen = 1;
+                    if (cpd_heap_reserve(pool, s, c, me, 1u, 0u))
+                        return cpd_heap_take(pool, s, c, h, 0u);
+                }
+            }
+        }
+        if (!seen)
+            break;
+        cpd_pause();
     }
     cpd_count_failure(pool);
     return 0;
