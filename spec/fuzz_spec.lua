@@ -111,7 +111,8 @@ function World:open_pool()
   else
     rec.handle = assert(cupola.pool {
       kind = cfg.kind, upstream = cfg.upstream, alignment = cfg.alignment,
-      max = cfg.max, reuse = cfg.reuse, initial = cfg.initial,
+      max = cfg.max, reuse = cfg.reuse, initial = cfg.initial, bin_growth = cfg.bin_growth,
+      min_bin = cfg.min_bin, max_bin = cfg.max_bin, max_cached_bytes = cfg.max_cached_bytes,
     })
     rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
   end
@@ -413,6 +414,18 @@ do
         cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
       configs[#configs + 1] = cfg
     end
+  end
+  -- kind "cub" after the others (their draws stay as they were), with
+  -- CUB's settings drawn too; no alignment beyond the upstream's, no initial
+  for _, up in ipairs(upstreams) do
+    local g = r.pick { { 2, 8, 22 }, { 4, 4, 11 }, { 8, 3, 7 } }
+    local cfg = { kind = "cub", upstream = up, alignment = 256, reuse = r.pick(reuses),
+      bin_growth = g[1], min_bin = g[2], max_bin = g[3],
+      max_cached_bytes = r.pick { 0, MiB, 6291455, 64 * MiB } }
+    if r.chance(0.4) then cfg.max = 16 * MiB end
+    cfg.name = string.format("cub/%s (bins %d^%d..%d, cache %d, reuse %s%s)", up, g[1], g[2], g[3],
+      cfg.max_cached_bytes, cfg.reuse, cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
+    configs[#configs + 1] = cfg
   end
   configs[#configs + 1] = { native = "mempool", name = "cupola.mempool (max_size 32 MiB)", max = 32 * MiB }
   configs[#configs + 1] = { native = "malloc_async", name = "cupola.malloc_async" }

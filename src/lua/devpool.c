@@ -29,15 +29,18 @@ typedef struct l_devpool {
     void *dev;       /* first: the device-side state (NULL once closed) */
     cp_devpool *p;   /* a built-in kind's pool, or NULL */
     cp_dplugin *pl;  /* a plugin pool, or NULL */
-    int kind;        /* index into kind_names */
+    int kind;        /* a cp_dp_kind, or KIND_PLUGIN (kind_name) */
     size_t capacity;
     uint64_t runs;   /* default seeds differ from run to run */
 } l_devpool;
 
-/* The backend's kinds in cp_dp_kind's order, then the plugin. */
-static const char *const kind_names[] = {"bump", "warp_bump", "slab", "malloc", "heap", "plugin", NULL};
+/* The kinds: the backend's (cp_dp_kind_name), then the plugin. */
 #define KIND_PLUGIN CP_DP_KIND_COUNT
-#define KIND_LIST "bump, warp_bump, slab, malloc, heap or plugin"
+
+static const char *kind_name(int k)
+{
+    return k == KIND_PLUGIN ? "plugin" : cp_dp_kind_name(k);
+}
 
 static l_devpool *todevpool(lua_State *L, int arg)
 {
@@ -120,14 +123,17 @@ static int devpool_new(lua_State *L)
     kname = l_optstring_field(L, 1, "kind", NULL);
     if (!kname) {
         l_checkoptions(L, 1, "cupola.device_pool", plugin_opts);
-        return luaL_error(L, "cupola.device_pool: option 'kind' is required (" KIND_LIST ")");
+        l_pushnames(L, kind_name, " or ");
+        return luaL_error(L, "cupola.device_pool: option 'kind' is required (%s)", lua_tostring(L, -1));
     }
-    for (k = 0; kind_names[k] && strcmp(kind_names[k], kname) != 0; k++)
+    for (k = 0; kind_name(k) && strcmp(kind_name(k), kname) != 0; k++)
         ;
     l_checkoptions(L, 1, "cupola.device_pool", k == KIND_PLUGIN ? plugin_opts : opts);
-    if (!kind_names[k])
-        return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (" KIND_LIST ")",
-                          kname);
+    if (!kind_name(k)) {
+        l_pushnames(L, kind_name, " or ");
+        return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (%s)", kname,
+                          lua_tostring(L, -1));
+    }
     lua_getfield(L, 1, "capacity");
     if (lua_type(L, -1) == LUA_TNUMBER) {
         int isint;
@@ -216,7 +222,7 @@ static int devpool_new(lua_State *L)
         luaL_setmetatable(L, L_DEVPOOL);
         st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
         if (st != CP_OK)
-            return l_alloc_result_info(L, st, kind_names[k], (uint64_t)cap, cp_be->get_device(), NULL);
+            return l_alloc_result_info(L, st, kind_name(k), (uint64_t)cap, cp_be->get_device(), NULL);
         d->p = p;
         d->dev = cp_be->dp_state(p);
     }
@@ -532,7 +538,7 @@ static int devpool_stats(lua_State *L)
     }
     lua_pushinteger(L, (lua_Integer)s.failed);
     lua_setfield(L, -2, "failed");
-    lua_pushstring(L, kind_names[d->kind]);
+    lua_pushstring(L, kind_name(d->kind));
     lua_setfield(L, -2, "kind");
     return 1;
 }
@@ -543,7 +549,7 @@ static int devpool_index(lua_State *L)
     l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "kind") == 0)
-        lua_pushstring(L, kind_names[d->kind]);
+        lua_pushstring(L, kind_name(d->kind));
     else if (strcmp(k, "capacity") == 0)
         lua_pushinteger(L, (lua_Integer)d->capacity);
     else if (strcmp(k, "closed") == 0)
@@ -560,7 +566,7 @@ static int devpool_index(lua_State *L)
 static int devpool_tostring(lua_State *L)
 {
     l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
-    lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p || d->pl ? "" : "closed, ", kind_names[d->kind],
+    lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p || d->pl ? "" : "closed, ", kind_name(d->kind),
                     (LUAI_UACINT)d->capacity);
     return 1;
 }

@@ -8,7 +8,6 @@
  * buffer hold a reference, so a pool collected in the same cycle as its
  * buffers is destroyed only after the last of them has given its block back.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +18,8 @@ typedef struct l_pool {
     uint64_t tag;   /* L_TAG(L_T_POOL) (binding.h) */
     l_poolref *ref; /* NULL once closed */
     cp_pool_opts opts;
-    char kind[16];
+    const char *kind; /* cp_pool_kind_name's (static) */
 } l_pool;
-
-static const char *const kinds[] = {"arena", "freelist", "tlsf", "caching", "vmm", "plugin", NULL};
-static const char *const upstreams[] = {"device", "async", "managed", "pinned", "virtual", NULL};
-static const char *const reuses[] = {"stream", "event", "wait", NULL};
 
 /* The Pool at arg, open or closed. */
 static l_pool *udpool(lua_State *L, int arg)
@@ -40,33 +35,22 @@ static l_pool *topool(lua_State *L, int arg)
     return p;
 }
 
+/* The index of the name (name(0), name(1), ... from the core) that option
+ * key of the table at idx names (absent: def). */
 static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
-                       const char *const list[])
+                       const char *(*name)(int i))
 {
     const char *v = l_optstring_field(L, idx, key, def);
+    const char *n;
     int i;
-    for (i = 0; list[i]; i++)
-        if (strcmp(v, list[i]) == 0)
+    for (i = 0; (n = name(i)) != NULL; i++)
+        if (strcmp(v, n) == 0)
             return i;
-    lua_pushfstring(L, "cupola.pool: option '%s' must be one of", key);
-    for (i = 0; list[i]; i++)
-        lua_pushfstring(L, "%s %s", i ? "," : "", list[i]);
+    lua_pushfstring(L, "cupola.pool: option '%s' must be one of ", key);
+    l_pushnames(L, name, ", ");
     lua_pushfstring(L, ", not '%s'", v);
-    lua_concat(L, i + 2);
+    lua_concat(L, 3);
     return lua_error(L);
-}
-
-/* The directory holding <cupola/allocator.h>, which lua/cupola/init.lua
- * publishes as cupola.include_dir (the source tree's or the installed one). */
-static const char *include_dir(lua_State *L)
-{
-    const char *dir = NULL;
-    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-    if (lua_getfield(L, -1, "cupola") == LUA_TTABLE &&
-        lua_getfield(L, -1, "include_dir") == LUA_TSTRING)
-        dir = lua_tostring(L, -1); /* anchored in the loaded module table */
-    lua_pop(L, 3);
-    return dir;
 }
 
 /* A plugin's C source, compiled by the system C compiler into a cached
@@ -74,7 +58,7 @@ static const char *include_dir(lua_State *L)
  * buffer owned by the Lua stack (a string left on it). */
 static const char *compile_source(lua_State *L, const char *src, size_t len)
 {
-    const char *dir = include_dir(L);
+    const char *dir = l_plugin_include_dir();
     const char *args[8];
     const char *depends[2] = {NULL, NULL};
     cp_cc_job job;
@@ -148,6 +132,39 @@ static void plugin_options(lua_State *L, l_pool *p)
     p->opts.plugin_options = options;
 }
 
+/* kind = "cub": CachingDeviceAllocator's four settings (pool/cub.c checks
+ * their ranges; here only their types and signs).  Absent ones take CUB's
+ * defaults. */
+static void cub_options(lua_State *L, l_pool *p)
+{
+    static const char *const names[] = {"bin_growth", "min_bin", "max_bin"};
+    static const lua_Integer defs[] = {8, 3, 7};
+    uint64_t *dst[] = {&p->opts.cub_bin_growth, &p->opts.cub_min_bin, &p->opts.cub_max_bin};
+    int i, any = 0;
+    for (i = 0; i < 3; i++) {
+        int isint;
+        lua_Integer v = defs[i];
+        if (lua_getfield(L, 1, names[i]) != LUA_TNIL) {
+            any = 1;
+            v = lua_tointegerx(L, -1, &isint);
+            if (!isint || v < 0)
+                luaL_error(L, "cupola.pool: option '%s' must be a non-negative integer, not %s",
+                           names[i], luaL_tolstring(L, -1, NULL));
+        }
+        lua_pop(L, 1);
+        *dst[i] = (uint64_t)v;
+    }
+    lua_getfield(L, 1, "max_cached_bytes");
+    any |= !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (any && strcmp(p->kind, "cub") != 0)
+        luaL_error(L, "cupola.pool: options 'bin_growth', 'min_bin', 'max_bin' and "
+                      "'max_cached_bytes' are for kind 'cub', not '%s'", p->kind);
+    /* CUB's default constructor's cap: 3 * 8^7 - 1 bytes */
+    p->opts.cub_max_cached_bytes = l_optsize_field(L, 1, "max_cached_bytes", 6291455);
+    p->opts.cub_given = 1;
+}
+
 /* Each Pool gets a metatable of its own whose __index is a table: the
  * methods and the pool's fields, all constant but `closed` (which
  * pool_mark_closed updates).  `p:alloc` then costs the VM one table lookup
@@ -174,9 +191,9 @@ static void pool_setmeta(lua_State *L, int ud, const l_pool *p)
     lua_pop(L, 1);
     lua_pushstring(L, p->kind);
     lua_setfield(L, -2, "kind");
-    lua_pushstring(L, upstreams[p->opts.upstream]);
+    lua_pushstring(L, cp_upstream_name(p->opts.upstream));
     lua_setfield(L, -2, "upstream");
-    lua_pushstring(L, reuses[p->opts.reuse]);
+    lua_pushstring(L, cp_reuse_name(p->opts.reuse));
     lua_setfield(L, -2, "reuse");
     lua_pushinteger(L, (lua_Integer)p->opts.alignment);
     lua_setfield(L, -2, "alignment");
@@ -208,7 +225,8 @@ static int pool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
                                        "release_threshold", "reuse", "fallback", "limit", "log",
-                                       "path", "source", "symbol", "options", "device", NULL};
+                                       "path", "source", "symbol", "options", "device",
+                                       "bin_growth", "min_bin", "max_bin", "max_cached_bytes", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;
@@ -226,11 +244,10 @@ static int pool_new(lua_State *L)
     luaL_setmetatable(L, L_POOL);
     ud = lua_gettop(L);
 
-    k = checkchoice(L, 1, "kind", "tlsf", kinds);
-    snprintf(p->kind, sizeof p->kind, "%s", kinds[k]);
-    p->opts.kind = p->kind;
-    p->opts.upstream = (cp_upstream_kind)checkchoice(L, 1, "upstream", "device", upstreams);
-    p->opts.reuse = (cp_reuse)checkchoice(L, 1, "reuse", "event", reuses);
+    k = checkchoice(L, 1, "kind", "tlsf", cp_pool_kind_name);
+    p->kind = p->opts.kind = cp_pool_kind_name(k);
+    p->opts.upstream = (cp_upstream_kind)checkchoice(L, 1, "upstream", "device", cp_upstream_name);
+    p->opts.reuse = (cp_reuse)checkchoice(L, 1, "reuse", "event", cp_reuse_name);
     p->opts.initial = l_optsize_field(L, 1, "initial", 0);
     p->opts.grow = l_optbool_field(L, 1, "grow", 1);
     p->opts.max = l_optsize_field(L, 1, "max", 0);
@@ -246,6 +263,7 @@ static int pool_new(lua_State *L)
     limit = l_optsize_field(L, 1, "limit", 0);
     log = l_optstring_field(L, 1, "log", NULL);
     plugin_options(L, p);
+    cub_options(L, p);
 
     p->ref = (l_poolref *)calloc(1, sizeof *p->ref);
     if (!p->ref)
@@ -389,6 +407,13 @@ static int pool_stats(lua_State *L)
         SETI(unmaps);
     }
 #undef SETI
+    {
+        int i;
+        for (i = 0; i < s.nextra; i++) {
+            lua_pushinteger(L, (lua_Integer)s.extra[i].value);
+            lua_setfield(L, -2, s.extra[i].name);
+        }
+    }
     lua_pushnumber(L, s.fragmentation);
     lua_setfield(L, -2, "fragmentation");
     lua_pushinteger(L, p->ref->live);
@@ -427,7 +452,7 @@ static int pool_tostring(lua_State *L)
     if (!p->ref)
         lua_pushfstring(L, L_POOL " (%s, closed)", p->kind);
     else
-        lua_pushfstring(L, L_POOL " (%s over %s, %d live)", p->kind, upstreams[p->opts.upstream],
+        lua_pushfstring(L, L_POOL " (%s over %s, %d live)", p->kind, cp_upstream_name(p->opts.upstream),
                         p->ref->live);
     return 1;
 }

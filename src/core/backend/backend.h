@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "devpool.h"
+#include "dtype.h"
 #include "error.h"
 
 #ifdef __cplusplus
@@ -45,23 +46,6 @@ typedef enum cp_memkind {
     CP_MEM_MANAGED,    /* cudaMallocManaged */
     CP_MEM_PINNED      /* cudaMallocHost */
 } cp_memkind;
-
-/* Element types of the built-in kernels. */
-typedef enum cp_dtype {
-    CP_F32 = 0,
-    CP_F64,
-    CP_I32,
-    CP_U32,
-    CP_U8,
-    CP_DTYPE_COUNT
-} cp_dtype;
-
-/* A kernel argument or result of any cp_dtype. */
-typedef union cp_scalar {
-    double f;
-    int64_t i;
-    uint64_t u;
-} cp_scalar;
 
 /* Launch shape; 0 means "choose from the problem size". */
 typedef struct cp_shape {
@@ -228,6 +212,15 @@ typedef struct cp_backend {
     /* dev's legacy default stream as a stream of that device (NULL where one
      * legacy stream serves every device, as on the host); never destroyed */
     cp_stream *(*stream_legacy)(int dev);
+    /* A stream made elsewhere as a stream of device dev: native is the
+     * cudaStream_t another library created (PyTorch hands one to its
+     * pluggable allocator).  It gets an id of its own, and stream_destroy
+     * frees only the wrapper, never the foreign stream, whose owner keeps it
+     * alive while cupola uses it.  NULL (and cudaStreamLegacy) is the legacy
+     * stream: *out = NULL.  Host: there is no native stream to wrap; a new
+     * stream of the emulated device stands for the handle, so code that maps
+     * foreign handles runs on both backends. */
+    cp_status (*stream_wrap)(cp_stream **out, void *native, int dev);
     cp_status (*mem_alloc_on)(int dev, void **out, size_t bytes, cp_memkind kind);
     /* frees memory of mem_alloc_on (or mem_alloc) of device dev */
     cp_status (*mem_free_on)(int dev, void *p, cp_memkind kind);
@@ -310,6 +303,10 @@ typedef struct cp_backend {
     cp_status (*dp_reset)(cp_devpool *p, cp_stream *s);
     cp_status (*dp_stats)(cp_devpool *p, cp_dp_stats *out);
 } cp_backend;
+
+/* The device-pool kinds' names, by cp_dp_kind (NULL past the last): the one
+ * list the binding checks and prints. */
+const char *cp_dp_kind_name(int kind);
 
 /* The backends compiled into this module.  cp_backend_cuda_probe() tells
  * whether a usable device exists, without side effects beyond initialising

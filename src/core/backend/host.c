@@ -898,6 +898,19 @@ static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
     return h_stream_create_on(out, tl_device, priority, blocking);
 }
 
+/* No native streams on the host: a new stream stands for the handle (0 and
+ * 1, the legacy stream's handles, are the legacy stream). */
+static cp_status h_stream_wrap(cp_stream **out, void *native, int dev)
+{
+    CP_GUARD();
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "stream_wrap: out is NULL");
+    *out = NULL;
+    if ((uintptr_t)native <= 1)
+        return check_device(dev);
+    return h_stream_create_on(out, dev, 0, 0);
+}
+
 static cp_status h_stream_destroy(cp_stream *s)
 {
     CP_GUARD();
@@ -1973,9 +1986,17 @@ __attribute__((destructor)) static void host_shutdown(void)
 __attribute__((constructor)) static void host_bind_pools(void)
 {
     static const cp_host_sched sched = {
-        sched_lock,          sched_unlock,          sched_done_locked,
-        sched_wait_done_locked, sched_known_locked, sched_enqueue_wait_locked,
-        sched_enqueue_mark_locked, sched_too_big, h_get_device, h_stream_device,
+        .lock = sched_lock,
+        .unlock = sched_unlock,
+        .done_locked = sched_done_locked,
+        .wait_done_locked = sched_wait_done_locked,
+        .known_locked = sched_known_locked,
+        .enqueue_wait_locked = sched_enqueue_wait_locked,
+        .enqueue_mark_locked = sched_enqueue_mark_locked,
+        .too_big = sched_too_big,
+        .current_device = h_get_device,
+        .stream_device = h_stream_device,
+        .stream_id = h_stream_id,
     };
     pthread_once(&devices_once, devices_init);
     cp_host_pool_bind(&sched);
@@ -2198,6 +2219,7 @@ const cp_backend cp_backend_host = {
     .stream_create_on = h_stream_create_on,
     .stream_device = h_stream_device,
     .stream_legacy = h_stream_legacy,
+    .stream_wrap = h_stream_wrap,
     .mem_alloc_on = h_mem_alloc_on,
     .mem_free_on = h_mem_free_on,
     .mempool_default_on = h_mempool_default_on,

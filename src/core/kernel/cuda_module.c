@@ -844,4 +844,11 @@ static cp_status c_registers(void *kimpl, int *out)
     return CP_OK;
 }
 
-const cp_kimpl_ops cp_kimpl_cuda = {c_load, c_unload, c_get, c_put, c_launch, c_registers};
+const cp_kimpl_ops cp_kimpl_cuda = {
+    .load = c_load,
+    .unload = c_unload,
+    .get = c_get,
+    .put = c_put,
+    .launch = c_launch,
+    .registers = c_registers,
+};

@@ -882,4 +882,11 @@ static cp_status h_registers(void *kimpl, int *out)
     return cp_error_set(CP_ERR_UNSUPPORTED, "a kernel on the host backend has no registers to count");
 }
 
-const cp_kimpl_ops cp_kimpl_host = {h_load, h_unload, h_get, h_put, h_launch, h_registers};
+const cp_kimpl_ops cp_kimpl_host = {
+    .load = h_load,
+    .unload = h_unload,
+    .get = h_get,
+    .put = h_put,
+    .launch = h_launch,
+    .registers = h_registers,
+};

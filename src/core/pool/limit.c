@@ -9,6 +9,7 @@
 #include "resource_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct limit_res {
     cp_resource base;
@@ -59,6 +60,9 @@ static void lim_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    /* and the wrapped pool's figures of its own */
+    memcpy(out->extra, st.extra, sizeof out->extra);
+    out->nextra = st.nextra;
 }
 
 static uint64_t lim_reserved(cp_resource *r)
@@ -73,8 +77,15 @@ static void lim_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops limit_ops = {
-    "limit", lim_alloc, lim_free, lim_trim, lim_reset, lim_free_info, lim_reserved, lim_destroy,
-    lim_vm_info,
+    .kind = "limit",
+    .alloc = lim_alloc,
+    .free = lim_free,
+    .trim = lim_trim,
+    .reset = lim_reset,
+    .free_info = lim_free_info,
+    .reserved = lim_reserved,
+    .destroy = lim_destroy,
+    .vm_info = lim_vm_info,
 };
 
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit)

@@ -15,6 +15,8 @@
  * The file is flushed at trim() and closed when the adaptor is destroyed.
  */
 #include "resource_impl.h"
+
+#include <string.h>
 #include "streamorder.h"
 
 #include <stdio.h>
@@ -100,6 +102,9 @@ static void log_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    /* and the wrapped pool's figures of its own */
+    memcpy(out->extra, st.extra, sizeof out->extra);
+    out->nextra = st.nextra;
 }
 
 static uint64_t log_reserved(cp_resource *r)
@@ -116,8 +121,15 @@ static void log_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops log_ops = {
-    "log", log_alloc, log_free, log_trim, log_reset, log_free_info, log_reserved, log_destroy,
-    log_vm_info,
+    .kind = "log",
+    .alloc = log_alloc,
+    .free = log_free,
+    .trim = log_trim,
+    .reset = log_reset,
+    .free_info = log_free_info,
+    .reserved = log_reserved,
+    .destroy = log_destroy,
+    .vm_info = log_vm_info,
 };
 
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path)

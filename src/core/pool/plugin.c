@@ -654,7 +654,12 @@ static void p_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops plugin_ops = {
-    "plugin", p_alloc, p_free, p_trim, NULL, p_free_info, NULL, p_destroy, NULL,
+    .kind = "plugin",
+    .alloc = p_alloc,
+    .free = p_free,
+    .trim = p_trim,
+    .free_info = p_free_info,
+    .destroy = p_destroy,
 };
 
 /* ---- loading ------------------------------------------------------------------ */

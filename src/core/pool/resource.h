@@ -25,6 +25,7 @@ extern "C" {
 typedef struct cp_resource cp_resource;
 
 /* Statistics of one resource, in bytes unless named otherwise. */
+#define CP_STATS_EXTRA 12
 typedef struct cp_stats {
     uint64_t used;          /* sum of the sizes of live blocks, as requested */
     uint64_t used_peak;
@@ -41,6 +42,14 @@ typedef struct cp_stats {
     uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
     uint64_t maps;          /* pages mapped since creation */
     uint64_t unmaps;        /* pages unmapped since creation */
+    /* Figures of one kind of pool under names of its own (cub: its
+     * upstream calls, retries and cache), in the order the pool gives them;
+     * names are static strings. */
+    struct {
+        const char *name;
+        uint64_t value;
+    } extra[CP_STATS_EXTRA];
+    int nextra;
 } cp_stats;
 
 /* How a block freed on one stream may be reused on another (seed 001). */
@@ -61,8 +70,7 @@ typedef enum cp_upstream_kind {
 
 /* Everything cupola.pool{...} accepts, already validated by the binding. */
 typedef struct cp_pool_opts {
-    const char *kind;         /* "arena", "freelist", "tlsf", "caching", "vmm",
-                                 "plugin" */
+    const char *kind;         /* one of cp_pool_kind_name's */
     cp_upstream_kind upstream;
     uint64_t initial;         /* bytes reserved at creation (0: none) */
     int grow;                 /* may reserve more from upstream when full */
@@ -82,11 +90,31 @@ typedef struct cp_pool_opts {
     const char *plugin_options;
     int device;               /* whose memory the upstream takes (multigpu); streams of
                                  any device may use the pool */
+    /* kind "cub" (pool/cub.c): CachingDeviceAllocator's constructor
+     * arguments; cub_given 0 means CUB's defaults for all four (8, 3, 7,
+     * 3 * 8^7 - 1), and then the four fields are not read */
+    int cub_given;
+    uint64_t cub_bin_growth, cub_min_bin, cub_max_bin;
+    uint64_t cub_max_cached_bytes;
 } cp_pool_opts;
+
+/* A pool described in one string, "KIND[,KEY=VALUE]..." (pool/spec.c says
+ * which keys): fills *o with cupola.pool's defaults and the spec's values;
+ * o->kind points into kind (kindlen bytes).  CP_ERR_INVALID naming the
+ * key and value that are wrong.  Ranges a kind checks itself (cub's bins)
+ * are checked by cp_pool_create. */
+cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen);
 
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
  * CP_ERR_OOM when the initial reservation cannot be had. */
 cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
+
+/* The names users choose from, in the order they are listed: the i-th
+ * pool kind cp_pool_create knows (create.c holds the one table), upstream
+ * (by cp_upstream_kind) and reuse policy (by cp_reuse); NULL past the last. */
+const char *cp_pool_kind_name(int i);
+const char *cp_upstream_name(int kind);
+const char *cp_reuse_name(int reuse);
 
 /* The entry points.  alloc returns CP_ERR_OOM (and counts a failure) when the
  * request cannot be served; the resource stays consistent.  free must be
@@ -116,7 +144,6 @@ void cp_resource_destroy(cp_resource *r);
 cp_status cp_upstream_create(cp_resource **out, cp_upstream_kind kind);
 /* The same, taking device dev's memory (multigpu). */
 cp_status cp_upstream_create_on(cp_resource **out, cp_upstream_kind kind, int dev);
-const char *cp_upstream_name(cp_upstream_kind kind);
 
 /* Adaptors: each returns a new resource that owns `inner`. */
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit);

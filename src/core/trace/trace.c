@@ -1,6 +1,7 @@
 /*
- * trace.c: loading RMM logging-adaptor CSV traces and replaying them in C
- * (format and rules in trace.h).
+ * trace.c: loading RMM logging-adaptor CSV traces and PyTorch snapshots into
+ * the rows a replay walks (format and rules in trace.h; the replay is in
+ * replay.c).
  *
  * The loader pairs every free with its allocate once, through a hash map
  * keyed by pointer, and stores the allocate's ordinal in the free row; the
@@ -8,54 +9,19 @@
  * array, with no hashing inside the timed loop.  Rows are kept as parallel
  * arrays (structure of arrays), 26 bytes a row.
  */
-#include "trace.h"
+#include "trace_impl.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zlib.h>
 
 #include "ptrmap.h"
 #include "pickle.h"
 #include "snapshot.h"
 
-/* One row as the replay needs it, 16 bytes: sizes of frees are those of
- * their allocate, so the replay keeps no size table of its own. */
-typedef struct replay_op {
-    uint64_t size;
-    uint32_t ord;       /* the allocate's ordinal */
-    uint16_t stream;    /* index into streams[] */
-    uint16_t is_free;
-} replay_op;
-
-struct cp_trace {
-    char *path;
-    replay_op *ops;     /* built once loading succeeds */
-    size_t n, cap;
-    uint8_t *is_free;
-    uint32_t *ord;      /* allocate: its ordinal; free: the allocate's ordinal */
-    uint64_t *ptr;
-    uint64_t *size;
-    uint32_t *stream;   /* index into streams[] */
-    uint32_t *thread;
-    double *time;
-    size_t nallocs;
-    uint64_t *streams;  /* distinct Stream values, in order of appearance */
-    size_t nstreams;
-    cp_trace_info info;
-    int format;         /* 0: RMM CSV, 1: PyTorch snapshot */
-    /* PyTorch snapshots only (NULL / 0 for CSV): */
-    uint32_t *label;    /* per row: index + 1 into labels, 0 for none */
-    uint16_t *device;   /* per row */
-    char **labels;
-    size_t nlabels;
-    double *seg_time;   /* PyTorch's own reserved bytes over time */
-    uint64_t *seg_reserved;
-    size_t nseg;
-};
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
 
@@ -637,222 +603,4 @@ size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uin
     *time = t->seg_time;
     *reserved = t->seg_reserved;
     return t->nseg;
-}
-
-#define REPLAY_BATCH 256u
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void cp_replay_result_fini(cp_replay_result *res)
-{
-    free(res->rec_event);
-    free(res->rec_reserved);
-    free(res->rec_addr);
-    res->rec_addr = NULL;
-    res->naddr = 0;
-    res->rec_event = NULL;
-    res->rec_reserved = NULL;
-    res->nrec = 0;
-}
-
-/* Appends a (event, reserved) point when reserved changed. */
-static int record_point(cp_replay_result *out, size_t *cap, uint64_t ev, uint64_t reserved)
-{
-    if (out->nrec && out->rec_reserved[out->nrec - 1] == reserved)
-        return 0;
-    if (out->nrec == *cap) {
-        size_t nc = *cap ? 2 * *cap : 1024;
-        uint64_t *a = realloc(out->rec_event, nc * sizeof *a);
-        uint64_t *b;
-        if (!a)
-            return -1;
-        out->rec_event = a;
-        b = realloc(out->rec_reserved, nc * sizeof *b);
-        if (!b)
-            return -1;
-        out->rec_reserved = b;
-        *cap = nc;
-    }
-    out->rec_event[out->nrec] = ev;
-    out->rec_reserved[out->nrec++] = reserved;
-    return 0;
-}
-
-cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
-                          cp_replay_result *out)
-{
-    cp_replay_opts def;
-    size_t reccap = 0;
-    uint64_t total_events;
-    cp_stream **sv = NULL;
-    void **blk = NULL;
-    uint64_t *bsize = NULL;
-    uint32_t *bstream = NULL;
-    cp_status st = CP_OK;
-    size_t i, k;
-    int rep, reps;
-    uint64_t live = 0;
-    double t0, t1;
-    cp_stats stats;
-
-    memset(out, 0, sizeof *out);
-    memset(&def, 0, sizeof def);
-    def.repeat = 1;
-    if (!o)
-        o = &def;
-    reps = o->repeat > 1 ? o->repeat : 1;
-    total_events = (uint64_t)t->n * (uint64_t)reps;
-    sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
-    blk = calloc(t->nallocs ? t->nallocs : 1, sizeof *blk);
-    bsize = calloc(t->nallocs ? t->nallocs : 1, sizeof *bsize);
-    bstream = calloc(t->nallocs ? t->nallocs : 1, sizeof *bstream);
-    if (!sv || !blk || !bsize || !bstream) {
-        st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
-        goto done;
-    }
-    for (i = 0; i < t->n; i++)
-        if (!t->ops[i].is_free)
-            bsize[t->ops[i].ord] = t->ops[i].size;
-    if (o->record) {
-        out->rec_addr = calloc(t->nallocs ? t->nallocs : 1, sizeof *out->rec_addr);
-        if (!out->rec_addr) {
-            st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
-            goto done;
-        }
-        out->naddr = t->nallocs;
-    }
-    /* Stream 0 is the default stream; every other trace stream gets its own. */
-    for (k = 0; k < t->nstreams; k++) {
-        if (t->streams[k] == 0 || o->single_stream || !cp_be)
-            continue;
-        st = cp_be->stream_create(&sv[k], 0, 0);
-        if (st != CP_OK)
-            goto done;
-    }
-
-    cp_resource_stats(r, &stats);
-    out->maps = stats.maps;
-    out->unmaps = stats.unmaps;
-    t0 = now_s();
-    for (rep = 0; rep < reps && st == CP_OK; rep++) {
-        const replay_op *op = t->ops, *end = t->ops + t->n;
-        /* The loop keeps to locals: the calls below would otherwise make the
-         * compiler reload every field of t and out on each row. */
-        uint64_t peak = out->peak_live, failed = 0, skipped = 0;
-        int rec = o->record && rep == 0;
-        if (rec && record_point(out, &reccap, 0, cp_resource_reserved(r)) != 0) {
-            st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
-            break;
-        }
-        unsigned batch = 0;
-        /* The resource's lock is taken once per REPLAY_BATCH events, not
-         * once per event (its atomic exchange was a third of the cost of
-         * an event), and released between batches so that another thread
-         * using the pool waits at most one batch. */
-        cp_resource_lock(r);
-        for (; op < end; op++) {
-            if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
-                o->progress(o->progress_ud, out->events + (uint64_t)(op - t->ops), total_events);
-            if (__builtin_expect(rec, 0) && op > t->ops &&
-                record_point(out, &reccap, (uint64_t)(op - t->ops) - 1,
-                             cp_resource_reserved_locked(r)) != 0) {
-                st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
-                break;
-            }
-            cp_stream *s = sv[op->stream];
-            void **slot = &blk[op->ord];
-            if (++batch == REPLAY_BATCH) {
-                batch = 0;
-                cp_resource_unlock(r);
-                cp_resource_lock(r);
-            }
-            if (!op->is_free) {
-                st = cp_resource_alloc_locked(r, (size_t)op->size, s, slot);
-                if (__builtin_expect(st != CP_OK, 0)) {
-                    *slot = NULL;
-                    if (st != CP_ERR_OOM)
-                        break;
-                    st = CP_OK;
-                    failed++;
-                    continue;
-                }
-                bstream[op->ord] = op->stream;
-                if (__builtin_expect(rec, 0))
-                    out->rec_addr[op->ord] = (uint64_t)(uintptr_t)*slot;
-                live += op->size;
-                if (live > peak)
-                    peak = live;
-            } else {
-                if (__builtin_expect(!*slot, 0)) {
-                    skipped++;
-                    continue;
-                }
-                st = cp_resource_free_locked(r, *slot, (size_t)op->size, s);
-                if (st != CP_OK)
-                    break;
-                *slot = NULL;
-                live -= op->size;
-            }
-        }
-        if (rec && op == end && t->n &&
-            record_point(out, &reccap, (uint64_t)t->n - 1, cp_resource_reserved_locked(r)) != 0)
-            st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
-        cp_resource_unlock(r);
-        out->events += (uint64_t)(op - t->ops);
-        out->peak_live = peak;
-        out->failed += failed;
-        out->skipped_frees += skipped;
-        /* Blocks the trace never frees are returned before the next round
-         * (and at the end, so the pool is left empty). */
-        for (k = 0; k < t->nallocs; k++) {
-            if (blk[k]) {
-                uint64_t sz = bsize[k];
-                cp_status fs = cp_resource_free(r, blk[k], (size_t)sz, sv[bstream[k]]);
-                if (fs != CP_OK && st == CP_OK)
-                    st = fs;
-                blk[k] = NULL;
-                live -= sz;
-            }
-        }
-    }
-    t1 = now_s();
-    if (o->progress)
-        o->progress(o->progress_ud, out->events, total_events);
-    out->seconds = t1 - t0;
-    out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
-    cp_resource_stats(r, &stats);
-    if (stats.reserved_peak > CP_TRACE_BYTES_MAX && st == CP_OK) {
-        /* The trace's own figures are bounded at load; the pool's rounding
-         * may still take its reserved bytes past what is reported exactly. */
-        st = cp_error_set(CP_ERR_INVALID, "the pool's reserved peak (%llu bytes) is above "
-                          "2^63-1, the largest byte count a replay reports",
-                          (unsigned long long)stats.reserved_peak);
-    }
-    out->peak_reserved = stats.reserved_peak;
-    out->maps = stats.maps - out->maps;
-    out->unmaps = stats.unmaps - out->unmaps;
-    out->reserved_over_live =
-        out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
-    if (o->synchronize && cp_be) {
-        for (k = 0; k < t->nstreams; k++)
-            cp_be->stream_synchronize(sv[k]);
-    }
-done:
-    if (sv) {
-        for (k = 0; k < t->nstreams; k++)
-            if (sv[k])
-                cp_be->stream_destroy(sv[k]);
-    }
-    free(sv);
-    free(blk);
-    free(bsize);
-    free(bstream);
-    if (st != CP_OK)
-        cp_replay_result_fini(out);
-    return st;
 }
