@@ -33,26 +33,8 @@ status=0
 checks="$LOGS/checks.md"
 : >"$checks"
 
-# --- Lua from .deps (as bench/gpu-check.sh does) --------------------------
-if ! command -v lua5.4 >/dev/null 2>&1 || [ ! -f /usr/include/lua5.4/lua.h ]; then
-    R=/tmp/cupola-lua
-    if [ ! -x $R/usr/bin/lua5.4 ]; then
-        for f in .deps/*.deb; do dpkg -x "$f" $R || exit 1; done
-    fi
-    export PATH=$R/usr/bin:$PATH
-    export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export LUA_PATH="$R/usr/share/lua/5.4/?.lua;$R/usr/share/lua/5.4/?/init.lua;;"
-    export LUA_CPATH="$R/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
-    export BUSTED="lua5.4 $R/usr/bin/busted"
-    LUA_INC=$R/usr/include/lua5.4
-    ZFLAGS="-I$R/usr/include -I$R/usr/include/x86_64-linux-gnu"
-    ZLD="-L$R/usr/lib/x86_64-linux-gnu"
-else
-    export BUSTED="lua5.4 $(command -v busted)"
-    LUA_INC=/usr/include/lua5.4
-    ZFLAGS="" ZLD=""
-fi
-export CUPOLA_NO_DEPS=1
+# Lua 5.4 and busted: the system's, or .deps/ unpacked (LUA_INC, MAKE_FLAGS)
+. bench/lua-env.sh || exit 1
 # a cache of compiled modules of this run's own
 export CUPOLA_CACHE_DIR=/tmp/cupola-survey-cache
 
@@ -80,8 +62,8 @@ SPECS="spec/device_pool_spec.lua spec/device_plugin_spec.lua"
 for stage in $stages; do
     case $stage in
     build)
-        run_stage build 240 make -j16 all build/tests/test_devpool LUA_INCDIR="$LUA_INC" \
-            EXTRA_CFLAGS="-Werror $ZFLAGS" EXTRA_LDFLAGS="$ZLD" || { tail -30 "$LOGS/build.log"; break; }
+        run_stage build 240 make -j16 all build/tests/test_devpool $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" ||
+            { tail -30 "$LOGS/build.log"; break; }
         ;;
     specs)
         BUSTED_ARGS="$SPECS spec/survey_spec.lua" CUPOLA_BACKEND=cuda \
