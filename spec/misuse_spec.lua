@@ -116,6 +116,28 @@ describe("misuse: pools", function()
     raises(function() cupola.pool { max = -1 } end, "option 'max': bad size '-1'")
   end)
 
+  it("an unknown clock lists the clocks", function()
+    raises(function() cupola.pool { clock = "sundial" } end,
+      "option 'clock' must be one of wall, manual, not 'sundial'")
+    raises(function() cupola.pool { clock = 5 } end, "option 'clock' must be a string, not number")
+  end)
+
+  it("only a manual clock can be set, and never back", function()
+    local w <close> = cupola.pool {}
+    raises(function() w:advance(1) end, 'the pool\'s clock is "wall"; only a pool made with clock = "manual" can be set')
+    raises(function() w:set_time(1) end, "set_time: the pool's clock is \"wall\"")
+    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", clock = "manual" }
+    p:advance(2)
+    raises(function() p:set_time(1) end, "time 1.0 is before the clock's reading 2.0 (a clock never goes back)")
+    raises(function() p:set_time(0 / 0) end, "the time must be finite")
+    raises(function() p:set_time(1 / 0) end, "the time must be finite, not inf")
+    raises(function() p:advance(-1) end, "the seconds to advance must be finite and at least 0, not -1.0")
+    raises(function() p:advance(1 / 0) end, "the seconds to advance must be finite")
+    raises(function() p:advance "soon" end, "number expected, got string")
+    assert.equals(2, p:time(), "a refused setting leaves the clock as it was")
+    consistent(p)
+  end)
+
   it("a negative or huge allocation from a pool", function()
     local p <close> = cupola.pool { kind = "tlsf" }
     raises(function() p:alloc(-1) end, "size must not be negative")

@@ -180,17 +180,21 @@ cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   initial=0 bytes reserved at creation   grow=true may reserve more
   max=0 (none) limit on reserved         alignment=256 (a power of two)
   release_threshold=0 idle bytes kept    reuse="event" | "stream" | "wait"
+    (vmm without it: decides by time, on its clock)
   fallback=false serve from the upstream what the pool cannot
   limit=size refuse allocations past it  log=path RMM CSV of every call
+  clock="wall" | "manual" (seconds since made; manual: set by the script)
 p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers (vmm: page_bytes,
-  pages_mapped, maps, unmaps; cub: device_allocs, device_frees,
-  device_alloc_failures, retries, cached_bytes, cached_blocks, live_bytes)
+  pages_mapped, maps, unmaps; by time: recent_peak, decay_window, map_budget;
+  cub: device_allocs, device_frees, device_alloc_failures, retries,
+  cached_bytes, cached_blocks, live_bytes)
+p:time() -> s     the pool's clock; p:set_time(t), p:advance(dt): manual only
 p:close()         raises while buffers are live
-Fields: p.kind, p.upstream, p.reuse, p.alignment, p.closed.
+Fields: p.kind, p.upstream, p.reuse, p.alignment, p.clock, p.closed.
 cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:
   the battery every pool passes, against make_pool(o); in busted specs:
   require "cupola.busted"; assert.is_conforming_pool(make_pool, opts)]],
@@ -314,8 +318,9 @@ cupola.trace.load(path) -> Trace (RMM logging-adaptor CSV
   Thread,Time,Action,Pointer,Size,Stream; plain or gzip); malformed input
   raises "path:line: reason".
 cupola.trace.replay(t, pool, {single_stream=false, repeat=1,
-  synchronize=true}) -> {events, ns_per_event, seconds, peak_live,
-  peak_reserved, reserved_over_live, failed, skipped_frees}
+  synchronize=true, clock="pool" | "trace"}) -> {events, ns_per_event, seconds,
+  peak_live, peak_reserved, reserved_over_live, failed, skipped_frees,
+  reserved_byte_seconds, live_byte_seconds, maps, unmaps}
 cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
   cupola.pool (plus name=); each row is replay's table plus kind, upstream, name.
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,

@@ -176,11 +176,12 @@ static void push_u64s(lua_State *L, const uint64_t *v, size_t n, uint64_t add)
     }
 }
 
-/* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true}) */
+/* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true,
+ * record=false, progress=true, clock="pool"}) */
 static int trace_replay(lua_State *L)
 {
     static const char *const opts[] = {"single_stream", "repeat", "synchronize", "record",
-                                       "progress", NULL};
+                                       "progress", "clock", NULL};
     l_trace *tr = totrace(L, 1);
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
@@ -198,6 +199,16 @@ static int trace_replay(lua_State *L)
     luaL_argcheck(L, rep >= 1 && rep <= 1000000, 3, "option 'repeat' must be in 1..1000000");
     o.repeat = (int)rep;
     o.record = l_optbool_field(L, 3, "record", 0);
+    {
+        /* "pool": the pool keeps its own clock; "trace": it reads the
+         * trace's timestamps for the replay */
+        const char *ck = l_optstring_field(L, 3, "clock", "pool");
+        if (strcmp(ck, "trace") == 0)
+            o.trace_clock = 1;
+        else if (strcmp(ck, "pool") != 0)
+            return luaL_error(L, "cupola.trace.replay: option 'clock' must be one of pool, trace, "
+                                 "not '%s'", ck);
+    }
     ps.t0 = mono_s();
     ps.shown = 0;
     if (l_optbool_field(L, 3, "progress", 1) && isatty(2)) {
@@ -281,6 +292,10 @@ static int trace_replay(lua_State *L)
     lua_setfield(L, -2, "maps");
     lua_pushinteger(L, (lua_Integer)res.unmaps);
     lua_setfield(L, -2, "unmaps");
+    lua_pushnumber(L, res.reserved_byte_seconds);
+    lua_setfield(L, -2, "reserved_byte_seconds");
+    lua_pushnumber(L, res.live_byte_seconds);
+    lua_setfield(L, -2, "live_byte_seconds");
     return 1;
 }
 

@@ -44,6 +44,8 @@ struct cp_resource {
     cp_ptrmap fb_map;      /* address -> size (as a pointer-sized integer) */
     uint64_t fb_bytes;
     uint64_t max;          /* hard limit on reserved + fb_bytes (0: none) */
+    cp_clock *clock;       /* &own_clock, or an adaptor's inner resource's */
+    cp_clock own_clock;
 };
 
 /* Initialises the common header (lock, zeroed stats). */

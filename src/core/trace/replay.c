@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "replay_lock.h"
+#include "replay_time.h"
 
 static double now_s(void)
 {
@@ -33,7 +34,7 @@ typedef struct replay_blocks {
  * bytes from one repetition to the next. */
 static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, size_t nfollow,
                              cp_stream *const *sv, replay_blocks *b, uint64_t total_events,
-                             uint64_t *live_io)
+                             uint64_t *live_io, replay_integral *integ)
 {
     const cp_trace *t = w->t;
     const cp_replay_opts *o = w->o;
@@ -45,6 +46,7 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
     uint64_t live = *live_io, peak = out->peak_live, failed = 0, skipped = 0;
     cp_status st = CP_OK;
     replay_lock lk;
+    replay_integral g = *integ; /* in registers for the loop */
     size_t h;
 
     replay_lock_take(&lk, r);
@@ -81,6 +83,9 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
                 live -= op->size;
             }
         }
+        /* the trace's time (replay_time.h) */
+        replay_integral_event(&g, t, (size_t)(op - t->ops), op, addr,
+                              cp_resource_reserved_locked(r));
         if (__builtin_expect(nfollow != 0, 0)) {
             for (h = 0; h < nfollow && st == CP_OK; h++)
                 if (follow[h]->event)
@@ -91,6 +96,9 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
             }
         }
     }
+    if (st == CP_OK && op == end && t->n)
+        replay_integral_end(&g);
+    *integ = g;
     for (h = 0; h < nfollow && st == CP_OK && op == end; h++)
         if (follow[h]->end)
             st = follow[h]->end(follow[h]->self, w, t->n);
@@ -128,6 +136,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
 {
     cp_replay_opts def;
     replay_recorder rec;
+    replay_clock rclock;
+    replay_integral integ;
     replay_hook hooks[REPLAY_MAX_HOOKS];
     size_t nhooks = 0;
     uint64_t total_events;
@@ -141,6 +151,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_stats stats;
 
     memset(out, 0, sizeof *out);
+    replay_clock_init(&rclock);
+    replay_integral_init(&integ);
     memset(&def, 0, sizeof def);
     def.repeat = 1;
     if (!o)
@@ -164,6 +176,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             goto done;
         hooks[nhooks++] = replay_recorder_hook(&rec);
     }
+    /* the trace's time (replay_time.h): the pool's clock */
+    if (o->trace_clock)
+        hooks[nhooks++] = replay_clock_hook(&rclock);
     /* Stream 0 is the default stream; every other trace stream gets its own. */
     for (k = 0; k < t->nstreams; k++) {
         if (t->streams[k] == 0 || o->single_stream || !cp_be)
@@ -191,12 +206,15 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         }
         if (st != CP_OK)
             break;
-        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live);
+        replay_integral_begin(&integ, r);
+        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live, &integ);
         fs = free_live(t, r, sv, &b, &live);
         if (st == CP_OK)
             st = fs;
     }
     t1 = now_s();
+    replay_clock_stop(&rclock);
+    replay_integral_result(&integ, &out->reserved_byte_seconds, &out->live_byte_seconds);
     if (o->progress)
         o->progress(o->progress_ud, out->events, total_events);
     out->seconds = t1 - t0;
@@ -219,6 +237,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             cp_be->stream_synchronize(sv[k]);
     }
 done:
+    replay_clock_stop(&rclock);
     if (sv) {
         for (k = 0; k < t->nstreams; k++)
             if (sv[k])

@@ -102,6 +102,12 @@ typedef struct cp_replay_opts {
      * (all repetitions); NULL: none.  Must not touch the resource. */
     void (*progress)(void *ud, uint64_t done, uint64_t total);
     void *progress_ud;
+    /* nonzero: during the replay the pool's clock reads the trace's
+     * timestamps (each repetition from the clock's reading when it starts),
+     * so a pool that decides by time sees the workload's seconds; after it
+     * the clock is of its own kind again, its reading where the trace left
+     * it (replay_time.h) */
+    int trace_clock;
 } cp_replay_opts;
 
 typedef struct cp_replay_result {
@@ -123,6 +129,12 @@ typedef struct cp_replay_result {
     size_t naddr;
     uint64_t maps, unmaps;      /* pages a vmm pool mapped and unmapped during
                                    the replay (0 for other resources) */
+    /* The pool's reserved bytes and the live bytes (as requested) times the
+     * trace's seconds, from each repetition's first event to its last (the
+     * bytes after an event hold until the next one's time), summed over
+     * the repetitions: a pool that holds memory longer shows it even when
+     * its peak is the same. */
+    double reserved_byte_seconds, live_byte_seconds;
 } cp_replay_result;
 
 /* Frees what a replay with opts.record allocated (safe on any result). */
