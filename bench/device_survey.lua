@@ -54,7 +54,10 @@ local base = {
   warps = scaled(GPU and 10000 or 1000),
   pair_threads = scaled(GPU and 1000000 or 20000),
   oom_threads = scaled(GPU and 100000 or 4000),
-  scaling_threads = pow2s(1, GPU and 2^20 or 2^12),
+  scaling_threads = pow2s(1, GPU and 2^20 or 2^12, 4),
+  budget_ms = 1000,
+  -- SURVEY_TIME_LIMIT: seconds for the whole part (the GPU script's deadline)
+  time_limit = tonumber(os.getenv "SURVEY_TIME_LIMIT") or false,
   synth_threads = pow2s(1, GPU and 2^20 or 2^12, 4),
   progress = progress,
 }
@@ -70,8 +73,10 @@ if part == "malloc-oom" then
   res = survey.run(with { allocators = { "malloc" }, tests = { "oom" } })
 else
   res = survey.run(with { allocators = { "heap", "slab", PLUGIN, "malloc" } })
-  local more = survey.run(with { allocators = { "bump", "warp_bump" },
-    tests = { "init", "registers", "thread", "warp", "pairs", "synth" } })
+  local left = base.time_limit and base.time_limit - (cupola.clock() - t0)
+  local more = (not left or left > 20) and survey.run(with { allocators = { "bump", "warp_bump" },
+    tests = { "init", "registers", "pairs", "thread", "warp", "synth" }, time_limit = left }) or { rows = {} }
+  res.meta.cut_short = res.meta.cut_short or more.meta and more.meta.cut_short
   for _, r in ipairs(more.rows) do res.rows[#res.rows + 1] = r end
 end
 rows_file:close()

@@ -42,6 +42,9 @@ local function defaults(gpu)
     -- took less than budget_ms in all (CUDA's malloc takes seconds per
     -- launch at large sizes: one launch then stands for it)
     budget_ms = gpu and 1500 or 1000,
+    -- seconds the run may take (cupola.clock): past it, the measurements
+    -- left are skipped and the results say so (nil: no limit)
+    time_limit = false,
     mixed_ranges = { 64, 512, 4096, 8192 },
     scaling_sizes = { 16, 1024 },
     scaling_threads = pow2s(1, gpu and 2^20 or 2^12),
@@ -151,6 +154,15 @@ end
 local Ctx = {}
 Ctx.__index = Ctx
 
+-- Whether the run's time is up (the measurements left are skipped).
+function Ctx:over()
+  if self.until_ and cupola.clock() > self.until_ then
+    self.res.meta.cut_short = "the run's time limit was reached: the measurements after it were skipped"
+    return true
+  end
+  return false
+end
+
 -- ms of the work fn() enqueues on the context's stream.
 function Ctx:timed(fn)
   self.e0:record(self.s)
@@ -230,6 +242,7 @@ local tests = {}
 
 function tests.thread(ctx, A, o)
   for _, size in ipairs(o.sizes) do
+    if ctx:over() then return end
     add(ctx.res, merge({ test = "thread", allocator = A.name, size = size, threads = o.threads },
       alloc_free_rounds(ctx, A.K, A.dp, o.threads, size, nil, false, o)))
   end
@@ -237,6 +250,7 @@ end
 
 function tests.warp(ctx, A, o)
   for _, size in ipairs(o.sizes) do
+    if ctx:over() then return end
     add(ctx.res, merge({ test = "warp", allocator = A.name, size = size, threads = o.warps },
       alloc_free_rounds(ctx, A.K, A.dp, o.warps, size, nil, true, o)))
   end
@@ -245,6 +259,7 @@ end
 function tests.mixed(ctx, A, o)
   local sizes = ctx:sizes_buf(o.threads)
   for _, hi in ipairs(o.mixed_ranges) do
+    if ctx:over() then return end
     -- sv_sizes draws in [4, hi] (the size argument is the range's top)
     add(ctx.res, merge({ test = "mixed", allocator = A.name, size = hi, size_min = 4, threads = o.threads },
       alloc_free_rounds(ctx, A.K, A.dp, o.threads, hi, sizes, false, o)))
@@ -254,6 +269,7 @@ end
 function tests.scaling(ctx, A, o)
   for _, size in ipairs(o.scaling_sizes) do
     for _, n in ipairs(o.scaling_threads) do
+      if ctx:over() then return end
       add(ctx.res, merge({ test = "scaling", allocator = A.name, size = size, threads = n },
         alloc_free_rounds(ctx, A.K, A.dp, n, size, nil, false, o)))
     end
@@ -262,6 +278,7 @@ end
 
 function tests.pairs(ctx, A, o)
   for _, size in ipairs(o.pair_sizes) do
+    if ctx:over() then return end
     local n, t, worst, spent = o.pair_threads, {}, { 0, 0 }, 0
     for it = 1, o.iterations do
       if it > 1 and spent > o.budget_ms then break end
@@ -282,6 +299,7 @@ end
 -- highest end) against the bytes live, and its maximum over the rounds.
 function tests.frag(ctx, A, o)
   for _, size in ipairs(o.frag_sizes) do
+    if ctx:over() then return end
     local dp <close> = make_pool(A.spec, o.frag_capacity)
     local n, ptrs = o.threads, ctx:ptrs(o.threads)
     local lo, hi, worst, live, ranges = -1, 0, 0, 0, {}
@@ -312,7 +330,7 @@ end
 function tests.oom(ctx, A, o)
   local cap = o.oom_capacity
   for _, size in ipairs(o.oom_sizes) do
-    if size > cap then break end
+    if size > cap or ctx:over() then break end
     local dp <close> = make_pool(A.spec, cap)
     local n = math.max(1, math.min(o.oom_threads, cap // size // 4))
     local served, rounds, bad = 0, 0, 0
@@ -344,6 +362,7 @@ end
 local function synth(ctx, A, o, with_writes)
   for _, hi in ipairs(o.synth_ranges) do
     for _, n in ipairs(o.synth_threads) do
+      if ctx:over() then return end
       local K = A.K or ctx.anyK
       local sizes, ptrs = ctx:sizes_buf(n), ctx:ptrs(n)
       local offs <close> = assert(cupola.malloc(8 * (n + 1)))
@@ -429,7 +448,8 @@ function survey.run(opts)
     rows = {},
     progress = opts and opts.progress,
   }
-  local ctx = setmetatable({ res = res, s = cupola.stream(), e0 = cupola.event(), e1 = cupola.event() }, Ctx)
+  local ctx = setmetatable({ res = res, s = cupola.stream(), e0 = cupola.event(), e1 = cupola.event(),
+    until_ = o.time_limit and cupola.clock() + o.time_limit or nil }, Ctx)
   ctx.out = assert(cupola.malloc(64))
   local want = {}
   for _, t in ipairs(o.tests) do want[t] = true end
@@ -455,6 +475,7 @@ function survey.run(opts)
   end
 
   for _, spec in ipairs(specs) do
+    if ctx:over() then break end
     local A = { spec = spec, name = spec.name }
     if want.init then
       -- made twice: the second (the compile of a plugin cached) is timed
@@ -574,6 +595,7 @@ function survey.markdown(res)
   local m = res.meta
   out[#out + 1] = string.format("- device: %s (%s backend%s); %s; commit %s", m.device, m.backend,
     m.backend == "cuda" and string.format(", %s SMs, cc %s", m.sms, m.cc) or "", m.date, m.commit or "unknown")
+  if m.cut_short then out[#out + 1] = "- **cut short:** " .. m.cut_short end
   out[#out + 1] = "- timing: " .. m.timing .. string.format("; median of up to %d iterations (fewer where " ..
     "they passed %d ms: the rows' `iterations`)", m.iterations, m.budget_ms or 0)
   out[#out + 1] = ""
