@@ -73,7 +73,7 @@ describe("examples", function()
     assert.is_nil(out:find("CORRUPTED", 1, true), out)
   end)
 
-  it("multistream_compare.lua tables seed 001 with the data checked", function()
+  it("multistream_compare.lua tables every pool across streams with the data checked", function()
     local out = run "multistream_compare.lua"
     for _, name in ipairs { "cudaMallocAsync", "native pool", "cupola tlsf/event", "cupola caching/event" } do
       assert.matches("\n%s+4%s+" .. name:gsub("%p", "%%%0") .. "%s+[%d.]+%s+[%d.]+ %a?i?B%s+ok", out)
@@ -113,7 +113,7 @@ describe("examples", function()
   end)
 end)
 
-describe("examples: kernels of your own (issue 10)", function()
+describe("examples: kernels of your own", function()
   local it = require("spec.support.child").available and it or pending
   it("own_kernel.lua runs a user kernel over a pool's buffers and times it", function()
     local out = run("own_kernel.lua", 4096, 33)
@@ -122,7 +122,7 @@ describe("examples: kernels of your own (issue 10)", function()
   end)
 end)
 
-describe("examples: seeing what happened (issue 16)", function()
+describe("examples: seeing what happened", function()
   it("timeline.lua replays a snapshot through three pools and writes a page, CSV and JSON", function()
     local out = os.tmpname()
     local out_html = out .. ".html"
@@ -140,13 +140,14 @@ describe("examples: seeing what happened (issue 16)", function()
   end)
 end)
 
-describe("examples: allocation inside kernels (issue 17)", function()
+describe("examples: allocation inside kernels", function()
   it("device_survey.lua checks the heap and a plugin, then surveys them beside CUDA's malloc", function()
     local page = os.tmpname()
     local out = run("device_survey.lua", page)
     for _, kind in ipairs { "heap", "plugin" } do
       for _, size in ipairs { "16", "16%.%.4096", "65536", "1048576" } do
-        assert.matches("\n" .. kind .. "%s+" .. size .. "%s+B%s+%d+ threads%s+ok%s+%d+%s+failed 0%s+overlaps 0%s+misaligned 0", out)
+        assert.matches("
+" .. kind .. "%s+" .. size .. "%s+B%s+%d+ threads%s+ok%s+%d+%s+failed 0%s+overlaps 0%s+misaligned 0", out)
       end
     end
     for _, s in ipairs { "Initialisation", "per thread", "pairs", "Fragmentation", "Out of memory", "Synthetic" } do
@@ -158,8 +159,7 @@ describe("examples: allocation inside kernels (issue 17)", function()
     os.remove(page)
   end)
 
-
-  it("device_alloc.lua shows the seed's race and its remedies", function()
+  it("device_alloc.lua shows the two-stream race and its remedies", function()
     local out = run("device_alloc.lua", "4000")
     for _, kind in ipairs { "bump", "warp_bump", "slab", "malloc" } do
       assert.matches("\n" .. kind .. "%s+alloc%+free%s+4000%s+0%s+0", out)

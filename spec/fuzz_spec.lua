@@ -1,4 +1,4 @@
--- Allocator fuzzing (issue 4): seeded random sequences of operations --
+-- Allocator fuzzing: seeded random sequences of operations --
 -- alloc, free on any stream, trim, reset, stats, close, drop-and-collect,
 -- stream close -- against every pool kind x upstream, the native mempool
 -- and malloc_async, with the invariants checked after every step:
@@ -654,7 +654,7 @@ describe("fuzz (seed " .. SEED .. ", " .. OPS .. " operations per allocator)", f
   -- once, hung the child inside the driver: see the script's header), and
   -- bench/gpu-check.sh runs it alone under each tool instead.
   local round2 = (run_child.available and not os.getenv "CUPOLA_SANITIZER") and it or pending
-  round2("random arguments to this round's functions (modules, kernels, launches, devices, IPC, trace files, timelines, NVTX, reports, conformance, help) never crash or hang the process", function()
+  round2("random arguments to the functions of modules, kernels, launches, devices, IPC, trace files, timelines, NVTX, reports, conformance and help never crash or hang the process", function()
     local calls = OPS * 10
     local dir = os.tmpname()
     os.remove(dir)

@@ -1,4 +1,4 @@
--- The vmm pool (issue 14): physical pages of the device's granularity mapped
+-- The vmm pool: physical pages of the device's granularity mapped
 -- only under live blocks, over a reserved address range.  On the host
 -- backend the pages are real (mmap PROT_NONE, mprotect, madvise), so these
 -- cases check the same page accounting CI can see; the #gpu ones compare

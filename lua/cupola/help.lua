@@ -228,7 +228,7 @@ kernels raise.  A buffer keeps its stream and pool alive.]],
     names = { "kernels", "fill", "sqrt_index", "checksum", "spin", "pattern", "verify" },
     overview = {
       { "cupola.kernels.fill(b, value, {type=\"f32\"})", "every element = value" },
-      { "cupola.kernels.sqrt_index(b)", "f32 data[i] = sqrt(i) (the seeds')" },
+      { "cupola.kernels.sqrt_index(b)", "f32 data[i] = sqrt(i)" },
       { "cupola.kernels.checksum(b, {type=\"f32\"}) -> number", "sum of the elements (waits)" },
       { "cupola.kernels.spin(us, {stream=})", "keeps a stream busy (microseconds)" },
       { "cupola.kernels.pattern(b, seed)  .verify(b, seed)", "write / count bytes that differ" },
@@ -292,7 +292,7 @@ dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
   overlaps=, misaligned=, ms=, per_second=, ...}: threads allocate, write
   their block, optionally free; a verification kernel counts overlaps.
 cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }
-  -> results: several runs in flight at once (the seed's two-stream race).
+  -> results: several runs in flight at once (two streams racing on one pool).
 dp:reset(s)   dp:stats() -> {capacity, used, peak, failed}   dp:close()
 In your kernels: #include <cupola/device.h>; cupola_alloc(pool, bytes) (NULL
   when exhausted) and cupola_free(pool, ptr) on a "device_pool" parameter;

@@ -341,7 +341,6 @@ static int pool_alloc(lua_State *L)
     size_t n = l_checksize(L, 2);
     l_streamref *s = l_optstream(L, 3);
     void *ptr = NULL;
-    l_buffer *b;
     int nret;
 
     if (!p->ref)
@@ -351,19 +350,12 @@ static int pool_alloc(lua_State *L)
      * read as nil, not as the new buffer (which then named itself as its
      * stream). */
     lua_settop(L, 3);
-    b = l_newbuffer(L);
+    l_newbuffer(L);
     if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0) {
         push_oom_figures(L);
         return nret + 1;
     }
-    l_buffer_attach(L, -1, ptr, n, L_FROM_POOL, 3, s);
-    b->device = p->ref->device;
-    lua_pushvalue(L, 1);
-    lua_setiuservalue(L, -2, L_UV_POOL);
-    b->pool = p->ref;
-    b->generation = p->ref->generation;
-    p->ref->refs++;
-    p->ref->live++;
+    l_buffer_own_pool(L, -1, ptr, n, 3, s, 1, p->ref);
     return 1;
 }
 

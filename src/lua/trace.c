@@ -134,7 +134,7 @@ static int trace_event(lua_State *L)
     return 1;
 }
 
-/* The progress line (issue 16): on stderr, only when it is a terminal, only
+/* The progress line: on stderr, only when it is a terminal, only
  * once the replay has run two seconds; erased at the end. */
 typedef struct progress_state {
     double t0;

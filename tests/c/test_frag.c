@@ -1,6 +1,6 @@
 /*
- * test_frag.c: fragmentation across streams and the cost of stream order
- * (issue 14), on the fake backend (stream completion under the test's
+ * test_frag.c: fragmentation across streams and the cost of stream order,
+ * on the fake backend (stream completion under the test's
  * control).  TAP output.
  *
  *  - idle memory next to a block freed on stream A (work pending) stays

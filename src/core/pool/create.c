@@ -88,7 +88,7 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
         return st;
     }
     pool->fallback = fb;
-    pool->max = o.max;
+    pool->reserved_max = o.max;
     /* The clock reads 0 now, of the kind asked for (the pool reads it only
      * once it runs, and treats a reading below its last as no time passed). */
     cp_clock_init(pool->clock, o.clock);

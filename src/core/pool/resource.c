@@ -8,10 +8,12 @@
  * only it knows when it talks to its upstream; the peak is sampled after each
  * allocation, the only operation that can make reserved grow.
  *
- * Fallback (seed 002): when a pool answers out of memory and was created with
- * fallback, the request goes straight to the pool's own upstream kind and the
- * address is remembered so that free returns it there.  Fallback bytes count
- * as reserved, and `max` bounds them too: it is a hard limit.
+ * Fallback: when a pool answers out of memory and was created with fallback,
+ * the request goes straight to the pool's own upstream kind (a pool that
+ * cannot serve a request still does not fail it) and the address is
+ * remembered so that free returns it there.  Fallback bytes count as
+ * reserved, and the pool's max (reserved_max) bounds them too: it is a hard
+ * limit.
  */
 #include "resource_impl.h"
 
@@ -87,10 +89,10 @@ static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void
     cp_status st;
     /* (a pool whose reserved is not its upstream bytes says so: vmm) */
     uint64_t res = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
-    if (r->max && (bytes > r->max || res > r->max - bytes))
+    if (r->reserved_max && (bytes > r->reserved_max || res > r->reserved_max - bytes))
         return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes would pass the pool's "
                             "max of %llu bytes (fallback included)",
-                            bytes, (unsigned long long)r->max);
+                            bytes, (unsigned long long)r->reserved_max);
     if (!r->fb_map.slots && cp_ptrmap_init(&r->fb_map, 16) != 0)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the fallback map");
     st = cp_resource_alloc(r->fallback, bytes, s, out);
@@ -273,7 +275,7 @@ void cp_resource_destroy(cp_resource *r)
     r->ops->destroy(r);
 }
 
-/* ---- Out of memory that explains itself (issue 16) ----------------------
+/* ---- Out of memory that explains itself ----------------------
  * When a pool refuses a request, the message is rewritten to carry the
  * pool's figures at that moment (taken under the lock the failing alloc
  * holds), and the same figures are kept per thread for the binding's

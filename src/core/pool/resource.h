@@ -2,11 +2,14 @@
  * resource.h: the allocator interface of cupola's C pools (RMM's shape).
  *
  * A cp_resource hands out blocks of device-visible memory, stream-ordered:
- * alloc(bytes, stream) and free(ptr, bytes, stream).  Allocators (pool_*.c)
- * sub-allocate from an upstream resource; adaptors (adaptor_*.c) wrap any
- * resource and add a limit or a trace log.  The public entry points below
- * take the resource's lock, call its ops and keep the statistics, so every
- * allocator counts the same way and none of them repeats that code.
+ * alloc(bytes, stream) and free(ptr, bytes, stream).  Pools (one file each
+ * in pool/: arena.c, freelist.c, tlsf.c, caching.c, vmm.c, plugin.c; their
+ * kinds in create.c) sub-allocate from an upstream resource (upstream.c);
+ * adaptors wrap any resource and add a limit on the bytes in use (limit.c)
+ * or a log in RMM's CSV format (log.c).  The public entry points below
+ * (resource.c) take the resource's lock, call its ops and keep the
+ * statistics, so every allocator counts the same way and none of them
+ * repeats that code.
  *
  * Plain C: never includes lua.h.  Compiles as C and C++.
  */
@@ -58,7 +61,7 @@ typedef struct cp_stats {
     int nextra;
 } cp_stats;
 
-/* How a block freed on one stream may be reused on another (seed 001). */
+/* How a block freed on one stream may be reused on another. */
 typedef enum cp_reuse {
     CP_REUSE_STREAM = 0, /* only on the stream it was freed on */
     CP_REUSE_EVENT,      /* elsewhere once the free's event has completed */
@@ -161,7 +164,7 @@ cp_status cp_upstream_create_on(cp_resource **out, cp_upstream_kind kind, int de
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit);
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path);
 
-/* ---- Out of memory that explains itself (issue 16) ----------------------
+/* ---- Out of memory that explains itself ----------------------
  * A refused cp_resource_alloc leaves a message saying what was requested and
  * the pool's free, largest free block, fragmentation, reserved and used
  * bytes; the same figures, for this thread's last refusal, come from here. */

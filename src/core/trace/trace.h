@@ -94,7 +94,7 @@ typedef struct cp_replay_opts {
     int repeat;        /* replay the trace this many times (<= 1: once); time
                           and figures are over all repetitions */
     int synchronize;   /* nonzero: synchronize the replay streams at the end */
-    /* Issue 16 (timelines, progress): */
+    /* For timelines and progress: */
     int record;        /* nonzero: record the resource's reserved bytes after
                           every event where they changed (first repetition),
                           into the result's rec_* arrays */
