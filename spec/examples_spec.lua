@@ -146,8 +146,7 @@ describe("examples: allocation inside kernels", function()
     local out = run("device_survey.lua", page)
     for _, kind in ipairs { "heap", "plugin" } do
       for _, size in ipairs { "16", "16%.%.4096", "65536", "1048576" } do
-        assert.matches("
-" .. kind .. "%s+" .. size .. "%s+B%s+%d+ threads%s+ok%s+%d+%s+failed 0%s+overlaps 0%s+misaligned 0", out)
+        assert.matches("\n" .. kind .. "%s+" .. size .. "%s+B%s+%d+ threads%s+ok%s+%d+%s+failed 0%s+overlaps 0%s+misaligned 0", out)
       end
     end
     for _, s in ipairs { "Initialisation", "per thread", "pairs", "Fragmentation", "Out of memory", "Synthetic" } do
