@@ -141,6 +141,23 @@ describe("examples: seeing what happened", function()
 end)
 
 describe("examples: allocation inside kernels", function()
+  it("device_survey.lua checks the heap and a plugin, then surveys them beside CUDA's malloc", function()
+    local page = os.tmpname()
+    local out = run("device_survey.lua", page)
+    for _, kind in ipairs { "heap", "plugin" } do
+      for _, size in ipairs { "16", "16%.%.4096", "65536", "1048576" } do
+        assert.matches("\n" .. kind .. "%s+" .. size .. "%s+B%s+%d+ threads%s+ok%s+%d+%s+failed 0%s+overlaps 0%s+misaligned 0", out)
+      end
+    end
+    for _, s in ipairs { "Initialisation", "per thread", "pairs", "Fragmentation", "Out of memory", "Synthetic" } do
+      assert.matches(s, out, 1, true)
+    end
+    local f = assert(io.open(page))
+    assert.matches("<!DOCTYPE html>", f:read "a")
+    f:close()
+    os.remove(page)
+  end)
+
   it("device_alloc.lua shows the two-stream race and its remedies", function()
     local out = run("device_alloc.lua", "4000")
     for _, kind in ipairs { "bump", "warp_bump", "slab", "malloc" } do

@@ -1958,6 +1958,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Module:kernel", function() F.m:kernel("set", { "ptr", "int", "u64" }) end, "parameter 2: unknown type", "'int'" },
     { "cupola.Module:close", function() F.m.close(5) end, "cupola.Module expected", "got number 5" },
     { "cupola.Module.=", function() F.m.name = "x" end, "cupola.Module field 'name' is read-only", false },
+    { "cupola.Kernel:registers", function() F.k.registers(5) end, "cupola.Kernel expected", "got number 5" },
     { "cupola.Kernel:launch", function() F.k:launch(5) end, "launch options expected", "got number 5" },
     { "cupola.Kernel:launch", function() F.k:launch({ grid = 0.5, block = 1 }, F.b, 1, 16) end, "option 'grid' must be an integer in 1..4294967295", "got 0.5" },
     { "cupola.Kernel:launch", function() F.k:launch({ grid = 1, block = 1, bogus = 1 }, F.b, 1, 16) end, "unknown option", "'bogus'" },

@@ -268,6 +268,7 @@ m:kernel(name, types) -> Kernel: an extern "C" __global__ function and its
   "f64", "device_pool".
 k:launch({grid=, block=, shared=0, stream=} | {threads=N, block=256}, ...)
   enqueues and returns; arguments are checked (count, type, range, closed).
+k:registers() -> registers per thread of the compiled kernel (nil on the host).
 m:close()  k:close()   a kernel keeps its module loaded until it is closed.
 Fields: m.name, m.cached (the compile was a cache hit), m.log.
 cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...}
@@ -281,8 +282,12 @@ cupola.module_cache_forget() empties the in-memory cache.]],
       { "dp:run{threads=, bytes=, free=}", "-> {ok=, failed=, overlaps=, ms=}" },
     },
     page = [[
-cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc", capacity=} ->
-  DevicePool: an allocator that runs inside kernels (malloc: CUDA's own).
+cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc"|"heap", capacity=} ->
+  DevicePool: an allocator that runs inside kernels (malloc: CUDA's own; heap:
+  16 B up to the pool, free from any thread, no reset needed).
+cupola.device_pool{kind="plugin", source=SRC | path="mine.cu", capacity=,
+  name=, options=, init_threads=1024}: your own allocator (cupola/plugin.h:
+  cupola_plugin_init/alloc/free), run and checked as cupola's pools are.
 dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
   free=false, block=256, verify=true, reset=, hold_us=, seed=, children=}
   (written dp:run{...}) -> {ok=, failed=,
@@ -293,7 +298,10 @@ cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }
 dp:reset(s)   dp:stats() -> {capacity, used, peak, failed}   dp:close()
 In your kernels: #include <cupola/device.h>; cupola_alloc(pool, bytes) (NULL
   when exhausted) and cupola_free(pool, ptr) on a "device_pool" parameter;
-  also from child kernels (CUDA backend).]],
+  also from child kernels (CUDA backend).
+require("cupola.survey").run{allocators={"heap", "slab", "malloc", ...}} ->
+  the survey's benchmarks (Winter et al., PPoPP 2021) on any pool and CUDA's
+  malloc; survey.csv/json/html/markdown(res, path) write them.]],
   },
   {
     name = "trace",
