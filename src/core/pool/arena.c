@@ -302,8 +302,16 @@ static void ar_destroy(cp_resource *r)
     free(a);
 }
 
+static void ar_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
+{
+    arena *a = (arena *)r;
+    *allocs = a->up->st.allocs;
+    *frees = a->up->st.frees;
+}
+
 static const cp_resource_ops arena_ops = {
     "arena", ar_alloc, ar_free, ar_trim, ar_reset, ar_free_info, NULL, ar_destroy, NULL,
+    ar_device_calls,
 };
 
 cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

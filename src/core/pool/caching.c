@@ -126,7 +126,7 @@ static cp_status c_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 
 static const cp_resource_ops caching_ops = {
     "caching", c_alloc, c_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
-    cp_heap_destroy, NULL,
+    cp_heap_destroy, NULL, cp_heap_device_calls,
 };
 
 cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -23,6 +23,7 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
         {"caching", cp_caching_create},
         {"plugin", cp_plugin_create},
         {"vmm", cp_vmm_create},
+        {"torch", cp_torch_create},
     };
     size_t i;
 
@@ -46,7 +47,7 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
             break;
     if (i == sizeof kinds / sizeof kinds[0])
         return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (arena, freelist, tlsf, "
-                            "caching, vmm, plugin)", o.kind);
+                            "caching, vmm, plugin, torch)", o.kind);
     if (o.upstream != CP_UP_VIRTUAL && !cp_be)
         return cp_error_set(CP_ERR_INVALID, "no backend selected (cp_backend_select)");
     st = cp_upstream_create_on(&up, o.upstream, o.device);

@@ -59,6 +59,8 @@ static void lim_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    out->device_allocs = st.device_allocs;
+    out->device_frees = st.device_frees;
 }
 
 static uint64_t lim_reserved(cp_resource *r)
@@ -74,7 +76,7 @@ static void lim_destroy(cp_resource *r)
 
 static const cp_resource_ops limit_ops = {
     "limit", lim_alloc, lim_free, lim_trim, lim_reset, lim_free_info, lim_reserved, lim_destroy,
-    lim_vm_info,
+    lim_vm_info, NULL,
 };
 
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit)

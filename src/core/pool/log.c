@@ -100,6 +100,8 @@ static void log_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    out->device_allocs = st.device_allocs;
+    out->device_frees = st.device_frees;
 }
 
 static uint64_t log_reserved(cp_resource *r)
@@ -117,7 +119,7 @@ static void log_destroy(cp_resource *r)
 
 static const cp_resource_ops log_ops = {
     "log", log_alloc, log_free, log_trim, log_reset, log_free_info, log_reserved, log_destroy,
-    log_vm_info,
+    log_vm_info, NULL,
 };
 
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path)

@@ -653,8 +653,16 @@ static void p_destroy(cp_resource *r)
     free(pl);
 }
 
+static void p_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
+{
+    plugin *pl = (plugin *)r;
+    *allocs = pl->up->st.allocs;
+    *frees = pl->up->st.frees;
+}
+
 static const cp_resource_ops plugin_ops = {
     "plugin", p_alloc, p_free, p_trim, NULL, p_free_info, NULL, p_destroy, NULL,
+    p_device_calls,
 };
 
 /* ---- loading ------------------------------------------------------------------ */

@@ -181,6 +181,8 @@ void cp_resource_stats(cp_resource *r, cp_stats *out)
         r->ops->free_info(r, &largest, &fb);
     if (r->ops->vm_info)
         r->ops->vm_info(r, out);
+    if (r->ops->device_calls)
+        r->ops->device_calls(r, &out->device_allocs, &out->device_frees);
     cp_unlock(&r->lock);
     out->largest_free = largest;
     out->free_bytes = fb;

@@ -41,6 +41,10 @@ typedef struct cp_stats {
     uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
     uint64_t maps;          /* pages mapped since creation */
     uint64_t unmaps;        /* pages unmapped since creation */
+    /* calls to the upstream (cudaMalloc / cudaFree, or maps / unmaps) since
+     * creation, where the pool counts them (0 otherwise) */
+    uint64_t device_allocs;
+    uint64_t device_frees;
 } cp_stats;
 
 /* How a block freed on one stream may be reused on another (seed 001). */
@@ -62,7 +66,7 @@ typedef enum cp_upstream_kind {
 /* Everything cupola.pool{...} accepts, already validated by the binding. */
 typedef struct cp_pool_opts {
     const char *kind;         /* "arena", "freelist", "tlsf", "caching", "vmm",
-                                 "plugin" */
+                                 "plugin", "torch" */
     cp_upstream_kind upstream;
     uint64_t initial;         /* bytes reserved at creation (0: none) */
     int grow;                 /* may reserve more from upstream when full */
@@ -82,6 +86,13 @@ typedef struct cp_pool_opts {
     const char *plugin_options;
     int device;               /* whose memory the upstream takes (multigpu); streams of
                                  any device may use the pool */
+    /* kind "torch" (pool/torch.c): PYTORCH_CUDA_ALLOC_CONF (NULL: PyTorch's
+     * defaults), the device memory the model assumes (0: the device's, or
+     * the H100's over the virtual upstream), and the virtual upstream's
+     * address model (0: the driver's placement, 1: bump) */
+    const char *torch_conf;
+    uint64_t torch_device_memory;
+    int torch_bump_addresses;
 } cp_pool_opts;
 
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,

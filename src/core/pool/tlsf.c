@@ -186,7 +186,7 @@ static cp_status t_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 
 static const cp_resource_ops tlsf_ops = {
     "tlsf", t_alloc, t_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
-    cp_heap_destroy, NULL,
+    cp_heap_destroy, NULL, cp_heap_device_calls,
 };
 
 cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -105,7 +105,7 @@ static void up_destroy(cp_resource *r)
     free(r);
 }
 
-#define UP_OPS(name) {name, up_alloc, up_free, NULL, NULL, NULL, NULL, up_destroy, NULL}
+#define UP_OPS(name) {name, up_alloc, up_free, NULL, NULL, NULL, NULL, up_destroy, NULL, NULL}
 static const cp_resource_ops up_ops[] = {
     UP_OPS("device"), UP_OPS("async"), UP_OPS("managed"), UP_OPS("pinned"), UP_OPS("virtual"),
 };

@@ -737,6 +737,8 @@ static void v_vm_info(cp_resource *r, cp_stats *out)
     out->page_bytes = v->gran;
     out->pages_mapped = v->mapped_pages;
     out->maps = v->maps;
+    out->device_allocs = v->maps;
+    out->device_frees = v->unmaps;
     out->unmaps = v->unmaps;
 }
 
@@ -789,7 +791,7 @@ static void v_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops vmm_ops = {
-    "vmm", v_alloc, v_free, v_trim, NULL, v_free_info, v_reserved, v_destroy, v_vm_info,
+    "vmm", v_alloc, v_free, v_trim, NULL, v_free_info, v_reserved, v_destroy, v_vm_info, NULL,
 };
 
 /* ---- the address-space upstream of the device upstream ---- */
@@ -822,7 +824,7 @@ static void va_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops va_ops = {
-    "address space", va_alloc, va_free, NULL, NULL, NULL, NULL, va_destroy, NULL,
+    "address space", va_alloc, va_free, NULL, NULL, NULL, NULL, va_destroy, NULL, NULL,
 };
 
 cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

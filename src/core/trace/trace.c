@@ -21,6 +21,7 @@
 #include "ptrmap.h"
 #include "pickle.h"
 #include "snapshot.h"
+#include "trace_torch.h"
 
 /* One row as the replay needs it, 16 bytes: sizes of frees are those of
  * their allocate, so the replay keeps no size table of its own. */
@@ -55,6 +56,20 @@ struct cp_trace {
     double *seg_time;   /* PyTorch's own reserved bytes over time */
     uint64_t *seg_reserved;
     size_t nseg;
+    /* The torch model's operations (trace_torch.h); for CSV, the rows. */
+    cp_trace_top *top;
+    size_t ntop;
+    cp_torch_segev *segev;
+    size_t nsegev;
+    /* requests PyTorch refused (`oom` entries): the row before which each
+     * came, its size and stream index, for the replay of any pool */
+    size_t *oom_row;
+    uint64_t *oom_size;
+    uint32_t *oom_stream;
+    size_t nooms;
+    int has_settings;
+    char torch_env[256];
+    char torch_settings[512];
 };
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
@@ -105,6 +120,11 @@ void cp_trace_free(cp_trace *t)
     }
     free(t->seg_time);
     free(t->seg_reserved);
+    free(t->top);
+    free(t->segev);
+    free(t->oom_row);
+    free(t->oom_size);
+    free(t->oom_stream);
     free(t);
 }
 
@@ -200,6 +220,28 @@ static cp_status too_big(loader *ld, const char *what, uint64_t have, uint64_t s
                         what, (unsigned long long)have, (unsigned long long)size);
 }
 
+/* The index of a stream value in the trace's table, added when new (+1). */
+static void *stream_slot(loader *ld, uint64_t stream)
+{
+    cp_trace *t = ld->t;
+    /* Keys are value + 1 (0 marks an empty slot); the one value that would
+     * wrap to 0 has its own slot. */
+    void *v = stream == UINT64_MAX ? ld->stream_max : cp_ptrmap_get(&ld->streams, stream + 1);
+    if (!v) {
+        uint64_t *np = realloc(t->streams, (t->nstreams + 1) * sizeof *np);
+        if (!np)
+            return NULL;
+        t->streams = np;
+        t->streams[t->nstreams++] = stream;
+        v = (void *)(uintptr_t)t->nstreams;
+        if (stream == UINT64_MAX)
+            ld->stream_max = v;
+        else if (cp_ptrmap_put(&ld->streams, stream + 1, v) != 0)
+            return NULL;
+    }
+    return v;
+}
+
 /* Appends one checked row; shared by the CSV and the snapshot loaders. */
 static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, uint64_t stream,
                          uint64_t thread, double time)
@@ -258,21 +300,9 @@ static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, u
         if (size == 0) /* 0 or missing: the allocation's, as the row reads */
             size = ld->osize[t->ord[i]];
     }
-    /* Keys are value + 1 (0 marks an empty slot); the one value that would
-     * wrap to 0 has its own slot. */
-    v = stream == UINT64_MAX ? ld->stream_max : cp_ptrmap_get(&ld->streams, stream + 1);
-    if (!v) {
-        uint64_t *np = realloc(t->streams, (t->nstreams + 1) * sizeof *np);
-        if (!np)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-        t->streams = np;
-        t->streams[t->nstreams++] = stream;
-        v = (void *)(uintptr_t)t->nstreams;
-        if (stream == UINT64_MAX)
-            ld->stream_max = v;
-        else if (cp_ptrmap_put(&ld->streams, stream + 1, v) != 0)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-    }
+    v = stream_slot(ld, stream);
+    if (!v)
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
     if (!cp_ptrmap_get(&ld->threads, thread + 1)) {
         if (cp_ptrmap_put(&ld->threads, thread + 1, (void *)1) != 0)
             return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
@@ -353,6 +383,60 @@ static cp_status parse_row(loader *ld, char *line)
         return bad(ld, "stream is not a hexadecimal number", col[5]);
 
     return add_row(ld, is_free, ptr, size, stream, thread, time);
+}
+
+/* The torch model's operations of a snapshot (snapshot.h), with rows
+ * turned into allocation ordinals and stream values into indices, and where
+ * each refused request (`oom`) stands among the rows. */
+static cp_status torch_view(loader *ld, cp_snapshot *snap)
+{
+    cp_trace *t = ld->t;
+    size_t i, row = 0;
+    t->top = malloc((snap->ntop ? snap->ntop : 1) * sizeof *t->top);
+    t->oom_row = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_row);
+    t->oom_size = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_size);
+    t->oom_stream = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_stream);
+    if (!t->top || !t->oom_row || !t->oom_size || !t->oom_stream)
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    for (i = 0; i < snap->ntop; i++) {
+        const cp_snap_top *o = &snap->top[i];
+        cp_trace_top *x = &t->top[t->ntop];
+        memset(x, 0, sizeof *x);
+        x->kind = o->kind;
+        x->flag = o->flag;
+        if (o->kind == CP_TOP_ALLOC || o->kind == CP_TOP_FREE || o->kind == CP_TOP_DONE) {
+            if (o->ref >= t->n)
+                continue;
+            x->ord = t->ord[o->ref];
+            x->stream = (uint16_t)t->stream[o->ref];
+            x->size = t->size[o->ref];
+        } else if (o->kind == CP_TOP_OOM) {
+            void *v = stream_slot(ld, o->stream);
+            if (!v)
+                return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+            if (t->nstreams > UINT16_MAX)
+                return cp_error_set(CP_ERR_INVALID, "%s: more than 65535 distinct streams",
+                                    ld->path);
+            x->stream = (uint16_t)((uintptr_t)v - 1);
+            x->size = o->size;
+            /* the first row after the oom entry */
+            while (row < snap->n && snap->ev[row].device == 0 && snap->ev[row].entry < o->entry)
+                row++;
+            t->oom_row[t->nooms] = row;
+            t->oom_size[t->nooms] = o->size;
+            t->oom_stream[t->nooms] = x->stream;
+            t->nooms++;
+        }
+        t->ntop++;
+    }
+    t->segev = snap->segev;
+    t->nsegev = snap->nsegev;
+    snap->segev = NULL;
+    snap->nsegev = 0;
+    t->has_settings = snap->has_settings;
+    memcpy(t->torch_env, snap->torch_env, sizeof t->torch_env);
+    memcpy(t->torch_settings, snap->torch_settings, sizeof t->torch_settings);
+    return CP_OK;
 }
 
 /* A PyTorch snapshot: the whole file in memory, read by snapshot.c, then
@@ -441,6 +525,7 @@ static cp_status load_snapshot(loader *ld)
         t->info.torch_reserved = snap.has_segments;
         t->info.torch_reserved_end = snap.reserved_end;
         t->info.torch_peak_reserved = snap.reserved_peak;
+        st = torch_view(ld, &snap);
     }
     cp_snapshot_fini(&snap);
     return st;
@@ -543,17 +628,17 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
         st = cp_error_set(CP_ERR_OOM, "out of host memory");
     } else {
         /* A pickle starts with PROTO (0x80, version); a CSV with its header. */
-        unsigned char head[2];
+        unsigned char head[8];
         int got;
         int is_pickle;
         errno = 0;
-        got = gzread(ld.gz, head, 2);
+        got = gzread(ld.gz, head, 8);
         /* Any file starting with PROTO's byte goes to the pickle reader, so
          * a pickle of a protocol it does not read is called that (a CSV
          * cannot start with 0x80; it used to be read as a CSV with a bad
          * header). */
-        is_pickle = (got == 2 && (cp_pickle_sniff(head, 2) || head[0] == 0x80)) ||
-                    named_pickle(path);
+        is_pickle = (got >= 2 && (cp_pickle_sniff(head, 2) || head[0] == 0x80)) ||
+                    (got == 8 && cp_snapshot_is_compact(head, 8)) || named_pickle(path);
         t->info.devices = 1;
         if (got < 0) /* a directory opens but cannot be read ("cannot rewind" before) */
             st = cp_error_set(CP_ERR_INVALID, "%s: cannot read: %s", path,
@@ -578,7 +663,25 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
             t->ops[i].is_free = t->is_free[i];
         }
     }
+    if (st == CP_OK && !t->format) {
+        /* CSV: the torch model allocates and frees as the rows do */
+        size_t i;
+        t->top = malloc((t->n ? t->n : 1) * sizeof *t->top);
+        if (!t->top)
+            st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
+        for (i = 0; st == CP_OK && i < t->n; i++) {
+            cp_trace_top *x = &t->top[i];
+            x->kind = t->is_free[i] ? CP_TOP_FREE : CP_TOP_ALLOC;
+            x->flag = 0;
+            x->ord = t->ord[i];
+            x->stream = (uint16_t)t->stream[i];
+            x->size = t->ops[i].size;
+        }
+        if (st == CP_OK)
+            t->ntop = t->n;
+    }
     if (st == CP_OK) {
+        t->info.ooms = t->nooms;
         t->info.events = t->n;
         t->info.streams = t->nstreams;
         t->info.leaked = (size_t)ld.live.count;
@@ -632,6 +735,25 @@ const char *cp_trace_format(const cp_trace *t)
     return t->format ? "torch_snapshot" : "rmm_csv";
 }
 
+void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
+{
+    v->top = t->top;
+    v->ntop = t->ntop;
+    v->streams = t->streams;
+    v->nstreams = t->nstreams;
+    v->nallocs = t->nallocs;
+    v->segev = t->segev;
+    v->nsegev = t->nsegev;
+    v->entries = t->n;
+}
+
+const char *cp_trace_torch_conf(const cp_trace *t, int settings)
+{
+    if (!t->has_settings)
+        return NULL;
+    return settings ? t->torch_settings : t->torch_env;
+}
+
 size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uint64_t **reserved)
 {
     *time = t->seg_time;
@@ -683,6 +805,23 @@ static int record_point(cp_replay_result *out, size_t *cap, uint64_t ev, uint64_
     return 0;
 }
 
+/* A request PyTorch refused, attempted on r; what r serves is freed at
+ * once (it was never in use). */
+static cp_status replay_oom(const cp_trace *t, cp_resource *r, cp_stream **sv, size_t k,
+                            cp_replay_result *out)
+{
+    void *p = NULL;
+    cp_stream *s = sv[t->oom_stream[k]];
+    cp_status st = cp_resource_alloc_locked(r, (size_t)t->oom_size[k], s, &p);
+    out->oom_attempts++;
+    if (st == CP_ERR_OOM)
+        return CP_OK;
+    if (st != CP_OK)
+        return st;
+    out->oom_served++;
+    return cp_resource_free_locked(r, p, (size_t)t->oom_size[k], s);
+}
+
 cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
                           cp_replay_result *out)
 {
@@ -705,6 +844,12 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     def.repeat = 1;
     if (!o)
         o = &def;
+    if (cp_torch_of(r))
+        return cp_trace_replay_torch(t, r, o, out);
+    if (o->recorded_addresses)
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind "
+                            "\"torch\" (the addresses are PyTorch's segments), not \"%s\"",
+                            cp_resource_kind(r));
     reps = o->repeat > 1 ? o->repeat : 1;
     total_events = (uint64_t)t->n * (uint64_t)reps;
     sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
@@ -745,6 +890,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
          * compiler reload every field of t and out on each row. */
         uint64_t peak = out->peak_live, failed = 0, skipped = 0;
         int rec = o->record && rep == 0;
+        size_t oi = 0, next_oom = t->nooms ? t->oom_row[0] : SIZE_MAX;
         if (rec && record_point(out, &reccap, 0, cp_resource_reserved(r)) != 0) {
             st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
             break;
@@ -763,6 +909,13 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                              cp_resource_reserved_locked(r)) != 0) {
                 st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
                 break;
+            }
+            if (__builtin_expect((size_t)(op - t->ops) == next_oom, 0)) {
+                while (oi < t->nooms && t->oom_row[oi] == (size_t)(op - t->ops) && st == CP_OK)
+                    st = replay_oom(t, r, sv, oi++, out);
+                next_oom = oi < t->nooms ? t->oom_row[oi] : SIZE_MAX;
+                if (st != CP_OK)
+                    break;
             }
             cp_stream *s = sv[op->stream];
             void **slot = &blk[op->ord];
@@ -799,6 +952,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                 live -= op->size;
             }
         }
+        while (st == CP_OK && op == end && oi < t->nooms)
+            st = replay_oom(t, r, sv, oi++, out);
         if (rec && op == end && t->n &&
             record_point(out, &reccap, (uint64_t)t->n - 1, cp_resource_reserved_locked(r)) != 0)
             st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
@@ -836,6 +991,10 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->peak_reserved = stats.reserved_peak;
     out->maps = stats.maps - out->maps;
     out->unmaps = stats.unmaps - out->unmaps;
+    out->peak_allocated = stats.used_peak;
+    out->device_allocs = stats.device_allocs;
+    out->device_frees = stats.device_frees;
+    out->ooms = out->oom_attempts - out->oom_served;
     out->reserved_over_live =
         out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
     if (o->synchronize && cp_be) {

@@ -1,0 +1,214 @@
+/*
+ * trace/replay_torch.c: a trace replayed through the torch model
+ * (pool/torch.h), operation by operation as PyTorch's allocator performed
+ * them (trace_torch.h; how a snapshot's entries become operations:
+ * snapshot.h and snapshot.c):
+ *   ALLOC    cp_torch_malloc on the operation's stream value; the handle is
+ *            kept by allocation ordinal (no lookup by address)
+ *   FREE     cp_torch_free, or cp_torch_free_pending for a block used on
+ *            other streams (its token kept by ordinal)
+ *   DONE     cp_torch_complete of the token ("later" as the snapshot says)
+ *   OOM      a malloc PyTorch refused: attempted; what the model serves is
+ *            freed at once
+ *   RELEASE  cp_torch_empty_cache, unless (flag 2) the next malloc would
+ *            release memory itself (cp_torch_malloc_releases)
+ * With opts->recorded_addresses the model's device calls get PyTorch's
+ * addresses while they match PyTorch's calls (pool/torch.h).  Streams are the
+ * trace's own stream values (all 0 with single_stream).  Blocks still in use
+ * at the end are freed after the timed loop, pending ones completed, so the
+ * pool is left as empty as PyTorch's would be after freeing everything.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "snapshot.h"
+#include "trace_torch.h"
+
+/* What the replay holds for an allocation ordinal. */
+enum { H_NONE = 0, H_LIVE, H_PENDING };
+
+typedef struct handle {
+    void *p;      /* cp_torch_block (live) or cp_torch_pending */
+    uint64_t size;
+    uint8_t state;
+} handle;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The next malloc (ALLOC or OOM) after operation i. */
+static const cp_trace_top *next_malloc(const cp_trace_torch_view *v, size_t i)
+{
+    for (; i < v->ntop; i++)
+        if (v->top[i].kind == CP_TOP_ALLOC || v->top[i].kind == CP_TOP_OOM)
+            return &v->top[i];
+    return NULL;
+}
+
+cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                                cp_replay_result *out)
+{
+    cp_torch *m = cp_torch_of(r);
+    cp_trace_torch_view v;
+    handle *h = NULL;
+    cp_torch_stats st0, st1;
+    cp_status st = CP_OK;
+    int rep, reps = o->repeat > 1 ? o->repeat : 1;
+    uint64_t total_events, live = 0, peak = 0, failed = 0, skipped = 0;
+    double t0, t1;
+    size_t k;
+
+    cp_trace_torch_view_get(t, &v);
+    total_events = (uint64_t)v.ntop * (uint64_t)reps;
+    if (o->recorded_addresses && !v.nsegev)
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a PyTorch snapshot "
+                            "with segment entries (%s has none)", cp_trace_path(t));
+    if (o->recorded_addresses && !cp_torch_is_virtual(m))
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a torch pool over "
+                            "the \"virtual\" upstream (the device gives its own addresses)");
+    h = (handle *)calloc(v.nallocs ? v.nallocs : 1, sizeof *h);
+    if (!h)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+    if (o->record) {
+        out->rec_addr = (uint64_t *)calloc(v.nallocs ? v.nallocs : 1, sizeof *out->rec_addr);
+        if (!out->rec_addr) {
+            free(h);
+            return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+        }
+        out->naddr = v.nallocs;
+    }
+    cp_torch_get_stats(m, &st0);
+    out->torch = 1;
+    t0 = now_s();
+    cp_resource_lock(r);
+    for (rep = 0; rep < reps && st == CP_OK; rep++) {
+        const cp_trace_top *op = v.top, *end = v.top + v.ntop;
+        int rec_addr = o->record && rep == 0;
+        if (rep == 0 && o->recorded_addresses) {
+            cp_torch_use_recorded(m, v.segev, v.nsegev);
+            out->recorded = 1;
+        }
+        for (; op < end; op++) {
+            handle *x;
+            cp_torch_block *b;
+            uint64_t addr;
+            cp_status ms;
+            uint64_t stream = o->single_stream ? 0 : v.streams[op->stream];
+            if (__builtin_expect(o->progress && ((op - v.top) & 0xffff) == 0, 0))
+                o->progress(o->progress_ud, out->events + (uint64_t)(op - v.top), total_events);
+            if (__builtin_expect(o->recorded_addresses && rep == 0, 0))
+                cp_torch_set_event(m, (size_t)(op - v.top));
+            switch (op->kind) {
+            case CP_TOP_ALLOC:
+                x = &h[op->ord];
+                ms = cp_torch_malloc(m, op->size, stream, &b, &addr);
+                if (__builtin_expect(ms != CP_OK, 0)) {
+                    if (ms != CP_ERR_OOM) {
+                        st = ms;
+                        goto stop;
+                    }
+                    failed++;
+                    x->state = H_NONE;
+                    break;
+                }
+                x->p = b;
+                x->size = op->size;
+                x->state = H_LIVE;
+                if (__builtin_expect(rec_addr, 0))
+                    out->rec_addr[op->ord] = addr;
+                live += op->size;
+                if (live > peak)
+                    peak = live;
+                break;
+            case CP_TOP_FREE:
+                x = &h[op->ord];
+                if (__builtin_expect(x->state != H_LIVE, 0)) {
+                    skipped++;
+                    break;
+                }
+                live -= x->size;
+                if (op->flag) {
+                    x->p = cp_torch_free_pending(m, (cp_torch_block *)x->p);
+                    x->state = x->p ? H_PENDING : H_NONE;
+                } else {
+                    cp_torch_free(m, (cp_torch_block *)x->p);
+                    x->state = H_NONE;
+                }
+                break;
+            case CP_TOP_DONE:
+                x = &h[op->ord];
+                if (x->state == H_PENDING)
+                    cp_torch_complete(m, (cp_torch_pending *)x->p, op->flag);
+                x->state = H_NONE;
+                break;
+            case CP_TOP_OOM:
+                out->oom_attempts++;
+                if (cp_torch_malloc(m, op->size, stream, &b, &addr) == CP_OK) {
+                    out->oom_served++;
+                    cp_torch_free(m, b);
+                }
+                break;
+            case CP_TOP_RELEASE: {
+                const cp_trace_top *nx = op->flag == 2 ? next_malloc(&v, (size_t)(op - v.top)) : NULL;
+                if (!nx ||
+                    !cp_torch_malloc_releases(m, nx->size, o->single_stream ? 0 : v.streams[nx->stream]))
+                    cp_torch_empty_cache(m);
+                break;
+            }
+            default:
+                break;
+            }
+        }
+    stop:
+        out->events += (uint64_t)(op - v.top);
+        if (rep == 0 && o->recorded_addresses) {
+            cp_torch_end_recorded(m, &out->divergence);
+            out->divergence_event = cp_torch_divergence_event(m);
+        }
+        /* the end of the trace: what is still in use or pending goes back */
+        cp_torch_get_stats(m, &st1);
+        if (rep == 0)
+            out->segments = (uint64_t)st1.segment[CP_TORCH_ALL].current;
+        for (k = 0; k < v.nallocs; k++) {
+            handle *x = &h[k];
+            if (x->state == H_LIVE) {
+                cp_torch_free(m, (cp_torch_block *)x->p);
+                live -= x->size;
+            } else if (x->state == H_PENDING) {
+                cp_torch_complete(m, (cp_torch_pending *)x->p, 0);
+            }
+            x->state = H_NONE;
+        }
+    }
+    cp_resource_unlock(r);
+    t1 = now_s();
+    if (o->progress)
+        o->progress(o->progress_ud, out->events, total_events);
+    out->seconds = t1 - t0;
+    out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
+    cp_torch_get_stats(m, &st1);
+    out->peak_live = peak;
+    out->failed = failed;
+    out->skipped_frees = skipped;
+    out->peak_reserved = (uint64_t)st1.reserved_bytes[CP_TORCH_ALL].peak;
+    out->peak_allocated = (uint64_t)st1.allocated_bytes[CP_TORCH_ALL].peak;
+    out->device_allocs = st1.num_device_alloc - st0.num_device_alloc;
+    out->device_frees = st1.num_device_free - st0.num_device_free;
+    out->retries = st1.num_alloc_retries - st0.num_alloc_retries;
+    out->ooms = st1.num_ooms - st0.num_ooms;
+    out->reserved_over_live = peak ? (double)out->peak_reserved / (double)peak : 0.0;
+    /* the resource's own counters, as its entry points would have kept them */
+    cp_torch_account(m, (uint64_t)(st1.allocation[CP_TORCH_ALL].allocated -
+                                   st0.allocation[CP_TORCH_ALL].allocated),
+                     (uint64_t)(st1.allocation[CP_TORCH_ALL].freed - st0.allocation[CP_TORCH_ALL].freed),
+                     failed, peak);
+    free(h);
+    if (st != CP_OK)
+        cp_replay_result_fini(out);
+    return st;
+}
