@@ -238,7 +238,7 @@ static void push_divergence(lua_State *L, const cp_replay_result *res)
 static int trace_replay(lua_State *L)
 {
     static const char *const opts[] = {"single_stream", "repeat", "synchronize", "record",
-                                       "progress", "addresses", NULL};
+                                       "progress", "addresses", "stop_at_oom", NULL};
     l_trace *tr = totrace(L, 1);
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
@@ -264,6 +264,7 @@ static int trace_replay(lua_State *L)
             return luaL_argerror(L, 3, lua_pushfstring(L, "option 'addresses' must be "
                                                           "\"recorded\" or \"model\", not '%s'", a));
     }
+    o.stop_at_oom = l_optbool_field(L, 3, "stop_at_oom", 0);
     ps.t0 = mono_s();
     ps.shown = 0;
     if (l_optbool_field(L, 3, "progress", 1) && isatty(2)) {
@@ -357,6 +358,19 @@ static int trace_replay(lua_State *L)
     }
     if (res.recorded)
         push_divergence(L, &res);
+    if (res.stopped) {
+        /* stop_at_oom: where the program would have raised */
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, (lua_Integer)res.stop_event + 1);
+        lua_setfield(L, -2, "event");
+        if (res.stop_alloc != UINT64_MAX) {
+            lua_pushinteger(L, (lua_Integer)res.stop_alloc + 1);
+            lua_setfield(L, -2, "allocation");
+        }
+        lua_pushinteger(L, (lua_Integer)res.stop_size);
+        lua_setfield(L, -2, "size");
+        lua_setfield(L, -2, "stopped");
+    }
     return 1;
 }
 

@@ -16,13 +16,14 @@
  *   bump    every segment above the last one, 2 MiB aligned, never reused.
  *   driver  what the recorded H100 runs show the driver doing (studied in
  *           bench/results/torch_model.md): sizes are taken in whole 2 MiB
- *           pages; a request goes to the lowest free range of the span the
- *           driver has already reserved that holds it; when none does, a new
+ *           pages; a request goes to the top of the highest free range of
+ *           the span already reserved that holds it; when none does, a new
  *           reservation of the request rounded up to 32 MiB is made
  *           directly below the lowest one so far (the driver grows its
  *           address space downwards), and its unused tail stays free for
  *           later requests.  Freed ranges are free again at once and merge
- *           with free neighbours.
+ *           with free neighbours; one at the bottom of the span goes back
+ *           to the space never reserved.
  *   Address ranges for expandable segments (1 1/8 of the device's memory
  *   each) come from the same model, above everything else, one after the
  *   other.
@@ -207,16 +208,18 @@ static uint64_t up_to(uint64_t v, uint64_t a)
     return (v + a - 1) / a * a;
 }
 
-/* The driver model's placement of n bytes (whole 2 MiB pages). */
+/* The driver model's placement of n bytes (whole 2 MiB pages): the highest
+ * free range that holds them, at its top; else a new reservation below the
+ * lowest one. */
 static cp_status driver_place(cp_torch_dev *d, uint64_t n, uint64_t *addr)
 {
     size_t i;
     uint64_t take = up_to(n, PAGE2M), chunk;
-    for (i = 0; i < d->free_.n; i++) {
+    for (i = d->free_.n; i-- > 0;) {
         range *r = &d->free_.r[i];
         if (r->hi - r->lo >= take) {
-            *addr = r->lo;
-            return rset_take(&d->free_, r->lo, r->lo + take) == 0
+            *addr = r->hi - take;
+            return rset_take(&d->free_, r->hi - take, r->hi) == 0
                        ? CP_OK
                        : cp_error_set(CP_ERR_OOM, "out of host memory");
         }
@@ -266,8 +269,15 @@ static void dev_sync(cp_torch_dev *d)
 void cp_torch_dev_free(cp_torch_dev *d, uint64_t addr, uint64_t size)
 {
     if (d->up == CP_UP_VIRTUAL) {
-        if (d->am == CP_TORCH_ADDR_DRIVER)
+        if (d->am == CP_TORCH_ADDR_DRIVER) {
             rset_add(&d->free_, addr, addr + up_to(size, PAGE2M));
+            /* a free range at the bottom joins the space never reserved */
+            if (d->free_.n && d->free_.r[0].lo == d->low) {
+                d->low = d->free_.r[0].hi;
+                memmove(&d->free_.r[0], &d->free_.r[1], (d->free_.n - 1) * sizeof *d->free_.r);
+                d->free_.n--;
+            }
+        }
         return;
     }
     dev_sync(d);

@@ -114,6 +114,13 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                     }
                     failed++;
                     x->state = H_NONE;
+                    if (o->stop_at_oom) {
+                        out->stopped = 1;
+                        out->stop_event = (size_t)(op - v.top);
+                        out->stop_alloc = op->ord;
+                        out->stop_size = op->size;
+                        goto stop;
+                    }
                     break;
                 }
                 x->p = b;
@@ -151,6 +158,12 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 if (cp_torch_malloc(m, op->size, stream, &b, &addr) == CP_OK) {
                     out->oom_served++;
                     cp_torch_free(m, b);
+                } else if (o->stop_at_oom) {
+                    out->stopped = 1;
+                    out->stop_event = (size_t)(op - v.top);
+                    out->stop_alloc = UINT64_MAX;
+                    out->stop_size = op->size;
+                    goto stop;
                 }
                 break;
             case CP_TOP_RELEASE: {
@@ -166,6 +179,8 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         }
     stop:
         out->events += (uint64_t)(op - v.top);
+        if (out->stopped)
+            reps = rep + 1;
         if (rep == 0 && o->recorded_addresses) {
             cp_torch_end_recorded(m, &out->divergence);
             out->divergence_event = cp_torch_divergence_event(m);

@@ -932,6 +932,13 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                         break;
                     st = CP_OK;
                     failed++;
+                    if (o->stop_at_oom) {
+                        out->stopped = 1;
+                        out->stop_event = (size_t)(op - t->ops);
+                        out->stop_alloc = op->ord;
+                        out->stop_size = op->size;
+                        break;
+                    }
                     continue;
                 }
                 bstream[op->ord] = op->stream;
@@ -954,6 +961,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         }
         while (st == CP_OK && op == end && oi < t->nooms)
             st = replay_oom(t, r, sv, oi++, out);
+        if (out->stopped)
+            reps = rep + 1;
         if (rec && op == end && t->n &&
             record_point(out, &reccap, (uint64_t)t->n - 1, cp_resource_reserved_locked(r)) != 0)
             st = cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");

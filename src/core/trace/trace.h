@@ -109,6 +109,9 @@ typedef struct cp_replay_opts {
      * snapshot's own segment addresses while the model's device calls match
      * PyTorch's (result: divergence). */
     int recorded_addresses;
+    /* Stop at the first allocation the pool refuses, as the program PyTorch
+     * raised OutOfMemoryError in would (result: stopped, stop_*). */
+    int stop_at_oom;
 } cp_replay_opts;
 
 typedef struct cp_replay_result {
@@ -141,6 +144,10 @@ typedef struct cp_replay_result {
     cp_torch_divergence divergence;
     size_t divergence_event;    /* the operation (0-based) running when the calls differed */
     uint64_t segments;          /* segments (or mapped ranges) held at the end */
+    int stopped;                /* stop_at_oom: a refusal ended the replay */
+    size_t stop_event;          /* ... at this event (0-based), */
+    uint64_t stop_alloc;        /* ... the allocation with this ordinal (0-based), */
+    uint64_t stop_size;         /* ... asking this many bytes */
 } cp_replay_result;
 
 /* Frees what a replay with opts.record allocated (safe on any result). */
