@@ -21,7 +21,6 @@ typedef struct l_pool {
     l_poolref *ref; /* NULL once closed */
     cp_pool_opts opts;
     char kind[16];
-    char conf[256]; /* kind "torch": the conf as given (cut at 255 bytes) */
 } l_pool;
 
 static const char *const kinds[] = {"arena",  "freelist", "tlsf",  "caching",
@@ -199,12 +198,9 @@ static void torch_options(lua_State *L, l_pool *p)
         }
         if (conf && memchr(conf, '\0', len))
             luaL_error(L, "cupola.pool: option 'conf' contains a NUL byte");
-        if (conf && len >= sizeof p->conf)
-            luaL_error(L, "cupola.pool: option 'conf' is longer than %d bytes",
-                       (int)sizeof p->conf - 1);
-        snprintf(p->conf, sizeof p->conf, "%s", conf ? conf : "");
+        /* the string stays in the option table until the pool is made */
+        p->opts.torch_conf = conf ? conf : "";
         lua_pop(L, 1);
-        p->opts.torch_conf = p->conf;
     }
     p->opts.torch_device_memory = l_optsize_field(L, 1, "device_memory", 0);
     {
@@ -257,7 +253,7 @@ static void pool_setmeta(lua_State *L, int ud, const l_pool *p)
     lua_pushinteger(L, p->opts.device);
     lua_setfield(L, -2, "device");
     if (strcmp(p->kind, "torch") == 0) {
-        lua_pushstring(L, p->conf);
+        lua_pushstring(L, p->opts.torch_conf ? p->opts.torch_conf : "");
         lua_setfield(L, -2, "conf");
     }
     lua_pushboolean(L, 0);
@@ -362,6 +358,7 @@ static int pool_new(lua_State *L)
     p->ref->r = outer;
     lua_settop(L, ud);
     pool_setmeta(L, ud, p);
+    p->opts.torch_conf = NULL; /* it pointed into the option table */
     return 1;
 }
 
@@ -586,7 +583,7 @@ static int pool_settings(lua_State *L)
                              "is '%s')", p->kind);
     c = cp_torch_get_conf(t);
     lua_createtable(L, 0, 16);
-    lua_pushstring(L, p->conf);
+    lua_getfield(L, 1, "conf"); /* as given (the pool's field) */
     lua_setfield(L, -2, "PYTORCH_CUDA_ALLOC_CONF");
     cp_torch_conf_format(c, buf, sizeof buf);
     lua_pushstring(L, buf);

@@ -378,6 +378,7 @@ struct cp_torch {
     cp_torch_conf conf;
     cp_torch_dev *dev;
     int is_virtual;
+    int divisions;          /* some roundup_power2_divisions is above 1 */
     int has_limit;          /* PyTorch's allowed_memory_maximum is set */
     uint64_t limit;         /* that maximum */
     uint64_t device_memory; /* for expandable address ranges and the fraction */
@@ -653,6 +654,8 @@ static uint64_t round_size(const cp_torch *t, uint64_t size)
     uint32_t d;
     if (size < MIN_BLOCK)
         return MIN_BLOCK;
+    if (!t->divisions) /* the default: 512-byte steps */
+        return (size + MIN_BLOCK - 1) / MIN_BLOCK * MIN_BLOCK;
     d = cp_torch_conf_divisions(&t->conf, size);
     if (d > 1 && size > MIN_BLOCK * d) {
         uint64_t floor2, step, down;
@@ -1729,6 +1732,11 @@ cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts
         return st;
     }
     t->is_virtual = cp_torch_dev_is_virtual(t->dev);
+    {
+        int i;
+        for (i = 0; i < 16; i++)
+            t->divisions |= t->conf.roundup_divisions[i] > 1;
+    }
     t->small.small = 1;
     t->device_memory = o->torch_device_memory ? o->torch_device_memory
                        : t->is_virtual        ? VIRTUAL_MEMORY

@@ -407,8 +407,22 @@ static void put(char *buf, size_t n, size_t *k, const char *fmt, ...)
         *k += (size_t)w;
 }
 
+/* The shortest decimal that reads back as v. */
+static const char *shortest(double v, char *buf, size_t n)
+{
+    int prec;
+    for (prec = 1; prec < 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return buf;
+    }
+    snprintf(buf, n, "%.17g", v);
+    return buf;
+}
+
 size_t cp_torch_conf_format(const cp_torch_conf *c, char *buf, size_t n)
 {
+    char num[32];
     cp_torch_conf d;
     size_t k = 0;
     const char *sep = "";
@@ -441,11 +455,13 @@ size_t cp_torch_conf_format(const cp_torch_conf *c, char *buf, size_t n)
         sep = ",";
     }
     if (c->gc_threshold > 0.0) {
-        put(buf, n, &k, "%sgarbage_collection_threshold:%.17g", sep, c->gc_threshold);
+        put(buf, n, &k, "%sgarbage_collection_threshold:%s", sep,
+            shortest(c->gc_threshold, num, sizeof num));
         sep = ",";
     }
     if (c->memory_fraction < 1.0) {
-        put(buf, n, &k, "%sper_process_memory_fraction:%.17g", sep, c->memory_fraction);
+        put(buf, n, &k, "%sper_process_memory_fraction:%s", sep,
+            shortest(c->memory_fraction, num, sizeof num));
         sep = ",";
     }
     if (c->expandable_segments) {

@@ -837,30 +837,34 @@ static cp_status decode_compact(dec *d, const unsigned char *buf, size_t len)
             return cbad(&b, buf, "bad settings");
         }
         s->has_settings = (int)has;
-        memcpy(s->torch_env, b.p, l1 < sizeof s->torch_env ? l1 : sizeof s->torch_env - 1);
-        s->torch_env[l1 < sizeof s->torch_env ? l1 : sizeof s->torch_env - 1] = '\0';
-        for (i = 0; s->torch_env[i]; i++)
-            ;
+        {
+            size_t k = l1 < sizeof s->torch_env ? (size_t)l1 : sizeof s->torch_env - 1;
+            memcpy(s->torch_env, b.p, k);
+            s->torch_env[k] = '\0';
+            for (i = 0; i < k; i++) /* a NUL inside would cut the string */
+                if (!s->torch_env[i])
+                    s->torch_env[i] = ' ';
+        }
         b.p += l1;
         if (cvar(&b, &l2) != 0 || l2 > (uint64_t)(b.end - b.p)) {
             free(streams);
             return cbad(&b, buf, "bad settings");
         }
         {
-            cp_torch_conf c;
+            cp_torch_conf c, e;
             char tmp[512];
             size_t k = l2 < sizeof tmp ? (size_t)l2 : sizeof tmp - 1;
             memcpy(tmp, b.p, k);
             tmp[k] = '\0';
-            /* kept only when it is a conf string this parser reads */
-            if (memchr(tmp, '\0', k) == NULL && cp_torch_conf_parse(tmp, k, &c) == CP_OK)
+            /* kept only when it is a conf string this parser reads; the
+             * env string has what the settings leave out */
+            if (memchr(tmp, '\0', k) == NULL && cp_torch_conf_parse(tmp, k, &c) == CP_OK) {
+                if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK)
+                    c.max_non_split_rounding = e.max_non_split_rounding;
                 cp_torch_conf_format(&c, s->torch_settings, sizeof s->torch_settings);
+            }
             b.p += l2;
         }
-        for (i = 0; i < sizeof s->torch_env && s->torch_env[i]; i++)
-            ;
-        while (i > 0 && memchr(s->torch_env, '\0', i) != NULL)
-            i--;
     }
     if (cvar(&b, &nsegs) != 0 || nsegs > (uint64_t)(b.end - b.p)) {
         free(streams);
