@@ -405,8 +405,9 @@ test-nvtx: all
 # In memory, no replay: thousands of inputs a second (fuzz-trace covers the
 # same reader through cp_trace_load, a hundred a second).
 FUZZ_PICKLE_SECONDS ?= 30
-FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c src/core/trace/snapshot.c
-$(FUZZ_BUILD)/fuzz_pickle: $(FUZZ_PICKLE_SRC) $(wildcard src/core/*.h src/core/trace/*.h)
+FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c src/core/trace/snapshot.c \
+                   src/core/pool/torch_conf.c
+$(FUZZ_BUILD)/fuzz_pickle: $(FUZZ_PICKLE_SRC) $(wildcard src/core/*.h src/core/trace/*.h src/core/pool/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_PICKLE_SRC)
@@ -432,12 +433,13 @@ fuzz-pickle: fuzz-deps $(FUZZ_BUILD)/fuzz_pickle
 FUZZ_SCAN_SECONDS ?= 30
 FUZZ_OPTION_SECONDS ?= 20
 FUZZ_SCAN_SRC := tests/fuzz/fuzz_scan.c src/core/error.c src/core/kernel/scan.c
-FUZZ_OPTION_SRC := tests/fuzz/fuzz_option.c src/core/error.c src/core/kernel/compile.c
+FUZZ_OPTION_SRC := tests/fuzz/fuzz_option.c src/core/error.c src/core/kernel/compile.c \
+                   src/core/pool/torch_conf.c
 $(FUZZ_BUILD)/fuzz_scan: $(FUZZ_SCAN_SRC) $(wildcard src/core/*.h src/core/kernel/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_SCAN_SRC)
-$(FUZZ_BUILD)/fuzz_option: $(FUZZ_OPTION_SRC) $(wildcard src/core/*.h src/core/kernel/*.h)
+$(FUZZ_BUILD)/fuzz_option: $(FUZZ_OPTION_SRC) $(wildcard src/core/*.h src/core/kernel/*.h src/core/pool/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_OPTION_SRC) -lpthread
