@@ -190,14 +190,14 @@ static void torch_options(lua_State *L, l_pool *p)
                               "(PYTORCH_CUDA_ALLOC_CONF syntax), not %s", luaL_typename(L, -1));
             conf = lua_tolstring(L, -1, &len);
         }
+        if (conf && memchr(conf, '\0', len))
+            luaL_error(L, "cupola.pool: option 'conf' contains a NUL byte");
         if (conf && cp_torch_conf_parse(conf, len, &c) != CP_OK) {
             const char *m = cp_error_msg();
             if (strncmp(m, "conf: ", 6) == 0)
                 m += 6;
             luaL_error(L, "cupola.pool: option 'conf': %s", m);
         }
-        if (conf && memchr(conf, '\0', len))
-            luaL_error(L, "cupola.pool: option 'conf' contains a NUL byte");
         /* the string stays in the option table until the pool is made */
         p->opts.torch_conf = conf ? conf : "";
         lua_pop(L, 1);

@@ -122,7 +122,7 @@ static const char *shown(const lexer *lx, char *buf, size_t n)
     size_t i, k = 0;
     if (lx->end)
         return "end of string";
-    for (i = 0; lx->tok[i] && k + 5 < n; i++) {
+    for (i = 0; i < lx->toklen && i < MAX_TOKEN && k + 5 < n; i++) {
         unsigned char ch = (unsigned char)lx->tok[i];
         if (ch >= 0x20 && ch < 0x7f && ch != '\'')
             buf[k++] = (char)ch;
