@@ -1,7 +1,7 @@
 /*
  * devpool_cuda.h: the CUDA side of the device pools (cuda/devpool.cu), called by
  * backend/cuda.c, which turns its cp_stream into the cudaStream_t these take.
- * The operations are those of cp_backend's dp_* block (backend/devpool.h);
+ * The operations are those of cp_backend's dp_* block (devpool.h);
  * on failure they set the message ("cudaErrorX: text (operation)").
  *
  * This header compiles as C and C++.
@@ -11,7 +11,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/backend.h"
+#include "devpool.h"
+#include "error.h"
 
 #ifdef __cplusplus
 extern "C" {

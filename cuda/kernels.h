@@ -23,7 +23,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend/backend.h"
+#include "dtype.h"
 
 #ifdef __cplusplus
 extern "C" {

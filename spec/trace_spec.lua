@@ -10,6 +10,45 @@ local known = {
 }
 
 describe("trace", function()
+  it("loads a trace that ships with cupola by its name alone", function()
+    local t <close> = cupola.trace.load "resnet50_train"
+    assert.equals(known.resnet50_train.allocs, t.allocs)
+    assert.equals(cupola.trace.find "resnet50_train", t.path)
+  end)
+
+  it("says a replay is incomplete when the pool refused allocations, in the result, report and timeline", function()
+    local t <close> = cupola.trace.load "gpt2_train"
+    local small <close> = cupola.pool { kind = "tlsf", upstream = "virtual", max = "2GiB" }
+    local r = cupola.trace.replay(t, small, { record = true })
+    assert.is_true(r.failed > 0)
+    assert.is_false(r.complete)
+    assert.matches("incomplete replay: the pool refused " .. r.failed .. " of the trace's allocations", r.warning, 1, true)
+    r.name = "small"
+    assert.matches("\nwarning: small: incomplete replay", cupola.report.records({ r }, { "name", "failed" }), 1, true)
+    local path = os.tmpname()
+    cupola.timeline(r, path)
+    local f = assert(io.open(path))
+    local page = f:read "a"
+    f:close()
+    os.remove(path)
+    assert.matches('<p class="warning">warning: incomplete replay', page, 1, true)
+    local big <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local ok = cupola.trace.replay(t, big)
+    assert.is_true(ok.complete)
+    assert.is_nil(ok.warning)
+    assert.not_matches("warning", cupola.report.records({ ok }, { "failed" }), 1, true)
+  end)
+
+  it("keeps trace.find's message when load is given find's failure", function()
+    local line = debug.getinfo(1, "l").currentline + 1
+    local ok, err = pcall(function() local t = cupola.trace.load(cupola.trace.find "no_such_trace"); return t end)
+    assert.is_false(ok)
+    assert.matches("trace_spec.lua:" .. line .. ": no trace named no_such_trace ships with cupola; looked in ", err, 1, true)
+    ok, err = pcall(function() return cupola.trace.load "no_such_trace" end)
+    assert.is_false(ok)
+    assert.matches("cannot open 'no_such_trace' (no such file), and no trace named no_such_trace", err, 1, true)
+  end)
+
   for name, want in pairs(known) do
     it("loads " .. name .. " with the figures its README gives", function()
       local t <close> = cupola.trace.load(assert(cupola.trace.find(name)))

@@ -11,64 +11,50 @@ end
 
 cupola.version = "0.1.0"
 
--- Where <cupola/device.h> and the host prelude are, for cupola.module:
--- $CUPOLA_INCLUDE (folders separated by ':'), else beside this file once
--- installed (<LUADIR>/cupola/include), else the source tree's cuda/include
--- and src/include (this file is lua/cupola/init.lua there).  Relative
--- folders are made absolute by the core (realpath), against the current
--- directory now, so a later chdir does not lose them.
+-- cupola's C headers: <cupola/device.h> and the host prelude (cupola.module)
+-- and <cupola/allocator.h> (plugins).  Installed, they all sit beside this
+-- file (<LUADIR>/cupola/include); in the source tree (this file is
+-- lua/cupola/init.lua there) in cuda/include and src/include.
+--   cupola.include_dir: the folder of <cupola/allocator.h>, absolute (the
+--     include path of plugins compiled from source, and of a user's Makefile).
+--   The kernels' include path: $CUPOLA_INCLUDE (folders separated by ':'),
+--     else the folders of both headers; the core makes them absolute
+--     (realpath) against the current directory now, so a later chdir does
+--     not lose them.
+-- Both go down to the core, which never looks them up here.
 do
+  local src = debug.getinfo(1, "S").source
+  local here = src:sub(1, 1) == "@" and src:sub(2):match "^(.*)[/\\][^/\\]*$" or "."
+  local function holding(header)
+    for _, d in ipairs { here .. "/include", here .. "/../../cuda/include", here .. "/../../src/include" } do
+      local f = io.open(d .. "/cupola/" .. header)
+      if f then
+        f:close()
+        return d
+      end
+    end
+  end
+  local kernels, plugins = holding "device.h", holding "allocator.h"
+  if plugins and plugins:sub(1, 1) ~= "/" then
+    local pwd = os.getenv "PWD"
+    cupola.include_dir = pwd and pwd .. "/" .. plugins or plugins
+  else
+    cupola.include_dir = plugins
+  end
   local dirs = {}
   local env = os.getenv "CUPOLA_INCLUDE"
   if env and env ~= "" then
     for d in env:gmatch "[^:]+" do dirs[#dirs + 1] = d end
   else
-    local src = debug.getinfo(1, "S").source
-    local here = src:sub(1, 1) == "@" and src:sub(2):match "^(.*)/[^/]*$" or "."
-    local function exists(p)
-      local f = io.open(p, "r")
-      if f then f:close() return true end
-      return false
-    end
-    if exists(here .. "/include/cupola/device.h") then
-      dirs[#dirs + 1] = here .. "/include"
-    end
-    local root = here .. "/../.."
-    if exists(root .. "/cuda/include/cupola/device.h") then
-      dirs[#dirs + 1] = root .. "/cuda/include"
-      if exists(root .. "/src/include/cupola/allocator.h") then dirs[#dirs + 1] = root .. "/src/include" end
-    end
+    dirs[#dirs + 1] = kernels
+    if plugins ~= kernels then dirs[#dirs + 1] = plugins end
   end
-  core._set_include_path(dirs)
+  core._set_include_path(dirs, cupola.include_dir)
 end
 cupola.trace = require "cupola.trace"
 cupola.bench = require "cupola.bench"
 cupola.report = require "cupola.report"
 cupola.timeline = require "cupola.timeline"
-
---- cupola.include_dir: the directory of <cupola/allocator.h> (the include
--- path of plugins compiled from source, and of a user's Makefile): beside
--- this file once installed (<LUADIR>/cupola/include), else the source tree's
--- src/include (this file is lua/cupola/init.lua there).
-do
-  local src = debug.getinfo(1, "S").source
-  local here = src:sub(1, 1) == "@" and src:sub(2):match "^(.*)[/\\][^/\\]*$" or "."
-  if here:sub(1, 1) ~= "/" then
-    local pwd = os.getenv "PWD"
-    if pwd then here = pwd .. "/" .. here end
-  end
-  local function has(d)
-    local f = io.open(d .. "/cupola/allocator.h")
-    if f then f:close() end
-    return f ~= nil
-  end
-  for _, d in ipairs { here .. "/include", here .. "/../../src/include" } do
-    if has(d) then
-      cupola.include_dir = d
-      break
-    end
-  end
-end
 
 --- cupola.conformance(make_pool, opts): the conformance battery as a
 -- function returning a report (lua/cupola/conformance.lua, loaded lazily).

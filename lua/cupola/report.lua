@@ -222,7 +222,17 @@ function report.records(rows, cols)
     end
     body[i] = line
   end
-  return report.table(cols, body)
+  local text = report.table(cols, body)
+  -- A record that carries a warning (an incomplete replay) says so under
+  -- the table: its figures would otherwise read as good ones.
+  local notes = {}
+  for _, r in ipairs(rows) do
+    if type(r.warning) == "string" then
+      notes[#notes + 1] = "warning: " .. (r.name and (tostring(r.name) .. ": ") or "") .. r.warning
+    end
+  end
+  if #notes > 0 then text = text .. "\n" .. table.concat(notes, "\n") end
+  return text
 end
 
 --- report.progress(label, done, total, t0): a progress line on stderr, only

@@ -118,6 +118,7 @@ local function panel_for_result(r, t, name)
     peak_reserved = r.peak_reserved,
     subtitle = string.format("addresses the pool gave; reserved/live %.3f%s", r.reserved_over_live or 0,
       (r.failed or 0) > 0 and string.format(", %d allocations refused", r.failed) or ""),
+    warning = r.warning,
   }
 end
 
@@ -246,6 +247,9 @@ function timeline.write(src, path, opts)
     local peak = string.format("peak live %s at event %d", human(d.peak_live), d.peak_event)
     w(string.format("<section class=\"panel\" id=\"panel-%d\"><h2>%s</h2><p class=\"sub\">%s</p>\n", i,
       (tostring(p.name):gsub("&", "&amp;"):gsub("<", "&lt;")), (p.subtitle:gsub("<", "&lt;"))))
+    if p.warning then
+      w(string.format("<p class=\"warning\">warning: %s</p>\n", (tostring(p.warning):gsub("&", "&amp;"):gsub("<", "&lt;"))))
+    end
     w(string.format("<div class=\"chart\"><canvas class=\"lines\"></canvas>"
       .. "<div class=\"peak-label\" id=\"peak-label-%d\">%s</div></div>\n", i, peak))
     w("<div class=\"legend\"><span class=\"k live\"></span>live"
@@ -283,6 +287,7 @@ timeline.css = [[
 body { font: 13px/1.4 system-ui, sans-serif; margin: 12px 18px; color: #222; background: #fff; }
 h1 { font-size: 17px; margin: 0 0 4px; } h2 { font-size: 15px; margin: 10px 0 0; }
 .help, .sub, .status, .legend { color: #666; margin: 2px 0; }
+.warning { color: #b00; font-weight: 600; margin: 2px 0; }
 .panel { border-top: 1px solid #ddd; padding-top: 4px; }
 .chart, .bands { position: relative; }
 canvas { display: block; width: 100%; border: 1px solid #ccc; cursor: crosshair; }

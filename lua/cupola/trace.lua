@@ -8,7 +8,32 @@ local trace = {}
 
 --- trace.load(path) -> Trace (fields: events, allocs, frees, streams,
 -- peak_live, ...; t:event(i); #t) or raises with "path:line: reason".
-trace.load = core.trace.load
+-- `path` may also name a trace that ships with cupola ("gpt2_train"): a
+-- name with no directory that is not a file here is looked up with
+-- trace.find.  trace.load(trace.find "typo") raises find's own message
+-- (the nil, message pair it returned), not one about a nil path.
+function trace.load(path, ...)
+  if path == nil and type((...)) == "string" then error((...), 2) end
+  if type(path) ~= "string" then
+    error(("bad argument #1 to 'load' (string expected, got %s: a path, or the name of a trace cupola ships)"):format(type(path)), 2)
+  end
+  if path:find("\0", 1, true) then error("bad argument #1 to 'load' (path contains a NUL byte)", 2) end
+  if not path:find "[/\\]" then
+    local f = io.open(path, "rb")
+    if f then
+      f:close()
+    else
+      local found, why = trace.find(path)
+      if not found then
+        error(("cannot open '%s' (no such file), and %s"):format(path, why), 2)
+      end
+      path = found
+    end
+  end
+  -- not a tail call: at_caller raises at its caller's caller, this frame's
+  local t = at_caller(core.trace.load, path, ...)
+  return t
+end
 
 --- trace.replay(t, pool, {single_stream=, repeat=, synchronize=, record=, progress=}) ->
 -- {events, ns_per_event, peak_live, peak_reserved, reserved_over_live, failed, ...}
@@ -47,7 +72,8 @@ function trace.find(name)
       end
     end
   end
-  return nil, "trace " .. name .. " not found in " .. table.concat(dirs, ", ") .. " (set CUPOLA_TRACES)"
+  return nil, "no trace named " .. name .. " ships with cupola; looked in " .. table.concat(dirs, ", ") ..
+    " (set CUPOLA_TRACES to add a folder)"
 end
 
 

@@ -245,6 +245,11 @@ size_t l_checksize(lua_State *L, int arg);
 /* Parses a size string; returns 0 and fills *out on success. */
 int l_parsesize(const char *s, uint64_t *out);
 
+/* Pushes the names name(0), name(1), ... (up to the first NULL) as one
+ * string for a message: joined by ", ", the last one by last (", " or
+ * " or "). */
+void l_pushnames(lua_State *L, const char *(*name)(int i), const char *last);
+
 /* Option tables: checks that idx is a table (or absent, when optional) whose
  * keys are all in allowed (NULL-terminated); raises naming the unknown one. */
 void l_checkoptions(lua_State *L, int idx, const char *fname, const char *const allowed[]);
@@ -312,6 +317,9 @@ void l_open_kernels(lua_State *L);
 void l_open_pool(lua_State *L);
 void l_open_trace(lua_State *L);
 void l_open_module(lua_State *L); /* run-time compiled kernels (module.c) */
+/* The folder of <cupola/allocator.h> that lua/cupola/init.lua found
+ * (cupola.include_dir), or NULL before require "cupola" (module.c). */
+const char *l_plugin_include_dir(void);
 void l_open_nvtx(lua_State *L);   /* cupola.nvtx (issue 16) */
 void l_open_term(lua_State *L);   /* cupola.core._isatty (issue 16) */
 void l_open_devpool(lua_State *L); /* issue 17: in-kernel allocation */

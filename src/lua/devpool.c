@@ -25,8 +25,6 @@ typedef struct l_devpool {
     uint64_t runs;   /* default seeds differ from run to run */
 } l_devpool;
 
-static const char *const kind_names[] = {"bump", "warp_bump", "slab", "malloc", NULL};
-
 static l_devpool *todevpool(lua_State *L, int arg)
 {
     l_devpool *d = (l_devpool *)luaL_checkudata(L, arg, L_DEVPOOL);
@@ -42,7 +40,7 @@ static void check_supported(lua_State *L)
                    cp_be->name);
 }
 
-/* cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc", capacity=} */
+/* cupola.device_pool{kind=, capacity=}: kind is one of cp_dp_kind_name's */
 static int devpool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "capacity", NULL};
@@ -56,14 +54,18 @@ static int devpool_new(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     l_checkoptions(L, 1, "cupola.device_pool", opts);
     kname = l_optstring_field(L, 1, "kind", NULL);
-    if (!kname)
-        return luaL_error(L, "cupola.device_pool: option 'kind' is required (bump, warp_bump, "
-                             "slab or malloc)");
-    for (k = 0; kind_names[k] && strcmp(kind_names[k], kname) != 0; k++)
+    if (!kname) {
+        l_pushnames(L, cp_dp_kind_name, " or ");
+        return luaL_error(L, "cupola.device_pool: option 'kind' is required (%s)",
+                          lua_tostring(L, -1));
+    }
+    for (k = 0; cp_dp_kind_name(k) && strcmp(cp_dp_kind_name(k), kname) != 0; k++)
         ;
-    if (!kind_names[k])
-        return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (bump, "
-                             "warp_bump, slab or malloc)", kname);
+    if (!cp_dp_kind_name(k)) {
+        l_pushnames(L, cp_dp_kind_name, " or ");
+        return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (%s)", kname,
+                          lua_tostring(L, -1));
+    }
     lua_getfield(L, 1, "capacity");
     if (lua_type(L, -1) == LUA_TNUMBER) {
         int isint;
@@ -87,7 +89,7 @@ static int devpool_new(lua_State *L)
     luaL_setmetatable(L, L_DEVPOOL);
     st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
     if (st != CP_OK)
-        return l_alloc_result_info(L, st, kind_names[k], (uint64_t)cap, cp_be->get_device(), NULL);
+        return l_alloc_result_info(L, st, cp_dp_kind_name(k), (uint64_t)cap, cp_be->get_device(), NULL);
     d->p = p;
     d->dev = cp_be->dp_state(p);
     d->kind = (cp_dp_kind)k;
@@ -378,7 +380,7 @@ static int devpool_stats(lua_State *L)
     lua_setfield(L, -2, "peak");
     lua_pushinteger(L, (lua_Integer)s.failed);
     lua_setfield(L, -2, "failed");
-    lua_pushstring(L, kind_names[d->kind]);
+    lua_pushstring(L, cp_dp_kind_name(d->kind));
     lua_setfield(L, -2, "kind");
     return 1;
 }
@@ -389,7 +391,7 @@ static int devpool_index(lua_State *L)
     l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "kind") == 0)
-        lua_pushstring(L, kind_names[d->kind]);
+        lua_pushstring(L, cp_dp_kind_name(d->kind));
     else if (strcmp(k, "capacity") == 0)
         lua_pushinteger(L, (lua_Integer)d->capacity);
     else if (strcmp(k, "closed") == 0)
@@ -402,7 +404,7 @@ static int devpool_index(lua_State *L)
 static int devpool_tostring(lua_State *L)
 {
     l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
-    lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p ? "" : "closed, ", kind_names[d->kind],
+    lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p ? "" : "closed, ", cp_dp_kind_name(d->kind),
                     (LUAI_UACINT)d->capacity);
     return 1;
 }

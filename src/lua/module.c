@@ -28,14 +28,24 @@ typedef struct l_kernel {
     char name[128];
 } l_kernel;
 
-/* cupola's include folders (cupola/device.h, the host prelude), set by
- * lua/cupola/init.lua from where it was loaded, or $CUPOLA_INCLUDE. */
+/* cupola's include folders (cupola/device.h, the host prelude), and the
+ * folder of <cupola/allocator.h> for plugins compiled from source (pool.c),
+ * set by lua/cupola/init.lua from where it was loaded, or $CUPOLA_INCLUDE. */
 #define MAX_INCLUDE 8
 static char *include_dirs[MAX_INCLUDE + 1];
+static char *plugin_dir;
 
+const char *l_plugin_include_dir(void)
+{
+    return plugin_dir;
+}
+
+/* core._set_include_path(dirs, plugin_dir) */
 static int set_include_path(lua_State *L)
 {
     char *dirs[MAX_INCLUDE + 1] = {NULL};
+    const char *pdir = luaL_optstring(L, 2, NULL);
+    char *pcopy = NULL;
     lua_Integer n;
     luaL_checktype(L, 1, LUA_TTABLE);
     n = luaL_len(L, 1);
@@ -57,10 +67,17 @@ static int set_include_path(lua_State *L)
         }
         lua_pop(L, 1);
     }
+    if (pdir && !(pcopy = strdup(pdir))) {
+        for (int i = 0; i < MAX_INCLUDE; i++)
+            free(dirs[i]);
+        return luaL_error(L, "out of host memory");
+    }
     for (int i = 0; i < MAX_INCLUDE; i++) {
         free(include_dirs[i]);
         include_dirs[i] = dirs[i];
     }
+    free(plugin_dir);
+    plugin_dir = pcopy;
     return 0;
 }
 
@@ -71,6 +88,8 @@ __attribute__((destructor)) static void free_include_path(void)
         free(include_dirs[i]);
         include_dirs[i] = NULL;
     }
+    free(plugin_dir);
+    plugin_dir = NULL;
 }
 
 static int get_include_path(lua_State *L)

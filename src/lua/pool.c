@@ -8,7 +8,6 @@
  * buffer hold a reference, so a pool collected in the same cycle as its
  * buffers is destroyed only after the last of them has given its block back.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,13 +19,8 @@ typedef struct l_pool {
     uint64_t tag;   /* L_TAG(L_T_POOL) (binding.h) */
     l_poolref *ref; /* NULL once closed */
     cp_pool_opts opts;
-    char kind[16];
+    const char *kind; /* cp_pool_kind_name's (static) */
 } l_pool;
-
-static const char *const kinds[] = {"arena",  "freelist", "tlsf",  "caching",
-                                    "vmm",    "plugin",   "torch", NULL};
-static const char *const upstreams[] = {"device", "async", "managed", "pinned", "virtual", NULL};
-static const char *const reuses[] = {"stream", "event", "wait", NULL};
 
 /* The Pool at arg, open or closed. */
 static l_pool *udpool(lua_State *L, int arg)
@@ -42,33 +36,22 @@ static l_pool *topool(lua_State *L, int arg)
     return p;
 }
 
+/* The index of the name (name(0), name(1), ... from the core) that option
+ * key of the table at idx names (absent: def). */
 static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
-                       const char *const list[])
+                       const char *(*name)(int i))
 {
     const char *v = l_optstring_field(L, idx, key, def);
+    const char *n;
     int i;
-    for (i = 0; list[i]; i++)
-        if (strcmp(v, list[i]) == 0)
+    for (i = 0; (n = name(i)) != NULL; i++)
+        if (strcmp(v, n) == 0)
             return i;
-    lua_pushfstring(L, "cupola.pool: option '%s' must be one of", key);
-    for (i = 0; list[i]; i++)
-        lua_pushfstring(L, "%s %s", i ? "," : "", list[i]);
+    lua_pushfstring(L, "cupola.pool: option '%s' must be one of ", key);
+    l_pushnames(L, name, ", ");
     lua_pushfstring(L, ", not '%s'", v);
-    lua_concat(L, i + 2);
+    lua_concat(L, 3);
     return lua_error(L);
-}
-
-/* The directory holding <cupola/allocator.h>, which lua/cupola/init.lua
- * publishes as cupola.include_dir (the source tree's or the installed one). */
-static const char *include_dir(lua_State *L)
-{
-    const char *dir = NULL;
-    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-    if (lua_getfield(L, -1, "cupola") == LUA_TTABLE &&
-        lua_getfield(L, -1, "include_dir") == LUA_TSTRING)
-        dir = lua_tostring(L, -1); /* anchored in the loaded module table */
-    lua_pop(L, 3);
-    return dir;
 }
 
 /* A plugin's C source, compiled by the system C compiler into a cached
@@ -76,7 +59,7 @@ static const char *include_dir(lua_State *L)
  * buffer owned by the Lua stack (a string left on it). */
 static const char *compile_source(lua_State *L, const char *src, size_t len)
 {
-    const char *dir = include_dir(L);
+    const char *dir = l_plugin_include_dir();
     const char *args[8];
     const char *depends[2] = {NULL, NULL};
     cp_cc_job job;
@@ -179,7 +162,7 @@ static void torch_options(lua_State *L, l_pool *p)
     }
     if (p->opts.upstream != CP_UP_DEVICE && p->opts.upstream != CP_UP_VIRTUAL)
         luaL_error(L, "cupola.pool: kind 'torch' takes upstream \"device\" or \"virtual\", not "
-                      "\"%s\"", upstreams[p->opts.upstream]);
+                      "\"%s\"", cp_upstream_name(p->opts.upstream));
     {
         size_t len = 0;
         const char *conf = NULL;
@@ -244,9 +227,9 @@ static void pool_setmeta(lua_State *L, int ud, const l_pool *p)
     lua_pop(L, 1);
     lua_pushstring(L, p->kind);
     lua_setfield(L, -2, "kind");
-    lua_pushstring(L, upstreams[p->opts.upstream]);
+    lua_pushstring(L, cp_upstream_name(p->opts.upstream));
     lua_setfield(L, -2, "upstream");
-    lua_pushstring(L, reuses[p->opts.reuse]);
+    lua_pushstring(L, cp_reuse_name(p->opts.reuse));
     lua_setfield(L, -2, "reuse");
     lua_pushinteger(L, (lua_Integer)p->opts.alignment);
     lua_setfield(L, -2, "alignment");
@@ -301,11 +284,10 @@ static int pool_new(lua_State *L)
     luaL_setmetatable(L, L_POOL);
     ud = lua_gettop(L);
 
-    k = checkchoice(L, 1, "kind", "tlsf", kinds);
-    snprintf(p->kind, sizeof p->kind, "%s", kinds[k]);
-    p->opts.kind = p->kind;
-    p->opts.upstream = (cp_upstream_kind)checkchoice(L, 1, "upstream", "device", upstreams);
-    p->opts.reuse = (cp_reuse)checkchoice(L, 1, "reuse", "event", reuses);
+    k = checkchoice(L, 1, "kind", "tlsf", cp_pool_kind_name);
+    p->kind = p->opts.kind = cp_pool_kind_name(k);
+    p->opts.upstream = (cp_upstream_kind)checkchoice(L, 1, "upstream", "device", cp_upstream_name);
+    p->opts.reuse = (cp_reuse)checkchoice(L, 1, "reuse", "event", cp_reuse_name);
     p->opts.initial = l_optsize_field(L, 1, "initial", 0);
     p->opts.grow = l_optbool_field(L, 1, "grow", 1);
     p->opts.max = l_optsize_field(L, 1, "max", 0);
@@ -665,7 +647,7 @@ static int pool_tostring(lua_State *L)
     if (!p->ref)
         lua_pushfstring(L, L_POOL " (%s, closed)", p->kind);
     else
-        lua_pushfstring(L, L_POOL " (%s over %s, %d live)", p->kind, upstreams[p->opts.upstream],
+        lua_pushfstring(L, L_POOL " (%s over %s, %d live)", p->kind, cp_upstream_name(p->opts.upstream),
                         p->ref->live);
     return 1;
 }

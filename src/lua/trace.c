@@ -330,6 +330,18 @@ static int trace_replay(lua_State *L)
     lua_setfield(L, -2, "reserved_over_live");
     lua_pushinteger(L, (lua_Integer)res.failed);
     lua_setfield(L, -2, "failed");
+    /* A replay whose pool refused allocations did not run the trace: its
+     * peaks cover only what was served, so reserved_over_live can look
+     * perfect.  Say so in the result itself, where every reader looks. */
+    lua_pushboolean(L, res.failed == 0);
+    lua_setfield(L, -2, "complete");
+    if (res.failed) {
+        lua_pushfstring(L,
+                        "incomplete replay: the pool refused %I of the trace's allocations; "
+                        "peak_reserved and reserved_over_live cover only what was served",
+                        (lua_Integer)res.failed);
+        lua_setfield(L, -2, "warning");
+    }
     lua_pushinteger(L, (lua_Integer)res.skipped_frees);
     lua_setfield(L, -2, "skipped_frees");
     lua_pushinteger(L, (lua_Integer)res.maps);
@@ -350,8 +362,6 @@ static int trace_replay(lua_State *L)
     lua_setfield(L, -2, "oom_attempts");
     lua_pushinteger(L, (lua_Integer)res.oom_served);
     lua_setfield(L, -2, "oom_served");
-    lua_pushboolean(L, res.failed == 0);
-    lua_setfield(L, -2, "complete");
     if (res.torch) {
         lua_pushinteger(L, (lua_Integer)res.segments);
         lua_setfield(L, -2, "segments");

@@ -205,6 +205,20 @@ size_t l_checksize(lua_State *L, int arg)
     return (size_t)luaL_typeerror(L, arg, "size (integer or string such as \"4MiB\")");
 }
 
+void l_pushnames(lua_State *L, const char *(*name)(int i), const char *last)
+{
+    luaL_Buffer b;
+    const char *n;
+    int i;
+    luaL_buffinit(L, &b);
+    for (i = 0; (n = name(i)) != NULL; i++) {
+        if (i)
+            luaL_addstring(&b, name(i + 1) ? ", " : last);
+        luaL_addstring(&b, n);
+    }
+    luaL_pushresult(&b);
+}
+
 void l_checkoptions(lua_State *L, int idx, const char *fname, const char *const allowed[])
 {
     if (lua_isnoneornil(L, idx))

@@ -218,15 +218,24 @@ def full_snapshot(outdir):
     torch.cuda.memory._dump_snapshot(os.path.join(outdir, "twostream.full.pickle"))
     names = [n for n in dir(torch._C) if "napshot" in n or "ickle" in n]
     info = {"torch_C_names": names}
-    for n in names:
-        if "pickled" in n.lower():
-            try:
-                data = getattr(torch._C, n)()
+    # PyTorch's C++ pickler (the writer of snapshots dumped from C++, e.g.
+    # c10's own _memory_snapshot_pickled): the same snapshot through it.
+    snap = torch.cuda.memory._snapshot()
+    for n in ("_pickle_save",):
+        try:
+            data = getattr(torch._C, n)(snap)
+            with open(os.path.join(outdir, "twostream.cpp.pickle"), "wb") as f:
+                f.write(data)
+            info["cpp_writer"] = n
+        except Exception as e:  # noqa: BLE001 - a probe: say what happened
+            info["cpp_writer_error"] = f"{n}: {e}"[:500]
+            try:  # without frames: plain ints, strings and lists only
+                data = getattr(torch._C, n)(compact(snap))
                 with open(os.path.join(outdir, "twostream.cpp.pickle"), "wb") as f:
                     f.write(data)
-                info["cpp_writer"] = n
-            except Exception as e:  # noqa: BLE001 - a probe: say what happened
-                info["cpp_writer_error"] = f"{n}: {e}"
+                info["cpp_writer"] = n + " (compact)"
+            except Exception as e2:  # noqa: BLE001
+                info["cpp_writer_error_compact"] = f"{n}: {e2}"[:500]
     with open(os.path.join(outdir, "full.json"), "w") as f:
         json.dump(info, f, indent=1)
     print(json.dumps(info))

@@ -120,6 +120,17 @@ cp_status cp_cuda_error(cp_status st, cp_cuda_err e, const char *fmt, ...)
     return cp_error_set(st, "%s", msg);
 }
 
+const char *cp_dp_kind_name(int kind)
+{
+    static const char *const names[CP_DP_KIND_COUNT] = {
+        [CP_DP_BUMP] = "bump",
+        [CP_DP_WARP_BUMP] = "warp_bump",
+        [CP_DP_SLAB] = "slab",
+        [CP_DP_MALLOC] = "malloc",
+    };
+    return kind >= 0 && kind < CP_DP_KIND_COUNT ? names[kind] : NULL;
+}
+
 static pthread_mutex_t select_lock = PTHREAD_MUTEX_INITIALIZER;
 
 cp_status cp_backend_select(const char *force)

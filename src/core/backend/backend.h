@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "devpool.h"
+#include "dtype.h"
 #include "error.h"
 
 #ifdef __cplusplus
@@ -45,23 +46,6 @@ typedef enum cp_memkind {
     CP_MEM_MANAGED,    /* cudaMallocManaged */
     CP_MEM_PINNED      /* cudaMallocHost */
 } cp_memkind;
-
-/* Element types of the built-in kernels. */
-typedef enum cp_dtype {
-    CP_F32 = 0,
-    CP_F64,
-    CP_I32,
-    CP_U32,
-    CP_U8,
-    CP_DTYPE_COUNT
-} cp_dtype;
-
-/* A kernel argument or result of any cp_dtype. */
-typedef union cp_scalar {
-    double f;
-    int64_t i;
-    uint64_t u;
-} cp_scalar;
 
 /* Launch shape; 0 means "choose from the problem size". */
 typedef struct cp_shape {
@@ -310,6 +294,10 @@ typedef struct cp_backend {
     cp_status (*dp_reset)(cp_devpool *p, cp_stream *s);
     cp_status (*dp_stats)(cp_devpool *p, cp_dp_stats *out);
 } cp_backend;
+
+/* The device-pool kinds' names, by cp_dp_kind (NULL past the last): the one
+ * list the binding checks and prints. */
+const char *cp_dp_kind_name(int kind);
 
 /* The backends compiled into this module.  cp_backend_cuda_probe() tells
  * whether a usable device exists, without side effects beyond initialising

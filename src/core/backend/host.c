@@ -1973,9 +1973,17 @@ __attribute__((destructor)) static void host_shutdown(void)
 __attribute__((constructor)) static void host_bind_pools(void)
 {
     static const cp_host_sched sched = {
-        sched_lock,          sched_unlock,          sched_done_locked,
-        sched_wait_done_locked, sched_known_locked, sched_enqueue_wait_locked,
-        sched_enqueue_mark_locked, sched_too_big, h_get_device, h_stream_device,
+        .lock = sched_lock,
+        .unlock = sched_unlock,
+        .done_locked = sched_done_locked,
+        .wait_done_locked = sched_wait_done_locked,
+        .known_locked = sched_known_locked,
+        .enqueue_wait_locked = sched_enqueue_wait_locked,
+        .enqueue_mark_locked = sched_enqueue_mark_locked,
+        .too_big = sched_too_big,
+        .current_device = h_get_device,
+        .stream_device = h_stream_device,
+        .stream_id = h_stream_id,
     };
     pthread_once(&devices_once, devices_init);
     cp_host_pool_bind(&sched);

@@ -713,7 +713,7 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
     CP_GUARD();
     hblock *best = NULL, *waited = NULL, *b;
     size_t need;
-    uint64_t sid = s ? cp_backend_host.stream_id(s) : 0;
+    uint64_t sid = S->stream_id(s);
     cp_status st;
 
     if (!p || !out)

@@ -51,6 +51,8 @@ typedef struct cp_host_sched {
     /* The calling thread's current device, and a stream's (NULL: current). */
     int (*current_device)(void);
     int (*stream_device)(const cp_stream *s);
+    /* A stream's process-unique id (0: the legacy stream, NULL). */
+    uint64_t (*stream_id)(const cp_stream *s);
 } cp_host_sched;
 
 /* Called by host.c before any pool function (a constructor there). */

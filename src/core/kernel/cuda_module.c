@@ -828,4 +828,10 @@ static cp_status c_launch(void *kimpl, const cp_klaunch *l, void *const *args)
     return CP_OK;
 }
 
-const cp_kimpl_ops cp_kimpl_cuda = {c_load, c_unload, c_get, c_put, c_launch};
+const cp_kimpl_ops cp_kimpl_cuda = {
+    .load = c_load,
+    .unload = c_unload,
+    .get = c_get,
+    .put = c_put,
+    .launch = c_launch,
+};

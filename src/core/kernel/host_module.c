@@ -871,4 +871,10 @@ static cp_status h_launch(void *kimpl, const cp_klaunch *l, void *const *args)
     return st;
 }
 
-const cp_kimpl_ops cp_kimpl_host = {h_load, h_unload, h_get, h_put, h_launch};
+const cp_kimpl_ops cp_kimpl_host = {
+    .load = h_load,
+    .unload = h_unload,
+    .get = h_get,
+    .put = h_put,
+    .launch = h_launch,
+};

@@ -52,13 +52,6 @@ typedef struct arena {
     uint64_t align, up_align;
 } arena;
 
-static uint64_t a_round(const arena *a, uint64_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + a->align - 1) & ~(a->align - 1);
-}
-
 static void chunk_rewind(arena *a, achunk *c)
 {
     c->off = 0;
@@ -181,7 +174,7 @@ static cp_status chunk_new(arena *a, uint64_t size, uint64_t want, cp_stream *s,
 static cp_status ar_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     arena *a = (arena *)r;
-    uint64_t size = a_round(a, bytes), sid = cp_so_sid(s), addr;
+    uint64_t size = cp_round_size(bytes, a->align), sid = cp_so_sid(s), addr;
     achunk *c = a->cur;
     cp_status st;
 
@@ -241,7 +234,7 @@ static cp_status ar_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
         c->tagged = 1;
     }
     c->live--;
-    c->live_bytes -= a_round(a, bytes);
+    c->live_bytes -= cp_round_size(bytes, a->align);
     return CP_OK;
 }
 
@@ -310,8 +303,14 @@ static void ar_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
 }
 
 static const cp_resource_ops arena_ops = {
-    "arena", ar_alloc, ar_free, ar_trim, ar_reset, ar_free_info, NULL, ar_destroy, NULL,
-    ar_device_calls,
+    .kind = "arena",
+    .alloc = ar_alloc,
+    .free = ar_free,
+    .trim = ar_trim,
+    .reset = ar_reset,
+    .free_info = ar_free_info,
+    .destroy = ar_destroy,
+    .device_calls = ar_device_calls,
 };
 
 cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
@@ -334,7 +333,7 @@ cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts
     }
     if (o->initial) {
         achunk *c;
-        uint64_t size = a_round(a, o->initial);
+        uint64_t size = cp_round_size(o->initial, a->align);
         cp_status st = chunk_new(a, size, size, NULL, &c);
         if (st != CP_OK) {
             ar_destroy(&a->base);

@@ -56,10 +56,7 @@ typedef struct caching {
 
 static uint64_t c_round(cp_heap *h, uint64_t bytes)
 {
-    uint64_t a = h->align > MIN_BLOCK ? h->align : MIN_BLOCK;
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + a - 1) & ~(a - 1);
+    return cp_round_size(bytes, h->align > MIN_BLOCK ? h->align : MIN_BLOCK);
 }
 
 static uint8_t c_pool_of(cp_heap *h, uint64_t size)
@@ -110,8 +107,15 @@ static uint64_t c_largest(cp_heap *h)
 }
 
 static const cp_heap_policy caching_policy = {
-    "caching", c_round, c_chunk, c_pool_of, c_split, c_insert, c_remove, c_find, c_largest,
-    NULL, NULL,
+    .kind = "caching",
+    .round = c_round,
+    .chunk_size = c_chunk,
+    .pool_of = c_pool_of,
+    .split = c_split,
+    .insert = c_insert,
+    .remove = c_remove,
+    .find = c_find,
+    .largest = c_largest,
 };
 
 static cp_status c_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
@@ -125,8 +129,13 @@ static cp_status c_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 }
 
 static const cp_resource_ops caching_ops = {
-    "caching", c_alloc, c_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
-    cp_heap_destroy, NULL, cp_heap_device_calls,
+    .kind = "caching",
+    .alloc = c_alloc,
+    .free = c_free,
+    .trim = cp_heap_trim,
+    .free_info = cp_heap_free_info,
+    .destroy = cp_heap_destroy,
+    .device_calls = cp_heap_device_calls,
 };
 
 cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -6,25 +6,46 @@
  */
 #include "resource_impl.h"
 
+#include <stdio.h>
 #include <string.h>
+
+/* Every pool kind: its name and its constructor (which owns the upstream
+ * it is given, even on failure).  A new kind is one more line here; the
+ * binding lists and checks the names through cp_pool_kind_name. */
+static const struct {
+    const char *name;
+    cp_status (*create)(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+} kinds[] = {
+    {"arena", cp_arena_create},
+    {"freelist", cp_freelist_create},
+    {"tlsf", cp_tlsf_create},
+    {"caching", cp_caching_create},
+    {"vmm", cp_vmm_create},
+    {"plugin", cp_plugin_create},
+    {"torch", cp_torch_create},
+};
+#define NKINDS (sizeof kinds / sizeof kinds[0])
+
+const char *cp_pool_kind_name(int i)
+{
+    return i >= 0 && (size_t)i < NKINDS ? kinds[i].name : NULL;
+}
+
+static cp_status unknown_kind(const char *kind)
+{
+    char list[256];
+    size_t i, n = 0;
+    list[0] = '\0';
+    for (i = 0; i < NKINDS && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", kinds[i].name);
+    return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (%s)", kind, list);
+}
 
 cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
 {
     cp_pool_opts o = *opts;
     cp_resource *up = NULL, *fb = NULL, *pool = NULL;
     cp_status st;
-    static const struct {
-        const char *kind;
-        cp_status (*create)(cp_resource **, cp_resource *, const cp_pool_opts *);
-    } kinds[] = {
-        {"arena", cp_arena_create},
-        {"freelist", cp_freelist_create},
-        {"tlsf", cp_tlsf_create},
-        {"caching", cp_caching_create},
-        {"plugin", cp_plugin_create},
-        {"vmm", cp_vmm_create},
-        {"torch", cp_torch_create},
-    };
     size_t i;
 
     *out = NULL;
@@ -42,12 +63,11 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
     if (o.max && o.initial > o.max)
         return cp_error_set(CP_ERR_INVALID, "initial (%llu) is larger than max (%llu)",
                             (unsigned long long)o.initial, (unsigned long long)o.max);
-    for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if (strcmp(kinds[i].kind, o.kind) == 0)
+    for (i = 0; i < NKINDS; i++)
+        if (strcmp(kinds[i].name, o.kind) == 0)
             break;
-    if (i == sizeof kinds / sizeof kinds[0])
-        return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (arena, freelist, tlsf, "
-                            "caching, vmm, plugin, torch)", o.kind);
+    if (i == NKINDS)
+        return unknown_kind(o.kind);
     if (o.upstream != CP_UP_VIRTUAL && !cp_be)
         return cp_error_set(CP_ERR_INVALID, "no backend selected (cp_backend_select)");
     st = cp_upstream_create_on(&up, o.upstream, o.device);

@@ -33,13 +33,6 @@ typedef struct freelist {
     cp_sfit ix;
 } freelist;
 
-static uint64_t f_round(cp_heap *h, uint64_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + h->align - 1) & ~(h->align - 1);
-}
-
 static uint64_t f_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
 {
     *pool = 0;
@@ -80,8 +73,15 @@ static uint64_t f_largest(cp_heap *h)
 }
 
 static const cp_heap_policy freelist_policy = {
-    "freelist", f_round, f_chunk, f_pool_of, f_split, f_insert, f_remove, f_find, f_largest,
-    NULL, NULL,
+    .kind = "freelist",
+    .round = cp_heap_round,
+    .chunk_size = f_chunk,
+    .pool_of = f_pool_of,
+    .split = f_split,
+    .insert = f_insert,
+    .remove = f_remove,
+    .find = f_find,
+    .largest = f_largest,
 };
 
 static cp_status f_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
@@ -95,8 +95,13 @@ static cp_status f_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 }
 
 static const cp_resource_ops freelist_ops = {
-    "freelist", f_alloc, f_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
-    cp_heap_destroy, NULL, cp_heap_device_calls,
+    .kind = "freelist",
+    .alloc = f_alloc,
+    .free = f_free,
+    .trim = cp_heap_trim,
+    .free_info = cp_heap_free_info,
+    .destroy = cp_heap_destroy,
+    .device_calls = cp_heap_device_calls,
 };
 
 cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -292,6 +292,13 @@ static inline void cp_apart_unlink_from(cp_blk **head, cp_blk *b)
     b->in_apart = 0;
 }
 
+/* The round of the pools that take the alignment as it is (freelist, tlsf,
+ * vmm); inline, so the policy's call to it is too. */
+static inline uint64_t cp_heap_round(cp_heap *h, uint64_t bytes)
+{
+    return cp_round_size(bytes, h->align);
+}
+
 /* ---- alloc and free, specialised per pool ----
  * Each pool's ops call these with its own constant policy, so the compiler
  * turns the policy's calls into direct, inlined ones on the hot path. */

@@ -75,8 +75,15 @@ static void lim_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops limit_ops = {
-    "limit", lim_alloc, lim_free, lim_trim, lim_reset, lim_free_info, lim_reserved, lim_destroy,
-    lim_vm_info, NULL,
+    .kind = "limit",
+    .alloc = lim_alloc,
+    .free = lim_free,
+    .trim = lim_trim,
+    .reset = lim_reset,
+    .free_info = lim_free_info,
+    .reserved = lim_reserved,
+    .destroy = lim_destroy,
+    .vm_info = lim_vm_info,
 };
 
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit)

@@ -118,8 +118,15 @@ static void log_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops log_ops = {
-    "log", log_alloc, log_free, log_trim, log_reset, log_free_info, log_reserved, log_destroy,
-    log_vm_info, NULL,
+    .kind = "log",
+    .alloc = log_alloc,
+    .free = log_free,
+    .trim = log_trim,
+    .reset = log_reset,
+    .free_info = log_free_info,
+    .reserved = log_reserved,
+    .destroy = log_destroy,
+    .vm_info = log_vm_info,
 };
 
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path)

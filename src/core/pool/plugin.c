@@ -661,8 +661,13 @@ static void p_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
 }
 
 static const cp_resource_ops plugin_ops = {
-    "plugin", p_alloc, p_free, p_trim, NULL, p_free_info, NULL, p_destroy, NULL,
-    p_device_calls,
+    .kind = "plugin",
+    .alloc = p_alloc,
+    .free = p_free,
+    .trim = p_trim,
+    .free_info = p_free_info,
+    .destroy = p_destroy,
+    .device_calls = p_device_calls,
 };
 
 /* ---- loading ------------------------------------------------------------------ */

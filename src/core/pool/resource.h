@@ -65,8 +65,7 @@ typedef enum cp_upstream_kind {
 
 /* Everything cupola.pool{...} accepts, already validated by the binding. */
 typedef struct cp_pool_opts {
-    const char *kind;         /* "arena", "freelist", "tlsf", "caching", "vmm",
-                                 "plugin", "torch" */
+    const char *kind;         /* one of cp_pool_kind_name's */
     cp_upstream_kind upstream;
     uint64_t initial;         /* bytes reserved at creation (0: none) */
     int grow;                 /* may reserve more from upstream when full */
@@ -99,6 +98,13 @@ typedef struct cp_pool_opts {
  * CP_ERR_OOM when the initial reservation cannot be had. */
 cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
 
+/* The names users choose from, in the order they are listed: the i-th
+ * pool kind cp_pool_create knows (create.c holds the one table), upstream
+ * (by cp_upstream_kind) and reuse policy (by cp_reuse); NULL past the last. */
+const char *cp_pool_kind_name(int i);
+const char *cp_upstream_name(int kind);
+const char *cp_reuse_name(int reuse);
+
 /* The entry points.  alloc returns CP_ERR_OOM (and counts a failure) when the
  * request cannot be served; the resource stays consistent.  free must be
  * given the size that was allocated; s is the stream whose work last used
@@ -127,7 +133,6 @@ void cp_resource_destroy(cp_resource *r);
 cp_status cp_upstream_create(cp_resource **out, cp_upstream_kind kind);
 /* The same, taking device dev's memory (multigpu). */
 cp_status cp_upstream_create_on(cp_resource **out, cp_upstream_kind kind, int dev);
-const char *cp_upstream_name(cp_upstream_kind kind);
 
 /* Adaptors: each returns a new resource that owns `inner`. */
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit);

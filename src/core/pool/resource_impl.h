@@ -77,6 +77,17 @@ static inline void cp_unlock(atomic_int *l)
     atomic_store_explicit(l, 0, memory_order_release);
 }
 
+/* The size a pool sets aside for a request of bytes: rounded up to align (a
+ * power of two), with a request of 0 counted as 1 so that every block has an
+ * address of its own.  Every pool sizes its blocks with this; they differ
+ * only in the alignment they pass (the caching pool's is at least 512). */
+static inline uint64_t cp_round_size(uint64_t bytes, uint64_t align)
+{
+    if (bytes == 0)
+        bytes = 1;
+    return (bytes + align - 1) & ~(align - 1);
+}
+
 /* Upstreams as resources (upstream.c). */
 cp_status cp_upstream_create_internal(cp_resource **out, cp_upstream_kind kind);
 /* The alignment the upstream's addresses have by construction. */

@@ -7,6 +7,12 @@
 
 #include <stdlib.h>
 
+const char *cp_reuse_name(int reuse)
+{
+    static const char *const names[] = {"stream", "event", "wait"};
+    return reuse >= 0 && reuse <= CP_REUSE_WAIT ? names[reuse] : NULL;
+}
+
 void cp_so_init(cp_so *so, cp_reuse policy)
 {
     so->policy = policy;

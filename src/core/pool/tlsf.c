@@ -56,13 +56,6 @@ typedef struct tlsf {
 #define log2_floor cp_log2_floor
 #define map_insert cp_class_of
 
-static uint64_t t_round(cp_heap *h, uint64_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + h->align - 1) & ~(h->align - 1);
-}
-
 static uint8_t t_pool_of(cp_heap *h, uint64_t size)
 {
     (void)h;
@@ -171,7 +164,15 @@ static uint64_t t_largest(cp_heap *h)
 }
 
 static const cp_heap_policy tlsf_policy = {
-    "tlsf", t_round, t_chunk, t_pool_of, t_split, t_insert, t_remove, t_find, t_largest, NULL, NULL,
+    .kind = "tlsf",
+    .round = cp_heap_round,
+    .chunk_size = t_chunk,
+    .pool_of = t_pool_of,
+    .split = t_split,
+    .insert = t_insert,
+    .remove = t_remove,
+    .find = t_find,
+    .largest = t_largest,
 };
 
 static cp_status t_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
@@ -185,8 +186,13 @@ static cp_status t_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
 }
 
 static const cp_resource_ops tlsf_ops = {
-    "tlsf", t_alloc, t_free, cp_heap_trim, NULL, cp_heap_free_info, NULL,
-    cp_heap_destroy, NULL, cp_heap_device_calls,
+    .kind = "tlsf",
+    .alloc = t_alloc,
+    .free = t_free,
+    .trim = cp_heap_trim,
+    .free_info = cp_heap_free_info,
+    .destroy = cp_heap_destroy,
+    .device_calls = cp_heap_device_calls,
 };
 
 cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

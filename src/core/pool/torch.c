@@ -1699,7 +1699,13 @@ static void t_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
 }
 
 static const cp_resource_ops torch_ops = {
-    "torch", t_alloc, t_free, t_trim, NULL, t_free_info, NULL, t_destroy, NULL, t_device_calls,
+    .kind = "torch",
+    .alloc = t_alloc,
+    .free = t_free,
+    .trim = t_trim,
+    .free_info = t_free_info,
+    .destroy = t_destroy,
+    .device_calls = t_device_calls,
 };
 
 cp_torch *cp_torch_of(cp_resource *r)

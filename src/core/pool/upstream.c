@@ -35,8 +35,6 @@ typedef struct upstream {
     uint64_t next; /* virtual: the next address */
 } upstream;
 
-static const char *const up_names[] = {"device", "async", "managed", "pinned", "virtual"};
-
 static cp_memkind memkind(cp_upstream_kind k)
 {
     return k == CP_UP_MANAGED ? CP_MEM_MANAGED : k == CP_UP_PINNED ? CP_MEM_PINNED
@@ -105,7 +103,7 @@ static void up_destroy(cp_resource *r)
     free(r);
 }
 
-#define UP_OPS(name) {name, up_alloc, up_free, NULL, NULL, NULL, NULL, up_destroy, NULL, NULL}
+#define UP_OPS(name) {.kind = name, .alloc = up_alloc, .free = up_free, .destroy = up_destroy}
 static const cp_resource_ops up_ops[] = {
     UP_OPS("device"), UP_OPS("async"), UP_OPS("managed"), UP_OPS("pinned"), UP_OPS("virtual"),
 };
@@ -139,9 +137,9 @@ cp_status cp_upstream_create(cp_resource **out, cp_upstream_kind kind)
     return cp_upstream_create_internal(out, kind);
 }
 
-const char *cp_upstream_name(cp_upstream_kind kind)
+const char *cp_upstream_name(int kind)
 {
-    return (unsigned)kind <= CP_UP_VIRTUAL ? up_names[kind] : "unknown";
+    return kind >= 0 && kind <= CP_UP_VIRTUAL ? up_ops[kind].kind : NULL;
 }
 
 uint64_t cp_upstream_alignment(cp_upstream_kind kind)

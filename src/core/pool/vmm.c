@@ -149,13 +149,6 @@ typedef struct vmm {
 
 /* ---- the address heap (the freelist's policy) ---- */
 
-static uint64_t v_round(cp_heap *h, uint64_t bytes)
-{
-    if (bytes == 0)
-        bytes = 1;
-    return (bytes + h->align - 1) & ~(h->align - 1);
-}
-
 static uint64_t v_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
 {
     vmm *v = (vmm *)h;
@@ -224,8 +217,16 @@ static cp_status v_chunk_added(cp_heap *h, cp_blk *b)
 }
 
 static const cp_heap_policy vmm_policy = {
-    "vmm", v_round, v_chunk, v_pool_of, v_split, v_insert, v_remove, v_find, v_largest, NULL,
-    v_chunk_added,
+    .kind = "vmm",
+    .round = cp_heap_round,
+    .chunk_size = v_chunk,
+    .pool_of = v_pool_of,
+    .split = v_split,
+    .insert = v_insert,
+    .remove = v_remove,
+    .find = v_find,
+    .largest = v_largest,
+    .chunk_added = v_chunk_added,
 };
 
 /* ---- pages ---- */
@@ -791,7 +792,14 @@ static void v_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops vmm_ops = {
-    "vmm", v_alloc, v_free, v_trim, NULL, v_free_info, v_reserved, v_destroy, v_vm_info, NULL,
+    .kind = "vmm",
+    .alloc = v_alloc,
+    .free = v_free,
+    .trim = v_trim,
+    .free_info = v_free_info,
+    .reserved = v_reserved,
+    .destroy = v_destroy,
+    .vm_info = v_vm_info,
 };
 
 /* ---- the address-space upstream of the device upstream ---- */
@@ -824,7 +832,10 @@ static void va_destroy(cp_resource *r)
 }
 
 static const cp_resource_ops va_ops = {
-    "address space", va_alloc, va_free, NULL, NULL, NULL, NULL, va_destroy, NULL, NULL,
+    .kind = "address space",
+    .alloc = va_alloc,
+    .free = va_free,
+    .destroy = va_destroy,
 };
 
 cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

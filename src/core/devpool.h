@@ -9,7 +9,9 @@
  * enqueues on the stream, so runs on several streams can be in flight at
  * once; finish waits for one and collects its counts.
  *
- * This header compiles as C and C++.
+ * The types sit below both the backends and the CUDA side (cuda/devpool_cuda.h),
+ * which includes them without the backend table.  This header compiles as C
+ * and C++.
  */
 #ifndef CUPOLA_DEVPOOL_H
 #define CUPOLA_DEVPOOL_H

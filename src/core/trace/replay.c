@@ -1,0 +1,288 @@
+/*
+ * replay.c: cp_trace_replay (trace.h), the walk over a loaded trace.
+ *
+ * Each allocation's block is found again by its ordinal (the loader stored
+ * it in the free row), by indexing an array: no hashing inside the timed
+ * loop.  The pool's lock is taken per batch of events (replay_lock.h); what
+ * the replay does beside the walk is in its hooks (replay.h).
+ */
+#include "replay.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "replay_lock.h"
+#include "trace_torch.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What the walk keeps for each allocation, by ordinal: the pool's block
+ * (NULL: not live) and the trace stream it was made on. */
+typedef struct replay_blocks {
+    void **blk;
+    uint64_t *size;
+    uint32_t *stream;
+} replay_blocks;
+
+/* A request PyTorch refused (an `oom` entry), attempted on r; what r
+ * serves is freed at once (it was never in use). */
+static cp_status replay_oom(const cp_trace *t, cp_resource *r, cp_stream *const *sv, size_t k,
+                            cp_replay_result *out)
+{
+    void *p = NULL;
+    cp_stream *s = sv[t->oom_stream[k]];
+    cp_status st = cp_resource_alloc_locked(r, (size_t)t->oom_size[k], s, &p);
+    out->oom_attempts++;
+    if (st == CP_ERR_OOM)
+        return CP_OK;
+    if (st != CP_OK)
+        return st;
+    out->oom_served++;
+    return cp_resource_free_locked(r, p, (size_t)t->oom_size[k], s);
+}
+
+/* One repetition's events, under the batched lock; *live carries the live
+ * bytes from one repetition to the next. */
+static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, size_t nfollow,
+                             cp_stream *const *sv, replay_blocks *b, uint64_t total_events,
+                             uint64_t *live_io)
+{
+    const cp_trace *t = w->t;
+    const cp_replay_opts *o = w->o;
+    cp_replay_result *out = w->out;
+    cp_resource *r = w->r;
+    const replay_op *op = t->ops, *end = t->ops + t->n;
+    /* The loop keeps to locals: the calls below would otherwise make the
+     * compiler reload every field of t and out on each row. */
+    uint64_t live = *live_io, peak = out->peak_live, failed = 0, skipped = 0;
+    cp_status st = CP_OK;
+    replay_lock lk;
+    size_t h, oi = 0, next_oom = t->nooms ? t->oom_row[0] : SIZE_MAX;
+
+    replay_lock_take(&lk, r);
+    for (; op < end; op++) {
+        void **slot = &b->blk[op->ord];
+        void *addr;
+        if (__builtin_expect((size_t)(op - t->ops) == next_oom, 0)) {
+            /* the refused requests that came before this row */
+            while (oi < t->nooms && t->oom_row[oi] == (size_t)(op - t->ops) && st == CP_OK)
+                st = replay_oom(t, r, sv, oi++, out);
+            next_oom = oi < t->nooms ? t->oom_row[oi] : SIZE_MAX;
+            if (st != CP_OK)
+                break;
+        }
+        if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
+            o->progress(o->progress_ud, out->events + (uint64_t)(op - t->ops), total_events);
+        replay_lock_tick(&lk);
+        if (!op->is_free) {
+            st = cp_resource_alloc_locked(r, (size_t)op->size, sv[op->stream], slot);
+            if (__builtin_expect(st != CP_OK, 0)) {
+                *slot = NULL;
+                if (st != CP_ERR_OOM)
+                    break;
+                st = CP_OK;
+                failed++;
+                if (o->stop_at_oom) {
+                    /* the program raised here: nothing after it happened */
+                    out->stopped = 1;
+                    out->stop_event = (size_t)(op - t->ops);
+                    out->stop_alloc = op->ord;
+                    out->stop_size = op->size;
+                    op++;
+                    break;
+                }
+            } else {
+                b->stream[op->ord] = op->stream;
+                live += op->size;
+                if (live > peak)
+                    peak = live;
+            }
+            addr = *slot;
+        } else {
+            addr = *slot;
+            if (__builtin_expect(!addr, 0)) {
+                skipped++;
+            } else {
+                st = cp_resource_free_locked(r, addr, (size_t)op->size, sv[op->stream]);
+                if (st != CP_OK)
+                    break;
+                *slot = NULL;
+                live -= op->size;
+            }
+        }
+        if (__builtin_expect(nfollow != 0, 0)) {
+            for (h = 0; h < nfollow && st == CP_OK; h++)
+                if (follow[h]->event)
+                    st = follow[h]->event(follow[h]->self, w, (size_t)(op - t->ops), op, addr);
+            if (st != CP_OK) {
+                op++; /* the event itself was done */
+                break;
+            }
+        }
+    }
+    while (st == CP_OK && op == end && oi < t->nooms)
+        st = replay_oom(t, r, sv, oi++, out);
+    for (h = 0; h < nfollow && st == CP_OK && op == end; h++)
+        if (follow[h]->end)
+            st = follow[h]->end(follow[h]->self, w, t->n);
+    replay_lock_drop(&lk);
+    out->events += (uint64_t)(op - t->ops);
+    out->peak_live = peak;
+    out->failed += failed;
+    out->skipped_frees += skipped;
+    *live_io = live;
+    return st;
+}
+
+/* Blocks the trace never frees are returned before the next repetition
+ * (and at the end, so the pool is left empty). */
+static cp_status free_live(const cp_trace *t, cp_resource *r, cp_stream *const *sv,
+                           replay_blocks *b, uint64_t *live)
+{
+    cp_status st = CP_OK;
+    size_t k;
+    for (k = 0; k < t->nallocs; k++) {
+        if (b->blk[k]) {
+            uint64_t sz = b->size[k];
+            cp_status fs = cp_resource_free(r, b->blk[k], (size_t)sz, sv[b->stream[k]]);
+            if (fs != CP_OK && st == CP_OK)
+                st = fs;
+            b->blk[k] = NULL;
+            *live -= sz;
+        }
+    }
+    return st;
+}
+
+cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                          cp_replay_result *out)
+{
+    cp_replay_opts def;
+    replay_recorder rec;
+    replay_hook hooks[REPLAY_MAX_HOOKS];
+    size_t nhooks = 0;
+    uint64_t total_events;
+    cp_stream **sv = NULL;
+    replay_blocks b = {NULL, NULL, NULL};
+    cp_status st = CP_OK;
+    size_t i, k;
+    int rep, reps;
+    uint64_t live = 0;
+    double t0, t1;
+    cp_stats stats;
+
+    memset(out, 0, sizeof *out);
+    memset(&def, 0, sizeof def);
+    def.repeat = 1;
+    if (!o)
+        o = &def;
+    /* PyTorch's allocator model replays PyTorch's own operations (the
+     * two-step frees, empty_cache, the recorded addresses): replay_torch.c */
+    if (cp_torch_of(r))
+        return cp_trace_replay_torch(t, r, o, out);
+    if (o->recorded_addresses)
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind "
+                            "\"torch\" (the addresses are PyTorch's segments), not \"%s\"",
+                            cp_resource_kind(r));
+    reps = o->repeat > 1 ? o->repeat : 1;
+    total_events = (uint64_t)t->n * (uint64_t)reps;
+    sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
+    b.blk = calloc(t->nallocs ? t->nallocs : 1, sizeof *b.blk);
+    b.size = calloc(t->nallocs ? t->nallocs : 1, sizeof *b.size);
+    b.stream = calloc(t->nallocs ? t->nallocs : 1, sizeof *b.stream);
+    if (!sv || !b.blk || !b.size || !b.stream) {
+        st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+        goto done;
+    }
+    for (i = 0; i < t->n; i++)
+        if (!t->ops[i].is_free)
+            b.size[t->ops[i].ord] = t->ops[i].size;
+    if (o->record) {
+        st = replay_recorder_init(&rec, t, out);
+        if (st != CP_OK)
+            goto done;
+        hooks[nhooks++] = replay_recorder_hook(&rec);
+    }
+    /* Stream 0 is the default stream; every other trace stream gets its own. */
+    for (k = 0; k < t->nstreams; k++) {
+        if (t->streams[k] == 0 || o->single_stream || !cp_be)
+            continue;
+        st = cp_be->stream_create(&sv[k], 0, 0);
+        if (st != CP_OK)
+            goto done;
+    }
+
+    cp_resource_stats(r, &stats);
+    out->maps = stats.maps;
+    out->unmaps = stats.unmaps;
+    out->device_allocs = stats.device_allocs;
+    out->device_frees = stats.device_frees;
+    t0 = now_s();
+    for (rep = 0; rep < reps && st == CP_OK; rep++) {
+        replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
+        replay_hook *follow[REPLAY_MAX_HOOKS];
+        size_t h, nfollow = 0;
+        cp_status fs;
+        for (h = 0; h < nhooks && st == CP_OK; h++) {
+            int f = 1;
+            if (hooks[h].begin)
+                st = hooks[h].begin(hooks[h].self, &w, &f);
+            if (f)
+                follow[nfollow++] = &hooks[h];
+        }
+        if (st != CP_OK)
+            break;
+        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live);
+        fs = free_live(t, r, sv, &b, &live);
+        if (st == CP_OK)
+            st = fs;
+        if (out->stopped)
+            break;
+    }
+    t1 = now_s();
+    if (o->progress)
+        o->progress(o->progress_ud, out->events, total_events);
+    out->seconds = t1 - t0;
+    out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
+    cp_resource_stats(r, &stats);
+    if (stats.reserved_peak > CP_TRACE_BYTES_MAX && st == CP_OK) {
+        /* The trace's own figures are bounded at load; the pool's rounding
+         * may still take its reserved bytes past what is reported exactly. */
+        st = cp_error_set(CP_ERR_INVALID, "the pool's reserved peak (%llu bytes) is above "
+                          "2^63-1, the largest byte count a replay reports",
+                          (unsigned long long)stats.reserved_peak);
+    }
+    out->peak_reserved = stats.reserved_peak;
+    out->maps = stats.maps - out->maps;
+    out->unmaps = stats.unmaps - out->unmaps;
+    /* PyTorch's figures, as near as a pool of another kind has them */
+    out->peak_allocated = stats.used_peak;
+    out->device_allocs = stats.device_allocs - out->device_allocs;
+    out->device_frees = stats.device_frees - out->device_frees;
+    out->ooms = out->oom_attempts - out->oom_served;
+    out->reserved_over_live =
+        out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
+    if (o->synchronize && cp_be) {
+        for (k = 0; k < t->nstreams; k++)
+            cp_be->stream_synchronize(sv[k]);
+    }
+done:
+    if (sv) {
+        for (k = 0; k < t->nstreams; k++)
+            if (sv[k])
+                cp_be->stream_destroy(sv[k]);
+    }
+    free(sv);
+    free(b.blk);
+    free(b.size);
+    free(b.stream);
+    if (st != CP_OK)
+        cp_replay_result_fini(out);
+    return st;
+}

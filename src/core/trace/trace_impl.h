@@ -1,0 +1,60 @@
+/*
+ * trace_impl.h: a loaded trace as its loader (trace.c) leaves it and the
+ * replay (replay.c and its hooks) reads it; internal to trace/.
+ */
+#ifndef CUPOLA_TRACE_IMPL_H
+#define CUPOLA_TRACE_IMPL_H
+
+#include "trace.h"
+#include "trace_torch.h"
+
+/* One row as the replay needs it, 16 bytes: sizes of frees are those of
+ * their allocate, so the replay keeps no size table of its own. */
+typedef struct replay_op {
+    uint64_t size;
+    uint32_t ord;       /* the allocate's ordinal */
+    uint16_t stream;    /* index into streams[] */
+    uint16_t is_free;
+} replay_op;
+
+struct cp_trace {
+    char *path;
+    replay_op *ops;     /* built once loading succeeds */
+    size_t n, cap;
+    uint8_t *is_free;
+    uint32_t *ord;      /* allocate: its ordinal; free: the allocate's ordinal */
+    uint64_t *ptr;
+    uint64_t *size;
+    uint32_t *stream;   /* index into streams[] */
+    uint32_t *thread;
+    double *time;
+    size_t nallocs;
+    uint64_t *streams;  /* distinct Stream values, in order of appearance */
+    size_t nstreams;
+    cp_trace_info info;
+    int format;         /* 0: RMM CSV, 1: PyTorch snapshot */
+    /* PyTorch snapshots only (NULL / 0 for CSV): */
+    uint32_t *label;    /* per row: index + 1 into labels, 0 for none */
+    uint16_t *device;   /* per row */
+    char **labels;
+    size_t nlabels;
+    double *seg_time;   /* PyTorch's own reserved bytes over time */
+    uint64_t *seg_reserved;
+    size_t nseg;
+    /* The torch model's operations (trace_torch.h); for CSV, the rows. */
+    cp_trace_top *top;
+    size_t ntop;
+    cp_torch_segev *segev;
+    size_t nsegev;
+    /* requests PyTorch refused (`oom` entries): the row before which each
+     * came, its size and stream index, for the replay of any pool */
+    size_t *oom_row;
+    uint64_t *oom_size;
+    uint32_t *oom_stream;
+    size_t nooms;
+    int has_settings;
+    char torch_env[256];
+    char torch_settings[512];
+};
+
+#endif /* CUPOLA_TRACE_IMPL_H */
