@@ -8,6 +8,7 @@
 -- device call PyTorch made, in PyTorch's order (no divergence).
 local cupola = require "cupola"
 require "cupola.busted"
+local K = cupola.kernels
 local MiB = 1024 * 1024
 local DIR = "examples/traces/torch/"
 local truth = dofile(DIR .. "truth.lua")
@@ -397,6 +398,48 @@ describe("torch model: over the device", function()
     local c = p:alloc "1KiB" -- finds the event complete
     assert.equals(1024, p:stats()["active_bytes.all.current"])
     c:free()
+  end)
+
+  -- compute-sanitizer's initcheck shadows every device byte (vmm_spec.lua)
+  local SHADOW = os.getenv "CUPOLA_SANITIZER" == "initcheck" and 2 or 1
+
+  gpu_it("segments are cudaMalloc's: the device loses what the pool reserves", function()
+    cupola.synchronize()
+    local p <close> = cupola.pool { kind = "torch", upstream = "device" }
+    local free0 = cupola.mem_info()
+    local bs = {}
+    for i = 1, 6 do bs[i] = assert(p:alloc(50 * MiB + i)) end
+    local st = p:stats()
+    assert.equals(6 * 52 * MiB, st.reserved, "each rounded up to 2 MiB, in a segment of its own")
+    local lost = free0 - cupola.mem_info()
+    assert.is_true(math.abs(lost - SHADOW * st.reserved) <= 16 * MiB,
+      string.format("device lost %d, pool reserved %d", lost, st.reserved))
+    for i = 1, 6 do K.fill(bs[i], i, { type = "u8" }) end
+    for i = 1, 6 do assert.equals(i * (50 * MiB + i), K.checksum(bs[i], { type = "u8" })) end
+    for i = 1, 6 do bs[i]:free() end
+    p:empty_cache()
+    assert.is_true(math.abs(cupola.mem_info() - free0) <= 16 * MiB, "empty_cache gave them back")
+  end)
+
+  gpu_it("expandable segments map 20 MiB pages with the driver's VMM and unmap them", function()
+    cupola.synchronize()
+    local p <close> = cupola.pool { kind = "torch", upstream = "device", conf = "expandable_segments:True" }
+    local free0 = cupola.mem_info()
+    local a = assert(p:alloc(30 * MiB))
+    local b = assert(p:alloc(30 * MiB))
+    assert.equals(a.address + 30 * MiB, b.address, "one segment, grown in place")
+    local st = p:stats()
+    assert.equals(60 * MiB, st.reserved)
+    local lost = free0 - cupola.mem_info()
+    assert.is_true(math.abs(lost - SHADOW * st.reserved) <= 8 * MiB,
+      string.format("device lost %d, pool mapped %d", lost, st.reserved))
+    K.fill(a, 7, { type = "u8" }); K.fill(b, 9, { type = "u8" })
+    assert.equals(7 * 30 * MiB, K.checksum(a, { type = "u8" }))
+    assert.equals(9 * 30 * MiB, K.checksum(b, { type = "u8" }))
+    a:free(); b:free()
+    p:empty_cache()
+    assert.equals(0, p:stats().reserved)
+    assert.is_true(math.abs(cupola.mem_info() - free0) <= 8 * MiB, "the pages went back")
   end)
 
   it("passes the conformance battery", function()
