@@ -524,12 +524,12 @@ static int is_split(const cp_torch_block *b)
 }
 
 /* ---- counters -------------------------------------------------------------- */
+/* (allocated is not kept: it is current + freed, filled in when read) */
 static inline void s_inc(cp_torch_stat *s, uint64_t v)
 {
-    s->current += (int64_t)v;
-    if (s->current > s->peak)
-        s->peak = s->current;
-    s->allocated += (int64_t)v;
+    int64_t c = s->current + (int64_t)v;
+    s->current = c;
+    s->peak = c > s->peak ? c : s->peak;
 }
 
 static inline void s_dec(cp_torch_stat *s, uint64_t v)
@@ -723,15 +723,13 @@ static int gc_on(const cp_torch *t)
     return t->has_limit && t->conf.gc_threshold > 0.0;
 }
 
+/* The block get_free_block takes; it is left in the tree (alloc_found takes
+ * it out, or leaves its rest there in place). */
 static cp_torch_block *get_free_block(cp_torch *t, tpool *p, uint64_t stream, uint64_t size)
 {
-    cp_torch_block *b;
     if (gc_on(t))
         p->searches++;
-    b = find_free(t, p, stream, size);
-    if (b)
-        rb_erase(&p->blocks, &b->node);
-    return b;
+    return find_free(t, p, stream, size);
 }
 
 /* Merges src into dst when src is free, settled and mapped alike; returns
@@ -759,20 +757,67 @@ static uint64_t try_merge(cp_torch *t, cp_torch_block *dst, cp_torch_block *src)
 }
 
 /* A block whose streams are done goes back to its pool (free_block). */
+static int mergeable(const cp_torch_block *dst, const cp_torch_block *src)
+{
+    return src && !src->allocated && !src->events && !src->use && dst->mapped == src->mapped;
+}
+
+/* Whether a free block x (in the tree) may take key k = (stream, size, ptr)
+ * without moving: its successor is above k (k is above x's own key). */
+static int stays(const cp_torch_block *x, uint64_t size, uint64_t ptr)
+{
+    rbn *nx = rb_next((rbn *)(uintptr_t)&x->node);
+    const cp_torch_block *n;
+    if (!nx)
+        return 1;
+    n = blk_of(nx);
+    return n->stream > x->stream ||
+           (n->stream == x->stream && (n->size > size || (n->size == size && n->ptr > ptr)));
+}
+
 static void free_block(cp_torch *t, cp_torch_block *b)
 {
     tpool *p = pool_of(t, b);
     uint64_t orig = b->size, req = b->requested, sub;
     int64_t dblocks = 0, dbytes = 0;
-    if ((sub = try_merge(t, b, b->prev)) != 0) {
+    int mp = mergeable(b, b->prev), mn = mergeable(b, b->next);
+    if (mp != mn) {
+        /* One free neighbour x: the merged block takes x's place in the
+         * tree when nothing lies between x's key and the merged one (the
+         * usual case); the figures are PyTorch's, which merges x into b. */
+        cp_torch_block *x = mp ? b->prev : b->next;
+        uint64_t size = b->size + x->size, ptr = mp ? x->ptr : b->ptr;
+        if (stays(x, size, ptr)) {
+            sub = x->size;
+            if (mp) {
+                x->next = b->next;
+                if (x->next)
+                    x->next->prev = x;
+            } else {
+                x->prev = b->prev;
+                if (x->prev)
+                    x->prev->next = x;
+                x->ptr = b->ptr;
+            }
+            x->size = size;
+            x->gc_base = p->searches; /* as if inserted now */
+            dblocks = -1;
+            dbytes = -(int64_t)sub;
+            del_block(t, b);
+            b = x;
+            goto merged;
+        }
+    }
+    if (mp && (sub = try_merge(t, b, b->prev)) != 0) {
         dblocks--;
         dbytes -= (int64_t)sub;
     }
-    if ((sub = try_merge(t, b, b->next)) != 0) {
+    if (mn && (sub = try_merge(t, b, b->next)) != 0) {
         dblocks--;
         dbytes -= (int64_t)sub;
     }
     blocks_insert(p, b);
+merged:
     if (is_split(b)) {
         dblocks++;
         dbytes += (int64_t)b->size;
@@ -1252,14 +1297,26 @@ static int should_split(const cp_torch *t, const cp_torch_block *b, uint64_t siz
     return size < t->conf.max_split_size && rest > SMALL_SIZE;
 }
 
-static cp_torch_block *alloc_found(cp_torch *t, tpool *p, cp_torch_block *b, uint64_t stream,
-                                   uint64_t size, uint64_t orig)
+/* in_tree: b is still in the pool's tree (found there). */
+static cp_torch_block *alloc_found(cp_torch *t, tpool *p, cp_torch_block *b, int in_tree,
+                                   uint64_t stream, uint64_t size, uint64_t orig)
 {
     int was_split = is_split(b);
     if (should_split(t, b, size)) {
         cp_torch_block *rest = b, *nb = new_block(t);
+        rbn *pred;
         if (!nb)
             return NULL;
+        /* The rest keeps the block's node when no other block lies between
+         * its key and the block's (the usual case: it saves a removal and an
+         * insertion); else it goes in anew, as PyTorch inserts it. */
+        pred = in_tree ? rb_prev(&b->node) : NULL;
+        if (in_tree && pred &&
+            !(blk_of(pred)->stream < b->stream ||
+              (blk_of(pred)->stream == b->stream &&
+               (blk_of(pred)->size < b->size - size ||
+                (blk_of(pred)->size == b->size - size && blk_of(pred)->ptr < b->ptr + size)))))
+            rb_erase(&p->blocks, &b->node), in_tree = 0;
         nb->ptr = rest->ptr;
         nb->size = size;
         nb->stream = stream;
@@ -1272,7 +1329,10 @@ static cp_torch_block *alloc_found(cp_torch *t, tpool *p, cp_torch_block *b, uin
         rest->prev = nb;
         rest->ptr += size;
         rest->size -= size;
-        blocks_insert(p, rest);
+        if (in_tree)
+            rest->gc_base = p->searches; /* as if inserted now */
+        else
+            blocks_insert(p, rest);
         b = nb;
         if (!b->seg) {
             if (was_split) {
@@ -1282,9 +1342,13 @@ static cp_torch_block *alloc_found(cp_torch *t, tpool *p, cp_torch_block *b, uin
                 INC(t, inactive_split, b->small, 1);
             }
         }
-    } else if (was_split && !b->seg) {
-        DEC(t, inactive_split_bytes, b->small, b->size);
-        DEC(t, inactive_split, b->small, 1);
+    } else {
+        if (in_tree)
+            rb_erase(&p->blocks, &b->node);
+        if (was_split && !b->seg) {
+            DEC(t, inactive_split_bytes, b->small, b->size);
+            DEC(t, inactive_split, b->small, 1);
+        }
     }
     b->allocated = 1;
     b->requested = orig;
@@ -1304,6 +1368,7 @@ cp_status cp_torch_malloc(cp_torch *t, uint64_t orig, uint64_t stream, cp_torch_
     uint64_t size, alloc_size;
     tpool *p;
     cp_torch_block *b;
+    int in_tree;
 
     *out = NULL;
     if (!t->is_virtual && t->events)
@@ -1318,6 +1383,7 @@ cp_status cp_torch_malloc(cp_torch *t, uint64_t orig, uint64_t stream, cp_torch_
     if (alloc_size < size)
         alloc_size = size;
     b = get_free_block(t, p, stream, size);
+    in_tree = b != NULL;
     if (!b) {
         if (gc_on(t))
             garbage_collect(t);
@@ -1348,7 +1414,7 @@ cp_status cp_torch_malloc(cp_torch *t, uint64_t orig, uint64_t stream, cp_torch_
                             "OutOfMemoryError for %llu bytes (the device refused; %llu bytes in "
                             "segments)", (unsigned long long)size, (unsigned long long)t->total);
     }
-    b = alloc_found(t, p, b, stream, size, orig);
+    b = alloc_found(t, p, b, in_tree, stream, size, orig);
     if (!b)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     *out = b;
@@ -1498,7 +1564,17 @@ const cp_torch_conf *cp_torch_get_conf(const cp_torch *t)
 
 void cp_torch_get_stats(cp_torch *t, cp_torch_stats *out)
 {
+    cp_torch_stat *all[] = {out->allocation, out->segment, out->active, out->inactive_split,
+                            out->allocated_bytes, out->reserved_bytes, out->active_bytes,
+                            out->inactive_split_bytes, out->requested_bytes};
+    size_t i, k;
     *out = t->st;
+    for (i = 0; i < sizeof all / sizeof all[0]; i++)
+        for (k = 0; k < 3; k++)
+            all[i][k].allocated = all[i][k].current + all[i][k].freed;
+    out->oversize_allocations.allocated =
+        out->oversize_allocations.current + out->oversize_allocations.freed;
+    out->oversize_segments.allocated = out->oversize_segments.current + out->oversize_segments.freed;
 }
 
 uint64_t cp_torch_limit(const cp_torch *t)

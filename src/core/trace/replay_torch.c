@@ -89,6 +89,11 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         const cp_trace_top *op = v.top, *end = v.top + v.ntop;
         int rec_addr = o->record && rep == 0;
+        /* the loop keeps to locals (the calls would make the compiler
+         * reload the options on every operation) */
+        const uint64_t *streams = v.streams;
+        int single = o->single_stream, note = o->recorded_addresses && rep == 0;
+        void (*progress)(void *, uint64_t, uint64_t) = o->progress;
         if (rep == 0 && o->recorded_addresses) {
             cp_torch_use_recorded(m, v.segev, v.nsegev);
             out->recorded = 1;
@@ -98,10 +103,10 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             cp_torch_block *b;
             uint64_t addr;
             cp_status ms;
-            uint64_t stream = o->single_stream ? 0 : v.streams[op->stream];
-            if (__builtin_expect(o->progress && ((op - v.top) & 0xffff) == 0, 0))
-                o->progress(o->progress_ud, out->events + (uint64_t)(op - v.top), total_events);
-            if (__builtin_expect(o->recorded_addresses && rep == 0, 0))
+            uint64_t stream = single ? 0 : streams[op->stream];
+            if (__builtin_expect(progress && ((op - v.top) & 0xffff) == 0, 0))
+                progress(o->progress_ud, out->events + (uint64_t)(op - v.top), total_events);
+            if (__builtin_expect(note, 0))
                 cp_torch_set_event(m, (size_t)(op - v.top));
             switch (op->kind) {
             case CP_TOP_ALLOC:
