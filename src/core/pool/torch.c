@@ -538,20 +538,23 @@ static inline void s_dec(cp_torch_stat *s, uint64_t v)
     s->freed += (int64_t)v;
 }
 
-#define INC(t, arr, small, v)                               \
-    do {                                                    \
-        s_inc(&(t)->st.arr[CP_TORCH_ALL], (v));             \
-        s_inc(&(t)->st.arr[(small) ? 1 : 2], (v));          \
+/* A counter of a pool and of both: the pool's current and freed are kept,
+ * the aggregate's are their sums (filled in when read), and only the
+ * aggregate's peak needs following, at each increase. */
+#define INC(t, arr, small, v)                                                     \
+    do {                                                                          \
+        cp_torch_stat *a_ = (t)->st.arr;                                          \
+        int64_t c_;                                                               \
+        s_inc(&a_[(small) ? 1 : 2], (v));                                         \
+        c_ = a_[1].current + a_[2].current;                                       \
+        a_[0].peak = c_ > a_[0].peak ? c_ : a_[0].peak;                           \
     } while (0)
-#define DEC(t, arr, small, v)                               \
-    do {                                                    \
-        s_dec(&(t)->st.arr[CP_TORCH_ALL], (v));             \
-        s_dec(&(t)->st.arr[(small) ? 1 : 2], (v));          \
-    } while (0)
+#define DEC(t, arr, small, v) s_dec(&(t)->st.arr[(small) ? 1 : 2], (v))
 
 static void set_reserved(cp_torch *t)
 {
-    t->base.reserved = (uint64_t)t->st.reserved_bytes[CP_TORCH_ALL].current;
+    t->base.reserved =
+        (uint64_t)(t->st.reserved_bytes[1].current + t->st.reserved_bytes[2].current);
 }
 
 /* ---- the device, with recorded addresses ---------------------------------- */
@@ -1569,9 +1572,12 @@ void cp_torch_get_stats(cp_torch *t, cp_torch_stats *out)
                             out->inactive_split_bytes, out->requested_bytes};
     size_t i, k;
     *out = t->st;
-    for (i = 0; i < sizeof all / sizeof all[0]; i++)
+    for (i = 0; i < sizeof all / sizeof all[0]; i++) {
+        all[i][0].current = all[i][1].current + all[i][2].current;
+        all[i][0].freed = all[i][1].freed + all[i][2].freed;
         for (k = 0; k < 3; k++)
             all[i][k].allocated = all[i][k].current + all[i][k].freed;
+    }
     out->oversize_allocations.allocated =
         out->oversize_allocations.current + out->oversize_allocations.freed;
     out->oversize_segments.allocated = out->oversize_segments.current + out->oversize_segments.freed;
@@ -1690,7 +1696,8 @@ static void t_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes)
         if (blk_of(n)->size > big)
             big = blk_of(n)->size;
     *largest = big;
-    *free_bytes = t->total - (uint64_t)t->st.allocated_bytes[CP_TORCH_ALL].current;
+    *free_bytes = t->total - (uint64_t)(t->st.allocated_bytes[1].current +
+                                        t->st.allocated_bytes[2].current);
 }
 
 static void t_destroy(cp_resource *r)
