@@ -425,8 +425,7 @@ static cp_torch_block *new_block(cp_torch *t)
         b = t->spare;
     }
     t->spare = b->pnext;
-    memset(b, 0, sizeof *b);
-    b->mapped = 1;
+    *b = (cp_torch_block){.mapped = 1};
     return b;
 }
 
