@@ -171,26 +171,49 @@ put("")
 
 put("## 4. Speed")
 put("")
-put("A replay through the model over the virtual upstream, one stream, the best of 7 (ns per")
-put("operation: each malloc, free, completion or refused request the snapshot records).")
+put("A replay through the model over the virtual upstream, one stream, the best of 7. An operation")
+put("is a malloc, a free, a completion or a refused request the snapshot records; an entry is one of")
+put("the snapshot's own entries (segment entries and the free_completed that follow their")
+put("free_requested at once included), so ns per entry is the time over the whole snapshot.")
 put("")
-put("| snapshot | conf | operations | ns per operation |")
-put("| --- | --- | --- | --- |")
+put("| snapshot | conf | operations | entries | ns per operation | ns per entry |")
+put("| --- | --- | --- | --- | --- | --- |")
 for _, name in ipairs { "gpt2_beam_search.default", "gpt2_beam_search.expandable",
                         "gpt2_beam_search.pow2div4", "t5_train_varlen.default",
                         "convnext_multires_train.default" } do
   local r = by[name]
   local t <close> = cupola.trace.load(DIR .. name .. ".cpsnap.gz")
-  local best, ops = math.huge, 0
+  local best, ops, secs = math.huge, 0, math.huge
   for _ = 1, 7 do
     local p <close> = pool(r)
     local x = t:replay(p, { progress = false })
     ops = x.events
     if x.ns_per_event < best then best = x.ns_per_event end
+    if x.seconds < secs then secs = x.seconds end
   end
-  put(string.format("| %s | `%s` | %d | %.1f |", name, r.conf, ops, best))
+  put(string.format("| %s | `%s` | %d | %d | %.1f | %.1f |", name, r.conf, ops, r.events, best,
+    secs * 1e9 / r.events))
 end
 put("")
+
+do
+  -- instructions per operation (callgrind: repeatable where the clock is not)
+  local ok = os.execute "command -v valgrind >/dev/null 2>&1"
+  if ok then
+    put("Instructions per operation (callgrind, `sh bench/torch_speed.sh`: inside the replay loop")
+    put("only; repeatable, unlike the clock on a shared machine):")
+    put("")
+    for _, a in ipairs { { "gpt2_beam_search.default", "" },
+                         { "gpt2_beam_search.expandable", "expandable_segments:True" } } do
+      local p = io.popen(string.format("sh bench/torch_speed.sh %s %q 2>/dev/null",
+        DIR .. a[1] .. ".cpsnap.gz", a[2]))
+      local line = p and p:read "l"
+      if p then p:close() end
+      if line then put("- " .. line) end
+    end
+    put("")
+  end
+end
 
 if out then
   local f = assert(io.open(out, "w"))
