@@ -358,6 +358,24 @@ describe("torch model: replays of other traces and pools", function()
     assert.equals(one, res.peak_reserved)
   end)
 
+  it("records the reserved line and the addresses for a timeline", function()
+    local t <close> = cupola.trace.load(DIR .. "resnet50_train.default.cpsnap.gz")
+    local p <close> = torch_pool ""
+    local res = t:replay(p, { record = true, addresses = "recorded" })
+    local rec = res.recording
+    assert.equals(by_name["resnet50_train.default"].device_allocs + 1, #rec.reserved,
+      "a point before the first event and one at each new segment")
+    assert.equals(res.peak_reserved, rec.reserved[#rec.reserved])
+    for i = 2, #rec.events do assert.is_true(rec.events[i] >= rec.events[i - 1]) end
+    assert.equals(8 * t.allocs, #rec.addresses)
+    local path = os.tmpname()
+    cupola.timeline(res, path)
+    local f = assert(io.open(path))
+    assert.matches("<html", f:read "a")
+    f:close()
+    os.remove(path)
+  end)
+
   it("the bump address model predicts too, less well", function()
     local t <close> = cupola.trace.load(DIR .. "gpt2_train.default.cpsnap.gz")
     local p <close> = torch_pool("", { address_model = "bump" })

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "snapshot.h"
+#include "trace_impl.h"
 #include "trace_torch.h"
 
 /* What the replay holds for an allocation ordinal. */
@@ -39,6 +40,62 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* opts.record: the pool's reserved bytes where they changed, by the trace's
+ * row (what timelines draw against), and the rows of each allocation and
+ * free, to find them from the operations. */
+typedef struct recorder {
+    uint32_t *alloc_row, *free_row; /* by ordinal */
+    size_t cap;
+    size_t row;                     /* the last row an operation stood at */
+} recorder;
+
+static cp_status rec_point(cp_replay_result *out, recorder *rc, uint64_t reserved)
+{
+    if (out->nrec && out->rec_reserved[out->nrec - 1] == reserved)
+        return CP_OK;
+    if (out->nrec == rc->cap) {
+        size_t nc = rc->cap ? 2 * rc->cap : 1024;
+        uint64_t *a = (uint64_t *)realloc(out->rec_event, nc * sizeof *a), *b;
+        if (!a)
+            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
+        out->rec_event = a;
+        b = (uint64_t *)realloc(out->rec_reserved, nc * sizeof *b);
+        if (!b)
+            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
+        out->rec_reserved = b;
+        rc->cap = nc;
+    }
+    out->rec_event[out->nrec] = rc->row;
+    out->rec_reserved[out->nrec++] = reserved;
+    return CP_OK;
+}
+
+static cp_status rec_init(recorder *rc, const cp_trace *t)
+{
+    size_t i;
+    memset(rc, 0, sizeof *rc);
+    rc->alloc_row = (uint32_t *)calloc(t->nallocs ? t->nallocs : 1, sizeof *rc->alloc_row);
+    rc->free_row = (uint32_t *)calloc(t->nallocs ? t->nallocs : 1, sizeof *rc->free_row);
+    if (!rc->alloc_row || !rc->free_row)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+    for (i = 0; i < t->n; i++) {
+        if (t->is_free[i])
+            rc->free_row[t->ord[i]] = (uint32_t)i;
+        else
+            rc->alloc_row[t->ord[i]] = (uint32_t)i;
+    }
+    return CP_OK;
+}
+
+/* The row operation op stands at. */
+static void rec_row(recorder *rc, const cp_trace_top *op)
+{
+    if (op->kind == CP_TOP_ALLOC)
+        rc->row = rc->alloc_row[op->ord];
+    else if ((op->kind == CP_TOP_FREE && !op->flag) || op->kind == CP_TOP_DONE)
+        rc->row = rc->free_row[op->ord];
 }
 
 /* The next malloc (ALLOC or OOM) after operation i. */
@@ -58,6 +115,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     handle *h = NULL;
     cp_torch_stats st0, st1;
     cp_status st = CP_OK;
+    recorder rc;
     int rep, reps = o->repeat > 1 ? o->repeat : 1;
     uint64_t total_events, live = 0, peak = 0, failed = 0, skipped = 0;
     double t0, t1;
@@ -74,11 +132,19 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     h = (handle *)calloc(v.nallocs ? v.nallocs : 1, sizeof *h);
     if (!h)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+    memset(&rc, 0, sizeof rc);
     if (o->record) {
         out->rec_addr = (uint64_t *)calloc(v.nallocs ? v.nallocs : 1, sizeof *out->rec_addr);
-        if (!out->rec_addr) {
+        st = out->rec_addr ? rec_init(&rc, t)
+                           : cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+        if (st == CP_OK)
+            st = rec_point(out, &rc, cp_resource_reserved(r));
+        if (st != CP_OK) {
             free(h);
-            return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+            free(rc.alloc_row);
+            free(rc.free_row);
+            cp_replay_result_fini(out);
+            return st;
         }
         out->naddr = v.nallocs;
     }
@@ -181,6 +247,12 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             default:
                 break;
             }
+            if (__builtin_expect(rec_addr, 0)) {
+                rec_row(&rc, op);
+                st = rec_point(out, &rc, cp_resource_reserved_locked(r));
+                if (st != CP_OK)
+                    goto stop;
+            }
         }
     stop:
         out->events += (uint64_t)(op - v.top);
@@ -228,6 +300,8 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                      (uint64_t)(st1.allocation[CP_TORCH_ALL].freed - st0.allocation[CP_TORCH_ALL].freed),
                      failed, peak);
     free(h);
+    free(rc.alloc_row);
+    free(rc.free_row);
     if (st != CP_OK)
         cp_replay_result_fini(out);
     return st;
