@@ -6,6 +6,7 @@
 #   make demo       deps, build, run the main experiment
 #   make bench      the binding's cost beside the C it wraps, and the multi-stream comparison
 #   make gpu-check  on the GPU machine: build, suite with #gpu, compute-sanitizer, examples, bench
+#   make torch-allocator  build/libcupola_torch.so: cupola's pools in PyTorch (CUDA only)
 #   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR; alone: PREFIX=/usr/local)
 #   make test-install  only spec/install_spec.lua: `luarocks make` into a temporary tree, used
 #                      from another directory (make test runs it too)
@@ -71,7 +72,7 @@ DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
-.PHONY: all deps test test-c test-lua demo bench gpu-check install clean FORCE
+.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator FORCE
 all: $(MODULE)
 
 # The build's configuration, rewritten only when it changes: objects depend
@@ -108,11 +109,42 @@ $(DLINK_OBJ): $(RDC_OBJ)
 
 -include $(DEPFILES)
 
+# ---- make torch-allocator: cupola's pools inside PyTorch -------------------
+# build/libcupola_torch.so for torch.cuda.memory.CUDAPluggableAllocator
+# (src/torch/pluggable.h: CUPOLA_TORCH_POOL, streams, record_stream): the C
+# core and its CUDA backend, no Lua, exporting only cupola_torch_*
+# (src/torch/exports.map).  Skipped where there is no CUDA Toolkit.  Its C
+# logic (pluggable.c) is also linked into tests/c/test_torch_pluggable.c,
+# which runs on the host backend anywhere.
+TORCH_LIB := $(BUILD)/libcupola_torch.so
+TORCH_C_OBJ := $(OBJ)/torch/pluggable.o
+$(OBJ)/torch/%.o: src/torch/%.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+$(OBJ)/torch/entry.o: src/torch/entry.cpp $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -fPIC -fvisibility=hidden -Wall -Wextra -pedantic -Wshadow -Wcast-qual -Wundef \
+	    $(CFLAGS) $(EXTRA_CFLAGS) -Isrc/torch -MMD -MP -c -o $@ $<
+$(TORCH_LIB): $(TORCH_C_OBJ) $(OBJ)/torch/entry.o $(CORE_OBJ) $(CU_OBJ) src/torch/exports.map
+	@mkdir -p $(dir $@)
+	$(CXX) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(TORCH_C_OBJ) $(OBJ)/torch/entry.o \
+	    $(CORE_OBJ) $(CU_OBJ) -Wl,--version-script=src/torch/exports.map -Wl,--no-undefined $(LDLIBS)
+ifeq ($(HAVE_CUDA),1)
+torch-allocator: $(TORCH_LIB)
+else
+torch-allocator:
+	@echo "torch-allocator: no CUDA Toolkit (nvcc) in this build: skipped"
+endif
+-include $(TORCH_C_OBJ:.o=.d) $(OBJ)/torch/entry.d
+
 # C-level tests of the core (no Lua): each tests/c/test_*.c is a program.
+# (test_torch_pluggable also links the torch allocator's C logic.)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
+$(BUILD)/tests/test_torch_pluggable: $(TORCH_C_OBJ)
+$(BUILD)/tests/test_torch_pluggable: TEST_EXTRA_OBJ := $(TORCH_C_OBJ)
 $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
 # The seeds' benchmark written directly in CUDA C, beside the Lua version.
@@ -187,7 +219,8 @@ gpu-check:
 # install` alone installs under PREFIX in the layout Lua 5.4 searches by
 # default.  Besides the module and bin/cupola: the traces, which
 # cupola.trace.find looks for beside the installed trace.lua, and the public
-# C headers (whichever exist) for allocators and kernels of one's own.
+# C headers (whichever exist) for allocators and kernels of one's own; with
+# CUDA, libcupola_torch.so (make torch-allocator) beside core.so.
 PREFIX ?= /usr/local
 LUADIR ?= $(PREFIX)/share/lua/5.4
 LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -196,9 +229,10 @@ PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
 TRACE_FILES    := $(filter-out examples/traces/torch,$(wildcard examples/traces/*))
 # PyTorch's allocator's ground truth (snapshots and figures), in a folder of its own
 TORCH_TRACES   := $(wildcard examples/traces/torch/*)
-install: all
+install: all torch-allocator
 	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces/torch $(DESTDIR)$(BINDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
+	if [ -f $(TORCH_LIB) ]; then install -m 755 $(TORCH_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_torch.so; fi
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
 	install -m 644 $(TORCH_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/

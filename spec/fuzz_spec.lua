@@ -116,7 +116,8 @@ function World:open_pool()
   else
     rec.handle = assert(cupola.pool {
       kind = cfg.kind, upstream = cfg.upstream, alignment = cfg.alignment,
-      max = cfg.max, reuse = cfg.reuse, initial = cfg.initial,
+      max = cfg.max, reuse = cfg.reuse, initial = cfg.initial, bin_growth = cfg.bin_growth,
+      min_bin = cfg.min_bin, max_bin = cfg.max_bin, max_cached_bytes = cfg.max_cached_bytes,
     })
     rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
   end
@@ -418,6 +419,18 @@ do
         cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
       configs[#configs + 1] = cfg
     end
+  end
+  -- kind "cub" after the others (their draws stay as they were), with
+  -- CUB's settings drawn too; no alignment beyond the upstream's, no initial
+  for _, up in ipairs(upstreams) do
+    local g = r.pick { { 2, 8, 22 }, { 4, 4, 11 }, { 8, 3, 7 } }
+    local cfg = { kind = "cub", upstream = up, alignment = 256, reuse = r.pick(reuses),
+      bin_growth = g[1], min_bin = g[2], max_bin = g[3],
+      max_cached_bytes = r.pick { 0, MiB, 6291455, 64 * MiB } }
+    if r.chance(0.4) then cfg.max = 16 * MiB end
+    cfg.name = string.format("cub/%s (bins %d^%d..%d, cache %d, reuse %s%s)", up, g[1], g[2], g[3],
+      cfg.max_cached_bytes, cfg.reuse, cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
+    configs[#configs + 1] = cfg
   end
   -- PyTorch's allocator model under settings drawn from the seed (no max with
   -- expandable segments: PyTorch maps whole 20 MiB pages after checking the

@@ -83,7 +83,7 @@ end)
 describe("misuse: pools", function()
   it("an unknown kind lists the kinds", function()
     raises(function() cupola.pool { kind = "buddy" } end,
-      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, torch, not 'buddy'")
+      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, not 'buddy'")
   end)
 
   it("an unknown upstream lists the upstreams", function()

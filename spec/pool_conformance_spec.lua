@@ -12,7 +12,7 @@ local K = cupola.kernels
 
 -- The kinds held to the battery: a new allocator is one more entry (with its
 -- stream-safety cases below, if it reuses blocks across streams).
-local kinds = { "arena", "freelist", "tlsf", "caching", "vmm" }
+local kinds = { "arena", "freelist", "tlsf", "caching", "vmm", "cub" }
 local upstreams = { "device", "async", "managed", "pinned", "virtual" }
 -- vmm maps device memory itself: no async, managed or pinned upstream
 local function serves(kind, up)
@@ -20,11 +20,14 @@ local function serves(kind, up)
 end
 
 -- A factory: the pool options of the case, with those the battery asks for.
+-- (CUB's allocator reserves nothing at creation: kind "cub" refuses
+-- `initial`, so the factory leaves it out.)
 local function factory(base)
   return function(o)
     local t = {}
     for k, v in pairs(base) do t[k] = v end
     for k, v in pairs(o) do t[k] = v end
+    if t.kind == "cub" then t.initial = nil end
     return cupola.pool(t)
   end
 end
@@ -73,7 +76,7 @@ end
 for _, case in ipairs { { "freelist", "device", "4MiB" }, { "tlsf", "device", "4MiB" },
   { "caching", "device", "4MiB" }, { "freelist", "async", "4MiB" }, { "tlsf", "async", "4MiB" },
   { "caching", "async", "4MiB" }, { "tlsf", "async", 0 }, { "tlsf", "device", 0 },
-  { "vmm", "device", "4MiB" }, { "vmm", "device", 0 } } do
+  { "vmm", "device", "4MiB" }, { "vmm", "device", 0 }, { "cub", "device", 0 }, { "cub", "async", 0 } } do
   local kind, upstream, initial = case[1], case[2], case[3]
   describe(kind .. " over " .. upstream .. " (initial " .. initial .. ")", function()
     it("never hands a block to another stream before it is safe, under each reuse policy", function()

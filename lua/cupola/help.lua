@@ -170,6 +170,7 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "vmm" | "plugin"
+            | "cub"
             | "torch" (PyTorch 2.11's caching allocator, exactly)
   torch: conf= (PYTORCH_CUDA_ALLOC_CONF syntax), max= (PyTorch's allowed
     maximum), device_memory=, address_model="driver" | "bump"; upstream
@@ -178,6 +179,8 @@ cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   plugin: path= (a .so) or source= (C, compiled and cached), symbol= (its
     const cupola_allocator, <cupola/allocator.h> in cupola.include_dir),
     options= (a string for its create)
+  cub: CUB's CachingDeviceAllocator, exactly: bin_growth=8, min_bin=3,
+    max_bin=7, max_cached_bytes=6291455 (CUB's defaults; no initial)
   upstream  "device" (default) | "async" | "managed" | "pinned" | "virtual"
   initial=0 bytes reserved at creation   grow=true may reserve more
   max=0 (none) limit on reserved         alignment=256 (a power of two)
@@ -190,7 +193,8 @@ p:reset()         arena only: frees every block (its buffers become closed)
 p:empty_cache()   torch only: torch.cuda.empty_cache();  p:settings() torch only
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers (vmm: page_bytes,
-  pages_mapped, maps, unmaps)
+  pages_mapped, maps, unmaps; cub: device_allocs, device_frees,
+  device_alloc_failures, retries, cached_bytes, cached_blocks, live_bytes)
 p:close()         raises while buffers are live
 Fields: p.kind, p.upstream, p.reuse, p.alignment, p.closed.
 cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:

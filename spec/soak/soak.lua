@@ -355,7 +355,7 @@ end
 
 local trace = cupola.trace.load(cupola.trace.find "resnet50_train")
 local snapshot = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
-local replay_kinds = { "arena", "freelist", "tlsf", "caching", "vmm" }
+local replay_kinds = { "arena", "freelist", "tlsf", "caching", "vmm", "cub" }
 local function op_replay()
   local kind = replay_kinds[math.random(#replay_kinds)]
   local p <close> = cupola.pool { kind = kind, upstream = "virtual" }

@@ -201,6 +201,39 @@ static void torch_options(lua_State *L, l_pool *p)
     }
 }
 
+/* kind = "cub": CachingDeviceAllocator's four settings (pool/cub.c checks
+ * their ranges; here only their types and signs).  Absent ones take CUB's
+ * defaults. */
+static void cub_options(lua_State *L, l_pool *p)
+{
+    static const char *const names[] = {"bin_growth", "min_bin", "max_bin"};
+    static const lua_Integer defs[] = {8, 3, 7};
+    uint64_t *dst[] = {&p->opts.cub_bin_growth, &p->opts.cub_min_bin, &p->opts.cub_max_bin};
+    int i, any = 0;
+    for (i = 0; i < 3; i++) {
+        int isint;
+        lua_Integer v = defs[i];
+        if (lua_getfield(L, 1, names[i]) != LUA_TNIL) {
+            any = 1;
+            v = lua_tointegerx(L, -1, &isint);
+            if (!isint || v < 0)
+                luaL_error(L, "cupola.pool: option '%s' must be a non-negative integer, not %s",
+                           names[i], luaL_tolstring(L, -1, NULL));
+        }
+        lua_pop(L, 1);
+        *dst[i] = (uint64_t)v;
+    }
+    lua_getfield(L, 1, "max_cached_bytes");
+    any |= !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (any && strcmp(p->kind, "cub") != 0)
+        luaL_error(L, "cupola.pool: options 'bin_growth', 'min_bin', 'max_bin' and "
+                      "'max_cached_bytes' are for kind 'cub', not '%s'", p->kind);
+    /* CUB's default constructor's cap: 3 * 8^7 - 1 bytes */
+    p->opts.cub_max_cached_bytes = l_optsize_field(L, 1, "max_cached_bytes", 6291455);
+    p->opts.cub_given = 1;
+}
+
 /* Each Pool gets a metatable of its own whose __index is a table: the
  * methods and the pool's fields, all constant but `closed` (which
  * pool_mark_closed updates).  `p:alloc` then costs the VM one table lookup
@@ -265,8 +298,9 @@ static int pool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
                                        "release_threshold", "reuse", "fallback", "limit", "log",
-                                       "path", "source", "symbol", "options", "device", "conf",
-                                       "device_memory", "address_model", NULL};
+                                       "path", "source", "symbol", "options", "device",
+                                       "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
+                                       "conf", "device_memory", "address_model", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;
@@ -304,6 +338,7 @@ static int pool_new(lua_State *L)
     log = l_optstring_field(L, 1, "log", NULL);
     plugin_options(L, p);
     torch_options(L, p);
+    cub_options(L, p);
 
     p->ref = (l_poolref *)calloc(1, sizeof *p->ref);
     if (!p->ref)
@@ -526,15 +561,20 @@ static int pool_stats(lua_State *L)
         SETI(maps);
         SETI(unmaps);
     }
+    SETI(device_allocs);
+    SETI(device_frees);
 #undef SETI
+    {
+        int i;
+        for (i = 0; i < s.nextra; i++) {
+            lua_pushinteger(L, (lua_Integer)s.extra[i].value);
+            lua_setfield(L, -2, s.extra[i].name);
+        }
+    }
     lua_pushnumber(L, s.fragmentation);
     lua_setfield(L, -2, "fragmentation");
     lua_pushinteger(L, p->ref->live);
     lua_setfield(L, -2, "live_buffers");
-    lua_pushinteger(L, (lua_Integer)s.device_allocs);
-    lua_setfield(L, -2, "device_allocs");
-    lua_pushinteger(L, (lua_Integer)s.device_frees);
-    lua_setfield(L, -2, "device_frees");
     if (cp_torch_of(p->ref->r))
         push_torch_stats(L, cp_torch_of(p->ref->r));
     return 1;

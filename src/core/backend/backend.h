@@ -212,6 +212,15 @@ typedef struct cp_backend {
     /* dev's legacy default stream as a stream of that device (NULL where one
      * legacy stream serves every device, as on the host); never destroyed */
     cp_stream *(*stream_legacy)(int dev);
+    /* A stream made elsewhere as a stream of device dev: native is the
+     * cudaStream_t another library created (PyTorch hands one to its
+     * pluggable allocator).  It gets an id of its own, and stream_destroy
+     * frees only the wrapper, never the foreign stream, whose owner keeps it
+     * alive while cupola uses it.  NULL (and cudaStreamLegacy) is the legacy
+     * stream: *out = NULL.  Host: there is no native stream to wrap; a new
+     * stream of the emulated device stands for the handle, so code that maps
+     * foreign handles runs on both backends. */
+    cp_status (*stream_wrap)(cp_stream **out, void *native, int dev);
     cp_status (*mem_alloc_on)(int dev, void **out, size_t bytes, cp_memkind kind);
     /* frees memory of mem_alloc_on (or mem_alloc) of device dev */
     cp_status (*mem_free_on)(int dev, void *p, cp_memkind kind);

@@ -47,6 +47,7 @@ struct cp_stream {
     cudaStream_t h;
     uint64_t id;
     int dev;
+    int foreign; /* stream_wrap: the handle is another library's */
 };
 
 struct cp_event {
@@ -410,6 +411,7 @@ static cp_status cuda_stream_create_on(cp_stream **out, int dev, int priority, i
     }
     s->id = atomic_fetch_add(&next_stream_id, 1);
     s->dev = dev;
+    s->foreign = 0;
     *out = s;
     return CP_OK;
 }
@@ -420,12 +422,39 @@ static cp_status cuda_stream_create(cp_stream **out, int priority, int blocking)
     return cuda_stream_create_on(out, CP_DEVICE, priority, blocking);
 }
 
+/* Another library's stream (PyTorch's, handed to a pluggable allocator). */
+static cp_status cuda_stream_wrap(cp_stream **out, void *native, int dev)
+{
+    CP_GUARD();
+    cp_stream *s;
+    cp_status st;
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "stream_wrap: out is NULL");
+    *out = NULL;
+    if ((st = check_device(dev)) != CP_OK)
+        return st;
+    if (!native || (cudaStream_t)native == cudaStreamLegacy)
+        return CP_OK;
+    if (!(s = malloc(sizeof *s)))
+        return cp_error_set(CP_ERR_OOM, "stream_wrap: out of host memory");
+    s->h = (cudaStream_t)native;
+    s->id = atomic_fetch_add(&next_stream_id, 1);
+    s->dev = dev;
+    s->foreign = 1;
+    *out = s;
+    return CP_OK;
+}
+
 static cp_status cuda_stream_destroy(cp_stream *s)
 {
     CP_GUARD();
     cudaError_t e;
     if (!s || s->id == 0) /* the default stream is not ours to destroy */
         return CP_OK;
+    if (s->foreign) { /* its owner destroys the stream itself */
+        free(s);
+        return CP_OK;
+    }
     /* Returns at once; work still queued completes first (no sync). */
     if (use_device(s->dev) != CP_OK)
         (void)cudaGetLastError(); /* shutting down: destroy tolerates it */
@@ -1897,6 +1926,7 @@ const cp_backend cp_backend_cuda = {
     .stream_create_on = cuda_stream_create_on,
     .stream_device = cuda_stream_device,
     .stream_legacy = cuda_stream_legacy,
+    .stream_wrap = cuda_stream_wrap,
     .mem_alloc_on = cuda_mem_alloc_on,
     .mem_free_on = cuda_mem_free_on,
     .mempool_default_on = cuda_mempool_default_on,

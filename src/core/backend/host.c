@@ -898,6 +898,19 @@ static cp_status h_stream_create(cp_stream **out, int priority, int blocking)
     return h_stream_create_on(out, tl_device, priority, blocking);
 }
 
+/* No native streams on the host: a new stream stands for the handle (0 and
+ * 1, the legacy stream's handles, are the legacy stream). */
+static cp_status h_stream_wrap(cp_stream **out, void *native, int dev)
+{
+    CP_GUARD();
+    if (!out)
+        return cp_error_set(CP_ERR_INVALID, "stream_wrap: out is NULL");
+    *out = NULL;
+    if ((uintptr_t)native <= 1)
+        return check_device(dev);
+    return h_stream_create_on(out, dev, 0, 0);
+}
+
 static cp_status h_stream_destroy(cp_stream *s)
 {
     CP_GUARD();
@@ -2206,6 +2219,7 @@ const cp_backend cp_backend_host = {
     .stream_create_on = h_stream_create_on,
     .stream_device = h_stream_device,
     .stream_legacy = h_stream_legacy,
+    .stream_wrap = h_stream_wrap,
     .mem_alloc_on = h_mem_alloc_on,
     .mem_free_on = h_mem_free_on,
     .mempool_default_on = h_mempool_default_on,

@@ -22,6 +22,7 @@ static const struct {
     {"caching", cp_caching_create},
     {"vmm", cp_vmm_create},
     {"plugin", cp_plugin_create},
+    {"cub", cp_cub_create},
     {"torch", cp_torch_create},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])

@@ -9,6 +9,7 @@
 #include "resource_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct limit_res {
     cp_resource base;
@@ -59,6 +60,9 @@ static void lim_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    /* and the wrapped pool's figures of its own */
+    memcpy(out->extra, st.extra, sizeof out->extra);
+    out->nextra = st.nextra;
     out->device_allocs = st.device_allocs;
     out->device_frees = st.device_frees;
 }

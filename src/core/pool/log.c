@@ -15,6 +15,8 @@
  * The file is flushed at trim() and closed when the adaptor is destroyed.
  */
 #include "resource_impl.h"
+
+#include <string.h>
 #include "streamorder.h"
 
 #include <stdio.h>
@@ -100,6 +102,9 @@ static void log_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    /* and the wrapped pool's figures of its own */
+    memcpy(out->extra, st.extra, sizeof out->extra);
+    out->nextra = st.nextra;
     out->device_allocs = st.device_allocs;
     out->device_frees = st.device_frees;
 }

@@ -179,10 +179,13 @@ void cp_resource_stats(cp_resource *r, cp_stats *out)
     out->reserved = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
     if (r->ops->free_info)
         r->ops->free_info(r, &largest, &fb);
+    out->nextra = 0;
     if (r->ops->vm_info)
         r->ops->vm_info(r, out);
     if (r->ops->device_calls)
         r->ops->device_calls(r, &out->device_allocs, &out->device_frees);
+    if (r->ops->extra_stats)
+        r->ops->extra_stats(r, out);
     cp_unlock(&r->lock);
     out->largest_free = largest;
     out->free_bytes = fb;

@@ -25,6 +25,7 @@ extern "C" {
 typedef struct cp_resource cp_resource;
 
 /* Statistics of one resource, in bytes unless named otherwise. */
+#define CP_STATS_EXTRA 12
 typedef struct cp_stats {
     uint64_t used;          /* sum of the sizes of live blocks, as requested */
     uint64_t used_peak;
@@ -45,6 +46,14 @@ typedef struct cp_stats {
      * creation, where the pool counts them (0 otherwise) */
     uint64_t device_allocs;
     uint64_t device_frees;
+    /* Figures of one kind of pool under names of its own (cub: its
+     * upstream calls, retries and cache), in the order the pool gives them;
+     * names are static strings. */
+    struct {
+        const char *name;
+        uint64_t value;
+    } extra[CP_STATS_EXTRA];
+    int nextra;
 } cp_stats;
 
 /* How a block freed on one stream may be reused on another (seed 001). */
@@ -92,7 +101,20 @@ typedef struct cp_pool_opts {
     const char *torch_conf;
     uint64_t torch_device_memory;
     int torch_bump_addresses;
+    /* kind "cub" (pool/cub.c): CachingDeviceAllocator's constructor
+     * arguments; cub_given 0 means CUB's defaults for all four (8, 3, 7,
+     * 3 * 8^7 - 1), and then the four fields are not read */
+    int cub_given;
+    uint64_t cub_bin_growth, cub_min_bin, cub_max_bin;
+    uint64_t cub_max_cached_bytes;
 } cp_pool_opts;
+
+/* A pool described in one string, "KIND[,KEY=VALUE]..." (pool/spec.c says
+ * which keys): fills *o with cupola.pool's defaults and the spec's values;
+ * o->kind points into kind (kindlen bytes).  CP_ERR_INVALID naming the
+ * key and value that are wrong.  Ranges a kind checks itself (cub's bins)
+ * are checked by cp_pool_create. */
+cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen);
 
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
  * CP_ERR_OOM when the initial reservation cannot be had. */

@@ -223,10 +223,13 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->unmaps = stats.unmaps;
     out->device_allocs = stats.device_allocs;
     out->device_frees = stats.device_frees;
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value; /* subtracted at the end */
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
-        replay_hook *follow[REPLAY_MAX_HOOKS];
+        replay_hook *follow[REPLAY_MAX_HOOKS] = {NULL};
         size_t h, nfollow = 0;
         cp_status fs;
         for (h = 0; h < nhooks && st == CP_OK; h++) {
@@ -266,6 +269,10 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->device_allocs = stats.device_allocs - out->device_allocs;
     out->device_frees = stats.device_frees - out->device_frees;
     out->ooms = out->oom_attempts - out->oom_served;
+    /* a pool that counts retries of its own (cub) under that name */
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value - out->retries;
     out->reserved_over_live =
         out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
     if (o->synchronize && cp_be) {

@@ -1,0 +1,212 @@
+/*
+ * spec.c: a pool described in one string, for C entry points that take their
+ * configuration as text (the PyTorch allocator reads CUPOLA_TORCH_POOL).
+ *
+ *   KIND[,KEY=VALUE]...     e.g. "vmm", "tlsf,initial=1GiB,release_threshold=4GiB",
+ *                           "cub,bin_growth=4,max_cached_bytes=256MiB"
+ *
+ * KIND: any of cp_pool_kind_name's but plugin (which needs a path and a
+ * symbol, which a spec does not carry).  KEYs, as cupola.pool's options:
+ * upstream (device, async, managed, pinned, virtual), initial, max,
+ * alignment, release_threshold (sizes: 4096, 64KiB, 1.5GiB), grow, fallback
+ * (true, false), reuse (stream, event, wait), and for cub bin_growth,
+ * min_bin, max_bin (integers) and max_cached_bytes (a size).  Blanks around
+ * names and values are ignored; a key given twice, an unknown key or a bad
+ * value is an error naming it.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "resource.h"
+#include "size.h"
+
+static const char *const spec_keys[] = {
+    "upstream", "initial", "max", "alignment", "release_threshold", "grow", "fallback", "reuse",
+    "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
+};
+#define NKEYS (sizeof spec_keys / sizeof spec_keys[0])
+
+static const char *key_name(int i)
+{
+    return i >= 0 && (size_t)i < NKEYS ? spec_keys[i] : NULL;
+}
+
+/* [b, e) without the blanks around it. */
+static void trim(const char **b, const char **e)
+{
+    while (*b < *e && isspace((unsigned char)**b))
+        (*b)++;
+    while (*e > *b && isspace((unsigned char)(*e)[-1]))
+        (*e)--;
+}
+
+/* The index of v among the names name(0), name(1), ... (NULL ends them), or
+ * -1: the core keeps each list once (cp_pool_kind_name, cp_upstream_name,
+ * cp_reuse_name). */
+static int choice(const char *v, const char *(*name)(int))
+{
+    int i;
+    const char *n;
+    for (i = 0; (n = name(i)) != NULL; i++)
+        if (strcmp(v, n) == 0)
+            return i;
+    return -1;
+}
+
+/* "a, b or c" of the names, into buf; skip: a name left out (or NULL). */
+static const char *names(char *buf, size_t len, const char *(*name)(int), const char *skip)
+{
+    int i, k = 0;
+    size_t n = 0;
+    const char *v;
+    buf[0] = '\0';
+    for (i = 0; (v = name(i)) != NULL; i++) {
+        if (skip && strcmp(v, skip) == 0)
+            continue;
+        if (n < len)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", k++ ? ", " : "", v);
+    }
+    return buf;
+}
+
+static cp_status bad(const char *spec, const char *fmt, const char *a, const char *b)
+{
+    char why[256];
+    snprintf(why, sizeof why, fmt, a, b);
+    return cp_error_set(CP_ERR_INVALID, "pool spec \"%.200s\": %s", spec, why);
+}
+
+cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen)
+{
+    char key[32], val[128], list[160];
+    const char *p, *b, *e, *eq;
+    int seen[NKEYS] = {0};
+    uint64_t u;
+    int k;
+
+    memset(o, 0, sizeof *o);
+    o->upstream = CP_UP_DEVICE;
+    o->grow = 1;
+    o->alignment = 256;
+    o->reuse = CP_REUSE_EVENT;
+    o->cub_bin_growth = 8;
+    o->cub_min_bin = 3;
+    o->cub_max_bin = 7;
+    o->cub_max_cached_bytes = 6291455; /* 3 * 8^7 - 1: CUB's default constructor */
+    if (!spec)
+        return cp_error_set(CP_ERR_INVALID, "pool spec missing");
+    b = spec;
+    e = strchr(spec, ',');
+    if (!e)
+        e = spec + strlen(spec);
+    p = e;
+    trim(&b, &e);
+    if ((size_t)(e - b) >= kindlen || e == b)
+        return bad(spec, "the spec starts with the pool's kind (%s)%s",
+                   names(list, sizeof list, cp_pool_kind_name, "plugin"), "");
+    memcpy(kind, b, (size_t)(e - b));
+    kind[e - b] = '\0';
+    if (strcmp(kind, "plugin") == 0)
+        return bad(spec, "kind '%s' needs a path and a symbol, which a spec does not carry "
+                   "(%s)", kind, names(list, sizeof list, cp_pool_kind_name, "plugin"));
+    if (choice(kind, cp_pool_kind_name) < 0)
+        return bad(spec, "unknown pool kind '%s' (%s)", kind,
+                   names(list, sizeof list, cp_pool_kind_name, "plugin"));
+    o->kind = kind;
+    o->cub_given = strcmp(kind, "cub") == 0;
+    while (*p == ',') {
+        b = p + 1;
+        p = strchr(b, ',');
+        if (!p)
+            p = b + strlen(b);
+        e = p;
+        eq = memchr(b, '=', (size_t)(e - b));
+        if (!eq) {
+            trim(&b, &e);
+            snprintf(key, sizeof key, "%.*s", (int)(e - b), b);
+            return bad(spec, "'%s' is not KEY=VALUE%s", key, "");
+        }
+        {
+            const char *kb = b, *ke = eq, *vb = eq + 1, *ve = e;
+            trim(&kb, &ke);
+            trim(&vb, &ve);
+            if ((size_t)(ke - kb) >= sizeof key || (size_t)(ve - vb) >= sizeof val)
+                return bad(spec, "a key or value is too long%s%s", "", "");
+            memcpy(key, kb, (size_t)(ke - kb));
+            key[ke - kb] = '\0';
+            memcpy(val, vb, (size_t)(ve - vb));
+            val[ve - vb] = '\0';
+        }
+        k = choice(key, key_name);
+        if (k < 0)
+            return bad(spec, "unknown option '%s' (upstream, initial, max, alignment, "
+                       "release_threshold, grow, fallback, reuse%s)", key,
+                       o->cub_given ? ", bin_growth, min_bin, max_bin, max_cached_bytes" : "");
+        if (seen[k]++)
+            return bad(spec, "option '%s' is given twice%s", key, "");
+        if (k >= 8 && !o->cub_given)
+            return bad(spec, "option '%s' is for kind 'cub', not '%s'", key, kind);
+        switch (k) {
+        case 0:
+            if ((k = choice(val, cp_upstream_name)) < 0)
+                return bad(spec, "option 'upstream' must be one of %s, not '%s'",
+                           names(list, sizeof list, cp_upstream_name, NULL), val);
+            o->upstream = (cp_upstream_kind)k;
+            break;
+        case 5:
+        case 6: {
+            int v = strcmp(val, "true") == 0 || strcmp(val, "1") == 0 ? 1
+                    : strcmp(val, "false") == 0 || strcmp(val, "0") == 0 ? 0 : -1;
+            if (v < 0)
+                return bad(spec, "option '%s' must be true or false, not '%s'", key, val);
+            if (k == 5)
+                o->grow = v;
+            else
+                o->fallback = v;
+            break;
+        }
+        case 7:
+            if ((k = choice(val, cp_reuse_name)) < 0)
+                return bad(spec, "option 'reuse' must be one of %s, not '%s'",
+                           names(list, sizeof list, cp_reuse_name, NULL), val);
+            o->reuse = (cp_reuse)k;
+            break;
+        case 8:
+        case 9:
+        case 10: {
+            char *end;
+            const char *c;
+            for (c = val; *c; c++)
+                if (!isdigit((unsigned char)*c))
+                    break;
+            u = *val && !*c ? strtoull(val, &end, 10) : UINT64_MAX;
+            if (!*val || *c || u > 0xffffffffu)
+                return bad(spec, "option '%s' must be an integer from 0 to 4294967295, not '%s'",
+                           key, val);
+            *(k == 8 ? &o->cub_bin_growth : k == 9 ? &o->cub_min_bin : &o->cub_max_bin) = u;
+            break;
+        }
+        default:
+            if (cp_parse_size(val, &u) != 0 || u > UINT64_MAX / 2)
+                return bad(spec, "option '%s' must be a size (4096, 64KiB, 1.5GiB), not '%s'",
+                           key, val);
+            if (k == 1)
+                o->initial = u;
+            else if (k == 2)
+                o->max = u;
+            else if (k == 3)
+                o->alignment = u;
+            else if (k == 4)
+                o->release_threshold = u;
+            else
+                o->cub_max_cached_bytes = u;
+            break;
+        }
+    }
+    if (o->alignment == 0 || (o->alignment & (o->alignment - 1)))
+        return cp_error_set(CP_ERR_INVALID, "pool spec \"%.200s\": option 'alignment' must be a "
+                            "power of two, not %llu", spec, (unsigned long long)o->alignment);
+    return CP_OK;
+}
