@@ -12,7 +12,7 @@
 --    with a naive one ("bump": increasing addresses, never reused).
 -- 3. The out-of-memory runs: where the default run's entries run out under
 --    the tight limit, against where PyTorch raised.
--- 4. Speed: ns per operation of a replay through the model, the best of 7,
+-- 4. Speed: ns per operation of a replay through the model, the best of 15,
 --    on the 476k-entry beam-search snapshot (and the others).
 local out = arg[1]
 local DIR = "examples/traces/torch/"
@@ -171,7 +171,7 @@ put("")
 
 put("## 4. Speed")
 put("")
-put("A replay through the model over the virtual upstream, one stream, the best of 7. An operation")
+put("A replay through the model over the virtual upstream, one stream, the best of 15. An operation")
 put("is a malloc, a free, a completion or a refused request the snapshot records; an entry is one of")
 put("the snapshot's own entries (segment entries and the free_completed that follow their")
 put("free_requested at once included), so ns per entry is the time over the whole snapshot.")
@@ -184,7 +184,7 @@ for _, name in ipairs { "gpt2_beam_search.default", "gpt2_beam_search.expandable
   local r = by[name]
   local t <close> = cupola.trace.load(DIR .. name .. ".cpsnap.gz")
   local best, ops, secs = math.huge, 0, math.huge
-  for _ = 1, 7 do
+  for _ = 1, 15 do
     local p <close> = pool(r)
     local x = t:replay(p, { progress = false })
     ops = x.events
