@@ -26,14 +26,12 @@
 #include "trace_impl.h"
 #include "trace_torch.h"
 
-/* What the replay holds for an allocation ordinal. */
-enum { H_NONE = 0, H_LIVE, H_PENDING };
-
-typedef struct handle {
-    void *p;      /* cp_torch_block (live) or cp_torch_pending */
-    uint64_t size;
-    uint8_t state;
-} handle;
+/* What the replay holds for an allocation ordinal, in one word: 0, or the
+ * live block's address | H_LIVE, or the pending token's | H_PENDING (both
+ * are 8-byte aligned).  Sizes are the operations' own. */
+enum { H_NONE = 0, H_LIVE = 1, H_PENDING = 2, H_TAG = 3 };
+typedef uintptr_t handle;
+#define H_PTR(x) ((void *)((x) & ~(uintptr_t)H_TAG))
 
 static double now_s(void)
 {
@@ -167,6 +165,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         for (; op < end; op++) {
             handle *x;
             cp_torch_block *b;
+            cp_torch_pending *tok;
             uint64_t addr;
             cp_status ms;
             uint64_t stream = single ? 0 : streams[op->stream];
@@ -184,7 +183,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                         goto stop;
                     }
                     failed++;
-                    x->state = H_NONE;
+                    *x = H_NONE;
                     if (o->stop_at_oom) {
                         out->stopped = 1;
                         out->stop_event = (size_t)(op - v.top);
@@ -194,9 +193,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                     }
                     break;
                 }
-                x->p = b;
-                x->size = op->size;
-                x->state = H_LIVE;
+                *x = (uintptr_t)b | H_LIVE;
                 if (__builtin_expect(rec_addr, 0))
                     out->rec_addr[op->ord] = addr;
                 live += op->size;
@@ -205,24 +202,24 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 break;
             case CP_TOP_FREE:
                 x = &h[op->ord];
-                if (__builtin_expect(x->state != H_LIVE, 0)) {
+                if (__builtin_expect((*x & H_TAG) != H_LIVE, 0)) {
                     skipped++;
                     break;
                 }
-                live -= x->size;
+                live -= op->size;
                 if (op->flag) {
-                    x->p = cp_torch_free_pending(m, (cp_torch_block *)x->p);
-                    x->state = x->p ? H_PENDING : H_NONE;
+                    tok = cp_torch_free_pending(m, (cp_torch_block *)H_PTR(*x));
+                    *x = tok ? (uintptr_t)tok | H_PENDING : H_NONE;
                 } else {
-                    cp_torch_free(m, (cp_torch_block *)x->p);
-                    x->state = H_NONE;
+                    cp_torch_free(m, (cp_torch_block *)H_PTR(*x));
+                    *x = H_NONE;
                 }
                 break;
             case CP_TOP_DONE:
                 x = &h[op->ord];
-                if (x->state == H_PENDING)
-                    cp_torch_complete(m, (cp_torch_pending *)x->p, op->flag);
-                x->state = H_NONE;
+                if ((*x & H_TAG) == H_PENDING)
+                    cp_torch_complete(m, (cp_torch_pending *)H_PTR(*x), op->flag);
+                *x = H_NONE;
                 break;
             case CP_TOP_OOM:
                 out->oom_attempts++;
@@ -266,15 +263,14 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         cp_torch_get_stats(m, &st1);
         if (rep == 0)
             out->segments = (uint64_t)st1.segment[CP_TORCH_ALL].current;
+        live = 0;
         for (k = 0; k < v.nallocs; k++) {
             handle *x = &h[k];
-            if (x->state == H_LIVE) {
-                cp_torch_free(m, (cp_torch_block *)x->p);
-                live -= x->size;
-            } else if (x->state == H_PENDING) {
-                cp_torch_complete(m, (cp_torch_pending *)x->p, 0);
-            }
-            x->state = H_NONE;
+            if ((*x & H_TAG) == H_LIVE)
+                cp_torch_free(m, (cp_torch_block *)H_PTR(*x));
+            else if ((*x & H_TAG) == H_PENDING)
+                cp_torch_complete(m, (cp_torch_pending *)H_PTR(*x), 0);
+            *x = H_NONE;
         }
     }
     cp_resource_unlock(r);
