@@ -35,14 +35,14 @@ LDLIBS := -lpthread -lm -lz -ldl
 
 # The core's folders are its layers (backend, pool, trace, ...): every .c in
 # them is part of the module, but exactly one of the two device backends.
-CORE_SRC := $(filter-out src/core/backend/cuda.c src/core/backend/nocuda.c,\
+CORE_SRC := $(filter-out src/core/backend/cuda%.c src/core/backend/nocuda.c,\
               $(wildcard src/core/*.c src/core/*/*.c))
 LUA_SRC  := $(wildcard src/lua/*.c)
 CU_SRC   := $(wildcard cuda/*.cu)
 
 ifneq ($(NVCC),)
   HAVE_CUDA := 1
-  CORE_SRC  += src/core/backend/cuda.c
+  CORE_SRC  += $(wildcard src/core/backend/cuda*.c)
   CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
   # NVTX v3 is header-only in the toolkit (src/core/nvtx.c); without it the
   # ranges are no-ops.
@@ -147,7 +147,8 @@ $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
-# The seeds' benchmark written directly in CUDA C, beside the Lua version.
+# The stream-ordered allocation benchmark written directly in CUDA C
+# (cudaMalloc against cudaMallocAsync), beside the Lua version.
 $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
@@ -158,8 +159,8 @@ $(BUILD)/bench/launch: bench/launch.c
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
 
-# The device pools' seed kernel and CUDA's malloc in plain CUDA C, beside
-# bench/device_alloc.lua.
+# The atomic-offset device pool's kernel and CUDA's in-kernel malloc in
+# plain CUDA C, beside bench/device_alloc.lua.
 $(BUILD)/bench/device_alloc_seed: bench/device_alloc_seed.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
@@ -178,7 +179,7 @@ $(BUILD)/bench_floor.so: bench/floor.c $(CONFIG_STAMP)
 	$(CC) -shared -I$(LUA_INCDIR) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $<
 
 # make bench: every binding aim beside its C counterpart (bench/speed.lua),
-# then seed 001's multi-stream comparison (bench/multistream.lua), on the
+# then the multi-stream comparison of every pool (bench/multistream.lua), on the
 # host backend and, when a device answers, on the CUDA backend.
 # BENCH_SCALE shortens (0.1) or lengthens the runs; CUPOLA_BENCH_ROUNDS (3)
 # is how many times the C and Lua sides alternate; MULTISTREAM_ARGS are
@@ -251,7 +252,7 @@ test-install: deps all
 clean:
 	rm -rf $(BUILD)
 
-# ---- test-tsan: the host backend under ThreadSanitizer (issue 3) -----------
+# ---- test-tsan: the host backend under ThreadSanitizer -----------
 # Rebuilds the core and the C tests in build-tsan with -fsanitize=thread
 # (EXTRA_CFLAGS reaches the link line too), without CUDA since its runtime
 # does not run under TSAN, and runs them on the host backend; any race report
@@ -281,7 +282,7 @@ test-tsan-lua:
 	    $(LUA) $(TSAN_BUSTED) --ignore-lua --cpath="$(TSAN_BUILD)/?.so" -o utfTerminal \
 	    --filter-out="CUPOLA_BACKEND="
 
-# ---- Reliability harness (issue 4): sanitizers, aggressive GC, fuzzing ------
+# ---- Reliability harness: sanitizers, aggressive GC, fuzzing ------
 # All on the host backend, host-only builds (NVCC=), each in its own build
 # folder; each test target ends with spec/run.lua's "N passed, N failed".
 #   make test-asan      C tests + busted suite, AddressSanitizer + UBSan + LSan
@@ -372,7 +373,7 @@ fuzz-deps:
 	        clang libclang-rt-dev zlib1g-dev >/dev/null; \
 	fi
 
-FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend/cuda.c,$(wildcard src/core/*.c src/core/*/*.c))
+FUZZ_TRACE_SRC := tests/fuzz/fuzz_trace.c $(filter-out src/core/backend/cuda%.c,$(wildcard src/core/*.c src/core/*/*.c))
 $(FUZZ_BUILD)/fuzz_trace: $(FUZZ_TRACE_SRC) $(wildcard src/core/*.h src/core/*/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
@@ -394,7 +395,7 @@ fuzz-trace: fuzz-deps $(FUZZ_BUILD)/fuzz_trace
 	    echo "0 passed, 1 failed"; exit 1; \
 	fi
 
-# ---- test-browser: timeline pages in headless Chromium (issue 16) ----------
+# ---- test-browser: timeline pages in headless Chromium ----------
 # Renders cupola.timeline pages (the snapshot, gpt2_beam_search, three pools,
 # a pool's log, a synthetic million-event trace) in Debian's chromium, checks
 # the peak label in the DOM and the drawn pixels of every plot in the
@@ -419,7 +420,7 @@ test-browser: deps browser-deps all $(BUILD)/browser/pngcheck
 	@CHROMIUM=$(CHROMIUM) LUA_PATH="lua/?.lua;lua/?/init.lua;;" LUA_CPATH="$(BUILD)/?.so;;" \
 	    $(LUA) tests/browser/check_timeline.lua $(BUILD)/browser $(BUILD)/browser/pngcheck
 
-# ---- test-nvtx: cupola's NVTX ranges reach a tool (issue 16) ---------------
+# ---- test-nvtx: cupola's NVTX ranges reach a tool ---------------
 # tests/nvtx/nvtx_count.c is an NVTX injection library that counts ranges per
 # domain; check_nvtx.lua runs a workload under it with and without
 # CUPOLA_NVTX=1.  Needs the toolkit's NVTX headers (skipped without them).
@@ -438,7 +439,7 @@ test-nvtx: all
 	        $(LUA) tests/nvtx/check_nvtx.lua $(NVTX_LIB) $(BUILD)/nvtx; \
 	fi
 
-# ---- fuzz-pickle: libFuzzer on the snapshot pickle reader alone (issue 16) --
+# ---- fuzz-pickle: libFuzzer on the snapshot pickle reader alone --
 # In memory, no replay: thousands of inputs a second (fuzz-trace covers the
 # same reader through cp_trace_load, a hundred a second).
 FUZZ_PICKLE_SECONDS ?= 30
@@ -463,7 +464,7 @@ fuzz-pickle: fuzz-deps $(FUZZ_BUILD)/fuzz_pickle
 	    echo "0 passed, 1 failed"; exit 1; \
 	fi
 
-# ---- fuzz-scan, fuzz-option: libFuzzer on what reads user kernels (issue 12)
+# ---- fuzz-scan, fuzz-option: libFuzzer on what reads user kernels
 # fuzz-scan: the kernel source scanner (kernel/scan.c), in memory.
 # fuzz-option: the compile option allow-list (cp_cc_check_option), against
 # an independent statement of it.  Seeds: tests/fuzz/corpus-scan, -option.
@@ -505,7 +506,7 @@ fuzz-scan: fuzz-deps $(FUZZ_BUILD)/fuzz_scan
 fuzz-option: fuzz-deps $(FUZZ_BUILD)/fuzz_option
 	$(call run_fuzzer,option,$(FUZZ_OPTION_SECONDS),512,tests/fuzz/option.dict)
 
-# ---- soak: a seeded random mix of everything for a bounded time (issue 12) --
+# ---- soak: a seeded random mix of everything for a bounded time --
 # spec/soak/soak.lua says what it mixes and checks.  Two emulated devices on
 # the host backend (ignored by the CUDA backend).  The C library's heap is
 # told to give large freed blocks back to the OS (a fixed mmap threshold,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/kernels-check.sh: the own-kernel checks (issue 10) on the GPU machine,
+# bench/kernels-check.sh: the own-kernel checks on the GPU machine,
 # in one command, each stage time-boxed and logged as it goes:
 #   build     the module, the C tests, build/bench/launch
 #   spec      test_compile + spec/module_spec.lua on the CUDA backend (#gpu

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/multi_gpu.sh: the two-GPU run of issue 11, in one command on a
+# bench/multi_gpu.sh: the two-GPU run (devices, peers, IPC), in one command on a
 # machine with two GPUs (after `sh bench/gpu-check.sh build`, which unpacks
 # Lua from .deps and builds the module):
 #   C figures (bench/multi_gpu.cu) beside the same from Lua (bench/multi_gpu.lua),

@@ -1,6 +1,6 @@
 #!/bin/sh
-# bench/seeing-gpu.sh: the GPU-machine run of issue 16 (snapshots, NVTX,
-# out-of-memory explanations) in one command; logs to $OUT.
+# bench/seeing-gpu.sh: the GPU-machine run of what shows what happened
+# (snapshots, NVTX, out-of-memory explanations) in one command; logs to $OUT.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/seeing-out}

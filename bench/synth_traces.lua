@@ -1,6 +1,6 @@
 -- bench/synth_traces.lua: synthetic allocation traces (PyTorch-snapshot CSV,
 -- the format cupola.trace.load reads) for sanity checks of pool policies on
--- workloads no pool was shaped on (issue 14): a rule that helps only the
+-- workloads no pool was shaped on: a rule that helps only the
 -- shipped traces should show here.
 --   lua5.4 bench/synth_traces.lua [dir] [events] [seed ...]
 -- Writes <dir>/{loguniform,growing,mixed}<seed>.csv (default dir /tmp,

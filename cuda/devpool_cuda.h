@@ -1,6 +1,7 @@
 /*
  * devpool_cuda.h: the CUDA side of the device pools (cuda/devpool.cu), called by
- * backend/cuda.c, which turns its cp_stream into the cudaStream_t these take.
+ * backend/cuda_kernels.c, which turns its cp_stream into the cudaStream_t these
+ * take.
  * The operations are those of cp_backend's dp_* block (devpool.h);
  * on failure they set the message ("cudaErrorX: text (operation)").
  *

@@ -2,7 +2,7 @@
  * kernel_body.h: the per-element bodies of cupola's built-in kernels.
  *
  * Compiled twice: by nvcc inside the CUDA kernels (cuda/kernels.cu) and by gcc
- * inside the host backend's CPU loops (src/core/backend/host.c), so both
+ * inside the host backend's CPU loops (src/core/backend/host_kernels.c), so both
  * backends compute bit-for-bit the same values.  Everything here is a pure
  * function of its arguments.
  */
@@ -18,7 +18,8 @@
 #define CP_HD static inline
 #endif
 
-/* The seeds' processKernel: data[i] = sqrtf(i). */
+/* data[i] = sqrtf(i): the smallest body that writes every element, the
+ * benchmarks' workload. */
 CP_HD float cp_body_sqrt_index(uint64_t i)
 {
     return sqrtf((float)i);

@@ -1,11 +1,11 @@
 /*
  * kernels.h: the extern "C" launchers of cupola's built-in CUDA kernels.
  *
- * backend/cuda.c is plain C and cannot use <<<>>>, so every kernel sits
- * behind a launcher here that takes a cudaStream_t and returns a cudaError_t:
- * the error of the launch itself (cudaGetLastError after it) or
- * cudaErrorInvalidValue for a launch shape it rejects.  The launchers never
- * synchronize; the backend decides when to wait.
+ * The CUDA backend (backend/cuda*.c) is plain C and cannot use <<<>>>, so
+ * every kernel sits behind a launcher here that takes a cudaStream_t and
+ * returns a cudaError_t: the error of the launch itself (cudaGetLastError
+ * after it) or cudaErrorInvalidValue for a launch shape it rejects.  The
+ * launchers never synchronize; the backend decides when to wait.
  *
  * Launch shape: grid/block 0 means "choose from the problem size" (block
  * 256, grid covering the elements, capped; the loops are grid-stride so any

@@ -184,7 +184,7 @@ describe("cupola.device_pool", function()
       "attempt to use a closed cupola.DevicePool")
   end)
 
-  describe("the seed's race (two streams, one pool)", function()
+  describe("the two-stream race (two streams, one pool)", function()
     -- Each run resets the pool on its own stream before allocating, as the
     -- seed does, and holds its blocks for hold_us before checking them.
     -- Stream b starts 5 ms late (a spin kernel), so its reset lands while

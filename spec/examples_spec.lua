@@ -73,7 +73,7 @@ describe("examples", function()
     assert.is_nil(out:find("CORRUPTED", 1, true), out)
   end)
 
-  it("multistream_compare.lua tables seed 001 with the data checked", function()
+  it("multistream_compare.lua tables every pool across streams with the data checked", function()
     local out = run "multistream_compare.lua"
     for _, name in ipairs { "cudaMallocAsync", "native pool", "cupola tlsf/event", "cupola caching/event" } do
       assert.matches("\n%s+4%s+" .. name:gsub("%p", "%%%0") .. "%s+[%d.]+%s+[%d.]+ %a?i?B%s+ok", out)
@@ -113,7 +113,7 @@ describe("examples", function()
   end)
 end)
 
-describe("examples: kernels of your own (issue 10)", function()
+describe("examples: kernels of your own", function()
   local it = require("spec.support.child").available and it or pending
   it("own_kernel.lua runs a user kernel over a pool's buffers and times it", function()
     local out = run("own_kernel.lua", 4096, 33)
@@ -122,7 +122,7 @@ describe("examples: kernels of your own (issue 10)", function()
   end)
 end)
 
-describe("examples: seeing what happened (issue 16)", function()
+describe("examples: seeing what happened", function()
   it("timeline.lua replays a snapshot through three pools and writes a page, CSV and JSON", function()
     local out = os.tmpname()
     local out_html = out .. ".html"
@@ -140,8 +140,8 @@ describe("examples: seeing what happened (issue 16)", function()
   end)
 end)
 
-describe("examples: allocation inside kernels (issue 17)", function()
-  it("device_alloc.lua shows the seed's race and its remedies", function()
+describe("examples: allocation inside kernels", function()
+  it("device_alloc.lua shows the two-stream race and its remedies", function()
     local out = run("device_alloc.lua", "4000")
     for _, kind in ipairs { "bump", "warp_bump", "slab", "malloc" } do
       assert.matches("\n" .. kind .. "%s+alloc%+free%s+4000%s+0%s+0", out)

@@ -1,4 +1,4 @@
--- fork() after cupola started (issue 12): in the child every call that would
+-- fork() after cupola started: in the child every call that would
 -- block on a stream worker (which does not exist there) or touch the device
 -- raises a clear error instead of hanging; the child can exit (its handles'
 -- finalizers and cupola's destructors do not wait for the parent's threads);

@@ -1,5 +1,5 @@
--- Policies of the chunked pools that follow from what the pool has seen
--- (issue 14): each case builds the situation a rule is about and checks
+-- Policies of the chunked pools that follow from what the pool has seen:
+-- each case builds the situation a rule is about and checks
 -- the pool's figures, over the virtual upstream (deterministic).
 local cupola = require "cupola"
 local MiB = 1024 * 1024

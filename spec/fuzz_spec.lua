@@ -1,4 +1,4 @@
--- Allocator fuzzing (issue 4): seeded random sequences of operations --
+-- Allocator fuzzing: seeded random sequences of operations --
 -- alloc, free on any stream, trim, reset, stats, close, drop-and-collect,
 -- stream close -- against every pool kind x upstream, the native mempool
 -- and malloc_async, with the invariants checked after every step:
@@ -118,6 +118,7 @@ function World:open_pool()
       kind = cfg.kind, upstream = cfg.upstream, alignment = cfg.alignment,
       max = cfg.max, reuse = cfg.reuse, initial = cfg.initial, bin_growth = cfg.bin_growth,
       min_bin = cfg.min_bin, max_bin = cfg.max_bin, max_cached_bytes = cfg.max_cached_bytes,
+      release_threshold = cfg.release_threshold, clock = cfg.clock,
     })
     rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
   end
@@ -295,6 +296,26 @@ function World:op_stream()
   if self.r.chance(0.5) then collectgarbage() end
 end
 
+-- Time passes: a manual clock moves on (a little, a window, or far); a
+-- wall clock is only read.  It never goes back.
+function World:op_clock()
+  local p = self.pool
+  if self.cfg.native then return end
+  local before = p.handle:time()
+  if self.cfg.clock == "manual" then
+    local dt = self.r.pick { 0, 1e-4, 0.01, 0.5, 3, 1e6 }
+    if self.r.chance(0.5) then
+      assert(p.handle:advance(dt) == before + dt)
+    else
+      p.handle:set_time(before + dt)
+    end
+    assert.error_matches(function() p.handle:set_time(before - 1) end, "never goes back", 1, true)
+  else
+    assert.error_matches(function() p.handle:advance(1) end, "only a pool made with", 1, true)
+  end
+  assert(p.handle:time() >= before, self:where() .. ": the clock went back")
+end
+
 function World:op_gc()
   if self.r.chance(0.5) then collectgarbage "step" else collectgarbage() end
 end
@@ -364,7 +385,7 @@ end
 
 local ops = {
   { "alloc", 40 }, { "free", 20 }, { "free_late", 6 }, { "drop", 5 }, { "trim", 5 }, { "reset", 3 },
-  { "stats", 5 }, { "close", 3 }, { "stream", 3 }, { "gc", 3 },
+  { "stats", 5 }, { "close", 3 }, { "stream", 3 }, { "gc", 3 }, { "clock", 4 },
 }
 -- CUPOLA_FUZZ_SKIP=free_late,stream leaves operations out (to narrow down
 -- which one a failure needs).
@@ -445,6 +466,22 @@ do
       cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
     configs[#configs + 1] = cfg
   end
+  -- vmm over the upstreams it maps, by its default policy on either clock
+  -- (a manual one jumps by up to days) or with a release_threshold
+  for _, up in ipairs { "device", "virtual" } do
+    for _, thr in ipairs { false, 0, 4 * MiB, math.maxinteger } do
+      local cfg = { kind = "vmm", upstream = up, alignment = r.pick { 256, 256, 512, 4096 },
+        reuse = r.pick(reuses), clock = r.pick { "wall", "manual" } }
+      if thr then cfg.release_threshold = thr end
+      if r.chance(0.4) then cfg.max = 16 * MiB end
+      if r.chance(0.3) then cfg.initial = 4 * MiB end
+      cfg.name = string.format("vmm/%s (alignment %d, reuse %s, %s, clock %s%s%s)", up, cfg.alignment,
+        cfg.reuse, thr and ("release_threshold " .. thr) or "by time", cfg.clock,
+        cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "",
+        cfg.initial and ", initial 4 MiB" or "")
+      configs[#configs + 1] = cfg
+    end
+  end
   configs[#configs + 1] = { native = "mempool", name = "cupola.mempool (max_size 32 MiB)", max = 32 * MiB }
   configs[#configs + 1] = { native = "malloc_async", name = "cupola.malloc_async" }
 end
@@ -478,8 +515,9 @@ local values = { nil, true, false, 0, 1, 7, 255, 256, 4096, 65536, -1, -4096,
   { kind = "torch", conf = "max_split_size_mb:20,roundup_power2_divisions:[1:4,>:8]" },
   { kind = "torch", conf = "roundup_power2_divisions:[,]" }, { kind = "torch", conf = 5 },
   { location = "device", max_size = "4MiB" }, { ["repeat"] = 2 }, { bogus = 1 },
+  { clock = "trace" }, { clock = "manual", kind = "vmm", upstream = "virtual" }, { clock = 3 },
   print, coroutine.create(function() end) }
-local NV = 55 -- slots of values: the fixed ones above, then handles
+local NV = 58 -- slots of values: the fixed ones above, then handles
 local handles = {}
 local function add(v)
   if type(v) == "userdata" then
@@ -499,6 +537,7 @@ for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "torch" } do
   local p = cupola.pool { kind = kind }; add(p); add(p:alloc(4096, s)); add(p:alloc(100))
 end
 local vp = cupola.pool { upstream = "virtual" }; add(vp); add(vp:alloc(1000))
+local mp = cupola.pool { kind = "vmm", upstream = "virtual", clock = "manual" }; add(mp); add(mp:alloc(3 << 20))
 local cp = cupola.pool {}; cp:close(); add(cp)
 local m = cupola.mempool(); add(m); add(m:alloc(4096)); add(cupola.malloc_async(4096, s))
 add(cupola.mempool.default()); add(cupola.malloc(4096))
@@ -523,7 +562,7 @@ for _, t in ipairs { { "cupola", cupola }, { "kernels", K }, { "mempool", cupola
 end
 local methods = { "free", "close", "read", "write", "memset", "copy_to", "synchronize", "query", "wait",
   "record", "elapsed", "alloc", "trim", "reset", "reset_high", "stats", "info", "event", "replay",
-  "empty_cache", "settings" }
+  "empty_cache", "settings", "time", "set_time", "advance" }
 local metas = { "__gc", "__close", "__tostring", "__len", "__index", "__newindex", "__call" }
 
 local ok_n, err_n = 0, 0
@@ -640,7 +679,7 @@ describe("fuzz (seed " .. SEED .. ", " .. OPS .. " operations per allocator)", f
   -- once, hung the child inside the driver: see the script's header), and
   -- bench/gpu-check.sh runs it alone under each tool instead.
   local round2 = (run_child.available and not os.getenv "CUPOLA_SANITIZER") and it or pending
-  round2("random arguments to this round's functions (modules, kernels, launches, devices, IPC, trace files, timelines, NVTX, reports, conformance, help) never crash or hang the process", function()
+  round2("random arguments to the functions of modules, kernels, launches, devices, IPC, trace files, timelines, NVTX, reports, conformance and help never crash or hang the process", function()
     local calls = OPS * 10
     local dir = os.tmpname()
     os.remove(dir)

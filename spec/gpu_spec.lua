@@ -14,7 +14,7 @@ describe("on a CUDA device", function()
     assert.is_true(free > 0 and free <= total)
   end)
 
-  gpu_it("makes stream-ordered allocation cheaper than cudaMalloc (seed 000)", function()
+  gpu_it("makes stream-ordered allocation cheaper than cudaMalloc", function()
     local s <close> = cupola.stream { blocking = true }
     local size = 4 * 1024 * 1024
     local sync = cupola.bench.device_ms(function()

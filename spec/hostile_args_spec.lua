@@ -1,5 +1,5 @@
--- Bugs found by the argument fuzz of this round's surfaces (spec/fuzz_spec.lua,
--- issue 12), each with its case.
+-- Bugs found by the argument fuzz (spec/fuzz_spec.lua,
+-- spec/support/argfuzz_round2.lua), each with its case.
 local cupola = require "cupola"
 
 describe("hostile arguments found by the argument fuzz", function()

@@ -1,4 +1,4 @@
--- Several processes (issue 11): a native pool exported with a POSIX fd
+-- Several processes: a native pool exported with a POSIX fd
 -- handle (passed over a Unix socket, SCM_RIGHTS) and its buffers, and the
 -- legacy cudaIpcGetMemHandle path for cupola.malloc buffers.  The exporting
 -- process is this one; importers are child processes (CUDA maps exported

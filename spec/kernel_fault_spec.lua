@@ -1,4 +1,4 @@
--- A user kernel that faults on the host backend (issue 12) is reported as the
+-- A user kernel that faults on the host backend is reported as the
 -- GPU reports it: an error naming the kernel at the next synchronization of
 -- its stream, the stream stays in error (later work on it is refused with the
 -- same error), other streams and the process live on.  Each case runs in a

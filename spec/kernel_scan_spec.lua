@@ -1,5 +1,5 @@
 -- The kernel source scanner (src/core/kernel/scan.c) on inputs found by
--- fuzz-scan (issue 12): line numbers it reports must be the source's.
+-- fuzz-scan: line numbers it reports must be the source's.
 local cupola = require "cupola"
 local HOST = cupola.backend() == "host"
 local it_host = HOST and it or function(name) pending(name .. " (host backend only)") end

@@ -1,4 +1,4 @@
--- Lifetime orders (issue 4): handles released in every order the collector,
+-- Lifetime orders: handles released in every order the collector,
 -- scopes and process exit can produce.  None may crash, print a CUDA error
 -- or leak; the leak part is checked by running this spec under valgrind
 -- and AddressSanitizer (make test-valgrind, make test-asan), where the

@@ -36,7 +36,7 @@ describe("mempool", function()
     assert.error_matches(function() p.reuse_allow_opportunistic = 1 end, "must be a boolean, not number")
   end)
 
-  it("follows the seed's configuration: threshold, used/reserved, free, trim", function()
+  it("keeps what a release threshold holds: used/reserved, free, trim", function()
     local s <close> = cupola.stream()
     local p <close> = cupola.mempool { release_threshold = "256MiB" }
     assert.equals(0, p.used_current)

@@ -1,4 +1,4 @@
--- The misuse catalogue (issue 4): wrong uses of every handle type, each of
+-- The misuse catalogue: wrong uses of every handle type, each of
 -- which must end in a Lua error that names the problem, or in
 -- nil, msg, "out_of_memory" -- never in a crash, a corrupted pool or a leak.
 --
@@ -114,6 +114,28 @@ describe("misuse: pools", function()
   it("options of the wrong type are named", function()
     raises(function() cupola.pool { grow = "yes" } end, "option 'grow' must be a boolean, not string")
     raises(function() cupola.pool { max = -1 } end, "option 'max': bad size '-1'")
+  end)
+
+  it("an unknown clock lists the clocks", function()
+    raises(function() cupola.pool { clock = "sundial" } end,
+      "option 'clock' must be one of wall, manual, not 'sundial'")
+    raises(function() cupola.pool { clock = 5 } end, "option 'clock' must be a string, not number")
+  end)
+
+  it("only a manual clock can be set, and never back", function()
+    local w <close> = cupola.pool {}
+    raises(function() w:advance(1) end, 'the pool\'s clock is "wall"; only a pool made with clock = "manual" can be set')
+    raises(function() w:set_time(1) end, "set_time: the pool's clock is \"wall\"")
+    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", clock = "manual" }
+    p:advance(2)
+    raises(function() p:set_time(1) end, "time 1.0 is before the clock's reading 2.0 (a clock never goes back)")
+    raises(function() p:set_time(0 / 0) end, "the time must be finite")
+    raises(function() p:set_time(1 / 0) end, "the time must be finite, not inf")
+    raises(function() p:advance(-1) end, "the seconds to advance must be finite and at least 0, not -1.0")
+    raises(function() p:advance(1 / 0) end, "the seconds to advance must be finite")
+    raises(function() p:advance "soon" end, "number expected, got string")
+    assert.equals(2, p:time(), "a refused setting leaves the clock as it was")
+    consistent(p)
   end)
 
   it("a negative or huge allocation from a pool", function()
@@ -615,7 +637,7 @@ describe("misuse: traces", function()
   end)
 end)
 
-describe("misuse: cupola.help and the REPL's topics (issue 9)", function()
+describe("misuse: cupola.help and the REPL's topics", function()
   it("an unknown topic raises, naming it and listing the topics", function()
     raises(function() cupola.help "nosuch" end, "cupola.help: no topic 'nosuch' (topics: basics device")
     raises(function() cupola.help "" end, "no topic ''")
@@ -676,11 +698,11 @@ describe("misuse: plugin pools", function()
   end)
 end)
 
--- issue 13 (the binding at the speed of C): type checks compare metatables
+-- The binding's fast paths: type checks compare metatables
 -- by identity (upvalues, registry keys) and method lookup is a raw get; a
 -- handle of another cupola type, or a foreign userdata, must still be
 -- refused everywhere, metamethods called by hand included.
-describe("misuse: fast paths (issue 13)", function()
+describe("misuse: fast paths", function()
   local pool, s
   before_each(function()
     pool = cupola.pool { kind = "tlsf" }
@@ -875,7 +897,7 @@ describe("misuse: several devices and processes (multigpu)", function()
 end)
 
 
--- Kernels of your own (issue 10): every misuse raises a message naming the
+-- Kernels of your own: every misuse raises a message naming the
 -- argument or option, and leaves the module and kernel usable.
 describe("misuse: cupola.module, m:kernel, k:launch", function()
   local SRC = [[
@@ -953,7 +975,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
 end)
 
 
--- ---- Seeing what happened (issue 16): snapshots, timelines, NVTX, reports ----
+-- ---- Seeing what happened: snapshots, timelines, NVTX, reports ----
 describe("misuse: seeing what happened", function()
   it("a pickle with code, a truncated pickle, a pickle of another shape", function()
     local path = tmpfile "\128\2cos\nsystem\n."
@@ -990,7 +1012,7 @@ describe("misuse: seeing what happened", function()
 end)
 
 
-describe("misuse: vmm pools (issue 14)", function()
+describe("misuse: vmm pools", function()
   local cupola = require "cupola"
   it("upstreams it cannot map, and bad options, raise", function()
     for _, up in ipairs { "async", "managed", "pinned" } do
@@ -1032,10 +1054,10 @@ describe("misuse: vmm pools (issue 14)", function()
 end)
 
 
--- ---- Issue 12: every surface of this round, audited (harden-b) ----
+-- ---- modules, kernels, devices, IPC, traces, reports: every surface audited ----
 -- Each case below was checked against the binding and docs/API.md; the ones
--- marked "was:" are regressions of bugs this audit found and fixed.
-describe("misuse: this round's surfaces audited (issue 12)", function()
+-- marked "was:" are regressions of bugs the audit found and fixed.
+describe("misuse: modules, kernels, devices, IPC, traces and reports audited", function()
   local run_child = require "spec.support.child"
   local SRC = [[
 extern "C" __global__ void set(int *x, int v, unsigned long long n)
@@ -1330,7 +1352,7 @@ io.write "ok"
     consistent(p)
   end)
 
-  -- device pools (issue 17) beyond the cases of its own block below
+  -- device pools beyond the cases of its own block below
   local DP_SRC = [[
 #include <cupola/device.h>
 extern "C" __global__ void k(cupola_device_pool *pool, unsigned *out)
@@ -1386,7 +1408,7 @@ extern "C" __global__ void k(cupola_device_pool *pool, unsigned *out)
 end)
 
 
--- Device pools (allocation inside kernels, issue 17): every bad argument
+-- Device pools (allocation inside kernels): every bad argument
 -- raises an error that names it.
 describe("misuse: cupola.device_pool", function()
   local function raises(fn, text)
@@ -1475,12 +1497,12 @@ describe("misuse: device indexes of pool access", function()
   end)
 end)
 
--- Issue 13, third pass: Buffer, Stream, Event, Pool and Kernel arguments are
+-- Buffer, Stream, Event, Pool and Kernel arguments are
 -- identified by a tag in their C struct, not by their metatable.  Bug fixed
 -- with this spec: a userdata of another library given a cupola metatable
 -- with debug.setmetatable passed luaL_checkudata's test, and its smaller
 -- block was read as the cupola struct (out of bounds).
-describe("misuse: handles told apart by their tags (issue 13)", function()
+describe("misuse: handles told apart by their tags", function()
   local pool, s
   before_each(function()
     pool = cupola.pool { kind = "tlsf" }

@@ -1,4 +1,4 @@
--- Kernels of your own (issue 10): cupola.module / m:kernel / k:launch.
+-- Kernels of your own: cupola.module / m:kernel / k:launch.
 -- Every case runs on both backends (NVRTC on a GPU, the system C++ compiler
 -- and cupola's prelude on the host) and checks results element by element;
 -- #gpu cases cover what only CUDA has (nested launches, PTX and cubin).

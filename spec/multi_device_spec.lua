@@ -1,4 +1,4 @@
--- Several devices (issue 11): device selection, per-device pools, peers,
+-- Several devices: device selection, per-device pools, peers,
 -- pool access, peer copies, and cupola pools over another device's memory.
 --
 -- Each case is a chunk of plain Lua (plain assert) that needs two devices.

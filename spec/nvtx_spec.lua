@@ -1,4 +1,4 @@
--- cupola.nvtx: NVTX ranges from Lua (issue 16).  No tool is attached here,
+-- cupola.nvtx: NVTX ranges from Lua.  No tool is attached here,
 -- so these check the calls and their bookkeeping; tests/nvtx/check_nvtx.lua
 -- (make test-nvtx) proves with an injection library that the ranges reach a
 -- tool.

@@ -1,4 +1,4 @@
--- One conformance battery over every allocator and upstream (issue 5),
+-- One conformance battery over every allocator and upstream,
 -- written once in lua/cupola/conformance.lua and used here through the
 -- luassert assertion that users' specs use for their own allocators
 -- (require "cupola.busted"): random alloc/free sequences across two streams

@@ -1,4 +1,4 @@
--- Results as data (issue 16): cupola.report.csv / json / records over what
+-- Results as data: cupola.report.csv / json / records over what
 -- trace.replay, trace.compare and cupola.bench return.
 local cupola = require "cupola"
 local dkjson = require "dkjson"

@@ -1,6 +1,6 @@
 -- PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles) load
 -- through cupola.trace.load and replay in one line; hostile pickles fail
--- cleanly; pools that run out of memory explain themselves (issue 16).
+-- cleanly; pools that run out of memory explain themselves.
 local cupola = require "cupola"
 
 local corpus = "tests/fuzz/corpus/"

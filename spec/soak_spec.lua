@@ -1,11 +1,11 @@
--- A short run of the soak (spec/soak/soak.lua, issue 12) in a child process:
+-- A short run of the soak (spec/soak/soak.lua) in a child process:
 -- the same mix and checks as `make soak`, for a few seconds, so that make
 -- test keeps the soak itself working.  The long run is `make soak` (CI: 150 s
 -- on the host; the GPU: CUPOLA_BACKEND=cuda make soak SOAK_SECONDS=300).
 local cupola = require "cupola"
 local run_child = require "spec.support.child"
 
-describe("soak (issue 12)", function()
+describe("soak", function()
   local body = function()
     local f = assert(io.open "spec/soak/soak.lua")
     local src = f:read "a"

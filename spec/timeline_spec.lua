@@ -1,4 +1,4 @@
--- cupola.timeline (issue 16): one self-contained HTML page from a trace, a
+-- cupola.timeline: one self-contained HTML page from a trace, a
 -- recorded replay, several pools, or a pool's log.  The drawing itself is
 -- checked in a real browser by `make test-browser` (tests/browser).
 local cupola = require "cupola"

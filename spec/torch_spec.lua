@@ -358,6 +358,21 @@ describe("torch model: replays of other traces and pools", function()
     assert.equals(one, res.peak_reserved)
   end)
 
+  it("integrates bytes over the trace's time as every pool does, and follows clock = \"trace\"", function()
+    local t <close> = cupola.trace.load "examples/traces/resnet50_train.csv.gz"
+    local p <close> = torch_pool ""
+    local q <close> = cupola.pool { kind = "caching", upstream = "virtual" }
+    local a, b = t:replay(p), t:replay(q)
+    assert.is_true(math.abs(a.live_byte_seconds - b.live_byte_seconds) <= 1e-9 * b.live_byte_seconds,
+      "the same rows, the same live bytes")
+    assert.is_true(a.reserved_byte_seconds >= a.live_byte_seconds)
+    local m <close> = cupola.pool { kind = "torch", upstream = "virtual", clock = "manual" }
+    local c = t:replay(m, { clock = "trace" })
+    assert.equals(a.reserved_byte_seconds, c.reserved_byte_seconds)
+    assert.is_true(math.abs(m:time() - t:info().duration_us * 1e-6) < 1e-9,
+      "the clock reads the trace's last time")
+  end)
+
   it("records the reserved line and the addresses for a timeline", function()
     local t <close> = cupola.trace.load(DIR .. "resnet50_train.default.cpsnap.gz")
     local p <close> = torch_pool ""

@@ -185,18 +185,22 @@ cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   initial=0 bytes reserved at creation   grow=true may reserve more
   max=0 (none) limit on reserved         alignment=256 (a power of two)
   release_threshold=0 idle bytes kept    reuse="event" | "stream" | "wait"
+    (vmm without it: decides by time, on its clock)
   fallback=false serve from the upstream what the pool cannot
   limit=size refuse allocations past it  log=path RMM CSV of every call
+  clock="wall" | "manual" (seconds since made; manual: set by the script)
 p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
 p:empty_cache()   torch only: torch.cuda.empty_cache();  p:settings() torch only
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers (vmm: page_bytes,
-  pages_mapped, maps, unmaps; cub: device_allocs, device_frees,
-  device_alloc_failures, retries, cached_bytes, cached_blocks, live_bytes)
+  pages_mapped, maps, unmaps; by time: recent_peak, decay_window, map_budget;
+  cub: device_allocs, device_frees, device_alloc_failures, retries,
+  cached_bytes, cached_blocks, live_bytes)
+p:time() -> s     the pool's clock; p:set_time(t), p:advance(dt): manual only
 p:close()         raises while buffers are live
-Fields: p.kind, p.upstream, p.reuse, p.alignment, p.closed.
+Fields: p.kind, p.upstream, p.reuse, p.alignment, p.clock, p.closed.
 cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:
   the battery every pool passes, against make_pool(o); in busted specs:
   require "cupola.busted"; assert.is_conforming_pool(make_pool, opts)]],
@@ -230,7 +234,7 @@ kernels raise.  A buffer keeps its stream and pool alive.]],
     names = { "kernels", "fill", "sqrt_index", "checksum", "spin", "pattern", "verify" },
     overview = {
       { "cupola.kernels.fill(b, value, {type=\"f32\"})", "every element = value" },
-      { "cupola.kernels.sqrt_index(b)", "f32 data[i] = sqrt(i) (the seeds')" },
+      { "cupola.kernels.sqrt_index(b)", "f32 data[i] = sqrt(i)" },
       { "cupola.kernels.checksum(b, {type=\"f32\"}) -> number", "sum of the elements (waits)" },
       { "cupola.kernels.spin(us, {stream=})", "keeps a stream busy (microseconds)" },
       { "cupola.kernels.pattern(b, seed)  .verify(b, seed)", "write / count bytes that differ" },
@@ -289,7 +293,7 @@ dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
   overlaps=, misaligned=, ms=, per_second=, ...}: threads allocate, write
   their block, optionally free; a verification kernel counts overlaps.
 cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }
-  -> results: several runs in flight at once (the seed's two-stream race).
+  -> results: several runs in flight at once (two streams racing on one pool).
 dp:reset(s)   dp:stats() -> {capacity, used, peak, failed}   dp:close()
 In your kernels: #include <cupola/device.h>; cupola_alloc(pool, bytes) (NULL
   when exhausted) and cupola_free(pool, ptr) on a "device_pool" parameter;
@@ -312,12 +316,14 @@ cupola.trace.load(path) -> Trace (RMM logging-adaptor CSV
   Thread,Time,Action,Pointer,Size,Stream; plain or gzip); malformed input
   raises "path:line: reason".
 cupola.trace.replay(t, pool, {single_stream=false, repeat=1,
-  synchronize=true, stop_at_oom=false, addresses="model"|"recorded"})
-  -> {events, ns_per_event, seconds, peak_live, peak_reserved,
-  reserved_over_live, failed, skipped_frees, complete, peak_allocated,
-  device_allocs, device_frees, retries, ooms, ...}; addresses="recorded"
-  (a torch pool, a PyTorch snapshot): CUDA's addresses as recorded, and
-  divergence = false or where the model's calls first differed
+  synchronize=true, clock="pool"|"trace", stop_at_oom=false,
+  addresses="model"|"recorded"}) -> {events, ns_per_event, seconds,
+  peak_live, peak_reserved, reserved_over_live, failed, skipped_frees,
+  complete, reserved_byte_seconds, live_byte_seconds, maps, unmaps,
+  peak_allocated, device_allocs, device_frees, retries, ooms, ...};
+  addresses="recorded" (a torch pool, a PyTorch snapshot): CUDA's
+  addresses as recorded, and divergence = false or where the model's
+  calls first differed
 cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
   cupola.pool (plus name=); each row is replay's table plus kind, upstream, name.
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,

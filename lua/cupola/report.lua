@@ -61,7 +61,7 @@ function report.table(headers, rows)
   return table.concat(out, "\n")
 end
 
--- ---- Results as data (issue 16) -------------------------------------------
+-- ---- Results as data -------------------------------------------
 -- Rows are records: the tables trace.replay, trace.compare and the bench
 -- helpers return (one table, or a list of them).  Columns are the scalar
 -- fields (numbers, strings, booleans) present in any row: first the naming

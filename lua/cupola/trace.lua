@@ -35,8 +35,11 @@ function trace.load(path, ...)
   return t
 end
 
---- trace.replay(t, pool, {single_stream=, repeat=, synchronize=, record=, progress=}) ->
--- {events, ns_per_event, peak_live, peak_reserved, reserved_over_live, failed, ...}
+--- trace.replay(t, pool, {single_stream=, repeat=, synchronize=, record=, progress=, clock=}) ->
+-- {events, ns_per_event, peak_live, peak_reserved, reserved_over_live, failed,
+-- reserved_byte_seconds, live_byte_seconds, ...}
+-- clock = "trace" gives the pool the trace's timestamps as its clock for the
+-- replay ("pool", the default: it keeps its own).
 -- With record = true the result carries `recording` (the pool's reserved
 -- bytes over the events, and where it put each block) for cupola.timeline,
 -- which finds the trace again through timeline.sources.

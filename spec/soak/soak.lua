@@ -1,4 +1,4 @@
--- The soak (issue 12): a seeded random mix of everything cupola does, for a
+-- The soak: a seeded random mix of everything cupola does, for a
 -- bounded time, with the data checked by kernels and the process's memory
 -- checked flat after a warm-up.
 --

@@ -1,4 +1,4 @@
--- The argument fuzz of this round's surfaces (issue 12): random calls of
+-- The argument fuzz of the later surfaces: random calls of
 -- modules, kernels and launches, devices, IPC, trace files, timelines, NVTX,
 -- reports, the conformance battery and help, with hostile values.  It must
 -- not crash or hang; it ends by printing "calls=N ok=N errors=N".

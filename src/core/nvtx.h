@@ -1,5 +1,5 @@
 /*
- * nvtx.h: NVTX ranges (issue 16), over NVTX v3, which is header-only in the
+ * nvtx.h: NVTX ranges, over NVTX v3, which is header-only in the
  * CUDA Toolkit: with no tool attached every call is a few instructions; a
  * profiler (Nsight Systems, Nsight Compute's --nvtx, or any library named by
  * NVTX_INJECTION64_PATH) is loaded on the first call and sees the ranges.

@@ -276,14 +276,30 @@ cp_stream *l_devstream(cp_stream *s, int dev);
 void l_streamref_retain(l_streamref *r);
 void l_streamref_release(l_streamref *r);
 
-/* --- buffers (buffer.c) --- */
-/* Pushes a new Buffer in its freed state; the caller fills it. */
+/* --- buffers (buffer.c) ---
+ * buffer.c alone takes and drops what a Buffer keeps alive.  Making one:
+ * l_newbuffer pushes it released, the caller gets the memory, then one
+ * l_buffer_own* call gives the buffer at idx the block p of size bytes,
+ * ordered on sref (whose Lua object is at stream_idx; 0 or nil there: the
+ * default stream), and takes the references: the stream's, and for a pool's
+ * block the pool's (its Lua object at pool_idx becomes b.pool, its C owner
+ * counts one more reference and one more live buffer).  Wrapping a block
+ * that already exists is the same two calls.  Freeing, closing and
+ * collecting the buffer give them all back. */
 l_buffer *l_newbuffer(lua_State *L);
-/* Sets the buffer at idx to own p, ordered on sref (whose Lua object is at
- * stream_idx; 0 or nil there: the default stream) and takes the stream
- * reference.  The caller sets the pool fields and the pool user value. */
-void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origin,
-                     int stream_idx, l_streamref *sref);
+/* Memory of no pool (cupola.malloc, a legacy IPC import) of device dev. */
+void l_buffer_own(lua_State *L, int idx, void *p, size_t size, l_origin origin, int dev,
+                  int stream_idx, l_streamref *sref);
+/* A block of a native pool: origin L_FROM_MEMPOOL, or L_FROM_ASYNC for the
+ * current pool's (cudaMallocAsync). */
+void l_buffer_own_mempool(lua_State *L, int idx, void *p, size_t size, l_origin origin,
+                          int stream_idx, l_streamref *sref, int pool_idx, l_mempoolref *r);
+/* A block of a cupola Pool. */
+void l_buffer_own_pool(lua_State *L, int idx, void *p, size_t size, int stream_idx,
+                       l_streamref *sref, int pool_idx, l_poolref *r);
+/* Whether the buffer still holds memory (not freed, not reset away by its
+ * pool). */
+int l_buffer_live(const l_buffer *b);
 l_buffer *l_checkbuffer(lua_State *L, int arg); /* a live buffer */
 /* Pushes the Stream object a buffer (at idx) is ordered on. */
 void l_pushbufferstream(lua_State *L, int idx);
@@ -320,9 +336,9 @@ void l_open_module(lua_State *L); /* run-time compiled kernels (module.c) */
 /* The folder of <cupola/allocator.h> that lua/cupola/init.lua found
  * (cupola.include_dir), or NULL before require "cupola" (module.c). */
 const char *l_plugin_include_dir(void);
-void l_open_nvtx(lua_State *L);   /* cupola.nvtx (issue 16) */
-void l_open_term(lua_State *L);   /* cupola.core._isatty (issue 16) */
-void l_open_devpool(lua_State *L); /* issue 17: in-kernel allocation */
+void l_open_nvtx(lua_State *L);   /* cupola.nvtx */
+void l_open_term(lua_State *L);   /* cupola.core._isatty */
+void l_open_devpool(lua_State *L); /* in-kernel allocation */
 
 /* __newindex of handle types whose fields are all read-only: raises
  * "cupola.Buffer field 'size' is read-only". */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/ipc.h"
+#include "ipc.h"
 #include "binding.h"
 
 /* ---- the graveyard of collected malloc buffers (process-wide: a buffer
@@ -112,26 +112,73 @@ l_buffer *l_newbuffer(lua_State *L)
     return b;
 }
 
-void l_buffer_attach(lua_State *L, int idx, void *p, size_t size, l_origin origin, int stream_idx,
-                     l_streamref *sref)
+/* ---- what a buffer owns ----
+ * Every Buffer is made alike: l_newbuffer pushes it released, before the
+ * memory is had (an error then leaves nothing behind), and one l_buffer_own*
+ * call hands it the memory and takes every reference it keeps: its stream,
+ * and its pool (the Lua object as a user value, the C owner counted).
+ * buffer_release below gives all of them back. */
+
+static l_buffer *own(lua_State *L, int idx, void *p, size_t size, l_origin origin, int dev,
+                     int stream_idx, l_streamref *sref)
 {
     l_buffer *b = (l_buffer *)lua_touserdata(L, idx);
     /* The default stream stays nil (l_pushbufferstream): its reference is
      * the only one without a C stream, whether it was given or not. */
     if (stream_idx != 0 && sref->s != NULL) {
         lua_pushvalue(L, stream_idx);
-        lua_setiuservalue(L, idx < 0 && idx > LUA_REGISTRYINDEX ? idx - 1 : idx, L_UV_STREAM);
+        lua_setiuservalue(L, idx, L_UV_STREAM);
     }
     b->ptr = p;
     b->size = size;
     b->origin = origin;
+    b->device = dev;
     b->stream = sref;
     l_streamref_retain(sref);
+    return b;
+}
+
+/* own() for a block of a pool: the pool's Lua object (at pool_idx) becomes
+ * b.pool and its C owner counts one more reference and one more live buffer. */
+static l_buffer *own_pooled(lua_State *L, int idx, void *p, size_t size, l_origin origin, int dev,
+                            int stream_idx, l_streamref *sref, int pool_idx, int *refs, int *live)
+{
+    l_buffer *b;
+    idx = lua_absindex(L, idx);
+    pool_idx = lua_absindex(L, pool_idx);
+    b = own(L, idx, p, size, origin, dev, stream_idx, sref);
+    lua_pushvalue(L, pool_idx);
+    lua_setiuservalue(L, idx, L_UV_POOL);
+    ++*refs;
+    ++*live;
+    return b;
+}
+
+void l_buffer_own(lua_State *L, int idx, void *p, size_t size, l_origin origin, int dev,
+                  int stream_idx, l_streamref *sref)
+{
+    own(L, lua_absindex(L, idx), p, size, origin, dev, stream_idx, sref);
+}
+
+void l_buffer_own_mempool(lua_State *L, int idx, void *p, size_t size, l_origin origin,
+                          int stream_idx, l_streamref *sref, int pool_idx, l_mempoolref *r)
+{
+    own_pooled(L, idx, p, size, origin, r->device, stream_idx, sref, pool_idx, &r->refs, &r->live)
+        ->mempool = r;
+}
+
+void l_buffer_own_pool(lua_State *L, int idx, void *p, size_t size, int stream_idx,
+                       l_streamref *sref, int pool_idx, l_poolref *r)
+{
+    l_buffer *b = own_pooled(L, idx, p, size, L_FROM_POOL, r->device, stream_idx, sref, pool_idx,
+                             &r->refs, &r->live);
+    b->pool = r;
+    b->generation = r->generation;
 }
 
 /* Is the buffer still holding memory?  A pool's reset() frees its blocks
  * behind the buffers' backs; the generation tells. */
-static int buffer_live(const l_buffer *b)
+int l_buffer_live(const l_buffer *b)
 {
     if (!b->ptr)
         return 0;
@@ -151,7 +198,7 @@ void l_pushbufferstream(lua_State *L, int idx)
 l_buffer *l_checkbuffer(lua_State *L, int arg)
 {
     l_buffer *b = l_udbuffer(L, arg);
-    if (!buffer_live(b)) {
+    if (!l_buffer_live(b)) {
         if (b->ptr)
             luaL_error(L, "attempt to use a closed " L_BUFFER " (freed by its pool's reset())");
         luaL_error(L, "attempt to use a closed " L_BUFFER);
@@ -239,7 +286,7 @@ static int buffer_free(lua_State *L)
 {
     l_buffer *b = l_udbuffer(L, 1);
     l_streamref *s;
-    if (!buffer_live(b)) {
+    if (!l_buffer_live(b)) {
         if (b->ptr) {
             buffer_release(b, b->stream, 0);
             return luaL_error(L, L_BUFFER ":free: double free (the buffer was freed by its pool's "
@@ -357,7 +404,7 @@ static int buffer_index(lua_State *L)
     if (strcmp(k, "size") == 0)
         lua_pushinteger(L, (lua_Integer)b->size);
     else if (strcmp(k, "address") == 0)
-        lua_pushinteger(L, (lua_Integer)(uintptr_t)(buffer_live(b) ? b->ptr : NULL));
+        lua_pushinteger(L, (lua_Integer)(uintptr_t)(l_buffer_live(b) ? b->ptr : NULL));
     else if (strcmp(k, "stream") == 0)
         l_pushbufferstream(L, 1);
     else if (strcmp(k, "pool") == 0)
@@ -365,7 +412,7 @@ static int buffer_index(lua_State *L)
     else if (strcmp(k, "origin") == 0)
         lua_pushstring(L, origin_names[b->origin]);
     else if (strcmp(k, "freed") == 0)
-        lua_pushboolean(L, !buffer_live(b));
+        lua_pushboolean(L, !l_buffer_live(b));
     else if (strcmp(k, "device") == 0)
         lua_pushinteger(L, b->device);
     else
@@ -376,7 +423,7 @@ static int buffer_index(lua_State *L)
 static int buffer_tostring(lua_State *L)
 {
     l_buffer *b = l_udbuffer(L, 1);
-    if (!buffer_live(b))
+    if (!l_buffer_live(b))
         lua_pushliteral(L, L_BUFFER " (freed)");
     else
         lua_pushfstring(L, L_BUFFER " (%I bytes at %p, %s)", (lua_Integer)b->size, b->ptr,
@@ -398,17 +445,15 @@ static int l_malloc(lua_State *L)
     size_t n = l_checksize(L, 1);
     void *p = NULL;
     int nret, dev;
-    l_buffer *b;
     luaL_argcheck(L, n > 0, 1, "size must be at least 1 byte");
     l_checkoptions(L, 2, "cupola.malloc", opts);
     dev = l_optdevice_field(L, 2, "cupola.malloc");
-    b = l_newbuffer(L);
+    l_newbuffer(L);
     l_graveyard_reap(0);
     if ((nret = l_alloc_result_info(L, cp_be->mem_alloc_on(dev, &p, n, CP_MEM_DEVICE), "cudaMalloc",
                                     n, dev, NULL)) != 0)
         return nret;
-    l_buffer_attach(L, -1, p, n, L_FROM_MALLOC, 0, l_defaultstream());
-    b->device = dev;
+    l_buffer_own(L, -1, p, n, L_FROM_MALLOC, dev, 0, l_defaultstream());
     return 1;
 }
 

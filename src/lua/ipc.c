@@ -13,7 +13,7 @@
  * (16 hex digits) names the exported pool, so a block can only be imported
  * into the pool it came from; socket is the Unix socket (abstract namespace)
  * a server thread of the exporting process hands the pool's file descriptor
- * out on, SCM_RIGHTS (backend/ipc.c), "-" when nothing travels that way; data
+ * out on, SCM_RIGHTS (core/ipc.c), "-" when nothing travels that way; data
  * is the 64 bytes of cudaMemPoolPtrExportData / cudaIpcMemHandle_t (the host
  * backend's own description of the memory) in hex, "-" for a pool.
  *
@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/ipc.h"
+#include "ipc.h"
 #include "binding.h"
 
 #define IPC_PREFIX "cupola-ipc/"
@@ -385,7 +385,6 @@ static int buffer_export(lua_State *L)
 static int buffer_import(lua_State *L)
 {
     token t;
-    l_buffer *b;
     void *p = NULL;
     int nret;
 
@@ -398,17 +397,11 @@ static int buffer_import(lua_State *L)
             return bad(L, 2, "the buffer belongs to another exported pool");
         if (t.device != r->device)
             return bad(L, 2, "the buffer's device differs from its pool's");
-        b = l_newbuffer(L);
+        l_newbuffer(L);
         if ((nret = l_alloc_result(L, cp_be->mempool_import_ptr(r->p, &t.data, (size_t)t.size,
                                                                 &p))) != 0)
             return nret;
-        l_buffer_attach(L, -1, p, (size_t)t.size, L_FROM_MEMPOOL, 0, l_defaultstream());
-        b->device = r->device;
-        lua_pushvalue(L, 1);
-        lua_setiuservalue(L, -2, L_UV_POOL);
-        b->mempool = r;
-        r->refs++;
-        r->live++;
+        l_buffer_own_mempool(L, -1, p, (size_t)t.size, L_FROM_MEMPOOL, 0, l_defaultstream(), 1, r);
         return 1;
     } else {
         static const char *const opts[] = {"device", NULL};
@@ -417,15 +410,14 @@ static int buffer_import(lua_State *L)
         parse(L, 1, "malloc", &t);
         l_checkoptions(L, 2, "cupola.buffer.import", opts);
         dev = lua_isnoneornil(L, 2) ? t.device : l_optdevice_field(L, 2, "cupola.buffer.import");
-        b = l_newbuffer(L);
+        l_newbuffer(L);
         if (t.socket[0])
             fd = receive_fd(L, 1, &t);
         st = cp_be->ipc_open_handle(dev, &t.data, fd, (size_t)t.size, &p);
         if (fd >= 0)
             close(fd);
         l_check(L, st);
-        l_buffer_attach(L, -1, p, (size_t)t.size, L_FROM_IPC, 0, l_defaultstream());
-        b->device = dev;
+        l_buffer_own(L, -1, p, (size_t)t.size, L_FROM_IPC, dev, 0, l_defaultstream());
         return 1;
     }
 }

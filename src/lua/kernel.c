@@ -143,7 +143,8 @@ static int k_fill(lua_State *L)
     return 1;
 }
 
-/* kernels.sqrt_index(b, opts) -> b: the seeds' processKernel over f32s. */
+/* kernels.sqrt_index(b, opts) -> b: data[i] = sqrt(i) over f32s, the
+ * smallest kernel that touches every element (the benchmarks' workload). */
 static int k_sqrt_index(lua_State *L)
 {
     l_buffer *b = l_checkbuffer(L, 1);

@@ -225,13 +225,12 @@ static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, 
 {
     void *p = NULL;
     int nret;
-    l_buffer *b;
 
     luaL_argcheck(L, n > 0, midx == 1 ? 2 : 1, "size must be at least 1 byte");
     if (m->ref->imported)
         return luaL_error(L, L_MEMPOOL ":alloc: an imported pool cannot allocate (import the "
                              "exporter's buffers with cupola.buffer.import)");
-    b = l_newbuffer(L);
+    l_newbuffer(L);
     /* a pool's stream-ordered work on the default stream goes to the pool's
      * device's legacy stream */
     nret = l_alloc_result_info(L,
@@ -243,13 +242,7 @@ static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, 
                                n, m->ref->device, m->ref->p);
     if (nret)
         return nret;
-    l_buffer_attach(L, -1, p, n, origin, sarg, s);
-    b->device = m->ref->device;
-    lua_pushvalue(L, midx);
-    lua_setiuservalue(L, -2, L_UV_POOL);
-    b->mempool = m->ref;
-    m->ref->refs++;
-    m->ref->live++;
+    l_buffer_own_mempool(L, -1, p, n, origin, sarg, s, midx, m->ref);
     return 1;
 }
 

@@ -564,8 +564,7 @@ static int kernel_launch(lua_State *L)
                 l_buffer *b = l_testudbuffer(L, a);
                 if (!b)
                     return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
-                /* live as buffer.c counts it: not freed, not reset away by its pool */
-                if (!b->ptr || (b->origin == L_FROM_POOL && b->pool->generation != b->generation))
+                if (!l_buffer_live(b))
                     return arg_error(L, arg, k, i, "the cupola.Buffer is closed (freed)");
                 memcpy(&k->vals[i], &b->ptr, sizeof b->ptr);
             } else if (t == LUA_TNUMBER && (v = lua_tointegerx(L, a, &isint), isint)) {

@@ -1,13 +1,14 @@
 /*
  * pool.c: cupola.Pool, the allocators written in C (resource.h):
  * cupola.pool{kind=, upstream=, initial=, grow=, max=, alignment=,
- * release_threshold=, reuse=, fallback=, limit=, log=}, and the user's own
+ * release_threshold=, reuse=, fallback=, limit=, log=, clock=}, and the user's own
  * allocators: kind = "plugin" with path= or source=, symbol=, options=.
  *
  * The pool is reference counted (l_poolref): the Lua handle and each live
  * buffer hold a reference, so a pool collected in the same cycle as its
  * buffers is destroyed only after the last of them has given its block back.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,6 +273,8 @@ static void pool_setmeta(lua_State *L, int ud, const l_pool *p)
         lua_pushstring(L, p->opts.torch_conf ? p->opts.torch_conf : "");
         lua_setfield(L, -2, "conf");
     }
+    lua_pushstring(L, cp_clock_name(p->opts.clock));
+    lua_setfield(L, -2, "clock");
     lua_pushboolean(L, 0);
     lua_setfield(L, -2, "closed");
     lua_setfield(L, -2, "__index");
@@ -298,7 +301,7 @@ static int pool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
                                        "release_threshold", "reuse", "fallback", "limit", "log",
-                                       "path", "source", "symbol", "options", "device",
+                                       "path", "source", "symbol", "options", "device", "clock",
                                        "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
                                        "conf", "device_memory", "address_model", NULL};
     l_pool *p;
@@ -327,6 +330,11 @@ static int pool_new(lua_State *L)
     p->opts.max = l_optsize_field(L, 1, "max", 0);
     p->opts.alignment = l_optsize_field(L, 1, "alignment", 256);
     p->opts.release_threshold = l_optsize_field(L, 1, "release_threshold", 0);
+    /* given at all (0 included): a vmm pool keeps that many idle bytes
+     * instead of deciding by time */
+    p->opts.release_threshold_set = lua_getfield(L, 1, "release_threshold") != LUA_TNIL;
+    lua_pop(L, 1);
+    p->opts.clock = (cp_clock_kind)checkchoice(L, 1, "clock", "wall", cp_clock_name);
     p->opts.fallback = l_optbool_field(L, 1, "fallback", 0);
     p->opts.device = l_optdevice_field(L, 1, "cupola.pool");
     if (p->opts.alignment == 0 || (p->opts.alignment & (p->opts.alignment - 1)) != 0)
@@ -488,7 +496,6 @@ static int pool_alloc(lua_State *L)
     size_t n = l_checksize(L, 2);
     l_streamref *s = l_optstream(L, 3);
     void *ptr = NULL;
-    l_buffer *b;
     int nret;
 
     if (!p->ref)
@@ -498,19 +505,12 @@ static int pool_alloc(lua_State *L)
      * read as nil, not as the new buffer (which then named itself as its
      * stream). */
     lua_settop(L, 3);
-    b = l_newbuffer(L);
+    l_newbuffer(L);
     if ((nret = l_alloc_result(L, cp_resource_alloc(p->ref->r, n, s->s, &ptr))) != 0) {
         push_oom_figures(L);
         return nret + 1;
     }
-    l_buffer_attach(L, -1, ptr, n, L_FROM_POOL, 3, s);
-    b->device = p->ref->device;
-    lua_pushvalue(L, 1);
-    lua_setiuservalue(L, -2, L_UV_POOL);
-    b->pool = p->ref;
-    b->generation = p->ref->generation;
-    p->ref->refs++;
-    p->ref->live++;
+    l_buffer_own_pool(L, -1, ptr, n, 3, s, 1, p->ref);
     return 1;
 }
 
@@ -534,6 +534,52 @@ static int pool_reset(lua_State *L)
     p->ref->generation++;
     p->ref->live = 0;
     return 0;
+}
+
+/* p:time() -> seconds on the pool's clock (since it was created, or as set) */
+static int pool_time(lua_State *L)
+{
+    lua_pushnumber(L, cp_resource_time(topool(L, 1)->ref->r));
+    return 1;
+}
+
+/* A manual clock's new reading t (checked here, so the message names the
+ * argument and the value). */
+static void set_clock(lua_State *L, l_pool *p, int arg, double t, const char *fname)
+{
+    double now = cp_resource_time(p->ref->r);
+    if (cp_resource_clock_kind(p->ref->r) != CP_CLOCK_MANUAL)
+        luaL_error(L, L_POOL ":%s: the pool's clock is \"wall\"; only a pool made with "
+                      "clock = \"manual\" can be set", fname);
+    if (!isfinite(t))
+        luaL_argerror(L, arg, lua_pushfstring(L, "the time must be finite, not %f",
+                                              (LUAI_UACNUMBER)t));
+    if (t < now)
+        luaL_argerror(L, arg, lua_pushfstring(L, "time %f is before the clock's reading %f (a "
+                                                 "clock never goes back)",
+                                              (LUAI_UACNUMBER)t, (LUAI_UACNUMBER)now));
+    l_check(L, cp_resource_set_time(p->ref->r, t));
+}
+
+/* p:set_time(t): a manual clock reads t seconds from now on (t >= p:time()) */
+static int pool_set_time(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    set_clock(L, p, 2, (double)luaL_checknumber(L, 2), "set_time");
+    return 0;
+}
+
+/* p:advance(dt) -> the new reading: a manual clock moves dt >= 0 seconds on */
+static int pool_advance(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    double dt = (double)luaL_checknumber(L, 2);
+    luaL_argcheck(L, dt >= 0 && isfinite(dt), 2,
+                  lua_pushfstring(L, "the seconds to advance must be finite and at least 0, "
+                                     "not %f", (LUAI_UACNUMBER)dt));
+    set_clock(L, p, 2, cp_resource_time(p->ref->r) + dt, "advance");
+    lua_pushnumber(L, cp_resource_time(p->ref->r));
+    return 1;
 }
 
 static int pool_stats(lua_State *L)
@@ -560,6 +606,14 @@ static int pool_stats(lua_State *L)
         SETI(pages_mapped);
         SETI(maps);
         SETI(unmaps);
+        if (s.by_time) {
+            /* the default policy's state (vmm.c) */
+            SETI(recent_peak);
+            lua_pushnumber(L, s.decay_window);
+            lua_setfield(L, -2, "decay_window");
+            lua_pushnumber(L, s.map_budget);
+            lua_setfield(L, -2, "map_budget");
+        }
     }
     SETI(device_allocs);
     SETI(device_frees);
@@ -711,6 +765,9 @@ void l_open_pool(lua_State *L)
                                        {"empty_cache", pool_empty_cache},
                                        {"settings", pool_settings},
                                        {"close", pool_close},
+                                       {"time", pool_time},
+                                       {"set_time", pool_set_time},
+                                       {"advance", pool_advance},
                                        {NULL, NULL}};
     l_newclass(L, L_POOL, meta, methods);
     lua_pushcfunction(L, pool_new);

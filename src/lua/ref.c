@@ -1,11 +1,12 @@
 /*
  * ref.c: the owners a Buffer shares with its pool's handle.  A pool (native
  * or custom) lives until its handle is closed and its last buffer freed;
- * whichever goes last releases it here.  Its own file so that buffer.c (which
- * drops a reference when a buffer is freed) and mempool.c / pool.c (which
- * make buffers) never call each other.
+ * whichever goes last releases it here.  buffer.c takes and drops a
+ * buffer's references (l_buffer_own*, its release); mempool.c, pool.c and
+ * ipc.c make the handles and drop theirs.  Both end here, so neither side
+ * calls the other.
  */
-#include "backend/ipc.h"
+#include "ipc.h"
 #include "binding.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
  * term.c: cupola.core.isatty(fd): whether a standard stream is a terminal,
  * so progress lines (trace.replay, cupola.bench) appear only where a person
- * watches and never in logs or pipes (issue 16).
+ * watches and never in logs or pipes.
  */
 #include <unistd.h>
 

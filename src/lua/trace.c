@@ -146,7 +146,7 @@ static int trace_event(lua_State *L)
     return 1;
 }
 
-/* The progress line (issue 16): on stderr, only when it is a terminal, only
+/* The progress line: on stderr, only when it is a terminal, only
  * once the replay has run two seconds; erased at the end. */
 typedef struct progress_state {
     double t0;
@@ -234,11 +234,12 @@ static void push_divergence(lua_State *L, const cp_replay_result *res)
     lua_setfield(L, -2, "divergence");
 }
 
-/* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true}) */
+/* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true,
+ * record=false, progress=true, clock="pool", addresses="model", stop_at_oom=false}) */
 static int trace_replay(lua_State *L)
 {
     static const char *const opts[] = {"single_stream", "repeat", "synchronize", "record",
-                                       "progress", "addresses", "stop_at_oom", NULL};
+                                       "progress", "clock", "addresses", "stop_at_oom", NULL};
     l_trace *tr = totrace(L, 1);
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
@@ -256,6 +257,16 @@ static int trace_replay(lua_State *L)
     luaL_argcheck(L, rep >= 1 && rep <= 1000000, 3, "option 'repeat' must be in 1..1000000");
     o.repeat = (int)rep;
     o.record = l_optbool_field(L, 3, "record", 0);
+    {
+        /* "pool": the pool keeps its own clock; "trace": it reads the
+         * trace's timestamps for the replay */
+        const char *ck = l_optstring_field(L, 3, "clock", "pool");
+        if (strcmp(ck, "trace") == 0)
+            o.trace_clock = 1;
+        else if (strcmp(ck, "pool") != 0)
+            return luaL_error(L, "cupola.trace.replay: option 'clock' must be one of pool, trace, "
+                                 "not '%s'", ck);
+    }
     {
         const char *a = l_optstring_field(L, 3, "addresses", "model");
         if (strcmp(a, "recorded") == 0)
@@ -381,6 +392,10 @@ static int trace_replay(lua_State *L)
         lua_setfield(L, -2, "size");
         lua_setfield(L, -2, "stopped");
     }
+    lua_pushnumber(L, res.reserved_byte_seconds);
+    lua_setfield(L, -2, "reserved_byte_seconds");
+    lua_pushnumber(L, res.live_byte_seconds);
+    lua_setfield(L, -2, "live_byte_seconds");
     return 1;
 }
 

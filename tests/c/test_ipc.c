@@ -1,5 +1,5 @@
 /*
- * test_ipc.c: file descriptors handed over a Unix socket (backend/ipc.h),
+ * test_ipc.c: file descriptors handed over a Unix socket (ipc.h),
  * and the host backend's shareable pools and legacy IPC within one process
  * (the cross-process cases are spec/ipc_spec.lua's).
  */
@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/ipc.h"
+#include "ipc.h"
 #include "tap.h"
 
 int main(void)

@@ -476,7 +476,7 @@ static void test_streams(const char *kind, cp_upstream_kind up, int real_backend
     }
 
     /* reuse=wait: a free already complete needs no wait, and the block is
-     * idle again (ANY): it merges with what is beside it (issue 14) */
+     * idle again (ANY): it merges with what is beside it */
     if (!real_backend && is_heap(kind) && !big) {
         o = opts(kind, up, CP_REUSE_WAIT);
         if (cp_pool_create(&r, &o) == CP_OK) {

@@ -1,5 +1,5 @@
 /*
- * test_snapshot.c: the pickle reader and PyTorch snapshots (issue 16), TAP.
+ * test_snapshot.c: the pickle reader and PyTorch snapshots, TAP.
  *
  *  - hand-made pickles, byte by byte, at protocols 2 and 4: each opcode the
  *    two PyTorch writers use gives the value it should;

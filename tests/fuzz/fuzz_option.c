@@ -1,6 +1,6 @@
 /*
  * fuzz_option.c: libFuzzer harness for the compile option allow-list
- * (cp_cc_check_option in src/core/kernel/compile.c, issue 12): user options
+ * (cp_cc_check_option in src/core/kernel/compile.c): user options
  * reach the system compiler's argument vector, so an accepted option must be
  * one of the documented shapes and nothing else.  Each input is split at
  * NUL bytes into options; each is checked against an independent statement

@@ -1,6 +1,6 @@
 /*
- * fuzz_pickle.c: libFuzzer harness for the snapshot pickle reader alone
- * (issue 16), in memory: no temporary file and no replay, so it runs
+ * fuzz_pickle.c: libFuzzer harness for the snapshot pickle reader alone,
+ * in memory: no temporary file and no replay, so it runs
  * thousands of inputs a second where fuzz_trace.c runs hundreds.  Every
  * input is parsed (behind a PROTO 4 header when it has none, unless it is
  * cupola's compact form) and decoded as a snapshot; a snapshot that decodes

@@ -1,6 +1,6 @@
 /*
  * fuzz_scan.c: libFuzzer harness for the kernel source scanner
- * (src/core/kernel/scan.c, issue 12), which reads user CUDA C before any
+ * (src/core/kernel/scan.c), which reads user CUDA C before any
  * compiler does: the kernels a module defines, nested launches, barriers,
  * and the host backend's `extern __shared__` rewrite.  Every input is
  * scanned with and without the rewrite, from a buffer of exactly its size

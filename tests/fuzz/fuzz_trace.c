@@ -1,5 +1,5 @@
 /*
- * fuzz_trace.c: libFuzzer harness for the trace loader (issue 4).
+ * fuzz_trace.c: libFuzzer harness for the trace loader.
  *
  * cp_trace_load reads a path (plain CSV or gzip), so each input is written
  * to one temporary file and loaded from there.  Whatever the bytes, the
@@ -10,7 +10,7 @@
  * AddressSanitizer and UBSan (make fuzz-trace) turn any memory error into a
  * crash that libFuzzer saves as a reproducer.
  *
- * PyTorch snapshots (issue 16): an input starting with a pickle's PROTO
+ * PyTorch snapshots: an input starting with a pickle's PROTO
  * opcode goes through the snapshot path of cp_trace_load; every input is
  * also handed to the pickle reader directly (behind a PROTO 4 header when it
  * has none), and a tree that parses is walked, boundedly, to check that its

@@ -1,5 +1,5 @@
 /*
- * nvtx_count.c: an NVTX injection library of cupola's own (issue 16) that
+ * nvtx_count.c: an NVTX injection library of cupola's own that
  * counts what a program emits, to prove that cupola's ranges reach a tool
  * without Nsight Systems.  NVTX v3 loads the library named by
  * NVTX_INJECTION64_PATH on the first NVTX call and calls its

@@ -3,7 +3,8 @@
  *
  * Two implementations exist: backend/cuda.c (the CUDA runtime) and
  * backend/host.c (the CPU: memory from the OS, one worker thread per stream,
- * kernels run on the CPU).  The binding and every allocator see only this
+ * kernels run on the CPU), each with the files of its parts beside it
+ * (cuda_*.c, host_*.c).  The binding and every allocator see only this
  * table, so an experiment behaves the same on either.
  *
  * Conventions
@@ -172,7 +173,7 @@ typedef struct cp_backend {
     cp_status (*k_verify)(const void *p, size_t bytes, uint64_t seed, cp_stream *s,
                           uint64_t *bad);
 
-    /* ---- run-time compiled kernels (kernel/module.c, issue 10) ----------
+    /* ---- run-time compiled kernels (kernel/module.c) ----------
      * host_task (host backend; NULL on CUDA): enqueues fn(data) on s, data
      * copied (len bytes, 8-byte aligned) into the work item.  A nonzero
      * return stores err as a pending kernel error, which the next device,
@@ -262,7 +263,7 @@ typedef struct cp_backend {
                                  void **out);
     cp_status (*ipc_close_handle)(void *ptr, size_t bytes);
 
-    /* ---- virtual memory management (issue 14: the vmm pool) ----
+    /* ---- virtual memory management (the vmm pool) ----
      * Physical memory comes in handles whose size is a multiple of
      * vm_granularity; a handle is mapped into a reserved address range and
      * becomes accessible after vm_set_access over the range.  CUDA: the
@@ -286,7 +287,7 @@ typedef struct cp_backend {
     cp_status (*vm_map)(int dev, void *p, size_t bytes, uint64_t handle);
     cp_status (*vm_unmap)(int dev, void *p, size_t bytes);
     cp_status (*vm_set_access)(int dev, void *p, size_t bytes);
-    /* ---- device-side (in-kernel) allocation pools (devpool.h, issue 17) ----
+    /* ---- device-side (in-kernel) allocation pools (devpool.h) ----
      * dp_create: capacity bytes of pool memory and its device-side state
      * (a cupola_device_pool that kernels get a pointer to: dp_state).
      * dp_launch enqueues a run on s and returns at once; dp_finish waits for
@@ -318,7 +319,7 @@ int cp_backend_cuda_probe(char *why, size_t whylen);
 /* The backend in use, chosen once per process by cp_backend_select(). */
 extern const cp_backend *cp_be;
 
-/* ---- a process that can no longer use the backend (issue 12) -----------
+/* ---- a process that can no longer use the backend -----------
  * After fork() the child has no stream workers (host) and no usable CUDA
  * context, and a lock held by a thread that does not exist there would never
  * be released.  After a sticky CUDA error (an illegal address in a kernel,

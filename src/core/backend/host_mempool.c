@@ -64,482 +64,41 @@
  *    any process maps it, so an importer's buffers stay valid after the
  *    exporting process frees them or closes its pool.
  *  - All state is protected by the host backend's global lock (host_mempool.h).
+ *
+ * The pools' memory (blocks, chunks) and their sharing across devices and
+ * processes are in files of their own (host_mempool_impl.h lists them).
  */
-#include "host_mempool.h"
+#include "host_mempool_impl.h"
+#include "host_account.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* host.c's streams, handed down once (host_mempool.h says why). */
-static const cp_host_sched *S;
+const cp_host_sched *S;
 
 void cp_host_pool_bind(const cp_host_sched *sched)
 {
     S = sched;
 }
 
-#define POOL_GRAN 256u
-#define POOL_CHUNK ((size_t)2 << 20)
-#define POOL_BINS 64
-
-typedef struct hchunk hchunk;
-typedef struct hblock hblock;
-
-struct hblock {
-    hblock *prev, *next;   /* address order within the chunk */
-    hblock *fprev, *fnext; /* the pool's size bin, while free */
-    hblock *pprev, *pnext; /* the pool's pending list, while free and constrained */
-    int bin;               /* the bin it sits in, while free */
-    int pending;
-    hblock *hnext;         /* pointer-map chain, while allocated */
-    hchunk *chunk;
-    char *ptr;
-    size_t size;
-    int free;
-    uint64_t fsid, fticket; /* the free's marker; fticket 0: unconstrained */
-};
-
-struct hchunk {
-    hchunk *prev, *next;
-    cp_mempool *pool;
-    char *base;
-    size_t size;
-    uint64_t off; /* offset in the pool's memfd (shareable pools) */
-    hblock *first;
-    int dirty; /* a block was cleaned: merge at the next tidy */
-};
-
-struct cp_mempool {
-    cp_mempool *prev, *next; /* registry of live pools */
-    int is_default;
-    cp_mempool_props props;
-    uint64_t threshold;
-    int follow_events, opportunistic, internal_deps;
-    uint64_t used, used_high, reserved, reserved_high;
-    hchunk *chunks;
-    hblock *bins[POOL_BINS]; /* free blocks by floor(log2(size)) */
-    hblock *pending;         /* free blocks whose constraint may still lift */
-    int memfd;               /* shareable pools: the file behind every chunk; else -1 */
-    uint64_t file_size;      /* the next chunk's offset in memfd */
-    int imported;            /* only the fd of another process's pool */
-    unsigned char access[CP_MAX_DEVICES]; /* cp_access per device */
-};
-
 static cp_mempool *pools;                        /* every live pool, the defaults included */
 static cp_mempool *default_pool[CP_MAX_DEVICES]; /* created on first use */
 static cp_mempool *current_pool[CP_MAX_DEVICES]; /* NULL: the default */
 
-/* ---- devices and their memory accounts ------------------------------------- */
-
-static int ndevices = 1;
-static size_t dev_total;                          /* each device's share; 0: no limit */
-static _Atomic size_t dev_used[CP_MAX_DEVICES];  /* bytes charged */
-
-void cp_host_devices_init(int n, size_t total_each)
-{
-    ndevices = n < 1 ? 1 : n > CP_MAX_DEVICES ? CP_MAX_DEVICES : n;
-    dev_total = ndevices > 1 ? total_each : 0;
-}
-
-int cp_host_device_count(void)
-{
-    return ndevices;
-}
-
-static int dev_index(int dev)
-{
-    return dev >= 0 && dev < ndevices ? dev : 0;
-}
-
-int cp_host_mem_charge(int dev, size_t bytes)
-{
-    dev = dev_index(dev);
-    if (dev_total) {
-        size_t cur = atomic_load(&dev_used[dev]);
-        do {
-            if (bytes > dev_total || cur > dev_total - bytes)
-                return 0;
-        } while (!atomic_compare_exchange_weak(&dev_used[dev], &cur, cur + bytes));
-        return 1;
-    }
-    atomic_fetch_add(&dev_used[dev], bytes);
-    return 1;
-}
-
-void cp_host_mem_uncharge(int dev, size_t bytes)
-{
-    atomic_fetch_sub(&dev_used[dev_index(dev)], bytes);
-}
-
-size_t cp_host_mem_used(int dev)
-{
-    return atomic_load(&dev_used[dev_index(dev)]);
-}
-
-size_t cp_host_mem_total(void)
-{
-    return dev_total;
-}
-
-static void reap_unmaps_locked(int force);
-static int imported_free_locked(void *ptr, cp_stream *s, cp_status *st);
-
-/* ---- pointer -> block map -------------------------------------------------- */
-
-static hblock **map_buckets;
-static size_t map_nbuckets, map_count;
-
-static size_t map_hash(const void *p, size_t nb)
-{
-    uint64_t x = (uint64_t)(uintptr_t)p >> 8;
-    x *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(x >> 32) & (nb - 1);
-}
-
-static void map_grow(void)
-{
-    size_t nb = map_nbuckets ? map_nbuckets * 2 : 256;
-    hblock **nbk = calloc(nb, sizeof *nbk);
-    if (!nbk)
-        return; /* a fuller table still works */
-    for (size_t i = 0; i < map_nbuckets; i++) {
-        hblock *b = map_buckets[i];
-        while (b) {
-            hblock *next = b->hnext;
-            size_t h = map_hash(b->ptr, nb);
-            b->hnext = nbk[h];
-            nbk[h] = b;
-            b = next;
-        }
-    }
-    free(map_buckets);
-    map_buckets = nbk;
-    map_nbuckets = nb;
-}
-
-static int map_insert(hblock *b)
-{
-    size_t h;
-    if (map_count >= map_nbuckets * 2)
-        map_grow();
-    if (!map_buckets)
-        return 0;
-    h = map_hash(b->ptr, map_nbuckets);
-    b->hnext = map_buckets[h];
-    map_buckets[h] = b;
-    map_count++;
-    return 1;
-}
-
-static hblock *map_find(const void *p)
-{
-    hblock *b;
-    if (!map_buckets)
-        return NULL;
-    for (b = map_buckets[map_hash(p, map_nbuckets)]; b; b = b->hnext)
-        if (b->ptr == p)
-            return b;
-    return NULL;
-}
-
-static hblock *map_remove(const void *p)
-{
-    hblock **pp;
-    if (!map_buckets)
-        return NULL;
-    for (pp = &map_buckets[map_hash(p, map_nbuckets)]; *pp; pp = &(*pp)->hnext)
-        if ((*pp)->ptr == p) {
-            hblock *b = *pp;
-            *pp = b->hnext;
-            b->hnext = NULL;
-            map_count--;
-            return b;
-        }
-    return NULL;
-}
-
-/* ---- blocks ------------------------------------------------------------------ */
-
-static int bin_of(size_t size)
-{
-    return 63 - __builtin_clzll((unsigned long long)size);
-}
-
-static void pend_add(cp_mempool *p, hblock *b)
-{
-    if (b->pending)
-        return;
-    b->pending = 1;
-    b->pprev = NULL;
-    b->pnext = p->pending;
-    if (p->pending)
-        p->pending->pprev = b;
-    p->pending = b;
-}
-
-static void pend_del(cp_mempool *p, hblock *b)
-{
-    if (!b->pending)
-        return;
-    if (b->pprev)
-        b->pprev->pnext = b->pnext;
-    else
-        p->pending = b->pnext;
-    if (b->pnext)
-        b->pnext->pprev = b->pprev;
-    b->pprev = b->pnext = NULL;
-    b->pending = 0;
-}
-
-static void free_push(cp_mempool *p, hblock *b)
-{
-    b->free = 1;
-    b->bin = bin_of(b->size);
-    b->fprev = NULL;
-    b->fnext = p->bins[b->bin];
-    if (p->bins[b->bin])
-        p->bins[b->bin]->fprev = b;
-    p->bins[b->bin] = b;
-    if (b->fticket)
-        pend_add(p, b);
-}
-
-static void free_unlink(cp_mempool *p, hblock *b)
-{
-    if (b->fprev)
-        b->fprev->fnext = b->fnext;
-    else
-        p->bins[b->bin] = b->fnext;
-    if (b->fnext)
-        b->fnext->fprev = b->fprev;
-    b->fprev = b->fnext = NULL;
-    b->free = 0;
-    pend_del(p, b);
-}
-
-/* Drops the constraint of a block whose free has run, where the pool lets
- * any stream reuse such a block. */
-static void clean(cp_mempool *p, hblock *b)
-{
-    if (b->fticket && p->opportunistic && S->done_locked(b->fsid, b->fticket)) {
-        b->fticket = 0;
-        b->fsid = 0;
-        pend_del(p, b);
-    }
-}
-
-static int mergeable(const hblock *a, const hblock *b)
-{
-    return a->free && b->free && (a->fticket == 0) == (b->fticket == 0) &&
-           (a->fticket == 0 || a->fsid == b->fsid);
-}
-
-/* Absorbs b->next into b. */
-static void absorb_next(cp_mempool *p, hblock *b)
-{
-    hblock *n = b->next;
-    free_unlink(p, n);
-    free_unlink(p, b); /* its size bin changes */
-    b->size += n->size;
-    if (n->fticket > b->fticket)
-        b->fticket = n->fticket;
-    b->next = n->next;
-    if (n->next)
-        n->next->prev = b;
-    free(n);
-    free_push(p, b);
-}
-
-/* Merges free b with its neighbours where allowed; returns the result. */
-static hblock *coalesce(cp_mempool *p, hblock *b)
-{
-    if (b->next && mergeable(b, b->next))
-        absorb_next(p, b);
-    if (b->prev && mergeable(b->prev, b)) {
-        b = b->prev;
-        absorb_next(p, b);
-    }
-    return b;
-}
-
-/* Cleans the free blocks whose frees have run and merges, in the chunks
- * where something was cleaned, what became mergeable.  Two passes, because
- * merging unlinks free-list entries that the first pass walks. */
-static void tidy(cp_mempool *p)
-{
-    int any = 0;
-    if (!p->opportunistic)
-        return;
-    for (hblock *f = p->pending, *next; f; f = next) {
-        next = f->pnext; /* clean unlinks f only */
-        clean(p, f);
-        if (!f->fticket)
-            any = f->chunk->dirty = 1;
-    }
-    if (!any)
-        return;
-    for (hchunk *c = p->chunks; c; c = c->next) {
-        if (!c->dirty)
-            continue;
-        c->dirty = 0;
-        for (hblock *b = c->first; b; b = b->next)
-            while (b->free && b->next && mergeable(b, b->next))
-                absorb_next(p, b);
-    }
-}
-
-/* ---- chunks ------------------------------------------------------------------ */
-
-/* A chunk's bytes: from the OS, or from the pool's memfd when it is
- * shareable (see the header comment). */
-static void *chunk_memory_get(cp_mempool *p, size_t size, uint64_t *off)
-{
-    void *mem = NULL;
-    *off = 0;
-    if (p->memfd < 0)
-        return posix_memalign(&mem, POOL_GRAN, size) == 0 ? mem : NULL;
-    if (ftruncate(p->memfd, (off_t)(p->file_size + size)) != 0)
-        return NULL;
-    mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, p->memfd, (off_t)p->file_size);
-    if (mem == MAP_FAILED) {
-        if (ftruncate(p->memfd, (off_t)p->file_size) != 0) {
-            /* the file stays longer: offsets only grow, nothing reads the tail */
-        }
-        return NULL;
-    }
-    *off = p->file_size;
-    p->file_size += size;
-    return mem;
-}
-
-static void chunk_memory_free(cp_mempool *p, hchunk *c)
-{
-    cp_host_mem_uncharge(p->props.device, c->size);
-    if (p->memfd < 0) {
-        free(c->base);
-        return;
-    }
-    munmap(c->base, c->size);
-    /* importers may still map these pages: the file keeps them for them;
-     * without importers the punched hole gives the memory back */
-    (void)fallocate(p->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)c->off,
-                    (off_t)c->size);
-}
-
-static void chunk_release(cp_mempool *p, hchunk *c)
-{
-    hblock *b = c->first;
-    while (b) {
-        hblock *next = b->next;
-        if (b->free)
-            free_unlink(p, b);
-        else
-            map_remove(b->ptr);
-        free(b);
-        b = next;
-    }
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        p->chunks = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    p->reserved -= c->size;
-    chunk_memory_free(p, c);
-    free(c);
-}
-
-/* A chunk whose blocks are all free, with their frees run, touches no
- * pending work (its blocks need not have merged: constrained blocks of
- * different streams do not). */
-static int chunk_unused(const hchunk *c)
-{
-    for (const hblock *b = c->first; b; b = b->next)
-        if (!b->free || !S->done_locked(b->fsid, b->fticket))
-            return 0;
-    return 1;
-}
-
-/* Returns unused chunks while reserved > keep; returns the bytes released. */
-static size_t release_to(cp_mempool *p, uint64_t keep)
-{
-    size_t released = 0;
-    hchunk *c = p->chunks;
-    tidy(p);
-    while (c && p->reserved > keep) {
-        hchunk *next = c->next;
-        if (chunk_unused(c)) {
-            released += c->size;
-            chunk_release(p, c);
-        }
-        c = next;
-    }
-    return released;
-}
-
-static hblock *chunk_add(cp_mempool *p, size_t need)
-{
-    size_t size = need <= POOL_CHUNK ? POOL_CHUNK : (need + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK;
-    hchunk *c;
-    hblock *b;
-    void *mem = NULL;
-
-    if (size < need) /* rounding overflowed */
-        size = need;
-    if (p->props.max_size) {
-        size_t room = p->reserved >= p->props.max_size ? 0 : p->props.max_size - p->reserved;
-        if (size > room)
-            size = room / POOL_GRAN * POOL_GRAN;
-        if (size < need)
-            return NULL;
-    }
-    if (S->too_big(size))
-        return NULL;
-    if (!cp_host_mem_charge(p->props.device, size))
-        return NULL;
-    c = calloc(1, sizeof *c);
-    b = calloc(1, sizeof *b);
-    if (!c || !b || !(mem = chunk_memory_get(p, size, &c->off))) {
-        free(c);
-        free(b);
-        cp_host_mem_uncharge(p->props.device, size);
-        return NULL;
-    }
-    c->pool = p;
-    c->base = mem;
-    c->size = size;
-    c->first = b;
-    c->next = p->chunks;
-    if (p->chunks)
-        p->chunks->prev = c;
-    p->chunks = c;
-    b->chunk = c;
-    b->ptr = mem;
-    b->size = size;
-    free_push(p, b);
-    p->reserved += size;
-    if (p->reserved > p->reserved_high)
-        p->reserved_high = p->reserved;
-    return b;
-}
-
 /* ---- pools ------------------------------------------------------------------- */
 
-static cp_mempool *pool_new(const cp_mempool_props *props)
+cp_mempool *cp_host_pool_new(const cp_mempool_props *props)
 {
     cp_mempool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
     if (props)
         p->props = *props;
-    p->props.device = dev_index(p->props.device);
+    p->props.device = cp_host_account_index(p->props.device);
     p->memfd = -1;
     /* as CUDA: only the owning device may touch the pool until set_access */
     memset(p->access, CP_ACCESS_NONE, sizeof p->access);
@@ -555,12 +114,12 @@ static cp_mempool *pool_new(const cp_mempool_props *props)
 
 static cp_mempool *default_locked(int dev)
 {
-    dev = dev_index(dev);
+    dev = cp_host_account_index(dev);
     if (!default_pool[dev]) {
         cp_mempool_props props;
         memset(&props, 0, sizeof props);
         props.device = dev;
-        default_pool[dev] = pool_new(&props);
+        default_pool[dev] = cp_host_pool_new(&props);
         if (default_pool[dev])
             default_pool[dev]->is_default = 1;
     }
@@ -595,9 +154,9 @@ cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
         return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
                              "a pool of host memory cannot be exported "
                              "(posix fd handles)");
-    if (props && (props->device < 0 || props->device >= ndevices))
+    if (props && (props->device < 0 || props->device >= cp_host_account_devices()))
         return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
-                             props->device, ndevices);
+                             props->device, cp_host_account_devices());
     if (props && props->handle_posix_fd) {
         fd = memfd_create("cupola-mempool", MFD_CLOEXEC);
         if (fd < 0)
@@ -605,7 +164,7 @@ cp_status cp_host_pool_create(cp_mempool **out, const cp_mempool_props *props)
                                 strerror(errno));
     }
     S->lock();
-    *out = pool_new(props);
+    *out = cp_host_pool_new(props);
     if (*out)
         (*out)->memfd = fd;
     S->unlock();
@@ -636,7 +195,7 @@ static void pool_free_all(cp_mempool *p)
             b = next;
         }
         p->chunks = c->next;
-        chunk_memory_free(p, c);
+        cp_host_pool_chunk_memory_free(p, c);
         free(c);
     }
     if (p->memfd >= 0)
@@ -688,7 +247,7 @@ cp_status cp_host_pool_destroy(cp_mempool *p)
     for (hchunk *c = p->chunks; c; c = c->next)
         for (hblock *b = c->first; b; b = b->next)
             if (!b->free)
-                map_remove(b->ptr);
+                cp_host_pool_map_remove(b->ptr);
     if (pool_quiet(p)) {
         pool_free_all(p);
     } else {
@@ -731,11 +290,11 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
     need = (bytes + POOL_GRAN - 1) / POOL_GRAN * POOL_GRAN;
 
     S->lock();
-    tidy(p);
+    cp_host_pool_tidy(p);
     /* Best fit: every block of a higher bin is larger than any of a lower
      * one, so the first bin holding a usable block holds the best.  Blocks
      * needing an inserted wait are the fallback, best fit too. */
-    for (int bin = bin_of(need); bin < POOL_BINS && !best; bin++)
+    for (int bin = cp_host_pool_bin_of(need); bin < POOL_BINS && !best; bin++)
         for (hblock *f = p->bins[bin]; f; f = f->fnext) {
             if (f->size < need)
                 continue;
@@ -757,9 +316,9 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
         b = waited;
     }
     if (!b) {
-        b = chunk_add(p, need);
-        if (!b && release_to(p, 0) > 0)
-            b = chunk_add(p, need);
+        b = cp_host_pool_chunk_add(p, need);
+        if (!b && cp_host_pool_release_to(p, 0) > 0)
+            b = cp_host_pool_chunk_add(p, need);
         if (!b) {
             S->unlock();
             if (p->props.max_size)
@@ -785,14 +344,14 @@ cp_status cp_host_pool_alloc(cp_mempool *p, void **out, size_t bytes, cp_stream 
                 b->next->prev = rest;
             b->next = rest;
             b->size = need; /* b leaves its bin below: it remembers which */
-            free_push(p, rest);
+            cp_host_pool_free_push(p, rest);
         }
     }
-    free_unlink(p, b);
+    cp_host_pool_free_unlink(p, b);
     b->fsid = b->fticket = 0;
-    if (!map_insert(b)) {
-        free_push(p, b);
-        coalesce(p, b);
+    if (!cp_host_pool_map_insert(b)) {
+        cp_host_pool_free_push(p, b);
+        cp_host_pool_coalesce(p, b);
         S->unlock();
         return cp_error_set(CP_ERR_OOM, "host backend: out of memory for the pointer map");
     }
@@ -808,7 +367,7 @@ cp_status cp_host_pool_alloc_current(void **out, size_t bytes, cp_stream *s)
 {
     CP_GUARD();
     cp_mempool *p;
-    int dev = dev_index(S->stream_device(s));
+    int dev = cp_host_account_index(S->stream_device(s));
     S->lock();
     p = current_pool[dev] ? current_pool[dev] : default_locked(dev);
     S->unlock();
@@ -828,8 +387,8 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
     if (!ptr)
         return CP_OK;
     S->lock();
-    b = map_remove(ptr);
-    if (!b && imported_free_locked(ptr, s, &st)) {
+    b = cp_host_pool_map_remove(ptr);
+    if (!b && cp_host_pool_imported_free_locked(ptr, s, &st)) {
         S->unlock();
         return st;
     }
@@ -842,7 +401,7 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
     }
     st = S->enqueue_mark_locked(s, &sid, &ticket);
     if (st != CP_OK) {
-        map_insert(b); /* the bucket array exists: cannot fail */
+        cp_host_pool_map_insert(b); /* the bucket array exists: cannot fail */
         S->unlock();
         return st;
     }
@@ -850,9 +409,9 @@ cp_status cp_host_pool_free(void *ptr, cp_stream *s)
     p->used -= b->size;
     b->fsid = sid;
     b->fticket = ticket;
-    clean(p, b); /* the marker may have completed on the spot */
-    free_push(p, b);
-    coalesce(p, b);
+    cp_host_pool_clean(p, b); /* the marker may have completed on the spot */
+    cp_host_pool_free_push(p, b);
+    cp_host_pool_coalesce(p, b);
     S->unlock();
     return CP_OK;
 }
@@ -922,7 +481,7 @@ cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes)
     if (!p)
         return cp_error_set(CP_ERR_INVALID, "mempool_trim: pool is NULL");
     S->lock();
-    release_to(p, keep_bytes);
+    cp_host_pool_release_to(p, keep_bytes);
     S->unlock();
     return CP_OK;
 }
@@ -950,7 +509,7 @@ cp_status cp_host_pool_get_current_on(int dev, cp_mempool **out)
     CP_GUARD();
     if (!out)
         return cp_error_set(CP_ERR_INVALID, "mempool_get_current: out is NULL");
-    dev = dev_index(dev);
+    dev = cp_host_account_index(dev);
     S->lock();
     *out = current_pool[dev] ? current_pool[dev] : default_locked(dev);
     S->unlock();
@@ -966,23 +525,23 @@ cp_status cp_host_pool_get_current(cp_mempool **out)
 void cp_host_pool_release_locked(void)
 {
     reap_doomed_locked(0);
-    reap_unmaps_locked(0);
+    cp_host_pool_reap_unmaps_locked(0);
     for (cp_mempool *p = pools; p; p = p->next)
         if (p->reserved > p->threshold)
-            release_to(p, p->threshold);
+            cp_host_pool_release_to(p, p->threshold);
 }
 
 void cp_host_pool_shutdown(void)
 {
     S->lock();
     reap_doomed_locked(1); /* every worker has stopped: nothing is pending */
-    reap_unmaps_locked(1);
+    cp_host_pool_reap_unmaps_locked(1);
     for (int d = 0; d < CP_MAX_DEVICES; d++) {
         cp_mempool *p = default_pool[d];
         if (!p)
             continue;
         while (p->chunks)
-            chunk_release(p, p->chunks);
+            cp_host_pool_chunk_release(p, p->chunks);
         if (p->prev)
             p->prev->next = p->next;
         else
@@ -992,260 +551,6 @@ void cp_host_pool_shutdown(void)
         default_pool[d] = NULL;
         free(p);
     }
-    if (map_count == 0) {
-        free(map_buckets);
-        map_buckets = NULL;
-        map_nbuckets = 0;
-    }
+    cp_host_pool_map_fini();
     S->unlock();
-}
-
-/* ---- several devices and processes (multigpu) ------------------------------ */
-
-int cp_host_pool_device(const cp_mempool *p)
-{
-    return p ? p->props.device : 0;
-}
-
-cp_status cp_host_pool_set_access(cp_mempool *p, int dev, cp_access a)
-{
-    CP_GUARD();
-    if (!p)
-        return cp_error_set(CP_ERR_INVALID, "mempool_set_access: pool is NULL");
-    if (dev < 0 || dev >= ndevices)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
-                             dev, ndevices);
-    if ((unsigned)a > CP_ACCESS_READWRITE)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE, "unknown access %d", (int)a);
-    if (dev == p->props.device && a != CP_ACCESS_READWRITE)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "the pool's own device (%d) always has read-write "
-                             "access",
-                             dev);
-    S->lock();
-    p->access[dev] = (unsigned char)a;
-    S->unlock();
-    return CP_OK;
-}
-
-cp_status cp_host_pool_get_access(cp_mempool *p, int dev, cp_access *a)
-{
-    CP_GUARD();
-    if (!p || !a)
-        return cp_error_set(CP_ERR_INVALID, "mempool_get_access: NULL argument");
-    if (dev < 0 || dev >= ndevices)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
-                             dev, ndevices);
-    S->lock();
-    *a = (cp_access)p->access[dev];
-    S->unlock();
-    return CP_OK;
-}
-
-cp_status cp_host_pool_check_access(const void *ptr, int dev, int write)
-{
-    CP_GUARD();
-    cp_status st = CP_OK;
-    hblock *b;
-    if (ndevices == 1 || !ptr)
-        return CP_OK;
-    S->lock();
-    b = map_find(ptr);
-    if (b) {
-        cp_mempool *p = b->chunk->pool;
-        cp_access a = p->props.device == dev ? CP_ACCESS_READWRITE : (cp_access)p->access[dev];
-        if (a == CP_ACCESS_NONE || (write && a == CP_ACCESS_READ))
-            st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_ILLEGAL_ADDRESS,
-                               "device %d has %s access to this block of a pool of device %d "
-                               "(mp:set_access(%d, \"rw\") grants it)",
-                               dev, a == CP_ACCESS_NONE ? "no" : "read-only", p->props.device, dev);
-    }
-    S->unlock();
-    return st;
-}
-
-cp_status cp_host_pool_export(cp_mempool *p, int *fd)
-{
-    CP_GUARD();
-    if (!p || !fd)
-        return cp_error_set(CP_ERR_INVALID, "mempool_export: NULL argument");
-    *fd = -1;
-    if (p->imported)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "an imported pool cannot be exported "
-                             "again");
-    if (p->memfd < 0)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "the pool was not created shareable "
-                             "(cupola.mempool{handle=\"posix_fd\"})");
-    *fd = fcntl(p->memfd, F_DUPFD_CLOEXEC, 0);
-    if (*fd < 0)
-        return cp_error_set(CP_ERR_BACKEND, "dup: %s (exporting a pool)", strerror(errno));
-    return CP_OK;
-}
-
-cp_status cp_host_pool_import(int fd, int dev, cp_mempool **out)
-{
-    CP_GUARD();
-    struct stat st;
-    cp_mempool_props props;
-    int mine;
-    if (!out)
-        return cp_error_set(CP_ERR_INVALID, "mempool_import: out is NULL");
-    *out = NULL;
-    if (dev < 0 || dev >= ndevices)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_DEVICE, "%d (the host emulates %d)",
-                             dev, ndevices);
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "the file descriptor is not a shareable pool's memory");
-    if ((mine = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
-        return cp_error_set(CP_ERR_BACKEND, "dup: %s (importing a pool)", strerror(errno));
-    memset(&props, 0, sizeof props);
-    props.device = dev;
-    props.handle_posix_fd = 1;
-    S->lock();
-    *out = pool_new(&props);
-    if (*out) {
-        (*out)->memfd = mine;
-        (*out)->imported = 1;
-    }
-    S->unlock();
-    if (!*out) {
-        close(mine);
-        return cp_error_set(CP_ERR_OOM, "host backend: out of memory for a pool");
-    }
-    return CP_OK;
-}
-
-/* What a block of a shareable pool exports: where it lies in the file. */
-#define HOST_PTR_MAGIC "cpHstPt1"
-typedef struct host_ptr_data {
-    char magic[8];
-    uint64_t off, size;
-} host_ptr_data;
-
-cp_status cp_host_pool_export_ptr(void *ptr, cp_ipc_data *out)
-{
-    CP_GUARD();
-    host_ptr_data d;
-    cp_status st = CP_OK;
-    hblock *b;
-    if (!ptr || !out)
-        return cp_error_set(CP_ERR_INVALID, "mempool_export_ptr: NULL argument");
-    memset(out, 0, sizeof *out);
-    memset(&d, 0, sizeof d);
-    S->lock();
-    b = map_find(ptr);
-    if (!b)
-        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                           "%p is not a live block of a stream-ordered pool", ptr);
-    else if (b->chunk->pool->memfd < 0 || b->chunk->pool->imported)
-        st = cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                           "the block's pool was not created shareable "
-                           "(cupola.mempool{handle=\"posix_fd\"})");
-    else {
-        memcpy(d.magic, HOST_PTR_MAGIC, sizeof d.magic);
-        d.off = b->chunk->off + (uint64_t)(b->ptr - b->chunk->base);
-        d.size = b->size;
-        memcpy(out->bytes, &d, sizeof d);
-    }
-    S->unlock();
-    return st;
-}
-
-/* Imported pointers: page-aligned windows onto another process's pool. */
-typedef struct hmap {
-    struct hmap *next;
-    void *ptr;   /* what the importer was given */
-    void *base;  /* the mapping */
-    size_t len;
-    uint64_t fsid, fticket; /* the free's marker, once freed */
-} hmap;
-static hmap *imported_live, *imported_freed;
-
-cp_status cp_host_pool_import_ptr(cp_mempool *p, const cp_ipc_data *data, size_t bytes,
-                                  void **out)
-{
-    CP_GUARD();
-    host_ptr_data d;
-    struct stat st;
-    long pg = sysconf(_SC_PAGESIZE);
-    uint64_t start, end;
-    void *base;
-    hmap *m;
-
-    if (!p || !data || !out)
-        return cp_error_set(CP_ERR_INVALID, "mempool_import_ptr: NULL argument");
-    *out = NULL;
-    if (!p->imported)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "buffers are imported into a pool imported with "
-                             "cupola.mempool.import");
-    memcpy(&d, data->bytes, sizeof d);
-    if (memcmp(d.magic, HOST_PTR_MAGIC, sizeof d.magic) != 0)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "the export data is not a host backend block");
-    if (d.size == 0 || bytes == 0 || bytes > d.size)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "the export describes %llu bytes, the buffer %zu",
-                             (unsigned long long)d.size, bytes);
-    if (fstat(p->memfd, &st) != 0 || d.off > (uint64_t)st.st_size ||
-        d.size > (uint64_t)st.st_size - d.off)
-        return cp_cuda_error(CP_ERR_INVALID, CP_CUDA_INVALID_VALUE,
-                             "the block lies outside the pool's memory (a stale or "
-                             "foreign export)");
-    start = d.off / (uint64_t)pg * (uint64_t)pg;
-    end = (d.off + d.size + (uint64_t)pg - 1) / (uint64_t)pg * (uint64_t)pg;
-    base = mmap(NULL, (size_t)(end - start), PROT_READ | PROT_WRITE, MAP_SHARED, p->memfd,
-                (off_t)start);
-    if (base == MAP_FAILED)
-        return cp_error_set(CP_ERR_OOM, "out of memory: mmap of an imported block: %s",
-                            strerror(errno));
-    m = calloc(1, sizeof *m);
-    if (!m) {
-        munmap(base, (size_t)(end - start));
-        return cp_error_set(CP_ERR_OOM, "host backend: out of memory");
-    }
-    m->base = base;
-    m->len = (size_t)(end - start);
-    m->ptr = (char *)base + (d.off - start);
-    S->lock();
-    m->next = imported_live;
-    imported_live = m;
-    S->unlock();
-    *out = m->ptr;
-    return CP_OK;
-}
-
-/* mem_free_async of an imported pointer: unmapped once the marker has run. */
-static int imported_free_locked(void *ptr, cp_stream *s, cp_status *st)
-{
-    hmap **pp, *m;
-    for (pp = &imported_live; *pp && (*pp)->ptr != ptr; pp = &(*pp)->next)
-        ;
-    if (!(m = *pp))
-        return 0;
-    *st = S->enqueue_mark_locked(s, &m->fsid, &m->fticket);
-    if (*st != CP_OK)
-        return 1;
-    *pp = m->next;
-    m->next = imported_freed;
-    imported_freed = m;
-    return 1;
-}
-
-static void reap_unmaps_locked(int force)
-{
-    hmap **pp = &imported_freed;
-    while (*pp) {
-        hmap *m = *pp;
-        if (force || S->done_locked(m->fsid, m->fticket)) {
-            *pp = m->next;
-            munmap(m->base, m->len);
-            free(m);
-        } else {
-            pp = &m->next;
-        }
-    }
 }

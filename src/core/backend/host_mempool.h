@@ -1,6 +1,6 @@
 /*
  * host_mempool.h: the seam between the host backend's streams (backend/host.c)
- * and its emulation of CUDA's stream-ordered memory pools (host_mempool.c).
+ * and its emulation of CUDA's stream-ordered memory pools (host_mempool*.c).
  *
  * Both halves share one lock, the host backend's global lock: a pool decides
  * whether a freed block may be reused by looking at stream tickets, and the
@@ -71,14 +71,6 @@ cp_status cp_host_pool_trim(cp_mempool *p, size_t keep_bytes);
 cp_status cp_host_pool_set_current(cp_mempool *p);
 cp_status cp_host_pool_get_current(cp_mempool **out);
 /* ---- several devices and processes (multigpu) ---- */
-/* The emulated devices (CUPOLA_HOST_DEVICES) and their memory accounts:
- * charge refuses (returns 0) what exceeds total_each when n > 1. */
-void cp_host_devices_init(int n, size_t total_each);
-int cp_host_device_count(void);
-int cp_host_mem_charge(int dev, size_t bytes);
-void cp_host_mem_uncharge(int dev, size_t bytes);
-size_t cp_host_mem_used(int dev);
-size_t cp_host_mem_total(void); /* each device's share; 0: no limit */
 cp_status cp_host_pool_default_on(int dev, cp_mempool **out);
 cp_status cp_host_pool_get_current_on(int dev, cp_mempool **out);
 int cp_host_pool_device(const cp_mempool *p);

@@ -46,7 +46,7 @@ extern const unsigned char cp_ktype_sizes[CP_KT_COUNT];
 #define CP_KMAX_PARAMS 128
 
 /* The headers under cupola/ that <cupola/device.h> includes (the in-kernel
- * allocators, issue 17): part of a module's cache key beside device.h. */
+ * allocators): part of a module's cache key beside device.h. */
 #define CP_DEVICE_ALLOC_HEADERS                                                         \
     {"device_alloc.cuh", "alloc_bump.cuh", "alloc_warp_bump.cuh", "alloc_slab.cuh",     \
      "alloc_malloc.cuh"}

@@ -1,6 +1,7 @@
 /*
- * pool/arena.c: a bump allocator over chunks of upstream memory (seed 002's
- * device memory pool sub-allocated by offset, with freeAll).
+ * pool/arena.c: a bump allocator over chunks of upstream memory: device
+ * memory sub-allocated by offset, everything freed at once by reset(), the
+ * cheapest allocation there is for work whose blocks die together.
  *
  * Policy, exactly:
  *  - Requests are rounded up to the alignment (default 256 bytes) and cut

@@ -8,13 +8,16 @@
  * only it knows when it talks to its upstream; the peak is sampled after each
  * allocation, the only operation that can make reserved grow.
  *
- * Fallback (seed 002): when a pool answers out of memory and was created with
- * fallback, the request goes straight to the pool's own upstream kind and the
- * address is remembered so that free returns it there.  Fallback bytes count
- * as reserved, and `max` bounds them too: it is a hard limit.
+ * Fallback: when a pool answers out of memory and was created with fallback,
+ * the request goes straight to the pool's own upstream kind (a pool that
+ * cannot serve a request still does not fail it) and the address is
+ * remembered so that free returns it there.  Fallback bytes count as
+ * reserved, and the pool's max (reserved_max) bounds them too: it is a hard
+ * limit.
  */
 #include "resource_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +30,51 @@ void cp_resource_init(cp_resource *r, const cp_resource_ops *ops)
     memset(r, 0, sizeof *r);
     r->ops = ops;
     atomic_init(&r->lock, 0);
+    r->clock = &r->own_clock;
+    cp_clock_init(r->clock, CP_CLOCK_WALL);
+}
+
+double cp_resource_time(cp_resource *r)
+{
+    double t;
+    cp_lock(&r->lock);
+    t = cp_clock_now(r->clock);
+    cp_unlock(&r->lock);
+    return t;
+}
+
+const char *cp_clock_name(int kind)
+{
+    static const char *const names[] = {"wall", "manual"};
+    return kind >= 0 && kind <= CP_CLOCK_MANUAL ? names[kind] : NULL;
+}
+
+cp_clock_kind cp_resource_clock_kind(cp_resource *r)
+{
+    return r->clock->manual ? CP_CLOCK_MANUAL : CP_CLOCK_WALL;
+}
+
+cp_status cp_resource_set_time(cp_resource *r, double t)
+{
+    cp_status st = CP_OK;
+    cp_lock(&r->lock);
+    if (!r->clock->manual)
+        st = cp_error_set(CP_ERR_INVALID, "the pool's clock is the wall clock: only a manual "
+                          "clock can be set");
+    else if (!isfinite(t))
+        st = cp_error_set(CP_ERR_INVALID, "time %g is not finite", t);
+    else if (t < r->clock->t)
+        st = cp_error_set(CP_ERR_INVALID, "time %.9g is before the clock's reading %.9g (a "
+                          "clock never goes back)", t, r->clock->t);
+    else
+        r->clock->t = t;
+    cp_unlock(&r->lock);
+    return st;
+}
+
+cp_clock *cp_resource_clock(cp_resource *r)
+{
+    return r->clock;
 }
 
 static void note_reserved(cp_resource *r)
@@ -41,10 +89,10 @@ static cp_status fallback_alloc(cp_resource *r, size_t bytes, cp_stream *s, void
     cp_status st;
     /* (a pool whose reserved is not its upstream bytes says so: vmm) */
     uint64_t res = (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;
-    if (r->max && (bytes > r->max || res > r->max - bytes))
+    if (r->reserved_max && (bytes > r->reserved_max || res > r->reserved_max - bytes))
         return cp_error_set(CP_ERR_OOM, "out of memory: %zu bytes would pass the pool's "
                             "max of %llu bytes (fallback included)",
-                            bytes, (unsigned long long)r->max);
+                            bytes, (unsigned long long)r->reserved_max);
     if (!r->fb_map.slots && cp_ptrmap_init(&r->fb_map, 16) != 0)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the fallback map");
     st = cp_resource_alloc(r->fallback, bytes, s, out);
@@ -229,7 +277,7 @@ void cp_resource_destroy(cp_resource *r)
     r->ops->destroy(r);
 }
 
-/* ---- Out of memory that explains itself (issue 16) ----------------------
+/* ---- Out of memory that explains itself ----------------------
  * When a pool refuses a request, the message is rewritten to carry the
  * pool's figures at that moment (taken under the lock the failing alloc
  * holds), and the same figures are kept per thread for the binding's

@@ -2,11 +2,14 @@
  * resource.h: the allocator interface of cupola's C pools (RMM's shape).
  *
  * A cp_resource hands out blocks of device-visible memory, stream-ordered:
- * alloc(bytes, stream) and free(ptr, bytes, stream).  Allocators (pool_*.c)
- * sub-allocate from an upstream resource; adaptors (adaptor_*.c) wrap any
- * resource and add a limit or a trace log.  The public entry points below
- * take the resource's lock, call its ops and keep the statistics, so every
- * allocator counts the same way and none of them repeats that code.
+ * alloc(bytes, stream) and free(ptr, bytes, stream).  Pools (one file each
+ * in pool/: arena.c, freelist.c, tlsf.c, caching.c, vmm.c, plugin.c; their
+ * kinds in create.c) sub-allocate from an upstream resource (upstream.c);
+ * adaptors wrap any resource and add a limit on the bytes in use (limit.c)
+ * or a log in RMM's CSV format (log.c).  The public entry points below
+ * (resource.c) take the resource's lock, call its ops and keep the
+ * statistics, so every allocator counts the same way and none of them
+ * repeats that code.
  *
  * Plain C: never includes lua.h.  Compiles as C and C++.
  */
@@ -17,6 +20,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "pool/clock.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,6 +50,11 @@ typedef struct cp_stats {
      * creation, where the pool counts them (0 otherwise) */
     uint64_t device_allocs;
     uint64_t device_frees;
+    /* a vmm pool's default policy (vmm.c); 0 with release_threshold given */
+    int by_time;            /* nonzero: the pool follows it */
+    double decay_window;    /* seconds a page stays idle before it may go */
+    uint64_t recent_peak;   /* bytes of the most demand over that window */
+    double map_budget;      /* seconds of mapping it may still spend */
     /* Figures of one kind of pool under names of its own (cub: its
      * upstream calls, retries and cache), in the order the pool gives them;
      * names are static strings. */
@@ -56,7 +65,7 @@ typedef struct cp_stats {
     int nextra;
 } cp_stats;
 
-/* How a block freed on one stream may be reused on another (seed 001). */
+/* How a block freed on one stream may be reused on another. */
 typedef enum cp_reuse {
     CP_REUSE_STREAM = 0, /* only on the stream it was freed on */
     CP_REUSE_EVENT,      /* elsewhere once the free's event has completed */
@@ -101,6 +110,10 @@ typedef struct cp_pool_opts {
     const char *torch_conf;
     uint64_t torch_device_memory;
     int torch_bump_addresses;
+    int release_threshold_set; /* nonzero: the caller gave release_threshold (the
+                                 vmm pool then keeps exactly that many idle bytes
+                                 instead of deciding by time, vmm.c) */
+    cp_clock_kind clock;      /* the pool's clock (pool/clock.h): wall or manual */
     /* kind "cub" (pool/cub.c): CachingDeviceAllocator's constructor
      * arguments; cub_given 0 means CUB's defaults for all four (8, 3, 7,
      * 3 * 8^7 - 1), and then the four fields are not read */
@@ -126,6 +139,8 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
 const char *cp_pool_kind_name(int i);
 const char *cp_upstream_name(int kind);
 const char *cp_reuse_name(int reuse);
+/* ... and the clock (by cp_clock_kind: "wall", "manual"). */
+const char *cp_clock_name(int kind);
 
 /* The entry points.  alloc returns CP_ERR_OOM (and counts a failure) when the
  * request cannot be served; the resource stays consistent.  free must be
@@ -160,7 +175,7 @@ cp_status cp_upstream_create_on(cp_resource **out, cp_upstream_kind kind, int de
 cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit);
 cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_path);
 
-/* ---- Out of memory that explains itself (issue 16) ----------------------
+/* ---- Out of memory that explains itself ----------------------
  * A refused cp_resource_alloc leaves a message saying what was requested and
  * the pool's free, largest free block, fragmentation, reserved and used
  * bytes; the same figures, for this thread's last refusal, come from here. */
@@ -174,6 +189,19 @@ typedef struct cp_oom_figures {
     const char *kind;       /* the refusing resource's kind (static string) */
 } cp_oom_figures;
 void cp_resource_last_oom(cp_oom_figures *out);
+/* The resource's clock (pool/clock.h), in seconds since it was created:
+ * the wall clock unless cp_pool_opts.clock made it manual.  Adaptors share
+ * the clock of what they wrap.  set_time sets a manual clock's reading:
+ * CP_ERR_INVALID for a wall clock, a time that is not finite, or one before
+ * the reading now (a clock never goes back). */
+double cp_resource_time(cp_resource *r);
+cp_clock_kind cp_resource_clock_kind(cp_resource *r);
+cp_status cp_resource_set_time(cp_resource *r, double t);
+/* The clock itself, for a caller that drives it while holding the
+ * resource's lock (a replay on the trace's timestamps, trace.h); it keeps
+ * the reading from going back. */
+cp_clock *cp_resource_clock(cp_resource *r);
+
 /* Reserved bytes of any resource now (cheap: no free-space walk). */
 uint64_t cp_resource_reserved(cp_resource *r);
 /* The same with the resource's lock already held (cp_resource_lock). */

@@ -45,7 +45,10 @@ struct cp_resource {
     cp_resource *fallback;
     cp_ptrmap fb_map;      /* address -> size (as a pointer-sized integer) */
     uint64_t fb_bytes;
-    uint64_t max;          /* hard limit on reserved + fb_bytes (0: none) */
+    uint64_t reserved_max; /* the pool's max (cp_pool_opts.max): the most reserved +
+                              fb_bytes may reach (0: no limit) */
+    cp_clock *clock;       /* &own_clock, or an adaptor's inner resource's */
+    cp_clock own_clock;
 };
 
 /* Initialises the common header (lock, zeroed stats). */

@@ -1599,6 +1599,11 @@ void cp_torch_account(cp_torch *t, uint64_t allocs, uint64_t frees, uint64_t fai
         t->base.st.reserved_peak = (uint64_t)t->st.reserved_bytes[CP_TORCH_ALL].peak;
 }
 
+const uint64_t *cp_torch_reserved_now(const cp_torch *t)
+{
+    return &t->base.reserved;
+}
+
 int cp_torch_is_virtual(const cp_torch *t)
 {
     return t->is_virtual;

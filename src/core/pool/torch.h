@@ -98,6 +98,9 @@ uint64_t cp_torch_device_memory(const cp_torch *t);
  * the model). */
 void cp_torch_account(cp_torch *t, uint64_t allocs, uint64_t frees, uint64_t failed,
                       uint64_t used_peak);
+/* The reserved bytes as the model keeps them, to be read between calls
+ * (under the pool's lock) without a call each time. */
+const uint64_t *cp_torch_reserved_now(const cp_torch *t);
 /* Over the virtual upstream (addresses only). */
 int cp_torch_is_virtual(const cp_torch *t);
 

@@ -14,6 +14,7 @@
 
 #include "replay_lock.h"
 #include "trace_torch.h"
+#include "replay_time.h"
 
 static double now_s(void)
 {
@@ -51,7 +52,7 @@ static cp_status replay_oom(const cp_trace *t, cp_resource *r, cp_stream *const 
  * bytes from one repetition to the next. */
 static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, size_t nfollow,
                              cp_stream *const *sv, replay_blocks *b, uint64_t total_events,
-                             uint64_t *live_io)
+                             uint64_t *live_io, replay_integral *integ)
 {
     const cp_trace *t = w->t;
     const cp_replay_opts *o = w->o;
@@ -63,6 +64,7 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
     uint64_t live = *live_io, peak = out->peak_live, failed = 0, skipped = 0;
     cp_status st = CP_OK;
     replay_lock lk;
+    replay_integral g = *integ; /* in registers for the loop */
     size_t h, oi = 0, next_oom = t->nooms ? t->oom_row[0] : SIZE_MAX;
 
     replay_lock_take(&lk, r);
@@ -116,6 +118,9 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
                 live -= op->size;
             }
         }
+        /* the trace's time (replay_time.h) */
+        replay_integral_event(&g, t, (size_t)(op - t->ops), op, addr,
+                              cp_resource_reserved_locked(r));
         if (__builtin_expect(nfollow != 0, 0)) {
             for (h = 0; h < nfollow && st == CP_OK; h++)
                 if (follow[h]->event)
@@ -126,8 +131,11 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
             }
         }
     }
-    while (st == CP_OK && op == end && oi < t->nooms)
+    while (st == CP_OK && op == end && !out->stopped && oi < t->nooms)
         st = replay_oom(t, r, sv, oi++, out);
+    if (st == CP_OK && op == end && t->n)
+        replay_integral_end(&g);
+    *integ = g;
     for (h = 0; h < nfollow && st == CP_OK && op == end; h++)
         if (follow[h]->end)
             st = follow[h]->end(follow[h]->self, w, t->n);
@@ -165,6 +173,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
 {
     cp_replay_opts def;
     replay_recorder rec;
+    replay_clock rclock;
+    replay_integral integ;
     replay_hook hooks[REPLAY_MAX_HOOKS];
     size_t nhooks = 0;
     uint64_t total_events;
@@ -178,6 +188,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_stats stats;
 
     memset(out, 0, sizeof *out);
+    replay_clock_init(&rclock);
+    replay_integral_init(&integ);
     memset(&def, 0, sizeof def);
     def.repeat = 1;
     if (!o)
@@ -209,6 +221,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             goto done;
         hooks[nhooks++] = replay_recorder_hook(&rec);
     }
+    /* the trace's time (replay_time.h): the pool's clock */
+    if (o->trace_clock)
+        hooks[nhooks++] = replay_clock_hook(&rclock);
     /* Stream 0 is the default stream; every other trace stream gets its own. */
     for (k = 0; k < t->nstreams; k++) {
         if (t->streams[k] == 0 || o->single_stream || !cp_be)
@@ -241,7 +256,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         }
         if (st != CP_OK)
             break;
-        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live);
+        replay_integral_begin(&integ, r);
+        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live, &integ);
         fs = free_live(t, r, sv, &b, &live);
         if (st == CP_OK)
             st = fs;
@@ -249,6 +265,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             break;
     }
     t1 = now_s();
+    replay_clock_stop(&rclock);
+    replay_integral_result(&integ, &out->reserved_byte_seconds, &out->live_byte_seconds);
     if (o->progress)
         o->progress(o->progress_ud, out->events, total_events);
     out->seconds = t1 - t0;
@@ -280,6 +298,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             cp_be->stream_synchronize(sv[k]);
     }
 done:
+    replay_clock_stop(&rclock);
     if (sv) {
         for (k = 0; k < t->nstreams; k++)
             if (sv[k])

@@ -17,6 +17,11 @@
  * trace's own stream values (all 0 with single_stream).  Blocks still in use
  * at the end are freed after the timed loop, pending ones completed, so the
  * pool is left as empty as PyTorch's would be after freeing everything.
+ * The trace's time (replay_time.h): the integrals as for every pool, each
+ * operation at its row's time (one without a row of its own, at the latest
+ * row before it); with opts->trace_clock the pool's clock reads the trace's
+ * time at the end of each repetition (the model decides by no time, so
+ * that is all a clock could show).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,8 @@
 #include "snapshot.h"
 #include "trace_impl.h"
 #include "trace_torch.h"
+#include "replay_lock.h"
+#include "replay_time.h"
 
 /* What the replay holds for an allocation ordinal, in one word: 0, or the
  * live block's address | H_LIVE, or the pending token's | H_PENDING (both
@@ -118,7 +125,13 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     uint64_t total_events, live = 0, peak = 0, failed = 0, skipped = 0;
     double t0, t1;
     size_t k;
+    replay_clock rclock;
+    replay_hook chook;
+    replay_integral g;
 
+    replay_clock_init(&rclock);
+    replay_integral_init(&g);
+    chook = replay_clock_hook(&rclock);
     cp_trace_torch_view_get(t, &v);
     total_events = (uint64_t)v.ntop * (uint64_t)reps;
     if (o->recorded_addresses && !v.nsegev)
@@ -149,9 +162,22 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     cp_torch_get_stats(m, &st0);
     out->torch = 1;
     t0 = now_s();
-    cp_resource_lock(r);
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         const cp_trace_top *op = v.top, *end = v.top + v.ntop;
+        replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
+        const uint32_t *top_row = v.top_row;
+        const double *time = v.time;
+        const uint64_t *reserved_now = cp_torch_reserved_now(m);
+        double time0 = v.ntop ? time[0] : 0.0;
+        int follow = 1;
+        if (o->trace_clock) {
+            st = chook.begin(chook.self, &w, &follow);
+            if (st != CP_OK)
+                break;
+        }
+        replay_lock lk;
+        replay_integral_begin(&g, r);
+        replay_lock_take(&lk, r);
         int rec_addr = o->record && rep == 0;
         /* the loop keeps to locals (the calls would make the compiler
          * reload the options on every operation) */
@@ -173,6 +199,12 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 progress(o->progress_ud, out->events + (uint64_t)(op - v.top), total_events);
             if (__builtin_expect(note, 0))
                 cp_torch_set_event(m, (size_t)(op - v.top));
+            replay_lock_tick(&lk);
+            {
+                double tm = time[top_row[op - v.top]] - time0;
+                if (tm > g.t)
+                    g.t = tm;
+            }
             switch (op->kind) {
             case CP_TOP_ALLOC:
                 x = &h[op->ord];
@@ -199,6 +231,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 live += op->size;
                 if (live > peak)
                     peak = live;
+                g.live_bus -= REPLAY_BYTES(op->size) * g.t;
                 break;
             case CP_TOP_FREE:
                 x = &h[op->ord];
@@ -207,6 +240,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                     break;
                 }
                 live -= op->size;
+                g.live_bus += REPLAY_BYTES(op->size) * g.t;
                 if (op->flag) {
                     tok = cp_torch_free_pending(m, (cp_torch_block *)H_PTR(*x));
                     *x = tok ? (uintptr_t)tok | H_PENDING : H_NONE;
@@ -244,6 +278,11 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             default:
                 break;
             }
+            if (__builtin_expect(*reserved_now != g.reserved, 0)) {
+                g.reserved_bus += REPLAY_BYTES(g.reserved) * (g.t - g.t_res);
+                g.t_res = g.t;
+                g.reserved = *reserved_now;
+            }
             if (__builtin_expect(rec_addr, 0)) {
                 rec_row(&rc, op);
                 st = rec_point(out, &rc, cp_resource_reserved_locked(r));
@@ -253,6 +292,13 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         }
     stop:
         out->events += (uint64_t)(op - v.top);
+        if (op == end && st == CP_OK && v.ntop) {
+            g.live = live;
+            replay_integral_end(&g);
+            /* the clock reads the trace's last time */
+            if (o->trace_clock && follow && t->n >= 2)
+                chook.event(chook.self, &w, t->n - 2, NULL, NULL);
+        }
         if (out->stopped)
             reps = rep + 1;
         if (rep == 0 && o->recorded_addresses) {
@@ -272,9 +318,11 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 cp_torch_complete(m, (cp_torch_pending *)H_PTR(*x), 0);
             *x = H_NONE;
         }
+        replay_lock_drop(&lk);
     }
-    cp_resource_unlock(r);
     t1 = now_s();
+    replay_clock_stop(&rclock);
+    replay_integral_result(&g, &out->reserved_byte_seconds, &out->live_byte_seconds);
     if (o->progress)
         o->progress(o->progress_ud, out->events, total_events);
     out->seconds = t1 - t0;

@@ -73,6 +73,7 @@ void cp_trace_free(cp_trace *t)
     free(t->seg_time);
     free(t->seg_reserved);
     free(t->top);
+    free(t->top_row);
     free(t->segev);
     free(t->oom_row);
     free(t->oom_size);
@@ -344,11 +345,13 @@ static cp_status torch_view(loader *ld, cp_snapshot *snap)
 {
     cp_trace *t = ld->t;
     size_t i, row = 0;
+    uint32_t last = 0;
     t->top = malloc((snap->ntop ? snap->ntop : 1) * sizeof *t->top);
+    t->top_row = malloc((snap->ntop ? snap->ntop : 1) * sizeof *t->top_row);
     t->oom_row = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_row);
     t->oom_size = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_size);
     t->oom_stream = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_stream);
-    if (!t->top || !t->oom_row || !t->oom_size || !t->oom_stream)
+    if (!t->top || !t->top_row || !t->oom_row || !t->oom_size || !t->oom_stream)
         return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
     for (i = 0; i < snap->ntop; i++) {
         const cp_snap_top *o = &snap->top[i];
@@ -362,6 +365,8 @@ static cp_status torch_view(loader *ld, cp_snapshot *snap)
             x->ord = t->ord[o->ref];
             x->stream = (uint16_t)t->stream[o->ref];
             x->size = t->size[o->ref];
+            if (o->kind != CP_TOP_DONE && (uint32_t)o->ref > last)
+                last = (uint32_t)o->ref;
         } else if (o->kind == CP_TOP_OOM) {
             void *v = stream_slot(ld, o->stream);
             if (!v)
@@ -379,6 +384,7 @@ static cp_status torch_view(loader *ld, cp_snapshot *snap)
             t->oom_stream[t->nooms] = x->stream;
             t->nooms++;
         }
+        t->top_row[t->ntop] = last;
         t->ntop++;
     }
     t->segev = snap->segev;
@@ -619,10 +625,12 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
         /* CSV: the torch model allocates and frees as the rows do */
         size_t i;
         t->top = malloc((t->n ? t->n : 1) * sizeof *t->top);
-        if (!t->top)
+        t->top_row = malloc((t->n ? t->n : 1) * sizeof *t->top_row);
+        if (!t->top || !t->top_row)
             st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
         for (i = 0; st == CP_OK && i < t->n; i++) {
             cp_trace_top *x = &t->top[i];
+            t->top_row[i] = (uint32_t)i;
             x->kind = t->is_free[i] ? CP_TOP_FREE : CP_TOP_ALLOC;
             x->flag = 0;
             x->ord = t->ord[i];
@@ -690,6 +698,8 @@ const char *cp_trace_format(const cp_trace *t)
 void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
 {
     v->top = t->top;
+    v->top_row = t->top_row;
+    v->time = t->time;
     v->ntop = t->ntop;
     v->streams = t->streams;
     v->nstreams = t->nstreams;

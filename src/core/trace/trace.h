@@ -97,7 +97,7 @@ typedef struct cp_replay_opts {
     int repeat;        /* replay the trace this many times (<= 1: once); time
                           and figures are over all repetitions */
     int synchronize;   /* nonzero: synchronize the replay streams at the end */
-    /* Issue 16 (timelines, progress): */
+    /* For timelines and progress: */
     int record;        /* nonzero: record the resource's reserved bytes after
                           every event where they changed (first repetition),
                           into the result's rec_* arrays */
@@ -112,6 +112,12 @@ typedef struct cp_replay_opts {
     /* Stop at the first allocation the pool refuses, as the program PyTorch
      * raised OutOfMemoryError in would (result: stopped, stop_*). */
     int stop_at_oom;
+    /* nonzero: during the replay the pool's clock reads the trace's
+     * timestamps (each repetition from the clock's reading when it starts),
+     * so a pool that decides by time sees the workload's seconds; after it
+     * the clock is of its own kind again, its reading where the trace left
+     * it (replay_time.h) */
+    int trace_clock;
 } cp_replay_opts;
 
 typedef struct cp_replay_result {
@@ -148,6 +154,12 @@ typedef struct cp_replay_result {
     size_t stop_event;          /* ... at this event (0-based), */
     uint64_t stop_alloc;        /* ... the allocation with this ordinal (0-based), */
     uint64_t stop_size;         /* ... asking this many bytes */
+    /* The pool's reserved bytes and the live bytes (as requested) times the
+     * trace's seconds, from each repetition's first event to its last (the
+     * bytes after an event hold until the next one's time), summed over
+     * the repetitions: a pool that holds memory longer shows it even when
+     * its peak is the same. */
+    double reserved_byte_seconds, live_byte_seconds;
 } cp_replay_result;
 
 /* Frees what a replay with opts.record allocated (safe on any result). */

@@ -43,6 +43,8 @@ struct cp_trace {
     size_t nseg;
     /* The torch model's operations (trace_torch.h); for CSV, the rows. */
     cp_trace_top *top;
+    uint32_t *top_row;  /* per operation: its row (the latest row before it
+                           for those of no row), for the trace's time */
     size_t ntop;
     cp_torch_segev *segev;
     size_t nsegev;

@@ -26,6 +26,8 @@ typedef struct cp_trace_top {
 
 typedef struct cp_trace_torch_view {
     const cp_trace_top *top;
+    const uint32_t *top_row;   /* each operation's row (trace_impl.h) */
+    const double *time;        /* the rows' times (microseconds) */
     size_t ntop;
     const uint64_t *streams;   /* stream values by index */
     size_t nstreams;

@@ -1,5 +1,6 @@
 /*
- * backend/ipc.c: file descriptors passed between processes (ipc.h).
+ * ipc.c: file descriptors passed between processes (ipc.h).  Not a backend:
+ * an OS service the binding passes the backends' exported fds through.
  *
  * Protocol, one connection per transfer: the client connects; the server
  * checks the peer's uid, then sends one message whose payload is the length
