@@ -556,7 +556,7 @@ describe("misuse: torch pools", function()
       "kind 'torch' takes upstream \"device\" or \"virtual\", not \"async\"")
     raises(function() cupola.pool { kind = "tlsf", conf = "" } end, "option 'conf' is for kind 'torch'")
     raises(function() cupola.pool { kind = "torch", address_model = "random", upstream = "virtual" } end,
-      "option 'address_model' must be \"driver\" or \"bump\", not 'random'")
+      "option 'address_model' must be one of driver, bump, not 'random'")
     raises(function() cupola.pool { kind = "torch", address_model = "bump" } end,
       "option 'address_model' is for the \"virtual\" upstream")
   end)
@@ -589,7 +589,7 @@ describe("misuse: torch pools", function()
     local p <close> = cupola.pool { kind = "torch", upstream = "virtual" }
     raises(function() t:replay(p, { addresses = "recorded" }) end, "needs a PyTorch snapshot with segment entries")
     raises(function() t:replay(p, { addresses = "driver" }) end,
-      "option 'addresses' must be \"recorded\" or \"model\", not 'driver'")
+      "option 'addresses' must be one of model, recorded, not 'driver'")
     local d <close> = cupola.pool { kind = "torch", upstream = "device" }
     local s <close> = cupola.trace.load "examples/traces/torch/resnet50_train.default.cpsnap.gz"
     raises(function() s:replay(d, { addresses = "recorded" }) end, "over the \"virtual\" upstream")
@@ -1894,6 +1894,12 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.pool", function() cupola.pool { initial = "2MiB", max = "1MiB" } end, "option 'initial' is larger than 'max'", "2097152 > 1048576" },
     { "cupola.pool", function() cupola.pool { log = 5 } end, "option 'log' must be a string", "not number 5" },
     { "cupola.pool", function() cupola.pool { sise = 1 } end, "cupola.pool: unknown option", "'sise'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = 5 } end, "option 'conf' must be a string", "not number 5" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = "max_split_size_mb:x" } end, "max_split_size_mb must be an integer", "not 'x'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = "nosuch:1" } end, "option 'conf': unknown key", "'nosuch'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = "backend:cudaMallocAsync" } end, "cupola.mempool", "cudaMallocAsync" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", device_memory = "lots" } end, "option 'device_memory': bad size", "'lots'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", address_model = "random" } end, "option 'address_model' must be one of", "not 'random'" },
     { "cupola.pool", function() cupola.pool { clock = "sundial" } end, "option 'clock' must be one of", "not 'sundial'" },
     { "cupola.pool", function() cupola.pool { kind = "cub", min_bin = "low" } end, "option 'min_bin' must be a non-negative integer", "not 'low'" },
     { "cupola.pool", function() cupola.pool { symbol = "x\0y" } end, "option 'symbol' must not hold a NUL byte", "got 'x\\0y'" },
@@ -1942,6 +1948,9 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { record = "yes" }) end, "option 'record' must be a boolean", "not string 'yes'" },
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { bogus = 1 }) end, "cupola.trace.replay: unknown option", "'bogus'" },
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { clock = "sundial" }) end, "option 'clock' must be one of pool, trace", "not 'sundial'" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { addresses = "exact" }) end, "option 'addresses' must be one of", "not 'exact'" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { addresses = "recorded" }) end, "needs a pool of kind \"torch\"", "not \"tlsf\"" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { stop_at_oom = 1 }) end, "option 'stop_at_oom' must be a boolean", "not number 1" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, 5) end, "a list of pool configurations expected", "got number 5" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, { 7 }) end, "configuration 1 is a number, not a table", "got 7" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, { { kind = "buddy" } }) end, "option 'kind' must be one of", "not 'buddy'" },
@@ -2011,6 +2020,10 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Pool:stats", function() F.pool.stats(5) end, "cupola.Pool expected", "got number 5" },
     { "cupola.Pool:close", function() F.pool.close(F.b) end, "cupola.Pool expected", "got cupola.Buffer" },
     { "cupola.Pool:time", function() F.pool.time(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:empty_cache", function() F.pool.empty_cache(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:empty_cache", function() F.pool:empty_cache() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },
+    { "cupola.Pool:settings", function() F.pool.settings "p" end, "cupola.Pool expected", "got string 'p'" },
+    { "cupola.Pool:settings", function() F.pool:settings() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },
     { "cupola.Pool:set_time", function() F.clocked:set_time "soon" end, "number expected", "got string 'soon'" },
     { "cupola.Pool:set_time", function() F.clocked:set_time(-1) end, "time -1.0 is before the clock's reading", false },
     { "cupola.Pool:advance", function() F.clocked:advance(-2) end, "the seconds to advance must be finite and at least 0", "not -2.0" },

@@ -173,7 +173,7 @@ static void torch_options(lua_State *L, l_pool *p)
         if (lua_getfield(L, 1, "conf") != LUA_TNIL) {
             if (lua_type(L, -1) != LUA_TSTRING)
                 luaL_error(L, "cupola.pool: option 'conf' must be a string "
-                              "(PYTORCH_CUDA_ALLOC_CONF syntax), not %s", luaL_typename(L, -1));
+                              "(PYTORCH_CUDA_ALLOC_CONF syntax), not %s", l_pushtyped(L, -1));
             conf = lua_tolstring(L, -1, &len);
         }
         if (conf && memchr(conf, '\0', len))
@@ -195,8 +195,8 @@ static void torch_options(lua_State *L, l_pool *p)
         for (i = 0; models[i] && strcmp(am, models[i]) != 0; i++)
             ;
         if (!models[i])
-            luaL_error(L, "cupola.pool: option 'address_model' must be \"driver\" or \"bump\", "
-                          "not '%s'", am);
+            luaL_error(L, "cupola.pool: option 'address_model' must be one of driver, bump, "
+                          "not '%s'", (l_pushcut(L, am, strlen(am)), lua_tostring(L, -1)));
         if (i && p->opts.upstream != CP_UP_VIRTUAL)
             luaL_error(L, "cupola.pool: option 'address_model' is for the \"virtual\" upstream "
                           "(the device places its own segments)");

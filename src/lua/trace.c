@@ -273,8 +273,8 @@ static int trace_replay(lua_State *L)
         if (strcmp(a, "recorded") == 0)
             o.recorded_addresses = 1;
         else if (strcmp(a, "model") != 0)
-            return luaL_argerror(L, 3, lua_pushfstring(L, "option 'addresses' must be "
-                                                          "\"recorded\" or \"model\", not '%s'", a));
+            return luaL_error(L, "cupola.trace.replay: option 'addresses' must be one of model, "
+                                 "recorded, not '%s'", (l_pushcut(L, a, strlen(a)), lua_tostring(L, -1)));
     }
     o.stop_at_oom = l_optbool_field(L, 3, "stop_at_oom", 0);
     ps.t0 = mono_s();

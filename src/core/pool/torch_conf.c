@@ -68,7 +68,7 @@ uint32_t cp_torch_conf_divisions(const cp_torch_conf *c, uint64_t size)
 }
 
 /* ---- tokens ---------------------------------------------------------------- */
-#define MAX_TOKEN 64
+#define MAX_TOKEN 160 /* 40 characters of up to 4 bytes: what a message shows */
 
 typedef struct lexer {
     const char *s;
@@ -116,20 +116,32 @@ static void next(lexer *lx)
     lx->tok[lx->toklen < MAX_TOKEN ? lx->toklen : MAX_TOKEN] = '\0';
 }
 
-/* The token for a message: printable, cut when long. */
+/* The token for a message as every message of cupola's shows a value
+ * (src/lua/util.c): at most 40 characters (a UTF-8 character is never
+ * split), then "..."; newline, tab and other control bytes escaped as Lua
+ * writes them. */
+#define SHOWN_MAX 40
 static const char *shown(const lexer *lx, char *buf, size_t n)
 {
-    size_t i, k = 0;
+    size_t i, k = 0, chars = 0, len = lx->toklen < MAX_TOKEN ? lx->toklen : MAX_TOKEN;
     if (lx->end)
         return "end of string";
-    for (i = 0; i < lx->toklen && i < MAX_TOKEN && k + 5 < n; i++) {
+    for (i = 0; i < len && k + 6 < n &&
+                (chars < SHOWN_MAX || ((unsigned char)lx->tok[i] & 0xc0) == 0x80);
+         i++) {
         unsigned char ch = (unsigned char)lx->tok[i];
-        if (ch >= 0x20 && ch < 0x7f && ch != '\'')
-            buf[k++] = (char)ch;
+        if ((ch & 0xc0) != 0x80)
+            chars++;
+        if (ch == '\n')
+            k += (size_t)snprintf(buf + k, n - k, "\\n");
+        else if (ch == '\t')
+            k += (size_t)snprintf(buf + k, n - k, "\\t");
+        else if (ch < 0x20 || ch == 0x7f)
+            k += (size_t)snprintf(buf + k, n - k, "\\%u", (unsigned)ch);
         else
-            k += (size_t)snprintf(buf + k, n - k, "\\x%02x", ch);
+            buf[k++] = (char)ch;
     }
-    if (lx->toklen > MAX_TOKEN && k + 4 < n) {
+    if (i < lx->toklen && k + 4 < n) {
         memcpy(buf + k, "...", 3);
         k += 3;
     }
@@ -139,7 +151,7 @@ static const char *shown(const lexer *lx, char *buf, size_t n)
 
 static cp_status bad_value(const lexer *lx, const char *key, const char *want)
 {
-    char b[3 * MAX_TOKEN + 8];
+    char b[4 * MAX_TOKEN + 8];
     if (lx->end || lx->sep)
         return cp_error_set(CP_ERR_INVALID, "conf: %s needs a value (%s), found %s%s%s", key, want,
                             lx->end ? "" : "'", shown(lx, b, sizeof b), lx->end ? "" : "'");
@@ -283,7 +295,7 @@ cp_status cp_torch_conf_parse(const char *s, size_t len, cp_torch_conf *c)
 {
     lexer lx;
     cp_status st;
-    char b[3 * MAX_TOKEN + 8];
+    char b[4 * MAX_TOKEN + 8];
 
     cp_torch_conf_default(c);
     memset(&lx, 0, sizeof lx);
@@ -291,11 +303,14 @@ cp_status cp_torch_conf_parse(const char *s, size_t len, cp_torch_conf *c)
     lx.len = s ? len : 0;
     next(&lx);
     while (!lx.end) {
-        char key[MAX_TOKEN + 1];
-        if (lx.sep || lx.toklen > MAX_TOKEN)
+        char key[MAX_TOKEN + 1], ks[4 * MAX_TOKEN + 8];
+        if (lx.sep)
             return cp_error_set(CP_ERR_INVALID, "conf: expected a key, found '%s'",
                                 shown(&lx, b, sizeof b));
+        if (lx.toklen > MAX_TOKEN) /* no key is that long */
+            return cp_error_set(CP_ERR_INVALID, "conf: unknown key '%s'", shown(&lx, b, sizeof b));
         memcpy(key, lx.tok, lx.toklen + 1);
+        shown(&lx, ks, sizeof ks); /* the key as messages show it */
         next(&lx);
         if (!token_is(&lx, ":")) {
             int known =
@@ -303,7 +318,7 @@ cp_status cp_torch_conf_parse(const char *s, size_t len, cp_torch_conf *c)
                 strcmp(key, "roundup_power2_divisions") == 0 ||
                 strcmp(key, "garbage_collection_threshold") == 0;
             return cp_error_set(CP_ERR_INVALID, "conf: %s '%s' needs ':' and a value, found %s%s%s",
-                                known ? "key" : "unknown key", key, lx.end ? "" : "'",
+                                known ? "key" : "unknown key", ks, lx.end ? "" : "'",
                                 shown(&lx, b, sizeof b), lx.end ? "" : "'");
         }
         c->set_keys++;
@@ -378,7 +393,7 @@ cp_status cp_torch_conf_parse(const char *s, size_t len, cp_torch_conf *c)
                                 "garbage_collection_threshold, expandable_segments, "
                                 "per_process_memory_fraction, release_lock_on_cudamalloc, "
                                 "graph_capture_record_stream_reuse, backend and the pinned_* "
-                                "keys)", key);
+                                "keys)", ks);
         }
         next(&lx);
         if (lx.end)
