@@ -171,3 +171,16 @@ describe("examples: allocation inside kernels", function()
     end
   end)
 end)
+
+describe("examples: PyTorch's allocator (kind = \"torch\")", function()
+  local it = require("spec.support.child").available and it or pending
+
+  it("torch_settings.lua compares settings on a snapshot, and says where a limit runs out", function()
+    local out = run "torch_settings.lua"
+    -- PyTorch's own peak reserved for this run (examples/traces/torch/truth.lua)
+    assert.matches("%(PyTorch's defaults%)%s+3024 MiB%s+1963 MiB%s+87%s+0", out)
+    assert.matches("expandable_segments:True%s+2184 MiB", out)
+    out = run("torch_settings.lua", "examples/traces/torch/varlen.default.cpsnap.gz", "2GiB")
+    assert.matches("no: out of memory at allocation %d+", out)
+  end)
+end)

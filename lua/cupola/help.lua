@@ -173,6 +173,11 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "vmm" | "plugin"
             | "cub"
+            | "torch" (PyTorch 2.11's caching allocator, exactly)
+  torch: conf= (PYTORCH_CUDA_ALLOC_CONF syntax), max= (PyTorch's allowed
+    maximum), device_memory=, address_model="driver" | "bump"; upstream
+    "device" or "virtual"; p:empty_cache(), p:settings(); stats() adds
+    PyTorch's counters ("allocated_bytes.all.peak", num_alloc_retries, ...)
   plugin: path= (a .so) or source= (C, compiled and cached), symbol= (its
     const cupola_allocator, <cupola/allocator.h> in cupola.include_dir),
     options= (a string for its create)
@@ -189,6 +194,7 @@ cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
 p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
+p:empty_cache()   torch only: torch.cuda.empty_cache();  p:settings() torch only
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers (vmm: page_bytes,
   pages_mapped, maps, unmaps; by time: recent_peak, decay_window, map_budget;
@@ -320,9 +326,14 @@ cupola.trace.load(path) -> Trace (RMM logging-adaptor CSV
   Thread,Time,Action,Pointer,Size,Stream; plain or gzip); malformed input
   raises "path:line: reason".
 cupola.trace.replay(t, pool, {single_stream=false, repeat=1,
-  synchronize=true, clock="pool" | "trace"}) -> {events, ns_per_event, seconds,
+  synchronize=true, clock="pool"|"trace", stop_at_oom=false,
+  addresses="model"|"recorded"}) -> {events, ns_per_event, seconds,
   peak_live, peak_reserved, reserved_over_live, failed, skipped_frees,
-  reserved_byte_seconds, live_byte_seconds, maps, unmaps}
+  complete, reserved_byte_seconds, live_byte_seconds, maps, unmaps,
+  peak_allocated, device_allocs, device_frees, retries, ooms, ...};
+  addresses="recorded" (a torch pool, a PyTorch snapshot): CUDA's
+  addresses as recorded, and divergence = false or where the model's
+  calls first differed
 cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
   cupola.pool (plus name=); each row is replay's table plus kind, upstream, name.
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
