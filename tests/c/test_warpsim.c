@@ -236,6 +236,20 @@ static unsigned resolve(unsigned w)
     return moved;
 }
 
+/* A fresh coroutine for lane l of warp w (its own frame: getcontext
+ * returns twice). */
+__attribute__((noinline)) static void lane_init(sim *s, unsigned w, unsigned l, int live)
+{
+    sim_lane *L = &s->lane[w][l];
+    memset(L, 0, sizeof *L);
+    L->state = live ? L_RUN : L_DONE;
+    getcontext(&L->ctx);
+    L->ctx.uc_stack.ss_sp = s->stacks + (size_t)(w * LANES + l) * STACK;
+    L->ctx.uc_stack.ss_size = STACK;
+    L->ctx.uc_link = &s->sched;
+    makecontext(&L->ctx, lane_main, 0);
+}
+
 /* Lets lane l of warp w run until it waits or ends (its own frame: the
  * caller's locals are not live across the switch). */
 __attribute__((noinline)) static void run_lane(sim *s, unsigned w, unsigned l)
@@ -256,16 +270,8 @@ static int sim_run(sim *s, unsigned nw, unsigned lanes_live, sim_body *body, voi
     s->arg = arg;
     s->err[0] = 0;
     for (unsigned w = 0; w < nw; w++)
-        for (unsigned l = 0; l < LANES; l++) {
-            sim_lane *L = &s->lane[w][l];
-            memset(L, 0, sizeof *L);
-            L->state = l < lanes_live ? L_RUN : L_DONE;
-            getcontext(&L->ctx);
-            L->ctx.uc_stack.ss_sp = s->stacks + (size_t)(w * LANES + l) * STACK;
-            L->ctx.uc_stack.ss_size = STACK;
-            L->ctx.uc_link = &s->sched;
-            makecontext(&L->ctx, lane_main, 0);
-        }
+        for (unsigned l = 0; l < LANES; l++)
+            lane_init(s, w, l, l < lanes_live);
     for (;;) {
         unsigned live = 0, moved = 0, w0 = (unsigned)(sim_rand() % nw);
         for (unsigned k = 0; k < nw; k++) {

@@ -260,20 +260,24 @@ CPD_FN cpd_u32 cpd_heap_nth_bit(cpd_u32 f, cpd_u32 j)
     return (cpd_u32)cpd_ffs(f) - 1u;
 }
 
-/* The first map word from w on whose hint does not say full (or cwords). */
+/* The first map word in [w, end) whose hint does not say full, or end: one
+ * load of the hints per 32 words. */
+CPD_FN cpd_u32 cpd_heap_open_in(const cupola_device_pool *pool, cpd_u32 w, cpd_u32 end)
+{
+    while (w < end) {
+        cpd_u32 open = ~cpd_load32(&pool->cfull[w >> 5]) & (0xffffffffu << (w & 31u));
+        if (open) {
+            w = (w & ~31u) + (cpd_u32)cpd_ffs(open) - 1u;
+            return w < end ? w : end;
+        }
+        w = (w | 31u) + 1u;
+    }
+    return end;
+}
+
 CPD_FN cpd_u32 cpd_heap_next_open(const cupola_device_pool *pool, cpd_u32 w)
 {
-    while (w < pool->cwords) {
-        cpd_u32 hint = cpd_load32(&pool->cfull[w >> 5]) >> (w & 31u);
-        if (hint == (0xffffffffu >> (w & 31u))) {
-            w = (w | 31u) + 1u; /* the rest of this hint word is full */
-            continue;
-        }
-        if (!(hint & 1u))
-            return w;
-        w++;
-    }
-    return pool->cwords;
+    return cpd_heap_open_in(pool, w, pool->cwords);
 }
 
 /* Where a search for chunks starts: the first word with room by the hints,
@@ -303,11 +307,13 @@ CPD_FN cpd_u64 cpd_heap_claim_bits(cupola_device_pool *pool, cpd_u32 k, cpd_u32 
     if (W == 0 || k == 0)
         return 0;
     start = cpd_heap_start(pool, h, spread);
-    for (int pass = 0; pass < 2; pass++) {
-        for (cpd_u32 i = 0; i < W; i++) {
-            cpd_u32 w = start + i < W ? start + i : start + i - W, cur;
-            if (pass == 0 && (cpd_load32(&pool->cfull[w >> 5]) >> (w & 31u)) & 1u)
-                continue;
+    /* from start to the end, then from 0 to start; first by the hints */
+    for (int pass = 0; pass < 4; pass++) {
+        cpd_u32 end = pass & 1 ? start : W;
+        for (cpd_u32 w = pass & 1 ? 0u : start; w < end; w++) {
+            cpd_u32 cur;
+            if (pass < 2 && (w = cpd_heap_open_in(pool, w, end)) >= end)
+                break;
             cur = cpd_load32(&pool->cmap[w]);
             while (cur != 0xffffffffu) {
                 cpd_u32 got = cpd_heap_set_bits(pool, w, cpd_heap_pick_bits(~cur, k, h & 31u), &cur);
@@ -384,14 +390,16 @@ CPD_FN cpd_u32 cpd_heap_claim_run(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h
         return CPD_HEAP_NONE;
     start = cpd_heap_start(pool, h, 1);
     if (m <= 32u) {
-        /* passes: aligned with the hints, anywhere with the hints, anywhere
-         * in every word */
-        for (int pass = 0; pass < 3; pass++) {
-            for (cpd_u32 i = 0; i < W; i++) {
-                cpd_u32 w = start + i < W ? start + i : start + i - W, got;
-                if (pass < 2 && (cpd_load32(&pool->cfull[w >> 5]) >> (w & 31u)) & 1u)
-                    continue;
-                got = cpd_heap_claim_in_word(pool, w, m, pass == 0, h);
+        /* passes (each from start to the end, then from 0 to start):
+         * aligned with the hints, anywhere with the hints, anywhere in
+         * every word */
+        for (int pass = 0; pass < 6; pass++) {
+            cpd_u32 end = pass & 1 ? start : W;
+            for (cpd_u32 w = pass & 1 ? 0u : start; w < end; w++) {
+                cpd_u32 got;
+                if (pass < 4 && (w = cpd_heap_open_in(pool, w, end)) >= end)
+                    break;
+                got = cpd_heap_claim_in_word(pool, w, m, pass < 2, h);
                 if (got != CPD_HEAP_NONE)
                     return got;
             }
@@ -561,47 +569,54 @@ CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
     return n;
 }
 
-/* A fresh chunk as an active slab of class c. */
+/* A fresh chunk as an active slab of class c (not yet in the live count). */
 CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
 {
     cpd_u32 s = cpd_heap_claim(pool, 1u, h, 0);
-    if (s != CPD_HEAP_NONE) {
+    if (s != CPD_HEAP_NONE)
         cpd_add32(&pool->cstate[s], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | CPD_HEAP_ACTIVE);
-        cpd_heap_live(pool, 1ull);
-    }
     return s;
 }
 
-/* The slab to put into a slot of class c (made active), or
- * CPD_SLOT_EXHAUSTED (with the epoch it saw, so that later threads know
- * whether anything came back since). */
-CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
+/* The slab to put into a slot of class c (made active; *fresh: a chunk
+ * from the map, to be counted live), or CPD_SLOT_EXHAUSTED (with the epoch
+ * it saw, so that later threads know whether anything came back since). */
+CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h, int *fresh)
 {
     cpd_u32 s = cpd_heap_fresh(pool, c, h), e0;
+    *fresh = 1;
     if (s != CPD_HEAP_NONE)
         return s;
     if (!cpd_load32(&pool->exhausted))
         cpd_store32(&pool->exhausted, 1u);
     cpd_fence();
     e0 = cpd_load32(&pool->epoch);
+    *fresh = 0;
     if ((s = cpd_heap_take_partial(pool, c)) != CPD_HEAP_NONE)
         return s;
-    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h)) != CPD_HEAP_NONE)
+    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h)) != CPD_HEAP_NONE) {
+        *fresh = 1;
         return s;
+    }
     cpd_store32(&pool->exhausted_epoch[c], e0);
     return CPD_SLOT_EXHAUSTED;
 }
 
-/* Fills a slot this thread set BUSY (it held `old`). */
+/* Fills a slot this thread set BUSY (it held `old`): the next slab is
+ * published first (the warps waiting on the slot go on), then the count
+ * and the slab it replaces. */
 CPD_FN void cpd_heap_refill(cupola_device_pool *pool, cpd_u32 *slot, cpd_u32 old, cpd_u32 c, cpd_u32 h)
 {
-    cpd_u32 next = cpd_heap_next_slab(pool, c, h);
+    int fresh;
+    cpd_u32 next = cpd_heap_next_slab(pool, c, h, &fresh);
+    cpd_fence();
+    cpd_store32(slot, next);
+    if (fresh)
+        cpd_heap_live(pool, 1ull);
     if (old < CPD_SLOT_SPECIAL) {
         cpd_u32 before = cpd_and32(&pool->cstate[old], ~CPD_HEAP_ACTIVE);
         cpd_heap_after_drop(pool, old, before, before & ~CPD_HEAP_ACTIVE);
     }
-    cpd_fence();
-    cpd_store32(slot, next);
 }
 
 /* Whether slab s looks like a slab of class c with a free block. */
