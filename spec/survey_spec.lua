@@ -126,6 +126,23 @@ describe("cupola.survey", function()
     for _, ext in ipairs { "", ".csv", ".json", ".html" } do os.remove(base .. ext) end
   end)
 
+  it("pairs with probes: a count whose launch would not fit the budget is not run, and the row says so", function()
+    local r = survey.run { allocators = { "heap" }, tests = { "pairs" }, pair_sizes = { 64 }, pair_threads = 5000,
+      pair_probe = { 50, 500 }, pair_budget_ms = 1e-9, capacity = 16 * MiB }
+    assert.equal(1, #r.rows)
+    local x = r.rows[1]
+    assert.is_true(x.probe)
+    assert.equal(50, x.threads)
+    assert.equal(5000, x.of_threads)
+    assert.is_true(x.estimate_ms > 0 and x.failed == 0)
+    assert.matches("at 50 threads: 5000 would take", survey.markdown(r), 1, true)
+    -- a budget that fits: the full count, no probe row
+    r = survey.run { allocators = { "heap" }, tests = { "pairs" }, pair_sizes = { 64 }, pair_threads = 5000,
+      pair_probe = { 50, 500 }, pair_budget_ms = 1e9, capacity = 16 * MiB, iterations = 1 }
+    assert.equal(5000, r.rows[1].threads)
+    assert.is_nil(r.rows[1].probe)
+  end)
+
   it("refuses unknown options, tests and kinds", function()
     assert.has_error(function() survey.run { nope = 1 } end, "cupola.survey.run: unknown option 'nope'")
     assert.has_error(function() survey.run { tests = { "speed" } } end, "cupola.survey.run: unknown test 'speed'")
