@@ -46,7 +46,8 @@
  *    the count (one atomicAdd per warp for the lanes asking from the same
  *    slab: a lane whose place passes the slab's blocks gets none and the
  *    excess is given back), then taken by setting a free bit with atomicOr,
- *    starting at a word chosen by the warp's hash and the lane's rank.  A
+ *    starting at a word chosen by the warp's hash and the lane's rank (the
+ *    j-th lane to start in a word tries the word's j-th free bit).  A
  *    reservation checks the tag it added to: a slab that was meanwhile
  *    given back and reused for something else is treated as full.
  *  - Active slabs.  Each class has A slots (32 for 16 B, 64 for 32 B, 128
@@ -494,12 +495,15 @@ CPD_FN void *cpd_heap_take(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c, cpd_u
     cpd_u32 words = (nb + 31u) / 32u;
     cpd_u32 last_valid = (nb % 32u) ? (1u << (nb % 32u)) - 1u : 0xffffffffu;
     cpd_u32 *bm = pool->hbitmaps + (cpd_u64)s * pool->bwords;
-    cpd_u32 w = (h + rank) % words;
+    cpd_u32 w = (h + rank) % words, j = rank / words;
     for (;;) {
         cpd_u32 valid = (w == words - 1u) ? last_valid : 0xffffffffu;
         cpd_u32 cur = cpd_load32(&bm[w]);
         while ((cur & valid) != valid) {
-            cpd_u32 bit = (cpd_u32)cpd_ffs(~cur & valid) - 1u;
+            /* the lanes starting in one word (j before this one) try
+             * different free bits of it, not all the lowest */
+            cpd_u32 f = ~cur & valid;
+            cpd_u32 bit = cpd_heap_nth_bit(f, j % (cpd_u32)cpd_popc(f));
             cpd_u32 prev = cpd_or32(&bm[w], 1u << bit);
             if (!(prev & (1u << bit)))
                 return pool->base + ((cpd_u64)s << pool->chunk_shift) +
