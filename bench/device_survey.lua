@@ -103,23 +103,9 @@ local function run(t)
   merge(survey.run(with(t)))
 end
 
-if part == "aims" then
-  run { allocators = { "heap" }, tests = { "pairs", "oom", "frag" } }
-  run { allocators = { "malloc" }, tests = { "pairs" }, pair_probe = { scaled(10000), scaled(100000) },
-    pair_budget_ms = 12000 }
-elseif part == "malloc-oom" then
-  run { allocators = { "malloc" }, tests = { "oom" }, oom_capacity = GPU and 64 * MiB or 16 * MiB }
-else
-  run { allocators = { "heap", "slab", PLUGIN } }
-  run { allocators = { "bump", "warp_bump" }, tests = { "init", "registers", "pairs", "thread", "warp", "synth" } }
-  run { allocators = { "malloc" }, tests = { "init", "registers", "thread", "warp", "mixed", "scaling", "frag",
-    "synth", "synth_write" } }
-end
-rows_file:close()
-if not res.meta then
-  print("survey " .. part .. ": no time left to start")
-  os.exit(1)
-end
+-- The part's files, rewritten after each run of it (a part stopped from
+-- outside keeps what it finished).
+local write_outputs
 
 -- cupola's aims for the heap, on the figures of this run.
 local function find(test, alloc, size)
@@ -127,49 +113,80 @@ local function find(test, alloc, size)
     if r.test == test and r.allocator == alloc and r.size == size then return r end
   end
 end
-local aims = {}
-local function aim(ok, text, label)
-  aims[#aims + 1] = string.format("- %s %s", label or (ok and "met:" or "**missed:**"), text)
-end
-if part == "aims" then
-  for _, size in ipairs { 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 65536 } do
-    local h, m = find("pairs", "heap", size), find("pairs", "CUDA malloc", size)
-    local want = size == 65536 and 100 or 400
-    if h and m and m.per_second > 0 then
-      local k = h.per_second / m.per_second
-      aim(GPU and k >= want and h.failed == 0, string.format("alloc+free pairs at %d B, %d threads: heap %.4g/s, " ..
-        "CUDA's malloc %.4g/s%s: %sx (aim >= %dx)%s%s", size, h.threads, h.per_second, m.per_second,
-        m.probe and string.format(" (at %d threads: %d would take ~%.0f s)", m.threads, h.threads,
-          m.estimate_ms / 1e3) or "",
-        string.format(k >= 10 and "%.0f" or "%.2f", k), want, h.failed > 0 and string.format(", heap: %d failed", h.failed) or "",
-        m.failed > 0 and string.format(", CUDA's malloc: %d NULL (its heap: %s)", m.failed,
-          tostring(res.meta.malloc_heap)) or ""), not GPU and "CPU:" or nil)
-    elseif h then
-      aim(false, string.format("alloc+free pairs at %d B: heap %.4g/s; CUDA's malloc not measured (time)", size,
-        h.per_second), "**not measured:**")
+
+-- The part's files from the rows so far: CSV, JSON, HTML, and markdown
+-- (with the aims' lines in the aims part).
+function write_outputs(final)
+  if not res.meta then return end
+  local aims = {}
+  local function aim(ok, text, label)
+    aims[#aims + 1] = string.format("- %s %s", label or (ok and "met:" or "**missed:**"), text)
+  end
+  if part == "aims" then
+    for _, size in ipairs { 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 65536 } do
+      local h, m = find("pairs", "heap", size), find("pairs", "CUDA malloc", size)
+      local want = size == 65536 and 100 or 400
+      if h and m and m.per_second > 0 then
+        local k = h.per_second / m.per_second
+        aim(GPU and k >= want and h.failed == 0, string.format("alloc+free pairs at %d B, %d threads: heap %.4g/s, " ..
+          "CUDA's malloc %.4g/s%s: %sx (aim >= %dx)%s%s", size, h.threads, h.per_second, m.per_second,
+          m.probe and string.format(" (at %d threads: %d would take ~%.0f s)", m.threads, h.threads,
+            m.estimate_ms / 1e3) or "",
+          string.format(k >= 10 and "%.0f" or "%.2f", k), want, h.failed > 0 and string.format(", heap: %d failed", h.failed) or "",
+          m.failed > 0 and string.format(", CUDA's malloc: %d NULL (its heap: %s)", m.failed,
+            tostring(res.meta.malloc_heap)) or ""), not GPU and "CPU:" or nil)
+      elseif h then
+        aim(false, string.format("alloc+free pairs at %d B: heap %.4g/s; CUDA's malloc not measured (time)", size,
+          h.per_second), "**not measured:**")
+      end
+    end
+    for _, r in ipairs(res.rows) do
+      if r.allocator == "heap" and r.test == "oom" then
+        aim(r.fraction >= 0.9, string.format("out of memory at %d B: %.1f%% of the capacity served (aim >= 90%%)", r.size,
+          100 * r.fraction))
+      elseif r.allocator == "heap" and r.test == "frag" then
+        aim(r.ratio <= 2, string.format("fragmentation at %d B: address range %.2fx the bytes live (aim <= 2x)", r.size, r.ratio))
+      end
     end
   end
-  for _, r in ipairs(res.rows) do
-    if r.allocator == "heap" and r.test == "oom" then
-      aim(r.fraction >= 0.9, string.format("out of memory at %d B: %.1f%% of the capacity served (aim >= 90%%)", r.size,
-        100 * r.fraction))
-    elseif r.allocator == "heap" and r.test == "frag" then
-      aim(r.ratio <= 2, string.format("fragmentation at %d B: address range %.2fx the bytes live (aim <= 2x)", r.size, r.ratio))
-    end
+
+  local stem = out .. "/survey-" .. part
+  survey.csv(res, stem .. ".csv")
+  survey.json(res, stem .. ".json")
+  survey.html(res, stem .. ".html")
+  local md = survey.markdown(res)
+  if #aims > 0 then
+    md = "### The heap's aims\n\n" .. (GPU and "" or "(host backend: the pairs aims are the GPU's; here both sides " ..
+      "run on the CPU and their ratio says nothing about them)\n\n") .. table.concat(aims, "\n") .. "\n\n" .. md
   end
+  local f = assert(io.open(stem .. ".md", "w"))
+  f:write(md, "\n")
+  f:close()
+  if final then print(md) end
 end
 
-local stem = out .. "/survey-" .. part
-survey.csv(res, stem .. ".csv")
-survey.json(res, stem .. ".json")
-survey.html(res, stem .. ".html")
-local md = survey.markdown(res)
-if #aims > 0 then
-  md = "### The heap's aims\n\n" .. (GPU and "" or "(host backend: the pairs aims are the GPU's; here both sides " ..
-    "run on the CPU and their ratio says nothing about them)\n\n") .. table.concat(aims, "\n") .. "\n\n" .. md
+if part == "aims" then
+  run { allocators = { "heap" }, tests = { "pairs", "oom", "frag" } }
+  write_outputs()
+  run { allocators = { "malloc" }, tests = { "pairs" }, pair_probe = { scaled(10000), scaled(100000) },
+    pair_budget_ms = 12000 }
+elseif part == "malloc-oom" then
+  run { allocators = { "malloc" }, tests = { "oom" }, oom_capacity = GPU and 64 * MiB or 16 * MiB }
+else
+  run { allocators = { "heap", "slab", PLUGIN } }
+  write_outputs()
+  run { allocators = { "bump", "warp_bump" }, tests = { "init", "registers", "pairs", "thread", "warp", "synth" } }
+  write_outputs()
+  -- CUDA's malloc takes up to seconds per launch, which no time limit can
+  -- cut short: its thread counts stop at 2^18
+  run { allocators = { "malloc" }, tests = { "init", "registers", "thread", "warp", "mixed", "scaling", "frag",
+    "synth", "synth_write" }, scaling_threads = pow2s(1, GPU and 2^18 or 2^12, 4),
+    synth_threads = pow2s(1, GPU and 2^18 or 2^12, 4) }
 end
-local f = assert(io.open(stem .. ".md", "w"))
-f:write(md, "\n")
-f:close()
-print(md)
+rows_file:close()
+if not res.meta then
+  print("survey " .. part .. ": no time left to start")
+  os.exit(1)
+end
+write_outputs(true)
 print(string.format("survey %s: %d rows in %.1f s", part, #res.rows, cupola.clock() - t0))

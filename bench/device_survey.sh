@@ -86,8 +86,8 @@ run_stage() {
     last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOGS/$name.log" | tail -1)
     errs=$(grep -E '^========= ERROR SUMMARY' "$LOGS/$name.log" | tail -1 | sed 's/=* *//')
     printf '| %s | %s | %s s | %s %s |\n' "$name" "$rc" $((t1 - t0)) "$last" "$errs" | tee -a "$checks"
-    # the progress lines of spec/support/summary.lua: "[  12.3s] failure  file:line: name"
-    fails=$(grep -E '^\[ *[0-9.]+s\] (failure|error) ' "$LOGS/$name.log" | sed 's/^\[[^]]*\] //' | head -12)
+    # the progress lines of spec/support/summary.lua: "[  12.3s] FAILURE  file:line: name: message"
+    fails=$(grep -E '^\[ *[0-9.]+s\] (FAILURE|ERROR) ' "$LOGS/$name.log" | sed 's/^\[[^]]*\] //' | cut -c1-400 | head -12)
     ctests=$(grep -E '^not ok ' "$LOGS/$name.log" | head -12)
     if [ -n "$fails$ctests" ]; then
         { echo "- $name, failed:"; printf '%s\n%s\n' "$ctests" "$fails" | grep -v '^$' | sed 's/^/    - /'; } >>"$notes"

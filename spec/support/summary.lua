@@ -34,7 +34,7 @@ return function(options)
     end
     local function message(m)
       if type(m) ~= "string" then m = require("pl.pretty").write(m) end
-      return (m or "nil"):gsub("\n", "\n    ")
+      return ((m or "nil"):gsub("\n", " / "))
     end
     busted.subscribe({ "describe", "start" }, function(element)
       line("describe " .. where(element) .. handler.getFullName(element))
@@ -51,9 +51,9 @@ return function(options)
       return nil, true
     end)
     -- failures and errors as they happen, in a case or in a block's setup
-    for _, kind in ipairs { "failure", "error" } do
-      busted.subscribe({ kind }, function(element, _, msg)
-        line(kind .. "  " .. where(element) .. handler.getFullName(element) .. "\n    " .. message(msg))
+    for _, kind in ipairs { "FAILURE", "ERROR" } do
+      busted.subscribe({ kind:lower() }, function(element, _, msg)
+        line(string.format("%-8s %s%s: %s", kind, where(element), handler.getFullName(element), message(msg)))
         return nil, true
       end)
     end
