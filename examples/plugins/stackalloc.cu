@@ -5,7 +5,7 @@
  *                        capacity = "64MiB" }
  *
  * Policy, exactly:
- *  - The first SA_STATE_BYTES (64 KiB + 256 B) of the pool hold the state: a
+ *  - The first SA_STATE_BYTES (192 KiB + 256 B) of the pool hold the state: a
  *    bump offset and, per size class, SA_LISTS free lists.  Every block
  *    carries a 16-byte header (its class) in front of what the caller gets,
  *    so a class-c block takes 16 << c bytes in all: the smallest such that
@@ -13,7 +13,9 @@
  *  - A thread works with list (a hash of its index in the grid) mod
  *    SA_LISTS of a class.  The lists are spread so that a million threads
  *    do not all race for one word: one head per class would let one
- *    compare-and-swap in ~270,000 resident threads succeed at a time.
+ *    compare-and-swap in ~270,000 resident threads (an H100's) succeed at a
+ *    time; here some 260 share a list.  Blocks of 16 << 23 bytes (128 MiB
+ *    with the header) are the largest.
  *  - alloc pops the thread's list (a Treiber stack: one 64-bit head, 36 bits
  *    of offset / 16 and 28 bits of tag, replaced with compare-and-swap; the
  *    tag changes at every push and pop, so a head seen before another thread
@@ -32,8 +34,8 @@
  */
 #include <cupola/plugin.h>
 
-#define SA_CLASSES 32  /* 16 B .. 32 GiB with the header */
-#define SA_LISTS 256   /* free lists per class */
+#define SA_CLASSES 24  /* 16 B .. 128 MiB with the header */
+#define SA_LISTS 1024  /* free lists per class */
 #define SA_STATE_BYTES (256ull + SA_CLASSES * SA_LISTS * 8ull)
 #define SA_OFF_BITS 36
 #define SA_OFF_MASK ((1ull << SA_OFF_BITS) - 1ull)

@@ -702,8 +702,12 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
                     cpd_or32(&pool->hbitmaps[(cpd_u64)t * pool->bwords], nb == 32u ? 0xffffffffu : (1u << nb) - 1u);
                     cpd_add32(&pool->cstate[t], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | nb);
                 }
-                if (got64)
+                if (got64) {
+                    /* the tags before the blocks: a lane may free its block
+                     * (and read its chunk's tag) at once */
+                    cpd_fence();
                     cpd_heap_live(pool, (cpd_u64)cpd_popc((cpd_u32)got64));
+                }
             }
             got64 = cpd_shfl64(peers, got64, cpd_leader(peers));
             bits = (cpd_u32)got64;
