@@ -108,11 +108,17 @@ function World:open_pool()
     rec.handle = cupola.mempool.current()
     rec.base_live = rec.handle:stats().live_buffers -- buffers of other specs, if any
     rec.alloc = function(size, s) return cupola.malloc_async(size, s) end
+  elseif cfg.kind == "torch" then
+    -- PyTorch's allocator has no alignment, reuse or initial options: its conf
+    rec.handle = assert(cupola.pool { kind = "torch", upstream = cfg.upstream, max = cfg.max,
+                                      conf = cfg.conf })
+    rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
   else
     rec.handle = assert(cupola.pool {
       kind = cfg.kind, upstream = cfg.upstream, alignment = cfg.alignment,
       max = cfg.max, reuse = cfg.reuse, initial = cfg.initial, bin_growth = cfg.bin_growth,
       min_bin = cfg.min_bin, max_bin = cfg.max_bin, max_cached_bytes = cfg.max_cached_bytes,
+      release_threshold = cfg.release_threshold, clock = cfg.clock,
     })
     rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
   end
@@ -290,6 +296,26 @@ function World:op_stream()
   if self.r.chance(0.5) then collectgarbage() end
 end
 
+-- Time passes: a manual clock moves on (a little, a window, or far); a
+-- wall clock is only read.  It never goes back.
+function World:op_clock()
+  local p = self.pool
+  if self.cfg.native then return end
+  local before = p.handle:time()
+  if self.cfg.clock == "manual" then
+    local dt = self.r.pick { 0, 1e-4, 0.01, 0.5, 3, 1e6 }
+    if self.r.chance(0.5) then
+      assert(p.handle:advance(dt) == before + dt)
+    else
+      p.handle:set_time(before + dt)
+    end
+    assert.error_matches(function() p.handle:set_time(before - 1) end, "never goes back", 1, true)
+  else
+    assert.error_matches(function() p.handle:advance(1) end, "only a pool made with", 1, true)
+  end
+  assert(p.handle:time() >= before, self:where() .. ": the clock went back")
+end
+
 function World:op_gc()
   if self.r.chance(0.5) then collectgarbage "step" else collectgarbage() end
 end
@@ -359,7 +385,7 @@ end
 
 local ops = {
   { "alloc", 40 }, { "free", 20 }, { "free_late", 6 }, { "drop", 5 }, { "trim", 5 }, { "reset", 3 },
-  { "stats", 5 }, { "close", 3 }, { "stream", 3 }, { "gc", 3 },
+  { "stats", 5 }, { "close", 3 }, { "stream", 3 }, { "gc", 3 }, { "clock", 4 },
 }
 -- CUPOLA_FUZZ_SKIP=free_late,stream leaves operations out (to narrow down
 -- which one a failure needs).
@@ -427,6 +453,35 @@ do
       cfg.max_cached_bytes, cfg.reuse, cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
     configs[#configs + 1] = cfg
   end
+  -- PyTorch's allocator model under settings drawn from the seed (no max with
+  -- expandable segments: PyTorch maps whole 20 MiB pages after checking the
+  -- limit, so its reserved bytes may pass the limit by less than a page)
+  for _, up in ipairs { "device", "virtual" } do
+    local conf = r.pick { "", "expandable_segments:True", "max_split_size_mb:20",
+                          "roundup_power2_divisions:4,garbage_collection_threshold:0.5",
+                          "max_split_size_mb:32,max_non_split_rounding_mb:40" }
+    local cfg = { kind = "torch", upstream = up, conf = conf }
+    if conf ~= "expandable_segments:True" and r.chance(0.5) then cfg.max = 48 * MiB end
+    cfg.name = string.format("torch/%s (conf '%s'%s)", up, conf,
+      cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
+    configs[#configs + 1] = cfg
+  end
+  -- vmm over the upstreams it maps, by its default policy on either clock
+  -- (a manual one jumps by up to days) or with a release_threshold
+  for _, up in ipairs { "device", "virtual" } do
+    for _, thr in ipairs { false, 0, 4 * MiB, math.maxinteger } do
+      local cfg = { kind = "vmm", upstream = up, alignment = r.pick { 256, 256, 512, 4096 },
+        reuse = r.pick(reuses), clock = r.pick { "wall", "manual" } }
+      if thr then cfg.release_threshold = thr end
+      if r.chance(0.4) then cfg.max = 16 * MiB end
+      if r.chance(0.3) then cfg.initial = 4 * MiB end
+      cfg.name = string.format("vmm/%s (alignment %d, reuse %s, %s, clock %s%s%s)", up, cfg.alignment,
+        cfg.reuse, thr and ("release_threshold " .. thr) or "by time", cfg.clock,
+        cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "",
+        cfg.initial and ", initial 4 MiB" or "")
+      configs[#configs + 1] = cfg
+    end
+  end
   configs[#configs + 1] = { native = "mempool", name = "cupola.mempool (max_size 32 MiB)", max = 32 * MiB }
   configs[#configs + 1] = { native = "malloc_async", name = "cupola.malloc_async" }
 end
@@ -455,9 +510,14 @@ local values = { nil, true, false, 0, 1, 7, 255, 256, 4096, 65536, -1, -4096,
   {}, { 1, 2 }, { grid = 1, block = 1 }, { block = 0 }, { grid = -1 }, { type = "u8" },
   { type = "f16" }, { stream = 5 }, { timing = false }, { priority = 0 }, { blocking = true },
   { kind = "arena" }, { kind = "caching", upstream = "virtual" }, { max = "1MiB", kind = "tlsf" },
+  { kind = "torch", upstream = "virtual", conf = "expandable_segments:True" },
+  { addresses = "recorded", stop_at_oom = true },
+  { kind = "torch", conf = "max_split_size_mb:20,roundup_power2_divisions:[1:4,>:8]" },
+  { kind = "torch", conf = "roundup_power2_divisions:[,]" }, { kind = "torch", conf = 5 },
   { location = "device", max_size = "4MiB" }, { ["repeat"] = 2 }, { bogus = 1 },
+  { clock = "trace" }, { clock = "manual", kind = "vmm", upstream = "virtual" }, { clock = 3 },
   print, coroutine.create(function() end) }
-local NV = 50 -- slots of values: the fixed ones above, then handles
+local NV = 58 -- slots of values: the fixed ones above, then handles
 local handles = {}
 local function add(v)
   if type(v) == "userdata" then
@@ -473,10 +533,11 @@ end
 local s = cupola.stream(); add(s); add(cupola.default_stream)
 local cs = cupola.stream(); cs:close(); add(cs)
 add(cupola.event()); local ce = cupola.event(); ce:close(); add(ce)
-for _, kind in ipairs { "arena", "freelist", "tlsf", "caching" } do
+for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "torch" } do
   local p = cupola.pool { kind = kind }; add(p); add(p:alloc(4096, s)); add(p:alloc(100))
 end
 local vp = cupola.pool { upstream = "virtual" }; add(vp); add(vp:alloc(1000))
+local mp = cupola.pool { kind = "vmm", upstream = "virtual", clock = "manual" }; add(mp); add(mp:alloc(3 << 20))
 local cp = cupola.pool {}; cp:close(); add(cp)
 local m = cupola.mempool(); add(m); add(m:alloc(4096)); add(cupola.malloc_async(4096, s))
 add(cupola.mempool.default()); add(cupola.malloc(4096))
@@ -486,6 +547,9 @@ local f = io.open(path, "w")
 f:write("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x100,256,0x0\n0,2,free,0x100,256,0x0\n")
 f:close()
 add(cupola.trace.load(path)); os.remove(path)
+-- a snapshot of PyTorch's with an out-of-memory entry, and a torch pool for it
+add(cupola.trace.load "examples/traces/torch/varlen.oom-default.cpsnap.gz")
+add(cupola.pool { kind = "torch", upstream = "virtual", max = "1GiB" })
 
 -- every callable: module functions, methods by name, metamethods
 local funcs = {}
@@ -497,7 +561,8 @@ for _, t in ipairs { { "cupola", cupola }, { "kernels", K }, { "mempool", cupola
   end
 end
 local methods = { "free", "close", "read", "write", "memset", "copy_to", "synchronize", "query", "wait",
-  "record", "elapsed", "alloc", "trim", "reset", "reset_high", "stats", "info", "event", "replay" }
+  "record", "elapsed", "alloc", "trim", "reset", "reset_high", "stats", "info", "event", "replay",
+  "empty_cache", "settings", "time", "set_time", "advance" }
 local metas = { "__gc", "__close", "__tostring", "__len", "__index", "__newindex", "__call" }
 
 local ok_n, err_n = 0, 0

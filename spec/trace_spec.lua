@@ -286,8 +286,97 @@ describe("trace sizes and sums", function()
 
   it("refuses a path with a NUL byte (it opened the part before it)", function()
     local path = tmpfile(H .. "0,1,allocate,0x1000,4096,0x0\n")
-    assert.has_error(function() cupola.trace.load(path .. "\0.other") end,
-      "bad argument #1 to 'load' (path contains a NUL byte)")
+    assert.error_matches(function() cupola.trace.load(path .. "\0.other") end,
+      "bad argument #1 to 'load' (path contains a NUL byte, got '" .. path:sub(1, 40), 1, true)
     os.remove(path)
+  end)
+end)
+
+-- The trace's own time in a replay: byte-seconds, and the pool's clock.
+describe("trace time in a replay", function()
+  local MiB = 1024 * 1024
+  local H = "Thread,Time,Action,Pointer,Size,Stream\n"
+  local function load(body)
+    local path = tmpfile(H .. body)
+    local t = cupola.trace.load(path)
+    os.remove(path)
+    return t
+  end
+
+  -- 1 MiB from 0 s, 2 MiB from 1 s; the first freed at 3 s, the second at
+  -- 4 s: live 1 MiB for 1 s, 3 MiB for 2 s, 2 MiB for 1 s
+  local BODY = "0,0,allocate,0x10,1048576,0x0\n0,1000000,allocate,0x20,2097152,0x0\n" ..
+    "0,3000000,free,0x10,1048576,0x0\n0,4000000,free,0x20,2097152,0x0\n"
+
+  it("integrates live and reserved bytes over the trace's seconds, for every pool", function()
+    local t <close> = load(BODY)
+    for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "vmm" } do
+      local p <close> = cupola.pool { kind = kind, upstream = "virtual" }
+      local r = cupola.trace.replay(t, p)
+      assert.near(9 * MiB, r.live_byte_seconds, 1e-6 * MiB, kind)
+      assert.is_true(r.reserved_byte_seconds >= r.live_byte_seconds, kind)
+      assert.is_true(r.reserved_byte_seconds <= 4 * r.peak_reserved + 1e-6, kind)
+    end
+  end)
+
+  it("integrates a vmm pool's pages exactly, and sums repetitions", function()
+    local t <close> = load(BODY)
+    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", release_threshold = math.maxinteger }
+    -- the first block's page from 0 s; the second lies across it and the
+    -- next one: two pages from 1 s to the end
+    local r = cupola.trace.replay(t, p)
+    assert.equals(14 * MiB, r.reserved_byte_seconds)
+    -- again, twice: both pages stay mapped, 4 MiB from 0 s in each
+    -- repetition, and the repetitions add up
+    local r2 = cupola.trace.replay(t, p, { ["repeat"] = 2 })
+    assert.equals(2 * 16 * MiB, r2.reserved_byte_seconds)
+    assert.equals(18 * MiB, r2.live_byte_seconds)
+  end)
+
+  -- Freed at 1 s, then nothing until an allocation at 100 s: a pool whose
+  -- clock reads the trace has seen its pages idle for 99 s (far past the
+  -- window of a 64-page pool), one whose clock is its own has not.
+  local IDLE = "0,0,allocate,0x10,134217728,0x0\n0,1000000,free,0x10,134217728,0x0\n" ..
+    "0,100000000,allocate,0x20,1024,0x0\n0,100000001,free,0x20,1024,0x0\n"
+
+  it("gives the pool the trace's seconds with clock = 'trace'", function()
+    local t <close> = load(IDLE)
+    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", clock = "manual" }
+    local r = cupola.trace.replay(t, p, { clock = "trace" })
+    -- demand 1 page at 100 s, 1 + 1 kept: 62 of the 64 pages released
+    assert.equals(62, r.unmaps)
+    assert.equals(2 * 2 * MiB, p:stats().reserved)
+    assert.near(100.000001, p:time(), 1e-9, "the clock stays where the trace left it")
+    -- a wall-clock pool: the same, and its clock runs on from there
+    local w <close> = cupola.pool { kind = "vmm", upstream = "virtual" }
+    local rw = cupola.trace.replay(t, w, { clock = "trace" })
+    assert.equals(62, rw.unmaps)
+    assert.equals("wall", w.clock)
+    assert.is_true(w:time() >= 100, "the wall clock went on from the trace's end")
+  end)
+
+  it("leaves the pool its own clock by default", function()
+    local t <close> = load(IDLE)
+    -- a manual clock nobody moves: no time passes, nothing is released
+    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", clock = "manual" }
+    local r = cupola.trace.replay(t, p)
+    assert.equals(0, r.unmaps)
+    assert.equals(0, p:time())
+    -- the wall clock: the replay takes microseconds, not 100 s
+    local w <close> = cupola.pool { kind = "vmm", upstream = "virtual" }
+    local rw = cupola.trace.replay(t, w, { clock = "pool" })
+    assert.equals(0, rw.unmaps)
+    assert.is_true(w:time() < 50)
+    -- both integrate over the trace's time all the same
+    assert.equals(r.reserved_byte_seconds, rw.reserved_byte_seconds)
+  end)
+
+  it("refuses an unknown clock", function()
+    local t <close> = load(BODY)
+    local p <close> = cupola.pool { upstream = "virtual" }
+    assert.has_error(function() cupola.trace.replay(t, p, { clock = "wall" }) end,
+      "cupola.trace.replay: option 'clock' must be one of pool, trace, not 'wall'")
+    assert.error_matches(function() cupola.trace.replay(t, p, { clock = 1 }) end,
+      "option 'clock' must be a string, not number", 1, true)
   end)
 end)

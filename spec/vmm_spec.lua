@@ -54,8 +54,8 @@ describe("vmm pool", function()
         b:free()
       end)
 
-      it("moves idle pages to a new range rather than grow past the peak", function()
-        local p <close> = cupola.pool { kind = "vmm", upstream = up }
+      it("moves idle pages to a new range rather than grow past the peak (release_threshold 0)", function()
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, release_threshold = 0 }
         local G = p:stats().page_bytes
         local a = p:alloc(4 * G)
         local keep = p:alloc "1KiB" -- after a: pins a page beyond a's range
@@ -110,7 +110,7 @@ describe("vmm pool", function()
       end)
 
       it("keeps the pages initial mapped even with release_threshold 0", function()
-        local p <close> = cupola.pool { kind = "vmm", upstream = up, initial = 4 * G0 }
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, initial = 4 * G0, release_threshold = 0 }
         local G = p:stats().page_bytes
         local a = p:alloc "1KiB"
         assert.equals(4 * G, p:stats().reserved)
@@ -166,13 +166,127 @@ describe("vmm pool", function()
     end)
   end
 
+  -- The default policy (no release_threshold given) decides by the pool's
+  -- clock; a manual clock makes its windows exact.
+  for _, up in ipairs { "device", "virtual" } do
+    describe("by default, over " .. up, function()
+      it("keeps idle pages and maps new ones while its mapping budget is empty", function()
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, clock = "manual" }
+        local G = p:stats().page_bytes
+        local a = p:alloc(4 * G)
+        local keep = p:alloc "1KiB" -- page 4
+        a:free()
+        cupola.synchronize()
+        local b = p:alloc(6 * G) -- after keep: pages 4-10, six to map
+        local st = p:stats()
+        assert.equals(0, st.unmaps, "at time 0 the budget pays for no move")
+        assert.equals(11 * G, st.reserved)
+        assert.equals(0, st.map_budget)
+        b:free(); keep:free()
+      end)
+
+      it("moves idle pages once the budget pays, keeping 1/64 above the demand", function()
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, clock = "manual" }
+        local G = p:stats().page_bytes
+        local a = p:alloc(4 * G)
+        local keep = p:alloc "1KiB"
+        a:free()
+        cupola.synchronize()
+        -- a second: the budget accrues 1/32 of it, and a's peak has left
+        -- the window
+        assert.equals(1, p:advance(1))
+        assert.near(1 / 32, p:stats().map_budget, 1e-12)
+        local b = p:alloc(6 * G)
+        local st = p:stats()
+        -- demand 7 pages (keep's and b's): kept 7 + ceil(7/64) = 8, so three
+        -- of a's pages move and one stays as headroom
+        assert.equals(3, st.unmaps)
+        assert.equals(8 * G, st.reserved)
+        assert.equals(7 * G, st.recent_peak)
+        assert.near(1 / 32 - 3 * 59e-6, st.map_budget, 1e-12)
+        b:free(); keep:free()
+        -- days of quiet buy at most two remappings of the device (over the
+        -- virtual upstream, of a 64 GiB one: 65536 pages)
+        p:advance(1e6)
+        local most = p:stats().map_budget
+        assert.is_true(most < 1e6 / 32)
+        if up == "virtual" then assert.near(65536 * 59e-6, most, 1e-9) end
+      end)
+
+      it("unmaps pages idle for its window, never below the recent peak of demand", function()
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, clock = "manual" }
+        local G = p:stats().page_bytes
+        local a = p:alloc(8 * G) -- pages 0-7
+        local keep = p:alloc "1KiB" -- page 8
+        local W = p:stats().decay_window
+        assert.near(9 * 59e-6 * 32, W, 1e-12, "the time the budget needs to remap the peak")
+        a:free() -- idle from time 0
+        cupola.synchronize()
+        p:advance(0.9 * W)
+        local s1 = p:alloc "1KiB" -- on page 0
+        assert.equals(0, p:stats().unmaps, "idle for less than the window")
+        s1:free()
+        cupola.synchronize()
+        p:set_time(2 * W)
+        local a2 = p:alloc(4 * G) -- a's first four pages again: demand 5 pages
+        local st = p:stats()
+        -- pages 4-7 have been idle for two windows; the demand now is 5
+        -- pages, so 5 + 1 stay: three go, least recently idle first
+        assert.equals(3, st.unmaps)
+        assert.equals(6 * G, st.reserved)
+        a2:free() -- pages 0-3 idle from 2W
+        cupola.synchronize()
+        p:set_time(2.5 * W)
+        local s2 = p:alloc "1KiB"
+        st = p:stats()
+        -- page 7 has been idle since time 0, but half a window ago demand
+        -- was 5 pages: 6 stay mapped
+        assert.equals(3, st.unmaps, "not below the recent peak")
+        assert.equals(5 * G, st.recent_peak)
+        assert.equals(6 * G, st.reserved)
+        p:set_time(3.1 * W)
+        local s3 = p:alloc "1KiB"
+        st = p:stats()
+        -- that peak has left the window: demand 2 pages (s2 and s3 share
+        -- page 0, keep), 2 + 1 stay
+        assert.equals(2 * G, st.recent_peak)
+        assert.equals(3 * G, st.reserved)
+        assert.equals(6, st.unmaps)
+        s2:free(); s3:free(); keep:free()
+      end)
+
+      it("pays each unmap from its budget and keeps initial", function()
+        local p <close> = cupola.pool { kind = "vmm", upstream = up, clock = "manual", initial = 4 * G0 }
+        local G = p:stats().page_bytes
+        local bs = {}
+        for i = 1, 4 do bs[i] = p:alloc(4 * G) end -- 16 pages, the first four initial's
+        local W = p:stats().decay_window
+        for i = 1, 4 do bs[i]:free() end
+        cupola.synchronize()
+        -- the budget accrues 1.25 W / 32: 20 pages' worth (16 pages x 59 us a window)
+        p:advance(1.25 * W)
+        local before = p:stats().map_budget
+        assert.near(20 * 59e-6, before, 1e-12)
+        local s = p:alloc "1KiB"
+        local st = p:stats()
+        -- demand 1 page (1 + 1 with headroom), but initial keeps 4
+        assert.equals(4 * G, st.reserved)
+        assert.equals(12, st.unmaps)
+        assert.near(before - 12 * 59e-6, st.map_budget, 1e-12)
+        s:free()
+        p:trim(0)
+        assert.equals(0, p:stats().reserved, "trim releases what the policy keeps")
+      end)
+    end)
+  end
+
   it("reports the pages a replay mapped and unmapped", function()
     local path = tmpfile("Thread,Time,Action,Pointer,Size,Stream\n" ..
       "0,1,allocate,0x10,8388608,0x0\n0,2,allocate,0x20,1024,0x0\n0,3,free,0x10,8388608,0x0\n" ..
       "0,4,allocate,0x30,12582912,0x0\n0,5,free,0x30,12582912,0x0\n0,6,free,0x20,1024,0x0\n")
     local t <close> = cupola.trace.load(path)
     os.remove(path)
-    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual" }
+    local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", release_threshold = 0 }
     local r = cupola.trace.replay(t, p)
     -- 4 pages for the first block, 1 for the second; the third touches the
     -- second's page and 6 more: the first's 4 idle pages move there, 2 are new
@@ -185,11 +299,11 @@ describe("vmm pool", function()
     assert.equals(0, r2.unmaps)
   end)
 
-  it("serves every shipped trace within 1.02 of its peak of live bytes", function()
+  it("serves every shipped trace within 1.02 of its peak of live bytes (release_threshold 0)", function()
     for _, name in ipairs { "resnet50_train", "gpt2_train", "t5_train_varlen", "mixtral_moe_train",
       "convnext_multires_train", "gpt2_beam_search" } do
       local t <close> = cupola.trace.load(cupola.trace.find(name))
-      local p <close> = cupola.pool { kind = "vmm", upstream = "virtual" }
+      local p <close> = cupola.pool { kind = "vmm", upstream = "virtual", release_threshold = 0 }
       local r = cupola.trace.replay(t, p)
       assert.equals(0, r.failed)
       assert.is_true(r.reserved_over_live <= 1.02, name .. ": " .. r.reserved_over_live)
@@ -214,7 +328,7 @@ describe("vmm pool", function()
   end)
 
   it("never unmaps a page under pending work, and unmaps it once the work is done", function()
-    local p <close> = cupola.pool { kind = "vmm", upstream = "device" }
+    local p <close> = cupola.pool { kind = "vmm", upstream = "device", release_threshold = 0 }
     local a <close> = cupola.stream()
     local G = p:stats().page_bytes
     local x = p:alloc(3 * G, a)
@@ -233,7 +347,7 @@ describe("vmm pool", function()
   end)
 
   it("unmaps a stream's idle pages when the pool next allocates on that stream", function()
-    local p <close> = cupola.pool { kind = "vmm", upstream = "device" }
+    local p <close> = cupola.pool { kind = "vmm", upstream = "device", release_threshold = 0 }
     local a <close> = cupola.stream()
     local b <close> = cupola.stream()
     local G = p:stats().page_bytes

@@ -7,6 +7,8 @@
 -- prints.  docs/API.md is the full reference; this is its summary, section
 -- by section in the same order.
 local core = require "cupola.core"
+local util = require "cupola.util"
+local raise, shown = util.raise, util.shown
 
 local help = {}
 
@@ -171,6 +173,11 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "vmm" | "plugin"
             | "cub"
+            | "torch" (PyTorch 2.11's caching allocator, exactly)
+  torch: conf= (PYTORCH_CUDA_ALLOC_CONF syntax), max= (PyTorch's allowed
+    maximum), device_memory=, address_model="driver" | "bump"; upstream
+    "device" or "virtual"; p:empty_cache(), p:settings(); stats() adds
+    PyTorch's counters ("allocated_bytes.all.peak", num_alloc_retries, ...)
   plugin: path= (a .so) or source= (C, compiled and cached), symbol= (its
     const cupola_allocator, <cupola/allocator.h> in cupola.include_dir),
     options= (a string for its create)
@@ -180,17 +187,22 @@ cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   initial=0 bytes reserved at creation   grow=true may reserve more
   max=0 (none) limit on reserved         alignment=256 (a power of two)
   release_threshold=0 idle bytes kept    reuse="event" | "stream" | "wait"
+    (vmm without it: decides by time, on its clock)
   fallback=false serve from the upstream what the pool cannot
   limit=size refuse allocations past it  log=path RMM CSV of every call
+  clock="wall" | "manual" (seconds since made; manual: set by the script)
 p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
+p:empty_cache()   torch only: torch.cuda.empty_cache();  p:settings() torch only
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers (vmm: page_bytes,
-  pages_mapped, maps, unmaps; cub: device_allocs, device_frees,
-  device_alloc_failures, retries, cached_bytes, cached_blocks, live_bytes)
+  pages_mapped, maps, unmaps; by time: recent_peak, decay_window, map_budget;
+  cub: device_allocs, device_frees, device_alloc_failures, retries,
+  cached_bytes, cached_blocks, live_bytes)
+p:time() -> s     the pool's clock; p:set_time(t), p:advance(dt): manual only
 p:close()         raises while buffers are live
-Fields: p.kind, p.upstream, p.reuse, p.alignment, p.closed.
+Fields: p.kind, p.upstream, p.reuse, p.alignment, p.clock, p.closed.
 cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:
   the battery every pool passes, against make_pool(o); in busted specs:
   require "cupola.busted"; assert.is_conforming_pool(make_pool, opts)]],
@@ -262,6 +274,7 @@ m:kernel(name, types) -> Kernel: an extern "C" __global__ function and its
   "f64", "device_pool".
 k:launch({grid=, block=, shared=0, stream=} | {threads=N, block=256}, ...)
   enqueues and returns; arguments are checked (count, type, range, closed).
+k:registers() -> registers per thread of the compiled kernel (nil on the host).
 m:close()  k:close()   a kernel keeps its module loaded until it is closed.
 Fields: m.name, m.cached (the compile was a cache hit), m.log.
 cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...}
@@ -275,8 +288,12 @@ cupola.module_cache_forget() empties the in-memory cache.]],
       { "dp:run{threads=, bytes=, free=}", "-> {ok=, failed=, overlaps=, ms=}" },
     },
     page = [[
-cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc", capacity=} ->
-  DevicePool: an allocator that runs inside kernels (malloc: CUDA's own).
+cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc"|"heap", capacity=} ->
+  DevicePool: an allocator that runs inside kernels (malloc: CUDA's own; heap:
+  16 B up to the pool, free from any thread, no reset needed).
+cupola.device_pool{kind="plugin", source=SRC | path="mine.cu", capacity=,
+  name=, options=, init_threads=1024}: your own allocator (cupola/plugin.h:
+  cupola_plugin_init/alloc/free), run and checked as cupola's pools are.
 dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
   free=false, block=256, verify=true, reset=, hold_us=, seed=, children=}
   (written dp:run{...}) -> {ok=, failed=,
@@ -287,7 +304,10 @@ cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }
 dp:reset(s)   dp:stats() -> {capacity, used, peak, failed}   dp:close()
 In your kernels: #include <cupola/device.h>; cupola_alloc(pool, bytes) (NULL
   when exhausted) and cupola_free(pool, ptr) on a "device_pool" parameter;
-  also from child kernels (CUDA backend).]],
+  also from child kernels (CUDA backend).
+require("cupola.survey").run{allocators={"heap", "slab", "malloc", ...}} ->
+  the survey's benchmarks (Winter et al., PPoPP 2021) on any pool and CUDA's
+  malloc; survey.csv/json/html/markdown(res, path) write them.]],
   },
   {
     name = "trace",
@@ -306,8 +326,14 @@ cupola.trace.load(path) -> Trace (RMM logging-adaptor CSV
   Thread,Time,Action,Pointer,Size,Stream; plain or gzip); malformed input
   raises "path:line: reason".
 cupola.trace.replay(t, pool, {single_stream=false, repeat=1,
-  synchronize=true}) -> {events, ns_per_event, seconds, peak_live,
-  peak_reserved, reserved_over_live, failed, skipped_frees}
+  synchronize=true, clock="pool"|"trace", stop_at_oom=false,
+  addresses="model"|"recorded"}) -> {events, ns_per_event, seconds,
+  peak_live, peak_reserved, reserved_over_live, failed, skipped_frees,
+  complete, reserved_byte_seconds, live_byte_seconds, maps, unmaps,
+  peak_allocated, device_allocs, device_frees, retries, ooms, ...};
+  addresses="recorded" (a torch pool, a PyTorch snapshot): CUDA's
+  addresses as recorded, and divergence = false or where the model's
+  calls first differed
 cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
   cupola.pool (plus name=); each row is replay's table plus kind, upstream, name.
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
@@ -424,8 +450,10 @@ function help.text(topic)
   if topic == nil then return overview() end
   local t = resolve(topic)
   if not t then
-    error(string.format("cupola.help: no topic %s (topics: %s)",
-      type(topic) == "string" and "'" .. topic .. "'" or "for this " .. type(topic), topic_names()), 2)
+    raise(string.format("cupola.help: no topic %s (topics: %s)",
+      type(topic) == "string" and shown(topic) or "for this " .. type(topic)
+        .. ((type(topic) == "number" or type(topic) == "boolean") and " " .. tostring(topic) or ""),
+      topic_names()))
   end
   local head = string.format("cupola.help \"%s\" (docs/API.md has the full reference)", t.name)
   return head .. "\n" .. t.page

@@ -23,6 +23,7 @@ static const struct {
     {"vmm", cp_vmm_create},
     {"plugin", cp_plugin_create},
     {"cub", cp_cub_create},
+    {"torch", cp_torch_create},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 
@@ -58,6 +59,8 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
                             (unsigned long long)o.alignment);
     if (o.upstream > CP_UP_VIRTUAL)
         return cp_error_set(CP_ERR_INVALID, "unknown upstream %d", (int)o.upstream);
+    if ((unsigned)o.clock > CP_CLOCK_MANUAL)
+        return cp_error_set(CP_ERR_INVALID, "unknown clock %d", (int)o.clock);
     if (o.reuse > CP_REUSE_WAIT)
         return cp_error_set(CP_ERR_INVALID, "unknown reuse policy %d", (int)o.reuse);
     if (o.max && o.initial > o.max)
@@ -87,6 +90,9 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)
     }
     pool->fallback = fb;
     pool->reserved_max = o.max;
+    /* The clock reads 0 now, of the kind asked for (the pool reads it only
+     * once it runs, and treats a reading below its last as no time passed). */
+    cp_clock_init(pool->clock, o.clock);
     *out = pool;
     return CP_OK;
 }

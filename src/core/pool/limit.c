@@ -60,9 +60,15 @@ static void lim_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    out->by_time = st.by_time;
+    out->decay_window = st.decay_window;
+    out->recent_peak = st.recent_peak;
+    out->map_budget = st.map_budget;
     /* and the wrapped pool's figures of its own */
     memcpy(out->extra, st.extra, sizeof out->extra);
     out->nextra = st.nextra;
+    out->device_allocs = st.device_allocs;
+    out->device_frees = st.device_frees;
 }
 
 static uint64_t lim_reserved(cp_resource *r)
@@ -98,6 +104,7 @@ cp_status cp_limit_adaptor(cp_resource **out, cp_resource *inner, uint64_t limit
     if (!l)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     cp_resource_init(&l->base, &limit_ops);
+    l->base.clock = inner->clock; /* setting the adaptor's clock sets the pool's */
     l->inner = inner;
     l->limit = limit;
     *out = &l->base;

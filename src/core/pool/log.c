@@ -102,9 +102,15 @@ static void log_vm_info(cp_resource *r, cp_stats *out)
     out->pages_mapped = st.pages_mapped;
     out->maps = st.maps;
     out->unmaps = st.unmaps;
+    out->by_time = st.by_time;
+    out->decay_window = st.decay_window;
+    out->recent_peak = st.recent_peak;
+    out->map_budget = st.map_budget;
     /* and the wrapped pool's figures of its own */
     memcpy(out->extra, st.extra, sizeof out->extra);
     out->nextra = st.nextra;
+    out->device_allocs = st.device_allocs;
+    out->device_frees = st.device_frees;
 }
 
 static uint64_t log_reserved(cp_resource *r)
@@ -149,6 +155,7 @@ cp_status cp_log_adaptor(cp_resource **out, cp_resource *inner, const char *csv_
     }
     fputs("Thread,Time,Action,Pointer,Size,Stream\n", l->f);
     cp_resource_init(&l->base, &log_ops);
+    l->base.clock = inner->clock; /* setting the adaptor's clock sets the pool's */
     l->inner = inner;
     clock_gettime(CLOCK_MONOTONIC, &l->t0);
     *out = &l->base;

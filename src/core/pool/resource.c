@@ -17,6 +17,7 @@
  */
 #include "resource_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +30,51 @@ void cp_resource_init(cp_resource *r, const cp_resource_ops *ops)
     memset(r, 0, sizeof *r);
     r->ops = ops;
     atomic_init(&r->lock, 0);
+    r->clock = &r->own_clock;
+    cp_clock_init(r->clock, CP_CLOCK_WALL);
+}
+
+double cp_resource_time(cp_resource *r)
+{
+    double t;
+    cp_lock(&r->lock);
+    t = cp_clock_now(r->clock);
+    cp_unlock(&r->lock);
+    return t;
+}
+
+const char *cp_clock_name(int kind)
+{
+    static const char *const names[] = {"wall", "manual"};
+    return kind >= 0 && kind <= CP_CLOCK_MANUAL ? names[kind] : NULL;
+}
+
+cp_clock_kind cp_resource_clock_kind(cp_resource *r)
+{
+    return r->clock->manual ? CP_CLOCK_MANUAL : CP_CLOCK_WALL;
+}
+
+cp_status cp_resource_set_time(cp_resource *r, double t)
+{
+    cp_status st = CP_OK;
+    cp_lock(&r->lock);
+    if (!r->clock->manual)
+        st = cp_error_set(CP_ERR_INVALID, "the pool's clock is the wall clock: only a manual "
+                          "clock can be set");
+    else if (!isfinite(t))
+        st = cp_error_set(CP_ERR_INVALID, "time %g is not finite", t);
+    else if (t < r->clock->t)
+        st = cp_error_set(CP_ERR_INVALID, "time %.9g is before the clock's reading %.9g (a "
+                          "clock never goes back)", t, r->clock->t);
+    else
+        r->clock->t = t;
+    cp_unlock(&r->lock);
+    return st;
+}
+
+cp_clock *cp_resource_clock(cp_resource *r)
+{
+    return r->clock;
 }
 
 static void note_reserved(cp_resource *r)
@@ -184,6 +230,8 @@ void cp_resource_stats(cp_resource *r, cp_stats *out)
     out->nextra = 0;
     if (r->ops->vm_info)
         r->ops->vm_info(r, out);
+    if (r->ops->device_calls)
+        r->ops->device_calls(r, &out->device_allocs, &out->device_frees);
     if (r->ops->extra_stats)
         r->ops->extra_stats(r, out);
     cp_unlock(&r->lock);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "pool/clock.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +46,15 @@ typedef struct cp_stats {
     uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
     uint64_t maps;          /* pages mapped since creation */
     uint64_t unmaps;        /* pages unmapped since creation */
+    /* calls to the upstream (cudaMalloc / cudaFree, or maps / unmaps) since
+     * creation, where the pool counts them (0 otherwise) */
+    uint64_t device_allocs;
+    uint64_t device_frees;
+    /* a vmm pool's default policy (vmm.c); 0 with release_threshold given */
+    int by_time;            /* nonzero: the pool follows it */
+    double decay_window;    /* seconds a page stays idle before it may go */
+    uint64_t recent_peak;   /* bytes of the most demand over that window */
+    double map_budget;      /* seconds of mapping it may still spend */
     /* Figures of one kind of pool under names of its own (cub: its
      * upstream calls, retries and cache), in the order the pool gives them;
      * names are static strings. */
@@ -93,6 +103,17 @@ typedef struct cp_pool_opts {
     const char *plugin_options;
     int device;               /* whose memory the upstream takes (multigpu); streams of
                                  any device may use the pool */
+    /* kind "torch" (pool/torch.c): PYTORCH_CUDA_ALLOC_CONF (NULL: PyTorch's
+     * defaults), the device memory the model assumes (0: the device's, or
+     * the H100's over the virtual upstream), and the virtual upstream's
+     * address model (0: the driver's placement, 1: bump) */
+    const char *torch_conf;
+    uint64_t torch_device_memory;
+    int torch_bump_addresses;
+    int release_threshold_set; /* nonzero: the caller gave release_threshold (the
+                                 vmm pool then keeps exactly that many idle bytes
+                                 instead of deciding by time, vmm.c) */
+    cp_clock_kind clock;      /* the pool's clock (pool/clock.h): wall or manual */
     /* kind "cub" (pool/cub.c): CachingDeviceAllocator's constructor
      * arguments; cub_given 0 means CUB's defaults for all four (8, 3, 7,
      * 3 * 8^7 - 1), and then the four fields are not read */
@@ -118,6 +139,8 @@ cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
 const char *cp_pool_kind_name(int i);
 const char *cp_upstream_name(int kind);
 const char *cp_reuse_name(int reuse);
+/* ... and the clock (by cp_clock_kind: "wall", "manual"). */
+const char *cp_clock_name(int kind);
 
 /* The entry points.  alloc returns CP_ERR_OOM (and counts a failure) when the
  * request cannot be served; the resource stays consistent.  free must be
@@ -166,6 +189,19 @@ typedef struct cp_oom_figures {
     const char *kind;       /* the refusing resource's kind (static string) */
 } cp_oom_figures;
 void cp_resource_last_oom(cp_oom_figures *out);
+/* The resource's clock (pool/clock.h), in seconds since it was created:
+ * the wall clock unless cp_pool_opts.clock made it manual.  Adaptors share
+ * the clock of what they wrap.  set_time sets a manual clock's reading:
+ * CP_ERR_INVALID for a wall clock, a time that is not finite, or one before
+ * the reading now (a clock never goes back). */
+double cp_resource_time(cp_resource *r);
+cp_clock_kind cp_resource_clock_kind(cp_resource *r);
+cp_status cp_resource_set_time(cp_resource *r, double t);
+/* The clock itself, for a caller that drives it while holding the
+ * resource's lock (a replay on the trace's timestamps, trace.h); it keeps
+ * the reading from going back. */
+cp_clock *cp_resource_clock(cp_resource *r);
+
 /* Reserved bytes of any resource now (cheap: no free-space walk). */
 uint64_t cp_resource_reserved(cp_resource *r);
 /* The same with the resource's lock already held (cp_resource_lock). */

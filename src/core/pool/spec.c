@@ -198,8 +198,10 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
                 o->max = u;
             else if (k == 3)
                 o->alignment = u;
-            else if (k == 4)
+            else if (k == 4) {
                 o->release_threshold = u;
+                o->release_threshold_set = 1; /* as cupola.pool: vmm keeps it, not by time */
+            }
             else
                 o->cub_max_cached_bytes = u;
             break;

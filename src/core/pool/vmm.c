@@ -24,34 +24,33 @@
  *    upstream, which has no device.  A range is never given back before the
  *    pool is closed: it costs no memory.  Ranges are aligned to G.
  *  - An allocation maps the pages of its block that have none (a page of
- *    a block freed earlier keeps its mapping until reaped: it is taken as
- *    it is).  A page to map gets its memory from a settled idle page
- *    (mapped, no live block on it, its frees complete), which is unmapped
- *    and its handle mapped here ("moved"), when the pool holds more idle
- *    pages than it keeps (below); otherwise from a new handle.  When the
- *    device refuses a new handle, or max or grow=false forbid one, idle
- *    pages are moved whatever the threshold (synchronizing the device once
- *    if none is settled).  Every run of pages mapped for one block gets one
- *    access call (cp_be->vm_set_access over the run).
- *  - Idle pages kept: K = max(release_threshold, initial) bytes, in whole
- *    pages.  Idle pages beyond K are unmapped and released ("reaped") at
- *    the end of the next allocation, once their frees are known complete,
- *    least recently idle first; frees themselves never unmap (a free
- *    followed by an allocation that lands on the same pages costs
- *    nothing).  So with the default release_threshold 0, after every
- *    allocation the mapped pages are exactly those live blocks touch (plus
- *    pending ones), and with UINT64_MAX no page is ever unmapped once warm.
+ *    a block freed earlier keeps its mapping until released: it is taken
+ *    as it is).  A page to map gets its memory either from a settled idle
+ *    page (mapped, no live block on it, its frees complete), which is
+ *    unmapped and its handle mapped here ("moved"), or from a new handle;
+ *    which one is the policy's choice, below.  A moved page is the least
+ *    recently idle one (pages idle longest are the least likely to be
+ *    taken back by the next allocations).  When the device refuses a new
+ *    handle, or max or grow=false forbid one, idle pages are moved
+ *    whatever the policy (synchronizing the device once if none is
+ *    settled).  Every run of pages mapped for one block gets one access
+ *    call (cp_be->vm_set_access over the run), so a large block pays one
+ *    call for all of its pages, moved ones included.
+ *  - Frees never unmap: a free followed by an allocation that lands on the
+ *    same pages costs nothing.  Pages are released (unmapped, their memory
+ *    given back) only at the end of an allocation, once their frees are
+ *    known complete, least recently idle first, and by trim.
  *  - Stream order: a page is unmapped only when the frees of the blocks
  *    that were on it are complete.  Over the virtual upstream nothing runs
  *    on the memory, so an idle page is settled at once.  Over the device,
  *    the pages a stream's frees leave idle join that stream's open
  *    generation (no event is recorded by a free).  When the pool next
- *    allocates on that stream (known alive then) and needs pages or holds
- *    more than K idle, the generation is closed: settled at once if the
- *    stream has no work queued (cp_be->stream_query), else one event
+ *    allocates on that stream (known alive then) and needs pages or may
+ *    release idle ones (below), the generation is closed: settled at once
+ *    if the stream has no work queued (cp_be->stream_query), else one event
  *    recorded on the stream covers all of its frees (events are recycled)
  *    and the generation queues.  Allocations that map pages, and the
- *    reaping, query the oldest queued events and settle those complete,
+ *    releases, query the oldest queued events and settle those complete,
  *    stopping at the first that is not: no device synchronization on the
  *    alloc/free path.  Idle pages of a stream the pool is no longer used
  *    on wait for trim, or for a forced move (max, grow=false, a refused
@@ -63,12 +62,14 @@
  *    tag, the pages go wherever needed.
  *  - trim(keep) synchronizes the device if idle pages are pending, then
  *    unmaps and releases idle pages while more than keep idle bytes are
- *    mapped.
+ *    mapped (paid by no budget: the caller asked).
  *  - reserved is the mapped physical bytes (pages x G); stats() adds the
- *    page size, the pages mapped now, and the maps and unmaps so far (one
- *    each per page).  max bounds the mapped bytes.  initial maps that many
- *    bytes (whole pages) at creation, kept as idle pages; grow=false maps
- *    no page beyond them (moving idle ones still serves new addresses).
+ *    page size, the pages mapped now, the maps and unmaps so far (one
+ *    each per page), and under the default policy the window, the recent
+ *    peak of demand and the budget left.  max bounds the mapped bytes.
+ *    initial maps that many bytes (whole pages) at creation, kept as idle
+ *    pages; grow=false maps no page beyond them (moving idle ones still
+ *    serves new addresses).
  *    A request whose pages cannot all be had within max or grow=false
  *    fails before any page is mapped.
  *  - Device: every virtual memory call names the pool's device
@@ -79,13 +80,73 @@
  *    the host backend too) and "virtual" (the same page accounting, no
  *    memory and no calls: a replay reports what the GPU would map).
  *
+ * Which page moves, and when pages are released.  The default policy
+ * decides by time (no release_threshold given).  Moving or remapping a page
+ * is what costs: ~59 us a 2 MiB page on an H100 (map + access + unmap of a
+ * handle; a new handle costs about the same), 50-100 times an alloc+free
+ * pair.  What it guarantees, on the pool's clock
+ * (pool/clock.h: the wall clock, or a replay's trace time):
+ *  - Mapping budget.  Moves and releases are paid from a budget that
+ *    accrues BUDGET = 1/32 of the clock's time and starts empty; each costs
+ *    PAGE_COST = 59 us.  A release is charged when it happens because the
+ *    page will be mapped again when demand returns; so pages mapped beyond
+ *    the first mapping of the pool's peak number of pages (moves, and
+ *    refills of released pages) cost at most 1/32 of the elapsed time at
+ *    59 us a page: below 5 % even if a page costs 50 % more than the
+ *    figure.  The budget holds at most two remappings of the device's
+ *    memory (the pages of the address span, twice the memory: 3.9 s of
+ *    mapping for a 64 GiB device): a phase change that moves every page
+ *    the pool could ever map elsewhere and back, the most any workload
+ *    needs at once, while a pool idle for hours buys no bigger burst than
+ *    that.  (Bounding it by the pool's own peak instead starves a pool that
+ *    stayed small while its program started up.)  When the budget is
+ *    short, a page that would have been moved is a new one: the pool
+ *    trades memory for time.
+ *  - Recent peak of demand (TCMalloc's skip-subrelease window, jemalloc's
+ *    peak demand).  Demand is the pages live blocks touch.  Its recent peak
+ *    D is the most demand over the last WINDOW seconds (kept as the most
+ *    per eighth of the window, DEMAND_EPOCHS = 8).  The pool keeps
+ *    D + D/64 pages mapped (HEADROOM = 64, whole pages up): a demand that
+ *    wobbles within 1.6 % below its recent peak maps nothing, and 1.6 %
+ *    leaves most of the 5 % a pool may hold above its live bytes to the
+ *    pages live blocks share with free space.  A page to map is moved only
+ *    when a new one would take the mapped pages past D + D/64, and the
+ *    budget can pay.
+ *  - Decay (jemalloc's dirty_decay_ms).  A settled idle page that has been
+ *    idle for WINDOW seconds is released, least recently idle first, while
+ *    more than D + D/64 pages are mapped and the budget pays; the budget
+ *    spreads the releases out (at most BUDGET / PAGE_COST, 530 pages a
+ *    second), so pages idle past the window go smoothly, never below the
+ *    recent peak, and never those a loop takes back within the window.
+ *  - WINDOW = peak pages x PAGE_COST / BUDGET: the time the budget needs to
+ *    remap the pool's peak once.  A demand that falls and, after the
+ *    window, comes back costs at most its peak's remapping per window,
+ *    the budget's rate again; a larger pool waits longer (an 80 GiB device
+ *    of 2 MiB pages: 77 s; 4,000 pages: 7.6 s), a small one little.  Pages
+ *    idle for less than a window are never released by time.
+ *  - The clock is read when a free leaves pages idle, when an allocation
+ *    must map pages, raises the demand's peak or leaves idle pages (then
+ *    only the reading, until the time something could next be released:
+ *    when the floor may fall, the oldest idle page reaches the window, or
+ *    the budget pays); nothing happens between pool operations (no thread
+ *    of its own), and trim releases at once.
+ *  - initial bytes (whole pages) stay mapped whatever the demand.
+ * With release_threshold given, the pool keeps K = max(release_threshold,
+ * initial) idle bytes (whole pages) instead: a page is moved while more
+ * than K idle pages are mapped (else it is new), and idle pages beyond K
+ * are released ("reaped") at the end of the next allocation, with no
+ * budget and no clock.  With 0, after every allocation the mapped pages
+ * are exactly those live blocks touch (plus pending ones); with UINT64_MAX
+ * no page is ever released once warm.
+ *
  * Where the numbers come from (none is fitted to a trace): the page is the
  * device's granularity, what the hardware maps; the address range is twice
  * the device's memory, the most that could be mapped plus as much again for
- * holes; whether a page is moved, created or unmapped follows from
- * release_threshold and initial alone (the API's meaning: idle bytes
- * kept).  There is no size threshold at all: every block is placed by best
- * fit and pays only for the pages it touches, so no request is "big".
+ * holes; PAGE_COST is the measured cost of moving a page (H100, CUDA 13);
+ * BUDGET, HEADROOM and WINDOW follow from it and from the bounds above (at
+ * most 5 % of the time mapping, at most 5 % above the live bytes).  There
+ * is no size threshold at all: every block is placed by best fit and pays
+ * only for the pages it touches, so no request is "big".
  */
 #include "heap.h"
 
@@ -94,6 +155,12 @@
 
 #define VIRT_GRANULE (UINT64_C(2) << 20)
 #define VIRT_SPAN (UINT64_C(1) << 37)
+
+/* The default policy's constants (the header says why). */
+#define PAGE_COST 59e-6      /* seconds to move or remap one page */
+#define BUDGET (1.0 / 32)    /* share of the clock's time the budget accrues */
+#define HEADROOM 64          /* pages kept above the recent peak: 1 per 64 */
+#define DEMAND_EPOCHS 8      /* the window's demand peaks, one per eighth */
 
 typedef struct vpage vpage;
 typedef struct vgen vgen;
@@ -112,6 +179,7 @@ struct vpage {
     vgen *gen;           /* idle and pending: its generation; NULL: settled */
     uint64_t handle;     /* physical memory mapped here; 0: none */
     vpage *ip, *in;      /* idle list (settled, or the generation's) */
+    double idle_since;   /* idle: the clock's reading when it became idle */
 };
 
 typedef struct vrange {
@@ -145,6 +213,20 @@ typedef struct vmm {
     uint64_t idle_pages, mapped_pages, next_handle;
     uint64_t maps, unmaps;
     uint64_t live_bytes;  /* rounded sizes of the live blocks */
+    /* The default policy (timed: no release_threshold given): */
+    int timed;
+    double now;           /* the clock's latest reading seen */
+    double budget;        /* seconds of mapping the pool may still spend */
+    uint64_t peak_pages;  /* most pages ever mapped */
+    uint64_t floor_pages; /* recent peak of demand + headroom (at the last tick) */
+    struct vepoch {       /* the most demand in each eighth of the window */
+        double start;     /* past epochs: the time they ended */
+        uint64_t peak;
+    } ep[DEMAND_EPOCHS + 1]; /* one more: the one overwritten ended a window ago */
+    unsigned ep_cur;
+    double ep_start;      /* when the current epoch began */
+    double floor_until;   /* the floor stays at least until then */
+    double decay_at;      /* no page can be released before then */
 } vmm;
 
 /* ---- the address heap (the freelist's policy) ---- */
@@ -363,15 +445,121 @@ static cp_status unmap_page(vmm *v, vpage *p)
     return CP_OK;
 }
 
+/* ---- the default policy: clock, budget, recent demand ---- */
+
+/* The decay window: the time the budget needs to remap the peak once. */
+static double v_window(const vmm *v)
+{
+    return (double)v->peak_pages * PAGE_COST / BUDGET;
+}
+
+/* Pages live blocks touch now (idle ones, pending included, are the rest). */
+static uint64_t v_demand(const vmm *v)
+{
+    return v->mapped_pages - v->idle_pages;
+}
+
+static uint64_t with_headroom(uint64_t d)
+{
+    return d + (d + HEADROOM - 1) / HEADROOM;
+}
+
+/* Demand d is reached now: the current epoch's peak. */
+static void v_note_demand(vmm *v, uint64_t d)
+{
+    if (d > v->ep[v->ep_cur].peak)
+        v->ep[v->ep_cur].peak = d;
+}
+
+/* The most demand over the window (epochs that ended within it, and the
+ * current one), at the last reading; *until: the first time one of the
+ * epochs counted leaves the window (or the current one ends), before which
+ * the figure cannot fall. */
+static uint64_t v_recent_peak(const vmm *v, double *until)
+{
+    double w = v_window(v);
+    uint64_t d = v_demand(v);
+    unsigned i;
+    *until = v->ep_start + w / DEMAND_EPOCHS;
+    for (i = 0; i <= DEMAND_EPOCHS; i++) {
+        if (i == v->ep_cur || v->ep[i].start < v->now - w)
+            continue;
+        if (v->ep[i].start + w < *until)
+            *until = v->ep[i].start + w;
+        if (v->ep[i].peak > d)
+            d = v->ep[i].peak;
+    }
+    return v->ep[v->ep_cur].peak > d ? v->ep[v->ep_cur].peak : d;
+}
+
+/* Reads the clock; the budget accrues (up to two remappings of the device).
+ * A reading below the last (a manual clock reset at creation) is no time
+ * passing. */
+static void v_clock(vmm *v)
+{
+    double now = cp_clock_now(v->h.base.clock);
+    if (now > v->now) {
+        double cap = (double)(v->span >> v->gshift) * PAGE_COST;
+        v->budget += (now - v->now) * BUDGET;
+        if (v->budget > cap)
+            v->budget = cap;
+        v->now = now;
+    }
+}
+
+/* v_clock, then a new epoch begins every eighth of the window (v_roll),
+ * and the floor (recent peak plus headroom, at least initial) follows.  A past
+ * epoch's `start` holds the time it ended: the last reading before the
+ * next began.  That is exact because the clock is read whenever an epoch's
+ * peak rises, and before a free lowers the demand; between readings demand
+ * only rises within the peak, and the next epoch starts from the demand
+ * then. */
+static void v_roll(vmm *v)
+{
+    double last = v->now;
+    v_clock(v);
+    if (v->now - v->ep_start >= v_window(v) / DEMAND_EPOCHS) {
+        v->ep[v->ep_cur].start = last; /* its end */
+        v->ep_cur = (v->ep_cur + 1) % (DEMAND_EPOCHS + 1);
+        v->ep[v->ep_cur].peak = v_demand(v);
+        v->ep_start = v->now;
+    }
+}
+
+static void v_tick(vmm *v)
+{
+    uint64_t fl;
+    v_roll(v);
+    fl = with_headroom(v_recent_peak(v, &v->floor_until));
+    v->floor_pages = fl > v->keep_pages ? fl : v->keep_pages;
+}
+
 /* Physical memory for one page: moved from an idle page, or new. */
 static cp_status page_source(vmm *v, uint64_t *handle)
 {
     uint64_t mapped = v->mapped_pages * v->gran;
     int must_move = (v->max && mapped + v->gran > v->max) || !v->h.o.grow;
-    int move = must_move || (v->settled && v->idle_pages > v->keep_pages);
+    int move;
     cp_status st = CP_OK;
     vpage *p;
 
+    if (v->timed) {
+        /* Move only past the recent peak (this page's demand counted) and
+         * when the budget pays; otherwise a new page. */
+        uint64_t d = v_demand(v) + 1, fl = with_headroom(d);
+        v_note_demand(v, d);
+        if (fl < v->floor_pages)
+            fl = v->floor_pages;
+        move = must_move ||
+               (v->settled && v->mapped_pages + 1 > fl && v->budget >= PAGE_COST);
+        if (move && !must_move)
+            v->budget -= PAGE_COST;
+        else if (!move && v->mapped_pages + 1 > fl)
+            v->decay_at = 0; /* past the floor: look again at the next allocation */
+
+    } else {
+        move = must_move || (v->settled && v->idle_pages > v->keep_pages);
+    }
     if (!move) {
         if (v->real) {
             st = cp_be->vm_create(v->dev, handle, (size_t)v->gran);
@@ -379,16 +567,18 @@ static cp_status page_source(vmm *v, uint64_t *handle)
             *handle = ++v->next_handle;
         }
         if (st == CP_OK) {
-            v->mapped_pages++;
+            if (++v->mapped_pages > v->peak_pages)
+                v->peak_pages = v->mapped_pages;
             return CP_OK;
         }
         if (st != CP_ERR_OOM)
             return st;
     }
-    /* Move an idle page: a settled one, else synchronize once. */
+    /* Move an idle page, the least recently idle settled one; if none is
+     * settled, synchronize once. */
     if (!v->settled && v->idle_pages && (st = settle_all(v)) != CP_OK)
         return st;
-    p = v->settled;
+    p = v->settled_tail;
     if (!p) {
         if (must_move && v->h.o.grow)
             return cp_error_set(CP_ERR_OOM, "out of memory: one more page would pass the "
@@ -459,6 +649,9 @@ static uint64_t pages_put(vmm *v, uint64_t addr, uint64_t size, vgen *g)
     uint64_t n = 0;
     for (; p && p <= last; p++) {
         if (--p->live == 0 && p->handle) {
+            if (v->timed && !n)
+                v_roll(v); /* the clock is read once per free that idles pages */
+            p->idle_since = v->now;
             if (g) {
                 p->gen = g;
                 idle_push(&g->pages, p);
@@ -596,11 +789,47 @@ static void reap(vmm *v, cp_stream *s)
     }
 }
 
+/* The default policy's release: settled pages idle for a window or more,
+ * least recently idle first, while more than the floor are mapped and the
+ * budget pays (a failure stops it, as in reap).  Called at the end of every
+ * allocation that leaves idle pages: the clock is read then, so the window
+ * is measured even while allocations map nothing. */
+static void decay(vmm *v, cp_stream *s)
+{
+    double w;
+    vpage *p;
+    v_tick(v);
+    w = v_window(v);
+    if (v->mapped_pages > v->floor_pages && v->budget >= PAGE_COST) {
+        if (v->nopen)
+            close_open(v, cp_so_sid(s), s);
+        if (v->gq && (!v->settled_tail || v->now - v->settled_tail->idle_since < w))
+            settle_done(v); /* pending pages may have been idle longer */
+        while (v->mapped_pages > v->floor_pages && v->budget >= PAGE_COST &&
+               (p = v->settled_tail) != NULL && v->now - p->idle_since >= w) {
+            if (release_page(v, p) != CP_OK)
+                return;
+            v->budget -= PAGE_COST;
+        }
+    }
+    /* When anything could be released next (allocations until then only
+     * read the clock): when the floor may fall, when the least recently
+     * idle page will have been idle a window, or when the budget pays. */
+    if (v->mapped_pages <= v->floor_pages)
+        v->decay_at = v->floor_until;
+    else if (!v->settled_tail)
+        v->decay_at = v->now; /* pending pages: at the next allocation */
+    else if (v->now - v->settled_tail->idle_since < w)
+        v->decay_at = v->settled_tail->idle_since + w;
+    else
+        v->decay_at = v->now + (PAGE_COST - v->budget) / BUDGET;
+}
+
 /* Can the pages [p, last] that have none be mapped at all (new pages within
  * max and grow, or idle pages elsewhere to move)?  Checked before mapping
  * anything, so that a request that cannot be served leaves no page mapped
  * for nothing (a failure of the device itself still may). */
-static cp_status check_room(vmm *v, vpage *p, vpage *last)
+static cp_status check_room(vmm *v, vpage *p, vpage *last, uint64_t *needp)
 {
     uint64_t need = 0, idle_here = 0, room, mapped = v->mapped_pages * v->gran;
     for (; p <= last; p++) {
@@ -609,6 +838,7 @@ static cp_status check_room(vmm *v, vpage *p, vpage *last)
         else if (!p->live)
             idle_here++;
     }
+    *needp = need;
     if (!need)
         return CP_OK;
     room = v->idle_pages - idle_here;
@@ -636,23 +866,28 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
     cp_status st = cp_heap_alloc_with(r, bytes, s, out, &vmm_policy);
     uint64_t addr = v->h.last_addr, size = v->h.last_size;
     vpage *p, *last, *run = NULL;
+    uint64_t need = 0;
     if (st != CP_OK)
         return st;
     p = page_of(v, addr);
     last = page_of(v, addr + size - 1);
-    st = check_room(v, p, last);
+    st = check_room(v, p, last, &need);
     if (st != CP_OK) {
         cp_heap_free_with(r, *out, bytes, s, &vmm_policy);
         *out = NULL;
         return st;
     }
     v->live_bytes += size;
-    if ((v->gq || v->nopen) && (!last->handle || !p->handle)) {
-        /* pages to map: find pending idle ones now movable */
-        if (v->nopen)
-            close_open(v, cp_so_sid(s), s);
-        if (v->gq)
-            settle_done(v);
+    if (need) {
+        if (v->timed)
+            v_tick(v);
+        if (v->gq || v->nopen) {
+            /* pages to map: find pending idle ones now movable */
+            if (v->nopen)
+                close_open(v, cp_so_sid(s), s);
+            if (v->gq)
+                settle_done(v);
+        }
     }
     for (; p <= last; p++) {
         if (p->live++ == 0 && p->handle)
@@ -674,8 +909,18 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         v_free(r, *out, bytes, s);
         *out = NULL;
     }
-    if (v->idle_pages > v->keep_pages)
+    if (v->timed) {
+        uint64_t d = v_demand(v);
+        if (d > v->ep[v->ep_cur].peak) {
+            v_tick(v); /* a new peak: when it happened counts */
+            v_note_demand(v, d);
+        }
+        if ((v->settled_tail || v->gq || v->nopen) &&
+            cp_clock_now(v->h.base.clock) >= v->decay_at)
+            decay(v, s);
+    } else if (v->idle_pages > v->keep_pages) {
         reap(v, s);
+    }
     return st;
 }
 
@@ -738,7 +983,17 @@ static void v_vm_info(cp_resource *r, cp_stats *out)
     out->page_bytes = v->gran;
     out->pages_mapped = v->mapped_pages;
     out->maps = v->maps;
+    out->device_allocs = v->maps;
+    out->device_frees = v->unmaps;
     out->unmaps = v->unmaps;
+    if (v->timed) {
+        double until;
+        v_tick(v);
+        out->by_time = 1;
+        out->decay_window = v_window(v);
+        out->recent_peak = v_recent_peak(v, &until) * v->gran;
+        out->map_budget = v->budget;
+    }
 }
 
 static void v_destroy(cp_resource *r)
@@ -905,8 +1160,12 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     if (v->real)
         v->h.up_align = v->gran;
     v->h.chunk_unit = v->gran; /* a range is whole pages, also when a smaller one is retried */
-    v->keep_pages = (o->release_threshold > o->initial ? o->release_threshold : o->initial) >>
-                    v->gshift;
+    v->timed = !o->release_threshold_set;
+    if (v->timed)
+        v->keep_pages = (o->initial + v->gran - 1) >> v->gshift;
+    else
+        v->keep_pages =
+            (o->release_threshold > o->initial ? o->release_threshold : o->initial) >> v->gshift;
     /* The heap sees address space only: no limit on it, and initial is
      * mapped below rather than reserved. */
     ho.max = 0;

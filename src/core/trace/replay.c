@@ -13,6 +13,8 @@
 #include <time.h>
 
 #include "replay_lock.h"
+#include "trace_torch.h"
+#include "replay_time.h"
 
 static double now_s(void)
 {
@@ -29,11 +31,28 @@ typedef struct replay_blocks {
     uint32_t *stream;
 } replay_blocks;
 
+/* A request PyTorch refused (an `oom` entry), attempted on r; what r
+ * serves is freed at once (it was never in use). */
+static cp_status replay_oom(const cp_trace *t, cp_resource *r, cp_stream *const *sv, size_t k,
+                            cp_replay_result *out)
+{
+    void *p = NULL;
+    cp_stream *s = sv[t->oom_stream[k]];
+    cp_status st = cp_resource_alloc_locked(r, (size_t)t->oom_size[k], s, &p);
+    out->oom_attempts++;
+    if (st == CP_ERR_OOM)
+        return CP_OK;
+    if (st != CP_OK)
+        return st;
+    out->oom_served++;
+    return cp_resource_free_locked(r, p, (size_t)t->oom_size[k], s);
+}
+
 /* One repetition's events, under the batched lock; *live carries the live
  * bytes from one repetition to the next. */
 static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, size_t nfollow,
                              cp_stream *const *sv, replay_blocks *b, uint64_t total_events,
-                             uint64_t *live_io)
+                             uint64_t *live_io, replay_integral *integ)
 {
     const cp_trace *t = w->t;
     const cp_replay_opts *o = w->o;
@@ -45,12 +64,21 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
     uint64_t live = *live_io, peak = out->peak_live, failed = 0, skipped = 0;
     cp_status st = CP_OK;
     replay_lock lk;
-    size_t h;
+    replay_integral g = *integ; /* in registers for the loop */
+    size_t h, oi = 0, next_oom = t->nooms ? t->oom_row[0] : SIZE_MAX;
 
     replay_lock_take(&lk, r);
     for (; op < end; op++) {
         void **slot = &b->blk[op->ord];
         void *addr;
+        if (__builtin_expect((size_t)(op - t->ops) == next_oom, 0)) {
+            /* the refused requests that came before this row */
+            while (oi < t->nooms && t->oom_row[oi] == (size_t)(op - t->ops) && st == CP_OK)
+                st = replay_oom(t, r, sv, oi++, out);
+            next_oom = oi < t->nooms ? t->oom_row[oi] : SIZE_MAX;
+            if (st != CP_OK)
+                break;
+        }
         if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
             o->progress(o->progress_ud, out->events + (uint64_t)(op - t->ops), total_events);
         replay_lock_tick(&lk);
@@ -62,6 +90,15 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
                     break;
                 st = CP_OK;
                 failed++;
+                if (o->stop_at_oom) {
+                    /* the program raised here: nothing after it happened */
+                    out->stopped = 1;
+                    out->stop_event = (size_t)(op - t->ops);
+                    out->stop_alloc = op->ord;
+                    out->stop_size = op->size;
+                    op++;
+                    break;
+                }
             } else {
                 b->stream[op->ord] = op->stream;
                 live += op->size;
@@ -81,6 +118,9 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
                 live -= op->size;
             }
         }
+        /* the trace's time (replay_time.h) */
+        replay_integral_event(&g, t, (size_t)(op - t->ops), op, addr,
+                              cp_resource_reserved_locked(r));
         if (__builtin_expect(nfollow != 0, 0)) {
             for (h = 0; h < nfollow && st == CP_OK; h++)
                 if (follow[h]->event)
@@ -91,6 +131,11 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
             }
         }
     }
+    while (st == CP_OK && op == end && !out->stopped && oi < t->nooms)
+        st = replay_oom(t, r, sv, oi++, out);
+    if (st == CP_OK && op == end && t->n)
+        replay_integral_end(&g);
+    *integ = g;
     for (h = 0; h < nfollow && st == CP_OK && op == end; h++)
         if (follow[h]->end)
             st = follow[h]->end(follow[h]->self, w, t->n);
@@ -128,6 +173,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
 {
     cp_replay_opts def;
     replay_recorder rec;
+    replay_clock rclock;
+    replay_integral integ;
     replay_hook hooks[REPLAY_MAX_HOOKS];
     size_t nhooks = 0;
     uint64_t total_events;
@@ -141,10 +188,20 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_stats stats;
 
     memset(out, 0, sizeof *out);
+    replay_clock_init(&rclock);
+    replay_integral_init(&integ);
     memset(&def, 0, sizeof def);
     def.repeat = 1;
     if (!o)
         o = &def;
+    /* PyTorch's allocator model replays PyTorch's own operations (the
+     * two-step frees, empty_cache, the recorded addresses): replay_torch.c */
+    if (cp_torch_of(r))
+        return cp_trace_replay_torch(t, r, o, out);
+    if (o->recorded_addresses)
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind "
+                            "\"torch\" (the addresses are PyTorch's segments), not \"%s\"",
+                            cp_resource_kind(r));
     reps = o->repeat > 1 ? o->repeat : 1;
     total_events = (uint64_t)t->n * (uint64_t)reps;
     sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
@@ -164,6 +221,9 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             goto done;
         hooks[nhooks++] = replay_recorder_hook(&rec);
     }
+    /* the trace's time (replay_time.h): the pool's clock */
+    if (o->trace_clock)
+        hooks[nhooks++] = replay_clock_hook(&rclock);
     /* Stream 0 is the default stream; every other trace stream gets its own. */
     for (k = 0; k < t->nstreams; k++) {
         if (t->streams[k] == 0 || o->single_stream || !cp_be)
@@ -176,6 +236,11 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_resource_stats(r, &stats);
     out->maps = stats.maps;
     out->unmaps = stats.unmaps;
+    out->device_allocs = stats.device_allocs;
+    out->device_frees = stats.device_frees;
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value; /* subtracted at the end */
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
@@ -191,12 +256,17 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         }
         if (st != CP_OK)
             break;
-        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live);
+        replay_integral_begin(&integ, r);
+        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live, &integ);
         fs = free_live(t, r, sv, &b, &live);
         if (st == CP_OK)
             st = fs;
+        if (out->stopped)
+            break;
     }
     t1 = now_s();
+    replay_clock_stop(&rclock);
+    replay_integral_result(&integ, &out->reserved_byte_seconds, &out->live_byte_seconds);
     if (o->progress)
         o->progress(o->progress_ud, out->events, total_events);
     out->seconds = t1 - t0;
@@ -212,6 +282,15 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->peak_reserved = stats.reserved_peak;
     out->maps = stats.maps - out->maps;
     out->unmaps = stats.unmaps - out->unmaps;
+    /* PyTorch's figures, as near as a pool of another kind has them */
+    out->peak_allocated = stats.used_peak;
+    out->device_allocs = stats.device_allocs - out->device_allocs;
+    out->device_frees = stats.device_frees - out->device_frees;
+    out->ooms = out->oom_attempts - out->oom_served;
+    /* a pool that counts retries of its own (cub) under that name */
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value - out->retries;
     out->reserved_over_live =
         out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
     if (o->synchronize && cp_be) {
@@ -219,6 +298,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             cp_be->stream_synchronize(sv[k]);
     }
 done:
+    replay_clock_stop(&rclock);
     if (sv) {
         for (k = 0; k < t->nstreams; k++)
             if (sv[k])
