@@ -82,10 +82,19 @@ describe("torch model: predictions from the default run's entries", function()
     { "mixtral_moe_train", { "split64", "pow2div4", "expandable" } },
     { "convnext_multires_train", { "split64", "pow2div4", "expandable" } },
     { "gpt2_beam_search", { "split64", "pow2div4", "expandable" } },
-    { "twostream", { "expandable", "split64", "pow2list", "split128nsr", "limit-default" } },
+    { "twostream", { "expandable", "split64", "pow2list", "split128nsr", "limit-default",
+                     "limit-expandable" } },
     { "varlen", { "expandable", "split32", "limit-default", "limit-expandable", "limit-gc70",
-                  "limit-split256-gc80" } },
+                  "limit-split256-gc80", "limit-pow2div4" } },
   }
+  -- varlen frees the tensors of each backward pass in an order that changes
+  -- from run to run (about 300 of its 14,109 frees stand elsewhere between
+  -- any two runs).  Under a limit with roundup_power2_divisions:4 that order
+  -- decides which segments the retries give back: the default run's entries
+  -- give 1.66% more than PyTorch's own run (as does the second default run
+  -- recorded beside it), while that run's own entries give its figures to
+  -- the byte (above).
+  local tolerance = { ["varlen.limit-pow2div4"] = 0.02 }
   for _, w in ipairs(pairs_) do
     local name, tags = w[1], w[2]
     it(name .. ": every other setting's peak reserved within 1%", function()
@@ -95,7 +104,7 @@ describe("torch model: predictions from the default run's entries", function()
         local p <close> = torch_pool(r.conf, { max = r.limit > 0 and r.limit or nil })
         local res = t:replay(p, { addresses = "recorded" })
         local err = math.abs(res.peak_reserved - r.reserved) / r.reserved
-        assert.is_true(err <= 0.01, string.format("%s.%s: %d against PyTorch's %d (%.3f%%)",
+        assert.is_true(err <= (tolerance[r.name] or 0.01), string.format("%s.%s: %d against PyTorch's %d (%.3f%%)",
           name, tag, res.peak_reserved, r.reserved, err * 100))
       end
     end)
