@@ -19,13 +19,13 @@
  *    among equals).  Refused if the request is below max_split_size and the
  *    block is not (an oversize block is never split for a smaller request),
  *    or if the request is at least max_split_size and the block is larger by
- *    max_non_split_rounding (20 MiB by default) or more.  With expandable
+ *    max_non_split_rounding (large_segment_size by default) or more.  With expandable
  *    segments a block is ranked by what it can grow to (its size plus the
  *    unmapped range right after it): from the first fit, the next block of
  *    the stream is taken while it is expandable-rankable smaller, and so on.
  *  - New segments.  When no block fits: garbage collection first (below),
- *    then a segment of 2 MiB (small requests), 20 MiB (requests under
- *    10 MiB), or the request rounded up to 2 MiB.  Refused, without asking
+ *    then a segment of 2 MiB (small requests), large_segment_size (20 MiB
+ *    by default; requests under 10 MiB), or the request rounded up to 2 MiB.  Refused, without asking
  *    the device, when the memory in segments plus that size would pass the
  *    allowed maximum (the pool's max, or per_process_memory_fraction of the
  *    device's memory).  Refused: release the cached blocks of the request's
@@ -56,8 +56,8 @@
  *    as old as the average are released, in rounds, until the excess is
  *    reclaimed or none is left.
  *  - Expandable segments.  Per stream and pool, one address range of
- *    1 1/8 of the device's memory whose pages (2 MiB small, 20 MiB large)
- *    are mapped as needed: a new segment is the lowest place in the
+ *    1 1/8 of the device's memory whose pages (2 MiB small, large_segment_size
+ *    large) are mapped as needed: a new segment is the lowest place in the
  *    stream's ranges where free and unmapped space in a row holds the
  *    request (a new range when none does), mapped over its unmapped part,
  *    and the block merges with its free mapped neighbours.  Every map and
@@ -70,7 +70,10 @@
  *    num_device_free, oversize_allocations and oversize_segments).
  *  - Not modelled: CUDA graph pools, IPC, the pinned (host) allocator
  *    (its keys are accepted and reported), release_lock_on_cudamalloc (a
- *    threading detail).
+ *    threading detail); and the driver's refusal of a page that is not a
+ *    whole number of its 2 MiB granules (large_segment_size_mb odd, with
+ *    expandable segments): PyTorch raises a CUDA error at that map, the
+ *    model maps it (over the device, the map fails and the request with it).
  *
  * Data structures: each pool's two orders are intrusive red-black trees
  * (the blocks carry their nodes; no allocation per insert); block
@@ -92,7 +95,6 @@
 #define MIN_BLOCK UINT64_C(512)
 #define SMALL_SIZE MIB                 /* largest small request */
 #define SMALL_BUFFER (2 * MIB)         /* small segments */
-#define LARGE_BUFFER (20 * MIB)        /* segments for requests under 10 MiB */
 #define MIN_LARGE_ALLOC (10 * MIB)
 #define ROUND_LARGE (2 * MIB)
 #define VIRTUAL_MEMORY UINT64_C(85017493504) /* the H100 80GB HBM3 the truth came from */
@@ -653,18 +655,19 @@ static cp_status dev_reserve(cp_torch *t, uint64_t size, uint64_t page, uint64_t
 /* ---- PyTorch's rules --------------------------------------------------------- */
 static uint64_t round_size(const cp_torch *t, uint64_t size)
 {
-    uint32_t d;
+    uint64_t d;
     if (size < MIN_BLOCK)
         return MIN_BLOCK;
     if (!t->divisions) /* the default: 512-byte steps */
         return (size + MIN_BLOCK - 1) / MIN_BLOCK * MIN_BLOCK;
     d = cp_torch_conf_divisions(&t->conf, size);
+    /* 512 x d wraps at 2^64 as PyTorch's size_t product does */
     if (d > 1 && size > MIN_BLOCK * d) {
         uint64_t floor2, step, down;
         if (!(size & (size - 1)))
             return size;
         floor2 = UINT64_C(1) << (63 - __builtin_clzll(size));
-        step = floor2 >> (31 - __builtin_clz(d));
+        step = floor2 >> (63 - __builtin_clzll(d));
         if (step == 0)
             return floor2 << 1;
         down = size & ~(step - 1);
@@ -673,12 +676,13 @@ static uint64_t round_size(const cp_torch *t, uint64_t size)
     return (size + MIN_BLOCK - 1) / MIN_BLOCK * MIN_BLOCK;
 }
 
-static uint64_t allocation_size(uint64_t size)
+/* The segment for a request (get_allocation_size). */
+static uint64_t allocation_size(const cp_torch *t, uint64_t size)
 {
     if (size <= SMALL_SIZE)
         return SMALL_BUFFER;
     if (size < MIN_LARGE_ALLOC)
-        return LARGE_BUFFER;
+        return t->conf.large_segment_size;
     return (size + ROUND_LARGE - 1) / ROUND_LARGE * ROUND_LARGE;
 }
 
@@ -1079,7 +1083,7 @@ static cp_torch_block *find_expandable(cp_torch *t, tpool *p, uint64_t stream, u
 {
     cp_torch_block *u = unmapped_lower_bound(p, stream), *c;
     tseg *s;
-    uint64_t page = p->small ? SMALL_BUFFER : LARGE_BUFFER, n, addr;
+    uint64_t page = p->small ? SMALL_BUFFER : t->conf.large_segment_size, n, addr;
     *st = CP_OK;
     while (u && u->stream == stream) {
         uint64_t bytes = 0;
@@ -1381,7 +1385,7 @@ cp_status cp_torch_malloc(cp_torch *t, uint64_t orig, uint64_t stream, cp_torch_
     if (size < orig) /* rounding wrapped: larger than any device */
         size = UINT64_MAX & ~(MIN_BLOCK - 1);
     p = size <= SMALL_SIZE ? &t->small : &t->large;
-    alloc_size = allocation_size(size);
+    alloc_size = allocation_size(t, size);
     if (alloc_size < size)
         alloc_size = size;
     b = get_free_block(t, p, stream, size);
@@ -1511,7 +1515,7 @@ int cp_torch_malloc_releases(cp_torch *t, uint64_t orig, uint64_t stream)
             if (!is_split(blk_of(n)) && !blk_of(n)->seg)
                 return 1;
     }
-    alloc_size = allocation_size(size);
+    alloc_size = allocation_size(t, size);
     return t->has_limit && t->total + alloc_size > t->limit;
 }
 
