@@ -39,6 +39,7 @@ typedef struct tseg {       /* an expandable segment's address range */
     struct tseg *next;
 } tseg;
 
+/* new_block sets each field: a field added here gets its value there too */
 struct cp_torch_block {
     cp_rbn node;            /* first: the trees' nodes are blocks */
     uint64_t ptr, size, requested;
@@ -52,6 +53,8 @@ struct cp_torch_block {
     uint32_t events;        /* outstanding events (PyTorch's event_count) */
     uint8_t allocated, mapped, small, later;
 };
+_Static_assert(sizeof(void *) != 8 || sizeof(cp_torch_block) == 128,
+               "a field was added: give it a value in new_block");
 
 typedef struct tpool {
     cp_rbn *blocks;         /* free mapped blocks by (stream, size, ptr) */
@@ -135,7 +138,19 @@ static inline cp_torch_block *new_block(cp_torch *t)
         b = t->spare;
     }
     t->spare = b->pnext;
-    *b = (cp_torch_block){.mapped = 1};
+    /* Field by field: a whole-struct initialiser compiles to rep stos, which
+     * costs more here than all the rest of a split. */
+    b->node.p = b->node.l = b->node.r = NULL;
+    b->node.red = 0;
+    b->ptr = b->size = b->requested = b->stream = 0;
+    b->prev = b->next = b->pnext = NULL;
+    b->seg = NULL;
+    b->gc_base = 0;
+    b->use = NULL;
+    b->tok = NULL;
+    b->events = 0;
+    b->allocated = b->small = b->later = 0;
+    b->mapped = 1;
     return b;
 }
 
