@@ -198,7 +198,7 @@ describe("cub pool", function()
       { { bin_growth = 2.5 }, "option 'bin_growth' must be a non%-negative integer, not 2.5" },
       { { min_bin = -1 }, "option 'min_bin' must be a non%-negative integer, not %-1" },
       { { min_bin = 11 }, "option 'min_bin' = 11 makes bin_growth%^min_bin %(8%^11%) pass 2%^32" },
-      { { max_bin = "seven" }, "option 'max_bin' must be a non%-negative integer, not seven" },
+      { { max_bin = "seven" }, "option 'max_bin' must be a non%-negative integer, not 'seven'" },
       { { max_bin = 1 << 40 }, "option 'max_bin' must be an integer from 0 to 4294967295, not 1099511627776" },
       { { max_cached_bytes = "lots" }, "option 'max_cached_bytes': bad size 'lots'" },
       { { initial = "1MiB" }, "option 'initial' is not supported.*not 1048576" },

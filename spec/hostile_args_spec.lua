@@ -30,7 +30,7 @@ describe("hostile arguments found by the argument fuzz", function()
   it("cupola.report functions name the bad argument", function()
     local R = cupola.report
     local cases = {
-      { function() return R.bytes("x") end, "bad argument #1 to 'cupola.report.bytes' (number expected, got string)" },
+      { function() return R.bytes("x") end, "bad argument #1 to 'cupola.report.bytes' (number expected, got string 'x')" },
       { function() return R.table(5, {}) end, "bad argument #1 to 'cupola.report.table'" },
       { function() return R.table({ "a" }, { 5 }) end, "row 1 is a number" },
       { function() return R.csv({ { a = 1 } }, nil, 5) end, "bad argument #3 to 'csv'" },

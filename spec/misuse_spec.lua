@@ -703,8 +703,8 @@ describe("misuse: fast paths", function()
     local b = pool:alloc(256)
     raises(function() K.fill(io.stdout, 1) end, "cupola.Buffer expected, got FILE*")
     raises(function() pool:alloc(16, io.stdout) end, "cupola.Stream expected, got FILE*")
-    raises(function() K.fill(b, 1, { stream = io.stdout }) end, "option 'stream' must be a cupola.Stream, not userdata")
-    raises(function() K.sqrt_index(b, { stream = b }) end, "option 'stream' must be a cupola.Stream, not userdata")
+    raises(function() K.fill(b, 1, { stream = io.stdout }) end, "option 'stream' must be a cupola.Stream, not FILE*")
+    raises(function() K.sqrt_index(b, { stream = b }) end, "option 'stream' must be a cupola.Stream, not cupola.Buffer")
     raises(function() s:wait(io.stdout) end, "cupola.Event expected, got FILE*")
     b:free()
   end)
@@ -861,7 +861,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     raises(function() k:launch(L, x, 1, 16, 4) end, "kernel 'set' takes 3 arguments, got 4")
     raises(function() k:launch(L, x, 2 ^ 31, 16) end, "bad argument #3 to 'launch'")
     raises(function() k:launch(L, x, 1, -16) end, "u64: -16 is negative")
-    raises(function() k:launch(L, "x", 1, 16) end, "bad argument #2 to 'launch' (kernel 'set' parameter 1, ptr: a cupola.Buffer or an integer address expected, got string)")
+    raises(function() k:launch(L, "x", 1, 16) end, "bad argument #2 to 'launch' (kernel 'set' parameter 1, ptr: a cupola.Buffer or an integer address expected, got string 'x')")
     raises(function() k:launch(L, x, nil, 16) end, "i32: integer expected, got nil")
     raises(function() k:launch(nil, x, 1, 16) end, "launch options expected")
     k:launch(L, x, 7, 16)
@@ -995,7 +995,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
 
   it("module sources and options of the wrong kind", function()
     raises(function() cupola.module { source = SRC, options = "-O2" } end, "option 'options' must be a list of strings")
-    raises(function() cupola.module { source = SRC, options = { 1 } } end, "option 'options': item 1 is a number, not a string")
+    raises(function() cupola.module { source = SRC, options = { 1 } } end, "option 'options': item 1 is a number, not a string, got 1")
     raises(function() cupola.module { source = SRC, options = { true } } end, "item 1 is a boolean, not a string")
     raises(function() cupola.module { source = SRC, name = {} } end, "option 'name' must be a string, not table")
     raises(function() cupola.module { source = SRC, name = "a\0b" } end, "option 'name' must not hold a NUL byte")
@@ -1029,18 +1029,18 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     raises(function() m:kernel("set", { "ptr", {}, "u64" }) end, "parameter 2: unknown type 'table'")
     local many = {}
     for i = 1, 129 do many[i] = "u64" end
-    raises(function() m:kernel("set", many) end, "bad argument #2 to 'kernel' (at most 128 parameters)")
+    raises(function() m:kernel("set", many) end, "bad argument #2 to 'kernel' (at most 128 parameters, got 129)")
   end)
 
   it("a kernel name with a NUL byte (was: 'set\\0x' found 'set')", function()
     raises(function() m:kernel("set\0x", { "ptr", "i32", "u64" }) end,
-      "bad argument #1 to 'kernel' (a kernel name holds no NUL byte)")
+      "bad argument #1 to 'kernel' (a kernel name holds no NUL byte, got 'set\\0x')")
   end)
 
   it("launch arguments of every wrong kind", function()
     local x = cupola.malloc(64)
     local L = { grid = 1, block = 16 }
-    raises(function() k:launch(L, x, 1.5, 16) end, "bad argument #3 to 'launch' (kernel 'set' parameter 2, i32: number has no integer representation)")
+    raises(function() k:launch(L, x, 1.5, 16) end, "bad argument #3 to 'launch' (kernel 'set' parameter 2, i32: number has no integer representation, got 1.5)")
     raises(function() k:launch(L, x, 0 / 0, 16) end, "bad argument #3 to 'launch'")
     raises(function() k:launch(L, x, -2 ^ 31 - 1, 16) end, "bad argument #3 to 'launch'")
     raises(function() k:launch(L, x, 1, 2 ^ 64) end, "bad argument #4 to 'launch' (kernel 'set' parameter 3, u64")
@@ -1060,8 +1060,8 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
   it("launch options name argument #1 (was: 'launch: unknown option', shared > 2^31 'not a byte count')", function()
     local x = cupola.malloc(64)
     raises(function() k:launch({ grid = 1, block = 1, colour = 1 }, x, 1, 16) end, "bad argument #1 to 'launch' (unknown option 'colour')")
-    raises(function() k:launch({ grid = 1, block = 1, [1] = 2 }, x, 1, 16) end, "bad argument #1 to 'launch' (option names must be strings, not number)")
-    raises(function() k:launch({ grid = 1, block = 1, stream = 5 }, x, 1, 16) end, "bad argument #1 to 'launch' (option 'stream' must be a cupola.Stream, not number)")
+    raises(function() k:launch({ grid = 1, block = 1, [1] = 2 }, x, 1, 16) end, "bad argument #1 to 'launch' (option names must be strings, not number 1)")
+    raises(function() k:launch({ grid = 1, block = 1, stream = 5 }, x, 1, 16) end, "bad argument #1 to 'launch' (option 'stream' must be a cupola.Stream, not number 5)")
     raises(function() k:launch({ grid = 1, block = 1, shared = -1 }, x, 1, 16) end, "option 'shared' must be a byte count >= 0")
     raises(function() k:launch({ grid = 1, block = 1, shared = "x" }, x, 1, 16) end, "option 'shared' must be a byte count >= 0")
     raises(function() k:launch({ grid = 1, block = 1, shared = 1 << 40 }, x, 1, 16) end,
@@ -1097,11 +1097,11 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
 
   it("devices: every function that takes an index checks it", function()
     local n = cupola.device_count()
-    raises(function() cupola.device "x" end, "bad argument #1 to 'device' (number expected, got string)")
+    raises(function() cupola.device "x" end, "bad argument #1 to 'device' (number expected, got string 'x')")
     raises(function() cupola.mem_info(n) end, "bad argument #1 to 'mem_info' (device " .. n .. " does not exist")
     raises(function() cupola.mem_info(-1) end, "bad argument #1 to 'mem_info' (device -1 does not exist")
     raises(function() cupola.set_device(n) end, "bad argument #1 to 'set_device' (device " .. n .. " does not exist")
-    raises(function() cupola.set_device(0.5) end, "bad argument #1 to 'set_device' (number has no integer representation)")
+    raises(function() cupola.set_device(0.5) end, "bad argument #1 to 'set_device' (number has no integer representation, got 0.5)")
     raises(function() cupola.mempool.current(n) end, "bad argument #1 to 'current'")
     raises(function() cupola.can_access_peer(-1, 0) end, "bad argument #1 to 'can_access_peer' (device -1 does not exist")
     raises(function() cupola.enable_peer_access(0, n) end, "bad argument #2 to 'enable_peer_access'")
@@ -1119,7 +1119,7 @@ local function raises(fn, text)
   assert(tostring(err):find(text, 1, true), "error was: " .. tostring(err) .. "\nexpected: " .. text)
 end
 assert(cupola.device_count() == 2)
-raises(function() cupola.enable_peer_access(1, 1) end, "bad argument #2 to 'enable_peer_access' (a device cannot enable peer access to itself)")
+raises(function() cupola.enable_peer_access(1, 1) end, "bad argument #2 to 'enable_peer_access' (a device cannot enable peer access to itself, got 1 twice)")
 raises(function() cupola.enable_peer_access(0, 2) end, "device 2 does not exist (devices are 0..1)")
 raises(function() cupola.stream { device = 2 } end, "cupola.stream: option 'device' is 2, but devices are 0..1")
 local mp <close> = cupola.mempool { device = 1 }
@@ -1128,7 +1128,7 @@ raises(function() mp:set_access(0, "x") end, "bad argument #2 to 'set_access' (i
 local a <close> = cupola.malloc(1024, { device = 0 })
 local b <close> = cupola.malloc(512, { device = 1 })
 raises(function() a:copy_to(b) end, "bad argument #1 to 'copy_to' (destination holds 512 bytes, source has 1024)")
-raises(function() a:copy_to(b, 5) end, "bad argument #2 to 'copy_to' (cupola.Stream expected, got number)")
+raises(function() a:copy_to(b, 5) end, "bad argument #2 to 'copy_to' (cupola.Stream expected, got number 5)")
 -- a kernel of device 0 on a pool block of device 1 without access: an error, then the process goes on
 local s <close> = cupola.stream { device = 0 }
 local c = mp:alloc(1024, s)
@@ -1192,19 +1192,19 @@ io.write "ok"
   end)
 
   it("trace helpers check their arguments (was: errors inside trace.lua)", function()
-    raises(function() cupola.trace.find(5) end, "bad argument #1 to 'find' (string expected, got number)")
+    raises(function() cupola.trace.find(5) end, "bad argument #1 to 'find' (string expected, got number 5)")
     assert.is_nil((cupola.trace.find "no_such_trace"))
     local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
-    raises(function() cupola.trace.compare(t, 5) end, "bad argument #2 to 'compare' (a list of pool configurations expected, got number)")
+    raises(function() cupola.trace.compare(t, 5) end, "bad argument #2 to 'compare' (a list of pool configurations expected, got number 5)")
     raises(function() cupola.trace.compare(t, { 5 }) end, "configuration 1 is a number, not a table")
     raises(function() cupola.trace.compare(t, { { kind = "nope" } }) end, "option 'kind' must be one of")
-    raises(function() t:replay(5) end, "bad argument #1 to 'replay' (cupola.Pool expected, got number)")
+    raises(function() t:replay(5) end, "bad argument #1 to 'replay' (cupola.Pool expected, got number 5)")
   end)
 
   it("timelines: unwritable paths, closed traces (was: an error inside timeline.lua)", function()
     local t = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
     raises(function() cupola.timeline(t, "/") end, "cupola.timeline: cannot write /")
-    raises(function() cupola.timeline(t, 5) end, "bad argument #2 to 'timeline' (path expected, got number)")
+    raises(function() cupola.timeline(t, 5) end, "bad argument #2 to 'timeline' (path expected, got number 5)")
     raises(function() cupola.timeline(5, "x.html") end, "bad argument #1 to 'timeline'")
     raises(function() cupola.timeline(t, "x.html", { colour = 1 }) end, "cupola.timeline: unknown option 'colour'")
     t:close()
@@ -1225,26 +1225,26 @@ io.write "ok"
   it("report and bench helpers (was: report.csv(rows, 5) wrote a file named '5'; json(42) gave '42')", function()
     local rows = { { a = 1 } }
     raises(function() cupola.report.csv(rows, "/nonexistent/dir/x.csv") end, "cupola.report.csv: cannot write /nonexistent/dir/x.csv")
-    raises(function() cupola.report.csv(rows, 5) end, "bad argument #2 to 'csv' (a file name expected, got number)")
+    raises(function() cupola.report.csv(rows, 5) end, "bad argument #2 to 'csv' (a file name expected, got number 5)")
     raises(function() cupola.report.csv(rows, nil, 5) end, "bad argument #3 to 'csv' (options table expected")
     raises(function() cupola.report.csv(rows, nil, { columns = { 1 } }) end, "column 1 is a number, not a string")
-    raises(function() cupola.report.json(42) end, "bad argument #1 to 'json' (a record or a list of records expected, got number)")
+    raises(function() cupola.report.json(42) end, "bad argument #1 to 'json' (a record or a list of records expected, got number 42)")
     raises(function() cupola.report.json(rows, {}) end, "bad argument #2 to 'json' (a file name expected, got table)")
     raises(function() cupola.report.records(42) end, "bad argument #1 to 'records'")
-    raises(function() cupola.report.records(rows, 5) end, "bad argument #2 to 'records' (a list of column names expected, got number)")
-    raises(function() cupola.bench.result(5) end, "bad argument #1 to 'result' (string expected, got number)")
-    raises(function() cupola.bench.result("x", "1", {}) end, "bad argument #2 to 'result' (number expected, got string)")
-    raises(function() cupola.bench.result("x", 1, 5) end, "bad argument #3 to 'result' (a list of samples expected, got number)")
-    raises(function() cupola.bench.result("x", 1, {}, 5) end, "bad argument #4 to 'result' (table expected, got number)")
+    raises(function() cupola.report.records(rows, 5) end, "bad argument #2 to 'records' (a list of column names expected, got number 5)")
+    raises(function() cupola.bench.result(5) end, "bad argument #1 to 'result' (string expected, got number 5)")
+    raises(function() cupola.bench.result("x", "1", {}) end, "bad argument #2 to 'result' (number expected, got string '1')")
+    raises(function() cupola.bench.result("x", 1, 5) end, "bad argument #3 to 'result' (a list of samples expected, got number 5)")
+    raises(function() cupola.bench.result("x", 1, {}, 5) end, "bad argument #4 to 'result' (table expected, got number 5)")
     assert.equals(1, cupola.bench.result("x", 1, { 1 }).reps)
   end)
 
   it("conformance options (was: opts = 5 failed inside, ops = -1 and misspelled options ran silently)", function()
     local make = function(o) return cupola.pool { reuse = o.reuse, initial = o.initial, max = o.max } end
     raises(function() cupola.conformance(5) end, "make_pool must be a function")
-    raises(function() cupola.conformance(make, 5) end, "cupola.conformance: bad argument #2 (options table expected, got number)")
+    raises(function() cupola.conformance(make, 5) end, "cupola.conformance: bad argument #2 (options table expected, got number 5)")
     raises(function() cupola.conformance(make, { ops = -1 }) end, "option 'ops' must be an integer >= 0, not -1")
-    raises(function() cupola.conformance(make, { ops = "x" }) end, "option 'ops' must be an integer >= 0, not x")
+    raises(function() cupola.conformance(make, { ops = "x" }) end, "option 'ops' must be an integer >= 0, not 'x'")
     raises(function() cupola.conformance(make, { seed = 1.5 }) end, "option 'seed' must be an integer, not 1.5")
     raises(function() cupola.conformance(make, { checks = "random" }) end, "option 'checks' must be a list, not string")
     raises(function() cupola.conformance(make, { no_data = 1 }) end, "option 'no_data' must be a boolean")
@@ -1319,8 +1319,8 @@ extern "C" __global__ void k(cupola_device_pool *pool, unsigned *out)
     raises(function() q:run { threads = 4, bytes = "x" } end, "option 'bytes': bad size 'x' (malformed size")
     raises(function() q:run { threads = 4, bytes = 16, hold_us = 11e6 } end, "option 'hold_us' must be at most 10 s")
     raises(function() q:run { threads = 4, bytes = 16, seed = -1 } end, "option 'seed' must be >= 0")
-    raises(function() q:reset(5) end, "bad argument #1 to 'reset' (cupola.Stream expected, got number)")
-    raises(function() cupola.run_concurrent(5) end, "bad argument #1 to 'run_concurrent' (table expected, got number)")
+    raises(function() q:reset(5) end, "bad argument #1 to 'reset' (cupola.Stream expected, got number 5)")
+    raises(function() cupola.run_concurrent(5) end, "bad argument #1 to 'run_concurrent' (table expected, got number 5)")
     raises(function() cupola.run_concurrent { { pool = q, threads = 1, bytes = 1, record = 5 } } end,
       "option 'record' must be a cupola.Event, not number")
     assert.equals(0, q:stats().used)
@@ -1494,7 +1494,7 @@ describe("misuse: handles told apart by their tags", function()
     raises(function() e.record(b, s) end, "cupola.Event expected, got cupola.Buffer")
     raises(function() e:record(b) end, "cupola.Stream expected, got cupola.Buffer")
     raises(function() K.sqrt_index(s) end, "cupola.Buffer expected, got cupola.Stream")
-    raises(function() K.sqrt_index(b, { stream = e }) end, "option 'stream' must be a cupola.Stream, not userdata")
+    raises(function() K.sqrt_index(b, { stream = e }) end, "option 'stream' must be a cupola.Stream, not cupola.Event")
     raises(function() K.sqrt_index(b.free) end, "cupola.Buffer expected, got function")
     b:free()
     raises(function() b:free() end, "double free")
@@ -1613,7 +1613,7 @@ describe("misuse: messages that name what was wrong", function()
   end)
 
   it("cupola.conformance's arguments, at the caller's line", function()
-    raises(function() cupola.conformance(5) end, "bad argument #1 to 'cupola.conformance' (make_pool must be a function, not number)")
+    raises(function() cupola.conformance(5) end, "bad argument #1 to 'cupola.conformance' (make_pool must be a function, not number 5)")
     raises(function() cupola.conformance(function() end, 3) end, "cupola.conformance: bad argument #2")
     local ok, err = pcall(function() cupola.conformance(function() end, { checks = { "nope" } }) end)
     assert.is_false(ok)
@@ -1703,10 +1703,10 @@ end)
 describe("misuse: traces and timelines", function()
   it("a path with a NUL byte is refused, not cut at the NUL", function()
     raises(function() cupola.trace.load "examples/traces/gpt2_train.csv.gz\0x" end,
-      "bad argument #1 to 'load' (path contains a NUL byte)")
+      "bad argument #1 to 'load' (path contains a NUL byte, got 'examples/traces/gpt2_train.csv.gz\\0x')")
     local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
     raises(function() cupola.timeline(t, "/tmp/x\0y.html") end,
-      "bad argument #2 to 'timeline' (path contains a NUL byte)")
+      "bad argument #2 to 'timeline' (path contains a NUL byte, got '/tmp/x\\0y.html')")
   end)
 
   it("timeline options of the wrong type name the option and the type", function()
@@ -1715,7 +1715,7 @@ describe("misuse: traces and timelines", function()
     raises(function() cupola.timeline(t, path, { names = 5 }) end, "option 'names' must be a list of strings")
     raises(function() cupola.timeline(t, path, { pools = 5 }) end, "option 'pools' must be a list of pool configuration tables")
     raises(function() cupola.timeline(t, path, { chart_height = "x" }) end, "option 'chart_height' must be an integer")
-    raises(function() cupola.timeline(t, path, 5) end, "bad argument #3 to 'timeline' (table expected, got number)")
+    raises(function() cupola.timeline(t, path, 5) end, "bad argument #3 to 'timeline' (table expected, got number 5)")
     local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
     raises(function() cupola.timeline(p, path) end, "path expected, got cupola.Pool)")
     os.remove(path)
@@ -1728,5 +1728,324 @@ describe("misuse: traces and timelines", function()
     f:close()
     raises(function() cupola.trace.load(path) end, ":3: the live bytes")
     os.remove(path)
+  end)
+end)
+
+-- Every entry point, each with a bad argument and, where it takes options, a
+-- bad option: the message starts with this file's name and the line of the
+-- call (so each call below sits on one line, the line its function is
+-- defined on), says what was wrong as it always did, and shows the value it
+-- got.  A function or method added to cupola without a case here fails the
+-- last test, which names it.
+describe("misuse: every entry point points at the caller's line and shows the value", function()
+  require "cupola.busted"
+  local SPEC = debug.getinfo(1, "S").short_src
+  local SRC = [[
+extern "C" __global__ void set(int *x, int v, unsigned long long n)
+{
+    for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        x[i] = v;
+}
+]]
+  local long = string.rep("abcdefghij", 10) -- cut to 40 characters and "..."
+  local F = {}
+  setup(function()
+    F.pool = cupola.pool { kind = "tlsf" }
+    F.clocked = cupola.pool { kind = "tlsf", clock = "manual" }
+    F.b = F.pool:alloc(64)
+    F.small = F.pool:alloc(16)
+    F.s = cupola.stream()
+    F.e = cupola.event()
+    F.mp = cupola.mempool {}
+    F.t = cupola.trace.load "torch_snapshot_mlp"
+    F.m = cupola.module { source = SRC, name = "points.cu" }
+    F.k = F.m:kernel("set", { "ptr", "i32", "u64" })
+    F.dp = cupola.device_pool { kind = "bump", capacity = "1MiB" }
+    F.path = os.tmpname()
+    F.make = function() return cupola.pool { kind = "arena" } end
+    F.rows = { { name = "a", n = 1 } }
+  end)
+  teardown(function()
+    F.b:free(); F.small:free(); F.pool:close(); F.clocked:close(); F.s:close(); F.e:close(); F.mp:close(); F.t:close()
+    F.k:close(); F.m:close(); F.dp:close()
+    os.remove(F.path)
+  end)
+
+  -- { entry point, call (on one line), what the message says, the value shown }
+  local cases = {
+    { "cupola.bytes", function() cupola.bytes(-3) end, "size must not be negative", "got -3" },
+    { "cupola.bytes", function() cupola.bytes(long) end, "malformed size '" .. long:sub(1, 40) .. "...'", "(expected e.g." },
+    { "cupola.device", function() cupola.device "zz" end, "bad argument #1 to 'device' (number expected", "got string 'zz'" },
+    { "cupola.mem_info", function() cupola.mem_info(77) end, "bad argument #1 to 'mem_info'", "device 77 does not exist" },
+    { "cupola.synchronize", function() cupola.synchronize(-2) end, "bad argument #1 to 'synchronize'", "device -2 does not exist" },
+    { "cupola.set_device", function() cupola.set_device(2.5) end, "number has no integer representation", "got 2.5" },
+    { "cupola.can_access_peer", function() cupola.can_access_peer(0, 77) end, "bad argument #2 to 'can_access_peer'", "device 77" },
+    { "cupola.enable_peer_access", function() cupola.enable_peer_access(0, 0) end, "a device cannot enable peer access to itself", "got 0 twice" },
+    { "cupola.stream", function() cupola.stream "fast" end, "table expected", "got string 'fast'" },
+    { "cupola.stream", function() cupola.stream { priority = "high" } end, "option 'priority' must be an integer", "not string 'high'" },
+    { "cupola.stream", function() cupola.stream { blocking = 1 } end, "option 'blocking' must be a boolean", "not number 1" },
+    { "cupola.stream", function() cupola.stream { prio = 1 } end, "cupola.stream: unknown option", "'prio'" },
+    { "cupola.stream", function() cupola.stream { device = "one" } end, "cupola.stream: option 'device' must be an integer", "not string 'one'" },
+    { "cupola.event", function() cupola.event(5) end, "table expected", "got number 5" },
+    { "cupola.event", function() cupola.event { timing = "yes" } end, "option 'timing' must be a boolean", "not string 'yes'" },
+    { "cupola.event", function() cupola.event { timed = true } end, "cupola.event: unknown option", "'timed'" },
+    { "cupola.malloc", function() cupola.malloc(-1) end, "bad argument #1 to 'malloc' (size must not be negative", "got -1" },
+    { "cupola.malloc", function() cupola.malloc(0) end, "size must be at least 1 byte", "got 0" },
+    { "cupola.malloc", function() cupola.malloc(16, { device = 77 }) end, "cupola.malloc: option 'device'", "is 77" },
+    { "cupola.malloc", function() cupola.malloc(16, { on = 1 }) end, "cupola.malloc: unknown option", "'on'" },
+    { "cupola.malloc_async", function() cupola.malloc_async(1.5) end, "size must be a whole number of bytes", "got 1.5" },
+    { "cupola.malloc_async", function() cupola.malloc_async(16, 5) end, "cupola.Stream expected", "got number 5" },
+    { "cupola.mempool.new", function() cupola.mempool.new(5) end, "table of options expected", "got number 5" },
+    { "cupola.mempool", function() cupola.mempool { location = "gpu" } end, "invalid option", "'gpu' for 'location'" },
+    { "cupola.mempool", function() cupola.mempool { max_size = -5 } end, "option 'max_size': bad size", "'-5'" },
+    { "cupola.mempool", function() cupola.mempool { size = 1 } end, "cupola.mempool: unknown option", "'size'" },
+    { "cupola.mempool.default", function() cupola.mempool.default "x" end, "bad argument #1 to 'default'", "got string 'x'" },
+    { "cupola.mempool.current", function() cupola.mempool.current(77) end, "bad argument #1 to 'current'", "device 77" },
+    { "cupola.mempool.set_current", function() cupola.mempool.set_current(5) end, "cupola.Mempool expected", "got number 5" },
+    { "cupola.mempool.import", function() cupola.mempool.import "nope" end, "not a cupola export", "got 'nope'" },
+    { "cupola.buffer.import", function() cupola.buffer.import "cupola-ipc/9;x" end, "this cupola reads version", "got 'cupola-ipc/9;x'" },
+    { "cupola.pool", function() cupola.pool(5) end, "table expected", "got number 5" },
+    { "cupola.pool", function() cupola.pool { kind = "buddy" } end, "option 'kind' must be one of", "not 'buddy'" },
+    { "cupola.pool", function() cupola.pool { upstream = "disk" } end, "option 'upstream' must be one of", "not 'disk'" },
+    { "cupola.pool", function() cupola.pool { reuse = long } end, "option 'reuse' must be one of", "not '" .. long:sub(1, 40) .. "...'" },
+    { "cupola.pool", function() cupola.pool { grow = "yes" } end, "option 'grow' must be a boolean", "not string 'yes'" },
+    { "cupola.pool", function() cupola.pool { max = -1 } end, "option 'max': bad size", "'-1'" },
+    { "cupola.pool", function() cupola.pool { alignment = 3 } end, "option 'alignment' must be a power of two", "not 3" },
+    { "cupola.pool", function() cupola.pool { initial = "2MiB", max = "1MiB" } end, "option 'initial' is larger than 'max'", "2097152 > 1048576" },
+    { "cupola.pool", function() cupola.pool { log = 5 } end, "option 'log' must be a string", "not number 5" },
+    { "cupola.pool", function() cupola.pool { sise = 1 } end, "cupola.pool: unknown option", "'sise'" },
+    { "cupola.pool", function() cupola.pool { clock = "sundial" } end, "option 'clock' must be one of", "not 'sundial'" },
+    { "cupola.pool", function() cupola.pool { kind = "cub", min_bin = "low" } end, "option 'min_bin' must be a non-negative integer", "not 'low'" },
+    { "cupola.pool", function() cupola.pool { symbol = "x\0y" } end, "option 'symbol' must not hold a NUL byte", "got 'x\\0y'" },
+    { "cupola.pool", function() cupola.pool { kind = "plugin", source = 5, symbol = "a" } end, "option 'source' must be a string", "not number 5" },
+    { "cupola.device_pool", function() cupola.device_pool "slab" end, "table expected", "got string 'slab'" },
+    { "cupola.device_pool", function() cupola.device_pool { kind = "buddy", capacity = 1024 } end, "option 'kind': unknown kind", "'buddy'" },
+    { "cupola.device_pool", function() cupola.device_pool { kind = "bump", capacity = -4 } end, "option 'capacity' must be a positive", "not -4" },
+    { "cupola.device_pool", function() cupola.device_pool { kind = "bump", capacity = true } end, "option 'capacity' is required", "got boolean true" },
+    { "cupola.device_pool", function() cupola.device_pool { kind = "bump", capacity = 64, size = 1 } end, "unknown option", "'size'" },
+    { "cupola.run_concurrent", function() cupola.run_concurrent(5) end, "table expected", "got number 5" },
+    { "cupola.run_concurrent", function() cupola.run_concurrent { 7 } end, "run #1 must be a table", "not number 7" },
+    { "cupola.run_concurrent", function() cupola.run_concurrent { { pool = 5 } } end, "option 'pool' must be a cupola.DevicePool", "not number 5" },
+    { "cupola.run_concurrent", function() cupola.run_concurrent { { pool = F.dp, threads = "x", bytes = 16 } } end, "option 'threads' must be an integer", "not string 'x'" },
+    { "cupola.run_concurrent", function() cupola.run_concurrent { { pool = F.dp, threads = 1, bytes = 16, wait = 3 } } end, "option 'wait' must be a cupola.Event", "not number 3" },
+    { "cupola.module", function() cupola.module(5) end, "table expected", "got number 5" },
+    { "cupola.module", function() cupola.module { source = 5 } end, "option 'source' must be a string", "not number 5" },
+    { "cupola.module", function() cupola.module { source = SRC, options = { 1 } } end, "item 1 is a number, not a string", "got 1" },
+    { "cupola.module", function() cupola.module { source = SRC, opts = {} } end, "cupola.module: unknown option", "'opts'" },
+    { "cupola.kernels.fill", function() cupola.kernels.fill(5, 1) end, "cupola.Buffer expected", "got number 5" },
+    { "cupola.kernels.fill", function() cupola.kernels.fill(F.b, "x") end, "number expected", "got string 'x'" },
+    { "cupola.kernels.fill", function() cupola.kernels.fill(F.b, 300, { type = "u8" }) end, "u8 value must be in 0..255", "got 300" },
+    { "cupola.kernels.fill", function() cupola.kernels.fill(F.b, 1, { type = "f16" }) end, "option 'type' must be one of", "not 'f16'" },
+    { "cupola.kernels.fill", function() cupola.kernels.fill(F.b, 1, { grid = 1.5 }) end, "option 'grid' must be an integer", "not number 1.5" },
+    { "cupola.kernels.fill", function() cupola.kernels.fill(F.b, 1, { bogus = 1 }) end, "cupola.kernels.fill: unknown option", "'bogus'" },
+    { "cupola.kernels.checksum", function() cupola.kernels.checksum "b" end, "cupola.Buffer expected", "got string 'b'" },
+    { "cupola.kernels.checksum", function() cupola.kernels.checksum(F.b, { type = 4 }) end, "option 'type' must be a string", "not number 4" },
+    { "cupola.kernels.pattern", function() cupola.kernels.pattern(F.b, "s") end, "number expected", "got string 's'" },
+    { "cupola.kernels.pattern", function() cupola.kernels.pattern(F.b, 1, { grid = 1 }) end, "cupola.kernels.pattern: unknown option", "'grid'" },
+    { "cupola.kernels.verify", function() cupola.kernels.verify(F.b, 1.5) end, "number has no integer representation", "got 1.5" },
+    { "cupola.kernels.verify", function() cupola.kernels.verify(F.b, 1, { stream = 5 }) end, "option 'stream' must be a cupola.Stream", "not number 5" },
+    { "cupola.kernels.spin", function() cupola.kernels.spin(-1) end, "microseconds must be in 0..60000000", "got -1" },
+    { "cupola.kernels.spin", function() cupola.kernels.spin(1, { stream = "s" }) end, "option 'stream' must be a cupola.Stream", "not string 's'" },
+    { "cupola.kernels.sqrt_index", function() cupola.kernels.sqrt_index(true) end, "cupola.Buffer expected", "got boolean true" },
+    { "cupola.kernels.sqrt_index", function() cupola.kernels.sqrt_index(F.b, { block = 4096 }) end, "option 'block' must be in 1..1024", "not 4096" },
+    { "cupola.nvtx.push", function() cupola.nvtx.push(true) end, "string expected", "got boolean true" },
+    { "cupola.nvtx.mark", function() cupola.nvtx.mark(false) end, "string expected", "got boolean false" },
+    { "cupola.nvtx.range", function() cupola.nvtx.range("r", 5) end, "function expected", "got number 5" },
+    { "cupola.nvtx.pop", function() cupola.nvtx.pop() end, "no range is open", false },
+    { "cupola.trace.load", function() cupola.trace.load(5) end, "bad argument #1 to 'load' (string expected", "got number 5" },
+    { "cupola.trace.load", function() cupola.trace.load "no_such_trace" end, "no such file", "'no_such_trace'" },
+    { "cupola.trace.load", function() cupola.trace.load(cupola.trace.find "typo") end, "no trace named typo ships with cupola", false },
+    { "cupola.trace.load", function() cupola.trace.load "/nonexistent/x.csv" end, "/nonexistent/x.csv", false },
+    { "cupola.trace.find", function() cupola.trace.find(5) end, "bad argument #1 to 'find' (string expected", "got number 5" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, 5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { ["repeat"] = 0 }) end, "option 'repeat' must be in 1..1000000", "got 0" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { record = "yes" }) end, "option 'record' must be a boolean", "not string 'yes'" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { bogus = 1 }) end, "cupola.trace.replay: unknown option", "'bogus'" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { clock = "sundial" }) end, "option 'clock' must be one of pool, trace", "not 'sundial'" },
+    { "cupola.trace.compare", function() cupola.trace.compare(F.t, 5) end, "a list of pool configurations expected", "got number 5" },
+    { "cupola.trace.compare", function() cupola.trace.compare(F.t, { 7 }) end, "configuration 1 is a number, not a table", "got 7" },
+    { "cupola.trace.compare", function() cupola.trace.compare(F.t, { { kind = "buddy" } }) end, "option 'kind' must be one of", "not 'buddy'" },
+    { "cupola.trace.compare", function() cupola.trace.compare(F.t, { {} }, { bogus = 1 }) end, "cupola.trace.replay: unknown option", "'bogus'" },
+    { "cupola.timeline", function() cupola.timeline(F.t, 5) end, "bad argument #2 to 'timeline' (path expected", "got number 5" },
+    { "cupola.timeline", function() cupola.timeline(F.t, F.path, { bogus = 1 }) end, "cupola.timeline: unknown option", "'bogus'" },
+    { "cupola.timeline", function() cupola.timeline(F.t, F.path, { title = 5 }) end, "option 'title' must be a string", "not integer 5" },
+    { "cupola.timeline", function() cupola.timeline(F.t, F.path, { pools = { { kind = "buddy" } } }) end, "option 'kind' must be one of", "not 'buddy'" },
+    { "cupola.timeline", function() cupola.timeline({ 5 }, F.path) end, "entry 1 is a number, not a replay result", "got 5" },
+    { "cupola.timeline.write", function() cupola.timeline.write(F.t, F.path, 5) end, "bad argument #3 to 'timeline' (table expected", "got number 5" },
+    { "cupola.timeline.write", function() cupola.timeline.write(F.t, F.path, { chart_height = "x" }) end, "option 'chart_height' must be an integer", "not string 'x'" },
+    { "cupola.report.bytes", function() cupola.report.bytes "x" end, "number expected", "got string 'x'" },
+    { "cupola.format_bytes", function() cupola.format_bytes(true) end, "number expected", "got boolean true" },
+    { "cupola.report.table", function() cupola.report.table(5, {}) end, "bad argument #1 to 'cupola.report.table' (table expected", "got number 5" },
+    { "cupola.report.table", function() cupola.report.table({ "a" }, { 5 }) end, "row 1 is a number, not a table", "got 5" },
+    { "cupola.report.columns", function() cupola.report.columns(5) end, "a record or a list of records expected", "got number 5" },
+    { "cupola.report.csv", function() cupola.report.csv(F.rows, 5) end, "bad argument #2 to 'csv' (a file name expected", "got number 5" },
+    { "cupola.report.csv", function() cupola.report.csv(F.rows, nil, 5) end, "bad argument #3 to 'csv' (options table expected", "got number 5" },
+    { "cupola.report.csv", function() cupola.report.csv(F.rows, nil, { columns = { 1 } }) end, "column 1 is a number, not a string", "got 1" },
+    { "cupola.report.json", function() cupola.report.json(42) end, "a record or a list of records expected", "got number 42" },
+    { "cupola.report.records", function() cupola.report.records(F.rows, 5) end, "a list of column names expected", "got number 5" },
+    { "cupola.report.progress", function() cupola.report.progress(5, 1, 2, 0) end, "bad argument #1 to 'progress' (string expected", "got number 5" },
+    { "cupola.bench.result", function() cupola.bench.result(5) end, "bad argument #1 to 'result' (string expected", "got number 5" },
+    { "cupola.bench.median", function() cupola.bench.median { 1, "x" } end, "item 2 is a string, not a number", "got 'x'" },
+    { "cupola.bench.host_ns", function() cupola.bench.host_ns(5, 1) end, "bad argument #1 to 'host_ns' (function expected", "got number 5" },
+    { "cupola.bench.host_ns", function() cupola.bench.host_ns(print, 0.5) end, "a count of calls >= 1 expected", "got number 0.5" },
+    { "cupola.bench.host_ns", function() cupola.bench.host_ns(print, 1, { reps = 0 }) end, "option 'reps' must be an integer >= 1", "not number 0" },
+    { "cupola.bench.host_ns", function() cupola.bench.host_ns(print, 1, { stream = F.s }) end, "cupola.bench.host_ns: unknown option", "'stream'" },
+    { "cupola.bench.device_ms", function() cupola.bench.device_ms "f" end, "function expected", "got string 'f'" },
+    { "cupola.bench.device_ms", function() cupola.bench.device_ms(print, { stream = 5 }) end, "option 'stream' must be a cupola.Stream", "not number 5" },
+    { "cupola.conformance", function() cupola.conformance(5) end, "make_pool must be a function", "not number 5" },
+    { "cupola.conformance", function() cupola.conformance(F.make, { ops = "x" }) end, "option 'ops' must be an integer", "not 'x'" },
+    { "cupola.conformance", function() cupola.conformance(F.make, { bogus = 1 }) end, "cupola.conformance: unknown option", "'bogus'" },
+    { "cupola.conformance", function() cupola.conformance(F.make, { checks = { "nope" } }) end, "cupola.conformance: unknown check", "'nope'" },
+    { "cupola.help", function() cupola.help(42) end, "no topic for this number", "42" },
+    { "cupola.help", function() cupola.help "nosuch" end, "cupola.help: no topic", "'nosuch'" },
+    { "assert.is_conforming_pool", function() assert.is_conforming_pool(5) end, "a function that makes a pool expected", "got number 5" },
+    { "assert.is_conforming_pool", function() assert.is_conforming_pool(F.make, { bogus = 1 }) end, "cupola.conformance: unknown option", "'bogus'" },
+
+    { "cupola.Buffer:free", function() F.b:free(5) end, "cupola.Stream expected", "got number 5" },
+    { "cupola.Buffer:read", function() F.b:read(-1) end, "offset -1 out of range 0..64", false },
+    { "cupola.Buffer:read", function() F.b:read(0, 1000) end, "length 1000 runs past the end", false },
+    { "cupola.Buffer:read", function() F.b:read "x" end, "number expected", "got string 'x'" },
+    { "cupola.Buffer:write", function() F.b:write {} end, "string expected", "got table" },
+    { "cupola.Buffer:write", function() F.b:write("x", 1000) end, "offset 1000 out of range", false },
+    { "cupola.Buffer:memset", function() F.b:memset(300) end, "byte must be in 0..255", "got 300" },
+    { "cupola.Buffer:copy_to", function() F.b:copy_to "x" end, "cupola.Buffer expected", "got string 'x'" },
+    { "cupola.Buffer:copy_to", function() F.b:copy_to(F.small) end, "destination holds 16 bytes, source has 64", false },
+    { "cupola.Buffer:export", function() F.b.export(5) end, "cupola.Buffer expected", "got number 5" },
+    { "cupola.Buffer:close", function() F.b.close "b" end, "cupola.Buffer expected", "got string 'b'" },
+    { "cupola.Buffer.=", function() F.b.size = 5 end, "cupola.Buffer field 'size' is read-only", false },
+    { "cupola.Stream:synchronize", function() F.s.synchronize(5) end, "cupola.Stream expected", "got number 5" },
+    { "cupola.Stream:query", function() F.s.query "s" end, "cupola.Stream expected", "got string 's'" },
+    { "cupola.Stream:wait", function() F.s:wait(5) end, "cupola.Event expected", "got number 5" },
+    { "cupola.Stream:close", function() F.s.close(true) end, "cupola.Stream expected", "got boolean true" },
+    { "cupola.Stream.=", function() F.s.id = 1 end, "cupola.Stream field 'id' is read-only", false },
+    { "cupola.Event:record", function() F.e:record(5) end, "cupola.Stream expected", "got number 5" },
+    { "cupola.Event:synchronize", function() F.e.synchronize(5) end, "cupola.Event expected", "got number 5" },
+    { "cupola.Event:query", function() F.e.query "e" end, "cupola.Event expected", "got string 'e'" },
+    { "cupola.Event:elapsed", function() F.e:elapsed(5) end, "cupola.Event expected", "got number 5" },
+    { "cupola.Event:close", function() F.e.close(F.s) end, "cupola.Event expected", "got cupola.Stream" },
+    { "cupola.Event.=", function() F.e.timing = false end, "cupola.Event field 'timing' is read-only", false },
+    { "cupola.Pool:alloc", function() F.pool:alloc(-1) end, "size must not be negative", "got -1" },
+    { "cupola.Pool:alloc", function() F.pool:alloc(16, 5) end, "cupola.Stream expected", "got number 5" },
+    { "cupola.Pool:trim", function() F.pool:trim "abc" end, "malformed size", "'abc'" },
+    { "cupola.Pool:reset", function() F.pool:reset() end, "only arena pools can be reset", "this one is 'tlsf'" },
+    { "cupola.Pool:stats", function() F.pool.stats(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:close", function() F.pool.close(F.b) end, "cupola.Pool expected", "got cupola.Buffer" },
+    { "cupola.Pool:time", function() F.pool.time(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:set_time", function() F.clocked:set_time "soon" end, "number expected", "got string 'soon'" },
+    { "cupola.Pool:set_time", function() F.clocked:set_time(-1) end, "time -1.0 is before the clock's reading", false },
+    { "cupola.Pool:advance", function() F.clocked:advance(-2) end, "the seconds to advance must be finite and at least 0", "not -2.0" },
+    { "cupola.Pool:advance", function() F.pool:advance(1) end, "the pool's clock is \"wall\"", false },
+    { "cupola.Pool.=", function() F.pool.kind = "arena" end, "cupola.Pool field 'kind' is read-only", false },
+    { "cupola.Mempool:alloc", function() F.mp:alloc(-7) end, "size must not be negative", "got -7" },
+    { "cupola.Mempool:trim", function() F.mp:trim(true) end, "size (integer or string such as \"4MiB\") expected", "got boolean true" },
+    { "cupola.Mempool:stats", function() F.mp.stats(5) end, "cupola.Mempool expected", "got number 5" },
+    { "cupola.Mempool:reset_high", function() F.mp.reset_high "x" end, "cupola.Mempool expected", "got string 'x'" },
+    { "cupola.Mempool:set_access", function() F.mp:set_access(0, "x") end, "invalid option", "'x'" },
+    { "cupola.Mempool:set_access", function() F.mp:set_access(0, {}) end, "string expected", "got table" },
+    { "cupola.Mempool:access", function() F.mp:access(77) end, "bad argument #1 to 'access'", "device 77" },
+    { "cupola.Mempool:export", function() F.mp.export(5) end, "cupola.Mempool expected", "got number 5" },
+    { "cupola.Mempool:close", function() F.mp.close(5) end, "cupola.Mempool expected", "got number 5" },
+    { "cupola.Mempool.=", function() F.mp.release_threshold = "lots" end, "cupola.Mempool attribute 'release_threshold': bad size", "'lots'" },
+    { "cupola.Mempool.=", function() F.mp.nosuch = 1 end, "cupola.Mempool has no attribute", "'nosuch'" },
+    { "cupola.Trace:event", function() F.t:event(0) end, "event 0 out of range", false },
+    { "cupola.Trace:event", function() F.t:event "x" end, "number expected", "got string 'x'" },
+    { "cupola.Trace:info", function() F.t.info(5) end, "cupola.Trace expected", "got number 5" },
+    { "cupola.Trace:replay", function() F.t:replay(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Trace:replay", function() F.t:replay(F.pool, { single_stream = 1 }) end, "option 'single_stream' must be a boolean", "not number 1" },
+    { "cupola.Trace:close", function() F.t.close(5) end, "cupola.Trace expected", "got number 5" },
+    { "cupola.Trace.=", function() F.t.events = 1 end, "cupola.Trace field 'events' is read-only", false },
+    { "cupola.Module:kernel", function() F.m:kernel({}, {}) end, "string expected", "got table" },
+    { "cupola.Module:kernel", function() F.m:kernel("set", { "ptr", "int", "u64" }) end, "parameter 2: unknown type", "'int'" },
+    { "cupola.Module:close", function() F.m.close(5) end, "cupola.Module expected", "got number 5" },
+    { "cupola.Module.=", function() F.m.name = "x" end, "cupola.Module field 'name' is read-only", false },
+    { "cupola.Kernel:launch", function() F.k:launch(5) end, "launch options expected", "got number 5" },
+    { "cupola.Kernel:launch", function() F.k:launch({ grid = 0.5, block = 1 }, F.b, 1, 16) end, "option 'grid' must be an integer in 1..4294967295", "got 0.5" },
+    { "cupola.Kernel:launch", function() F.k:launch({ grid = 1, block = 1, bogus = 1 }, F.b, 1, 16) end, "unknown option", "'bogus'" },
+    { "cupola.Kernel:launch", function() F.k:launch({ grid = 1, block = 1 }, F.b, "x", 16) end, "i32: integer expected", "got string 'x'" },
+    { "cupola.Kernel:close", function() F.k.close(5) end, "cupola.Kernel expected", "got number 5" },
+    { "cupola.Kernel.=", function() F.k.name = "x" end, "cupola.Kernel field 'name' is read-only", false },
+    { "cupola.DevicePool:run", function() F.dp:run(5) end, "table expected", "got number 5" },
+    { "cupola.DevicePool:run", function() F.dp:run { threads = "x", bytes = 16 } end, "option 'threads' must be an integer", "not string 'x'" },
+    { "cupola.DevicePool:run", function() F.dp:run { threads = 1, bytes = 16, bogus = 1 } end, "unknown option", "'bogus'" },
+    { "cupola.DevicePool:reset", function() F.dp:reset(5) end, "cupola.Stream expected", "got number 5" },
+    { "cupola.DevicePool:stats", function() F.dp.stats(5) end, "cupola.DevicePool expected", "got number 5" },
+    { "cupola.DevicePool:close", function() F.dp.close "x" end, "cupola.DevicePool expected", "got string 'x'" },
+    { "cupola.DevicePool.=", function() F.dp.kind = "x" end, "cupola.DevicePool field 'kind' is read-only", false },
+  }
+
+  for _, c in ipairs(cases) do
+    local name, call, says, value = c[1], c[2], c[3], c[4]
+    it(name .. ": " .. says, function()
+      local line = debug.getinfo(call, "S").linedefined
+      local ok, err = pcall(call)
+      assert(not ok, "no error raised")
+      assert.equals("string", type(err))
+      local where = SPEC .. ":" .. line .. ": "
+      assert(err:sub(1, #where) == where, ("the message does not start with %q:\n%s"):format(where, err))
+      local msg = err:sub(#where + 1)
+      assert(msg:find(says, 1, true), ("the message does not say %q:\n%s"):format(says, err))
+      if value then assert(msg:find(value, 1, true), ("the message does not show %q:\n%s"):format(value, err)) end
+    end)
+  end
+
+  -- Entry points that take no arguments at all have no misuse to point at.
+  local no_arguments = {
+    ["cupola.backend"] = true, ["cupola.clock"] = true, ["cupola.current_device"] = true,
+    ["cupola.device_count"] = true, ["cupola.module_cache_forget"] = true,
+    ["cupola.module_cache_stats"] = true, ["cupola.nvtx.depth"] = true,
+  }
+
+  it("cuts a value at 40 characters, never inside a UTF-8 one, and escapes control bytes, in C and in Lua", function()
+    local e = ("\u{e9}"):rep(50)
+    local ok, err = pcall(cupola.pool, { kind = e })
+    assert.is_false(ok)
+    assert.matches("not '" .. ("\u{e9}"):rep(40) .. "...'", err, 1, true)
+    ok, err = pcall(cupola.timeline.write, F.t, F.path, { [e] = 1 })
+    assert.is_false(ok)
+    assert.matches("unknown option '" .. ("\u{e9}"):rep(40) .. "...'", err, 1, true)
+    ok, err = pcall(cupola.pool, { kind = ("\x80"):rep(1000) })
+    assert.is_false(ok)
+    assert.is_true(#err < 400, err)
+    ok, err = pcall(cupola.pool, { kind = "a\1b\nc\td\27" })
+    assert.matches("not 'a\\1b\\nc\\td\\27'", err, 1, true)
+    ok, err = pcall(cupola.trace.find, {})
+    assert.matches("got table)", err, 1, true)
+    ok, err = pcall(cupola.report.bytes, "a\0b\nc")
+    assert.matches("got string 'a\\0b\\nc'", err, 1, true)
+  end)
+
+  it("covers every function and method of the module, and every handle's fields", function()
+    local covered, missing = {}, {}
+    for _, c in ipairs(cases) do covered[c[1]] = true end
+    local function need(name)
+      if not covered[name] and not no_arguments[name] then missing[#missing + 1] = name end
+    end
+    local seen = {}
+    local function walk(t, prefix)
+      if seen[t] then return end
+      seen[t] = true
+      for k, v in pairs(t) do
+        if type(k) == "string" and k:sub(1, 1) ~= "_" then
+          if type(v) == "function" then need(prefix .. k)
+          elseif type(v) == "table" then walk(v, prefix .. k .. ".") end
+        end
+      end
+      local mt = getmetatable(t)
+      if mt and mt.__call then need(prefix:sub(1, -2)) end
+    end
+    walk(cupola, "cupola.")
+    local reg = debug.getregistry()
+    local handles = 0
+    for tname, mt in pairs(reg) do
+      if type(tname) == "string" and tname:match "^cupola%.%u" and type(mt) == "table" and type(mt.methods) == "table" then
+        handles = handles + 1
+        for k in pairs(mt.methods) do need(tname .. ":" .. k) end
+        need(tname .. ".=")
+      end
+    end
+    table.sort(missing)
+    assert(handles >= 9, "the handle types were not found in the registry")
+    assert(#missing == 0, "entry points without a case in this table (add one: a bad argument, and a bad option "
+      .. "where it takes options):\n  " .. table.concat(missing, "\n  "))
   end)
 end)

@@ -133,11 +133,11 @@ describe("timeline", function()
     assert.has_error(function() cupola.timeline(p, path) end,
       "bad argument #1 to 'timeline' (a Trace, a replay result, a list of them or a path expected, got cupola.Pool)")
     assert.has_error(function() cupola.timeline({ 5 }, path) end,
-      "bad argument #1 to 'timeline' (entry 1 is a number, not a replay result)")
-    assert.has_error(function() cupola.timeline(cupola.trace.find "torch_snapshot_mlp", path, { pools = { {} } }) end,
-      "cupola.timeline: option 'pools' replays a Trace: the source must be a cupola.Trace, not string")
-    assert.has_error(function() cupola.timeline("x.csv", path .. "\0.html") end,
-      "bad argument #2 to 'timeline' (path contains a NUL byte)")
+      "bad argument #1 to 'timeline' (entry 1 is a number, not a replay result, got 5)")
+    assert.error_matches(function() cupola.timeline(cupola.trace.find "torch_snapshot_mlp", path, { pools = { {} } }) end,
+      "cupola.timeline: option 'pools' replays a Trace: the source must be a cupola.Trace, not string '", 1, true)
+    assert.error_matches(function() cupola.timeline("x.csv", path .. "\0.html") end,
+      "bad argument #2 to 'timeline' (path contains a NUL byte, got '", 1, true)
   end)
 
   it("raises at the caller's line, not inside cupola's Lua files", function()

@@ -16,12 +16,14 @@
 local luassert = require "luassert"
 local say = require "say"
 local conformance = require "cupola.conformance"
+local util = require "cupola.util"
+local raise = util.raise
 
 local function conforming_pool(_, arguments)
   local make_pool, opts = arguments[1], arguments[2]
   if type(make_pool) ~= "function" then
-    error("bad argument #1 to 'is_conforming_pool' (a function that makes a pool expected, got "
-      .. type(make_pool) .. ")", 3)
+    raise("bad argument #1 to 'is_conforming_pool' (a function that makes a pool expected, got "
+      .. util.typed(make_pool) .. ")")
   end
   local report = conformance.run(make_pool, opts)
   -- The message shows the report, not the arguments.

@@ -53,6 +53,8 @@
 -- the battery reports it, with a reproducer, where one is found.
 local cupola = require "cupola"
 local K = cupola.kernels
+local util = require "cupola.util"
+local raise, shown, typed = util.raise, util.shown, util.typed
 
 local M = {}
 
@@ -602,29 +604,29 @@ local count_max = { ops = 10000000, max_live = 1000000, small = 1 << 40, large =
   shrink_runs = 10000000 }
 local function check_opts(opts)
   if type(opts) ~= "table" then
-    error("cupola.conformance: bad argument #2 (options table expected, got " .. type(opts) .. ")", 3)
+    raise("cupola.conformance: bad argument #2 (options table expected, got " .. typed(opts) .. ")")
   end
   for k, v in pairs(opts) do
     local least = count_opts[k]
     if least ~= nil then
       if math.type(v) ~= "integer" or (least and v < least) then
-        error(("cupola.conformance: option '%s' must be an integer%s, not %s"):format(
-          k, least and (" >= " .. least) or "", tostring(v)), 3)
+        raise(("cupola.conformance: option '%s' must be an integer%s, not %s"):format(
+          k, least and (" >= " .. least) or "", shown(v)))
       end
       if count_max[k] and v > count_max[k] then
-        error(("cupola.conformance: option '%s' must be at most %d, not %s"):format(
-          k, count_max[k], tostring(v)), 3)
+        raise(("cupola.conformance: option '%s' must be at most %d, not %s"):format(
+          k, count_max[k], shown(v)))
       end
     elseif k == "checks" or k == "reuse" then
       if type(v) ~= "table" then
-        error(("cupola.conformance: option '%s' must be a list, not %s"):format(k, type(v)), 3)
+        raise(("cupola.conformance: option '%s' must be a list, not %s"):format(k, typed(v)))
       end
     elseif k == "no_data" or k == "nonblocking" then
       if type(v) ~= "boolean" then
-        error(("cupola.conformance: option '%s' must be a boolean, not %s"):format(k, type(v)), 3)
+        raise(("cupola.conformance: option '%s' must be a boolean, not %s"):format(k, typed(v)))
       end
     else
-      error("cupola.conformance: unknown option '" .. tostring(k) .. "'", 3)
+      raise("cupola.conformance: unknown option " .. shown(k))
     end
   end
 end
@@ -632,7 +634,7 @@ end
 --- Runs the battery; see the header comment for make_pool and opts.
 function M.run(make_pool, opts)
   if type(make_pool) ~= "function" then
-    error("bad argument #1 to 'cupola.conformance' (make_pool must be a function, not " .. type(make_pool) .. ")", 2)
+    raise("bad argument #1 to 'cupola.conformance' (make_pool must be a function, not " .. typed(make_pool) .. ")")
   end
   opts = opts or {}
   check_opts(opts)
@@ -640,7 +642,7 @@ function M.run(make_pool, opts)
   local streams = { cupola.stream(), cupola.stream() }
   for _, name in ipairs(opts.checks or ALL) do
     local fn = checks[name]
-    if not fn then error("cupola.conformance: unknown check '" .. tostring(name) .. "'", 2) end
+    if not fn then raise("cupola.conformance: unknown check " .. shown(name)) end
     local ok, r, why = pcall(fn, make_pool, streams, opts)
     if not ok then
       local v = as_violation(r)

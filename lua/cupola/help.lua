@@ -7,6 +7,8 @@
 -- prints.  docs/API.md is the full reference; this is its summary, section
 -- by section in the same order.
 local core = require "cupola.core"
+local util = require "cupola.util"
+local raise, shown = util.raise, util.shown
 
 local help = {}
 
@@ -429,8 +431,10 @@ function help.text(topic)
   if topic == nil then return overview() end
   local t = resolve(topic)
   if not t then
-    error(string.format("cupola.help: no topic %s (topics: %s)",
-      type(topic) == "string" and "'" .. topic .. "'" or "for this " .. type(topic), topic_names()), 2)
+    raise(string.format("cupola.help: no topic %s (topics: %s)",
+      type(topic) == "string" and shown(topic) or "for this " .. type(topic)
+        .. ((type(topic) == "number" or type(topic) == "boolean") and " " .. tostring(topic) or ""),
+      topic_names()))
   end
   local head = string.format("cupola.help \"%s\" (docs/API.md has the full reference)", t.name)
   return head .. "\n" .. t.page

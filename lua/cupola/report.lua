@@ -1,12 +1,14 @@
 --- cupola.report: plain-text tables and units for experiment output.
 local report = {}
+local util = require "cupola.util"
+local typed, raise = util.typed, util.raise
 
 local units = { "B", "KiB", "MiB", "GiB", "TiB" }
 
 --- report.bytes(n) -> "4.00 MiB"
 function report.bytes(n)
   if type(n) ~= "number" then
-    error("bad argument #1 to 'cupola.report.bytes' (number expected, got " .. type(n) .. ")", 2)
+    raise("bad argument #1 to 'cupola.report.bytes' (number expected, got " .. typed(n) .. ")")
   end
   local i, v = 1, n
   while v >= 1024 and i < #units do
@@ -21,12 +23,12 @@ end
 function report.table(headers, rows)
   for i, v in ipairs { headers, rows } do
     if type(v) ~= "table" then
-      error(("bad argument #%d to 'cupola.report.table' (table expected, got %s)"):format(i, type(v)), 2)
+      raise(("bad argument #%d to 'cupola.report.table' (table expected, got %s)"):format(i, typed(v)))
     end
   end
   for r, row in ipairs(rows) do
     if type(row) ~= "table" then
-      error(("bad argument #2 to 'cupola.report.table' (row %d is a %s, not a table)"):format(r, type(row)), 2)
+      raise(("bad argument #2 to 'cupola.report.table' (row %d is a %s, not a table%s)"):format(r, type(row), util.got(row)))
     end
   end
   local widths, cells = {}, {}
@@ -72,8 +74,8 @@ local first_cols = { name = 1, kind = 2, upstream = 3 }
 
 local function as_rows(rows, fname)
   if type(rows) ~= "table" then
-    error(("bad argument #1 to '%s' (a record or a list of records expected, got %s)"):format(
-      fname or "?", type(rows)), 3)
+    raise(("bad argument #1 to '%s' (a record or a list of records expected, got %s)"):format(
+      fname or "?", typed(rows)))
   end
   if rows[1] == nil and next(rows) ~= nil then return { rows } end
   return rows
@@ -116,7 +118,7 @@ end
 -- io.open).
 local function check_path(path, fname)
   if path ~= nil and type(path) ~= "string" then
-    error(("bad argument #2 to '%s' (a file name expected, got %s)"):format(fname, type(path)), 3)
+    raise(("bad argument #2 to '%s' (a file name expected, got %s)"):format(fname, typed(path)))
   end
 end
 
@@ -124,11 +126,11 @@ end
 local function check_columns(cols, arg, fname)
   if cols == nil then return end
   if type(cols) ~= "table" then
-    error(("bad argument #%d to '%s' (a list of column names expected, got %s)"):format(arg, fname, type(cols)), 3)
+    raise(("bad argument #%d to '%s' (a list of column names expected, got %s)"):format(arg, fname, typed(cols)))
   end
   for i, c in ipairs(cols) do
     if type(c) ~= "string" then
-      error(("bad argument #%d to '%s' (column %d is a %s, not a string)"):format(arg, fname, i, type(c)), 3)
+      raise(("bad argument #%d to '%s' (column %d is a %s, not a string%s)"):format(arg, fname, i, type(c), util.got(c)))
     end
   end
 end
@@ -139,7 +141,7 @@ function report.csv(rows, path, opts)
   rows = as_rows(rows, "csv")
   check_path(path, "csv")
   if opts ~= nil and type(opts) ~= "table" then
-    error("bad argument #3 to 'csv' (options table expected, got " .. type(opts) .. ")", 2)
+    raise("bad argument #3 to 'csv' (options table expected, got " .. typed(opts) .. ")")
   end
   check_columns(opts and opts.columns, 3, "csv")
   local cols = (opts and opts.columns) or report.columns(rows)
@@ -155,7 +157,7 @@ function report.csv(rows, path, opts)
   local text = table.concat(out, "\n") .. "\n"
   if path then
     local f, err = io.open(path, "w")
-    if not f then error("cupola.report.csv: cannot write " .. path .. ": " .. tostring(err), 2) end
+    if not f then raise("cupola.report.csv: cannot write " .. path .. ": " .. tostring(err)) end
     f:write(text)
     f:close()
   end
@@ -196,11 +198,11 @@ function report.json(rows, path)
   as_rows(rows, "json")
   check_path(path, "json")
   local ok, dkjson = pcall(require, "dkjson")
-  if not ok then error("cupola.report.json needs dkjson (Debian: apt-get install lua-dkjson)", 2) end
+  if not ok then raise("cupola.report.json needs dkjson (Debian: apt-get install lua-dkjson)") end
   local text = dkjson.encode(plain(rows, 0), { indent = true }) .. "\n"
   if path then
     local f, err = io.open(path, "w")
-    if not f then error("cupola.report.json: cannot write " .. path .. ": " .. tostring(err), 2) end
+    if not f then raise("cupola.report.json: cannot write " .. path .. ": " .. tostring(err)) end
     f:write(text)
     f:close()
   end
@@ -241,6 +243,13 @@ end
 local core = require "cupola.core"
 local shown = false
 function report.progress(label, done, total, t0)
+  -- checked before the terminal test: a wrong call fails in a log too
+  if type(label) ~= "string" then raise("bad argument #1 to 'progress' (string expected, got " .. typed(label) .. ")") end
+  for i, v in ipairs { done, total, t0 } do
+    if type(v) ~= "number" then
+      raise(("bad argument #%d to 'progress' (number expected, got %s)"):format(i + 1, typed(v)))
+    end
+  end
   if not core._isatty(2) then return false end
   if done >= total then
     if shown then io.stderr:write "\r\27[K" end

@@ -14,7 +14,7 @@
 -- million events draw in a few hundred milliseconds and zooming refines.
 local core = require "cupola.core"
 local util = require "cupola.util"
-local at_caller = util.at_caller
+local at_caller, raise = util.at_caller, util.raise
 
 local timeline = {}
 
@@ -103,11 +103,11 @@ end
 
 local function panel_for_result(r, t, name)
   if type(r.recording) ~= "table" then
-    error("cupola.timeline: a replay result must come from trace.replay(t, pool, {record = true})", 3)
+    raise("cupola.timeline: a replay result must come from trace.replay(t, pool, {record = true})")
   end
   t = t or timeline.sources[r]
   if not is_trace(t) then
-    error("cupola.timeline: option 'trace' must give the replayed Trace", 3)
+    raise("cupola.timeline: option 'trace' must give the replayed Trace")
   end
   local d = core.trace.timeline_data(t, r.recording.addresses)
   return {
@@ -122,13 +122,9 @@ local function panel_for_result(r, t, name)
   }
 end
 
--- What a value is, in messages: a handle's class ("cupola.Pool"), else its
--- Lua type.
-local function what(v)
-  local mt = getmetatable(v)
-  if type(mt) == "table" and type(rawget(mt, "__name")) == "string" then return mt.__name end
-  return type(v)
-end
+-- What a value is, in messages: its type and, for a string, a number or a
+-- boolean, the value ("string 'x'"); a handle's class ("cupola.Pool").
+local what = util.typed
 
 -- A test: v is a table whose values are all of Lua type t.
 local function list_of(t)
@@ -162,15 +158,15 @@ local option_checks = {
 local function check_options(opts)
   for k, v in pairs(opts) do
     local c = option_checks[k]
-    if not c then error("cupola.timeline: unknown option '" .. tostring(k) .. "'", 3) end
+    if not c then raise("cupola.timeline: unknown option " .. util.shown(k)) end
     if not c[1](v) then
       local got = type(v) == "number" and math.type(v) == "integer" and ("integer " .. v) or what(v)
       if c.list and type(v) == "table" then
         for _, x in pairs(v) do
-          if not c[1]({ x }) then got = "a table holding a " .. what(x) break end
+          if not c[1]({ x }) then got = "a table holding a " .. util.typename(x) .. util.got(x) break end
         end
       end
-      error(("cupola.timeline: option '%s' must be %s, not %s"):format(k, c[2], got), 3)
+      raise(("cupola.timeline: option '%s' must be %s, not %s"):format(k, c[2], got))
     end
   end
 end
@@ -179,16 +175,18 @@ end
 --- timeline.write(src, path, opts) -> path, {panels=, events=, blocks=, bytes=}
 function timeline.write(src, path, opts)
   opts = opts or {}
-  if type(opts) ~= "table" then error("bad argument #3 to 'timeline' (table expected, got " .. what(opts) .. ")", 2) end
+  if type(opts) ~= "table" then raise("bad argument #3 to 'timeline' (table expected, got " .. what(opts) .. ")") end
   check_options(opts)
-  if type(path) ~= "string" then error("bad argument #2 to 'timeline' (path expected, got " .. what(path) .. ")", 2) end
-  if path:find("\0", 1, true) then error("bad argument #2 to 'timeline' (path contains a NUL byte)", 2) end
+  if type(path) ~= "string" then raise("bad argument #2 to 'timeline' (path expected, got " .. what(path) .. ")") end
+  if path:find("\0", 1, true) then
+    raise("bad argument #2 to 'timeline' (path contains a NUL byte, got " .. util.shown(path) .. ")")
+  end
   -- a closed Trace used to fail inside (attempt to index a nil value)
   if is_trace(src) and src.path == nil then
-    error("bad argument #1 to 'timeline' (attempt to use a closed cupola.Trace)", 2)
+    raise("bad argument #1 to 'timeline' (attempt to use a closed cupola.Trace)")
   end
   if opts.pools and not is_trace(src) then
-    error("cupola.timeline: option 'pools' replays a Trace: the source must be a cupola.Trace, not " .. what(src), 2)
+    raise("cupola.timeline: option 'pools' replays a Trace: the source must be a cupola.Trace, not " .. what(src))
   end
   local panels = {}
   local names = opts.names or {}
@@ -218,13 +216,13 @@ function timeline.write(src, path, opts)
   elseif type(src) == "table" and src[1] then
     for i, r in ipairs(src) do
       if type(r) ~= "table" then
-        error(("bad argument #1 to 'timeline' (entry %d is a %s, not a replay result)"):format(i, what(r)), 2)
+        raise(("bad argument #1 to 'timeline' (entry %d is a %s, not a replay result%s)"):format(i, util.typename(r), util.got(r)))
       end
       panels[i] = panel_for_result(r, opts.trace, names[i])
     end
   else
-    error("bad argument #1 to 'timeline' (a Trace, a replay result, a list of them or a "
-      .. "path expected, got " .. what(src) .. ")", 2)
+    raise("bad argument #1 to 'timeline' (a Trace, a replay result, a list of them or a "
+      .. "path expected, got " .. what(src) .. ")")
   end
 
   local title = opts.title
@@ -276,7 +274,7 @@ function timeline.write(src, path, opts)
   w(table.concat(out))
   w(";\n" .. timeline.script .. "</script>\n</body></html>\n")
   local f, err = io.open(path, "wb")
-  if not f then error("cupola.timeline: cannot write " .. path .. ": " .. tostring(err), 2) end
+  if not f then raise("cupola.timeline: cannot write " .. path .. ": " .. tostring(err)) end
   local body = table.concat(html)
   f:write(body)
   f:close()

@@ -2,7 +2,7 @@
 -- Parsing and replay run in C; this adds the comparison helper.
 local core = require "cupola.core"
 local util = require "cupola.util"
-local at_caller = util.at_caller
+local at_caller, raise, typed = util.at_caller, util.raise, util.typed
 
 local trace = {}
 
@@ -13,11 +13,13 @@ local trace = {}
 -- trace.find.  trace.load(trace.find "typo") raises find's own message
 -- (the nil, message pair it returned), not one about a nil path.
 function trace.load(path, ...)
-  if path == nil and type((...)) == "string" then error((...), 2) end
+  if path == nil and type((...)) == "string" then raise((...)) end
   if type(path) ~= "string" then
-    error(("bad argument #1 to 'load' (string expected, got %s: a path, or the name of a trace cupola ships)"):format(type(path)), 2)
+    raise(("bad argument #1 to 'load' (string expected, got %s: a path, or the name of a trace cupola ships)"):format(typed(path)))
   end
-  if path:find("\0", 1, true) then error("bad argument #1 to 'load' (path contains a NUL byte)", 2) end
+  if path:find("\0", 1, true) then
+    raise("bad argument #1 to 'load' (path contains a NUL byte, got " .. util.shown(path) .. ")")
+  end
   if not path:find "[/\\]" then
     local f = io.open(path, "rb")
     if f then
@@ -25,14 +27,12 @@ function trace.load(path, ...)
     else
       local found, why = trace.find(path)
       if not found then
-        error(("cannot open '%s' (no such file), and %s"):format(path, why), 2)
+        raise(("cannot open %s (no such file), and %s"):format(util.shown(path), why))
       end
       path = found
     end
   end
-  -- not a tail call: at_caller raises at its caller's caller, this frame's
-  local t = at_caller(core.trace.load, path, ...)
-  return t
+  return at_caller(core.trace.load, path, ...)
 end
 
 --- trace.replay(t, pool, {single_stream=, repeat=, synchronize=, record=, progress=, clock=}) ->
@@ -57,7 +57,7 @@ local here = (debug.getinfo(1, "S").source:match "^@(.*)[/\\][^/\\]*$") or "."
 -- tree's examples/traces; nil, message if absent.
 function trace.find(name)
   -- a number used to fail inside (attempt to index a number value)
-  if type(name) ~= "string" then error("bad argument #1 to 'find' (string expected, got " .. type(name) .. ")", 2) end
+  if type(name) ~= "string" then raise("bad argument #1 to 'find' (string expected, got " .. typed(name) .. ")") end
   local names = { name }
   if not name:find "%." then names = { name .. ".csv.gz", name .. ".csv", name .. ".pickle" } end
   local dirs = {}
@@ -86,11 +86,11 @@ end
 function trace.compare(t, configs, opts)
   -- wrong types used to fail inside (attempt to index a number value)
   if type(configs) ~= "table" then
-    error("bad argument #2 to 'compare' (a list of pool configurations expected, got " .. type(configs) .. ")", 2)
+    raise("bad argument #2 to 'compare' (a list of pool configurations expected, got " .. typed(configs) .. ")")
   end
   for i, cfg in ipairs(configs) do
     if type(cfg) ~= "table" then
-      error(("bad argument #2 to 'compare' (configuration %d is a %s, not a table)"):format(i, type(cfg)), 2)
+      raise(("bad argument #2 to 'compare' (configuration %d is a %s, not a table%s)"):format(i, type(cfg), util.got(cfg)))
     end
   end
   local rows = {}

@@ -1,20 +1,95 @@
 --- cupola.util: small pieces the Lua modules share (not part of the API).
 local util = {}
 
--- The directory of cupola's Lua files, as error positions name it.
+-- The directory of cupola's Lua files: as error positions name it (short_src),
+-- and as stack frames give it (source, never shortened).
 local dir = debug.getinfo(1, "S").short_src:match "^(.*[/\\])" or ""
+local source_dir = debug.getinfo(1, "S").source:match "^(@.*[/\\])"
 
---- util.at_caller(f, ...): calls f(...) and returns its result; its error,
--- if any, is raised at the caller of the function that called at_caller
--- (level 3 from here), without a position inside cupola's Lua files, so
--- that a message points at the user's line.
-function util.at_caller(f, ...)
-  local ok, r = pcall(f, ...)
-  if ok then return r end
-  if type(r) == "string" and dir ~= "" and r:sub(1, #dir) == dir then
-    r = r:gsub("^[^\n]-:%d+: ", "", 1)
+-- Whether a stack frame is cupola's own, which an error must not point at:
+-- a C function (cupola.core, or pcall between), Lua code in cupola's files,
+-- or luassert's (cupola.busted's assertions run inside it).
+local function internal(info)
+  if info.what == "C" then return true end
+  local src = info.source
+  return (source_dir and src:sub(1, #source_dir) == source_dir) or src:find("/luassert/", 1, true) ~= nil
+end
+
+--- util.raise(msg): raises msg at the first function on the stack outside
+-- cupola (the user's line that called into cupola, however many of
+-- cupola's own functions lie between), as luaL_error does for a C
+-- function.  With no such function, msg goes without a position.
+function util.raise(msg)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info then level = 0 break end
+    if not internal(info) then break end
+    level = level + 1
   end
-  error(r, 3)
+  error(msg, level)
+end
+
+--- util.at_caller(f, ...): calls f(...) (a function of cupola.core) and
+-- returns its results; its error, if any, is raised with util.raise, its
+-- position inside cupola's Lua files (where the core was called from)
+-- taken off, so that the message points at the user's line.
+function util.at_caller(f, ...)
+  local r = table.pack(pcall(f, ...))
+  if r[1] then return table.unpack(r, 2, r.n) end
+  local e = r[2]
+  if type(e) == "string" and dir ~= "" and e:sub(1, #dir) == dir then
+    e = e:gsub("^[^\n]-:%d+: ", "", 1)
+  end
+  if type(e) ~= "string" then error(e, 0) end
+  util.raise(e)
+end
+
+-- A string in a message shows at most this many characters (as in C).
+local SHOWN_MAX = 40
+
+--- util.shown(v) -> v as cupola's messages show a value (the C side's
+-- l_pushshown): a string quoted and cut to 40 characters ("..." after),
+-- control bytes escaped; numbers and booleans as Lua writes them; nil;
+-- anything else by its type, a handle by its __name ("cupola.Pool").
+function util.shown(v)
+  local t = type(v)
+  if t == "string" then
+    -- characters, not bytes, where v is UTF-8: a cut never splits one
+    local cut = (utf8.len(v) and utf8.offset(v, SHOWN_MAX + 1) or SHOWN_MAX + 1) - 1
+    local s = v:sub(1, cut):gsub("[%c]", function(c)
+      if c == "\n" then return "\\n" elseif c == "\t" then return "\\t" end
+      return "\\" .. c:byte()
+    end)
+    return "'" .. s .. (#v > cut and "..." or "") .. "'"
+  elseif t == "number" or t == "boolean" or t == "nil" then
+    return tostring(v)
+  end
+  return util.typename(v)
+end
+
+--- util.typename(v) -> a handle's __name ("cupola.Pool"), else its Lua type.
+function util.typename(v)
+  local mt = getmetatable(v)
+  if type(mt) == "table" and type(rawget(mt, "__name")) == "string" then return mt.__name end
+  return type(v)
+end
+
+--- util.typed(v) -> "string 'x'", "number 5", "boolean true"; anything
+-- else as util.shown ("nil", "table", "cupola.Stream").
+function util.typed(v)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" then return t .. " " .. util.shown(v) end
+  return util.shown(v)
+end
+
+--- util.got(v) -> for messages that named the type already ("row 2 is a
+-- number, not a table"): ", got 5" to put after them, "" for a value that
+-- is no more than its type (a table, a function, a handle).
+function util.got(v)
+  local t = type(v)
+  if t == "string" or t == "number" or t == "boolean" then return ", got " .. util.shown(v) end
+  return ""
 end
 
 --- util.pool_config(cfg): a copy of a pool configuration without `name`,

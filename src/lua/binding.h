@@ -221,6 +221,41 @@ static inline l_stream *l_testudstream(lua_State *L, int arg)
 
 /* --- helpers (util.c) --- */
 
+/* Values in messages.  Every misuse error names the value it got, cut to a
+ * readable length, so that a message alone says what went wrong:
+ *  - l_pushshown pushes the value as a message shows it and returns it:
+ *    'text' (quoted, at most 40 characters then "...", control bytes
+ *    escaped), 12, 1.5, true, nil, "no value", or for anything else its
+ *    type ("table", "function", a handle's __name such as cupola.Buffer);
+ *  - l_pushtyped the same after the type where the value says more than
+ *    the type: "string 'high'", "number 1.5", "boolean true", else as
+ *    l_pushshown ("table", "cupola.Stream");
+ *  - l_pushgot for messages that named the type already ("item 2 is a
+ *    number, not a string"): ", got 5" after them, "" for a value that is
+ *    no more than its type (a table, a handle);
+ *  - l_pushcut pushes s (len bytes) cut and escaped, unquoted. */
+const char *l_pushshown(lua_State *L, int idx);
+const char *l_pushtyped(lua_State *L, int idx);
+const char *l_pushgot(lua_State *L, int idx);
+void l_pushcut(lua_State *L, const char *s, size_t len);
+/* lauxlib's argument checks, whose messages give only the type, with the
+ * value: "bad argument #2 to 'f' (number expected, got string 'abc')".
+ * They accept what lauxlib's accept (numeric strings as numbers, numbers
+ * as strings). */
+int l_typeerror(lua_State *L, int arg, const char *tname);
+lua_Integer l_checkinteger(lua_State *L, int arg);
+lua_Integer l_optinteger(lua_State *L, int arg, lua_Integer def);
+lua_Number l_checknumber(lua_State *L, int arg);
+const char *l_checklstring(lua_State *L, int arg, size_t *len);
+#define l_checkstring(L, arg) l_checklstring(L, arg, NULL)
+const char *l_optlstring(lua_State *L, int arg, const char *def, size_t *len);
+#define l_optstring(L, arg, def) l_optlstring(L, arg, def, NULL)
+void l_checktable(lua_State *L, int arg);
+void *l_checkudata(lua_State *L, int arg, const char *tname);
+/* Raises the message on top of the stack with the caller's file:line in
+ * front, as luaL_error does (lua_error alone gives no position). */
+int l_error_here(lua_State *L);
+
 /* Raises a Lua error with the core's message for st (never returns). */
 int l_fail(lua_State *L, cp_status st);
 /* Raises unless st is CP_OK. */

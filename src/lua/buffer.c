@@ -307,7 +307,7 @@ static cp_stream *opstream(lua_State *L, l_buffer *b, int arg)
 
 static size_t checkoffset(lua_State *L, int arg, size_t limit)
 {
-    lua_Integer off = luaL_optinteger(L, arg, 0);
+    lua_Integer off = l_optinteger(L, arg, 0);
     if (off < 0 || (uint64_t)off > (uint64_t)limit)
         luaL_argerror(L, arg, lua_pushfstring(L, "offset %I out of range 0..%I", off,
                                               (lua_Integer)limit));
@@ -320,7 +320,7 @@ static int buffer_read(lua_State *L)
 {
     l_buffer *b = l_checkbuffer(L, 1);
     size_t off = checkoffset(L, 2, b->size);
-    lua_Integer len = luaL_optinteger(L, 3, (lua_Integer)(b->size - off));
+    lua_Integer len = l_optinteger(L, 3, (lua_Integer)(b->size - off));
     cp_stream *s = opstream(L, b, 4);
     luaL_Buffer out;
     char *dst;
@@ -344,7 +344,7 @@ static int buffer_write(lua_State *L)
 {
     l_buffer *b = l_checkbuffer(L, 1);
     size_t n;
-    const char *src = luaL_checklstring(L, 2, &n);
+    const char *src = l_checklstring(L, 2, &n);
     size_t off = checkoffset(L, 3, b->size);
     cp_stream *s = opstream(L, b, 4);
 
@@ -364,10 +364,11 @@ static int buffer_write(lua_State *L)
 static int buffer_memset(lua_State *L)
 {
     l_buffer *b = l_checkbuffer(L, 1);
-    lua_Integer v = luaL_checkinteger(L, 2);
+    lua_Integer v = l_checkinteger(L, 2);
     cp_stream *s = opstream(L, b, 3);
     l_checkmemory(L, b, 1);
-    luaL_argcheck(L, v >= 0 && v <= 255, 2, "byte must be in 0..255");
+    if (v < 0 || v > 255)
+        luaL_argerror(L, 2, lua_pushfstring(L, "byte must be in 0..255, got %I", (LUAI_UACINT)v));
     l_check(L, cp_be->memset_async(b->ptr, (int)v, b->size, s));
     lua_settop(L, 1);
     return 1;
@@ -400,7 +401,7 @@ static int buffer_index(lua_State *L)
     if (l_index_method(L))
         return 1;
     b = l_udbuffer(L, 1);
-    k = luaL_checkstring(L, 2);
+    k = l_checkstring(L, 2);
     if (strcmp(k, "size") == 0)
         lua_pushinteger(L, (lua_Integer)b->size);
     else if (strcmp(k, "address") == 0)
@@ -445,7 +446,7 @@ static int l_malloc(lua_State *L)
     size_t n = l_checksize(L, 1);
     void *p = NULL;
     int nret, dev;
-    luaL_argcheck(L, n > 0, 1, "size must be at least 1 byte");
+    luaL_argcheck(L, n > 0, 1, "size must be at least 1 byte, got 0");
     l_checkoptions(L, 2, "cupola.malloc", opts);
     dev = l_optdevice_field(L, 2, "cupola.malloc");
     l_newbuffer(L);

@@ -13,7 +13,7 @@
 
 int l_checkdevice(lua_State *L, int arg)
 {
-    lua_Integer i = luaL_checkinteger(L, arg);
+    lua_Integer i = l_checkinteger(L, arg);
     int n = cp_be->device_count();
     if (i < 0 || i >= n)
         luaL_argerror(L, arg,
@@ -39,8 +39,7 @@ int l_optdevice_field(lua_State *L, int idx, const char *fname)
     }
     i = lua_tointegerx(L, -1, &isnum);
     if (!isnum)
-        luaL_error(L, "%s: option 'device' must be an integer, not %s", fname,
-                   luaL_typename(L, -1));
+        luaL_error(L, "%s: option 'device' must be an integer, not %s", fname, l_pushtyped(L, -1));
     if (i < 0 || i >= n)
         luaL_error(L, "%s: option 'device' is %I, but devices are 0..%d", fname, i, n - 1);
     lua_pop(L, 1);
@@ -76,7 +75,8 @@ static int l_can_access_peer(lua_State *L)
 static int l_enable_peer_access(lua_State *L)
 {
     int i = l_checkdevice(L, 1), j = l_checkdevice(L, 2);
-    luaL_argcheck(L, i != j, 2, "a device cannot enable peer access to itself");
+    if (i == j)
+        luaL_argerror(L, 2, lua_pushfstring(L, "a device cannot enable peer access to itself, got %d twice", i));
     l_check(L, cp_be->enable_peer_access(i, j));
     return 0;
 }

@@ -27,7 +27,7 @@ typedef struct l_devpool {
 
 static l_devpool *todevpool(lua_State *L, int arg)
 {
-    l_devpool *d = (l_devpool *)luaL_checkudata(L, arg, L_DEVPOOL);
+    l_devpool *d = (l_devpool *)l_checkudata(L, arg, L_DEVPOOL);
     if (!d->p)
         luaL_error(L, "attempt to use a closed " L_DEVPOOL);
     return d;
@@ -51,7 +51,7 @@ static int devpool_new(lua_State *L)
     cp_devpool *p = NULL;
     cp_status st;
 
-    luaL_checktype(L, 1, LUA_TTABLE);
+    l_checktable(L, 1);
     l_checkoptions(L, 1, "cupola.device_pool", opts);
     kname = l_optstring_field(L, 1, "kind", NULL);
     if (!kname) {
@@ -72,14 +72,15 @@ static int devpool_new(lua_State *L)
         cap = lua_tointegerx(L, -1, &isint);
         if (!isint || cap <= 0)
             return luaL_error(L, "cupola.device_pool: option 'capacity' must be a positive "
-                                 "integer number of bytes, not %s", luaL_tolstring(L, -1, NULL));
+                                 "integer number of bytes, not %s", l_pushshown(L, -1));
     } else if (lua_type(L, -1) == LUA_TSTRING) {
         cap = (lua_Integer)l_optsize_field(L, 1, "capacity", 0);
         if (cap <= 0)
-            return luaL_error(L, "cupola.device_pool: option 'capacity' must be positive");
+            return luaL_error(L, "cupola.device_pool: option 'capacity' must be positive, got %s",
+                              l_pushshown(L, -1));
     } else {
         return luaL_error(L, "cupola.device_pool: option 'capacity' is required (bytes), got %s",
-                          luaL_typename(L, -1));
+                          l_pushtyped(L, -1));
     }
     lua_pop(L, 1);
     check_supported(L);
@@ -99,7 +100,7 @@ static int devpool_new(lua_State *L)
 
 static int devpool_close(lua_State *L)
 {
-    l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
+    l_devpool *d = (l_devpool *)l_checkudata(L, 1, L_DEVPOOL);
     if (d->p) {
         cp_devpool *p = d->p;
         d->p = NULL;
@@ -135,7 +136,7 @@ static uint64_t positive_field(lua_State *L, int idx, const char *fn, const char
         v = lua_tointegerx(L, -1, &isint);
         if (!isint)
             luaL_error(L, "%s: option '%s' must be an integer, not %s", fn, key,
-                       luaL_tolstring(L, -1, NULL));
+                       l_pushtyped(L, -1));
     } else {
         v = lua_tointeger(L, -1);
     }
@@ -153,7 +154,7 @@ static cp_event *event_field(lua_State *L, int idx, const char *fn, const char *
         l_event *ev = (l_event *)luaL_testudata(L, -1, L_EVENT);
         if (!ev)
             luaL_error(L, "%s: option '%s' must be a " L_EVENT ", not %s", fn, key,
-                       luaL_typename(L, -1));
+                       l_pushtyped(L, -1));
         if (!ev->e)
             luaL_error(L, "%s: option '%s': attempt to use a closed " L_EVENT, fn, key);
         e = ev->e;
@@ -187,7 +188,7 @@ static void parse_run(lua_State *L, int idx, const char *fn, run_req *q, int con
     uint64_t mn, mx;
 
     idx = lua_absindex(L, idx);
-    luaL_checktype(L, idx, LUA_TTABLE);
+    l_checktable(L, idx);
     l_checkoptions(L, idx, fn, concurrent ? opts_c : opts);
     memset(a, 0, sizeof *a);
     a->threads = positive_field(L, idx, fn, "threads", 0, 1);
@@ -295,10 +296,10 @@ static int run_concurrent(lua_State *L)
     cp_status st = CP_OK;
     lua_Integer launched = 0;
 
-    luaL_checktype(L, 1, LUA_TTABLE);
+    l_checktable(L, 1);
     n = (lua_Integer)lua_rawlen(L, 1);
     if (n < 1)
-        return luaL_error(L, "%s: expects a list of runs", fn);
+        return luaL_error(L, "%s: expects a list of runs, got a table of length 0", fn);
     if (n > 64)
         return luaL_error(L, "%s: at most 64 runs at once, got %I", fn, (LUAI_UACINT)n);
     qs = (run_req *)lua_newuserdatauv(L, (size_t)n * sizeof *qs, 0);
@@ -306,11 +307,12 @@ static int run_concurrent(lua_State *L)
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, i);
         if (!lua_istable(L, -1))
-            return luaL_error(L, "%s: run #%I must be a table", fn, (LUAI_UACINT)i);
+            return luaL_error(L, "%s: run #%I must be a table, not %s", fn, (LUAI_UACINT)i,
+                              l_pushtyped(L, -1));
         lua_getfield(L, -1, "pool");
         if (!luaL_testudata(L, -1, L_DEVPOOL))
-            return luaL_error(L, "%s: run #%I: option 'pool' must be a " L_DEVPOOL, fn,
-                              (LUAI_UACINT)i);
+            return luaL_error(L, "%s: run #%I: option 'pool' must be a " L_DEVPOOL ", not %s", fn,
+                              (LUAI_UACINT)i, l_pushtyped(L, -1));
         qs[i - 1].d = todevpool(L, -1);
         lua_pop(L, 1);
         parse_run(L, -1, fn, &qs[i - 1], 1);
@@ -388,8 +390,8 @@ static int devpool_stats(lua_State *L)
 /* dp.kind, dp.capacity, dp.closed; methods. */
 static int devpool_index(lua_State *L)
 {
-    l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
-    const char *k = luaL_checkstring(L, 2);
+    l_devpool *d = (l_devpool *)l_checkudata(L, 1, L_DEVPOOL);
+    const char *k = l_checkstring(L, 2);
     if (strcmp(k, "kind") == 0)
         lua_pushstring(L, cp_dp_kind_name(d->kind));
     else if (strcmp(k, "capacity") == 0)
@@ -403,7 +405,7 @@ static int devpool_index(lua_State *L)
 
 static int devpool_tostring(lua_State *L)
 {
-    l_devpool *d = (l_devpool *)luaL_checkudata(L, 1, L_DEVPOOL);
+    l_devpool *d = (l_devpool *)l_checkudata(L, 1, L_DEVPOOL);
     lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p ? "" : "closed, ", cp_dp_kind_name(d->kind),
                     (LUAI_UACINT)d->capacity);
     return 1;

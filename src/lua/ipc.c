@@ -100,10 +100,11 @@ static void push_token(lua_State *L, const char *kind, int device, lua_Integer s
     luaL_pushresult(&b);
 }
 
-/* Raises "bad argument #arg to 'fname' (what)". */
+/* Raises "bad argument #arg to 'fname' (what, got 'cupola-ipc/1;...')":
+ * the export string, cut, says which one it was. */
 static int bad(lua_State *L, int arg, const char *what)
 {
-    return luaL_argerror(L, arg, what);
+    return luaL_argerror(L, arg, lua_pushfstring(L, "%s, got %s", what, l_pushshown(L, arg)));
 }
 
 static int field_str(const char *v, size_t n, char *out, size_t cap)
@@ -131,7 +132,7 @@ static int field_int(const char *v, size_t n, long long *out)
 static void parse(lua_State *L, int arg, const char *want, token *t)
 {
     size_t len;
-    const char *s = luaL_checklstring(L, arg, &len), *p, *end = s + len;
+    const char *s = l_checklstring(L, arg, &len), *p, *end = s + len;
     unsigned seen = 0;
     long long v = 0;
     char *e;
@@ -259,7 +260,7 @@ static int receive_fd(lua_State *L, int arg, const token *t)
 
 static l_mempoolref *checkmempool(lua_State *L, int arg)
 {
-    l_mempool *m = (l_mempool *)luaL_checkudata(L, arg, L_MEMPOOL);
+    l_mempool *m = (l_mempool *)l_checkudata(L, arg, L_MEMPOOL);
     if (!m->ref)
         luaL_error(L, "attempt to use a closed " L_MEMPOOL);
     return m->ref;

@@ -43,7 +43,7 @@ static lua_Integer optinteger(lua_State *L, const char *key, lua_Integer lo, lua
     int isint;
     lua_Integer v = lua_tointegerx(L, -1, &isint);
     if (!isint)
-        luaL_error(L, "option '%s' must be an integer, not %s", key, luaL_typename(L, -1));
+        luaL_error(L, "option '%s' must be an integer, not %s", key, l_pushtyped(L, -1));
     if (v < lo || v > hi)
         luaL_error(L, "option '%s' must be in 1..%I (or absent), not %I", key, hi, v);
     return v;
@@ -62,14 +62,14 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
     if (lua_type(L, idx) != LUA_TTABLE) {
         if (lua_isnoneornil(L, idx))
             return;
-        luaL_checktype(L, idx, LUA_TTABLE); /* raises */
+        l_checktable(L, idx); /* raises */
     }
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
         const char *k;
         unsigned which = 0;
         if (lua_type(L, -2) != LUA_TSTRING)
-            luaL_error(L, "%s: option names must be strings, not %s", fname, luaL_typename(L, -2));
+            luaL_error(L, "%s: option names must be strings, not %s", fname, l_pushtyped(L, -2));
         k = lua_tostring(L, -2);
         switch (k[0]) {
         case 't': which = strcmp(k, "type") == 0 ? O_TYPE : 0; break;
@@ -79,25 +79,26 @@ static void kparse(lua_State *L, int idx, const char *fname, unsigned allowed, l
         default: break;
         }
         if (!(which & allowed))
-            luaL_error(L, "%s: unknown option '%s'", fname, k);
+            luaL_error(L, "%s: unknown option %s", fname, l_pushshown(L, -2));
         switch (which) {
         case O_TYPE: {
             const char *t;
             int i;
             if (lua_type(L, -1) != LUA_TSTRING)
-                luaL_error(L, "option 'type' must be a string, not %s", luaL_typename(L, -1));
+                luaL_error(L, "option 'type' must be a string, not %s", l_pushtyped(L, -1));
             t = lua_tostring(L, -1);
             for (i = 0; dtype_names[i] && strcmp(t, dtype_names[i]) != 0; i++) {
             }
             if (!dtype_names[i])
-                luaL_error(L, "option 'type' must be one of f32, f64, i32, u32, u8, not '%s'", t);
+                luaL_error(L, "option 'type' must be one of f32, f64, i32, u32, u8, not %s",
+                           l_pushshown(L, -1));
             o->t = (cp_dtype)i;
             break;
         }
         case O_STREAM: {
             l_stream *st = l_testudstream(L, -1);
             if (!st)
-                luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, -1));
+                luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", l_pushtyped(L, -1));
             if (!st->ref)
                 luaL_error(L, "attempt to use a closed " L_STREAM);
             o->s = b ? l_devstream(st->ref->s, b->device) : st->ref->s;
@@ -120,7 +121,7 @@ static int k_fill(lua_State *L)
     lua_Number d;
 
     l_checkmemory(L, b, 1);
-    d = luaL_checknumber(L, 2);
+    d = l_checknumber(L, 2);
     kparse(L, 3, "cupola.kernels.fill", O_TYPE | O_STREAM | O_GRID | O_BLOCK, b, &o);
     t = o.t;
     if (t == CP_F32 || t == CP_F64) {
@@ -128,13 +129,17 @@ static int k_fill(lua_State *L)
     } else {
         int isint;
         lua_Integer n = lua_tointegerx(L, 2, &isint);
-        luaL_argcheck(L, isint, 2, "an integer type needs an integer value");
-        if (t == CP_U8)
-            luaL_argcheck(L, n >= 0 && n <= 255, 2, "u8 value must be in 0..255");
-        else if (t == CP_U32)
-            luaL_argcheck(L, n >= 0 && n <= 4294967295LL, 2, "u32 value must be in 0..4294967295");
-        else
-            luaL_argcheck(L, n >= -2147483648LL && n <= 2147483647LL, 2, "i32 value out of range");
+        const char *bad = NULL;
+        if (!isint)
+            bad = "an integer type needs an integer value";
+        else if (t == CP_U8 && (n < 0 || n > 255))
+            bad = "u8 value must be in 0..255";
+        else if (t == CP_U32 && (n < 0 || n > 4294967295LL))
+            bad = "u32 value must be in 0..4294967295";
+        else if (t == CP_I32 && (n < -2147483648LL || n > 2147483647LL))
+            bad = "i32 value out of range";
+        if (bad)
+            luaL_argerror(L, 2, lua_pushfstring(L, "%s, got %s", bad, l_pushshown(L, 2)));
         v.i = (int64_t)n;
     }
     kpush("launch fill");
@@ -181,9 +186,10 @@ static int k_checksum(lua_State *L)
 /* kernels.spin(microseconds, {stream=}): keeps a stream busy. */
 static int k_spin(lua_State *L)
 {
-    lua_Integer us = luaL_checkinteger(L, 1);
+    lua_Integer us = l_checkinteger(L, 1);
     kopts o;
-    luaL_argcheck(L, us >= 0 && us <= 60 * 1000 * 1000, 1, "microseconds must be in 0..60000000");
+    if (us < 0 || us > 60 * 1000 * 1000)
+        luaL_argerror(L, 1, lua_pushfstring(L, "microseconds must be in 0..60000000, got %I", (LUAI_UACINT)us));
     kparse(L, 2, "cupola.kernels.spin", O_STREAM, NULL, &o);
     kpush("launch spin");
     l_check(L, kpop(cp_be->k_spin((uint64_t)us, o.s)));
@@ -195,7 +201,7 @@ static int k_spin(lua_State *L)
 static int k_pattern(lua_State *L)
 {
     l_buffer *b = l_checkbuffer(L, 1);
-    lua_Integer seed = luaL_checkinteger(L, 2);
+    lua_Integer seed = l_checkinteger(L, 2);
     kopts o;
     l_checkmemory(L, b, 1);
     kparse(L, 3, "cupola.kernels.pattern", O_STREAM, b, &o);
@@ -208,7 +214,7 @@ static int k_pattern(lua_State *L)
 static int k_verify(lua_State *L)
 {
     l_buffer *b = l_checkbuffer(L, 1);
-    lua_Integer seed = luaL_checkinteger(L, 2);
+    lua_Integer seed = l_checkinteger(L, 2);
     uint64_t bad = 0;
     kopts o;
     l_checkmemory(L, b, 1);

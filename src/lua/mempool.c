@@ -66,7 +66,7 @@ static void set_attr(lua_State *L, l_mempool *m, int i, int validx, const char *
     uint64_t v;
     if (attrs[i].boolean) {
         if (!lua_isboolean(L, validx))
-            luaL_error(L, "%s must be a boolean, not %s", what, luaL_typename(L, validx));
+            luaL_error(L, "%s must be a boolean, not %s", what, l_pushtyped(L, validx));
         v = (uint64_t)lua_toboolean(L, validx);
     } else {
         v = (uint64_t)l_checksize_named(L, validx, what);
@@ -83,8 +83,9 @@ static int checkchoice(lua_State *L, const char *key, const char *def, const cha
     for (i = 0; list[i]; i++)
         if (strcmp(v, list[i]) == 0)
             return i;
-    return luaL_error(L, "cupola.mempool: invalid option '%s' for '%s' (one of %s, %s)", v, key,
-                      list[0], list[1]);
+    l_pushcut(L, v, strlen(v));
+    return luaL_error(L, "cupola.mempool: invalid option '%s' for '%s' (one of %s, %s)",
+                      lua_tostring(L, -1), key, list[0], list[1]);
 }
 
 /* The registry slots of each device's default and current pools: light
@@ -122,7 +123,7 @@ static int mempool_new(lua_State *L)
     size_t i;
 
     if (lua_istable(L, 1) == 0 && !lua_isnoneornil(L, 1))
-        luaL_typeerror(L, 1, "table of options");
+        l_typeerror(L, 1, "table of options");
     if (lua_isnoneornil(L, 1)) {
         lua_settop(L, 0);
         lua_newtable(L);
@@ -226,7 +227,7 @@ static int alloc_into(lua_State *L, l_mempool *m, int midx, size_t n, int sarg, 
     void *p = NULL;
     int nret;
 
-    luaL_argcheck(L, n > 0, midx == 1 ? 2 : 1, "size must be at least 1 byte");
+    luaL_argcheck(L, n > 0, midx == 1 ? 2 : 1, "size must be at least 1 byte, got 0");
     if (m->ref->imported)
         return luaL_error(L, L_MEMPOOL ":alloc: an imported pool cannot allocate (import the "
                              "exporter's buffers with cupola.buffer.import)");
@@ -370,7 +371,7 @@ static int mempool_tbc(lua_State *L)
 static int mempool_index(lua_State *L)
 {
     l_mempool *m = l_udmempool(L, 1);
-    const char *k = luaL_checkstring(L, 2);
+    const char *k = l_checkstring(L, 2);
     int i;
     if (l_getmethod(L, 1, k))
         return 1;
@@ -401,7 +402,7 @@ static int mempool_index(lua_State *L)
 static int mempool_newindex(lua_State *L)
 {
     l_mempool *m = tomempool(L, 1);
-    const char *k = luaL_checkstring(L, 2);
+    const char *k = l_checkstring(L, 2);
     int i = find_attr(k);
     if (i < 0)
         return luaL_error(L, L_MEMPOOL " has no attribute '%s'", k);
@@ -430,7 +431,7 @@ static int mempool_set_access(lua_State *L)
 {
     l_mempool *m = tomempool(L, 1);
     int dev = l_checkdevice(L, 2);
-    int a = luaL_checkoption(L, 3, NULL, access_names);
+    int a = (l_checkstring(L, 3), luaL_checkoption(L, 3, NULL, access_names));
     if (dev == m->ref->device && a != CP_ACCESS_READWRITE)
         return luaL_argerror(L, 3, lua_pushfstring(L, "the pool's own device (%d) always has "
                                                       "read-write access", dev));

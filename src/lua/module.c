@@ -44,10 +44,10 @@ const char *l_plugin_include_dir(void)
 static int set_include_path(lua_State *L)
 {
     char *dirs[MAX_INCLUDE + 1] = {NULL};
-    const char *pdir = luaL_optstring(L, 2, NULL);
+    const char *pdir = l_optstring(L, 2, NULL);
     char *pcopy = NULL;
     lua_Integer n;
-    luaL_checktype(L, 1, LUA_TTABLE);
+    l_checktable(L, 1);
     n = luaL_len(L, 1);
     luaL_argcheck(L, n <= MAX_INCLUDE, 1, "at most 8 include folders");
     for (lua_Integer i = 1; i <= n; i++) {
@@ -106,7 +106,7 @@ static int get_include_path(lua_State *L)
 
 static l_module *tomodule(lua_State *L, int arg)
 {
-    l_module *m = (l_module *)luaL_checkudata(L, arg, L_MODULE);
+    l_module *m = (l_module *)l_checkudata(L, arg, L_MODULE);
     if (!m->m)
         luaL_error(L, "attempt to use a closed " L_MODULE);
     return m;
@@ -114,7 +114,7 @@ static l_module *tomodule(lua_State *L, int arg)
 
 static int module_release(lua_State *L)
 {
-    l_module *m = (l_module *)luaL_checkudata(L, 1, L_MODULE);
+    l_module *m = (l_module *)l_checkudata(L, 1, L_MODULE);
     if (m->m) {
         cp_kmodule_release(m->m); /* kernels keep the code loaded */
         m->m = NULL;
@@ -161,7 +161,7 @@ static int module_new(lua_State *L)
     char *log = NULL;
     cp_status st;
 
-    luaL_checktype(L, 1, LUA_TTABLE);
+    l_checktable(L, 1);
     l_checkoptions(L, 1, "cupola.module", opts);
     memset(&d, 0, sizeof d);
     for (int i = 0; i < 4; i++) {
@@ -171,7 +171,7 @@ static int module_new(lua_State *L)
             nsrc++;
         if (t != LUA_TNIL && t != LUA_TSTRING)
             return luaL_error(L, "cupola.module: option '%s' must be a string, not %s", opts[i],
-                              lua_typename(L, t));
+                              (lua_getfield(L, 1, opts[i]), l_pushtyped(L, -1)));
     }
     if (nsrc != 1)
         return luaL_error(L, "cupola.module: give exactly one of 'source', 'path', 'ptx', 'cubin' "
@@ -216,15 +216,19 @@ static int module_new(lua_State *L)
     if (!lua_isnil(L, -1)) {
         lua_Integer n;
         if (!lua_istable(L, -1))
-            return luaL_error(L, "cupola.module: option 'options' must be a list of strings");
+            return luaL_error(L, "cupola.module: option 'options' must be a list of strings, not %s",
+                              l_pushtyped(L, -1));
         n = luaL_len(L, -1);
         if (n > 64)
-            return luaL_error(L, "cupola.module: option 'options': at most 64 compiler options");
+            return luaL_error(L, "cupola.module: option 'options': at most 64 compiler options, got %I",
+                              (LUAI_UACINT)n);
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, -1, i);
-            if (lua_type(L, -1) != LUA_TSTRING)
-                return luaL_error(L, "cupola.module: option 'options': item %d is a %s, not a string",
-                                  (int)i, luaL_typename(L, -1));
+            if (lua_type(L, -1) != LUA_TSTRING) {
+                const char *t = luaL_typename(L, -1);
+                return luaL_error(L, "cupola.module: option 'options': item %d is a %s, not a string%s",
+                                  (int)i, t, l_pushgot(L, -1));
+            }
             options[i - 1] = lua_tostring(L, -1);
             if (cp_cc_check_option(options[i - 1]) != CP_OK)
                 return luaL_error(L, "cupola.module: %s", cp_error_msg());
@@ -276,7 +280,7 @@ static void push_fields(lua_State *L, int obj)
 
 static int module_index(lua_State *L)
 {
-    const char *k = luaL_checkstring(L, 2);
+    const char *k = l_checkstring(L, 2);
     if (l_getmethod(L, 1, k))
         return 1;
     push_fields(L, 1);
@@ -290,7 +294,7 @@ static int module_index(lua_State *L)
 
 static int module_tostring(lua_State *L)
 {
-    l_module *m = (l_module *)luaL_checkudata(L, 1, L_MODULE);
+    l_module *m = (l_module *)l_checkudata(L, 1, L_MODULE);
     if (!m->m)
         lua_pushliteral(L, L_MODULE " (closed)");
     else
@@ -303,17 +307,19 @@ static int module_kernel(lua_State *L)
 {
     l_module *m = tomodule(L, 1);
     size_t namelen;
-    const char *name = luaL_checklstring(L, 2, &namelen);
+    const char *name = l_checklstring(L, 2, &namelen);
     l_kernel *k;
     lua_Integer n;
     cp_ktype types[CP_KMAX_PARAMS];
     cp_status st;
 
     /* "set\0x" used to find the kernel 'set' */
-    luaL_argcheck(L, strlen(name) == namelen, 2, "a kernel name holds no NUL byte");
-    luaL_checktype(L, 3, LUA_TTABLE);
+    if (strlen(name) != namelen)
+        luaL_argerror(L, 2, lua_pushfstring(L, "a kernel name holds no NUL byte, got %s", l_pushshown(L, 2)));
+    l_checktable(L, 3);
     n = luaL_len(L, 3);
-    luaL_argcheck(L, n <= CP_KMAX_PARAMS, 3, "at most 128 parameters");
+    if (n > CP_KMAX_PARAMS)
+        luaL_argerror(L, 3, lua_pushfstring(L, "at most 128 parameters, got %I", (LUAI_UACINT)n));
     for (lua_Integer i = 1; i <= n; i++) {
         const char *t;
         int found = -1;
@@ -328,7 +334,7 @@ static int module_kernel(lua_State *L)
                 L, 3,
                 lua_pushfstring(L, "parameter %d: unknown type '%s' (ptr, i32, u32, i64, u64, f32, "
                                    "f64, device_pool)",
-                                (int)i, t ? t : luaL_typename(L, -1)));
+                                (int)i, t ? t : l_pushtyped(L, -1)));
         types[i - 1] = (cp_ktype)found;
         lua_pop(L, 1);
     }
@@ -403,14 +409,15 @@ static void dims_value(lua_State *L, int idx, const char *key, unsigned out[3])
         lua_Integer v = lua_tointegerx(L, idx, &isint);
         if (!isint || v < 0 || v > 0xffffffffLL)
             luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be an integer in "
-                          "1..4294967295)",
-                       key);
+                          "1..4294967295, got %s)",
+                       key, l_pushshown(L, idx));
         out[0] = (unsigned)v;
     } else if (t == LUA_TTABLE) {
         lua_Integer n = luaL_len(L, idx);
         if (n < 1 || n > 3)
-            luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be {x}, {x, y} or {x, y, z})",
-                       key);
+            luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be {x}, {x, y} or {x, y, z}, "
+                          "got a table of length %I)",
+                       key, (LUAI_UACINT)n);
         for (lua_Integer i = 1; i <= n; i++) {
             int isint;
             lua_Integer v;
@@ -418,14 +425,14 @@ static void dims_value(lua_State *L, int idx, const char *key, unsigned out[3])
             v = lua_tointegerx(L, -1, &isint);
             if (lua_type(L, -1) != LUA_TNUMBER || !isint || v < 0 || v > 0xffffffffLL)
                 luaL_error(L, "bad argument #1 to 'launch' (option '%s': item %d must be an "
-                              "integer in 1..4294967295)",
-                           key, (int)i);
+                              "integer in 1..4294967295, got %s)",
+                           key, (int)i, l_pushtyped(L, -1));
             out[i - 1] = (unsigned)v;
             lua_pop(L, 1);
         }
     } else {
         luaL_error(L, "bad argument #1 to 'launch' (option '%s' must be an integer or {x, y, z}, not %s)",
-                   key, lua_typename(L, t));
+                   key, l_pushtyped(L, idx));
     }
 }
 
@@ -446,7 +453,7 @@ static void launch_options(lua_State *L, cp_klaunch *l)
         const char *key;
         if (lua_type(L, -2) != LUA_TSTRING)
             luaL_error(L, "bad argument #1 to 'launch' (option names must be strings, not %s)",
-                       luaL_typename(L, -2));
+                       l_pushtyped(L, -2));
         key = lua_tolstring(L, -2, &kl);
         if (kl == 4 && memcmp(key, "grid", 4) == 0) {
             dims_value(L, v, "grid", l->grid);
@@ -466,7 +473,8 @@ static void launch_options(lua_State *L, cp_klaunch *l)
                 isint = 0;
             if (!isint || sh < 0)
                 luaL_error(L, "bad argument #1 to 'launch' (option 'shared' must be a byte count "
-                              ">= 0 or a size such as \"48KiB\")");
+                              ">= 0 or a size such as \"48KiB\", got %s)",
+                           l_pushtyped(L, v));
             /* Any count is taken: the backend's limit check (before the
              * value is used) says what the limit is; a count over 2^31
              * used to be called "not a byte count". */
@@ -476,7 +484,7 @@ static void launch_options(lua_State *L, cp_klaunch *l)
             if (!st)
                 luaL_error(L, "bad argument #1 to 'launch' (option 'stream' must be a " L_STREAM
                               ", not %s)",
-                           luaL_typename(L, v));
+                           l_pushtyped(L, v));
             if (!st->ref)
                 luaL_error(L, "attempt to use a closed " L_STREAM);
             l->stream = st->ref->s;
@@ -485,10 +493,11 @@ static void launch_options(lua_State *L, cp_klaunch *l)
             threads = lua_tointegerx(L, v, &isint);
             if (lua_type(L, v) != LUA_TNUMBER || !isint || threads < 1)
                 luaL_error(L, "bad argument #1 to 'launch' (option 'threads' must be an integer "
-                              ">= 1)");
+                              ">= 1, got %s)",
+                           l_pushtyped(L, v));
             have_threads = 1;
         } else {
-            luaL_error(L, "bad argument #1 to 'launch' (unknown option '%s')", key);
+            luaL_error(L, "bad argument #1 to 'launch' (unknown option %s)", l_pushshown(L, -2));
         }
         lua_pop(L, 1);
     }
@@ -515,17 +524,6 @@ static void launch_options(lua_State *L, cp_klaunch *l)
     memcpy(l->block, block, sizeof block);
 }
 
-/* The type of a value for messages: a handle's __name, else Lua's name. */
-static const char *tname(lua_State *L, int idx)
-{
-    const char *n = luaL_typename(L, idx);
-    if (lua_type(L, idx) == LUA_TUSERDATA && luaL_getmetafield(L, idx, "__name") == LUA_TSTRING) {
-        n = lua_tostring(L, -1);
-        lua_pop(L, 1); /* the name stays alive in the metatable */
-    }
-    return n;
-}
-
 static int arg_error(lua_State *L, int arg, l_kernel *k, unsigned i, const char *what)
 {
     return luaL_error(L, "bad argument #%d to 'launch' (kernel '%s' parameter %d, %s: %s)", arg,
@@ -547,7 +545,7 @@ static int kernel_launch(lua_State *L)
     if (lua_type(L, 2) != LUA_TTABLE)
         return luaL_error(L, "bad argument #1 to 'launch' (launch options expected: {grid=, block=} "
                              "or {threads=, block=}, got %s)",
-                          luaL_typename(L, 2));
+                          l_pushtyped(L, 2));
     if (nargs != (int)k->n)
         return luaL_error(L, "bad argument #%d to 'launch' (kernel '%s' takes %d arguments, got %d)",
                           (nargs < (int)k->n ? nargs : (int)k->n) + 2, k->name, (int)k->n, nargs);
@@ -563,20 +561,20 @@ static int kernel_launch(lua_State *L)
                 /* a Buffer: its tag, no lookup by name */
                 l_buffer *b = l_testudbuffer(L, a);
                 if (!b)
-                    return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
+                    return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", l_pushtyped(L, a)));
                 if (!l_buffer_live(b))
                     return arg_error(L, arg, k, i, "the cupola.Buffer is closed (freed)");
                 memcpy(&k->vals[i], &b->ptr, sizeof b->ptr);
             } else if (t == LUA_TNUMBER && (v = lua_tointegerx(L, a, &isint), isint)) {
                 k->vals[i] = (uint64_t)v;
             } else {
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", tname(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.Buffer or an integer address expected, got %s", l_pushtyped(L, a)));
             }
             break;
         case CP_KT_DEVICE_POOL: {
             void **dp = (void **)luaL_testudata(L, a, L_DEVICEPOOL);
             if (!dp)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.DevicePool expected, got %s", tname(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "a cupola.DevicePool expected, got %s", l_pushtyped(L, a)));
             if (!*dp)
                 return arg_error(L, arg, k, i, "the cupola.DevicePool is closed");
             memcpy(&k->vals[i], dp, sizeof *dp);
@@ -585,7 +583,7 @@ static int kernel_launch(lua_State *L)
         case CP_KT_F32: {
             float f;
             if (t != LUA_TNUMBER)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", tname(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", l_pushtyped(L, a)));
             f = (float)lua_tonumber(L, a);
             memcpy(&k->vals[i], &f, sizeof f);
             break;
@@ -593,17 +591,17 @@ static int kernel_launch(lua_State *L)
         case CP_KT_F64: {
             double f;
             if (t != LUA_TNUMBER)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", tname(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "number expected, got %s", l_pushtyped(L, a)));
             f = (double)lua_tonumber(L, a);
             memcpy(&k->vals[i], &f, sizeof f);
             break;
         }
         default:
             if (t != LUA_TNUMBER)
-                return arg_error(L, arg, k, i, lua_pushfstring(L, "integer expected, got %s", tname(L, a)));
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "integer expected, got %s", l_pushtyped(L, a)));
             v = lua_tointegerx(L, a, &isint);
             if (!isint)
-                return arg_error(L, arg, k, i, "number has no integer representation");
+                return arg_error(L, arg, k, i, lua_pushfstring(L, "number has no integer representation, got %s", l_pushshown(L, a)));
             if (k->types[i] == CP_KT_I32) {
                 int32_t x;
                 if (v < INT32_MIN || v > INT32_MAX)
@@ -638,7 +636,7 @@ static int kernel_launch(lua_State *L)
  * sets the binding's cost apart from the core's and the driver's. */
 static int launch_repeat(lua_State *L)
 {
-    lua_Integer n = luaL_checkinteger(L, 3);
+    lua_Integer n = l_checkinteger(L, 3);
     l_kernel *k = tokernel(L, 1);
     cp_klaunch l;
     double t0, t1;
@@ -654,13 +652,13 @@ static int launch_repeat(lua_State *L)
             void *p = l_checkbuffer(L, (int)i + 3)->ptr;
             memcpy(&k->vals[i], &p, sizeof p);
         } else if (k->types[i] == CP_KT_F32) {
-            float f = (float)luaL_checknumber(L, (int)i + 3);
+            float f = (float)l_checknumber(L, (int)i + 3);
             memcpy(&k->vals[i], &f, sizeof f);
         } else if (k->types[i] == CP_KT_F64) {
-            double f = (double)luaL_checknumber(L, (int)i + 3);
+            double f = (double)l_checknumber(L, (int)i + 3);
             memcpy(&k->vals[i], &f, sizeof f);
         } else {
-            v = luaL_checkinteger(L, (int)i + 3);
+            v = l_checkinteger(L, (int)i + 3);
             memcpy(&k->vals[i], &v, cp_ktype_sizes[k->types[i]]);
         }
     }

@@ -9,7 +9,7 @@
 /* nvtx.push(name) -> depth */
 static int nvtx_push(lua_State *L)
 {
-    const char *name = luaL_checkstring(L, 1);
+    const char *name = l_checkstring(L, 1);
     lua_pushinteger(L, cp_nvtx_push(name));
     return 1;
 }
@@ -26,7 +26,7 @@ static int nvtx_pop(lua_State *L)
 
 static int nvtx_mark(lua_State *L)
 {
-    cp_nvtx_mark(luaL_checkstring(L, 1));
+    cp_nvtx_mark(l_checkstring(L, 1));
     return 0;
 }
 
@@ -34,9 +34,10 @@ static int nvtx_mark(lua_State *L)
  * when fn raises, and the error goes on. */
 static int nvtx_range(lua_State *L)
 {
-    const char *name = luaL_checkstring(L, 1);
+    const char *name = l_checkstring(L, 1);
     int st, depth;
-    luaL_checktype(L, 2, LUA_TFUNCTION);
+    if (lua_type(L, 2) != LUA_TFUNCTION)
+        l_typeerror(L, 2, "function");
     depth = cp_nvtx_push(name);
     st = lua_pcall(L, lua_gettop(L) - 2, LUA_MULTRET, 0);
     /* Ranges fn left open are closed too: what it opened ends with it. */

@@ -50,9 +50,11 @@ static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
             return i;
     lua_pushfstring(L, "cupola.pool: option '%s' must be one of ", key);
     l_pushnames(L, name, ", ");
-    lua_pushfstring(L, ", not '%s'", v);
-    lua_concat(L, 3);
-    return lua_error(L);
+    lua_pushliteral(L, ", not '");
+    l_pushcut(L, v, strlen(v));
+    lua_pushliteral(L, "'");
+    lua_concat(L, 5);
+    return l_error_here(L);
 }
 
 /* A plugin's C source, compiled by the system C compiler into a cached
@@ -112,7 +114,7 @@ static void plugin_options(lua_State *L, l_pool *p)
     if (lua_getfield(L, 1, "source") != LUA_TNIL) {
         if (lua_type(L, -1) != LUA_TSTRING)
             luaL_error(L, "cupola.pool: option 'source' must be a string (C source), not %s",
-                       luaL_typename(L, -1));
+                       l_pushtyped(L, -1));
         source = lua_tolstring(L, -1, &len);
     }
     lua_pop(L, 1);
@@ -151,7 +153,7 @@ static void cub_options(lua_State *L, l_pool *p)
             v = lua_tointegerx(L, -1, &isint);
             if (!isint || v < 0)
                 luaL_error(L, "cupola.pool: option '%s' must be a non-negative integer, not %s",
-                           names[i], luaL_tolstring(L, -1, NULL));
+                           names[i], l_pushshown(L, -1));
         }
         lua_pop(L, 1);
         *dst[i] = (uint64_t)v;
@@ -268,7 +270,8 @@ static int pool_new(lua_State *L)
         return luaL_error(L, "cupola.pool: option 'alignment' must be a power of two, not %I",
                           (lua_Integer)p->opts.alignment);
     if (p->opts.max && p->opts.initial > p->opts.max)
-        return luaL_error(L, "cupola.pool: option 'initial' is larger than 'max'");
+        return luaL_error(L, "cupola.pool: option 'initial' is larger than 'max' (%I > %I)",
+                          (LUAI_UACINT)p->opts.initial, (LUAI_UACINT)p->opts.max);
     limit = l_optsize_field(L, 1, "limit", 0);
     log = l_optstring_field(L, 1, "log", NULL);
     plugin_options(L, p);
@@ -346,7 +349,7 @@ static int pool_alloc(lua_State *L)
 
     if (!p->ref)
         return luaL_error(L, "attempt to use a closed " L_POOL);
-    luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte");
+    luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte, got 0");
     /* The buffer goes to index 4: without a stream argument, index 3 must
      * read as nil, not as the new buffer (which then named itself as its
      * stream). */
@@ -584,7 +587,7 @@ static void set_clock(lua_State *L, l_pool *p, int arg, double t, const char *fn
 static int pool_set_time(lua_State *L)
 {
     l_pool *p = topool(L, 1);
-    set_clock(L, p, 2, (double)luaL_checknumber(L, 2), "set_time");
+    set_clock(L, p, 2, (double)l_checknumber(L, 2), "set_time");
     return 0;
 }
 
@@ -592,7 +595,7 @@ static int pool_set_time(lua_State *L)
 static int pool_advance(lua_State *L)
 {
     l_pool *p = topool(L, 1);
-    double dt = (double)luaL_checknumber(L, 2);
+    double dt = (double)l_checknumber(L, 2);
     luaL_argcheck(L, dt >= 0 && isfinite(dt), 2,
                   lua_pushfstring(L, "the seconds to advance must be finite and at least 0, "
                                      "not %f", (LUAI_UACNUMBER)dt));

@@ -83,7 +83,7 @@ l_streamref *l_optstream_field(lua_State *L, int idx)
         return &default_ref;
     lua_getfield(L, idx, "stream");
     if (!lua_isnil(L, -1) && !l_testudstream(L, -1))
-        luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", luaL_typename(L, -1));
+        luaL_error(L, "option 'stream' must be a " L_STREAM ", not %s", l_pushtyped(L, -1));
     r = l_optstream(L, lua_absindex(L, -1));
     lua_pop(L, 1);
     return r;
@@ -195,7 +195,7 @@ static int stream_index(lua_State *L)
     if (l_index_method(L))
         return 1;
     st = l_udstream(L, 1);
-    k = luaL_checkstring(L, 2);
+    k = l_checkstring(L, 2);
     if (strcmp(k, "closed") == 0) {
         lua_pushboolean(L, st->ref == NULL);
         return 1;

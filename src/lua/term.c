@@ -9,7 +9,7 @@
 
 static int term_isatty(lua_State *L)
 {
-    lua_Integer fd = luaL_optinteger(L, 1, 2);
+    lua_Integer fd = l_optinteger(L, 1, 2);
     luaL_argcheck(L, fd >= 0 && fd <= 2, 1, "must be 0, 1 or 2");
     lua_pushboolean(L, isatty((int)fd));
     return 1;

@@ -20,7 +20,7 @@ cp_resource *l_checkresource(lua_State *L, int arg); /* pool.c */
 
 static l_trace *totrace(lua_State *L, int arg)
 {
-    l_trace *tr = (l_trace *)luaL_checkudata(L, arg, L_TRACE);
+    l_trace *tr = (l_trace *)l_checkudata(L, arg, L_TRACE);
     if (!tr->t)
         luaL_error(L, "attempt to use a closed " L_TRACE);
     return tr;
@@ -35,13 +35,13 @@ static l_trace *totrace(lua_State *L, int arg)
 static int trace_load(lua_State *L)
 {
     size_t plen;
-    const char *path = luaL_checklstring(L, 1, &plen);
+    const char *path = l_checklstring(L, 1, &plen);
     l_trace *tr;
     cp_trace *t = NULL;
     cp_status st;
     /* C sees the path up to its first NUL: "a\0b" would open "a". */
     if (strlen(path) != plen)
-        return luaL_argerror(L, 1, "path contains a NUL byte");
+        return luaL_argerror(L, 1, lua_pushfstring(L, "path contains a NUL byte, got %s", l_pushshown(L, 1)));
     tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;
     luaL_setmetatable(L, L_TRACE);
@@ -55,7 +55,7 @@ static int trace_load(lua_State *L)
 
 static int trace_close(lua_State *L)
 {
-    l_trace *tr = (l_trace *)luaL_checkudata(L, 1, L_TRACE);
+    l_trace *tr = (l_trace *)l_checkudata(L, 1, L_TRACE);
     if (tr->t) {
         cp_trace_free(tr->t);
         tr->t = NULL;
@@ -106,7 +106,7 @@ static int trace_info(lua_State *L)
 static int trace_event(lua_State *L)
 {
     l_trace *tr = totrace(L, 1);
-    lua_Integer i = luaL_checkinteger(L, 2);
+    lua_Integer i = l_checkinteger(L, 2);
     cp_trace_row row;
     if (i < 1 || (size_t)i > cp_trace_events(tr->t))
         return luaL_argerror(L, 2, lua_pushfstring(L, "event %I out of range 1..%I", i,
@@ -196,7 +196,8 @@ static int trace_replay(lua_State *L)
     o.single_stream = l_optbool_field(L, 3, "single_stream", 0);
     o.synchronize = l_optbool_field(L, 3, "synchronize", 1);
     rep = l_optint_field(L, 3, "repeat", 1);
-    luaL_argcheck(L, rep >= 1 && rep <= 1000000, 3, "option 'repeat' must be in 1..1000000");
+    if (rep < 1 || rep > 1000000)
+        luaL_argerror(L, 3, lua_pushfstring(L, "option 'repeat' must be in 1..1000000, got %I", (LUAI_UACINT)rep));
     o.repeat = (int)rep;
     o.record = l_optbool_field(L, 3, "record", 0);
     {
@@ -207,7 +208,7 @@ static int trace_replay(lua_State *L)
             o.trace_clock = 1;
         else if (strcmp(ck, "pool") != 0)
             return luaL_error(L, "cupola.trace.replay: option 'clock' must be one of pool, trace, "
-                                 "not '%s'", ck);
+                                 "not '%s'", (l_pushcut(L, ck, strlen(ck)), lua_tostring(L, -1)));
     }
     ps.t0 = mono_s();
     ps.shown = 0;
@@ -349,7 +350,7 @@ static int trace_timeline_data(lua_State *L)
 {
     l_trace *tr = totrace(L, 1);
     size_t alen = 0, i;
-    const char *addrs = luaL_optlstring(L, 2, NULL, &alen);
+    const char *addrs = l_optlstring(L, 2, NULL, &alen);
     uint64_t *byord = NULL;
     cp_timeline *tl;
     cp_status st;
@@ -448,8 +449,8 @@ static int trace_timeline_data(lua_State *L)
 
 static int trace_index(lua_State *L)
 {
-    l_trace *tr = (l_trace *)luaL_checkudata(L, 1, L_TRACE);
-    const char *k = luaL_checkstring(L, 2);
+    l_trace *tr = (l_trace *)l_checkudata(L, 1, L_TRACE);
+    const char *k = l_checkstring(L, 2);
     if (l_getmethod(L, 1, k))
         return 1;
     if (!tr->t) {
@@ -469,7 +470,7 @@ static int trace_len(lua_State *L)
 
 static int trace_tostring(lua_State *L)
 {
-    l_trace *tr = (l_trace *)luaL_checkudata(L, 1, L_TRACE);
+    l_trace *tr = (l_trace *)l_checkudata(L, 1, L_TRACE);
     if (!tr->t)
         lua_pushliteral(L, L_TRACE " (closed)");
     else

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -52,8 +53,191 @@ void *l_checktag_slow(lua_State *L, int arg, size_t size, const char *tname)
          strcmp(lua_tostring(L, -1), tname) == 0))
         luaL_argerror(L, arg, lua_pushfstring(L, "%s expected, got another userdata with its metatable",
                                               tname));
-    /* the usual message for anything that is not this type */
-    return p ? p : luaL_checkudata(L, arg, tname);
+    /* the usual message for anything that is not this type, with the value */
+    return p ? p : l_checkudata(L, arg, tname);
+}
+
+/* ---- values in messages ---- */
+
+/* A string in a message shows at most this many characters: enough to
+ * recognise a misspelt name or path, short enough for one line. */
+#define L_SHOWN_MAX 40
+
+void l_pushcut(lua_State *L, const char *s, size_t len)
+{
+    luaL_Buffer b;
+    size_t i, n;
+    luaL_buffinit(L, &b);
+    /* n counts characters: the bytes that follow a UTF-8 lead byte go with
+     * it, so a cut never splits one (and a run of them, which no UTF-8
+     * text holds, ends at 4 bytes a character) */
+    for (i = 0, n = 0; i < len && i < 4 * L_SHOWN_MAX &&
+                       (n < L_SHOWN_MAX || ((unsigned char)s[i] & 0xc0) == 0x80);
+         i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c & 0xc0) != 0x80)
+            n++;
+        /* control bytes escaped as Lua writes them, so a NUL or a newline
+         * inside a value is seen (and does not cut the message) */
+        if (c == '\n')
+            luaL_addstring(&b, "\\n");
+        else if (c == '\t')
+            luaL_addstring(&b, "\\t");
+        else if (c < 0x20 || c == 0x7f) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\%u", (unsigned)c);
+            luaL_addstring(&b, esc);
+        } else
+            luaL_addchar(&b, (char)c);
+    }
+    if (i < len)
+        luaL_addstring(&b, "...");
+    luaL_pushresult(&b);
+}
+
+/* The name of a value's type as lauxlib's messages give it: a handle's
+ * __name, else the Lua type. */
+static const char *shown_type(lua_State *L, int idx)
+{
+    const char *t = luaL_typename(L, idx);
+    if (luaL_getmetafield(L, idx, "__name") != LUA_TNIL) {
+        if (lua_type(L, -1) == LUA_TSTRING)
+            t = lua_tostring(L, -1); /* kept alive by the metatable */
+        lua_pop(L, 1);
+    } else if (lua_type(L, idx) == LUA_TLIGHTUSERDATA) {
+        t = "light userdata";
+    }
+    return t;
+}
+
+const char *l_pushshown(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    switch (lua_type(L, idx)) {
+    case LUA_TSTRING: {
+        size_t len;
+        const char *s = lua_tolstring(L, idx, &len);
+        lua_pushliteral(L, "'");
+        l_pushcut(L, s, len);
+        lua_pushliteral(L, "'");
+        lua_concat(L, 3);
+        break;
+    }
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, idx));
+        else
+            lua_pushfstring(L, "%f", (LUAI_UACNUMBER)lua_tonumber(L, idx));
+        break;
+    case LUA_TBOOLEAN:
+        lua_pushstring(L, lua_toboolean(L, idx) ? "true" : "false");
+        break;
+    case LUA_TNONE:
+        lua_pushliteral(L, "no value");
+        break;
+    default:
+        lua_pushstring(L, shown_type(L, idx));
+        break;
+    }
+    return lua_tostring(L, -1);
+}
+
+const char *l_pushtyped(lua_State *L, int idx)
+{
+    int t = lua_type(L, idx);
+    idx = lua_absindex(L, idx);
+    if (t == LUA_TSTRING || t == LUA_TNUMBER || t == LUA_TBOOLEAN) {
+        l_pushshown(L, idx);
+        lua_pushfstring(L, "%s %s", lua_typename(L, t), lua_tostring(L, -1));
+        lua_remove(L, -2);
+        return lua_tostring(L, -1);
+    }
+    return l_pushshown(L, idx);
+}
+
+const char *l_pushgot(lua_State *L, int idx)
+{
+    int t = lua_type(L, idx);
+    if (t != LUA_TSTRING && t != LUA_TNUMBER && t != LUA_TBOOLEAN) {
+        lua_pushliteral(L, "");
+        return "";
+    }
+    l_pushshown(L, idx);
+    lua_pushfstring(L, ", got %s", lua_tostring(L, -1));
+    lua_remove(L, -2);
+    return lua_tostring(L, -1);
+}
+
+int l_typeerror(lua_State *L, int arg, const char *tname)
+{
+    const char *got = l_pushtyped(L, arg);
+    return luaL_argerror(L, arg, lua_pushfstring(L, "%s expected, got %s", tname, got));
+}
+
+lua_Integer l_checkinteger(lua_State *L, int arg)
+{
+    int isint;
+    lua_Integer v = lua_tointegerx(L, arg, &isint);
+    if (isint)
+        return v;
+    if (lua_isnumber(L, arg))
+        return luaL_argerror(L, arg, lua_pushfstring(L, "number has no integer representation, got %s",
+                                                     l_pushshown(L, arg)));
+    return l_typeerror(L, arg, "number");
+}
+
+lua_Integer l_optinteger(lua_State *L, int arg, lua_Integer def)
+{
+    return lua_isnoneornil(L, arg) ? def : l_checkinteger(L, arg);
+}
+
+lua_Number l_checknumber(lua_State *L, int arg)
+{
+    int isnum;
+    lua_Number v = lua_tonumberx(L, arg, &isnum);
+    if (!isnum)
+        l_typeerror(L, arg, "number");
+    return v;
+}
+
+const char *l_checklstring(lua_State *L, int arg, size_t *len)
+{
+    const char *s = lua_tolstring(L, arg, len);
+    if (!s)
+        l_typeerror(L, arg, "string");
+    return s;
+}
+
+const char *l_optlstring(lua_State *L, int arg, const char *def, size_t *len)
+{
+    if (lua_isnoneornil(L, arg)) {
+        if (len)
+            *len = def ? strlen(def) : 0;
+        return def;
+    }
+    return l_checklstring(L, arg, len);
+}
+
+void l_checktable(lua_State *L, int arg)
+{
+    if (lua_type(L, arg) != LUA_TTABLE)
+        l_typeerror(L, arg, "table");
+}
+
+void *l_checkudata(lua_State *L, int arg, const char *tname)
+{
+    void *p = luaL_testudata(L, arg, tname);
+    if (!p)
+        l_typeerror(L, arg, tname);
+    return p;
+}
+
+int l_error_here(lua_State *L)
+{
+    luaL_where(L, 1);
+    lua_insert(L, -2);
+    lua_concat(L, 2);
+    return lua_error(L);
 }
 
 int l_fail(lua_State *L, cp_status st)
@@ -158,23 +342,28 @@ size_t l_checksize(lua_State *L, int arg)
         int isint;
         lua_Integer n = lua_tointegerx(L, arg, &isint);
         if (!isint)
-            luaL_argerror(L, arg, "size must be a whole number of bytes");
+            luaL_argerror(L, arg, lua_pushfstring(L, "size must be a whole number of bytes, got %s",
+                                                  l_pushshown(L, arg)));
         if (n < 0)
-            luaL_argerror(L, arg, "size must not be negative");
+            luaL_argerror(L, arg, lua_pushfstring(L, "size must not be negative, got %I", (LUAI_UACINT)n));
         return (size_t)n;
     }
     if (lua_type(L, arg) == LUA_TSTRING) {
         uint64_t v;
-        const char *s = lua_tostring(L, arg);
-        if (l_parsesize(s, &v) != 0)
+        size_t len;
+        const char *s = lua_tolstring(L, arg, &len);
+        if (strlen(s) != len || l_parsesize(s, &v) != 0) {
+            l_pushcut(L, s, len);
             return (size_t)luaL_argerror(
                 L, arg,
-                lua_pushfstring(L, "malformed size '%s' (expected e.g. 4096, \"64KiB\", \"4MiB\")", s));
+                lua_pushfstring(L, "malformed size '%s' (expected e.g. 4096, \"64KiB\", \"4MiB\")",
+                                lua_tostring(L, -1)));
+        }
         if (v > (uint64_t)SIZE_MAX / 2)
-            luaL_argerror(L, arg, "size too large");
+            luaL_argerror(L, arg, lua_pushfstring(L, "size too large, got %s", l_pushshown(L, arg)));
         return (size_t)v;
     }
-    return (size_t)luaL_typeerror(L, arg, "size (integer or string such as \"4MiB\")");
+    return (size_t)l_typeerror(L, arg, "size (integer or string such as \"4MiB\")");
 }
 
 void l_pushnames(lua_State *L, const char *(*name)(int i), const char *last)
@@ -195,7 +384,7 @@ void l_checkoptions(lua_State *L, int idx, const char *fname, const char *const 
 {
     if (lua_isnoneornil(L, idx))
         return;
-    luaL_checktype(L, idx, LUA_TTABLE);
+    l_checktable(L, idx);
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
         size_t i;
@@ -207,9 +396,9 @@ void l_checkoptions(lua_State *L, int idx, const char *fname, const char *const 
                 if (strcmp(k, allowed[i]) == 0)
                     known = 1;
             if (!known)
-                luaL_error(L, "%s: unknown option '%s'", fname, k);
+                luaL_error(L, "%s: unknown option %s", fname, l_pushshown(L, -1));
         } else {
-            luaL_error(L, "%s: option names must be strings, not %s", fname, luaL_typename(L, -1));
+            luaL_error(L, "%s: option names must be strings, not %s", fname, l_pushtyped(L, -1));
         }
     }
 }
@@ -231,7 +420,7 @@ lua_Integer l_optint_field(lua_State *L, int idx, const char *key, lua_Integer d
         int isint;
         v = lua_tointegerx(L, -1, &isint);
         if (!isint)
-            luaL_error(L, "option '%s' must be an integer, not %s", key, luaL_typename(L, -1));
+            luaL_error(L, "option '%s' must be an integer, not %s", key, l_pushtyped(L, -1));
     }
     lua_pop(L, 1);
     return v;
@@ -244,7 +433,7 @@ int l_optbool_field(lua_State *L, int idx, const char *key, int def)
     if (t == LUA_TBOOLEAN)
         v = lua_toboolean(L, -1);
     else if (t != LUA_TNIL)
-        luaL_error(L, "option '%s' must be a boolean, not %s", key, luaL_typename(L, -1));
+        luaL_error(L, "option '%s' must be a boolean, not %s", key, l_pushtyped(L, -1));
     lua_pop(L, 1);
     return v;
 }
@@ -261,16 +450,25 @@ size_t l_checksize_named(lua_State *L, int idx, const char *what)
         why = isint ? "size must not be negative" : "size must be a whole number of bytes";
     } else if (t == LUA_TSTRING) {
         uint64_t u;
-        if (l_parsesize(lua_tostring(L, idx), &u) != 0)
+        size_t len;
+        const char *s = lua_tolstring(L, idx, &len);
+        if (strlen(s) != len || l_parsesize(s, &u) != 0)
             why = "malformed size (expected e.g. 4096, \"64KiB\", \"4MiB\")";
         else if (u > (uint64_t)SIZE_MAX / 2)
             why = "size too large";
         else
             return (size_t)u;
     } else {
-        return (size_t)luaL_error(L, "%s must be a size, not %s", what, luaL_typename(L, idx));
+        return (size_t)luaL_error(L, "%s must be a size, not %s", what, l_pushtyped(L, idx));
     }
-    return (size_t)luaL_error(L, "%s: bad size '%s' (%s)", what, luaL_tolstring(L, idx, NULL), why);
+    if (t == LUA_TSTRING) {
+        size_t len;
+        const char *s = lua_tolstring(L, idx, &len);
+        l_pushcut(L, s, len);
+    } else {
+        l_pushshown(L, idx);
+    }
+    return (size_t)luaL_error(L, "%s: bad size '%s' (%s)", what, lua_tostring(L, -1), why);
 }
 
 size_t l_optsize_field(lua_State *L, int idx, const char *key, size_t def)
@@ -295,9 +493,9 @@ const char *l_optstring_field(lua_State *L, int idx, const char *key, const char
         v = lua_tolstring(L, -1, &n);
         /* C reads up to the first NUL: {symbol = "x\0y"} used to look up 'x' */
         if (strlen(v) != n)
-            luaL_error(L, "option '%s' must not hold a NUL byte", key);
+            luaL_error(L, "option '%s' must not hold a NUL byte, got %s", key, l_pushshown(L, -1));
     } else if (t != LUA_TNIL) {
-        luaL_error(L, "option '%s' must be a string, not %s", key, luaL_typename(L, -1));
+        luaL_error(L, "option '%s' must be a string, not %s", key, l_pushtyped(L, -1));
     }
     lua_pop(L, 1);
     return v;
@@ -308,7 +506,7 @@ int l_readonly_newindex(lua_State *L)
     const char *tname = luaL_typename(L, 1);
     if (luaL_getmetafield(L, 1, "__name") == LUA_TSTRING)
         tname = lua_tostring(L, -1);
-    return luaL_error(L, "%s field '%s' is read-only", tname, luaL_tolstring(L, 2, NULL));
+    return luaL_error(L, "%s field %s is read-only", tname, l_pushshown(L, 2));
 }
 
 /* The registry key: only its address matters. */
