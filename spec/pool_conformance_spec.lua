@@ -35,9 +35,9 @@ end
 for _, kind in ipairs(kinds) do
   for _, up in ipairs(upstreams) do
     if serves(kind, up) then describe(kind .. " over " .. up, function()
-      it("keeps its invariants over a random sequence on two streams, and conserves bytes", function()
+      it("keeps its invariants over a random sequence on two streams, raw blocks too, and conserves bytes", function()
         assert.is_conforming_pool(factory { kind = kind, upstream = up, initial = "8MiB", alignment = 256 },
-          { checks = { "random", "conserved" }, ops = 300, seed = #kind * 1000 + #up })
+          { checks = { "random", "conserved", "raw" }, ops = 300, seed = #kind * 1000 + #up })
       end)
     end) end
   end
@@ -126,6 +126,51 @@ describe("the battery itself", function()
     assert.matches("pool:alloc", report.reproducer)
     assert.has_error(function() assert.is_conforming_pool(bad_pool, { checks = { "random" }, ops = 200, seed = 7 }) end)
     assert.is_not_conforming_pool(bad_pool, { checks = { "random" }, ops = 200, seed = 7 })
+  end)
+end)
+
+describe("the battery's raw check", function()
+  -- A pool whose fourth raw block is reported 256 bytes into the third one:
+  -- the raw check must catch it.
+  it("catches raw blocks that overlap", function()
+    local function bad_pool(o)
+      local p = cupola.pool { kind = "tlsf", upstream = "virtual", reuse = o.reuse }
+      local n, last = 0, nil
+      return setmetatable({}, { __index = function(_, k)
+        local v = p[k]
+        if k == "alloc_raw" then
+          return function(_, size, s)
+            n = n + 1
+            local a, msg, why = p:alloc_raw(size, s)
+            if a and n == 4 and last then return last + 256 end
+            last = a
+            return a, msg, why
+          end
+        elseif type(v) == "function" then
+          return function(_, ...) return v(p, ...) end
+        end
+        return v
+      end })
+    end
+    local report = cupola.conformance(bad_pool, { checks = { "raw" }, ops = 200, seed = 7 })
+    assert.is_false(report.ok)
+    assert.equals("raw", report.violations[1].check)
+    assert.matches("pool:alloc_raw", report.reproducer)
+  end)
+
+  it("skips a pool without alloc_raw", function()
+    local function proxy()
+      local p = cupola.pool { kind = "tlsf", upstream = "virtual" }
+      return setmetatable({}, { __index = function(_, k)
+        if k == "alloc_raw" then return nil end
+        local v = p[k]
+        if type(v) == "function" then return function(_, ...) return v(p, ...) end end
+        return v
+      end })
+    end
+    local report = cupola.conformance(proxy, { checks = { "raw" } })
+    assert.is_true(report.ok)
+    assert.matches("raw: the pool has no alloc_raw", report.skipped[1], 1, true)
   end)
 end)
 

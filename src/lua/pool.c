@@ -375,11 +375,12 @@ static int pool_alloc(lua_State *L)
  * still live are freed with it (close() returns how many).  buffer(address)
  * hands a block over to a Buffer, which owns it from then on. */
 
-/* "0x..." of an address, for messages (on the Lua stack). */
+/* An address as messages show it: the integer the script holds, and in hex
+ * (on the Lua stack). */
 static const char *pushaddr(lua_State *L, uint64_t a)
 {
-    char buf[32];
-    snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)a);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%lld (0x%llx)", (long long)a, (unsigned long long)a);
     lua_pushstring(L, buf);
     return lua_tostring(L, -1);
 }
@@ -397,11 +398,11 @@ static l_rawblock *checkraw(lua_State *L, l_pool *p, int arg, const char *fname)
 
     /* an integer, or a float with an integer's value; never a string */
     if (lua_type(L, arg) != LUA_TNUMBER)
-        luaL_typeerror(L, arg, "address (an integer from alloc_raw)");
+        l_typeerror(L, arg, "address (an integer from alloc_raw)");
     v = lua_isinteger(L, arg) ? lua_tointeger(L, arg) : lua_tointegerx(L, arg, &isint);
     if (!isint)
-        luaL_argerror(L, arg, lua_pushfstring(L, "address must be an integer, not %s",
-                                              luaL_tolstring(L, arg, NULL)));
+        luaL_argerror(L, arg, lua_pushfstring(L, "address must be an integer, got %s",
+                                              l_pushshown(L, arg)));
     a = (uint64_t)v;
     b = l_rawmap_find(&p->ref->raw, a);
     if (b && b->state == L_RAW_LIVE)
@@ -419,9 +420,9 @@ static l_rawblock *checkraw(lua_State *L, l_pool *p, int arg, const char *fname)
         luaL_argerror(L, arg, lua_pushfstring(L, "address %s was freed by the pool's reset()", as));
     if ((in = l_rawmap_containing(&p->ref->raw, a)) != NULL) {
         const char *start = pushaddr(L, in->addr);
-        luaL_argerror(L, arg, lua_pushfstring(L, "address %s lies inside the raw block at %s (%I bytes); "
+        luaL_argerror(L, arg, lua_pushfstring(L, "address %s lies inside the %I-byte raw block at %s; "
                                                  "%s takes the address alloc_raw returned",
-                                              as, start, (lua_Integer)in->size, fname));
+                                              as, (lua_Integer)in->size, start, fname));
     }
     luaL_argerror(L, arg, lua_pushfstring(L, "address %s is not a live block this pool gave by "
                                              "alloc_raw (never given, or freed long ago)", as));
@@ -440,7 +441,7 @@ static int pool_alloc_raw(lua_State *L)
 
     if (!p->ref)
         return luaL_error(L, "attempt to use a closed " L_POOL);
-    luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte");
+    luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte, got 0");
     /* room first: once the pool has handed the block out, nothing may fail */
     if (l_rawmap_reserve(&p->ref->raw) != 0)
         return luaL_error(L, L_POOL ":alloc_raw: out of host memory for the pool's map");
