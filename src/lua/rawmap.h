@@ -53,11 +53,11 @@ static inline uint64_t l_rawmap_home(const l_rawmap *m, uint64_t addr)
     return (addr * UINT64_C(0x9E3779B97F4A7C15)) >> m->shift;
 }
 
-/* The slot of addr, or NULL. */
+/* The slot of addr, or NULL (always for 0, which marks an empty slot). */
 static inline l_rawblock *l_rawmap_find(const l_rawmap *m, uint64_t addr)
 {
     uint64_t i;
-    if (!m->slots)
+    if (!m->slots || addr == 0)
         return NULL;
     for (i = l_rawmap_home(m, addr);; i = (i + 1) & m->mask) {
         l_rawblock *b = &m->slots[i];
@@ -109,8 +109,8 @@ static inline int l_rawmap_reserve(l_rawmap *m)
     return l_rawmap_rebuild(m);
 }
 
-/* Records a live block (after l_rawmap_reserve).  Returns its slot; its
- * previous state in *was (0: the address was new to the map). */
+/* Records a live block at addr (never 0) after l_rawmap_reserve.  Returns
+ * its slot; its previous state in *was (0: the address was new to the map). */
 static inline l_rawblock *l_rawmap_put(l_rawmap *m, uint64_t addr, uint64_t size, void *stream,
                                        uint32_t *was)
 {
