@@ -385,9 +385,9 @@ static const char *pushaddr(lua_State *L, uint64_t a)
     return lua_tostring(L, -1);
 }
 
-/* The live raw block at the address argument arg of the method fname, or a
- * Lua error naming the argument, the address and what is wrong with it. */
-static l_rawblock *checkraw(lua_State *L, l_pool *p, int arg, const char *fname)
+/* checkraw's path for anything but an integer naming a live block: a float
+ * with an integer's value is that integer; else the error. */
+static l_rawblock *checkraw_slow(lua_State *L, l_pool *p, int arg, const char *fname)
 {
     int isint = 1;
     lua_Integer v;
@@ -429,11 +429,25 @@ static l_rawblock *checkraw(lua_State *L, l_pool *p, int arg, const char *fname)
     return NULL;
 }
 
+/* The live raw block at the address argument arg of the method fname, or a
+ * Lua error naming the argument, the address and what is wrong with it. */
+static inline l_rawblock *checkraw(lua_State *L, l_pool *p, int arg, const char *fname)
+{
+    if (lua_isinteger(L, arg)) {
+        l_rawblock *b = l_rawmap_find(&p->ref->raw, (uint64_t)lua_tointeger(L, arg));
+        if (b && b->state == L_RAW_LIVE)
+            return b;
+    }
+    return checkraw_slow(L, p, arg, fname);
+}
+
 /* p:alloc_raw(size, s) -> address | nil, msg, "out_of_memory", figures */
 static int pool_alloc_raw(lua_State *L)
 {
     l_pool *p = udpool(L, 1);
-    size_t n = l_checksize(L, 2);
+    /* (a positive integer, the common size, without l_checksize's checks) */
+    lua_Integer in = lua_isinteger(L, 2) ? lua_tointeger(L, 2) : 0;
+    size_t n = in > 0 ? (size_t)in : l_checksize(L, 2);
     l_streamref *s = l_optstream(L, 3);
     void *ptr = NULL;
     uint32_t was;
