@@ -227,13 +227,16 @@ LUADIR ?= $(PREFIX)/share/lua/5.4
 LIBDIR ?= $(PREFIX)/lib/lua/5.4
 BINDIR ?= $(PREFIX)/bin
 PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
-TRACE_FILES    := $(wildcard examples/traces/*)
+TRACE_FILES    := $(filter-out examples/traces/torch,$(wildcard examples/traces/*))
+# PyTorch's allocator's ground truth (snapshots and figures), in a folder of its own
+TORCH_TRACES   := $(wildcard examples/traces/torch/*)
 install: all torch-allocator
-	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces/torch $(DESTDIR)$(BINDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	if [ -f $(TORCH_LIB) ]; then install -m 755 $(TORCH_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_torch.so; fi
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
+	install -m 644 $(TORCH_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/
 	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \
 	    install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(LUADIR)/cupola/include/cupola/)
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
@@ -440,8 +443,9 @@ test-nvtx: all
 # In memory, no replay: thousands of inputs a second (fuzz-trace covers the
 # same reader through cp_trace_load, a hundred a second).
 FUZZ_PICKLE_SECONDS ?= 30
-FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c src/core/trace/snapshot.c
-$(FUZZ_BUILD)/fuzz_pickle: $(FUZZ_PICKLE_SRC) $(wildcard src/core/*.h src/core/trace/*.h)
+FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c src/core/trace/snapshot.c \
+                   src/core/pool/torch_conf.c
+$(FUZZ_BUILD)/fuzz_pickle: $(FUZZ_PICKLE_SRC) $(wildcard src/core/*.h src/core/trace/*.h src/core/pool/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_PICKLE_SRC)
@@ -468,12 +472,13 @@ FUZZ_SCAN_SECONDS ?= 30
 FUZZ_OPTION_SECONDS ?= 20
 FUZZ_RAWMAP_SECONDS ?= 20
 FUZZ_SCAN_SRC := tests/fuzz/fuzz_scan.c src/core/error.c src/core/kernel/scan.c
-FUZZ_OPTION_SRC := tests/fuzz/fuzz_option.c src/core/error.c src/core/kernel/compile.c
+FUZZ_OPTION_SRC := tests/fuzz/fuzz_option.c src/core/error.c src/core/kernel/compile.c \
+                   src/core/pool/torch_conf.c
 $(FUZZ_BUILD)/fuzz_scan: $(FUZZ_SCAN_SRC) $(wildcard src/core/*.h src/core/kernel/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_SCAN_SRC)
-$(FUZZ_BUILD)/fuzz_option: $(FUZZ_OPTION_SRC) $(wildcard src/core/*.h src/core/kernel/*.h)
+$(FUZZ_BUILD)/fuzz_option: $(FUZZ_OPTION_SRC) $(wildcard src/core/*.h src/core/kernel/*.h src/core/pool/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_OPTION_SRC) -lpthread

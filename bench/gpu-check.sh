@@ -2,8 +2,8 @@
 # bench/gpu-check.sh (make gpu-check): everything cupola checks on the GPU
 # machine, in one command.
 #
-#   sh bench/gpu-check.sh [stage ...]     stages: build test sanitize examples bench speed
-#                                         (default: all of them, in that order)
+#   sh bench/gpu-check.sh [stage ...]     stages: build test sanitize examples bench speed torch
+#                                         (default: build test sanitize examples bench)
 #
 # The GPU machine has CUDA but no Lua and no network: Lua 5.4, busted and
 # their modules travel as Debian packages in .deps/ (see README, "Running on
@@ -130,6 +130,19 @@ for stage in $stages; do
     bench)
         CUPOLA_COMMIT=$commit CUPOLA_BACKEND=cuda run_stage bench lua5.4 bench/run.lua "$OUT"
         cp "$LOGS/bench.log" "$OUT/bench.log"
+        ;;
+    torch)
+        # PyTorch's allocator model on the device: its spec on CUDA (the
+        # #gpu cases: segments are cudaMalloc's, expandable segments map and
+        # unmap 20 MiB pages through the driver's VMM) and under
+        # compute-sanitizer memcheck, then the exactness and speed report
+        # (the host's CPU times the replays).
+        CUPOLA_BACKEND=cuda BUSTED_ARGS=spec/torch_spec.lua run_stage torch-spec lua5.4 spec/run.lua
+        CUPOLA_BACKEND=cuda CUPOLA_SANITIZER=memcheck BUSTED_ARGS=spec/torch_spec.lua \
+            run_stage torch-memcheck compute-sanitizer --tool memcheck --leak-check full \
+            --report-api-errors no --error-exitcode 86 --print-limit 20 lua5.4 spec/run.lua
+        CUPOLA_COMMIT=$commit CUPOLA_BACKEND=cuda run_stage torch-model bin/cupola bench/torch_model.lua \
+            "$OUT/torch_model.md"
         ;;
     speed)
         # make bench's figures (bench/speed.lua: each binding aim beside its

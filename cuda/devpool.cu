@@ -67,7 +67,7 @@ __global__ void dp_verify_kernel(const cupola_device_pool *pool, cpd_run_params 
     cpd_u32 r = 0;
     if (i < prm.threads)
         r = cpd_verify_thread(pool, &prm, i, ptrs, claims);
-    dp_count(counters, r);
+    cpd_run_count(counters, r);
 }
 
 /* Frees a malloc pool's blocks after a run that kept them. */
@@ -106,6 +106,11 @@ cudaError_t enqueue_reset(cp_devpool *p, cudaStream_t s)
             (e = cudaMemsetAsync(m + p->L.used_off, 0, (size_t)p->L.nslabs * 4u, s)) != cudaSuccess ||
             (e = cudaMemsetAsync(m + p->L.bitmaps_off, 0, p->L.bitmaps_bytes, s)) != cudaSuccess ||
             (e = cudaMemsetAsync(m + p->L.lists_off, 0xff, p->L.lists_bytes, s)) != cudaSuccess)
+            return e;
+    }
+    if (p->kind == CP_DP_HEAP) {
+        if ((e = cudaMemsetAsync(m + p->L.heap_off, 0, (size_t)p->L.heap_bytes, s)) != cudaSuccess ||
+            (e = cudaMemsetAsync(m + p->L.hslots_off, 0xff, (size_t)p->L.nslots_total * 4u, s)) != cudaSuccess)
             return e;
     }
     (void)cudaGetLastError();
@@ -277,6 +282,9 @@ extern "C" cp_status cp_cuda_dp_launch(cp_devpool *p, const cp_dp_run_args *a, c
     case CP_DP_SLAB:
         e = launch_kind<CPD_KIND_SLAB>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
         break;
+    case CP_DP_HEAP:
+        e = launch_kind<CPD_KIND_HEAP>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
+        break;
     default:
         e = launch_kind<CPD_KIND_MALLOC>(pool, prm, a->children, grid, a->block, ptrs, claims, counters, s);
         break;
@@ -363,6 +371,29 @@ extern "C" cp_status cp_cuda_dp_stats(cp_devpool *p, cp_dp_stats *out)
     if ((e = cudaDeviceSynchronize()) != cudaSuccess ||
         (e = cudaMemcpy(&st, p->mem, sizeof st, cudaMemcpyDeviceToHost)) != cudaSuccess)
         return fail(e, "reading a device pool's state");
+    if (p->kind == CP_DP_HEAP) {
+        size_t n = (size_t)p->L.nchunks * 4u;
+        cpd_u32 *cstate = (cpd_u32 *)malloc(n ? n : 1), *run_len = (cpd_u32 *)malloc(n ? n : 1);
+        if (!cstate || !run_len) {
+            free(cstate);
+            free(run_len);
+            return cp_error_set(CP_ERR_OOM, "device pool stats: out of host memory");
+        }
+        if (n && ((e = cudaMemcpy(cstate, p->mem + p->L.cstate_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess ||
+                  (e = cudaMemcpy(run_len, p->mem + p->L.runlen_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess)) {
+            free(cstate);
+            free(run_len);
+            return fail(e, "reading a heap pool's chunks");
+        }
+        cpd_heap_usage(&st, cstate, run_len, &u, &pk);
+        free(cstate);
+        free(run_len);
+        out->capacity = p->capacity;
+        out->used = u;
+        out->peak = pk;
+        out->failed = st.failed;
+        return CP_OK;
+    }
     if (p->kind == CP_DP_SLAB && p->L.nslabs) {
         size_t n = (size_t)p->L.nslabs * 4u;
         cls = (cpd_u32 *)malloc(n);

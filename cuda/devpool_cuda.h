@@ -33,7 +33,7 @@ cp_status cp_cuda_dp_stats(cp_devpool *p, cp_dp_stats *out);
 #endif
 
 #if defined(__CUDACC__)
-#include "devpool_body.h"
+#include "cupola/dp_body.cuh"
 /* devpool_nested.cu: launches the parent kernel of a nested run on s (the
  * error of the launch).  kind is a CPD_KIND_*. */
 extern "C" cudaError_t cp_cuda_dp_launch_nested(unsigned kind, cupola_device_pool *pool,

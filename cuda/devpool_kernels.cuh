@@ -8,28 +8,9 @@
 #ifndef CUPOLA_DEVPOOL_KERNELS_CUH
 #define CUPOLA_DEVPOOL_KERNELS_CUH
 
-#include "devpool_body.h"
+#include "cupola/dp_body.cuh"
 
 namespace {
-
-__device__ __forceinline__ void dp_count(unsigned long long *c, cpd_u32 r)
-{
-    cpd_u32 m = __activemask();
-    cpd_u32 ok = __popc(__ballot_sync(m, r & CPD_R_OK));
-    cpd_u32 failed = __popc(__ballot_sync(m, r & CPD_R_FAILED));
-    cpd_u32 over = __popc(__ballot_sync(m, r & CPD_R_OVERLAP));
-    cpd_u32 mis = __popc(__ballot_sync(m, r & CPD_R_MISALIGNED));
-    if ((m & cpd_lanemask_lt()) == 0) {
-        if (ok)
-            atomicAdd(&c[0], (unsigned long long)ok);
-        if (failed)
-            atomicAdd(&c[1], (unsigned long long)failed);
-        if (over)
-            atomicAdd(&c[2], (unsigned long long)over);
-        if (mis)
-            atomicAdd(&c[3], (unsigned long long)mis);
-    }
-}
 
 /* One instantiation per kind: the allocator is inlined, no dispatch, and
  * only the malloc kind's kernels call CUDA's malloc. */
@@ -41,7 +22,7 @@ __global__ void dp_run_kernel(cupola_device_pool *pool, cpd_run_params prm, cpd_
     cpd_u32 r = 0;
     if (k < count)
         r = cpd_run_thread(pool, &prm, prm.first + k, ptrs, claims, KIND);
-    dp_count(counters, r);
+    cpd_run_count(counters, r);
 }
 
 } // namespace

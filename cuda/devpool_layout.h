@@ -6,7 +6,9 @@
  *   the cupola_device_pool state | the claim map (1 bit per 16-byte granule
  *   of the pool, for the run's overlap check; none for malloc pools) | slab
  *   metadata (slab_class, slab_used, bitmaps, class_slabs; slab pools only)
- *   | the pool's bytes (none for malloc pools: CUDA's heap holds them).
+ *   | heap metadata (cmap, cfull, cstate, run_len, hbitmaps, partial,
+ *   hslots; heap pools only) | the pool's bytes (none for malloc pools:
+ *   CUDA's heap holds them).
  * Plain C (static inline): host code on both backends.
  */
 #ifndef CUPOLA_DEVPOOL_LAYOUT_H
@@ -19,13 +21,62 @@
 typedef struct cpd_layout {
     cpd_u64 claims_off, claims_bytes;
     cpd_u64 class_off, used_off, bitmaps_off, bitmaps_bytes, lists_off, lists_bytes;
+    /* heap: its metadata is one range [heap_off, heap_off + heap_bytes) */
+    cpd_u64 heap_off, heap_bytes;
+    cpd_u64 cmap_off, cfull_off, cstate_off, runlen_off, hbitmaps_off, partial_off, hslots_off;
     cpd_u64 base_off, total;
     cpd_u32 slab_shift, nslabs, slots, words;
+    cpd_u32 chunk_shift, nchunks, cwords, nclasses, bwords, nslots_total;
+    cpd_u32 slot_base[CPD_HEAP_CLASSES + 1];
 } cpd_layout;
 
 static inline cpd_u64 cpd_align256(cpd_u64 x)
 {
     return (x + 255u) & ~(cpd_u64)255u;
+}
+
+/* The heap's geometry (alloc_heap.cuh states the rules) and its metadata
+ * from `at` on; returns where the metadata ends. */
+static inline cpd_u64 cpd_layout_heap(cpd_u64 capacity, cpd_layout *L, cpd_u64 at)
+{
+    cpd_u32 cs = 16, nc;
+    while (cs > 8 && (capacity >> cs) < 64u)
+        cs--;
+    L->chunk_shift = cs;
+    L->nchunks = nc = (cpd_u32)(capacity >> cs);
+    L->cwords = (nc + 31u) / 32u;
+    L->nclasses = cs - 4u;
+    L->bwords = cs >= 9 ? 1u << (cs - 9u) : 1u;
+    L->slot_base[0] = 0;
+    for (cpd_u32 c = 0; c < CPD_HEAP_CLASSES; c++) {
+        cpd_u32 a = 0;
+        if (c < L->nclasses) {
+            a = 32u << (c < 3u ? c : 3u);
+            if (a > nc / 16u)
+                a = nc / 16u;
+            if (a < 1u)
+                a = 1u;
+        }
+        L->slot_base[c + 1] = L->slot_base[c] + a;
+    }
+    L->nslots_total = L->slot_base[CPD_HEAP_CLASSES];
+    L->heap_off = at;
+    L->cmap_off = at;
+    at = cpd_align256(at + (cpd_u64)L->cwords * 4u);
+    L->cfull_off = at;
+    at = cpd_align256(at + (cpd_u64)((L->cwords + 31u) / 32u) * 4u);
+    L->cstate_off = at;
+    at = cpd_align256(at + (cpd_u64)nc * 4u);
+    L->runlen_off = at;
+    at = cpd_align256(at + (cpd_u64)nc * 4u);
+    L->hbitmaps_off = at;
+    at = cpd_align256(at + (cpd_u64)nc * L->bwords * 4u);
+    L->partial_off = at;
+    at = cpd_align256(at + (cpd_u64)L->nclasses * L->cwords * 4u);
+    L->hslots_off = at;
+    at = cpd_align256(at + (cpd_u64)L->nslots_total * 4u);
+    L->heap_bytes = at - L->heap_off;
+    return at;
 }
 
 /* Fills L for a pool of kind and capacity. */
@@ -63,6 +114,8 @@ static inline void cpd_layout_make(cpd_u32 kind, cpd_u64 capacity, cpd_layout *L
         L->lists_bytes = (cpd_u64)CPD_SLAB_CLASSES * L->nslabs * 4u;
         at = cpd_align256(at + L->lists_bytes);
     }
+    if (kind == CPD_KIND_HEAP)
+        at = cpd_layout_heap(capacity, L, at);
     if (kind != CPD_KIND_MALLOC) {
         L->base_off = at;
         at = cpd_align256(at + capacity);
@@ -92,6 +145,22 @@ static inline void cpd_state_init(cupola_device_pool *st, cpd_u32 kind, cpd_u64 
     }
     for (cpd_u32 i = 0; i < CPD_SLAB_CLASSES * CPD_SLAB_MAX_SLOTS; i++)
         st->active[i] = CPD_SLOT_EMPTY;
+    if (kind == CPD_KIND_HEAP) {
+        st->chunk_shift = L->chunk_shift;
+        st->nchunks = L->nchunks;
+        st->cwords = L->cwords;
+        st->nclasses = L->nclasses;
+        st->bwords = L->bwords;
+        st->nslots_total = L->nslots_total;
+        memcpy(st->slot_base, L->slot_base, sizeof st->slot_base);
+        st->cmap = (cpd_u32 *)(void *)(mem + L->cmap_off);
+        st->cfull = (cpd_u32 *)(void *)(mem + L->cfull_off);
+        st->cstate = (cpd_u32 *)(void *)(mem + L->cstate_off);
+        st->run_len = (cpd_u32 *)(void *)(mem + L->runlen_off);
+        st->hbitmaps = (cpd_u32 *)(void *)(mem + L->hbitmaps_off);
+        st->partial = (cpd_u32 *)(void *)(mem + L->partial_off);
+        st->hslots = (cpd_u32 *)(void *)(mem + L->hslots_off);
+    }
 }
 
 /* Bytes in use and the high-water mark, from a copy of the state and, for
@@ -124,6 +193,27 @@ static inline void cpd_usage(const cupola_device_pool *st, const cpd_u32 *slab_c
     }
     *used = u;
     *peak = pk;
+}
+
+/* The heap's figures from copies of its state, cstate and run_len: `used`
+ * the bytes of the blocks and runs handed out, `peak` the most pool memory
+ * in slabs and runs at once. */
+static inline void cpd_heap_usage(const cupola_device_pool *st, const cpd_u32 *cstate,
+                                  const cpd_u32 *run_len, cpd_u64 *used, cpd_u64 *peak)
+{
+    cpd_u64 u = 0, pk = st->chunks_peak << st->chunk_shift;
+    for (cpd_u32 s = 0; s < st->nchunks; s++) {
+        cpd_u32 tag = cstate[s] >> CPD_HEAP_TAG_SHIFT;
+        if (tag == CPD_HEAP_RUN) {
+            u += (cpd_u64)run_len[s] << st->chunk_shift;
+        } else if (tag >= 1 && tag <= st->nclasses) {
+            cpd_u32 nb = 1u << (st->chunk_shift - 4u - (tag - 1u));
+            cpd_u32 k = cstate[s] & CPD_HEAP_COUNT;
+            u += (cpd_u64)(k < nb ? k : nb) * (CPD_ALIGN << (tag - 1u));
+        }
+    }
+    *used = u;
+    *peak = pk > st->peak ? pk : st->peak;
 }
 
 #endif /* CUPOLA_DEVPOOL_LAYOUT_H */

@@ -57,6 +57,10 @@ extern "C" cudaError_t cp_cuda_dp_launch_nested(unsigned kind, cupola_device_poo
         dp_parent_kernel<CPD_KIND_SLAB><<<grid, 256u, 0, s>>>(pool, *prm, children, block, ptrs,
                                                              claims, counters);
         break;
+    case CPD_KIND_HEAP:
+        dp_parent_kernel<CPD_KIND_HEAP><<<grid, 256u, 0, s>>>(pool, *prm, children, block, ptrs,
+                                                             claims, counters);
+        break;
     default:
         dp_parent_kernel<CPD_KIND_MALLOC><<<grid, 256u, 0, s>>>(pool, *prm, children, block, ptrs,
                                                                claims, counters);

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "include/cupola/pattern.h"
+
 #ifdef __CUDACC__
 #define CP_HD __host__ __device__ __forceinline__
 #else
@@ -25,21 +27,11 @@ CP_HD float cp_body_sqrt_index(uint64_t i)
     return sqrtf((float)i);
 }
 
-/* splitmix64: a cheap, well-mixed function of one 64-bit word. */
-CP_HD uint64_t cp_body_mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* The integrity pattern: byte i of a buffer filled with seed.  Every byte
- * depends on seed and on its offset, so a block handed out twice, shifted or
- * overwritten by another buffer's pattern is caught. */
+/* The integrity pattern: byte i of a buffer filled with seed
+ * (cupola/pattern.h, shared with the device pools' runs). */
 CP_HD uint8_t cp_body_pattern_byte(uint64_t seed, uint64_t i)
 {
-    return (uint8_t)(cp_body_mix64(seed ^ (i >> 3)) >> ((i & 7u) * 8u));
+    return cupola_pattern_byte(seed, i);
 }
 
 #endif /* CUPOLA_KERNEL_BODY_H */

@@ -19,7 +19,7 @@ local MIXED = math.min(25000, N // 10)
 -- One capacity for the big cases: the first malloc pool of the process sets
 -- CUDA's device heap, which cannot grow once a malloc kernel has run.
 local CAP = 512 * 1024 * 1024
-local KINDS = { "bump", "warp_bump", "slab", "malloc" }
+local KINDS = { "bump", "warp_bump", "slab", "malloc", "heap" }
 local MiB = 1024 * 1024
 
 local function clean(r, n)
@@ -49,7 +49,7 @@ describe("cupola.device_pool", function()
         assert.equal(0, st.failed)
         if kind == "bump" or kind == "warp_bump" then
           assert.equal(N * 16 + N * 48, st.used)
-        elseif kind == "slab" then
+        elseif kind == "slab" or kind == "heap" then
           assert.equal(N * 16 + N * 64, st.used) -- 48 B takes the 64 B class
         else
           assert.equal(0, st.used) -- a malloc run frees its blocks after verifying them
@@ -146,6 +146,79 @@ describe("cupola.device_pool", function()
     assert.equal(100, r.ok)
   end)
 
+  describe("heap", function()
+    -- Powers of two from 16 B to 1/4 of the pool, each served, verified and
+    -- freed; one request of the whole pool (its chunks) on an empty pool.
+    -- (smaller pools under compute-sanitizer, which checks every store)
+    local SMALL = SERIALIZED or SLOW
+    it("serves every power of two from 16 B up to the pool, aligned and disjoint", function()
+      local cap = (GPU and not SMALL) and 256 * MiB or 16 * MiB
+      local dp <close> = cupola.device_pool { kind = "heap", capacity = cap }
+      local size = 16
+      while size <= cap // 4 do
+        local threads = math.min(GPU and 20000 or 2000, cap // size // 2)
+        if SLOW then threads = math.min(threads, 500) end
+        local r = dp:run { threads = threads, bytes = size, seed = size }
+        clean(r, threads)
+        assert.equal(threads, r.ok, size .. " B")
+        assert.is_true(dp:stats().used >= threads * size)
+        r = dp:run { threads = threads, bytes = size, free = true }
+        clean(r, threads)
+        assert.equal(threads, r.ok)
+        dp:reset()
+        size = size * 4
+      end
+      local r = dp:run { threads = 1, bytes = cap }
+      clean(r, 1)
+      assert.equal(1, r.ok)
+      assert.equal(cap, dp:stats().used)
+    end)
+
+    it("never needs a reset: mixed churn far past the capacity, then the whole pool in one block", function()
+      -- on a GPU ~270k threads hold a block at once: up to 2 KiB each in
+      -- the first runs, up to 96 KiB in the second (20k threads)
+      local cap = GPU and (SMALL and 64 or 2048) * MiB or 4 * MiB
+      local threads = N
+      local dp <close> = cupola.device_pool { kind = "heap", capacity = cap }
+      for seed = 1, 3 do
+        local r = dp:run { threads = threads, bytes = { 16, 2048 }, free = true, seed = seed }
+        clean(r, threads)
+        assert.equal(threads, r.ok)
+        r = dp:run { threads = threads // 50, bytes = { 4096, 96 * 1024 }, free = true, seed = seed }
+        clean(r, threads // 50)
+        assert.equal(threads // 50, r.ok)
+      end
+      assert.equal(0, dp:stats().used)
+      -- the empty slabs still held by the classes' slots come back for a run
+      local r = dp:run { threads = 1, bytes = cap }
+      clean(r, 1)
+      assert.equal(1, r.ok)
+      assert.equal(0, dp:stats().failed)
+    end)
+
+    -- Allocate until NULL (the survey's out-of-memory test): at every
+    -- power of two the blocks served cover at least 90% of the capacity,
+    -- and what is served is disjoint.
+    it("serves at least 90% of its capacity at every power of two before NULL", function()
+      local cap = (GPU and not SMALL) and 64 * MiB or 4 * MiB
+      local size = 16
+      while size <= cap // 8 do
+        local dp <close> = cupola.device_pool { kind = "heap", capacity = cap }
+        local per = math.max(1, math.min(N, cap // size // 4))
+        local served, rounds = 0, 0
+        repeat
+          local r = dp:run { threads = per, bytes = size, seed = rounds }
+          clean(r, per)
+          served = served + r.ok
+          rounds = rounds + 1
+        until r.failed > 0 or rounds > 64
+        assert.is_true(served * size >= 0.9 * cap,
+          string.format("%d B: %d served, %.1f%% of %d", size, served, 100 * served * size / cap, cap))
+        size = size * 8
+      end
+    end)
+  end)
+
   it("slab and malloc: free=true leaves nothing in use", function()
     for _, kind in ipairs { "slab", "malloc" } do
       local dp <close> = cupola.device_pool { kind = kind, capacity = 256 * MiB }
@@ -239,7 +312,7 @@ describe("cupola.device_pool", function()
 
   if GPU then
     gpu_it("nested launches: children allocate from the same pool, disjoint #cdp", function()
-      for _, kind in ipairs { "bump", "warp_bump", "slab" } do
+      for _, kind in ipairs { "bump", "warp_bump", "slab", "heap" } do
         local dp <close> = cupola.device_pool { kind = kind, capacity = 64 * MiB }
         local r = dp:run { threads = N, bytes = 32, children = 64 }
         clean(r, N)
@@ -320,6 +393,16 @@ extern "C" __global__ void check(const unsigned long long *addr, unsigned long l
     atomicAdd(&counts[0], 1ull); /* ok */
 }
 
+/* Thread i frees the block of thread n-1-i: frees from other threads than
+ * the ones that allocated. */
+extern "C" __global__ void release_reversed(cupola_device_pool *pool, const unsigned long long *addr,
+                                            unsigned long long n)
+{
+    unsigned long long i = cupola_global_index();
+    if (i < n && addr[n - 1 - i] % 16 == 0)
+        cupola_free(pool, (void *)addr[n - 1 - i]);
+}
+
 /* Frees the blocks recorded in addr (malloc pools would otherwise keep them
  * in CUDA's heap until the process exits). */
 extern "C" __global__ void release(cupola_device_pool *pool, const unsigned long long *addr,
@@ -371,7 +454,7 @@ extern "C" __global__ void parent(cupola_device_pool *pool, unsigned long long *
     return ok, failed, bad
   end
 
-  for _, kind in ipairs { "bump", "warp_bump", "slab", "malloc" } do
+  for _, kind in ipairs(KINDS) do
     it(kind .. ": a user kernel allocates, writes and frees", function()
       local n = GPU and 100000 or 4000
       local m = cupola.module { name = "dp_user.cu", source = SRC }
@@ -388,7 +471,7 @@ extern "C" __global__ void parent(cupola_device_pool *pool, unsigned long long *
       assert.equal(0, failed)
       assert.equal(0, bad)
       -- 48 B takes the slab's 64 B class; a malloc block carries a 16 B header
-      local live = (kind == "slab" or kind == "malloc") and n * 64 or n * 48
+      local live = (kind == "slab" or kind == "malloc" or kind == "heap") and n * 64 or n * 48
       assert.equal(live, dp:stats().used)
       -- give them back, then allocate and free in one kernel
       local release = m:kernel("release", { "device_pool", "ptr", "u64" })
@@ -403,13 +486,44 @@ extern "C" __global__ void parent(cupola_device_pool *pool, unsigned long long *
     end)
   end
 
+  -- The whole pool in 16 B blocks (every one served: NULL only when none
+  -- is left), freed by other threads than their owners, then the whole pool
+  -- again in 8 KiB blocks: the chunks move from one class to another with
+  -- no reset.
+  it("heap: every block of the pool served, freed from other threads, reused by another size", function()
+    local cap = (GPU and not (SERIALIZED or SLOW)) and 64 * MiB or 4 * MiB
+    local m = cupola.module { name = "dp_user.cu", source = SRC }
+    local use = m:kernel("use", { "device_pool", "ptr", "u64", "u64", "i32" })
+    local check = m:kernel("check", { "ptr", "u64", "u64", "ptr" })
+    local rev = m:kernel("release_reversed", { "device_pool", "ptr", "u64" })
+    local dp <close> = cupola.device_pool { kind = "heap", capacity = cap }
+    for _, size in ipairs { 16, 8192, 16 } do
+      local n = cap // size
+      local addr = cupola.malloc(8 * n)
+      local cnt = cupola.malloc(24)
+      cupola.kernels.fill(cnt, 0, { type = "u8" })
+      use:launch({ threads = n, block = 128 }, dp, addr, n, size, 0)
+      check:launch({ threads = n, block = 128 }, addr, n, size, cnt)
+      local ok, failed, bad = counts(cnt)
+      assert.equal(n, ok, size .. " B")
+      assert.equal(0, failed)
+      assert.equal(0, bad)
+      assert.equal(cap, dp:stats().used)
+      rev:launch({ threads = n, block = 128 }, dp, addr, n)
+      assert.equal(0, dp:stats().used)
+      addr:free()
+      cnt:free()
+    end
+    assert.equal(0, dp:stats().failed)
+  end)
+
   if GPU then
     gpu_it("a child kernel allocates from the pool its parent was given #cdp", function()
       local n = 200000
       local m = cupola.module { name = "dp_nested.cu", source = NESTED }
       local parent = m:kernel("parent", { "device_pool", "ptr", "u64", "u64", "i32" })
       local check = m:kernel("check", { "ptr", "u64", "u64", "ptr" })
-      for _, kind in ipairs { "bump", "warp_bump", "slab" } do
+      for _, kind in ipairs { "bump", "warp_bump", "slab", "heap" } do
         local dp <close> = cupola.device_pool { kind = kind, capacity = 64 * MiB }
         local addr = cupola.malloc(8 * n)
         local cnt = cupola.malloc(24)

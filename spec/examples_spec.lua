@@ -145,6 +145,23 @@ describe("examples: seeing what happened", function()
 end)
 
 describe("examples: allocation inside kernels", function()
+  it("device_survey.lua checks the heap and a plugin, then surveys them beside CUDA's malloc", function()
+    local page = os.tmpname()
+    local out = run("device_survey.lua", page)
+    for _, kind in ipairs { "heap", "plugin" } do
+      for _, size in ipairs { "16", "16%.%.4096", "65536", "1048576" } do
+        assert.matches("\n" .. kind .. "%s+" .. size .. "%s+B%s+%d+ threads%s+ok%s+%d+%s+failed 0%s+overlaps 0%s+misaligned 0", out)
+      end
+    end
+    for _, s in ipairs { "Initialisation", "per thread", "pairs", "Fragmentation", "Out of memory", "Synthetic" } do
+      assert.matches(s, out, 1, true)
+    end
+    local f = assert(io.open(page))
+    assert.matches("<!DOCTYPE html>", f:read "a")
+    f:close()
+    os.remove(page)
+  end)
+
   it("device_alloc.lua shows the two-stream race and its remedies", function()
     local out = run("device_alloc.lua", "4000")
     for _, kind in ipairs { "bump", "warp_bump", "slab", "malloc" } do
@@ -156,5 +173,18 @@ describe("examples: allocation inside kernels", function()
     if not SLOW then -- under valgrind the 5 ms head start is not enough
       assert.is_nil(out:find("shared pool, reset per launch%s+overlaps%s+0 %+%s+0 "), out)
     end
+  end)
+end)
+
+describe("examples: PyTorch's allocator (kind = \"torch\")", function()
+  local it = require("spec.support.child").available and it or pending
+
+  it("torch_settings.lua compares settings on a snapshot, and says where a limit runs out", function()
+    local out = run "torch_settings.lua"
+    -- PyTorch's own peak reserved for this run (examples/traces/torch/truth.lua)
+    assert.matches("%(PyTorch's defaults%)%s+3024 MiB%s+1963 MiB%s+87%s+0", out)
+    assert.matches("expandable_segments:True%s+2184 MiB", out)
+    out = run("torch_settings.lua", "examples/traces/torch/varlen.default.cpsnap.gz", "2GiB")
+    assert.matches("no: out of memory at allocation %d+", out)
   end)
 end)

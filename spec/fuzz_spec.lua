@@ -109,6 +109,12 @@ function World:open_pool()
     rec.handle = cupola.mempool.current()
     rec.base_live = rec.handle:stats().live_buffers -- buffers of other specs, if any
     rec.alloc = function(size, s) return cupola.malloc_async(size, s) end
+  elseif cfg.kind == "torch" then
+    -- PyTorch's allocator has no alignment, reuse or initial options: its conf
+    rec.handle = assert(cupola.pool { kind = "torch", upstream = cfg.upstream, max = cfg.max,
+                                      conf = cfg.conf })
+    rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
+    rec.custom = true
   else
     rec.handle = assert(cupola.pool {
       kind = cfg.kind, upstream = cfg.upstream, alignment = cfg.alignment,
@@ -530,6 +536,19 @@ do
       cfg.max_cached_bytes, cfg.reuse, cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
     configs[#configs + 1] = cfg
   end
+  -- PyTorch's allocator model under settings drawn from the seed (no max with
+  -- expandable segments: PyTorch maps whole 20 MiB pages after checking the
+  -- limit, so its reserved bytes may pass the limit by less than a page)
+  for _, up in ipairs { "device", "virtual" } do
+    local conf = r.pick { "", "expandable_segments:True", "max_split_size_mb:20",
+                          "roundup_power2_divisions:4,garbage_collection_threshold:0.5",
+                          "max_split_size_mb:32,max_non_split_rounding_mb:40" }
+    local cfg = { kind = "torch", upstream = up, conf = conf }
+    if conf ~= "expandable_segments:True" and r.chance(0.5) then cfg.max = 48 * MiB end
+    cfg.name = string.format("torch/%s (conf '%s'%s)", up, conf,
+      cfg.max and string.format(", max %d MiB", cfg.max // MiB) or "")
+    configs[#configs + 1] = cfg
+  end
   -- vmm over the upstreams it maps, by its default policy on either clock
   -- (a manual one jumps by up to days) or with a release_threshold
   for _, up in ipairs { "device", "virtual" } do
@@ -574,10 +593,14 @@ local values = { nil, true, false, 0, 1, 7, 255, 256, 4096, 65536, -1, -4096,
   {}, { 1, 2 }, { grid = 1, block = 1 }, { block = 0 }, { grid = -1 }, { type = "u8" },
   { type = "f16" }, { stream = 5 }, { timing = false }, { priority = 0 }, { blocking = true },
   { kind = "arena" }, { kind = "caching", upstream = "virtual" }, { max = "1MiB", kind = "tlsf" },
+  { kind = "torch", upstream = "virtual", conf = "expandable_segments:True" },
+  { addresses = "recorded", stop_at_oom = true },
+  { kind = "torch", conf = "max_split_size_mb:20,roundup_power2_divisions:[1:4,>:8]" },
+  { kind = "torch", conf = "roundup_power2_divisions:[,]" }, { kind = "torch", conf = 5 },
   { location = "device", max_size = "4MiB" }, { ["repeat"] = 2 }, { bogus = 1 },
   { clock = "trace" }, { clock = "manual", kind = "vmm", upstream = "virtual" }, { clock = 3 },
   print, coroutine.create(function() end) }
-local NV = 53 -- slots of values: the fixed ones above, then handles
+local NV = 58 -- slots of values: the fixed ones above, then handles
 local handles = {}
 local function add(v)
   if type(v) == "userdata" then
@@ -597,7 +620,7 @@ end
 local s = cupola.stream(); add(s); add(cupola.default_stream)
 local cs = cupola.stream(); cs:close(); add(cs)
 add(cupola.event()); local ce = cupola.event(); ce:close(); add(ce)
-for _, kind in ipairs { "arena", "freelist", "tlsf", "caching" } do
+for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "torch" } do
   local p = cupola.pool { kind = kind }; add(p); add(p:alloc(4096, s)); add(p:alloc(100))
   addrs[#addrs + 1] = p:alloc_raw(4096, s); addrs[#addrs + 1] = p:alloc_raw(100)
 end
@@ -612,6 +635,9 @@ local f = io.open(path, "w")
 f:write("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x100,256,0x0\n0,2,free,0x100,256,0x0\n")
 f:close()
 add(cupola.trace.load(path)); os.remove(path)
+-- a snapshot of PyTorch's with an out-of-memory entry, and a torch pool for it
+add(cupola.trace.load "examples/traces/torch/varlen.oom-default.cpsnap.gz")
+add(cupola.pool { kind = "torch", upstream = "virtual", max = "1GiB" })
 
 -- every callable: module functions, methods by name, metamethods
 local funcs = {}
@@ -624,7 +650,8 @@ for _, t in ipairs { { "cupola", cupola }, { "kernels", K }, { "mempool", cupola
 end
 local methods = { "free", "close", "read", "write", "memset", "copy_to", "synchronize", "query", "wait",
   "record", "elapsed", "alloc", "trim", "reset", "reset_high", "stats", "info", "event", "replay",
-  "time", "set_time", "advance", "alloc_raw", "free_raw", "buffer", "free_raw", "buffer" }
+  "empty_cache", "settings", "time", "set_time", "advance", "alloc_raw", "free_raw", "buffer", "free_raw",
+  "buffer" }
 local metas = { "__gc", "__close", "__tostring", "__len", "__index", "__newindex", "__call" }
 
 local ok_n, err_n = 0, 0

@@ -83,7 +83,7 @@ end)
 describe("misuse: pools", function()
   it("an unknown kind lists the kinds", function()
     raises(function() cupola.pool { kind = "buddy" } end,
-      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, not 'buddy'")
+      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, not 'buddy'")
   end)
 
   it("an unknown upstream lists the upstreams", function()
@@ -675,6 +675,86 @@ describe("misuse: native pools", function()
     raises(function() m:trim(-1) end, "size must not be negative")
     local b = assert(m:alloc "256KiB")
     b:free()
+  end)
+end)
+
+describe("misuse: torch pools", function()
+  local MiB = 1024 * 1024
+  it("a bad conf key or value names it and the value", function()
+    raises(function() cupola.pool { kind = "torch", conf = "max_split_size_mb:8" } end,
+      "cupola.pool: option 'conf': max_split_size_mb must be an integer of at least 20 (MiB), not '8'")
+    raises(function() cupola.pool { kind = "torch", conf = "expandable:True" } end,
+      "option 'conf': unknown key 'expandable'")
+    raises(function() cupola.pool { kind = "torch", conf = "garbage_collection_threshold:x" } end,
+      "garbage_collection_threshold must be a number in (0, 1), not 'x'")
+    raises(function() cupola.pool { kind = "torch", conf = 64 } end,
+      "option 'conf' must be a string (PYTORCH_CUDA_ALLOC_CONF syntax), not number")
+    raises(function() cupola.pool { kind = "torch", conf = "expandable_segments:True\0" } end,
+      "option 'conf' contains a NUL byte")
+  end)
+
+  it("backend:cudaMallocAsync points at cupola's native pools", function()
+    raises(function() cupola.pool { kind = "torch", conf = "backend:cudaMallocAsync" } end,
+      "cupola.mempool")
+  end)
+
+  it("options PyTorch's allocator has no counterpart of are refused", function()
+    for _, k in ipairs { "initial", "alignment", "release_threshold", "reuse", "grow" } do
+      local o = { kind = "torch" }
+      o[k] = 4096
+      if k == "reuse" then o[k] = "stream" elseif k == "grow" then o[k] = false end
+      raises(function() cupola.pool(o) end, "option '" .. k .. "' does not apply to kind 'torch'")
+    end
+    raises(function() cupola.pool { kind = "torch", upstream = "async" } end,
+      "kind 'torch' takes upstream \"device\" or \"virtual\", not \"async\"")
+    raises(function() cupola.pool { kind = "tlsf", conf = "" } end, "option 'conf' is for kind 'torch'")
+    raises(function() cupola.pool { kind = "torch", address_model = "random", upstream = "virtual" } end,
+      "option 'address_model' must be one of driver, bump, not 'random'")
+    raises(function() cupola.pool { kind = "torch", address_model = "bump" } end,
+      "option 'address_model' is for the \"virtual\" upstream")
+  end)
+
+  it("empty_cache and settings belong to torch pools", function()
+    local p <close> = cupola.pool { kind = "tlsf" }
+    raises(function() p:empty_cache() end, "only pools of kind 'torch' have it")
+    raises(function() p:settings() end, "only pools of kind 'torch' have it")
+  end)
+
+  it("a request past the limit is out of memory and the pool stays usable", function()
+    local p <close> = cupola.pool { kind = "torch", upstream = "virtual", max = 64 * MiB }
+    oom(p:alloc(65 * MiB))
+    oom(p:alloc(math.maxinteger))
+    local b = p:alloc(1 * MiB)
+    b:free()
+    consistent(p)
+    assert.equals(2, p:stats().num_ooms)
+  end)
+
+  it("recorded addresses need a torch pool over virtual and a snapshot", function()
+    local path = os.tmpname()
+    local f = io.open(path, "w")
+    f:write("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x100,256,0x0\n0,2,free,0x100,256,0x0\n")
+    f:close()
+    local t <close> = cupola.trace.load(path)
+    os.remove(path)
+    local tlsf <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    raises(function() t:replay(tlsf, { addresses = "recorded" }) end, "needs a pool of kind \"torch\"")
+    local p <close> = cupola.pool { kind = "torch", upstream = "virtual" }
+    raises(function() t:replay(p, { addresses = "recorded" }) end, "needs a PyTorch snapshot with segment entries")
+    raises(function() t:replay(p, { addresses = "driver" }) end,
+      "option 'addresses' must be one of model, recorded, not 'driver'")
+    local d <close> = cupola.pool { kind = "torch", upstream = "device" }
+    local s <close> = cupola.trace.load "examples/traces/torch/resnet50_train.default.cpsnap.gz"
+    raises(function() s:replay(d, { addresses = "recorded" }) end, "over the \"virtual\" upstream")
+  end)
+
+  it("a corrupt compact snapshot names the offset", function()
+    local path = os.tmpname()
+    local f = io.open(path, "wb")
+    f:write("CPSNAP1\n\1\1\0\0\0\0\0\5\0")
+    f:close()
+    raises(function() cupola.trace.load(path) end, "compact snapshot: offset")
+    os.remove(path)
   end)
 end)
 
@@ -1967,6 +2047,12 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.pool", function() cupola.pool { initial = "2MiB", max = "1MiB" } end, "option 'initial' is larger than 'max'", "2097152 > 1048576" },
     { "cupola.pool", function() cupola.pool { log = 5 } end, "option 'log' must be a string", "not number 5" },
     { "cupola.pool", function() cupola.pool { sise = 1 } end, "cupola.pool: unknown option", "'sise'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = 5 } end, "option 'conf' must be a string", "not number 5" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = "max_split_size_mb:x" } end, "max_split_size_mb must be an integer", "not 'x'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = "nosuch:1" } end, "option 'conf': unknown key", "'nosuch'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", conf = "backend:cudaMallocAsync" } end, "cupola.mempool", "cudaMallocAsync" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", device_memory = "lots" } end, "option 'device_memory': bad size", "'lots'" },
+    { "cupola.pool", function() cupola.pool { kind = "torch", address_model = "random" } end, "option 'address_model' must be one of", "not 'random'" },
     { "cupola.pool", function() cupola.pool { clock = "sundial" } end, "option 'clock' must be one of", "not 'sundial'" },
     { "cupola.pool", function() cupola.pool { kind = "cub", min_bin = "low" } end, "option 'min_bin' must be a non-negative integer", "not 'low'" },
     { "cupola.pool", function() cupola.pool { symbol = "x\0y" } end, "option 'symbol' must not hold a NUL byte", "got 'x\\0y'" },
@@ -2015,6 +2101,9 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { record = "yes" }) end, "option 'record' must be a boolean", "not string 'yes'" },
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { bogus = 1 }) end, "cupola.trace.replay: unknown option", "'bogus'" },
     { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { clock = "sundial" }) end, "option 'clock' must be one of pool, trace", "not 'sundial'" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { addresses = "exact" }) end, "option 'addresses' must be one of", "not 'exact'" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { addresses = "recorded" }) end, "needs a pool of kind \"torch\"", "not \"tlsf\"" },
+    { "cupola.trace.replay", function() cupola.trace.replay(F.t, F.pool, { stop_at_oom = 1 }) end, "option 'stop_at_oom' must be a boolean", "not number 1" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, 5) end, "a list of pool configurations expected", "got number 5" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, { 7 }) end, "configuration 1 is a number, not a table", "got 7" },
     { "cupola.trace.compare", function() cupola.trace.compare(F.t, { { kind = "buddy" } }) end, "option 'kind' must be one of", "not 'buddy'" },
@@ -2084,6 +2173,10 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Pool:stats", function() F.pool.stats(5) end, "cupola.Pool expected", "got number 5" },
     { "cupola.Pool:close", function() F.pool.close(F.b) end, "cupola.Pool expected", "got cupola.Buffer" },
     { "cupola.Pool:time", function() F.pool.time(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:empty_cache", function() F.pool.empty_cache(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:empty_cache", function() F.pool:empty_cache() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },
+    { "cupola.Pool:settings", function() F.pool.settings "p" end, "cupola.Pool expected", "got string 'p'" },
+    { "cupola.Pool:settings", function() F.pool:settings() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },
     { "cupola.Pool:set_time", function() F.clocked:set_time "soon" end, "number expected", "got string 'soon'" },
     { "cupola.Pool:set_time", function() F.clocked:set_time(-1) end, "time -1.0 is before the clock's reading", false },
     { "cupola.Pool:advance", function() F.clocked:advance(-2) end, "the seconds to advance must be finite and at least 0", "not -2.0" },
@@ -2117,6 +2210,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Module:kernel", function() F.m:kernel("set", { "ptr", "int", "u64" }) end, "parameter 2: unknown type", "'int'" },
     { "cupola.Module:close", function() F.m.close(5) end, "cupola.Module expected", "got number 5" },
     { "cupola.Module.=", function() F.m.name = "x" end, "cupola.Module field 'name' is read-only", false },
+    { "cupola.Kernel:registers", function() F.k.registers(5) end, "cupola.Kernel expected", "got number 5" },
     { "cupola.Kernel:launch", function() F.k:launch(5) end, "launch options expected", "got number 5" },
     { "cupola.Kernel:launch", function() F.k:launch({ grid = 0.5, block = 1 }, F.b, 1, 16) end, "option 'grid' must be an integer in 1..4294967295", "got 0.5" },
     { "cupola.Kernel:launch", function() F.k:launch({ grid = 1, block = 1, bogus = 1 }, F.b, 1, 16) end, "unknown option", "'bogus'" },

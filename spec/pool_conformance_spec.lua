@@ -43,6 +43,20 @@ for _, kind in ipairs(kinds) do
   end
 end
 
+-- PyTorch's allocator (kind "torch") has no alignment, initial or reuse
+-- options (its settings are its conf), so it gets the checks that need none;
+-- its limits are spec/torch_spec.lua's.  (Raw blocks need no option.)
+for _, up in ipairs { "device", "virtual" } do
+  for _, conf in ipairs { "", "expandable_segments:True", "max_split_size_mb:20" } do
+    describe("torch over " .. up .. " (conf '" .. conf .. "')", function()
+      it("keeps its invariants over a random sequence on two streams, raw blocks too, conserves bytes, outlives its buffers", function()
+        assert.is_conforming_pool(function() return cupola.pool { kind = "torch", upstream = up, conf = conf } end,
+          { checks = { "random", "conserved", "lifetime", "raw" }, ops = 300, seed = #conf * 1000 + #up })
+      end)
+    end)
+  end
+end
+
 for _, kind in ipairs(kinds) do
   describe(kind, function()
     it("reports out of memory at its limit and recovers, and lives as long as its buffers", function()

@@ -202,7 +202,7 @@ extern "C" __global__ void iota(int *x, unsigned n)
   end)
 
   it("works over every kind and both memory and virtual upstreams", function()
-    for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "vmm", "cub" } do
+    for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "vmm", "cub", "torch" } do
       for _, up in ipairs { "device", "virtual" } do
         local p = cupola.pool { kind = kind, upstream = up }
         local a = assert(p:alloc_raw(5000))

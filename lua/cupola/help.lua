@@ -174,6 +174,11 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "vmm" | "plugin"
             | "cub"
+            | "torch" (PyTorch 2.11's caching allocator, exactly)
+  torch: conf= (PYTORCH_CUDA_ALLOC_CONF syntax), max= (PyTorch's allowed
+    maximum), device_memory=, address_model="driver" | "bump"; upstream
+    "device" or "virtual"; p:empty_cache(), p:settings(); stats() adds
+    PyTorch's counters ("allocated_bytes.all.peak", num_alloc_retries, ...)
   plugin: path= (a .so) or source= (C, compiled and cached), symbol= (its
     const cupola_allocator, <cupola/allocator.h> in cupola.include_dir),
     options= (a string for its create)
@@ -198,6 +203,7 @@ p:alloc_raw(size, s) -> address (an integer) | nil, msg, "out_of_memory": the
   many.  Kernels of one's own take the address as a "ptr" argument.
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
+p:empty_cache()   torch only: torch.cuda.empty_cache();  p:settings() torch only
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers, live_raw (vmm:
   page_bytes, pages_mapped, maps, unmaps; by time: recent_peak, decay_window,
@@ -278,6 +284,7 @@ m:kernel(name, types) -> Kernel: an extern "C" __global__ function and its
   "f64", "device_pool".
 k:launch({grid=, block=, shared=0, stream=} | {threads=N, block=256}, ...)
   enqueues and returns; arguments are checked (count, type, range, closed).
+k:registers() -> registers per thread of the compiled kernel (nil on the host).
 m:close()  k:close()   a kernel keeps its module loaded until it is closed.
 Fields: m.name, m.cached (the compile was a cache hit), m.log.
 cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...}
@@ -291,8 +298,12 @@ cupola.module_cache_forget() empties the in-memory cache.]],
       { "dp:run{threads=, bytes=, free=}", "-> {ok=, failed=, overlaps=, ms=}" },
     },
     page = [[
-cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc", capacity=} ->
-  DevicePool: an allocator that runs inside kernels (malloc: CUDA's own).
+cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc"|"heap", capacity=} ->
+  DevicePool: an allocator that runs inside kernels (malloc: CUDA's own; heap:
+  16 B up to the pool, free from any thread, no reset needed).
+cupola.device_pool{kind="plugin", source=SRC | path="mine.cu", capacity=,
+  name=, options=, init_threads=1024}: your own allocator (cupola/plugin.h:
+  cupola_plugin_init/alloc/free), run and checked as cupola's pools are.
 dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
   free=false, block=256, verify=true, reset=, hold_us=, seed=, children=}
   (written dp:run{...}) -> {ok=, failed=,
@@ -303,7 +314,10 @@ cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }
 dp:reset(s)   dp:stats() -> {capacity, used, peak, failed}   dp:close()
 In your kernels: #include <cupola/device.h>; cupola_alloc(pool, bytes) (NULL
   when exhausted) and cupola_free(pool, ptr) on a "device_pool" parameter;
-  also from child kernels (CUDA backend).]],
+  also from child kernels (CUDA backend).
+require("cupola.survey").run{allocators={"heap", "slab", "malloc", ...}} ->
+  the survey's benchmarks (Winter et al., PPoPP 2021) on any pool and CUDA's
+  malloc; survey.csv/json/html/markdown(res, path) write them.]],
   },
   {
     name = "trace",
@@ -322,9 +336,14 @@ cupola.trace.load(path) -> Trace (RMM logging-adaptor CSV
   Thread,Time,Action,Pointer,Size,Stream; plain or gzip); malformed input
   raises "path:line: reason".
 cupola.trace.replay(t, pool, {single_stream=false, repeat=1,
-  synchronize=true, clock="pool" | "trace"}) -> {events, ns_per_event, seconds,
+  synchronize=true, clock="pool"|"trace", stop_at_oom=false,
+  addresses="model"|"recorded"}) -> {events, ns_per_event, seconds,
   peak_live, peak_reserved, reserved_over_live, failed, skipped_frees,
-  reserved_byte_seconds, live_byte_seconds, maps, unmaps}
+  complete, reserved_byte_seconds, live_byte_seconds, maps, unmaps,
+  peak_allocated, device_allocs, device_frees, retries, ooms, ...};
+  addresses="recorded" (a torch pool, a PyTorch snapshot): CUDA's
+  addresses as recorded, and divergence = false or where the model's
+  calls first differed
 cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
   cupola.pool (plus name=); each row is replay's table plus kind, upstream, name.
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,

@@ -32,6 +32,7 @@ typedef enum cp_dp_kind {
     CP_DP_WARP_BUMP,
     CP_DP_SLAB,
     CP_DP_MALLOC,
+    CP_DP_HEAP,
     CP_DP_KIND_COUNT
 } cp_dp_kind;
 

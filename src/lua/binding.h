@@ -264,6 +264,8 @@ void l_check(lua_State *L, cp_status st);
  * (which the core's message buffer may have cut) in place of the cut one;
  * frees log (may be NULL).  Never returns. */
 int l_fail_log(lua_State *L, const char *prefix, char *log);
+/* cupola's include folders for run-time compiled code (module.c). */
+const char *const *l_include_dirs(void);
 /* For allocations: CP_ERR_OOM pushes nil, msg, "out_of_memory" and returns 3;
  * CP_OK returns 0; anything else raises. */
 int l_alloc_result(lua_State *L, cp_status st);

@@ -1,6 +1,9 @@
 /*
  * devpool.c: cupola.DevicePool (allocation inside kernels), created by
- * cupola.device_pool{kind=, capacity=}, and cupola.run_concurrent.
+ * cupola.device_pool{kind=, capacity=}, and cupola.run_concurrent.  The
+ * built-in kinds are the backend's (cp_be->dp_*); a plugin pool's
+ * allocator is the user's source (kernel/dp_plugin.h), run and checked by
+ * the same operations.
  *
  * The userdata's first member is the device address of the pool's
  * device-side state (a cupola_device_pool, <cupola/device.h>): a user kernel
@@ -9,9 +12,14 @@
  * A run is launched and finished inside one call, so nothing the run uses
  * (pool, stream, event) can be collected while it is in flight.
  */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "binding.h"
+#include "kernel/compile.h"
+#include "kernel/dp_plugin.h"
 
 #define L_DEVPOOL L_DEVICEPOOL /* binding.h */
 #define RUN_FN L_DEVPOOL ":run"
@@ -19,16 +27,25 @@
 
 typedef struct l_devpool {
     void *dev;       /* first: the device-side state (NULL once closed) */
-    cp_devpool *p;
-    cp_dp_kind kind;
+    cp_devpool *p;   /* a built-in kind's pool, or NULL */
+    cp_dplugin *pl;  /* a plugin pool, or NULL */
+    int kind;        /* a cp_dp_kind, or KIND_PLUGIN (kind_name) */
     size_t capacity;
     uint64_t runs;   /* default seeds differ from run to run */
 } l_devpool;
 
+/* The kinds: the backend's (cp_dp_kind_name), then the plugin. */
+#define KIND_PLUGIN CP_DP_KIND_COUNT
+
+static const char *kind_name(int k)
+{
+    return k == KIND_PLUGIN ? "plugin" : cp_dp_kind_name(k);
+}
+
 static l_devpool *todevpool(lua_State *L, int arg)
 {
     l_devpool *d = (l_devpool *)l_checkudata(L, arg, L_DEVPOOL);
-    if (!d->p)
+    if (!d->p && !d->pl)
         luaL_error(L, "attempt to use a closed " L_DEVPOOL);
     return d;
 }
@@ -40,29 +57,80 @@ static void check_supported(lua_State *L)
                    cp_be->name);
 }
 
-/* cupola.device_pool{kind=, capacity=}: kind is one of cp_dp_kind_name's */
+/* A plugin pool's source: the string of option 'source', or the file of
+ * option 'path' (pushed); its name in *name. */
+static const char *plugin_source(lua_State *L, size_t *len, const char **name)
+{
+    static const char *const fn = "cupola.device_pool";
+    int ts, tp;
+    ts = lua_getfield(L, 1, "source");
+    tp = lua_getfield(L, 1, "path");
+    if ((ts != LUA_TNIL) == (tp != LUA_TNIL))
+        luaL_error(L, "%s: a plugin pool takes exactly one of 'source' and 'path'", fn);
+    *name = l_optstring_field(L, 1, "name", NULL);
+    if (ts != LUA_TNIL) {
+        if (ts != LUA_TSTRING)
+            luaL_error(L, "%s: option 'source' must be a string, not %s", fn, lua_typename(L, ts));
+        lua_pop(L, 1);
+        if (!*name)
+            *name = "plugin.cu";
+        return lua_tolstring(L, -1, len);
+    } else {
+        const char *path;
+        luaL_Buffer b;
+        FILE *f;
+        size_t k;
+        if (tp != LUA_TSTRING)
+            luaL_error(L, "%s: option 'path' must be a string, not %s", fn, lua_typename(L, tp));
+        path = lua_tostring(L, -1);
+        if (!(f = fopen(path, "rb")))
+            luaL_error(L, "%s: option 'path': cannot read '%s' (%s)", fn, path, strerror(errno));
+        luaL_buffinit(L, &b);
+        do {
+            char *q = luaL_prepbuffer(&b);
+            k = fread(q, 1, LUAL_BUFFERSIZE, f);
+            luaL_addsize(&b, k);
+        } while (k == LUAL_BUFFERSIZE);
+        if (ferror(f)) {
+            int e = errno;
+            fclose(f);
+            luaL_error(L, "%s: option 'path': cannot read '%s' (%s)", fn, path, strerror(e));
+        }
+        fclose(f);
+        luaL_pushresult(&b);
+        if (!*name) {
+            const char *slash = strrchr(path, '/');
+            *name = slash ? slash + 1 : path;
+        }
+        return lua_tolstring(L, -1, len);
+    }
+}
+
+/* cupola.device_pool{kind=, capacity=} and, for kind = "plugin",
+ * source= | path=, name=, options=, init_threads= */
 static int devpool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "capacity", NULL};
+    static const char *const plugin_opts[] = {"kind", "capacity", "source", "path", "name",
+                                              "options", "init_threads", NULL};
     const char *kname;
     lua_Integer cap;
     int k;
     l_devpool *d;
-    cp_devpool *p = NULL;
     cp_status st;
 
     l_checktable(L, 1);
-    l_checkoptions(L, 1, "cupola.device_pool", opts);
     kname = l_optstring_field(L, 1, "kind", NULL);
     if (!kname) {
-        l_pushnames(L, cp_dp_kind_name, " or ");
-        return luaL_error(L, "cupola.device_pool: option 'kind' is required (%s)",
-                          lua_tostring(L, -1));
+        l_checkoptions(L, 1, "cupola.device_pool", plugin_opts);
+        l_pushnames(L, kind_name, " or ");
+        return luaL_error(L, "cupola.device_pool: option 'kind' is required (%s)", lua_tostring(L, -1));
     }
-    for (k = 0; cp_dp_kind_name(k) && strcmp(cp_dp_kind_name(k), kname) != 0; k++)
+    for (k = 0; kind_name(k) && strcmp(kind_name(k), kname) != 0; k++)
         ;
-    if (!cp_dp_kind_name(k)) {
-        l_pushnames(L, cp_dp_kind_name, " or ");
+    l_checkoptions(L, 1, "cupola.device_pool", k == KIND_PLUGIN ? plugin_opts : opts);
+    if (!kind_name(k)) {
+        l_pushnames(L, kind_name, " or ");
         return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (%s)", kname,
                           lua_tostring(L, -1));
     }
@@ -85,15 +153,82 @@ static int devpool_new(lua_State *L)
     lua_pop(L, 1);
     check_supported(L);
 
-    d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 0);
-    memset(d, 0, sizeof *d);
-    luaL_setmetatable(L, L_DEVPOOL);
-    st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
-    if (st != CP_OK)
-        return l_alloc_result_info(L, st, cp_dp_kind_name(k), (uint64_t)cap, cp_be->get_device(), NULL);
-    d->p = p;
-    d->dev = cp_be->dp_state(p);
-    d->kind = (cp_dp_kind)k;
+    if (k == KIND_PLUGIN) {
+        cp_dplugin_desc pd;
+        const char *options[65];
+        lua_Integer nthreads = 1024;
+        char *log = NULL;
+        int top;
+        memset(&pd, 0, sizeof pd);
+        pd.source = plugin_source(L, &pd.len, &pd.name); /* at top */
+        top = lua_gettop(L);
+        lua_getfield(L, 1, "init_threads");
+        if (!lua_isnil(L, -1)) {
+            int isint;
+            nthreads = lua_tointegerx(L, -1, &isint);
+            if (!isint || nthreads < 1 || nthreads > (1 << 30))
+                return luaL_error(L, "cupola.device_pool: option 'init_threads' must be an integer "
+                                     "in 1..2^30, not %s", l_pushtyped(L, -1));
+        }
+        lua_pop(L, 1);
+        lua_getfield(L, 1, "options"); /* kept on the stack while the strings are used */
+        if (!lua_isnil(L, -1)) {
+            lua_Integer n;
+            if (!lua_istable(L, -1))
+                return luaL_error(L, "cupola.device_pool: option 'options' must be a list of strings, not %s",
+                                  l_pushtyped(L, -1));
+            n = luaL_len(L, -1);
+            if (n > 64)
+                return luaL_error(L, "cupola.device_pool: option 'options': at most 64 compiler options");
+            for (lua_Integer i = 1; i <= n; i++) {
+                lua_geti(L, -1, i);
+                if (lua_type(L, -1) != LUA_TSTRING)
+                    return luaL_error(L, "cupola.device_pool: option 'options': item %d is a %s, not a string%s",
+                                      (int)i, luaL_typename(L, -1), l_pushgot(L, -1));
+                options[i - 1] = lua_tostring(L, -1);
+                if (cp_cc_check_option(options[i - 1]) != CP_OK)
+                    return luaL_error(L, "cupola.device_pool: %s", cp_error_msg());
+                lua_pop(L, 1);
+            }
+            options[n] = NULL;
+            pd.options = options;
+        }
+        pd.include_dirs = l_include_dirs();
+        pd.capacity = (size_t)cap;
+        pd.init_threads = (uint64_t)nthreads;
+        d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 1);
+        memset(d, 0, sizeof *d);
+        luaL_setmetatable(L, L_DEVPOOL);
+        /* what the survey needs to compile the plugin into its kernels */
+        lua_createtable(L, 0, 3);
+        lua_pushvalue(L, top);
+        lua_setfield(L, -2, "source");
+        lua_pushstring(L, pd.name);
+        lua_setfield(L, -2, "name");
+        lua_getfield(L, 1, "options");
+        lua_setfield(L, -2, "options");
+        lua_setiuservalue(L, -2, 1);
+        st = cp_dplugin_create(&pd, &d->pl, &log);
+        if (st == CP_ERR_INVALID && log)
+            return l_fail_log(L, "cupola.device_pool: ", log);
+        free(log);
+        if (st == CP_ERR_OOM)
+            return l_alloc_result_info(L, st, "plugin", (uint64_t)cap, cp_be->get_device(), NULL);
+        if (st != CP_OK)
+            return luaL_error(L, "cupola.device_pool: %s", cp_error_msg());
+        d->dev = cp_dplugin_state(d->pl);
+    } else {
+        cp_devpool *p = NULL;
+        d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 1);
+        memset(d, 0, sizeof *d);
+        luaL_setmetatable(L, L_DEVPOOL);
+        st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
+        if (st != CP_OK)
+            return l_alloc_result_info(L, st, kind_name(k), (uint64_t)cap, cp_be->get_device(), NULL);
+        d->p = p;
+        d->dev = cp_be->dp_state(p);
+    }
+    d->kind = k;
     d->capacity = (size_t)cap;
     return 1;
 }
@@ -107,6 +242,12 @@ static int devpool_close(lua_State *L)
         d->dev = NULL;
         cp_be->dp_destroy(p);
     }
+    if (d->pl) {
+        cp_dplugin *pl = d->pl;
+        d->pl = NULL;
+        d->dev = NULL;
+        cp_dplugin_destroy(pl);
+    }
     return 0;
 }
 
@@ -117,8 +258,23 @@ typedef struct run_req {
     cp_dp_run_args a;
     l_streamref *stream;
     cp_event *wait, *record;
-    cp_dp_run *run;
+    cp_dp_run *run;         /* a built-in pool's run */
+    cp_dplugin_run *prun;   /* a plugin pool's */
 } run_req;
+
+static cp_status req_launch(run_req *q)
+{
+    if (q->d->pl)
+        return cp_dplugin_launch(q->d->pl, &q->a, q->stream->s, &q->prun);
+    return cp_be->dp_launch(q->d->p, &q->a, q->stream->s, &q->run);
+}
+
+static cp_status req_finish(run_req *q, cp_dp_run_result *res)
+{
+    if (q->prun)
+        return cp_dplugin_finish(q->prun, res);
+    return cp_be->dp_finish(q->run, res);
+}
 
 static uint64_t positive_field(lua_State *L, int idx, const char *fn, const char *key,
                                lua_Integer def, lua_Integer min)
@@ -277,10 +433,10 @@ static int devpool_run(lua_State *L)
     memset(&q, 0, sizeof q);
     q.d = todevpool(L, 1);
     parse_run(L, 2, RUN_FN, &q, 0);
-    st = cp_be->dp_launch(q.d->p, &q.a, q.stream->s, &q.run);
+    st = req_launch(&q);
     if (st != CP_OK)
         return l_alloc_result(L, st);
-    l_check(L, cp_be->dp_finish(q.run, &res));
+    l_check(L, req_finish(&q, &res));
     push_result(L, &q, &res);
     return 1;
 }
@@ -322,7 +478,7 @@ static int run_concurrent(lua_State *L)
         run_req *q = &qs[i];
         if (q->wait && (st = cp_be->stream_wait_event(q->stream->s, q->wait)) != CP_OK)
             break;
-        if ((st = cp_be->dp_launch(q->d->p, &q->a, q->stream->s, &q->run)) != CP_OK)
+        if ((st = req_launch(q)) != CP_OK)
             break;
         launched++;
         if (q->record && (st = cp_be->event_record(q->record, q->stream->s)) != CP_OK)
@@ -335,7 +491,7 @@ static int run_concurrent(lua_State *L)
         strncpy(msg, cp_error_msg(), sizeof msg - 1);
         msg[sizeof msg - 1] = '\0';
         for (lua_Integer i = 0; i < launched; i++)
-            cp_be->dp_finish(qs[i].run, &res);
+            req_finish(&qs[i], &res);
         if (st == CP_ERR_OOM) {
             lua_pushnil(L);
             lua_pushstring(L, msg);
@@ -347,7 +503,7 @@ static int run_concurrent(lua_State *L)
     lua_createtable(L, (int)n, 0);
     for (lua_Integer i = 0; i < n; i++) {
         cp_dp_run_result res;
-        cp_status fst = cp_be->dp_finish(qs[i].run, &res);
+        cp_status fst = req_finish(&qs[i], &res);
         if (fst != CP_OK && st == CP_OK)
             st = fst;
         if (fst == CP_OK) {
@@ -363,7 +519,8 @@ static int run_concurrent(lua_State *L)
 static int devpool_reset(lua_State *L)
 {
     l_devpool *d = todevpool(L, 1);
-    l_check(L, cp_be->dp_reset(d->p, l_optstream(L, 2)->s));
+    cp_stream *s = l_optstream(L, 2)->s;
+    l_check(L, d->pl ? cp_dplugin_reset(d->pl, s) : cp_be->dp_reset(d->p, s));
     lua_settop(L, 1);
     return 1;
 }
@@ -372,17 +529,19 @@ static int devpool_stats(lua_State *L)
 {
     l_devpool *d = todevpool(L, 1);
     cp_dp_stats s;
-    l_check(L, cp_be->dp_stats(d->p, &s));
+    l_check(L, d->pl ? cp_dplugin_stats(d->pl, &s) : cp_be->dp_stats(d->p, &s));
     lua_createtable(L, 0, 5);
     lua_pushinteger(L, (lua_Integer)s.capacity);
     lua_setfield(L, -2, "capacity");
-    lua_pushinteger(L, (lua_Integer)s.used);
-    lua_setfield(L, -2, "used");
-    lua_pushinteger(L, (lua_Integer)s.peak);
-    lua_setfield(L, -2, "peak");
+    if (!d->pl) { /* what a plugin holds is its own business */
+        lua_pushinteger(L, (lua_Integer)s.used);
+        lua_setfield(L, -2, "used");
+        lua_pushinteger(L, (lua_Integer)s.peak);
+        lua_setfield(L, -2, "peak");
+    }
     lua_pushinteger(L, (lua_Integer)s.failed);
     lua_setfield(L, -2, "failed");
-    lua_pushstring(L, cp_dp_kind_name(d->kind));
+    lua_pushstring(L, kind_name(d->kind));
     lua_setfield(L, -2, "kind");
     return 1;
 }
@@ -393,12 +552,16 @@ static int devpool_index(lua_State *L)
     l_devpool *d = (l_devpool *)l_checkudata(L, 1, L_DEVPOOL);
     const char *k = l_checkstring(L, 2);
     if (strcmp(k, "kind") == 0)
-        lua_pushstring(L, cp_dp_kind_name(d->kind));
+        lua_pushstring(L, kind_name(d->kind));
     else if (strcmp(k, "capacity") == 0)
         lua_pushinteger(L, (lua_Integer)d->capacity);
     else if (strcmp(k, "closed") == 0)
-        lua_pushboolean(L, d->p == NULL);
-    else if (!l_getmethod(L, 1, k))
+        lua_pushboolean(L, d->p == NULL && d->pl == NULL);
+    else if (d->kind == KIND_PLUGIN &&
+             (strcmp(k, "source") == 0 || strcmp(k, "name") == 0 || strcmp(k, "options") == 0)) {
+        lua_getiuservalue(L, 1, 1);
+        lua_getfield(L, -1, k);
+    } else if (!l_getmethod(L, 1, k))
         lua_pushnil(L);
     return 1;
 }
@@ -406,7 +569,7 @@ static int devpool_index(lua_State *L)
 static int devpool_tostring(lua_State *L)
 {
     l_devpool *d = (l_devpool *)l_checkudata(L, 1, L_DEVPOOL);
-    lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p ? "" : "closed, ", cp_dp_kind_name(d->kind),
+    lua_pushfstring(L, L_DEVPOOL " (%s%s, %I bytes)", d->p || d->pl ? "" : "closed, ", kind_name(d->kind),
                     (LUAI_UACINT)d->capacity);
     return 1;
 }

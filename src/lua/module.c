@@ -92,6 +92,11 @@ __attribute__((destructor)) static void free_include_path(void)
     plugin_dir = NULL;
 }
 
+const char *const *l_include_dirs(void)
+{
+    return (const char *const *)include_dirs;
+}
+
 static int get_include_path(lua_State *L)
 {
     lua_newtable(L);
@@ -386,6 +391,21 @@ static int kernel_release(lua_State *L)
         k->k = NULL;
     }
     return 0;
+}
+
+/* k:registers() -> registers per thread (CUDA), or nil on the host backend */
+static int kernel_registers(lua_State *L)
+{
+    l_kernel *k = tokernel(L, 1);
+    int n = 0;
+    cp_status st = cp_kernel_registers(k->k, &n);
+    if (st == CP_ERR_UNSUPPORTED) {
+        lua_pushnil(L);
+        return 1;
+    }
+    l_check(L, st);
+    lua_pushinteger(L, n);
+    return 1;
 }
 
 static int kernel_tostring(lua_State *L)
@@ -726,6 +746,7 @@ void l_open_module(lua_State *L)
                                            {"__newindex", l_readonly_newindex},
                                            {NULL, NULL}};
     static const luaL_Reg kernel_methods[] = {{"launch", kernel_launch},
+                                              {"registers", kernel_registers},
                                               {"close", kernel_release},
                                               {NULL, NULL}};
     static const luaL_Reg funcs[] = {{"module", module_new},

@@ -15,6 +15,7 @@
 
 #include "binding.h"
 #include "kernel/compile.h"
+#include "pool/torch.h"
 
 typedef struct l_pool {
     uint64_t tag;   /* L_TAG(L_T_POOL) (binding.h) */
@@ -136,6 +137,74 @@ static void plugin_options(lua_State *L, l_pool *p)
     p->opts.plugin_options = options;
 }
 
+/* kind = "torch": conf (PYTORCH_CUDA_ALLOC_CONF, checked here so that the
+ * error names the option and the value), device_memory, address_model; the
+ * options PyTorch's allocator has no counterpart of are refused. */
+static void torch_options(lua_State *L, l_pool *p)
+{
+    static const char *const foreign[] = {"initial", "grow", "alignment", "release_threshold",
+                                          "reuse", NULL};
+    static const char *const own[] = {"conf", "device_memory", "address_model", NULL};
+    int i;
+    if (strcmp(p->kind, "torch") != 0) {
+        for (i = 0; own[i]; i++) {
+            int given = lua_getfield(L, 1, own[i]) != LUA_TNIL;
+            lua_pop(L, 1);
+            if (given)
+                luaL_error(L, "cupola.pool: option '%s' is for kind 'torch', not '%s'", own[i],
+                           p->kind);
+        }
+        return;
+    }
+    for (i = 0; foreign[i]; i++) {
+        int given = lua_getfield(L, 1, foreign[i]) != LUA_TNIL;
+        lua_pop(L, 1);
+        if (given)
+            luaL_error(L, "cupola.pool: option '%s' does not apply to kind 'torch' (PyTorch's "
+                          "allocator has no such setting; its settings are in 'conf')",
+                       foreign[i]);
+    }
+    if (p->opts.upstream != CP_UP_DEVICE && p->opts.upstream != CP_UP_VIRTUAL)
+        luaL_error(L, "cupola.pool: kind 'torch' takes upstream \"device\" or \"virtual\", not "
+                      "\"%s\"", cp_upstream_name(p->opts.upstream));
+    {
+        size_t len = 0;
+        const char *conf = NULL;
+        cp_torch_conf c;
+        if (lua_getfield(L, 1, "conf") != LUA_TNIL) {
+            if (lua_type(L, -1) != LUA_TSTRING)
+                luaL_error(L, "cupola.pool: option 'conf' must be a string "
+                              "(PYTORCH_CUDA_ALLOC_CONF syntax), not %s", l_pushtyped(L, -1));
+            conf = lua_tolstring(L, -1, &len);
+        }
+        if (conf && memchr(conf, '\0', len))
+            luaL_error(L, "cupola.pool: option 'conf' contains a NUL byte");
+        if (conf && cp_torch_conf_parse(conf, len, &c) != CP_OK) {
+            const char *m = cp_error_msg();
+            if (strncmp(m, "conf: ", 6) == 0)
+                m += 6;
+            luaL_error(L, "cupola.pool: option 'conf': %s", m);
+        }
+        /* the string stays in the option table until the pool is made */
+        p->opts.torch_conf = conf ? conf : "";
+        lua_pop(L, 1);
+    }
+    p->opts.torch_device_memory = l_optsize_field(L, 1, "device_memory", 0);
+    {
+        static const char *const models[] = {"driver", "bump", NULL};
+        const char *am = l_optstring_field(L, 1, "address_model", "driver");
+        for (i = 0; models[i] && strcmp(am, models[i]) != 0; i++)
+            ;
+        if (!models[i])
+            luaL_error(L, "cupola.pool: option 'address_model' must be one of driver, bump, "
+                          "not '%s'", (l_pushcut(L, am, strlen(am)), lua_tostring(L, -1)));
+        if (i && p->opts.upstream != CP_UP_VIRTUAL)
+            luaL_error(L, "cupola.pool: option 'address_model' is for the \"virtual\" upstream "
+                          "(the device places its own segments)");
+        p->opts.torch_bump_addresses = i;
+    }
+}
+
 /* kind = "cub": CachingDeviceAllocator's four settings (pool/cub.c checks
  * their ranges; here only their types and signs).  Absent ones take CUB's
  * defaults. */
@@ -203,6 +272,10 @@ static void pool_setmeta(lua_State *L, int ud, const l_pool *p)
     lua_setfield(L, -2, "alignment");
     lua_pushinteger(L, p->opts.device);
     lua_setfield(L, -2, "device");
+    if (strcmp(p->kind, "torch") == 0) {
+        lua_pushstring(L, p->opts.torch_conf ? p->opts.torch_conf : "");
+        lua_setfield(L, -2, "conf");
+    }
     lua_pushstring(L, cp_clock_name(p->opts.clock));
     lua_setfield(L, -2, "clock");
     lua_pushboolean(L, 0);
@@ -232,7 +305,8 @@ static int pool_new(lua_State *L)
     static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
                                        "release_threshold", "reuse", "fallback", "limit", "log",
                                        "path", "source", "symbol", "options", "device", "clock",
-                                       "bin_growth", "min_bin", "max_bin", "max_cached_bytes", NULL};
+                                       "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
+                                       "conf", "device_memory", "address_model", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;
@@ -275,6 +349,7 @@ static int pool_new(lua_State *L)
     limit = l_optsize_field(L, 1, "limit", 0);
     log = l_optstring_field(L, 1, "log", NULL);
     plugin_options(L, p);
+    torch_options(L, p);
     cub_options(L, p);
 
     p->ref = (l_poolref *)calloc(1, sizeof *p->ref);
@@ -312,7 +387,87 @@ static int pool_new(lua_State *L)
     p->ref->r = outer;
     lua_settop(L, ud);
     pool_setmeta(L, ud, p);
+    p->opts.torch_conf = NULL; /* it pointed into the option table */
     return 1;
+}
+
+/* PyTorch's counters under torch.cuda.memory_stats()'s names ("stat.type.
+ * metric" flattened to stat_type_metric: allocated_bytes_all_peak, ...), the
+ * counters by their own names, and the usual short ones. */
+static void push_torch_stats(lua_State *L, cp_torch *t)
+{
+    static const char *const types[] = {"all", "small_pool", "large_pool"};
+    cp_torch_stats st;
+    char key[64];
+    int k;
+    cp_torch_get_stats(t, &st);
+#define STAT(name, arr)                                                              \
+    for (k = 0; k < 3; k++) {                                                        \
+        snprintf(key, sizeof key, "%s.%s.current", name, types[k]);                \
+        lua_pushinteger(L, (lua_Integer)arr[k].current);                             \
+        lua_setfield(L, -2, key);                                                    \
+        snprintf(key, sizeof key, "%s.%s.peak", name, types[k]);                   \
+        lua_pushinteger(L, (lua_Integer)arr[k].peak);                                \
+        lua_setfield(L, -2, key);                                                    \
+        snprintf(key, sizeof key, "%s.%s.allocated", name, types[k]);              \
+        lua_pushinteger(L, (lua_Integer)arr[k].allocated);                           \
+        lua_setfield(L, -2, key);                                                    \
+        snprintf(key, sizeof key, "%s.%s.freed", name, types[k]);                  \
+        lua_pushinteger(L, (lua_Integer)arr[k].freed);                               \
+        lua_setfield(L, -2, key);                                                    \
+    }
+    STAT("allocation", st.allocation);
+    STAT("segment", st.segment);
+    STAT("active", st.active);
+    STAT("inactive_split", st.inactive_split);
+    STAT("allocated_bytes", st.allocated_bytes);
+    STAT("reserved_bytes", st.reserved_bytes);
+    STAT("active_bytes", st.active_bytes);
+    STAT("inactive_split_bytes", st.inactive_split_bytes);
+    STAT("requested_bytes", st.requested_bytes);
+#undef STAT
+#define ONE(name, s)                                               \
+    lua_pushinteger(L, (lua_Integer)(s).current);                  \
+    lua_setfield(L, -2, name ".current");                          \
+    lua_pushinteger(L, (lua_Integer)(s).peak);                     \
+    lua_setfield(L, -2, name ".peak");                             \
+    lua_pushinteger(L, (lua_Integer)(s).allocated);                \
+    lua_setfield(L, -2, name ".allocated");                        \
+    lua_pushinteger(L, (lua_Integer)(s).freed);                    \
+    lua_setfield(L, -2, name ".freed")
+    ONE("oversize_allocations", st.oversize_allocations);
+    ONE("oversize_segments", st.oversize_segments);
+#undef ONE
+#define CNT(name)                                  \
+    lua_pushinteger(L, (lua_Integer)st.name);      \
+    lua_setfield(L, -2, #name)
+    CNT(num_alloc_retries);
+    CNT(num_ooms);
+    CNT(num_sync_all_streams);
+    CNT(num_device_alloc);
+    CNT(num_device_free);
+#undef CNT
+    /* the figures scripts ask for most, under short names */
+    lua_pushinteger(L, (lua_Integer)st.allocated_bytes[0].current);
+    lua_setfield(L, -2, "allocated_bytes");
+    lua_pushinteger(L, (lua_Integer)st.allocated_bytes[0].peak);
+    lua_setfield(L, -2, "allocated_bytes_peak");
+    lua_pushinteger(L, (lua_Integer)st.reserved_bytes[0].current);
+    lua_setfield(L, -2, "reserved_bytes");
+    lua_pushinteger(L, (lua_Integer)st.reserved_bytes[0].peak);
+    lua_setfield(L, -2, "reserved_bytes_peak");
+    lua_pushinteger(L, (lua_Integer)st.active_bytes[0].current);
+    lua_setfield(L, -2, "active_bytes");
+    lua_pushinteger(L, (lua_Integer)st.active_bytes[0].peak);
+    lua_setfield(L, -2, "active_bytes_peak");
+    lua_pushinteger(L, (lua_Integer)st.requested_bytes[0].current);
+    lua_setfield(L, -2, "requested_bytes");
+    lua_pushinteger(L, (lua_Integer)st.requested_bytes[0].peak);
+    lua_setfield(L, -2, "requested_bytes_peak");
+    lua_pushinteger(L, (lua_Integer)st.oversize_allocations.current);
+    lua_setfield(L, -2, "oversize_allocations");
+    lua_pushinteger(L, (lua_Integer)st.oversize_segments.current);
+    lua_setfield(L, -2, "oversize_segments");
 }
 
 /* The figures of this thread's last refusal (cp_resource_last_oom) as the
@@ -652,6 +807,8 @@ static int pool_stats(lua_State *L)
             lua_setfield(L, -2, "map_budget");
         }
     }
+    SETI(device_allocs);
+    SETI(device_frees);
 #undef SETI
     {
         int i;
@@ -666,6 +823,84 @@ static int pool_stats(lua_State *L)
     lua_setfield(L, -2, "live_buffers");
     lua_pushinteger(L, (lua_Integer)p->ref->raw.live);
     lua_setfield(L, -2, "live_raw");
+    if (cp_torch_of(p->ref->r))
+        push_torch_stats(L, cp_torch_of(p->ref->r));
+    return 1;
+}
+
+/* p:empty_cache(): torch.cuda.empty_cache() (kind "torch"). */
+static int pool_empty_cache(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    if (!cp_torch_of(p->ref->r))
+        return luaL_error(L, L_POOL ":empty_cache: only pools of kind 'torch' have it (this one "
+                             "is '%s'; trim(0) returns what any pool caches)", p->kind);
+    l_check(L, cp_resource_trim(p->ref->r, 0));
+    return 0;
+}
+
+/* p:settings(): PyTorch's allocator_settings, as its snapshots report them,
+ * with the conf string and the host-side keys named. */
+static int pool_settings(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    cp_torch *t = cp_torch_of(p->ref->r);
+    const cp_torch_conf *c;
+    char buf[512];
+    int i;
+    if (!t)
+        return luaL_error(L, L_POOL ":settings: only pools of kind 'torch' have it (this one "
+                             "is '%s')", p->kind);
+    c = cp_torch_get_conf(t);
+    lua_createtable(L, 0, 16);
+    lua_getfield(L, 1, "conf"); /* as given (the pool's field) */
+    lua_setfield(L, -2, "PYTORCH_CUDA_ALLOC_CONF");
+    cp_torch_conf_format(c, buf, sizeof buf);
+    lua_pushstring(L, buf);
+    lua_setfield(L, -2, "conf");
+    lua_pushinteger(L, c->max_split_size == CP_TORCH_NO_SPLIT_LIMIT
+                           ? -1 : (lua_Integer)c->max_split_size);
+    lua_setfield(L, -2, "max_split_size");
+    lua_pushinteger(L, (lua_Integer)c->max_non_split_rounding);
+    lua_setfield(L, -2, "max_non_split_rounding");
+    lua_pushnumber(L, c->gc_threshold);
+    lua_setfield(L, -2, "garbage_collection_threshold");
+    lua_pushboolean(L, c->expandable_segments);
+    lua_setfield(L, -2, "expandable_segments");
+    lua_pushboolean(L, c->release_lock_on_cudamalloc);
+    lua_setfield(L, -2, "release_lock_on_cudamalloc");
+    lua_pushboolean(L, c->graph_capture_record_stream_reuse);
+    lua_setfield(L, -2, "graph_capture_record_stream_reuse");
+    lua_pushnumber(L, c->memory_fraction);
+    lua_setfield(L, -2, "per_process_memory_fraction");
+    lua_createtable(L, 0, 16);
+    for (i = 0; i < 16; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", 1 << i);
+        lua_pushinteger(L, (lua_Integer)c->roundup_divisions[i]);
+        lua_setfield(L, -2, key);
+    }
+    lua_setfield(L, -2, "roundup_power2_divisions");
+    lua_pushinteger(L, (lua_Integer)cp_torch_limit(t));
+    lua_setfield(L, -2, "limit");
+    lua_pushinteger(L, (lua_Integer)cp_torch_device_memory(t));
+    lua_setfield(L, -2, "device_memory");
+    /* the pinned-memory (host) allocator's keys: read, not modelled */
+    lua_createtable(L, 0, 4);
+    for (i = 0; cp_torch_host_keys[i]; i++) {
+        if (!(c->host_keys & (1u << i)))
+            continue;
+        if (i == 0)
+            lua_pushboolean(L, c->pinned_use_host_register);
+        else if (i == 1)
+            lua_pushinteger(L, (lua_Integer)c->pinned_num_register_threads);
+        else if (i == 2)
+            lua_pushboolean(L, c->pinned_use_background_threads);
+        else
+            lua_pushinteger(L, (lua_Integer)c->pinned_reserve_segment_size_mb);
+        lua_setfield(L, -2, cp_torch_host_keys[i]);
+    }
+    lua_setfield(L, -2, "host_side");
     return 1;
 }
 
@@ -730,12 +965,19 @@ void l_open_pool(lua_State *L)
     static const luaL_Reg meta[] = {{"__gc", pool_gc},           {"__close", pool_gc},
                                     {"__tostring", pool_tostring},
                                     {"__newindex", l_readonly_newindex}, {NULL, NULL}};
-    static const luaL_Reg methods[] = {{"alloc", pool_alloc}, {"trim", pool_trim},
-                                       {"alloc_raw", pool_alloc_raw}, {"free_raw", pool_free_raw},
+    static const luaL_Reg methods[] = {{"alloc", pool_alloc},
+                                       {"alloc_raw", pool_alloc_raw},
+                                       {"free_raw", pool_free_raw},
                                        {"buffer", pool_buffer},
-                                       {"reset", pool_reset}, {"stats", pool_stats},
-                                       {"close", pool_close}, {"time", pool_time},
-                                       {"set_time", pool_set_time}, {"advance", pool_advance},
+                                       {"trim", pool_trim},
+                                       {"reset", pool_reset},
+                                       {"stats", pool_stats},
+                                       {"empty_cache", pool_empty_cache},
+                                       {"settings", pool_settings},
+                                       {"close", pool_close},
+                                       {"time", pool_time},
+                                       {"set_time", pool_set_time},
+                                       {"advance", pool_advance},
                                        {NULL, NULL}};
     l_newclass(L, L_POOL, meta, methods);
     lua_pushcfunction(L, pool_new);

@@ -89,6 +89,18 @@ static void push_info(lua_State *L, const cp_trace *t)
     SETI(devices);
     SETI(ignored);
     SETI(unmatched);
+    SETI(ooms);
+    {
+        const char *env = cp_trace_torch_conf(t, 0), *set = cp_trace_torch_conf(t, 1);
+        if (env) {
+            /* PyTorch's own view of its settings: the env string as read,
+             * and the effective settings as a conf string */
+            lua_pushstring(L, env);
+            lua_setfield(L, -2, "torch_conf");
+            lua_pushstring(L, set);
+            lua_setfield(L, -2, "torch_settings");
+        }
+    }
     if (in.torch_reserved) {
         SETI(torch_reserved_end);
         SETI(torch_peak_reserved);
@@ -176,12 +188,58 @@ static void push_u64s(lua_State *L, const uint64_t *v, size_t n, uint64_t add)
     }
 }
 
+/* One of PyTorch's device calls as a table {call=, address=, size=, entry=}. */
+static void push_devcall(lua_State *L, const cp_torch_segev *e, int with_entry)
+{
+    static const char *const names[] = {"segment_alloc", "segment_free", "segment_map",
+                                        "segment_unmap"};
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, e->call < 4 ? names[e->call] : "none");
+    lua_setfield(L, -2, "call");
+    if (e->call < 4) {
+        if (e->addr) {
+            lua_pushinteger(L, (lua_Integer)e->addr);
+            lua_setfield(L, -2, "address");
+        }
+        lua_pushinteger(L, (lua_Integer)e->size);
+        lua_setfield(L, -2, "size");
+        if (with_entry) {
+            lua_pushinteger(L, (lua_Integer)e->entry + 1);
+            lua_setfield(L, -2, "entry");
+        }
+    }
+}
+
+/* With addresses = "recorded": result.divergence is false when the model
+ * made PyTorch's device calls all through, else where they first differed. */
+static void push_divergence(lua_State *L, const cp_replay_result *res)
+{
+    const cp_torch_divergence *d = &res->divergence;
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "recorded");
+    if (!d->diverged) {
+        lua_pushboolean(L, 0);
+        lua_setfield(L, -2, "divergence");
+        return;
+    }
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, (lua_Integer)res->divergence_event + 1);
+    lua_setfield(L, -2, "event");
+    lua_pushinteger(L, (lua_Integer)d->at + 1);
+    lua_setfield(L, -2, "call");
+    push_devcall(L, &d->torch, 1);
+    lua_setfield(L, -2, "torch");
+    push_devcall(L, &d->model, 0);
+    lua_setfield(L, -2, "model");
+    lua_setfield(L, -2, "divergence");
+}
+
 /* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true,
- * record=false, progress=true, clock="pool"}) */
+ * record=false, progress=true, clock="pool", addresses="model", stop_at_oom=false}) */
 static int trace_replay(lua_State *L)
 {
     static const char *const opts[] = {"single_stream", "repeat", "synchronize", "record",
-                                       "progress", "clock", NULL};
+                                       "progress", "clock", "addresses", "stop_at_oom", NULL};
     l_trace *tr = totrace(L, 1);
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
@@ -210,6 +268,15 @@ static int trace_replay(lua_State *L)
             return luaL_error(L, "cupola.trace.replay: option 'clock' must be one of pool, trace, "
                                  "not '%s'", (l_pushcut(L, ck, strlen(ck)), lua_tostring(L, -1)));
     }
+    {
+        const char *a = l_optstring_field(L, 3, "addresses", "model");
+        if (strcmp(a, "recorded") == 0)
+            o.recorded_addresses = 1;
+        else if (strcmp(a, "model") != 0)
+            return luaL_error(L, "cupola.trace.replay: option 'addresses' must be one of model, "
+                                 "recorded, not '%s'", (l_pushcut(L, a, strlen(a)), lua_tostring(L, -1)));
+    }
+    o.stop_at_oom = l_optbool_field(L, 3, "stop_at_oom", 0);
     ps.t0 = mono_s();
     ps.shown = 0;
     if (l_optbool_field(L, 3, "progress", 1) && isatty(2)) {
@@ -293,6 +360,39 @@ static int trace_replay(lua_State *L)
     lua_setfield(L, -2, "maps");
     lua_pushinteger(L, (lua_Integer)res.unmaps);
     lua_setfield(L, -2, "unmaps");
+    lua_pushinteger(L, (lua_Integer)res.peak_allocated);
+    lua_setfield(L, -2, "peak_allocated");
+    lua_pushinteger(L, (lua_Integer)res.device_allocs);
+    lua_setfield(L, -2, "device_allocs");
+    lua_pushinteger(L, (lua_Integer)res.device_frees);
+    lua_setfield(L, -2, "device_frees");
+    lua_pushinteger(L, (lua_Integer)res.retries);
+    lua_setfield(L, -2, "retries");
+    lua_pushinteger(L, (lua_Integer)res.ooms);
+    lua_setfield(L, -2, "ooms");
+    lua_pushinteger(L, (lua_Integer)res.oom_attempts);
+    lua_setfield(L, -2, "oom_attempts");
+    lua_pushinteger(L, (lua_Integer)res.oom_served);
+    lua_setfield(L, -2, "oom_served");
+    if (res.torch) {
+        lua_pushinteger(L, (lua_Integer)res.segments);
+        lua_setfield(L, -2, "segments");
+    }
+    if (res.recorded)
+        push_divergence(L, &res);
+    if (res.stopped) {
+        /* stop_at_oom: where the program would have raised */
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, (lua_Integer)res.stop_event + 1);
+        lua_setfield(L, -2, "event");
+        if (res.stop_alloc != UINT64_MAX) {
+            lua_pushinteger(L, (lua_Integer)res.stop_alloc + 1);
+            lua_setfield(L, -2, "allocation");
+        }
+        lua_pushinteger(L, (lua_Integer)res.stop_size);
+        lua_setfield(L, -2, "size");
+        lua_setfield(L, -2, "stopped");
+    }
     lua_pushnumber(L, res.reserved_byte_seconds);
     lua_setfield(L, -2, "reserved_byte_seconds");
     lua_pushnumber(L, res.live_byte_seconds);

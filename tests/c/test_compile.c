@@ -245,6 +245,94 @@ static void test_nvrtc(void)
     free(log);
 }
 
+/* The device pools' run-time compiled sources build with NVRTC for sm_90
+ * (what the GPU machine compiles): the survey's module for every kind,
+ * CUDA's malloc and the scan, a plugin pool's harness with the example
+ * plugin, and a kernel of one's own on a heap.  Checked here, where there is
+ * no device, so the GPU run does not fail on a compile error. */
+static void test_nvrtc_device_pools(void)
+{
+    static const char *const inc[] = {"cuda/include", NULL};
+    static const char survey[] = "#include <cupola/survey.cuh>\n";
+    static const char *const variants[] = {"-DCUPOLA_POOL_KIND=0", "-DCUPOLA_POOL_KIND=1", "-DCUPOLA_POOL_KIND=2",
+                                           "-DCUPOLA_POOL_KIND=3", "-DCUPOLA_POOL_KIND=4", "-DCUPOLA_SURVEY_MALLOC",
+                                           "-DCUPOLA_SURVEY_SCAN"};
+    static const char user[] = "#include <cupola/device.h>\n"
+                               "extern \"C\" __global__ void k(cupola_device_pool *p, unsigned long long *o)\n"
+                               "{ void *x = cupola_alloc(p, 100000); o[cupola_global_index()] = (unsigned long long)x;\n"
+                               "  cupola_free(p, x); }\n";
+    char *plugin = NULL, *src = NULL;
+    size_t plen = 0;
+    FILE *f;
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        const char *opts[2] = {variants[i], NULL};
+        cp_kmodule_desc d = {CP_KSRC_SOURCE, "survey.cu", survey, sizeof survey - 1, opts, inc};
+        void *img = NULL;
+        size_t len = 0;
+        int where = -1;
+        char *log = NULL;
+        cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+        if (st == CP_ERR_UNSUPPORTED) {
+            tap_skip("nvrtc", cp_error_msg());
+            return;
+        }
+        tap_ok(st == CP_OK, "NVRTC builds the survey's module with %s%s%s", variants[i], log && st ? ": " : "",
+               log && st ? log : "");
+        free(img);
+        free(log);
+    }
+    {
+        cp_kmodule_desc d = {CP_KSRC_SOURCE, "user.cu", user, sizeof user - 1, NULL, inc};
+        void *img = NULL;
+        size_t len = 0;
+        int where = -1;
+        char *log = NULL;
+        cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+        tap_ok(st == CP_OK, "NVRTC builds a kernel of one's own that allocates through <cupola/device.h>");
+        free(img);
+        free(log);
+    }
+    if ((f = fopen("examples/plugins/stackalloc.cu", "rb")) != NULL) {
+        plugin = calloc(1, 1 << 16);
+        plen = plugin ? fread(plugin, 1, (1 << 16) - 1, f) : 0;
+        fclose(f);
+    }
+    src = plugin ? malloc(plen + 200) : NULL;
+    if (src) {
+        /* as dp_plugin.c puts a plugin pool's module together */
+        int n = snprintf(src, plen + 200, "#include <cupola/plugin.h>\n#line 1 \"stackalloc.cu\"\n%s"
+                                          "\n#include <cupola/dp_harness.cuh>\n", plugin);
+        cp_kmodule_desc d = {CP_KSRC_SOURCE, "stackalloc.cu", src, (size_t)n, NULL, inc};
+        void *img = NULL;
+        size_t len = 0;
+        int where = -1;
+        char *log = NULL;
+        cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
+        tap_ok(st == CP_OK, "NVRTC builds a plugin pool's harness with examples/plugins/stackalloc.cu%s%s",
+               log && st ? ": " : "", log && st ? log : "");
+        free(img);
+        free(log);
+        /* and the survey's module over the plugin, as cupola.survey makes it */
+        n = snprintf(src, plen + 200, "#include <cupola/plugin.h>\n#line 1 \"stackalloc.cu\"\n%s"
+                                      "\n#include <cupola/survey.cuh>\n", plugin);
+        {
+            const char *opts[2] = {"-DCUPOLA_POOL_KIND=5", NULL};
+            cp_kmodule_desc d2 = {CP_KSRC_SOURCE, "survey_stackalloc.cu", src, (size_t)n, opts, inc};
+            img = NULL;
+            log = NULL;
+            st = cp_nvrtc_build(&d2, 90, &img, &len, &where, &log);
+            tap_ok(st == CP_OK, "NVRTC builds the survey's module over a plugin%s%s", log && st ? ": " : "",
+                   log && st ? log : "");
+            free(img);
+            free(log);
+        }
+    } else {
+        tap_ok(0, "examples/plugins/stackalloc.cu is readable");
+    }
+    free(src);
+    free(plugin);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/cupola-test-cache-XXXXXX";
@@ -268,6 +356,7 @@ int main(void)
     test_entries(sub);
     test_shared_object();
     test_nvrtc();
+    test_nvrtc_device_pools();
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

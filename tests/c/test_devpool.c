@@ -16,7 +16,7 @@
 #define OK(cond, name) tap_ok_line((cond) != 0, __LINE__, "%s", (name))
 #define OK_ST(call, name) tap_ok_line((call) == CP_OK, __LINE__, "%s", (name))
 
-static const char *const kinds[] = {"bump", "warp_bump", "slab", "malloc"};
+static const char *const kinds[] = {"bump", "warp_bump", "slab", "malloc", "heap"};
 
 /* On a GPU up to ~270k threads hold blocks at once: pools and sizes there
  * are chosen so that what is live at once fits. */
@@ -62,8 +62,8 @@ static void test_kind(cp_dp_kind kind, uint64_t n)
     OK(r.ok == n && r.failed == 0 && r.overlaps == 0 && r.misaligned == 0, "mixed sizes, freed");
     OK_ST(cp_be->dp_stats(p, &st), "stats");
     OK(st.capacity == cap && st.failed == 0, "stats: capacity, nothing failed");
-    if (kind == CP_DP_SLAB)
-        OK(st.used == n * 16, "slab: the kept blocks are what is used");
+    if (kind == CP_DP_SLAB || kind == CP_DP_HEAP)
+        OK(st.used == n * 16, "slab, heap: the kept blocks are what is used");
     OK_ST(cp_be->dp_reset(p, NULL), "reset");
     OK_ST(cp_be->dp_stats(p, &st), "stats after reset");
     if (kind != CP_DP_MALLOC)
@@ -84,8 +84,9 @@ static void test_kind(cp_dp_kind kind, uint64_t n)
     tap_group[0] = '\0';
 }
 
-/* Two streams allocate and free from one slab pool at the same time. */
-static void test_shared_slab(uint64_t n)
+/* Two streams allocate and free from one pool (slab, heap) at the same
+ * time; the heap's sizes reach past 8 KiB. */
+static void test_shared(cp_dp_kind kind, uint64_t n)
 {
     cp_devpool *p = NULL;
     cp_stream *s1 = NULL, *s2 = NULL;
@@ -96,13 +97,16 @@ static void test_shared_slab(uint64_t n)
 
     OK_ST(cp_be->stream_create(&s1, 0, 0), "stream 1");
     OK_ST(cp_be->stream_create(&s2, 0, 0), "stream 2");
-    OK_ST(cp_be->dp_create(&p, CP_DP_SLAB, on_cuda ? (size_t)256 << 20 : (size_t)1 << 20), "slab pool");
+    snprintf(tap_group, sizeof tap_group, "%s, two streams", kinds[kind]);
+    /* on a GPU ~540k threads of the two runs hold blocks at once */
+    OK_ST(cp_be->dp_create(&p, kind, on_cuda ? (size_t)(kind == CP_DP_HEAP ? 1024 : 256) << 20 : (size_t)4 << 20),
+          "pool");
     if (!p || !s1 || !s2)
         return;
     memset(&a, 0, sizeof a);
     a.threads = n;
     a.min_bytes = 16;
-    a.max_bytes = 256;
+    a.max_bytes = kind == CP_DP_HEAP ? (on_cuda ? 1024 : 96 * 1024) : 256;
     a.block = 64;
     a.free_blocks = 1;
     a.verify = 1;
@@ -121,6 +125,7 @@ static void test_shared_slab(uint64_t n)
     cp_be->dp_destroy(p);
     cp_be->stream_destroy(s1);
     cp_be->stream_destroy(s2);
+    tap_group[0] = '\0';
 }
 
 int main(void)
@@ -143,7 +148,8 @@ int main(void)
     printf("# backend: %s, %llu threads per run\n", cp_be->name, (unsigned long long)n);
     for (int k = 0; k < CP_DP_KIND_COUNT; k++)
         test_kind((cp_dp_kind)k, n);
-    test_shared_slab(n);
+    test_shared(CP_DP_SLAB, n);
+    test_shared(CP_DP_HEAP, n);
     OK_ST(cp_be->device_synchronize(), "device_synchronize at the end");
     return tap_finish();
 }

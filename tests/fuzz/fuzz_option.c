@@ -7,6 +7,11 @@
  * of the allow-list below.  Accepted: it must match.  Refused: the message
  * must say why, naming the option (or its start, when long).
  *
+ * Each option is also read as a PYTORCH_CUDA_ALLOC_CONF string by the torch
+ * model's parser (pool/torch_conf.c), whole and cut at every length: it must
+ * not crash, a refusal must say "conf: ...", and an accepted string's
+ * canonical form (cp_torch_conf_format) must parse to the same settings.
+ *
  *   make fuzz-option                      bounded run over tests/fuzz/corpus-option
  */
 #include <stdint.h>
@@ -16,6 +21,7 @@
 
 #include "error.h"
 #include "kernel/compile.h"
+#include "pool/torch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -89,6 +95,41 @@ static int allowed(const char *o)
     return 0;
 }
 
+static int same_settings(const cp_torch_conf *a, const cp_torch_conf *b)
+{
+    return a->max_split_size == b->max_split_size &&
+           a->max_non_split_rounding == b->max_non_split_rounding &&
+           memcmp(a->roundup_divisions, b->roundup_divisions, sizeof a->roundup_divisions) == 0 &&
+           a->gc_threshold == b->gc_threshold && a->memory_fraction == b->memory_fraction &&
+           a->expandable_segments == b->expandable_segments &&
+           a->release_lock_on_cudamalloc == b->release_lock_on_cudamalloc &&
+           a->graph_capture_record_stream_reuse == b->graph_capture_record_stream_reuse &&
+           a->pinned_use_host_register == b->pinned_use_host_register &&
+           a->pinned_use_background_threads == b->pinned_use_background_threads &&
+           a->pinned_num_register_threads == b->pinned_num_register_threads &&
+           a->pinned_reserve_segment_size_mb == b->pinned_reserve_segment_size_mb &&
+           a->host_keys == b->host_keys;
+}
+
+/* A conf string: parsed, and if accepted, its canonical form reparsed. */
+static void check_conf(const char *o, size_t n)
+{
+    cp_torch_conf c, d;
+    char canon[1024];
+    size_t k;
+    if (cp_torch_conf_parse(o, n, &c) != CP_OK) {
+        EXPECT(strncmp(cp_error_msg(), "conf: ", 6) == 0, "conf refusal '%s'", cp_error_msg());
+        return;
+    }
+    k = cp_torch_conf_format(&c, canon, sizeof canon);
+    EXPECT(k < sizeof canon, "canonical conf of %zu bytes", k);
+    EXPECT(cp_torch_conf_parse(canon, k, &d) == CP_OK, "canonical '%s' refused: %s", canon,
+           cp_error_msg());
+    EXPECT(same_settings(&c, &d), "'%.*s' and its canonical '%s' differ", (int)n, o, canon);
+    EXPECT(c.max_split_size >= (UINT64_C(20) << 20), "max_split_size below 20 MiB");
+    EXPECT(c.gc_threshold >= 0.0 && c.gc_threshold < 1.0, "gc threshold out of range");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *buf = malloc(size + 1);
@@ -108,6 +149,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             EXPECT(st == CP_ERR_INVALID, "status %d", (int)st);
             EXPECT(strstr(cp_error_msg(), "option") != NULL, "message '%s'",
                    cp_error_msg());
+        }
+        check_conf(o, n);
+        if (n < 256) {
+            size_t cut;
+            for (cut = 0; cut < n; cut++)
+                check_conf(o, cut);
         }
         i += n + 1;
     }

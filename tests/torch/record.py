@@ -25,6 +25,12 @@ Workloads (all random weights, seeded, on one GPU):
 
   python3 tests/torch/record.py OUTDIR            everything, in parallel
   python3 tests/torch/record.py --one NAME TAG CONF LIMIT OUTDIR   one run
+  python3 tests/torch/record.py --probe-conf OUTDIR   which conf strings
+                       PyTorch accepts (conf_probe.json): the keys cupola's
+                       parser reads and some it refuses, and the edge values
+  python3 tests/torch/record.py --extra OUTDIR   the second batch: two
+                       streams under a limit with expandable segments, and
+                       varlen under a limit with roundup_power2_divisions
 """
 import gzip
 import json
@@ -241,6 +247,98 @@ def full_snapshot(outdir):
     print(json.dumps(info))
 
 
+# Conf strings whose fate in PyTorch 2.11 settles what cupola's parser
+# accepts: keys of later PyTorch versions, the host-side keys, edge values.
+PROBE_CONFS = [
+    "per_process_memory_fraction:0.5",
+    "pinned_reserve_segment_size_mb:64",
+    "pinned_use_background_threads:True",
+    "graph_capture_record_stream_reuse:True",
+    "pinned_num_register_threads:8",
+    "pinned_use_cuda_host_register:True",
+    "release_lock_on_cudamalloc:True",
+    "large_segment_size_mb:64",
+    "pinned_free_catch_all:True",
+    "throw_on_cudamalloc_oom:True",
+    "expandable_segments_reserve:0.5",
+    "max_split_size_mb:64abc",
+    "max_split_size_mb:-1",
+    "max_split_size_mb:19",
+    "max_non_split_rounding_mb:19",
+    "garbage_collection_threshold:1.0",
+    "expandable_segments:true",
+    "roundup_power2_divisions:[>:4]",
+    "roundup_power2_divisions:[1:4,>:0]",
+    "roundup_power2_divisions:3",
+    "max_split_size_mb:64:expandable_segments:True",
+    "max_split_size_mb:64,",
+    "backend:native",
+]
+
+
+def probe_one(conf, outfile):
+    """One fresh process: does PyTorch take conf, and what does it report?"""
+    import torch
+    out = {"conf": conf}
+    try:
+        x = torch.empty(1 << 20, device="cuda")
+        del x
+        out["accepted"] = True
+        snap = torch.cuda.memory._snapshot()
+        out["allocator_settings"] = snap.get("allocator_settings")
+    except Exception as e:  # noqa: BLE001 - a probe: record what happened
+        out["accepted"] = False
+        out["error"] = str(e).splitlines()[0][:300]
+    with open(outfile, "w") as f:
+        json.dump(out, f, default=str)
+
+
+def probe_conf(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    results = []
+    for i, conf in enumerate(PROBE_CONFS):
+        outfile = os.path.join(outdir, f"probe{i}.json")
+        env = dict(os.environ)
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+        p = subprocess.run([sys.executable, __file__, "--probe-one", conf, outfile], env=env,
+                           capture_output=True, text=True, timeout=120)
+        try:
+            results.append(json.load(open(outfile)))
+            os.remove(outfile)
+        except Exception:  # noqa: BLE001 - the process died before writing
+            results.append({"conf": conf, "accepted": False,
+                            "error": (p.stderr or p.stdout).strip().splitlines()[-1:]})
+    with open(os.path.join(outdir, "conf_probe.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    print(json.dumps([(r["conf"], r["accepted"]) for r in results]))
+
+
+# The second batch: what the first left open.
+EXTRA = [
+    ("twostream", "limit-expandable", "expandable_segments:True", "retry"),
+    ("varlen", "limit-pow2div4", "roundup_power2_divisions:4", "retry"),
+]
+
+
+def extra(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    logs = open(os.path.join(outdir, "record-extra.log"), "w")
+    procs = [launch(["--one", n, "default", "", "0", outdir], "", outdir, logs)
+             for n in sorted({n for n, _, _, _ in EXTRA})
+             if not os.path.exists(os.path.join(outdir, f"{n}.default.json"))]
+    for p in procs:
+        p.wait()
+    procs = []
+    for n, t, c, which in EXTRA:
+        base = json.load(open(os.path.join(outdir, f"{n}.default.json")))
+        a, r = base["allocated"], base["reserved"]
+        limit = (a + r) // 2 if which == "retry" else a * 9 // 10
+        procs.append(launch(["--one", n, t, c, str(limit), outdir], c, outdir, logs))
+    for p in procs:
+        p.wait()
+    logs.close()
+
+
 def launch(args, env_conf, outdir, log):
     env = dict(os.environ)
     if env_conf:
@@ -258,6 +356,15 @@ def main():
         return
     if sys.argv[1] == "--full":
         full_snapshot(sys.argv[2])
+        return
+    if sys.argv[1] == "--probe-conf":
+        probe_conf(sys.argv[2])
+        return
+    if sys.argv[1] == "--probe-one":
+        probe_one(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "--extra":
+        extra(sys.argv[2])
         return
     outdir = sys.argv[1]
     os.makedirs(outdir, exist_ok=True)

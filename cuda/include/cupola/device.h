@@ -41,8 +41,13 @@ static __device__ __forceinline__ unsigned long long cupola_grid_size(void)
  *     }
  *
  * The pool is a cupola.DevicePool passed for a parameter declared
- * "device_pool"; its kind (bump, warp_bump, slab, malloc) decides the policy
- * (each allocator's header under cupola/ states it exactly).  Both calls work
+ * "device_pool"; its kind (bump, warp_bump, slab, malloc, heap) decides the
+ * policy (each allocator's header under cupola/ states it exactly).  A
+ * kernel that is only ever given pools of one kind may say so with
+ * -DCUPOLA_POOL_KIND=<CPD_KIND_*> (that allocator alone is compiled in).  A
+ * plugin pool's allocator is reached only by kernels compiled with the
+ * plugin's source in front of them (cupola/plugin.h); elsewhere
+ * cupola_alloc on such a pool returns NULL.  Both calls work
  * from any thread of any kernel, child kernels included (dynamic parallelism,
  * CUDA backend), and on the host backend, where the same code runs on CPU
  * threads with a warp of one lane.
@@ -62,6 +67,18 @@ CPD_FN void *cupola_alloc(cupola_device_pool *pool, size_t bytes)
 CPD_FN void cupola_free(cupola_device_pool *pool, void *ptr)
 {
     cpd_free(pool, ptr);
+}
+
+/* The pool's own bytes (not for malloc pools, whose blocks are CUDA's
+ * heap's): what a plugin allocator manages. */
+CPD_FN unsigned char *cupola_pool_base(const cupola_device_pool *pool)
+{
+    return pool->base;
+}
+
+CPD_FN unsigned long long cupola_pool_capacity(const cupola_device_pool *pool)
+{
+    return pool->capacity;
 }
 
 #endif /* CUPOLA_DEVICE_H */

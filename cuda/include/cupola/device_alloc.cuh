@@ -11,6 +11,8 @@
  *   alloc_warp_bump.cuh  one atomicAdd per warp, lanes take consecutive slices
  *   alloc_slab.cuh       size classes 16 B .. 8 KiB in slabs with bitmaps, with free
  *   alloc_malloc.cuh     CUDA's in-kernel malloc/free (the host's malloc on the host)
+ *   alloc_heap.cuh       general purpose: 16 B up to the capacity, free from any thread
+ * and a plugin pool's allocator is the user's own source (cupola/plugin.h).
  *
  * The shim (cpd_* below) names what the allocators need: relaxed atomics on
  * 32- and 64-bit words, a device-wide fence, and the warp intrinsics.  On
@@ -51,6 +53,8 @@ typedef unsigned long long cpd_u64;
 #define CPD_KIND_WARP_BUMP 1u
 #define CPD_KIND_SLAB 2u
 #define CPD_KIND_MALLOC 3u
+#define CPD_KIND_HEAP 4u
+#define CPD_KIND_PLUGIN 5u
 
 #define CPD_ALIGN 16ull
 #define CPD_SLAB_CLASSES 10u   /* 16, 32, ..., 8192 bytes */
@@ -60,6 +64,7 @@ typedef unsigned long long cpd_u64;
 #define CPD_SLOT_BUSY 0xfffffffeu      /* a thread is choosing the next slab */
 #define CPD_SLOT_EXHAUSTED 0xfffffffdu /* none had room when last looked for */
 #define CPD_SLOT_SPECIAL 0xfffffffdu   /* values >= this are not slab indices */
+#define CPD_HEAP_CLASSES 12u   /* heap size classes: 16 B .. chunk / 2 (at most 32 KiB) */
 
 /* The device-side state of one pool; kernels receive a pointer to it (the
  * `device_pool` parameter).  Filled by the host side (cuda/devpool.cu,
@@ -83,6 +88,25 @@ typedef struct cupola_device_pool {
     cpd_u32 *class_slabs;       /* per class: nslabs entries, slab indices (EMPTY: not yet written) */
     cpd_u32 class_count[CPD_SLAB_CLASSES];
     cpd_u32 active[CPD_SLAB_CLASSES * CPD_SLAB_MAX_SLOTS];
+    /* heap (alloc_heap.cuh says what each array holds) */
+    cpd_u32 chunk_shift;        /* log2 of the chunk size */
+    cpd_u32 nchunks;            /* chunks in the pool */
+    cpd_u32 cwords;             /* words of the chunk map: ceil(nchunks / 32) */
+    cpd_u32 nclasses;           /* slab classes: 16 B .. chunk / 2 */
+    cpd_u32 bwords;             /* bitmap words per chunk */
+    cpd_u32 epoch;              /* bumped when memory comes back while a class is exhausted */
+    cpd_u32 exhausted;          /* nonzero once some class found no memory */
+    cpd_u32 nslots_total;
+    cpd_u32 *cmap;              /* per chunk: 1 bit, set = in use */
+    cpd_u32 *cfull;             /* per cmap word: 1 bit, set = that word is full (a hint) */
+    cpd_u32 *cstate;            /* per chunk: tag | active | count */
+    cpd_u32 *run_len;           /* per chunk that starts a run: its length in chunks */
+    cpd_u32 *hbitmaps;          /* per chunk: bwords words, one bit per block of its class */
+    cpd_u32 *partial;           /* per class: cwords words, slabs that may have room */
+    cpd_u32 *hslots;            /* the active slots of every class */
+    cpd_u64 chunks_live, chunks_peak;
+    cpd_u32 slot_base[CPD_HEAP_CLASSES + 1]; /* class c's slots: hslots[slot_base[c] .. slot_base[c+1]) */
+    cpd_u32 exhausted_epoch[CPD_HEAP_CLASSES];
 } cupola_device_pool;
 
 /* ---- the shim -------------------------------------------------------------- */
@@ -110,6 +134,8 @@ CPD_FN cpd_u32 cpd_match_all64(cpd_u32 mask, cpd_u64 v, int *pred) { return __ma
 CPD_FN cpd_u64 cpd_shfl64(cpd_u32 mask, cpd_u64 v, int src) { return __shfl_sync(mask, v, src); }
 CPD_FN int cpd_ffs(cpd_u32 x) { return __ffs((int)x); }
 CPD_FN int cpd_popc(cpd_u32 x) { return __popc(x); }
+CPD_FN cpd_u64 cpd_load64(const cpd_u64 *p) { return *(const volatile cpd_u64 *)p; }
+CPD_FN cpd_u32 cpd_ballot(cpd_u32 mask, int pred) { return __ballot_sync(mask, pred); }
 /* A number that differs between warps running at the same time, to spread
  * them over the active slabs: the SM and the warp slot on it. */
 CPD_FN cpd_u32 cpd_warp_hash(void)
@@ -157,6 +183,8 @@ CPD_FN cpd_u32 cpd_match_all64(cpd_u32 mask, cpd_u64 v, int *pred) { (void)v; *p
 CPD_FN cpd_u64 cpd_shfl64(cpd_u32 mask, cpd_u64 v, int src) { (void)mask; (void)src; return v; }
 CPD_FN int cpd_ffs(cpd_u32 x) { return __builtin_ffs((int)x); }
 CPD_FN int cpd_popc(cpd_u32 x) { return __builtin_popcount(x); }
+CPD_FN cpd_u64 cpd_load64(const cpd_u64 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+CPD_FN cpd_u32 cpd_ballot(cpd_u32 mask, int pred) { return pred ? mask : 0u; }
 /* The host's "warp" is a CPU thread: number them as they first allocate. */
 #ifdef __cplusplus
 #define CPD_TLS thread_local
@@ -205,10 +233,28 @@ CPD_FN void cpd_count_failure(cupola_device_pool *pool)
     cpd_add64(&pool->failed, 1ull);
 }
 
+/* A plugin pool's allocator (cupola/plugin.h): defined by the plugin's
+ * source, which defines CUPOLA_PLUGIN before including this header. */
+#ifdef CUPOLA_PLUGIN
+CPD_DEV void cupola_plugin_init(cupola_device_pool *pool, unsigned long long thread,
+                                unsigned long long threads);
+CPD_DEV void *cupola_plugin_alloc(cupola_device_pool *pool, unsigned long long bytes);
+CPD_DEV void cupola_plugin_free(cupola_device_pool *pool, void *ptr);
+
+CPD_FN void *cpd_plugin_alloc(cupola_device_pool *pool, cpd_u64 bytes)
+{
+    void *p = cupola_plugin_alloc(pool, bytes);
+    if (!p)
+        cpd_count_failure(pool);
+    return p;
+}
+#endif
+
 #include "cupola/alloc_bump.cuh"
 #include "cupola/alloc_warp_bump.cuh"
 #include "cupola/alloc_slab.cuh"
 #include "cupola/alloc_malloc.cuh"
+#include "cupola/alloc_heap.cuh"
 
 /* ---- the dispatch ---------------------------------------------------------- */
 
@@ -228,7 +274,15 @@ CPD_FN void *cpd_alloc_kind(cupola_device_pool *pool, cpd_u64 bytes, cpd_u32 kin
     case CPD_KIND_WARP_BUMP: return cpd_warp_bump_alloc(pool, bytes);
     case CPD_KIND_SLAB: return cpd_slab_alloc(pool, bytes);
     case CPD_KIND_MALLOC: return cpd_malloc_alloc(pool, bytes);
-    default: return 0;
+    case CPD_KIND_HEAP: return cpd_heap_alloc(pool, bytes);
+#ifdef CUPOLA_PLUGIN
+    case CPD_KIND_PLUGIN: return cpd_plugin_alloc(pool, bytes);
+#endif
+    default:
+        /* a plugin's allocator lives in the plugin's source: a kernel
+         * compiled without it cannot reach it (cupola/plugin.h) */
+        cpd_count_failure(pool);
+        return 0;
     }
 }
 
@@ -241,18 +295,30 @@ CPD_FN void cpd_free_kind(cupola_device_pool *pool, void *ptr, cpd_u32 kind)
     switch (kind) {
     case CPD_KIND_SLAB: cpd_slab_free(pool, ptr); break;
     case CPD_KIND_MALLOC: cpd_malloc_free(pool, ptr); break;
+    case CPD_KIND_HEAP: cpd_heap_free(pool, ptr); break;
+#ifdef CUPOLA_PLUGIN
+    case CPD_KIND_PLUGIN: cupola_plugin_free(pool, ptr); break;
+#endif
     default: break;
     }
 }
 
+/* The kind a call is compiled for: CUPOLA_POOL_KIND when the includer
+ * names one (the allocator is then inlined alone), else the pool's own. */
+#ifdef CUPOLA_POOL_KIND
+#define CPD_KIND_OF(pool) ((void)(pool), (cpd_u32)(CUPOLA_POOL_KIND))
+#else
+#define CPD_KIND_OF(pool) ((pool)->kind)
+#endif
+
 CPD_FN void *cpd_alloc(cupola_device_pool *pool, cpd_u64 bytes)
 {
-    return cpd_alloc_kind(pool, bytes, pool->kind);
+    return cpd_alloc_kind(pool, bytes, CPD_KIND_OF(pool));
 }
 
 CPD_FN void cpd_free(cupola_device_pool *pool, void *ptr)
 {
-    cpd_free_kind(pool, ptr, pool->kind);
+    cpd_free_kind(pool, ptr, CPD_KIND_OF(pool));
 }
 
 #endif /* CUPOLA_DEVICE_ALLOC_CUH */

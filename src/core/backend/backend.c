@@ -127,6 +127,7 @@ const char *cp_dp_kind_name(int kind)
         [CP_DP_WARP_BUMP] = "warp_bump",
         [CP_DP_SLAB] = "slab",
         [CP_DP_MALLOC] = "malloc",
+        [CP_DP_HEAP] = "heap",
     };
     return kind >= 0 && kind < CP_DP_KIND_COUNT ? names[kind] : NULL;
 }

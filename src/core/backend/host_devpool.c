@@ -3,7 +3,7 @@
  *
  * The allocators are the very code the GPU runs (cuda/include/cupola/
  * device_alloc.cuh, compiled here as C with its host shim: GCC atomics, a
- * warp of one lane), and a run is the GPU's run body (cuda/devpool_body.h).
+ * warp of one lane), and a run is the GPU's run body (cuda/include/cupola/dp_body.cuh).
  *
  * Policy, exactly:
  *  - A pool is one posix_memalign'd allocation laid out as on the GPU
@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "devpool_body.h"
+#include "cupola/dp_body.cuh"
 #include "devpool_layout.h"
 
 static const cp_host_exec *X;
@@ -155,14 +155,18 @@ static void clear_arrays(cp_devpool *p)
         memset(p->mem + p->L.bitmaps_off, 0, p->L.bitmaps_bytes);
         memset(p->mem + p->L.lists_off, 0xff, p->L.lists_bytes);
     }
+    if (p->kind == CP_DP_HEAP) {
+        memset(p->mem + p->L.heap_off, 0, (size_t)p->L.heap_bytes);
+        memset(p->mem + p->L.hslots_off, 0xff, (size_t)p->L.nslots_total * 4u);
+    }
 }
 
 static void reset_now(cp_devpool *p)
 {
     /* on a stream worker: later runs follow it through the stream (same
      * worker, or the scheduler's lock), so plain writes are enough */
-    cpd_reset_state(&p->st);
     clear_arrays(p);
+    cpd_reset_state(&p->st);
 }
 
 static void run_exec(void *arg)
@@ -221,7 +225,7 @@ cp_status cp_host_dp_create(cp_devpool **out, cp_dp_kind kind, size_t capacity)
     }
     p->mem = mem;
     cpd_state_init(&p->st, (cpd_u32)kind, capacity, &p->L, p->mem);
-    clear_arrays(p);
+    reset_now(p);
     *out = p;
     return CP_OK;
 }
@@ -318,10 +322,14 @@ cp_status cp_host_dp_stats(cp_devpool *p, cp_dp_stats *out)
         return st;
     out->capacity = p->capacity;
     out->failed = p->st.failed;
-    cpd_usage(&p->st,
-              p->kind == CP_DP_SLAB ? (const cpd_u32 *)(const void *)(p->mem + p->L.class_off) : NULL,
-              p->kind == CP_DP_SLAB ? (const cpd_u32 *)(const void *)(p->mem + p->L.used_off) : NULL,
-              &used, &peak);
+    if (p->kind == CP_DP_HEAP)
+        cpd_heap_usage(&p->st, (const cpd_u32 *)(const void *)(p->mem + p->L.cstate_off),
+                       (const cpd_u32 *)(const void *)(p->mem + p->L.runlen_off), &used, &peak);
+    else
+        cpd_usage(&p->st,
+                  p->kind == CP_DP_SLAB ? (const cpd_u32 *)(const void *)(p->mem + p->L.class_off) : NULL,
+                  p->kind == CP_DP_SLAB ? (const cpd_u32 *)(const void *)(p->mem + p->L.used_off) : NULL,
+                  &used, &peak);
     out->used = used;
     out->peak = peak;
     return CP_OK;

@@ -828,10 +828,27 @@ static cp_status c_launch(void *kimpl, const cp_klaunch *l, void *const *args)
     return CP_OK;
 }
 
+static cp_status c_registers(void *kimpl, int *out)
+{
+    ckern *k = kimpl;
+    int dev = k->m->home;
+    CUresult r;
+    cp_status st;
+    if ((st = dev_enter(dev)) != CP_OK)
+        return st;
+    if (!k->on[dev].f && (st = ckern_on(k, dev)) != CP_OK)
+        return st;
+    /* CU_FUNC_ATTRIBUTE_NUM_REGS */
+    if ((r = X.cuFuncGetAttribute(out, 4, k->on[dev].f)) != CU_SUCCESS)
+        return cu_fail(r, "cuFuncGetAttribute(NUM_REGS)");
+    return CP_OK;
+}
+
 const cp_kimpl_ops cp_kimpl_cuda = {
     .load = c_load,
     .unload = c_unload,
     .get = c_get,
     .put = c_put,
     .launch = c_launch,
+    .registers = c_registers,
 };

@@ -254,8 +254,11 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         cp_kscan_free(&sc);
         return st;
     }
-    /* the source, then one line naming the kernels for the prelude's table */
-    cap = sc.text_len + 200;
+    /* the source, then one line naming the kernels for the prelude's table:
+     * those the scan found in the source, and those cupola's own headers
+     * name in CUPOLA_HK_MORE_KERNELS (a header of kernels a module includes:
+     * the survey's, a plugin pool's harness) */
+    cap = sc.text_len + 300;
     for (size_t i = 0; i < sc.nkernels; i++)
         cap += strlen(sc.kernels[i]) + 24;
     src = malloc(cap);
@@ -266,10 +269,11 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     memcpy(src, sc.text, sc.text_len);
     srclen = userlen = sc.text_len;
     srclen += (size_t)snprintf(src + srclen, cap - srclen,
-                               "\n#line 1 \"<cupola: kernel table>\"\nCUPOLA_HK_TABLE(");
+                               "\n#line 1 \"<cupola: kernel table>\"\n#ifndef CUPOLA_HK_MORE_KERNELS\n"
+                               "#define CUPOLA_HK_MORE_KERNELS\n#endif\nCUPOLA_HK_TABLE(");
     for (size_t i = 0; i < sc.nkernels; i++)
         srclen += (size_t)snprintf(src + srclen, cap - srclen, "CUPOLA_HK_KERNEL(%s)", sc.kernels[i]);
-    srclen += (size_t)snprintf(src + srclen, cap - srclen, ")\n");
+    srclen += (size_t)snprintf(src + srclen, cap - srclen, "CUPOLA_HK_MORE_KERNELS)\n");
     cp_kscan_free(&sc);
 
     args[na++] = "-std=c++17";
@@ -871,10 +875,18 @@ static cp_status h_launch(void *kimpl, const cp_klaunch *l, void *const *args)
     return st;
 }
 
+static cp_status h_registers(void *kimpl, int *out)
+{
+    (void)kimpl;
+    *out = 0;
+    return cp_error_set(CP_ERR_UNSUPPORTED, "a kernel on the host backend has no registers to count");
+}
+
 const cp_kimpl_ops cp_kimpl_host = {
     .load = h_load,
     .unload = h_unload,
     .get = h_get,
     .put = h_put,
     .launch = h_launch,
+    .registers = h_registers,
 };

@@ -124,6 +124,12 @@ cp_status cp_kernel_launch(cp_kernel *k, const cp_klaunch *l, void *const *args)
     return k->m->ops->launch(k->impl, l, args);
 }
 
+cp_status cp_kernel_registers(cp_kernel *k, int *out)
+{
+    CP_GUARD();
+    return k->m->ops->registers(k->impl, out);
+}
+
 cp_status cp_klaunch_check(const cp_klaunch *l, const cp_klimits *lim)
 {
     static const char axis[3] = {'x', 'y', 'z'};

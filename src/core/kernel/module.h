@@ -46,11 +46,13 @@ extern const unsigned char cp_ktype_sizes[CP_KT_COUNT];
 #define CP_KMAX_PARAMS 128
 
 /* The headers under cupola/ that <cupola/device.h> includes (the in-kernel
- * allocators): part of a module's cache key beside device.h. */
+ * allocators) and those the device pools' run-time compiled kernels include
+ * (plugin pools, the survey): part of a module's cache key beside device.h. */
 #define CP_DEVICE_ALLOC_HEADERS                                                         \
     {"device_alloc.cuh", "alloc_bump.cuh", "alloc_warp_bump.cuh", "alloc_slab.cuh",     \
-     "alloc_malloc.cuh"}
-#define CP_DEVICE_ALLOC_NHEADERS 5
+     "alloc_malloc.cuh", "alloc_heap.cuh", "pattern.h", "plugin.h", "dp_body.cuh",     \
+     "dp_harness.cuh", "survey.cuh"}
+#define CP_DEVICE_ALLOC_NHEADERS 11
 
 typedef enum cp_ksrc {
     CP_KSRC_SOURCE = 0, /* CUDA C */
@@ -99,6 +101,11 @@ typedef struct cp_klaunch {
  * (messages name the option: "option 'block' ..."). */
 cp_status cp_kernel_launch(cp_kernel *k, const cp_klaunch *l, void *const *args);
 
+/* The registers per thread the compiled kernel uses (CUDA:
+ * CU_FUNC_ATTRIBUTE_NUM_REGS on the module's home device); CP_ERR_UNSUPPORTED
+ * on the host backend. */
+cp_status cp_kernel_registers(cp_kernel *k, int *out);
+
 /* ---- the backends' halves (cuda_module.c, host_module.c) ------------------ */
 typedef struct cp_kimpl_ops {
     cp_status (*load)(const cp_kmodule_desc *d, void **impl, int *where, char **log);
@@ -107,6 +114,9 @@ typedef struct cp_kimpl_ops {
                      unsigned n, void **kimpl);
     void (*put)(void *kimpl);
     cp_status (*launch)(void *kimpl, const cp_klaunch *l, void *const *args);
+    /* registers per thread of the compiled kernel (CP_ERR_UNSUPPORTED on
+     * the host, which has none to count) */
+    cp_status (*registers)(void *kimpl, int *out);
 } cp_kimpl_ops;
 
 extern const cp_kimpl_ops cp_kimpl_cuda;

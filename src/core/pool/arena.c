@@ -296,6 +296,13 @@ static void ar_destroy(cp_resource *r)
     free(a);
 }
 
+static void ar_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
+{
+    arena *a = (arena *)r;
+    *allocs = a->up->st.allocs;
+    *frees = a->up->st.frees;
+}
+
 static const cp_resource_ops arena_ops = {
     .kind = "arena",
     .alloc = ar_alloc,
@@ -304,6 +311,7 @@ static const cp_resource_ops arena_ops = {
     .reset = ar_reset,
     .free_info = ar_free_info,
     .destroy = ar_destroy,
+    .device_calls = ar_device_calls,
 };
 
 cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -23,6 +23,7 @@ static const struct {
     {"vmm", cp_vmm_create},
     {"plugin", cp_plugin_create},
     {"cub", cp_cub_create},
+    {"torch", cp_torch_create},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -391,6 +391,13 @@ static void cub_extra(cp_resource *r, cp_stats *out)
     }
 }
 
+static void cub_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
+{
+    cub *c = (cub *)r;
+    *allocs = c->up_allocs;
+    *frees = c->up_frees;
+}
+
 static void cub_destroy(cp_resource *r)
 {
     cub *c = (cub *)r;
@@ -422,6 +429,7 @@ static const cp_resource_ops cub_ops = {
     .free_info = cub_free_info,
     .destroy = cub_destroy,
     .extra_stats = cub_extra,
+    .device_calls = cub_device_calls,
 };
 
 /* growth^k in 32 bits, as CUB's IntPow computes min_bin_bytes; 0 when it

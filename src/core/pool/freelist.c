@@ -101,6 +101,7 @@ static const cp_resource_ops freelist_ops = {
     .trim = cp_heap_trim,
     .free_info = cp_heap_free_info,
     .destroy = cp_heap_destroy,
+    .device_calls = cp_heap_device_calls,
 };
 
 cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)

@@ -520,6 +520,14 @@ cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes)
     return CP_OK;
 }
 
+void cp_heap_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
+{
+    cp_heap *h = (cp_heap *)r;
+    /* (the upstream is not locked: the pool's lock covers every call to it) */
+    *allocs = h->up->st.allocs;
+    *frees = h->up->st.frees;
+}
+
 void cp_heap_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes)
 {
     cp_heap *h = (cp_heap *)r;

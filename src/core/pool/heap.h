@@ -145,6 +145,8 @@ cp_status cp_heap_map_full(cp_heap *h, cp_blk *b);
 cp_blk *cp_blk_refill(cp_heap *h);
 cp_status cp_heap_trim(cp_resource *r, size_t keep_bytes);
 void cp_heap_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes);
+/* The calls made to the upstream: its own allocs and frees. */
+void cp_heap_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees);
 /* Returns everything to the upstream and frees h itself. */
 void cp_heap_destroy(cp_resource *r);
 

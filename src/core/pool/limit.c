@@ -67,6 +67,8 @@ static void lim_vm_info(cp_resource *r, cp_stats *out)
     /* and the wrapped pool's figures of its own */
     memcpy(out->extra, st.extra, sizeof out->extra);
     out->nextra = st.nextra;
+    out->device_allocs = st.device_allocs;
+    out->device_frees = st.device_frees;
 }
 
 static uint64_t lim_reserved(cp_resource *r)

@@ -653,6 +653,13 @@ static void p_destroy(cp_resource *r)
     free(pl);
 }
 
+static void p_device_calls(cp_resource *r, uint64_t *allocs, uint64_t *frees)
+{
+    plugin *pl = (plugin *)r;
+    *allocs = pl->up->st.allocs;
+    *frees = pl->up->st.frees;
+}
+
 static const cp_resource_ops plugin_ops = {
     .kind = "plugin",
     .alloc = p_alloc,
@@ -660,6 +667,7 @@ static const cp_resource_ops plugin_ops = {
     .trim = p_trim,
     .free_info = p_free_info,
     .destroy = p_destroy,
+    .device_calls = p_device_calls,
 };
 
 /* ---- loading ------------------------------------------------------------------ */

@@ -230,6 +230,8 @@ void cp_resource_stats(cp_resource *r, cp_stats *out)
     out->nextra = 0;
     if (r->ops->vm_info)
         r->ops->vm_info(r, out);
+    if (r->ops->device_calls)
+        r->ops->device_calls(r, &out->device_allocs, &out->device_frees);
     if (r->ops->extra_stats)
         r->ops->extra_stats(r, out);
     cp_unlock(&r->lock);

@@ -46,6 +46,10 @@ typedef struct cp_stats {
     uint64_t pages_mapped;  /* physical pages mapped now (reserved / page_bytes) */
     uint64_t maps;          /* pages mapped since creation */
     uint64_t unmaps;        /* pages unmapped since creation */
+    /* calls to the upstream (cudaMalloc / cudaFree, or maps / unmaps) since
+     * creation, where the pool counts them (0 otherwise) */
+    uint64_t device_allocs;
+    uint64_t device_frees;
     /* a vmm pool's default policy (vmm.c); 0 with release_threshold given */
     int by_time;            /* nonzero: the pool follows it */
     double decay_window;    /* seconds a page stays idle before it may go */
@@ -99,6 +103,13 @@ typedef struct cp_pool_opts {
     const char *plugin_options;
     int device;               /* whose memory the upstream takes (multigpu); streams of
                                  any device may use the pool */
+    /* kind "torch" (pool/torch.c): PYTORCH_CUDA_ALLOC_CONF (NULL: PyTorch's
+     * defaults), the device memory the model assumes (0: the device's, or
+     * the H100's over the virtual upstream), and the virtual upstream's
+     * address model (0: the driver's placement, 1: bump) */
+    const char *torch_conf;
+    uint64_t torch_device_memory;
+    int torch_bump_addresses;
     int release_threshold_set; /* nonzero: the caller gave release_threshold (the
                                  vmm pool then keeps exactly that many idle bytes
                                  instead of deciding by time, vmm.c) */

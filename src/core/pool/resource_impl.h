@@ -29,6 +29,8 @@ typedef struct cp_resource_ops {
     void (*destroy)(cp_resource *r);
     /* NULL, or the page figures of a pool over virtual memory management */
     void (*vm_info)(cp_resource *r, cp_stats *out);
+    /* NULL, or the calls made to the upstream (cp_stats.device_allocs/frees) */
+    void (*device_calls)(cp_resource *r, uint64_t *allocs, uint64_t *frees);
     /* NULL, or the pool's figures of its own (cp_stats.extra) */
     void (*extra_stats)(cp_resource *r, cp_stats *out);
 } cp_resource_ops;
@@ -103,6 +105,7 @@ cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts 
 cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 cp_status cp_cub_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 
 /* reserved bytes of any resource (locks it briefly) */

@@ -983,6 +983,8 @@ static void v_vm_info(cp_resource *r, cp_stats *out)
     out->page_bytes = v->gran;
     out->pages_mapped = v->mapped_pages;
     out->maps = v->maps;
+    out->device_allocs = v->maps;
+    out->device_frees = v->unmaps;
     out->unmaps = v->unmaps;
     if (v->timed) {
         double until;

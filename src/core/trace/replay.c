@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "replay_lock.h"
+#include "trace_torch.h"
 #include "replay_time.h"
 
 static double now_s(void)
@@ -29,6 +30,23 @@ typedef struct replay_blocks {
     uint64_t *size;
     uint32_t *stream;
 } replay_blocks;
+
+/* A request PyTorch refused (an `oom` entry), attempted on r; what r
+ * serves is freed at once (it was never in use). */
+static cp_status replay_oom(const cp_trace *t, cp_resource *r, cp_stream *const *sv, size_t k,
+                            cp_replay_result *out)
+{
+    void *p = NULL;
+    cp_stream *s = sv[t->oom_stream[k]];
+    cp_status st = cp_resource_alloc_locked(r, (size_t)t->oom_size[k], s, &p);
+    out->oom_attempts++;
+    if (st == CP_ERR_OOM)
+        return CP_OK;
+    if (st != CP_OK)
+        return st;
+    out->oom_served++;
+    return cp_resource_free_locked(r, p, (size_t)t->oom_size[k], s);
+}
 
 /* One repetition's events, under the batched lock; *live carries the live
  * bytes from one repetition to the next. */
@@ -47,12 +65,20 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
     cp_status st = CP_OK;
     replay_lock lk;
     replay_integral g = *integ; /* in registers for the loop */
-    size_t h;
+    size_t h, oi = 0, next_oom = t->nooms ? t->oom_row[0] : SIZE_MAX;
 
     replay_lock_take(&lk, r);
     for (; op < end; op++) {
         void **slot = &b->blk[op->ord];
         void *addr;
+        if (__builtin_expect((size_t)(op - t->ops) == next_oom, 0)) {
+            /* the refused requests that came before this row */
+            while (oi < t->nooms && t->oom_row[oi] == (size_t)(op - t->ops) && st == CP_OK)
+                st = replay_oom(t, r, sv, oi++, out);
+            next_oom = oi < t->nooms ? t->oom_row[oi] : SIZE_MAX;
+            if (st != CP_OK)
+                break;
+        }
         if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
             o->progress(o->progress_ud, out->events + (uint64_t)(op - t->ops), total_events);
         replay_lock_tick(&lk);
@@ -64,6 +90,15 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
                     break;
                 st = CP_OK;
                 failed++;
+                if (o->stop_at_oom) {
+                    /* the program raised here: nothing after it happened */
+                    out->stopped = 1;
+                    out->stop_event = (size_t)(op - t->ops);
+                    out->stop_alloc = op->ord;
+                    out->stop_size = op->size;
+                    op++;
+                    break;
+                }
             } else {
                 b->stream[op->ord] = op->stream;
                 live += op->size;
@@ -96,6 +131,8 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
             }
         }
     }
+    while (st == CP_OK && op == end && !out->stopped && oi < t->nooms)
+        st = replay_oom(t, r, sv, oi++, out);
     if (st == CP_OK && op == end && t->n)
         replay_integral_end(&g);
     *integ = g;
@@ -157,6 +194,14 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     def.repeat = 1;
     if (!o)
         o = &def;
+    /* PyTorch's allocator model replays PyTorch's own operations (the
+     * two-step frees, empty_cache, the recorded addresses): replay_torch.c */
+    if (cp_torch_of(r))
+        return cp_trace_replay_torch(t, r, o, out);
+    if (o->recorded_addresses)
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind "
+                            "\"torch\" (the addresses are PyTorch's segments), not \"%s\"",
+                            cp_resource_kind(r));
     reps = o->repeat > 1 ? o->repeat : 1;
     total_events = (uint64_t)t->n * (uint64_t)reps;
     sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
@@ -191,6 +236,11 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_resource_stats(r, &stats);
     out->maps = stats.maps;
     out->unmaps = stats.unmaps;
+    out->device_allocs = stats.device_allocs;
+    out->device_frees = stats.device_frees;
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value; /* subtracted at the end */
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
@@ -211,6 +261,8 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         fs = free_live(t, r, sv, &b, &live);
         if (st == CP_OK)
             st = fs;
+        if (out->stopped)
+            break;
     }
     t1 = now_s();
     replay_clock_stop(&rclock);
@@ -230,6 +282,15 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     out->peak_reserved = stats.reserved_peak;
     out->maps = stats.maps - out->maps;
     out->unmaps = stats.unmaps - out->unmaps;
+    /* PyTorch's figures, as near as a pool of another kind has them */
+    out->peak_allocated = stats.used_peak;
+    out->device_allocs = stats.device_allocs - out->device_allocs;
+    out->device_frees = stats.device_frees - out->device_frees;
+    out->ooms = out->oom_attempts - out->oom_served;
+    /* a pool that counts retries of its own (cub) under that name */
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value - out->retries;
     out->reserved_over_live =
         out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
     if (o->synchronize && cp_be) {

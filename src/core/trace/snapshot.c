@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "pickle.h"
+#include "pool/torch.h"
 #include "ptrmap.h"
 
 /* mark = role << 28 | value; value 0 means "not decoded". */
@@ -26,7 +27,7 @@ enum { M_ENTRY = 1, M_SEGMENT = 2, M_FRAMES = 3, M_FRAME = 4 };
 #define MVAL(m) ((m) & UINT32_C(0x0fffffff))
 #define MMAX UINT32_C(0x0fffffff)
 
-enum { A_OTHER, A_ALLOC, A_FREE_REQ, A_FREE_DONE, A_SEG_UP, A_SEG_DOWN };
+enum { A_OTHER, A_ALLOC, A_FREE_REQ, A_FREE_DONE, A_SEG_UP, A_SEG_DOWN, A_OOM };
 
 typedef struct raw_event {
     uint64_t addr, size, stream;
@@ -35,6 +36,8 @@ typedef struct raw_event {
     uint16_t device;
     uint8_t action;
     uint8_t use;      /* free_requested: it is the block's free */
+    uint8_t call;     /* segment events: cp_torch_devcall */
+    uint8_t done;     /* free_completed: taken with its free_requested (torch ops) */
     size_t order;     /* position before the merge, for a stable sort */
     size_t entry;     /* index in its device's list, for messages */
 } raw_event;
@@ -42,6 +45,7 @@ typedef struct raw_event {
 typedef struct dec {
     cp_snapshot *s;
     raw_event *raw;
+    size_t *rawev;      /* per raw event: the row an allocation became (SIZE_MAX: none) */
     size_t n, cap;
     cp_ptrmap labelmap; /* FNV-1a of the label | 1 -> index + 1 */
 } dec;
@@ -63,7 +67,21 @@ static int action_of(const cp_pk_value *a)
         return A_SEG_UP;
     if (cp_pk_streq(a, "segment_free") || cp_pk_streq(a, "segment_unmap"))
         return A_SEG_DOWN;
+    if (cp_pk_streq(a, "oom"))
+        return A_OOM;
     return A_OTHER;
+}
+
+/* Which device call a segment action is (cp_torch_devcall). */
+static uint8_t call_of(const cp_pk_value *a)
+{
+    if (cp_pk_streq(a, "segment_free"))
+        return CP_TORCH_FREE;
+    if (cp_pk_streq(a, "segment_map"))
+        return CP_TORCH_MAP;
+    if (cp_pk_streq(a, "segment_unmap"))
+        return CP_TORCH_UNMAP;
+    return CP_TORCH_MALLOC;
 }
 
 static int is_torch_file(const cp_pk_value *f)
@@ -222,8 +240,10 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device, size_t entry
         cp_pk_value *v = e->v.items[2 * i + 1];
         if (k->type != CP_PK_STR)
             continue;
-        if (cp_pk_streq(k, "action"))
+        if (cp_pk_streq(k, "action")) {
             r->action = (uint8_t)action_of(v);
+            r->call = call_of(v);
+        }
         else if (cp_pk_streq(k, "addr"))
             r->addr = cp_pk_u64(v);
         else if (cp_pk_streq(k, "size"))
@@ -240,6 +260,11 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device, size_t entry
     if (r->action == A_OTHER) {
         d->s->ignored++;
         r->action = A_OTHER;
+    } else if (r->action == A_OOM) {
+        /* a request PyTorch refused: no address (its addr is the device's
+         * free memory, or None), a size and a stream */
+        r->addr = 0;
+        d->s->ooms++;
     } else if (r->addr == 0) {
         d->s->ignored++; /* no address: nothing to pair */
         r->action = A_OTHER;
@@ -249,9 +274,9 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device, size_t entry
      * 0: the replay takes the size of its allocation. */
     if (r->action != A_OTHER) {
         int rc = byte_count(size, &r->size);
-        if (rc == -1 || (rc == -2 && (r->action == A_ALLOC || size)))
+        if (rc == -1 || (rc == -2 && (r->action == A_ALLOC || r->action == A_OOM || size)))
             return bad_size(size, device, entry, "size");
-        if (r->action == A_ALLOC && r->size == 0)
+        if ((r->action == A_ALLOC || r->action == A_OOM) && r->size == 0)
             return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u][%zu]: an "
                                 "allocation of size 0", (unsigned)device, entry);
     }
@@ -289,19 +314,87 @@ void cp_snapshot_fini(cp_snapshot *s)
     free(s->ev);
     free(s->seg_time);
     free(s->seg_reserved);
+    free(s->top);
+    free(s->segev);
     memset(s, 0, sizeof *s);
 }
 
-static cp_status convert(dec *d, cp_pk_value *root)
+/* PyTorch's own view of its settings (allocator_settings): the env string
+ * as given, and the settings as a conf string of cupola's. */
+static void settings_of(dec *d, const cp_pk_value *set)
+{
+    cp_snapshot *s = d->s;
+    cp_torch_conf c;
+    const cp_pk_value *v;
+    size_t i;
+    if (!set || set->type != CP_PK_DICT)
+        return;
+    s->has_settings = 1;
+    cp_torch_conf_default(&c);
+    v = cp_pk_get(set, "PYTORCH_CUDA_ALLOC_CONF");
+    if (v && v->type == CP_PK_STR) {
+        size_t n = v->n < sizeof s->torch_env - 1 ? v->n : sizeof s->torch_env - 1;
+        memcpy(s->torch_env, v->v.s, n);
+        s->torch_env[n] = '\0';
+        for (i = 0; i < n; i++) /* a NUL inside would cut the string */
+            if (!s->torch_env[i])
+                s->torch_env[i] = ' ';
+    }
+    v = cp_pk_get(set, "max_split_size");
+    if (v && v->type == CP_PK_INT && !v->is_u64 && v->v.i > 0)
+        c.max_split_size = (uint64_t)v->v.i;
+    v = cp_pk_get(set, "garbage_collection_threshold");
+    if (v && (v->type == CP_PK_FLOAT || v->type == CP_PK_INT)) {
+        double g = cp_pk_num(v);
+        if (g > 0.0 && g < 1.0)
+            c.gc_threshold = g;
+    }
+    v = cp_pk_get(set, "expandable_segments");
+    if (v && (v->type == CP_PK_BOOL || v->type == CP_PK_INT))
+        c.expandable_segments = v->v.i != 0;
+    v = cp_pk_get(set, "release_lock_on_cudamalloc");
+    if (v && (v->type == CP_PK_BOOL || v->type == CP_PK_INT))
+        c.release_lock_on_cudamalloc = v->v.i != 0;
+    v = cp_pk_get(set, "roundup_power2_divisions");
+    if (v && v->type == CP_PK_DICT) {
+        /* {"1": d, "2": d, ..., "32768": d}: the interval starting at that many MiB */
+        for (i = 0; i < v->n; i++) {
+            const cp_pk_value *k = v->v.items[2 * i], *x = v->v.items[2 * i + 1];
+            uint64_t mb = 0;
+            size_t j;
+            if (k->type != CP_PK_STR || x->type != CP_PK_INT || k->n == 0 || k->n > 6)
+                continue;
+            for (j = 0; j < k->n && k->v.s[j] >= '0' && k->v.s[j] <= '9'; j++)
+                mb = mb * 10 + (uint64_t)(k->v.s[j] - '0');
+            if (j == k->n && mb && !(mb & (mb - 1)) && x->v.i >= 0 && x->v.i <= 1 << 30) {
+                int idx = 63 - __builtin_clzll(mb);
+                if (idx < 16)
+                    c.roundup_divisions[idx] = (uint32_t)x->v.i;
+            }
+        }
+    } else if (v && v->type == CP_PK_LIST) {
+        for (i = 0; i < v->n && i < 16; i++)
+            if (v->v.items[i]->type == CP_PK_INT && v->v.items[i]->v.i >= 0 &&
+                v->v.items[i]->v.i <= 1 << 30)
+                c.roundup_divisions[i] = (uint32_t)v->v.items[i]->v.i;
+    }
+    {
+        /* max_non_split_rounding is not among the fields: the env string has it */
+        cp_torch_conf e;
+        if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK)
+            c.max_non_split_rounding = e.max_non_split_rounding;
+    }
+    cp_torch_conf_format(&c, s->torch_settings, sizeof s->torch_settings);
+}
+
+/* Reserved figures exact, in int64: every size is in 0..2^63-1 and every
+ * sum is checked, so a figure either fits a Lua integer or the snapshot is
+ * refused (a double lost bytes above 2^53 and a clamp hid wraps). */
+static cp_status decode_pickle(dec *d, cp_pk_value *root)
 {
     cp_snapshot *s = d->s;
     const cp_pk_value *traces, *segs;
-    cp_ptrmap m;
-    size_t i, j, nseg = 0;
-    /* Reserved figures exact, in int64: every size is in 0..2^63-1 and every
-     * sum is checked, so a figure either fits a Lua integer or the snapshot
-     * is refused (a double lost bytes above 2^53 and a clamp hid wraps). */
-    int64_t delta = 0, r, peak;
+    size_t i, j;
     cp_status st = CP_OK;
 
     if (!root || root->type != CP_PK_DICT)
@@ -354,6 +447,23 @@ static cp_status convert(dec *d, cp_pk_value *root)
             }
         }
     }
+    if (root)
+        settings_of(d, cp_pk_get(root, "allocator_settings"));
+    return CP_OK;
+}
+
+static cp_status torch_ops(dec *d);
+
+/* From the decoded entries: the rows, PyTorch's reserved bytes over time,
+ * and the torch model's operations. */
+static cp_status process(dec *d)
+{
+    cp_snapshot *s = d->s;
+    cp_ptrmap m;
+    size_t i, nseg = 0;
+    int64_t delta = 0, r, peak;
+    cp_status st = CP_OK;
+
     if (s->devices > 1)
         qsort(d->raw, d->n, sizeof *d->raw, by_time);
 
@@ -387,6 +497,11 @@ static cp_status convert(dec *d, cp_pk_value *root)
 
     /* Forwards: pair frees with live allocations; PyTorch's reserved. */
     s->ev = (cp_snap_event *)malloc((d->n ? d->n : 1) * sizeof *s->ev);
+    d->rawev = (size_t *)malloc((d->n ? d->n : 1) * sizeof *d->rawev);
+    if (!d->rawev)
+        return oom();
+    for (i = 0; i < d->n; i++)
+        d->rawev[i] = SIZE_MAX;
     for (i = 0; i < d->n; i++)
         nseg += d->raw[i].action == A_SEG_UP || d->raw[i].action == A_SEG_DOWN;
     s->seg_time = (double *)malloc((nseg + 1) * sizeof *s->seg_time);
@@ -433,6 +548,7 @@ static cp_status convert(dec *d, cp_pk_value *root)
             if (cp_ptrmap_put(&m, e->addr, (void *)1) != 0)
                 st = oom();
             o->is_free = 0;
+            d->rawev[i] = s->n;
             break;
         case A_FREE_REQ:
         case A_FREE_DONE:
@@ -458,6 +574,385 @@ static cp_status convert(dec *d, cp_pk_value *root)
     }
     cp_ptrmap_fini(&m);
     s->reserved_peak = (uint64_t)peak;
+    if (st == CP_OK)
+        st = torch_ops(d);
+    return st;
+}
+
+
+/* ---- the torch model's operations -----------------------------------------
+ * Built from device 0's entries.  A call of PyTorch's allocator leaves its
+ * entry (alloc, free_requested, oom) after the entries of what it did
+ * inside: the run of free_completed (of pending blocks), segment_free /
+ * unmap and segment_alloc / map entries between two calls belongs to the
+ * second call, or to an empty_cache() (which leaves no entry of its own)
+ * between them.  So:
+ *   - free_requested followed at once by its block's free_completed is a
+ *     plain free; otherwise the block is pending, and its free_completed is
+ *     a DONE where it stands.
+ *   - A DONE is "later" when a segment_alloc / map follows it before the
+ *     next call, or that call is an oom: PyTorch had already failed to find
+ *     a block (or synchronized) when it completed, so the malloc must not
+ *     see the block; it returns at the next malloc or synchronization.
+ *   - Segment frees before a call the model could not have made: an
+ *     empty_cache() where the first of them stands (flag 1).  Those before
+ *     a malloc that then took a new segment or ran out may be that malloc's
+ *     own (garbage collection, a retry under the limit): flag 2, the model
+ *     decides. */
+typedef struct tmp_op {
+    cp_snap_top op;
+    uint8_t seg;      /* 0: an operation; 1: segment up; 2: segment down */
+} tmp_op;
+
+static int is_call(const tmp_op *o)
+{
+    return !o->seg && (o->op.kind == CP_TOP_ALLOC || o->op.kind == CP_TOP_FREE ||
+                       o->op.kind == CP_TOP_OOM);
+}
+
+static cp_status torch_ops(dec *d)
+{
+    cp_snapshot *s = d->s;
+    tmp_op *tmp = NULL;
+    size_t nt = 0, i, j, nseg = 0;
+    cp_ptrmap live, pend;
+    cp_status st = CP_OK;
+
+    for (i = 0; i < d->n; i++)
+        nseg += d->raw[i].device == 0 && (d->raw[i].action == A_SEG_UP ||
+                                          d->raw[i].action == A_SEG_DOWN);
+    tmp = (tmp_op *)calloc(d->n ? d->n : 1, sizeof *tmp);
+    s->segev = (cp_torch_segev *)malloc((nseg ? nseg : 1) * sizeof *s->segev);
+    if (!tmp || !s->segev) {
+        free(tmp);
+        return oom();
+    }
+    if (cp_ptrmap_init(&live, 1024) != 0) {
+        free(tmp);
+        return oom();
+    }
+    if (cp_ptrmap_init(&pend, 64) != 0) {
+        cp_ptrmap_fini(&live);
+        free(tmp);
+        return oom();
+    }
+    /* live / pend: address -> the allocation's row + 1 */
+    for (i = 0; i < d->n && st == CP_OK; i++) {
+        raw_event *e = &d->raw[i];
+        tmp_op *o = &tmp[nt];
+        void *v;
+        if (e->device != 0)
+            continue;
+        memset(o, 0, sizeof *o);
+        o->op.entry = e->entry;
+        switch (e->action) {
+        case A_ALLOC:
+            if (d->rawev[i] == SIZE_MAX)
+                continue;
+            o->op.kind = CP_TOP_ALLOC;
+            o->op.ref = d->rawev[i];
+            if (cp_ptrmap_put(&live, e->addr, (void *)(uintptr_t)(d->rawev[i] + 1)) != 0)
+                st = oom();
+            break;
+        case A_FREE_REQ:
+            v = cp_ptrmap_del(&live, e->addr);
+            if (!v)
+                continue;
+            o->op.kind = CP_TOP_FREE;
+            o->op.ref = (size_t)(uintptr_t)v - 1;
+            for (j = i + 1; j < d->n && d->raw[j].device != 0; j++)
+                ;
+            if (j < d->n && d->raw[j].action == A_FREE_DONE && d->raw[j].addr == e->addr) {
+                d->raw[j].done = 1;
+            } else {
+                o->op.flag = 1;
+                if (cp_ptrmap_put(&pend, e->addr, v) != 0)
+                    st = oom();
+            }
+            break;
+        case A_FREE_DONE:
+            if (e->done)
+                continue;
+            if ((v = cp_ptrmap_del(&pend, e->addr)) != NULL) {
+                o->op.kind = CP_TOP_DONE;
+            } else if ((v = cp_ptrmap_del(&live, e->addr)) != NULL) {
+                o->op.kind = CP_TOP_FREE; /* a free with no free_requested (older PyTorch) */
+            } else {
+                continue;
+            }
+            o->op.ref = (size_t)(uintptr_t)v - 1;
+            break;
+        case A_OOM:
+            o->op.kind = CP_TOP_OOM;
+            o->op.size = e->size;
+            o->op.stream = e->stream;
+            break;
+        case A_SEG_UP:
+        case A_SEG_DOWN:
+            o->seg = e->action == A_SEG_UP ? 1 : 2;
+            s->segev[s->nsegev].call = e->call;
+            s->segev[s->nsegev].addr = e->addr;
+            s->segev[s->nsegev].size = e->size;
+            s->segev[s->nsegev].entry = e->entry;
+            s->nsegev++;
+            break;
+        default:
+            continue;
+        }
+        nt++;
+    }
+    cp_ptrmap_fini(&live);
+    cp_ptrmap_fini(&pend);
+    if (st != CP_OK) {
+        free(tmp);
+        return st;
+    }
+    s->top = (cp_snap_top *)malloc((nt ? nt : 1) * sizeof *s->top);
+    if (!s->top) {
+        free(tmp);
+        return oom();
+    }
+    /* gap by gap: [a, b) are the entries between calls, b the call (or nt) */
+    for (i = 0; i <= nt;) {
+        size_t a = i, b = i, k, first_down = SIZE_MAX, last_down = 0;
+        int up_after_down = 0, next_kind;
+        while (b < nt && !is_call(&tmp[b]))
+            b++;
+        next_kind = b < nt ? tmp[b].op.kind : -1;
+        for (k = a; k < b; k++) {
+            if (tmp[k].seg == 2) {
+                if (first_down == SIZE_MAX)
+                    first_down = k;
+                last_down = k;
+            }
+        }
+        for (k = a; k < b; k++)
+            if (tmp[k].seg == 1 && first_down != SIZE_MAX && k > last_down)
+                up_after_down = 1;
+        for (k = a; k < b; k++) {
+            if (first_down == k) {
+                cp_snap_top *r = &s->top[s->ntop++];
+                memset(r, 0, sizeof *r);
+                r->kind = CP_TOP_RELEASE;
+                r->entry = tmp[k].op.entry;
+                r->flag = (next_kind == CP_TOP_OOM ||
+                           (next_kind == CP_TOP_ALLOC && up_after_down)) ? 2 : 1;
+            }
+            if (tmp[k].seg)
+                continue;
+            if (tmp[k].op.kind == CP_TOP_DONE) {
+                size_t q;
+                int later = next_kind == CP_TOP_OOM;
+                for (q = k + 1; q < b && !later; q++)
+                    later = tmp[q].seg == 1;
+                tmp[k].op.flag = (uint8_t)later;
+            }
+            s->top[s->ntop++] = tmp[k].op;
+        }
+        if (b < nt)
+            s->top[s->ntop++] = tmp[b].op;
+        i = b + 1;
+    }
+    free(tmp);
+    return CP_OK;
+}
+
+/* ---- cupola's compact snapshot ---------------------------------------------
+ *   "CPSNAP1\n", then unsigned LEB128 varints:
+ *   version (1); the stream values: count, each; PyTorch's env string and
+ *   the settings conf string (allocator_settings; empty when absent), each
+ *   as length + bytes, with a flag (0/1) for whether the snapshot had
+ *   settings before them; the segments: count, each address, total_size,
+ *   stream index; the entries: count, each a byte action | stream << 3
+ *   (action 0 alloc, 1 free_requested, 2 free_completed, 3 segment_alloc,
+ *   4 segment_free, 5 segment_map, 6 segment_unmap, 7 oom; stream index 31:
+ *   a varint index follows), then for alloc and segment entries the size and
+ *   the address as a zigzag difference from the previous entry's address,
+ *   for frees the address difference alone (the size is the allocation's),
+ *   for oom the size. */
+static const unsigned char compact_magic[8] = {'C', 'P', 'S', 'N', 'A', 'P', '1', '\n'};
+
+int cp_snapshot_is_compact(const unsigned char *buf, size_t len)
+{
+    return len >= 8 && memcmp(buf, compact_magic, 8) == 0;
+}
+
+typedef struct cbuf {
+    const unsigned char *p, *end;
+} cbuf;
+
+static int cvar(cbuf *b, uint64_t *out)
+{
+    uint64_t v = 0;
+    unsigned shift = 0;
+    while (b->p < b->end) {
+        unsigned char c = *b->p++;
+        if (shift == 63 && (c & 0x7e))
+            return -1; /* beyond 64 bits */
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *out = v;
+            return 0;
+        }
+        shift += 7;
+        if (shift > 63)
+            return -1;
+    }
+    return -1;
+}
+
+static cp_status cbad(const cbuf *b, const unsigned char *start, const char *why)
+{
+    return cp_error_set(CP_ERR_INVALID, "compact snapshot: offset %zu: %s",
+                        (size_t)(b->p - start), why);
+}
+
+static cp_status decode_compact(dec *d, const unsigned char *buf, size_t len)
+{
+    cp_snapshot *s = d->s;
+    cbuf b;
+    uint64_t ver, nstreams, n, i, v, prev = 0, nsegs;
+    uint64_t *streams = NULL;
+    cp_status st = CP_OK;
+
+    b.p = buf + 8;
+    b.end = buf + len;
+    if (cvar(&b, &ver) != 0 || ver != 1)
+        return cbad(&b, buf, "not version 1");
+    if (cvar(&b, &nstreams) != 0 || nstreams > (uint64_t)(b.end - b.p))
+        return cbad(&b, buf, "bad stream count");
+    streams = (uint64_t *)malloc((nstreams ? nstreams : 1) * sizeof *streams);
+    if (!streams)
+        return oom();
+    for (i = 0; i < nstreams; i++)
+        if (cvar(&b, &streams[i]) != 0) {
+            free(streams);
+            return cbad(&b, buf, "truncated stream list");
+        }
+    {
+        uint64_t has, l1, l2;
+        if (cvar(&b, &has) != 0 || has > 1 || cvar(&b, &l1) != 0 ||
+            l1 > (uint64_t)(b.end - b.p)) {
+            free(streams);
+            return cbad(&b, buf, "bad settings");
+        }
+        s->has_settings = (int)has;
+        {
+            size_t k = l1 < sizeof s->torch_env ? (size_t)l1 : sizeof s->torch_env - 1;
+            memcpy(s->torch_env, b.p, k);
+            s->torch_env[k] = '\0';
+            for (i = 0; i < k; i++) /* a NUL inside would cut the string */
+                if (!s->torch_env[i])
+                    s->torch_env[i] = ' ';
+        }
+        b.p += l1;
+        if (cvar(&b, &l2) != 0 || l2 > (uint64_t)(b.end - b.p)) {
+            free(streams);
+            return cbad(&b, buf, "bad settings");
+        }
+        {
+            cp_torch_conf c, e;
+            char tmp[512];
+            size_t k = l2 < sizeof tmp ? (size_t)l2 : sizeof tmp - 1;
+            memcpy(tmp, b.p, k);
+            tmp[k] = '\0';
+            /* kept only when it is a conf string this parser reads; the
+             * env string has what the settings leave out */
+            if (memchr(tmp, '\0', k) == NULL && cp_torch_conf_parse(tmp, k, &c) == CP_OK) {
+                if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK)
+                    c.max_non_split_rounding = e.max_non_split_rounding;
+                cp_torch_conf_format(&c, s->torch_settings, sizeof s->torch_settings);
+            }
+            b.p += l2;
+        }
+    }
+    if (cvar(&b, &nsegs) != 0 || nsegs > (uint64_t)(b.end - b.p)) {
+        free(streams);
+        return cbad(&b, buf, "bad segment count");
+    }
+    s->has_segments = 1;
+    for (i = 0; i < nsegs; i++) {
+        uint64_t addr, size, si;
+        if (cvar(&b, &addr) != 0 || cvar(&b, &size) != 0 || cvar(&b, &si) != 0 ||
+            si >= nstreams || size > (uint64_t)INT64_MAX - s->reserved_end) {
+            free(streams);
+            return cbad(&b, buf, "bad segment");
+        }
+        s->reserved_end += size;
+    }
+    if (cvar(&b, &n) != 0 || n > (uint64_t)(b.end - b.p)) {
+        free(streams);
+        return cbad(&b, buf, "bad entry count");
+    }
+    s->devices = 1;
+    d->raw = (raw_event *)calloc(n ? (size_t)n : 1, sizeof *d->raw);
+    if (!d->raw) {
+        free(streams);
+        return oom();
+    }
+    d->cap = (size_t)(n ? n : 1);
+    for (i = 0; i < n && st == CP_OK; i++) {
+        raw_event *r = &d->raw[d->n];
+        unsigned char h;
+        uint64_t si, size = 0, dz;
+        int a;
+        if (b.p >= b.end) {
+            st = cbad(&b, buf, "truncated entries");
+            break;
+        }
+        h = *b.p++;
+        a = h & 7;
+        si = h >> 3;
+        if (si == 31 && cvar(&b, &si) != 0) {
+            st = cbad(&b, buf, "truncated entry");
+            break;
+        }
+        if (si >= nstreams) {
+            st = cbad(&b, buf, "stream index out of range");
+            break;
+        }
+        if ((a == 0 || a >= 3) && cvar(&b, &size) != 0) {
+            st = cbad(&b, buf, "truncated entry");
+            break;
+        }
+        if (size > (uint64_t)INT64_MAX || ((a == 0 || a == 7) && size == 0)) {
+            st = cbad(&b, buf, "bad size");
+            break;
+        }
+        memset(r, 0, sizeof *r);
+        r->size = size;
+        r->stream = streams[si];
+        r->time_us = (double)i;
+        r->order = d->n;
+        r->entry = (size_t)i;
+        if (a != 7) {
+            if (cvar(&b, &dz) != 0) {
+                st = cbad(&b, buf, "truncated entry");
+                break;
+            }
+            v = prev + ((dz & 1) ? ~(dz >> 1) : dz >> 1); /* wraps like the writer's */
+            prev = v;
+            r->addr = v;
+        }
+        switch (a) {
+        case 0: r->action = A_ALLOC; break;
+        case 1: r->action = A_FREE_REQ; break;
+        case 2: r->action = A_FREE_DONE; break;
+        case 3: r->action = A_SEG_UP; r->call = CP_TORCH_MALLOC; break;
+        case 4: r->action = A_SEG_DOWN; r->call = CP_TORCH_FREE; break;
+        case 5: r->action = A_SEG_UP; r->call = CP_TORCH_MAP; break;
+        case 6: r->action = A_SEG_DOWN; r->call = CP_TORCH_UNMAP; break;
+        default: r->action = A_OOM; s->ooms++; break;
+        }
+        if (a != 7 && r->addr == 0) {
+            s->ignored++;
+            r->action = A_OTHER;
+        }
+        d->n++;
+    }
+    if (st == CP_OK && b.p != b.end)
+        st = cbad(&b, buf, "trailing bytes");
+    free(streams);
     return st;
 }
 
@@ -471,15 +966,28 @@ cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *ou
     memset(out, 0, sizeof *out);
     memset(&d, 0, sizeof d);
     d.s = out;
+    if (cp_snapshot_is_compact(buf, len)) {
+        st = decode_compact(&d, buf, len);
+        if (st == CP_OK)
+            st = process(&d);
+        free(d.raw);
+        free(d.rawev);
+        if (st != CP_OK)
+            cp_snapshot_fini(out);
+        return st;
+    }
     st = cp_pickle_parse(buf, len, &pk, &root);
     if (st != CP_OK)
         return st;
     if (cp_ptrmap_init(&d.labelmap, 64) != 0)
         st = oom();
     else
-        st = convert(&d, root);
+        st = decode_pickle(&d, root);
+    if (st == CP_OK)
+        st = process(&d);
     cp_ptrmap_fini(&d.labelmap);
     free(d.raw);
+    free(d.rawev);
     cp_pickle_free(pk);
     if (st != CP_OK)
         cp_snapshot_fini(out);

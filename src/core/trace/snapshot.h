@@ -25,6 +25,8 @@
  *     must have one, and above 0; a free's may be missing or 0 (the
  *     allocation's is used).  Anything else, or a sum of segment sizes
  *     beyond that range, fails the load naming device_traces[d][k].
+ *   - `oom` entries (requests PyTorch refused) and `allocator_settings`
+ *     (PyTorch's own view of its settings) are read for the torch model.
  *   - Frames: the label of an event is "file:line name" of its innermost frame
  *     outside PyTorch's own sources (a path containing "/torch/"), else of
  *     the innermost frame; events without frames have no label.
@@ -38,6 +40,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "pool/torch.h"
 
 typedef struct cp_snap_event {
     uint64_t addr, size, stream;
@@ -47,6 +50,29 @@ typedef struct cp_snap_event {
     uint8_t is_free;
     size_t entry;     /* its index in device_traces[device], for messages */
 } cp_snap_event;
+
+/* The operations PyTorch's allocator performed, for the torch model
+ * (pool/torch.h), in order (device 0 only):
+ *   ALLOC    malloc; ref: the row the allocation became
+ *   FREE     free requested; ref: the allocation's row; flag 1: pending (the
+ *            block was used on other streams: its free_completed comes later)
+ *   DONE     a pending block's free completed; flag 1: "later" (PyTorch
+ *            found it while already past the search of the malloc that
+ *            follows, which then took a new segment or ran out)
+ *   OOM      malloc PyTorch refused (the `oom` entry); size and stream
+ *   RELEASE  cached segments freed outside any malloc the model would free
+ *            them in: an empty_cache(); flag 1: certainly one, flag 2: one
+ *            unless the next malloc releases memory itself (the model
+ *            decides: cp_torch_malloc_releases)
+ * How the flags are read from the entries around each call: snapshot.c. */
+enum { CP_TOP_ALLOC = 0, CP_TOP_FREE, CP_TOP_DONE, CP_TOP_OOM, CP_TOP_RELEASE };
+
+typedef struct cp_snap_top {
+    uint64_t size, stream; /* OOM */
+    size_t ref;            /* ALLOC, FREE, DONE */
+    size_t entry;          /* its entry in device_traces[0] */
+    uint8_t kind, flag;
+} cp_snap_top;
 
 typedef struct cp_snapshot {
     cp_snap_event *ev;
@@ -62,11 +88,27 @@ typedef struct cp_snapshot {
     double *seg_time;      /* PyTorch's reserved after each segment event (and at the start) */
     uint64_t *seg_reserved;
     size_t nseg;
+    /* the torch model's view (device 0) */
+    cp_snap_top *top;
+    size_t ntop;
+    cp_torch_segev *segev; /* PyTorch's device calls, in order */
+    size_t nsegev;
+    size_t ooms;           /* `oom` entries */
+    int has_settings;      /* the snapshot had allocator_settings */
+    char torch_env[256];   /* its PYTORCH_CUDA_ALLOC_CONF (cut at 255 bytes) */
+    char torch_settings[512]; /* the settings as a conf string (torch_conf.c's format) */
 } cp_snapshot;
 
-/* Reads a snapshot pickle.  CP_ERR_INVALID "offset N: reason" (from the
- * pickle reader) or "snapshot: reason" for a pickle of another shape. */
+/* Reads a snapshot pickle, or cupola's compact form of one (below).
+ * CP_ERR_INVALID "offset N: reason" (from the pickle reader) or "snapshot:
+ * reason" for a pickle of another shape. */
 cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *out);
 void cp_snapshot_fini(cp_snapshot *s);
+
+/* cupola's compact snapshot ("CPSNAP1\n" then varints; what
+ * tests/torch/compact.py writes): the entries' action, address, size and
+ * stream, the segments, the settings; no frames, no times (an entry's time is
+ * its index).  Sniffs the magic. */
+int cp_snapshot_is_compact(const unsigned char *buf, size_t len);
 
 #endif /* CUPOLA_SNAPSHOT_H */

@@ -21,6 +21,7 @@
 #include "ptrmap.h"
 #include "pickle.h"
 #include "snapshot.h"
+#include "trace_torch.h"
 
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
@@ -71,6 +72,12 @@ void cp_trace_free(cp_trace *t)
     }
     free(t->seg_time);
     free(t->seg_reserved);
+    free(t->top);
+    free(t->top_row);
+    free(t->segev);
+    free(t->oom_row);
+    free(t->oom_size);
+    free(t->oom_stream);
     free(t);
 }
 
@@ -166,6 +173,28 @@ static cp_status too_big(loader *ld, const char *what, uint64_t have, uint64_t s
                         what, (unsigned long long)have, (unsigned long long)size);
 }
 
+/* The index of a stream value in the trace's table, added when new (+1). */
+static void *stream_slot(loader *ld, uint64_t stream)
+{
+    cp_trace *t = ld->t;
+    /* Keys are value + 1 (0 marks an empty slot); the one value that would
+     * wrap to 0 has its own slot. */
+    void *v = stream == UINT64_MAX ? ld->stream_max : cp_ptrmap_get(&ld->streams, stream + 1);
+    if (!v) {
+        uint64_t *np = realloc(t->streams, (t->nstreams + 1) * sizeof *np);
+        if (!np)
+            return NULL;
+        t->streams = np;
+        t->streams[t->nstreams++] = stream;
+        v = (void *)(uintptr_t)t->nstreams;
+        if (stream == UINT64_MAX)
+            ld->stream_max = v;
+        else if (cp_ptrmap_put(&ld->streams, stream + 1, v) != 0)
+            return NULL;
+    }
+    return v;
+}
+
 /* Appends one checked row; shared by the CSV and the snapshot loaders. */
 static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, uint64_t stream,
                          uint64_t thread, double time)
@@ -224,21 +253,9 @@ static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, u
         if (size == 0) /* 0 or missing: the allocation's, as the row reads */
             size = ld->osize[t->ord[i]];
     }
-    /* Keys are value + 1 (0 marks an empty slot); the one value that would
-     * wrap to 0 has its own slot. */
-    v = stream == UINT64_MAX ? ld->stream_max : cp_ptrmap_get(&ld->streams, stream + 1);
-    if (!v) {
-        uint64_t *np = realloc(t->streams, (t->nstreams + 1) * sizeof *np);
-        if (!np)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-        t->streams = np;
-        t->streams[t->nstreams++] = stream;
-        v = (void *)(uintptr_t)t->nstreams;
-        if (stream == UINT64_MAX)
-            ld->stream_max = v;
-        else if (cp_ptrmap_put(&ld->streams, stream + 1, v) != 0)
-            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
-    }
+    v = stream_slot(ld, stream);
+    if (!v)
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
     if (!cp_ptrmap_get(&ld->threads, thread + 1)) {
         if (cp_ptrmap_put(&ld->threads, thread + 1, (void *)1) != 0)
             return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
@@ -319,6 +336,65 @@ static cp_status parse_row(loader *ld, char *line)
         return bad(ld, "stream is not a hexadecimal number", col[5]);
 
     return add_row(ld, is_free, ptr, size, stream, thread, time);
+}
+
+/* The torch model's operations of a snapshot (snapshot.h), with rows
+ * turned into allocation ordinals and stream values into indices, and where
+ * each refused request (`oom`) stands among the rows. */
+static cp_status torch_view(loader *ld, cp_snapshot *snap)
+{
+    cp_trace *t = ld->t;
+    size_t i, row = 0;
+    uint32_t last = 0;
+    t->top = malloc((snap->ntop ? snap->ntop : 1) * sizeof *t->top);
+    t->top_row = malloc((snap->ntop ? snap->ntop : 1) * sizeof *t->top_row);
+    t->oom_row = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_row);
+    t->oom_size = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_size);
+    t->oom_stream = malloc((snap->ooms ? snap->ooms : 1) * sizeof *t->oom_stream);
+    if (!t->top || !t->top_row || !t->oom_row || !t->oom_size || !t->oom_stream)
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    for (i = 0; i < snap->ntop; i++) {
+        const cp_snap_top *o = &snap->top[i];
+        cp_trace_top *x = &t->top[t->ntop];
+        memset(x, 0, sizeof *x);
+        x->kind = o->kind;
+        x->flag = o->flag;
+        if (o->kind == CP_TOP_ALLOC || o->kind == CP_TOP_FREE || o->kind == CP_TOP_DONE) {
+            if (o->ref >= t->n)
+                continue;
+            x->ord = t->ord[o->ref];
+            x->stream = (uint16_t)t->stream[o->ref];
+            x->size = t->size[o->ref];
+            if (o->kind != CP_TOP_DONE && (uint32_t)o->ref > last)
+                last = (uint32_t)o->ref;
+        } else if (o->kind == CP_TOP_OOM) {
+            void *v = stream_slot(ld, o->stream);
+            if (!v)
+                return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+            if (t->nstreams > UINT16_MAX)
+                return cp_error_set(CP_ERR_INVALID, "%s: more than 65535 distinct streams",
+                                    ld->path);
+            x->stream = (uint16_t)((uintptr_t)v - 1);
+            x->size = o->size;
+            /* the first row after the oom entry */
+            while (row < snap->n && snap->ev[row].device == 0 && snap->ev[row].entry < o->entry)
+                row++;
+            t->oom_row[t->nooms] = row;
+            t->oom_size[t->nooms] = o->size;
+            t->oom_stream[t->nooms] = x->stream;
+            t->nooms++;
+        }
+        t->top_row[t->ntop] = last;
+        t->ntop++;
+    }
+    t->segev = snap->segev;
+    t->nsegev = snap->nsegev;
+    snap->segev = NULL;
+    snap->nsegev = 0;
+    t->has_settings = snap->has_settings;
+    memcpy(t->torch_env, snap->torch_env, sizeof t->torch_env);
+    memcpy(t->torch_settings, snap->torch_settings, sizeof t->torch_settings);
+    return CP_OK;
 }
 
 /* A PyTorch snapshot: the whole file in memory, read by snapshot.c, then
@@ -407,6 +483,7 @@ static cp_status load_snapshot(loader *ld)
         t->info.torch_reserved = snap.has_segments;
         t->info.torch_reserved_end = snap.reserved_end;
         t->info.torch_peak_reserved = snap.reserved_peak;
+        st = torch_view(ld, &snap);
     }
     cp_snapshot_fini(&snap);
     return st;
@@ -509,17 +586,17 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
         st = cp_error_set(CP_ERR_OOM, "out of host memory");
     } else {
         /* A pickle starts with PROTO (0x80, version); a CSV with its header. */
-        unsigned char head[2];
+        unsigned char head[8];
         int got;
         int is_pickle;
         errno = 0;
-        got = gzread(ld.gz, head, 2);
+        got = gzread(ld.gz, head, 8);
         /* Any file starting with PROTO's byte goes to the pickle reader, so
          * a pickle of a protocol it does not read is called that (a CSV
          * cannot start with 0x80; it used to be read as a CSV with a bad
          * header). */
-        is_pickle = (got == 2 && (cp_pickle_sniff(head, 2) || head[0] == 0x80)) ||
-                    named_pickle(path);
+        is_pickle = (got >= 2 && (cp_pickle_sniff(head, 2) || head[0] == 0x80)) ||
+                    (got == 8 && cp_snapshot_is_compact(head, 8)) || named_pickle(path);
         t->info.devices = 1;
         if (got < 0) /* a directory opens but cannot be read ("cannot rewind" before) */
             st = cp_error_set(CP_ERR_INVALID, "%s: cannot read: %s", path,
@@ -544,7 +621,27 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
             t->ops[i].is_free = t->is_free[i];
         }
     }
+    if (st == CP_OK && !t->format) {
+        /* CSV: the torch model allocates and frees as the rows do */
+        size_t i;
+        t->top = malloc((t->n ? t->n : 1) * sizeof *t->top);
+        t->top_row = malloc((t->n ? t->n : 1) * sizeof *t->top_row);
+        if (!t->top || !t->top_row)
+            st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
+        for (i = 0; st == CP_OK && i < t->n; i++) {
+            cp_trace_top *x = &t->top[i];
+            t->top_row[i] = (uint32_t)i;
+            x->kind = t->is_free[i] ? CP_TOP_FREE : CP_TOP_ALLOC;
+            x->flag = 0;
+            x->ord = t->ord[i];
+            x->stream = (uint16_t)t->stream[i];
+            x->size = t->ops[i].size;
+        }
+        if (st == CP_OK)
+            t->ntop = t->n;
+    }
     if (st == CP_OK) {
+        t->info.ooms = t->nooms;
         t->info.events = t->n;
         t->info.streams = t->nstreams;
         t->info.leaked = (size_t)ld.live.count;
@@ -596,6 +693,27 @@ cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out)
 const char *cp_trace_format(const cp_trace *t)
 {
     return t->format ? "torch_snapshot" : "rmm_csv";
+}
+
+void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
+{
+    v->top = t->top;
+    v->top_row = t->top_row;
+    v->time = t->time;
+    v->ntop = t->ntop;
+    v->streams = t->streams;
+    v->nstreams = t->nstreams;
+    v->nallocs = t->nallocs;
+    v->segev = t->segev;
+    v->nsegev = t->nsegev;
+    v->entries = t->n;
+}
+
+const char *cp_trace_torch_conf(const cp_trace *t, int settings)
+{
+    if (!t->has_settings)
+        return NULL;
+    return settings ? t->torch_settings : t->torch_env;
 }
 
 size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uint64_t **reserved)

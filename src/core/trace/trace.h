@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "pool/resource.h"
+#include "pool/torch.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,6 +75,8 @@ typedef struct cp_trace_info {
     int torch_reserved;  /* the snapshot had `segments`: the two figures below hold */
     uint64_t torch_reserved_end;  /* PyTorch's reserved bytes when the snapshot was taken */
     uint64_t torch_peak_reserved; /* PyTorch's largest reserved figure over the trace */
+    size_t ooms;         /* requests PyTorch refused (`oom` entries): a replay attempts
+                            them, and frees at once what a pool serves */
 } cp_trace_info;
 
 /* One event, as the Lua side may want to inspect it (cp_trace_event). */
@@ -102,6 +105,13 @@ typedef struct cp_replay_opts {
      * (all repetitions); NULL: none.  Must not touch the resource. */
     void (*progress)(void *ud, uint64_t done, uint64_t total);
     void *progress_ud;
+    /* Pools of kind "torch" over the virtual upstream: hand out the
+     * snapshot's own segment addresses while the model's device calls match
+     * PyTorch's (result: divergence). */
+    int recorded_addresses;
+    /* Stop at the first allocation the pool refuses, as the program PyTorch
+     * raised OutOfMemoryError in would (result: stopped, stop_*). */
+    int stop_at_oom;
     /* nonzero: during the replay the pool's clock reads the trace's
      * timestamps (each repetition from the clock's reading when it starts),
      * so a pool that decides by time sees the workload's seconds; after it
@@ -129,6 +139,21 @@ typedef struct cp_replay_result {
     size_t naddr;
     uint64_t maps, unmaps;      /* pages a vmm pool mapped and unmapped during
                                    the replay (0 for other resources) */
+    /* PyTorch's figures (kind "torch"; for other pools, their own nearest:
+     * peak of the bytes in use, upstream calls, no retries) */
+    uint64_t peak_allocated;    /* torch: rounded block sizes; others: used_peak */
+    uint64_t device_allocs, device_frees, retries, ooms;
+    uint64_t oom_attempts;      /* `oom` entries replayed */
+    uint64_t oom_served;        /* ... that the pool served (freed at once) */
+    int torch;                  /* the fields below hold */
+    int recorded;               /* replayed with the recorded addresses */
+    cp_torch_divergence divergence;
+    size_t divergence_event;    /* the operation (0-based) running when the calls differed */
+    uint64_t segments;          /* segments (or mapped ranges) held at the end */
+    int stopped;                /* stop_at_oom: a refusal ended the replay */
+    size_t stop_event;          /* ... at this event (0-based), */
+    uint64_t stop_alloc;        /* ... the allocation with this ordinal (0-based), */
+    uint64_t stop_size;         /* ... asking this many bytes */
     /* The pool's reserved bytes and the live bytes (as requested) times the
      * trace's seconds, from each repetition's first event to its last (the
      * bytes after an event hold until the next one's time), summed over
@@ -155,6 +180,10 @@ const char *cp_trace_format(const cp_trace *t);
 /* PyTorch's own reserved bytes over time (snapshots): the points' count, and
  * the arrays through time/reserved (NULL and 0 for CSV). */
 size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uint64_t **reserved);
+/* A snapshot's allocator settings (NULL when it had none): settings = 0,
+ * PYTORCH_CUDA_ALLOC_CONF as PyTorch read it; 1, the effective settings as a
+ * conf string (the pool option conf reads both). */
+const char *cp_trace_torch_conf(const cp_trace *t, int settings);
 
 /* Replays t against r.  The resource's statistics are read before and after;
  * peak_reserved is r's reserved_peak at the end (reset by nothing: replay a

@@ -6,6 +6,7 @@
 #define CUPOLA_TRACE_IMPL_H
 
 #include "trace.h"
+#include "trace_torch.h"
 
 /* One row as the replay needs it, 16 bytes: sizes of frees are those of
  * their allocate, so the replay keeps no size table of its own. */
@@ -40,6 +41,22 @@ struct cp_trace {
     double *seg_time;   /* PyTorch's own reserved bytes over time */
     uint64_t *seg_reserved;
     size_t nseg;
+    /* The torch model's operations (trace_torch.h); for CSV, the rows. */
+    cp_trace_top *top;
+    uint32_t *top_row;  /* per operation: its row (the latest row before it
+                           for those of no row), for the trace's time */
+    size_t ntop;
+    cp_torch_segev *segev;
+    size_t nsegev;
+    /* requests PyTorch refused (`oom` entries): the row before which each
+     * came, its size and stream index, for the replay of any pool */
+    size_t *oom_row;
+    uint64_t *oom_size;
+    uint32_t *oom_stream;
+    size_t nooms;
+    int has_settings;
+    char torch_env[256];
+    char torch_settings[512];
 };
 
 #endif /* CUPOLA_TRACE_IMPL_H */

@@ -1,8 +1,9 @@
 /*
- * devpool_body.h: one thread of dp:run and one thread of its verification,
- * shared by the CUDA kernels (cuda/devpool.cu) and the host backend's CPU
- * threads (src/core/backend/host_devpool.c), so both backends run, check and
- * count the same way.
+ * cupola/dp_body.cuh: one thread of dp:run and one thread of its
+ * verification, shared by the CUDA kernels (cuda/devpool.cu), the host
+ * backend's CPU threads (src/core/backend/host_devpool.c) and the run-time
+ * compiled kernels of plugin pools (cupola/dp_harness.cuh: NVRTC, or the
+ * host compiler), so every pool is run, checked and counted the same way.
  *
  * A run thread i: asks the pool for size(i) bytes (cupola_alloc), writes the
  * pattern of seed(i) over the whole block, optionally holds it for hold_ns
@@ -11,7 +12,7 @@
  *
  * Overlap detection, the part a broken allocator cannot pass:
  *  - pattern: every byte of a block depends on its thread and offset
- *    (kernel_body.h), so a byte another thread wrote over is seen by the
+ *    (cupola/pattern.h), so a byte another thread wrote over is seen by the
  *    owner's check;
  *  - claims: one bit per 16-byte granule of the pool (allocators hand out
  *    16-byte granules, device_alloc.cuh), set with atomicOr when a block is
@@ -25,11 +26,11 @@
  * A free=false thread that already found an overlap while holding marks its
  * record (bit 0), so the verification pass does not count it twice.
  */
-#ifndef CUPOLA_DEVPOOL_BODY_H
-#define CUPOLA_DEVPOOL_BODY_H
+#ifndef CUPOLA_DP_BODY_CUH
+#define CUPOLA_DP_BODY_CUH
 
 #include "cupola/device_alloc.cuh"
-#include "kernel_body.h"
+#include "cupola/pattern.h"
 
 #if CPD_CUDA
 #define CPR_FN static __device__ __forceinline__
@@ -59,17 +60,33 @@ typedef struct cpd_run_params {
 /* Counters of a run: ok, failed, overlaps, misaligned, errors (child launches). */
 #define CPD_NCOUNTERS 5
 
+/* Adds a thread's outcome to a run's counters: one atomic per warp and
+ * counter on the GPU (a warp is one lane on the host). */
+CPR_FN void cpd_run_count(unsigned long long *c, cpd_u32 r)
+{
+    cpd_u32 m = cpd_activemask();
+    cpd_u32 k[4];
+    k[0] = (cpd_u32)cpd_popc(cpd_ballot(m, (r & CPD_R_OK) != 0));
+    k[1] = (cpd_u32)cpd_popc(cpd_ballot(m, (r & CPD_R_FAILED) != 0));
+    k[2] = (cpd_u32)cpd_popc(cpd_ballot(m, (r & CPD_R_OVERLAP) != 0));
+    k[3] = (cpd_u32)cpd_popc(cpd_ballot(m, (r & CPD_R_MISALIGNED) != 0));
+    if ((m & cpd_lanemask_lt()) == 0)
+        for (int j = 0; j < 4; j++)
+            if (k[j])
+                cpd_add64(&c[j], (cpd_u64)k[j]);
+}
+
 CPR_FN cpd_u64 cpd_run_size(const cpd_run_params *prm, cpd_u64 i)
 {
     cpd_u64 span = prm->max_bytes - prm->min_bytes;
     if (span == 0)
         return prm->min_bytes;
-    return prm->min_bytes + cp_body_mix64(prm->seed ^ (i * 0x9e3779b97f4a7c15ull)) % (span + 1);
+    return prm->min_bytes + cupola_mix64(prm->seed ^ (i * 0x9e3779b97f4a7c15ull)) % (span + 1);
 }
 
 CPR_FN cpd_u64 cpd_run_seed(const cpd_run_params *prm, cpd_u64 i)
 {
-    return cp_body_mix64(prm->seed + i);
+    return cupola_mix64(prm->seed + i);
 }
 
 CPR_FN cpd_u64 cpd_now_ns(void)
@@ -91,10 +108,10 @@ CPR_FN void cpd_pattern_write(unsigned char *p, cpd_u64 n, cpd_u64 seed)
     cpd_u64 i = 0;
     if (((size_t)p & 7u) == 0) {
         for (; i + 8 <= n; i += 8)
-            *(cpd_u64 *)(void *)(p + i) = cp_body_mix64(seed ^ (i >> 3));
+            *(cpd_u64 *)(void *)(p + i) = cupola_mix64(seed ^ (i >> 3));
     }
     for (; i < n; i++)
-        p[i] = cp_body_pattern_byte(seed, i);
+        p[i] = cupola_pattern_byte(seed, i);
 }
 
 /* 1 when the n bytes at p still hold the pattern of seed. */
@@ -103,11 +120,11 @@ CPR_FN int cpd_pattern_check(const unsigned char *p, cpd_u64 n, cpd_u64 seed)
     cpd_u64 i = 0;
     if (((size_t)p & 7u) == 0) {
         for (; i + 8 <= n; i += 8)
-            if (*(const volatile cpd_u64 *)(const void *)(p + i) != cp_body_mix64(seed ^ (i >> 3)))
+            if (*(const volatile cpd_u64 *)(const void *)(p + i) != cupola_mix64(seed ^ (i >> 3)))
                 return 0;
     }
     for (; i < n; i++)
-        if (((const volatile unsigned char *)p)[i] != cp_body_pattern_byte(seed, i))
+        if (((const volatile unsigned char *)p)[i] != cupola_pattern_byte(seed, i))
             return 0;
     return 1;
 }
@@ -235,9 +252,9 @@ CPR_FN cpd_u32 cpd_verify_thread(const cupola_device_pool *pool, const cpd_run_p
 }
 
 /* The reset of a pool's counters (the arrays are cleared beside it, with
- * memsets): every block returns, `peak` keeps the high-water mark, `failed`
- * counts on.  A malloc pool keeps its live bytes: CUDA's heap cannot be
- * emptied from outside. */
+ * memsets: a heap's metadata to 0 and its slots to EMPTY): every block
+ * returns, `peak` keeps the high-water mark, `failed` counts on.  A malloc
+ * pool keeps its live bytes: CUDA's heap cannot be emptied from outside. */
 CPR_FN void cpd_reset_state(cupola_device_pool *st)
 {
     if (st->kind == CPD_KIND_BUMP || st->kind == CPD_KIND_WARP_BUMP) {
@@ -254,7 +271,19 @@ CPR_FN void cpd_reset_state(cupola_device_pool *st)
             st->class_count[c] = 0;
         for (cpd_u32 i = 0; i < CPD_SLAB_CLASSES * CPD_SLAB_MAX_SLOTS; i++)
             st->active[i] = CPD_SLOT_EMPTY;
+    } else if (st->kind == CPD_KIND_HEAP) {
+        /* the map's bits past the last chunk stay set for good */
+        if (st->nchunks % 32u)
+            st->cmap[st->cwords - 1] = ~((1u << (st->nchunks % 32u)) - 1u);
+        if ((st->chunks_peak << st->chunk_shift) > st->peak)
+            st->peak = st->chunks_peak << st->chunk_shift;
+        st->chunks_live = 0;
+        st->chunks_peak = 0;
+        st->epoch = 0;
+        st->exhausted = 0;
+        for (cpd_u32 c = 0; c < CPD_HEAP_CLASSES; c++)
+            st->exhausted_epoch[c] = 0;
     }
 }
 
-#endif /* CUPOLA_DEVPOOL_BODY_H */
+#endif /* CUPOLA_DP_BODY_CUH */

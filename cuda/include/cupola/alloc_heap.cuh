@@ -1,0 +1,699 @@
+/*
+ * cupola/alloc_heap.cuh: a general-purpose heap for kernels: 16 B up to the
+ * whole pool, free from any thread, no reset needed (included by
+ * device_alloc.cuh).
+ *
+ * Policy, exactly:
+ *  - Chunks.  The pool's bytes are cut into nchunks chunks of
+ *    2^chunk_shift bytes: 64 KiB, halved (down to 256 B) while fewer than 64
+ *    would fit.  The last (capacity mod chunk) bytes are not used; a pool
+ *    under 256 B has no chunk and fails every request.  One bit per chunk
+ *    (cmap) says whether it is in use; one word per chunk (cstate) says
+ *    what for: a slab of a size class (tag = class + 1, an `active` bit and
+ *    the count of blocks reserved in it), the first chunk of a run (tag
+ *    RUN, and run_len holds its length), or nothing (tag 0: free, or inside
+ *    a run).  All metadata lives outside the pool's bytes.
+ *  - Sizes.  A request of b bytes takes the smallest class of 16 B, 32 B,
+ *    ..., chunk/2 that holds it, served from a slab; above chunk/2 it takes
+ *    a run of ceil(b / chunk) whole chunks.  A block of a class is aligned
+ *    to its size, a run to the chunk.  A request for more chunks than the
+ *    pool has fails at once.
+ *  - Claiming chunks.  A run of m <= 32 chunks lies inside one 32-chunk
+ *    word of the map: at a position aligned to the power of two >= m when
+ *    one is free, anywhere in a word otherwise; a run of m > 32 chunks
+ *    starts at a word boundary (aligned to the power of two >= its words
+ *    when it can).  The bits are set with one compare-and-swap per word; a
+ *    run over several words takes them in order and gives back what it took
+ *    if one is taken meanwhile.  Slabs take the lowest free chunk (a size's
+ *    blocks stay together); runs and whole-slab claims start at a place in
+ *    the 32 words after the first word with room, chosen by the warp's hash
+ *    (warps asking at once do not all race for one word), and go on around
+ *    the map.  A hint bit per map word (cfull) lets a search skip full
+ *    words; a search that finds nothing with the hints looks at every word
+ *    before it fails.
+ *  - Slabs.  A slab is one chunk serving one class; one bit per block
+ *    (hbitmaps), and its count in cstate.  A block is reserved by adding to
+ *    the count (one atomicAdd per warp for the lanes asking from the same
+ *    slab: a lane whose place passes the slab's blocks gets none and the
+ *    excess is given back), then taken by setting a free bit with atomicOr,
+ *    starting at a word chosen by the warp's hash and the lane's rank.  A
+ *    reservation checks the tag it added to: a slab that was meanwhile
+ *    given back and reused for something else is treated as full.
+ *  - Active slabs.  Each class has A slots (32 for 16 B, 64 for 32 B, 128
+ *    for 64 B, 256 above; at most nchunks / 16, at least 1); a warp hashes
+ *    its SM and warp slot to one.  When the slot's slab is full, one thread
+ *    marks the slot BUSY and fills it: with a fresh chunk (lowest first),
+ *    else a slab of the class that has room and no slot (from the class's
+ *    partial list), else, after taking back the empty active slabs of the
+ *    other classes, a fresh chunk again; with none, the slot is marked
+ *    EXHAUSTED.  The slab it replaces loses its `active` bit.
+ *  - Whole slabs for a warp.  When the lanes of a warp asking for one
+ *    class need at least a whole slab (classes of 32 blocks per slab or
+ *    fewer), the lowest lane claims floor(n / blocks) fresh chunks at once,
+ *    fills their bitmaps and counts, and hands them out, lane by lane;
+ *    lanes left over go to the slot.
+ *  - Free.  A block's bit is cleared with atomicAnd and the count
+ *    decremented (one atomicSub per warp and slab).  A slab without its
+ *    `active` bit is given back to the chunk map when its count reaches 0
+ *    (a compare-and-swap from exactly "class, not active, 0"; whoever
+ *    brings the word to that value tries it, so none is missed), and is put
+ *    on its class's partial list when its count drops below its blocks.
+ *    A run is given back whole (compare-and-swap on its tag).  A pointer
+ *    outside the pool's chunks, not at a block's start, or already free is
+ *    ignored.
+ *  - NULL only when the memory is not there: a request fails when its
+ *    class's slot is EXHAUSTED and nothing came back since (an epoch, bumped
+ *    by every chunk given back and every slab put on a partial list once a
+ *    class has been exhausted), and no slab of the class in another slot or
+ *    on the partial list has a free block; a run fails when no free chunks
+ *    of the shape above exist after taking back empty active slabs.
+ *    Failures count in `failed`.  What stays out of reach: blocks free in a
+ *    slab of another class (a slab serves one class until it is empty), and
+ *    free chunks that do not line up as a run needs.
+ *  - Safe from any thread, kernel, child kernel and stream: every state
+ *    change is one atomic on a word; a thread waits for another only while
+ *    a slot is BUSY (the filling thread runs on: independent thread
+ *    scheduling, sm_70+).  On the host a warp is one lane.
+ */
+#ifndef CUPOLA_ALLOC_HEAP_CUH
+#define CUPOLA_ALLOC_HEAP_CUH
+
+#define CPD_HEAP_TAG_SHIFT 25u
+#define CPD_HEAP_ACTIVE (1u << 24)
+#define CPD_HEAP_COUNT 0x00ffffffu
+#define CPD_HEAP_RUN 127u
+#define CPD_HEAP_NONE 0xffffffffu
+
+CPD_FN cpd_u32 cpd_heap_tag(cpd_u32 st) { return st >> CPD_HEAP_TAG_SHIFT; }
+CPD_FN cpd_u32 cpd_heap_count(cpd_u32 st) { return st & CPD_HEAP_COUNT; }
+
+CPD_FN cpd_u32 cpd_heap_blocks(const cupola_device_pool *pool, cpd_u32 c)
+{
+    return 1u << (pool->chunk_shift - 4u - c);
+}
+
+CPD_FN cpd_u32 cpd_heap_class_of(cpd_u64 bytes)
+{
+    cpd_u32 c = 0;
+    cpd_u64 s = CPD_ALIGN;
+    while (s < bytes) {
+        s <<= 1;
+        c++;
+    }
+    return c;
+}
+
+CPD_FN cpd_u32 cpd_pow2_ceil(cpd_u32 x)
+{
+    cpd_u32 p = 1;
+    while (p < x)
+        p <<= 1;
+    return p;
+}
+
+/* Bit p of the result: bits p .. p+m-1 of f are all set (1 <= m <= 32). */
+CPD_FN cpd_u32 cpd_runs_of(cpd_u32 f, cpd_u32 m)
+{
+    cpd_u32 have = 1;
+    while (have < m) {
+        cpd_u32 s = have <= m - have ? have : m - have;
+        f &= f >> s;
+        have += s;
+    }
+    return f;
+}
+
+/* The positions that are multiples of align (a power of two <= 32). */
+CPD_FN cpd_u32 cpd_align_mask(cpd_u32 align)
+{
+    switch (align) {
+    case 1: return 0xffffffffu;
+    case 2: return 0x55555555u;
+    case 4: return 0x11111111u;
+    case 8: return 0x01010101u;
+    case 16: return 0x00010001u;
+    default: return 1u;
+    }
+}
+
+CPD_FN cpd_u32 cpd_lanemask_eq(void)
+{
+#if CPD_CUDA
+    cpd_u32 m;
+    asm volatile("mov.u32 %0, %%lanemask_eq;" : "=r"(m));
+    return m;
+#else
+    return 1u;
+#endif
+}
+
+/* ---- the chunk map ---------------------------------------------------------- */
+
+/* Word w has just become full: set its hint, and take it back if the word
+ * lost a bit meanwhile (its freer may have cleared the hint before this
+ * thread set it). */
+CPD_FN void cpd_heap_mark_full(cupola_device_pool *pool, cpd_u32 w)
+{
+    cpd_u32 bit = 1u << (w & 31u);
+    cpd_or32(&pool->cfull[w >> 5], bit);
+    cpd_fence();
+    if (cpd_load32(&pool->cmap[w]) != 0xffffffffu)
+        cpd_and32(&pool->cfull[w >> 5], ~bit);
+}
+
+/* Memory came back: a class that found none may look again. */
+CPD_FN void cpd_heap_news(cupola_device_pool *pool)
+{
+    if (cpd_load32(&pool->exhausted))
+        cpd_add32(&pool->epoch, 1u);
+}
+
+CPD_FN void cpd_heap_live(cupola_device_pool *pool, cpd_u64 delta)
+{
+    cpd_u64 now = cpd_add64(&pool->chunks_live, delta) + delta;
+    if (delta < (1ull << 63) && now > cpd_load64(&pool->chunks_peak))
+        cpd_max64(&pool->chunks_peak, now);
+}
+
+/* Gives chunks [first, first + m) back to the map. */
+CPD_FN void cpd_heap_release(cupola_device_pool *pool, cpd_u32 first, cpd_u32 m)
+{
+    cpd_u32 left = m;
+    while (left) {
+        cpd_u32 w = first >> 5, b = first & 31u;
+        cpd_u32 n = 32u - b < left ? 32u - b : left;
+        cpd_u32 mask = (n == 32u ? 0xffffffffu : ((1u << n) - 1u)) << b;
+        cpd_u32 old = cpd_and32(&pool->cmap[w], ~mask);
+        if (old == 0xffffffffu)
+            cpd_and32(&pool->cfull[w >> 5], ~(1u << (w & 31u)));
+        first += n;
+        left -= n;
+    }
+    cpd_heap_live(pool, 0ull - (cpd_u64)m);
+    cpd_heap_news(pool);
+}
+
+/* Sets m (<= 32) free bits of map word w, at a position aligned as the
+ * policy says when `aligned`; the first chunk, or CPD_HEAP_NONE. */
+CPD_FN cpd_u32 cpd_heap_claim_in_word(cupola_device_pool *pool, cpd_u32 w, cpd_u32 m, int aligned)
+{
+    cpd_u32 *wp = &pool->cmap[w];
+    cpd_u32 mask = m == 32u ? 0xffffffffu : (1u << m) - 1u;
+    cpd_u32 cur = cpd_load32(wp);
+    for (;;) {
+        cpd_u32 cand = cpd_runs_of(~cur, m), want, prev;
+        int p;
+        if (aligned)
+            cand &= cpd_align_mask(cpd_pow2_ceil(m));
+        if (!cand)
+            return CPD_HEAP_NONE;
+        p = cpd_ffs(cand) - 1;
+        want = cur | (mask << p);
+        prev = cpd_cas32(wp, cur, want);
+        if (prev == cur) {
+            if (want == 0xffffffffu)
+                cpd_heap_mark_full(pool, w);
+            return w * 32u + (cpd_u32)p;
+        }
+        cur = prev;
+    }
+}
+
+/* Sets the first m (> 32) bits from word w on: whole words, then the low
+ * bits of the last; gives back what it took if a word is taken meanwhile. */
+CPD_FN cpd_u32 cpd_heap_claim_words(cupola_device_pool *pool, cpd_u32 w, cpd_u32 m)
+{
+    cpd_u32 k = (m + 31u) / 32u, r = m - 32u * (k - 1u), j;
+    for (j = 0; j < k; j++) {
+        cpd_u32 mask = (j + 1u < k || r == 32u) ? 0xffffffffu : (1u << r) - 1u;
+        cpd_u32 cur = cpd_load32(&pool->cmap[w + j]);
+        int ok = 0;
+        while (!(cur & mask)) {
+            cpd_u32 prev = cpd_cas32(&pool->cmap[w + j], cur, cur | mask);
+            if (prev == cur) {
+                ok = 1;
+                break;
+            }
+            cur = prev;
+        }
+        if (!ok)
+            break;
+        if ((cur | mask) == 0xffffffffu)
+            cpd_heap_mark_full(pool, w + j);
+    }
+    if (j == k)
+        return w * 32u;
+    for (cpd_u32 i = 0; i < j; i++) {
+        cpd_u32 old = cpd_and32(&pool->cmap[w + i], i + 1u < k ? 0u : ~((1u << r) - 1u));
+        if (old == 0xffffffffu)
+            cpd_and32(&pool->cfull[(w + i) >> 5], ~(1u << ((w + i) & 31u)));
+    }
+    return CPD_HEAP_NONE;
+}
+
+/* The first map word from w on whose hint does not say full (or cwords). */
+CPD_FN cpd_u32 cpd_heap_next_open(const cupola_device_pool *pool, cpd_u32 w)
+{
+    while (w < pool->cwords) {
+        cpd_u32 hint = cpd_load32(&pool->cfull[w >> 5]) >> (w & 31u);
+        if (hint == (0xffffffffu >> (w & 31u))) {
+            w = (w | 31u) + 1u; /* the rest of this hint word is full */
+            continue;
+        }
+        if (!(hint & 1u))
+            return w;
+        w++;
+    }
+    return pool->cwords;
+}
+
+/* Claims m contiguous chunks; the first, or CPD_HEAP_NONE when the map has
+ * no such place.  spread: start in the 32 words after the first one with
+ * room, at the warp's hash; else from the lowest word. */
+CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, int spread)
+{
+    cpd_u32 W = pool->cwords, start, first;
+    if (m == 0 || m > pool->nchunks || W == 0)
+        return CPD_HEAP_NONE;
+    first = cpd_heap_next_open(pool, 0);
+    if (first >= W)
+        first = 0;
+    start = spread ? (first + h % 32u) % W : first;
+    if (m <= 32u) {
+        /* passes: aligned with the hints, anywhere with the hints, anywhere
+         * in every word */
+        for (int pass = 0; pass < 3; pass++) {
+            if (pass == 1 && m == 1u)
+                continue;
+            for (cpd_u32 i = 0; i < W; i++) {
+                cpd_u32 w = start + i < W ? start + i : start + i - W, got;
+                if (pass < 2 && (cpd_load32(&pool->cfull[w >> 5]) >> (w & 31u)) & 1u)
+                    continue;
+                got = cpd_heap_claim_in_word(pool, w, m, pass == 0);
+                if (got != CPD_HEAP_NONE)
+                    return got;
+            }
+        }
+        return CPD_HEAP_NONE;
+    } else {
+        cpd_u32 k = (m + 31u) / 32u, align = cpd_pow2_ceil(k);
+        if (k > W)
+            return CPD_HEAP_NONE;
+        for (int pass = 0; pass < 2; pass++) {
+            for (cpd_u32 i = 0; i < W; i++) {
+                cpd_u32 w = start + i < W ? start + i : start + i - W, got, j;
+                if ((pass == 0 && w % align) || w + k > W)
+                    continue;
+                for (j = 0; j + 1u < k && cpd_load32(&pool->cmap[w + j]) == 0u; j++)
+                    ;
+                if (j + 1u < k)
+                    continue;
+                got = cpd_heap_claim_words(pool, w, m);
+                if (got != CPD_HEAP_NONE)
+                    return got;
+            }
+        }
+        return CPD_HEAP_NONE;
+    }
+}
+
+/* ---- slabs ------------------------------------------------------------------ */
+
+CPD_FN void cpd_heap_mark_partial(cupola_device_pool *pool, cpd_u32 c, cpd_u32 s)
+{
+    cpd_or32(&pool->partial[(cpd_u64)c * pool->cwords + (s >> 5)], 1u << (s & 31u));
+    cpd_heap_news(pool);
+}
+
+/* The slab word of s went from `before` to `now` by a decrement or by its
+ * active bit being cleared: retire the slab when it is inactive and empty,
+ * list it as partial when it just got room. */
+CPD_FN void cpd_heap_after_drop(cupola_device_pool *pool, cpd_u32 s, cpd_u32 before, cpd_u32 now)
+{
+    cpd_u32 tag = cpd_heap_tag(now), nb;
+    if (tag == 0u || tag > pool->nclasses || (now & CPD_HEAP_ACTIVE))
+        return;
+    if (cpd_heap_count(now) == 0u) {
+        if (cpd_cas32(&pool->cstate[s], now, 0u) == now)
+            cpd_heap_release(pool, s, 1u);
+        return;
+    }
+    nb = cpd_heap_blocks(pool, tag - 1u);
+    if (cpd_heap_count(now) < nb && (cpd_heap_count(before) >= nb || (before & CPD_HEAP_ACTIVE)))
+        cpd_heap_mark_partial(pool, tag - 1u, s);
+}
+
+CPD_FN void cpd_heap_drop(cupola_device_pool *pool, cpd_u32 s, cpd_u32 n)
+{
+    cpd_u32 before = cpd_sub32(&pool->cstate[s], n);
+    cpd_heap_after_drop(pool, s, before, before - n);
+}
+
+/* The lanes in peers (rank 0 their lowest) reserve n blocks of class c in
+ * slab s; lanes of rank < the result hold one. */
+CPD_FN cpd_u32 cpd_heap_reserve(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c, cpd_u32 peers,
+                                cpd_u32 n, cpd_u32 rank)
+{
+    cpd_u32 nb = cpd_heap_blocks(pool, c), old = 0, got, cnt;
+    if (rank == 0)
+        old = cpd_add32(&pool->cstate[s], n);
+    old = (cpd_u32)cpd_shfl64(peers, (cpd_u64)old, cpd_leader(peers));
+    cnt = cpd_heap_count(old);
+    got = (cpd_heap_tag(old) != c + 1u || cnt >= nb) ? 0u : (nb - cnt < n ? nb - cnt : n);
+    if (rank == 0 && got < n)
+        cpd_heap_drop(pool, s, n - got);
+    return got;
+}
+
+/* A reserved block of class c in slab s: sets a free bit (one exists: a
+ * bit is set only under a reservation). */
+CPD_FN void *cpd_heap_take(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c, cpd_u32 h, cpd_u32 rank)
+{
+    cpd_u32 nb = cpd_heap_blocks(pool, c);
+    cpd_u32 words = (nb + 31u) / 32u;
+    cpd_u32 last_valid = (nb % 32u) ? (1u << (nb % 32u)) - 1u : 0xffffffffu;
+    cpd_u32 *bm = pool->hbitmaps + (cpd_u64)s * pool->bwords;
+    cpd_u32 w = (h + rank) % words;
+    for (;;) {
+        cpd_u32 valid = (w == words - 1u) ? last_valid : 0xffffffffu;
+        cpd_u32 cur = cpd_load32(&bm[w]);
+        while ((cur & valid) != valid) {
+            cpd_u32 bit = (cpd_u32)cpd_ffs(~cur & valid) - 1u;
+            cpd_u32 prev = cpd_or32(&bm[w], 1u << bit);
+            if (!(prev & (1u << bit)))
+                return pool->base + ((cpd_u64)s << pool->chunk_shift) +
+                       ((cpd_u64)(w * 32u + bit) << (4u + c));
+            cur = prev | (1u << bit);
+        }
+        w = (w + 1u == words) ? 0u : w + 1u;
+    }
+}
+
+/* Sets the active bit of s if it is a slab of class c with room and no
+ * slot: 1 when this thread did. */
+CPD_FN int cpd_heap_activate(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c)
+{
+    cpd_u32 nb = cpd_heap_blocks(pool, c);
+    cpd_u32 st = cpd_load32(&pool->cstate[s]);
+    while (cpd_heap_tag(st) == c + 1u && !(st & CPD_HEAP_ACTIVE) && cpd_heap_count(st) < nb) {
+        cpd_u32 prev = cpd_cas32(&pool->cstate[s], st, st | CPD_HEAP_ACTIVE);
+        if (prev == st)
+            return 1;
+        st = prev;
+    }
+    return 0;
+}
+
+/* A slab of class c from the partial list, made active; CPD_HEAP_NONE when
+ * the list has none.  Entries that no longer qualify are cleared, and put
+ * back if the slab qualified again meanwhile. */
+CPD_FN cpd_u32 cpd_heap_take_partial(cupola_device_pool *pool, cpd_u32 c)
+{
+    cpd_u32 *list = pool->partial + (cpd_u64)c * pool->cwords;
+    for (cpd_u32 w = 0; w < pool->cwords; w++) {
+        cpd_u32 bits = cpd_load32(&list[w]);
+        while (bits) {
+            cpd_u32 i = (cpd_u32)cpd_ffs(bits) - 1u, s = w * 32u + i;
+            bits &= bits - 1u;
+            if (cpd_heap_activate(pool, s, c))
+                return s;
+            cpd_and32(&list[w], ~(1u << i));
+            cpd_fence();
+            if (cpd_heap_activate(pool, s, c))
+                return s;
+        }
+    }
+    return CPD_HEAP_NONE;
+}
+
+/* Takes back the empty active slabs of every class but `except`: their
+ * slots become EMPTY.  How many were taken. */
+CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
+{
+    cpd_u32 n = 0;
+    for (cpd_u32 c = 0; c < pool->nclasses; c++) {
+        if (c == except)
+            continue;
+        for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c + 1u]; k++) {
+            cpd_u32 s = cpd_load32(&pool->hslots[k]), before;
+            if (s >= CPD_SLOT_SPECIAL || cpd_heap_count(cpd_load32(&pool->cstate[s])) != 0u)
+                continue;
+            if (cpd_cas32(&pool->hslots[k], s, CPD_SLOT_EMPTY) != s)
+                continue;
+            before = cpd_and32(&pool->cstate[s], ~CPD_HEAP_ACTIVE);
+            cpd_heap_after_drop(pool, s, before, before & ~CPD_HEAP_ACTIVE);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* A fresh chunk as an active slab of class c. */
+CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
+{
+    cpd_u32 s = cpd_heap_claim(pool, 1u, h, 0);
+    if (s != CPD_HEAP_NONE) {
+        cpd_add32(&pool->cstate[s], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | CPD_HEAP_ACTIVE);
+        cpd_heap_live(pool, 1ull);
+    }
+    return s;
+}
+
+/* The slab to put into a slot of class c (made active), or
+ * CPD_SLOT_EXHAUSTED (with the epoch it saw, so that later threads know
+ * whether anything came back since). */
+CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
+{
+    cpd_u32 s = cpd_heap_fresh(pool, c, h), e0;
+    if (s != CPD_HEAP_NONE)
+        return s;
+    if (!cpd_load32(&pool->exhausted))
+        cpd_store32(&pool->exhausted, 1u);
+    cpd_fence();
+    e0 = cpd_load32(&pool->epoch);
+    if ((s = cpd_heap_take_partial(pool, c)) != CPD_HEAP_NONE)
+        return s;
+    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h)) != CPD_HEAP_NONE)
+        return s;
+    cpd_store32(&pool->exhausted_epoch[c], e0);
+    return CPD_SLOT_EXHAUSTED;
+}
+
+/* Fills a slot this thread set BUSY (it held `old`). */
+CPD_FN void cpd_heap_refill(cupola_device_pool *pool, cpd_u32 *slot, cpd_u32 old, cpd_u32 c, cpd_u32 h)
+{
+    cpd_u32 next = cpd_heap_next_slab(pool, c, h);
+    if (old < CPD_SLOT_SPECIAL) {
+        cpd_u32 before = cpd_and32(&pool->cstate[old], ~CPD_HEAP_ACTIVE);
+        cpd_heap_after_drop(pool, old, before, before & ~CPD_HEAP_ACTIVE);
+    }
+    cpd_fence();
+    cpd_store32(slot, next);
+}
+
+/* Whether slab s looks like a slab of class c with a free block. */
+CPD_FN int cpd_heap_has_room(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c)
+{
+    cpd_u32 st = cpd_load32(&pool->cstate[s]);
+    return cpd_heap_tag(st) == c + 1u && cpd_heap_count(st) < cpd_heap_blocks(pool, c);
+}
+
+/* The last resort of one lane: a free block of class c in any active slab
+ * of the class, or in a slab on its partial list; NULL (counted) if none.
+ * A reservation can miss a free block while other lanes' reservations
+ * overshoot the count for a moment (they give the excess back): the scan
+ * goes round again as long as it saw a slab that looked like it had room. */
+CPD_FN void *cpd_heap_borrow(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
+{
+    cpd_u32 me = cpd_lanemask_eq();
+    cpd_u32 *list = pool->partial + (cpd_u64)c * pool->cwords;
+    for (int round = 0; round < 4096; round++) {
+        int seen = 0;
+        for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c + 1u]; k++) {
+            cpd_u32 s = cpd_load32(&pool->hslots[k]);
+            if (s < CPD_SLOT_SPECIAL && cpd_heap_has_room(pool, s, c)) {
+                seen = 1;
+                if (cpd_heap_reserve(pool, s, c, me, 1u, 0u))
+                    return cpd_heap_take(pool, s, c, h, 0u);
+            }
+        }
+        for (cpd_u32 w = 0; w < pool->cwords; w++) {
+            cpd_u32 bits = cpd_load32(&list[w]);
+            while (bits) {
+                cpd_u32 s = w * 32u + (cpd_u32)cpd_ffs(bits) - 1u;
+                bits &= bits - 1u;
+                if (cpd_heap_has_room(pool, s, c)) {
+                    seen = 1;
+                    if (cpd_heap_reserve(pool, s, c, me, 1u, 0u))
+                        return cpd_heap_take(pool, s, c, h, 0u);
+                }
+            }
+        }
+        if (!seen)
+            break;
+        cpd_pause();
+    }
+    cpd_count_failure(pool);
+    return 0;
+}
+
+/* The lanes calling with the same pool and the same key. */
+CPD_FN cpd_u32 cpd_heap_peers(const cupola_device_pool *pool, cpd_u32 mask, cpd_u32 key)
+{
+    cpd_u32 same_pool = cpd_match_any64(mask, (cpd_u64)(size_t)pool);
+    return cpd_match_any64(same_pool, (cpd_u64)key);
+}
+
+CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
+{
+    cpd_u32 nb = cpd_heap_blocks(pool, c), h = cpd_hash32(cpd_warp_hash());
+    cpd_u32 nslots = pool->slot_base[c + 1u] - pool->slot_base[c];
+    cpd_u32 *slot = &pool->hslots[pool->slot_base[c] + h % nslots];
+    int bulk = nb <= 32u;
+
+    for (;;) {
+        cpd_u32 peers = cpd_heap_peers(pool, cpd_activemask(), c);
+        cpd_u32 n = (cpd_u32)cpd_popc(peers), rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
+        cpd_u32 s, got;
+
+        /* every peer must take the same branch (a lane that gave up on
+         * whole slabs may meet lanes that did not) */
+        if (n >= nb && cpd_ballot(peers, bulk) == peers) {
+            /* whole slabs for these lanes, straight from the chunk map */
+            cpd_u32 k = n / nb, first = CPD_HEAP_NONE;
+            if (rank == 0) {
+                first = cpd_heap_claim(pool, k, h, 1);
+                if (first != CPD_HEAP_NONE) {
+                    for (cpd_u32 i = 0; i < k; i++) {
+                        cpd_or32(&pool->hbitmaps[(cpd_u64)(first + i) * pool->bwords],
+                                 nb == 32u ? 0xffffffffu : (1u << nb) - 1u);
+                        cpd_add32(&pool->cstate[first + i], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | nb);
+                    }
+                    cpd_heap_live(pool, (cpd_u64)k);
+                }
+            }
+            first = (cpd_u32)cpd_shfl64(peers, (cpd_u64)first, cpd_leader(peers));
+            if (first != CPD_HEAP_NONE) {
+                if (rank < k * nb)
+                    return pool->base + ((cpd_u64)(first + rank / nb) << pool->chunk_shift) +
+                           ((cpd_u64)(rank % nb) << (4u + c));
+                continue; /* the lanes left over go around again */
+            }
+            bulk = 0;
+        }
+
+        s = cpd_load32(slot);
+        peers = cpd_match_any64(peers, (cpd_u64)s);
+        n = (cpd_u32)cpd_popc(peers);
+        rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
+        got = 0;
+        if (s < CPD_SLOT_SPECIAL) {
+            got = cpd_heap_reserve(pool, s, c, peers, n, rank);
+            if (rank < got)
+                return cpd_heap_take(pool, s, c, h, rank);
+        } else if (s == CPD_SLOT_BUSY) {
+            cpd_pause();
+            continue;
+        } else if (s == CPD_SLOT_EXHAUSTED &&
+                   cpd_load32(&pool->epoch) == cpd_load32(&pool->exhausted_epoch[c])) {
+            return cpd_heap_borrow(pool, c, h);
+        }
+        /* full, empty, or exhausted with news: the first lane left fills it */
+        if (rank == got && cpd_cas32(slot, s, CPD_SLOT_BUSY) == s)
+            cpd_heap_refill(pool, slot, s, c, h);
+    }
+}
+
+CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
+{
+    cpd_u64 m64 = (bytes + (1ull << pool->chunk_shift) - 1ull) >> pool->chunk_shift;
+    cpd_u32 m, h, peers, n, rank, first = CPD_HEAP_NONE;
+
+    if (m64 > pool->nchunks || m64 == 0) {
+        cpd_count_failure(pool);
+        return 0;
+    }
+    m = (cpd_u32)m64;
+    h = cpd_hash32(cpd_warp_hash());
+    peers = cpd_heap_peers(pool, cpd_activemask(), m);
+    n = (cpd_u32)cpd_popc(peers);
+    rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
+    if (n > 1u && (cpd_u64)n * m <= pool->nchunks) {
+        /* one run for the lanes asking the same length, cut in order */
+        if (rank == 0)
+            first = cpd_heap_claim(pool, n * m, h, 1);
+        first = (cpd_u32)cpd_shfl64(peers, (cpd_u64)first, cpd_leader(peers));
+        if (first != CPD_HEAP_NONE)
+            first += rank * m;
+    }
+    if (first == CPD_HEAP_NONE)
+        first = cpd_heap_claim(pool, m, h + rank, 1);
+    if (first == CPD_HEAP_NONE && cpd_heap_sweep(pool, CPD_HEAP_NONE))
+        first = cpd_heap_claim(pool, m, h + rank, 1);
+    if (first == CPD_HEAP_NONE) {
+        cpd_count_failure(pool);
+        return 0;
+    }
+    cpd_store32(&pool->run_len[first], m);
+    cpd_add32(&pool->cstate[first], CPD_HEAP_RUN << CPD_HEAP_TAG_SHIFT);
+    cpd_heap_live(pool, (cpd_u64)m);
+    return pool->base + ((cpd_u64)first << pool->chunk_shift);
+}
+
+CPD_FN void *cpd_heap_alloc(cupola_device_pool *pool, cpd_u64 bytes)
+{
+    if (pool->nchunks == 0) {
+        cpd_count_failure(pool);
+        return 0;
+    }
+    if (bytes > (1ull << (pool->chunk_shift - 1u)))
+        return cpd_heap_alloc_run(pool, bytes);
+    return cpd_heap_alloc_small(pool, cpd_heap_class_of(bytes));
+}
+
+CPD_FN void cpd_heap_free(cupola_device_pool *pool, void *ptr)
+{
+    unsigned char *p = (unsigned char *)ptr;
+    cpd_u64 off = (cpd_u64)(p - pool->base), within;
+    cpd_u32 s, st, tag, c, b, bit, prev, peers;
+
+    if (p < pool->base || off >= ((cpd_u64)pool->nchunks << pool->chunk_shift))
+        return;
+    s = (cpd_u32)(off >> pool->chunk_shift);
+    within = off & ((1ull << pool->chunk_shift) - 1ull);
+    st = cpd_load32(&pool->cstate[s]);
+    tag = cpd_heap_tag(st);
+    if (tag == CPD_HEAP_RUN) {
+        cpd_u32 m;
+        if (within)
+            return;
+        /* one thread takes the tag off (a second free finds none) */
+        for (;;) {
+            cpd_u32 was;
+            if (cpd_heap_tag(st) != CPD_HEAP_RUN)
+                return;
+            was = cpd_cas32(&pool->cstate[s], st, st - (CPD_HEAP_RUN << CPD_HEAP_TAG_SHIFT));
+            if (was == st)
+                break;
+            st = was;
+        }
+        m = cpd_load32(&pool->run_len[s]);
+        cpd_heap_release(pool, s, m);
+        return;
+    }
+    if (tag == 0u || tag > pool->nclasses)
+        return;
+    c = tag - 1u;
+    if (within & ((CPD_ALIGN << c) - 1ull))
+        return;
+    b = (cpd_u32)(within >> (4u + c));
+    bit = 1u << (b & 31u);
+    prev = cpd_and32(&pool->hbitmaps[(cpd_u64)s * pool->bwords + (b >> 5)], ~bit);
+    if (!(prev & bit))
+        return;
+    peers = cpd_heap_peers(pool, cpd_activemask(), s);
+    if (cpd_is_leader(peers))
+        cpd_heap_drop(pool, s, (cpd_u32)cpd_popc(peers));
+}
+
+#endif /* CUPOLA_ALLOC_HEAP_CUH */

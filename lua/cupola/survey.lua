@@ -1,0 +1,810 @@
+--- cupola.survey: the benchmarks of "Are dynamic memory managers on GPUs
+-- slow? A survey and benchmarks" (Winter et al., PPoPP 2021) on any device
+-- pool and on CUDA's in-kernel malloc, in one run, on either backend.
+--
+--   local survey = require "cupola.survey"
+--   local res = survey.run { allocators = { "heap", "slab", "malloc",
+--       { kind = "plugin", path = "mine.cu" } }, capacity = "1GiB" }
+--   survey.csv(res, "s.csv"); survey.json(res, "s.json"); survey.html(res, "s.html")
+--   print(survey.markdown(res))
+--
+-- Every allocation, write, check and reduction runs in the kernels of
+-- cupola/survey.cuh (one module per allocator, compiled like any user
+-- module); Lua launches them and times them with events.  On the host
+-- backend the kernels run on the CPU and the times are the CPU's.
+local cupola = require "cupola"
+local report = require "cupola.report"
+
+local survey = {}
+
+local ALL_TESTS = { "init", "registers", "pairs", "thread", "warp", "mixed", "scaling", "frag", "oom",
+  "synth", "synth_write" }
+survey.tests = ALL_TESTS
+
+local function pow2s(lo, hi)
+  local t, v = {}, lo
+  while v <= hi do t[#t + 1] = v; v = v * 2 end
+  return t
+end
+
+-- Defaults scaled to the backend: the survey's own figures on a GPU
+-- (1e5 allocations per test, 2^0..2^20 threads), less on the CPU.
+local function defaults(gpu)
+  return {
+    capacity = gpu and 8 * 2^30 or 256 * 2^20,
+    frag_capacity = gpu and 2 * 2^30 or 64 * 2^20,
+    oom_capacity = gpu and 256 * 2^20 or 16 * 2^20,
+    sizes = pow2s(4, 8192),
+    threads = gpu and 100000 or 4000,
+    warps = gpu and 10000 or 1000,
+    iterations = gpu and 5 or 3,
+    -- a measurement is repeated up to `iterations` times while its launches
+    -- took less than budget_ms in all (CUDA's malloc takes seconds per
+    -- launch at large sizes: one launch then stands for it)
+    budget_ms = gpu and 1500 or 1000,
+    -- seconds the run may take (cupola.clock): past it, the measurements
+    -- left are skipped and the results say so (nil: no limit)
+    time_limit = false,
+    mixed_ranges = { 64, 512, 4096, 8192 },
+    scaling_sizes = { 16, 1024 },
+    scaling_threads = pow2s(1, gpu and 2^20 or 2^12),
+    pair_sizes = { 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 65536 },
+    pair_threads = gpu and 1000000 or 20000,
+    frag_sizes = pow2s(16, 8192),
+    oom_sizes = pow2s(16, gpu and 16 * 2^20 or 2^20),
+    oom_threads = gpu and 100000 or 4000,
+    synth_ranges = { 64, 4096 },
+    synth_threads = pow2s(1, gpu and 2^20 or 2^12),
+    synth_writes = gpu and 100 or 3,
+  }
+end
+
+-- ---- allocators ---------------------------------------------------------------
+
+local KINDS = { bump = 0, warp_bump = 1, slab = 2, malloc = 3, heap = 4 }
+
+-- An allocator spec: a kind name, or {kind=, name=, capacity=, ...} (a
+-- plugin takes source/path/options/init_threads as cupola.device_pool does).
+local function spec_of(a, i)
+  if type(a) == "string" then a = { kind = a } end
+  if type(a) ~= "table" or type(a.kind) ~= "string" then
+    error(("cupola.survey: allocators[%d] must be a kind name or a table with 'kind'"):format(i), 3)
+  end
+  if a.kind ~= "plugin" and not KINDS[a.kind] then
+    error(("cupola.survey: allocators[%d]: unknown kind '%s'"):format(i, a.kind), 3)
+  end
+  local s = {}
+  for k, v in pairs(a) do s[k] = v end
+  s.name = s.name or (a.kind == "malloc" and "CUDA malloc" or a.kind == "plugin" and "plugin" or a.kind)
+  return s
+end
+
+-- A pool for spec (its own capacity, or cap).  For "malloc" the pool only
+-- sizes CUDA's heap; the kernels call malloc themselves.
+local function make_pool(spec, cap)
+  local o = { kind = spec.kind, capacity = spec.capacity or cap }
+  if spec.kind == "plugin" then
+    o.source, o.path, o.name, o.options, o.init_threads = spec.source, spec.path, spec.plugin_name,
+      spec.options, spec.init_threads
+  end
+  return cupola.device_pool(o)
+end
+
+local header_cache = {}
+
+-- The survey's module for an allocator (its pool gives a plugin's source).
+local function module_for(spec, dp)
+  if spec.kind == "plugin" then
+    local src = "#include <cupola/plugin.h>\n#line 1 \"" .. dp.name .. "\"\n" .. dp.source ..
+      "\n#include <cupola/survey.cuh>\n"
+    local opts = { "-DCUPOLA_POOL_KIND=5" }
+    for _, o in ipairs(dp.options or {}) do opts[#opts + 1] = o end
+    return cupola.module { name = "survey_" .. dp.name, source = src, options = opts }
+  end
+  local key = spec.kind
+  if not header_cache[key] then
+    local opt = spec.kind == "malloc" and "-DCUPOLA_SURVEY_MALLOC" or ("-DCUPOLA_POOL_KIND=" .. KINDS[spec.kind])
+    header_cache[key] = cupola.module { name = "survey_" .. key .. ".cu",
+      source = "#include <cupola/survey.cuh>\n", options = { opt } }
+  end
+  return header_cache[key]
+end
+
+local function kernels_of(m)
+  return {
+    alloc = m:kernel("sv_alloc", { "device_pool", "ptr", "u64", "u64", "ptr", "i32" }),
+    free = m:kernel("sv_free", { "device_pool", "ptr", "u64", "i32" }),
+    write = m:kernel("sv_write", { "ptr", "u64", "u64", "ptr" }),
+    check = m:kernel("sv_check", { "ptr", "u64", "u64", "ptr", "ptr" }),
+    pair = m:kernel("sv_pair", { "device_pool", "u64", "u64", "ptr" }),
+    sizes = m:kernel("sv_sizes", { "ptr", "u64", "u64", "u64", "u64" }),
+    assign = m:kernel("sv_assign", { "ptr", "u64", "ptr", "ptr" }),
+    write_words = m:kernel("sv_write_words", { "ptr", "ptr", "ptr", "u64" }),
+    baseline = m:kernel("sv_baseline", { "ptr", "u64", "u64", "ptr" }),
+  }
+end
+
+local scan_kernel
+local function scan()
+  if not scan_kernel then
+    local m = cupola.module { name = "survey_scan.cu", source = "#include <cupola/survey.cuh>\n",
+      options = { "-DCUPOLA_SURVEY_SCAN" } }
+    scan_kernel = m:kernel("sv_scan", { "ptr", "u64", "ptr" })
+  end
+  return scan_kernel
+end
+
+-- ---- measuring ----------------------------------------------------------------
+
+local function median(t)
+  local c = {}
+  for i, v in ipairs(t) do c[i] = v end
+  table.sort(c)
+  if #c == 0 then return nil end
+  if #c % 2 == 1 then return c[(#c + 1) // 2] end
+  return (c[#c // 2] + c[#c // 2 + 1]) / 2
+end
+
+local function stats(t)
+  local sum, lo, hi = 0, math.huge, -math.huge
+  for _, v in ipairs(t) do sum = sum + v; lo = math.min(lo, v); hi = math.max(hi, v) end
+  return median(t), sum / math.max(#t, 1), lo, hi
+end
+
+local Ctx = {}
+Ctx.__index = Ctx
+
+-- Whether the run's time is up (the measurements left are skipped).
+function Ctx:over()
+  if self.until_ and cupola.clock() > self.until_ then
+    self.res.meta.cut_short = "the run's time limit was reached: the measurements after it were skipped"
+    return true
+  end
+  return false
+end
+
+-- ms of the work fn() enqueues on the context's stream.
+function Ctx:timed(fn)
+  self.e0:record(self.s)
+  fn()
+  self.e1:record(self.s)
+  self.e1:synchronize()
+  return self.e0:elapsed(self.e1)
+end
+
+function Ctx:launch(k, threads, ...)
+  k:launch({ threads = math.max(1, threads), block = 256, stream = self.s }, ...)
+end
+
+-- The counters of sv_check for n blocks at ptrs.
+function Ctx:check(K, ptrs, n, size, sizes)
+  local out = self.out
+  out:write(string.pack("<I8I8I8i8I8I8I8", 0, 0, 0, -1, 0, 0, 0), 0, self.s)
+  self:launch(K.write, n, ptrs, n, size, sizes or 0)
+  self:launch(K.check, n, ptrs, n, size, sizes or 0, out)
+  local nulls, bad, mis, lo, hi, asked, live = string.unpack("<I8I8I8I8I8I8I8", out:read(0, 56, self.s))
+  return { nulls = nulls, bad = bad, misaligned = mis, lo = lo, hi = hi, asked = asked, live = live }
+end
+
+-- Buffers of at least n entries (kept and grown across tests).
+function Ctx:ptrs(n)
+  if not self.pbuf or self.pbuf.size < 8 * n then
+    if self.pbuf then self.pbuf:free() end
+    self.pbuf = assert(cupola.malloc(8 * math.max(n, 1)))
+  end
+  return self.pbuf
+end
+
+function Ctx:sizes_buf(n)
+  if not self.sbuf or self.sbuf.size < 4 * n then
+    if self.sbuf then self.sbuf:free() end
+    self.sbuf = assert(cupola.malloc(4 * math.max(n, 1)))
+  end
+  return self.sbuf
+end
+
+local function add(res, row)
+  res.rows[#res.rows + 1] = row
+  if res.progress then res.progress(row) end
+  return row
+end
+
+-- Allocation per thread (or per warp) of one size, or of drawn sizes:
+-- alloc and free timed apart, as the survey does, the blocks written and
+-- checked between them.
+local function alloc_free_rounds(ctx, K, dp, n, size, sizes, warp, o)
+  local ptrs = ctx:ptrs(n)
+  local ta, tf, worst = {}, {}, { nulls = 0, bad = 0, misaligned = 0 }
+  local threads = warp and 32 * n or n
+  local spent = 0
+  for it = 1, o.iterations do
+    if it > 1 and spent > o.budget_ms then break end
+    if sizes then ctx:launch(K.sizes, n, sizes, n, 4, size, 1000 + it) end
+    ta[#ta + 1] = ctx:timed(function() ctx:launch(K.alloc, threads, dp, ptrs, n, size, sizes or 0, warp and 1 or 0) end)
+    local c = ctx:check(K, ptrs, n, size, sizes)
+    for _, k in ipairs { "nulls", "bad", "misaligned" } do worst[k] = math.max(worst[k], c[k]) end
+    tf[#tf + 1] = ctx:timed(function() ctx:launch(K.free, threads, dp, ptrs, n, warp and 1 or 0) end)
+    spent = spent + ta[#ta] + tf[#tf]
+  end
+  local am, amean, amin, amax = stats(ta)
+  local fm, fmean, fmin, fmax = stats(tf)
+  return { alloc_ms = am, alloc_ms_mean = amean, alloc_ms_min = amin, alloc_ms_max = amax,
+    free_ms = fm, free_ms_mean = fmean, free_ms_min = fmin, free_ms_max = fmax,
+    failed = worst.nulls, corrupt = worst.bad, misaligned = worst.misaligned, iterations = #ta }
+end
+
+local function merge(a, b)
+  for k, v in pairs(b) do a[k] = v end
+  return a
+end
+
+local tests = {}
+
+function tests.thread(ctx, A, o)
+  for _, size in ipairs(o.sizes) do
+    if ctx:over() then return end
+    add(ctx.res, merge({ test = "thread", allocator = A.name, size = size, threads = o.threads },
+      alloc_free_rounds(ctx, A.K, A.dp, o.threads, size, nil, false, o)))
+  end
+end
+
+function tests.warp(ctx, A, o)
+  for _, size in ipairs(o.sizes) do
+    if ctx:over() then return end
+    add(ctx.res, merge({ test = "warp", allocator = A.name, size = size, threads = o.warps },
+      alloc_free_rounds(ctx, A.K, A.dp, o.warps, size, nil, true, o)))
+  end
+end
+
+function tests.mixed(ctx, A, o)
+  local sizes = ctx:sizes_buf(o.threads)
+  for _, hi in ipairs(o.mixed_ranges) do
+    if ctx:over() then return end
+    -- sv_sizes draws in [4, hi] (the size argument is the range's top)
+    add(ctx.res, merge({ test = "mixed", allocator = A.name, size = hi, size_min = 4, threads = o.threads },
+      alloc_free_rounds(ctx, A.K, A.dp, o.threads, hi, sizes, false, o)))
+  end
+end
+
+function tests.scaling(ctx, A, o)
+  for _, size in ipairs(o.scaling_sizes) do
+    for _, n in ipairs(o.scaling_threads) do
+      if ctx:over() then return end
+      add(ctx.res, merge({ test = "scaling", allocator = A.name, size = size, threads = n },
+        alloc_free_rounds(ctx, A.K, A.dp, n, size, nil, false, o)))
+    end
+  end
+end
+
+function tests.pairs(ctx, A, o)
+  for _, size in ipairs(o.pair_sizes) do
+    if ctx:over() then return end
+    local n, t, worst, spent = o.pair_threads, {}, { 0, 0 }, 0
+    for it = 1, o.iterations do
+      if it > 1 and spent > o.budget_ms then break end
+      ctx.out:write(string.pack("<I8I8", 0, 0), 0, ctx.s)
+      t[#t + 1] = ctx:timed(function() ctx:launch(A.K.pair, n, A.dp, n, size, ctx.out) end)
+      local nulls, bad = string.unpack("<I8I8", ctx.out:read(0, 16, ctx.s))
+      worst[1], worst[2] = math.max(worst[1], nulls), math.max(worst[2], bad)
+      spent = spent + t[#t]
+    end
+    local ms = median(t)
+    add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = n, ms = ms,
+      per_second = ms > 0 and n / (ms / 1e3) or 0, failed = worst[1], corrupt = worst[2], iterations = #t })
+  end
+end
+
+-- Fragmentation: n blocks of a size, written, checked and freed, again and
+-- again in a fresh pool; the address range they span (lowest start to
+-- highest end) against the bytes live, and its maximum over the rounds.
+function tests.frag(ctx, A, o)
+  for _, size in ipairs(o.frag_sizes) do
+    if ctx:over() then return end
+    local dp <close> = make_pool(A.spec, o.frag_capacity)
+    local n, ptrs = o.threads, ctx:ptrs(o.threads)
+    local lo, hi, worst, live, ranges = -1, 0, 0, 0, {}
+    local t0 = cupola.clock()
+    for it = 1, o.iterations do
+      if it > 1 and (cupola.clock() - t0) * 1e3 > o.budget_ms then break end
+      ctx:launch(A.K.alloc, n, dp, ptrs, n, size, 0, 0)
+      local c = ctx:check(A.K, ptrs, n, size)
+      worst = math.max(worst, c.nulls + c.bad + c.misaligned)
+      if c.nulls < n then
+        ranges[#ranges + 1] = c.hi - c.lo
+        if math.ult(c.lo, lo) then lo = c.lo end
+        if math.ult(hi, c.hi) then hi = c.hi end
+        live = c.live
+      end
+      ctx:launch(A.K.free, n, dp, ptrs, n, 0)
+    end
+    local range = median(ranges) or 0
+    local range_max = math.ult(lo, hi) and hi - lo or 0
+    add(ctx.res, { test = "frag", allocator = A.name, size = size, threads = n, range = range,
+      range_max = range_max, live = live, ratio = live > 0 and range_max / live or 0, failed = worst })
+  end
+end
+
+-- Out of memory: rounds of n allocations of one size into a fresh pool of
+-- oom_capacity, never freed, until a round gets a NULL; the bytes served
+-- (as asked) against the capacity.
+function tests.oom(ctx, A, o)
+  local cap = o.oom_capacity
+  for _, size in ipairs(o.oom_sizes) do
+    if size > cap or ctx:over() then break end
+    local dp <close> = make_pool(A.spec, cap)
+    local n = math.max(1, math.min(o.oom_threads, cap // size // 4))
+    local served, rounds, bad = 0, 0, 0
+    local keep = {}
+    repeat
+      local ptrs = assert(cupola.malloc(8 * n))
+      keep[#keep + 1] = ptrs
+      ctx:launch(A.K.alloc, n, dp, ptrs, n, size, 0, 0)
+      local c = ctx:check(A.K, ptrs, n, size)
+      bad = bad + c.bad + c.misaligned
+      served = served + (n - c.nulls)
+      rounds = rounds + 1
+    until c.nulls > 0 or rounds * n * size > 4 * cap
+    if A.spec.kind == "malloc" then
+      for _, ptrs in ipairs(keep) do ctx:launch(A.K.free, n, dp, ptrs, n, 0) end
+    end
+    ctx.s:synchronize()
+    for _, p in ipairs(keep) do p:free() end
+    add(ctx.res, { test = "oom", allocator = A.name, size = size, threads = n, rounds = rounds,
+      served = served * size, capacity = cap, fraction = served * size / cap, corrupt = bad })
+  end
+end
+
+-- The synthetic workload: n threads each allocate a size drawn in [4, hi]
+-- (alloc timed), or, with writes, every word of the n blocks is written
+-- by its own thread in the order of a contiguous layout (timed, `writes`
+-- launches).  The baseline carves the blocks out of one area at the prefix
+-- sum of the sizes.
+local function synth(ctx, A, o, with_writes)
+  for _, hi in ipairs(o.synth_ranges) do
+    for _, n in ipairs(o.synth_threads) do
+      if ctx:over() then return end
+      local K = A.K or ctx.anyK
+      local sizes, ptrs = ctx:sizes_buf(n), ctx:ptrs(n)
+      local offs <close> = assert(cupola.malloc(8 * (n + 1)))
+      local t, t0 = {}, cupola.clock()
+      for it = 1, o.iterations do
+        if it > 1 and (cupola.clock() - t0) * 1e3 > o.budget_ms then break end
+        ctx:launch(K.sizes, n, sizes, n, 4, hi, 2000 + it)
+        local area
+        if A.baseline then
+          local ms = ctx:timed(function()
+            scan():launch({ grid = 1, block = 1024, stream = ctx.s }, sizes, n, offs)
+          end)
+          local words = string.unpack("<I8", offs:read(8 * n, 8, ctx.s))
+          area = assert(cupola.malloc(4 * math.max(words, 1)))
+          ms = ms + ctx:timed(function() ctx:launch(K.baseline, n, offs, n, area.address, ptrs) end)
+          if not with_writes then t[#t + 1] = ms end
+        else
+          local ms = ctx:timed(function() ctx:launch(K.alloc, n, A.dp, ptrs, n, 0, sizes, 0) end)
+          if not with_writes then t[#t + 1] = ms end
+          scan():launch({ grid = 1, block = 1024, stream = ctx.s }, sizes, n, offs)
+        end
+        if with_writes then
+          local words = string.unpack("<I8", offs:read(8 * n, 8, ctx.s))
+          local assign <close> = assert(cupola.malloc(4 * math.max(words, 1)))
+          local pos <close> = assert(cupola.malloc(4 * math.max(words, 1)))
+          ctx:launch(K.assign, n, offs, n, assign, pos)
+          local ms = ctx:timed(function()
+            for _ = 1, o.synth_writes do ctx:launch(K.write_words, words, assign, pos, ptrs, words) end
+          end)
+          t[#t + 1] = ms / o.synth_writes
+        end
+        if area then area:free() else ctx:launch(K.free, n, A.dp, ptrs, n, 0) end
+      end
+      local m, mean, mn, mx = stats(t)
+      add(ctx.res, { test = with_writes and "synth_write" or "synth", allocator = A.name, size = hi,
+        size_min = 4, threads = n, ms = m, ms_mean = mean, ms_min = mn, ms_max = mx, iterations = #t })
+    end
+  end
+end
+
+function tests.synth(ctx, A, o) synth(ctx, A, o, false) end
+function tests.synth_write(ctx, A, o) synth(ctx, A, o, true) end
+
+-- ---- the run -------------------------------------------------------------------
+
+local function check_opts(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #1 to 'cupola.survey.run' (options table expected, got " .. type(opts) .. ")", 3)
+  end
+  opts = opts or {}
+  local gpu = cupola.backend() == "cuda"
+  local o = defaults(gpu)
+  for k, v in pairs(opts) do
+    if k ~= "allocators" and k ~= "tests" and k ~= "progress" and o[k] == nil then
+      error(("cupola.survey.run: unknown option '%s'"):format(tostring(k)), 3)
+    end
+    o[k] = v
+  end
+  o.capacity = cupola.bytes(o.capacity)
+  o.frag_capacity = cupola.bytes(o.frag_capacity)
+  o.oom_capacity = cupola.bytes(o.oom_capacity)
+  o.allocators = opts.allocators or { "heap", "slab", "malloc" }
+  o.tests = opts.tests or ALL_TESTS
+  for _, t in ipairs(o.tests) do
+    if not tests[t] and t ~= "init" and t ~= "registers" then
+      error(("cupola.survey.run: unknown test '%s'"):format(tostring(t)), 3)
+    end
+  end
+  return o, gpu
+end
+
+--- survey.run(opts) -> {meta = {...}, rows = {...}}: every test of
+-- opts.tests for every allocator of opts.allocators.
+function survey.run(opts)
+  local o, gpu = check_opts(opts)
+  local d = cupola.device()
+  local res = {
+    meta = { device = d.name, backend = cupola.backend(), sms = d.sms, cc = d.cc, driver = d.driver,
+      runtime = d.runtime, date = os.date "!%Y-%m-%d %H:%M UTC", commit = os.getenv "CUPOLA_COMMIT",
+      capacity = o.capacity, oom_capacity = o.oom_capacity, iterations = o.iterations, budget_ms = o.budget_ms,
+      timing = gpu and "CUDA events around each launch" or
+        "the host backend: kernels run on the CPU, times are the CPU's" },
+    rows = {},
+    progress = opts and opts.progress,
+  }
+  local ctx = setmetatable({ res = res, s = cupola.stream(), e0 = cupola.event(), e1 = cupola.event(),
+    until_ = o.time_limit and cupola.clock() + o.time_limit or nil }, Ctx)
+  ctx.out = assert(cupola.malloc(64))
+  local want = {}
+  for _, t in ipairs(o.tests) do want[t] = true end
+
+  local specs = {}
+  for i, a in ipairs(o.allocators) do specs[#specs + 1] = spec_of(a, i) end
+  -- CUDA's heap keeps the size it has when the first kernel that calls
+  -- malloc runs: its pool is made first, with the largest capacity asked.
+  for _, spec in ipairs(specs) do
+    if spec.kind == "malloc" then
+      local cap = spec.capacity or o.capacity
+      if want.oom and #o.tests == 1 then cap = o.oom_capacity end
+      -- a device that cannot reserve so large a heap gets the largest it can
+      local dp, msg = make_pool(spec, cap)
+      while not dp and cap > 64 * 2^20 do
+        cap = cap // 2
+        dp, msg = make_pool(spec, cap)
+      end
+      spec.capacity = cap
+      spec.heap_pool = assert(dp, msg)
+      res.meta.malloc_heap = cap
+    end
+  end
+
+  for _, spec in ipairs(specs) do
+    if ctx:over() then break end
+    local A = { spec = spec, name = spec.name }
+    if want.init then
+      -- made twice: the second (the compile of a plugin cached) is timed
+      local first = assert(make_pool(spec, o.capacity))
+      first:close()
+      local t0 = cupola.clock()
+      local dp = assert(make_pool(spec, o.capacity))
+      cupola.synchronize()
+      local ms = (cupola.clock() - t0) * 1e3
+      add(res, { test = "init", allocator = spec.name, capacity = spec.capacity or o.capacity, ms = ms })
+      dp:close()
+    end
+    A.dp = spec.heap_pool or assert(make_pool(spec, o.capacity))
+    local m = module_for(spec, A.dp)
+    A.K = kernels_of(m)
+    ctx.anyK = ctx.anyK or A.K
+    if want.registers then
+      add(res, { test = "registers", allocator = spec.name, alloc_registers = A.K.alloc:registers(),
+        free_registers = A.K.free:registers() })
+    end
+    for _, t in ipairs(o.tests) do
+      if tests[t] and not (t == "oom" and spec.kind == "malloc" and #o.tests > 1) then
+        tests[t](ctx, A, o)
+        if spec.kind ~= "malloc" and t ~= "frag" and t ~= "oom" then A.dp:reset(ctx.s) end
+      end
+    end
+    if not spec.heap_pool then A.dp:close() end
+  end
+  if want.synth or want.synth_write then
+    local A = { name = "baseline (prefix sum)", baseline = true }
+    if want.synth then tests.synth(ctx, A, o) end
+    if want.synth_write then tests.synth_write(ctx, A, o) end
+  end
+  ctx.s:synchronize()
+  if ctx.pbuf then ctx.pbuf:free() end
+  if ctx.sbuf then ctx.sbuf:free() end
+  ctx.out:free()
+  res.progress = nil
+  return res
+end
+
+-- ---- output --------------------------------------------------------------------
+
+--- survey.csv(res [, path]) -> text: one line per row (cupola.report.csv).
+function survey.csv(res, path)
+  local cols, seen = { "test", "allocator", "size", "threads" }, {}
+  for _, c in ipairs(cols) do seen[c] = true end
+  for _, c in ipairs(report.columns(res.rows)) do
+    if not seen[c] then cols[#cols + 1] = c end
+  end
+  return report.csv(res.rows, path, { columns = cols })
+end
+
+--- survey.json(res [, path]) -> text: {meta = ..., rows = [...]}.
+function survey.json(res, path)
+  local ok, dkjson = pcall(require, "dkjson")
+  if not ok then error("cupola.survey.json needs dkjson (Debian: apt-get install lua-dkjson)", 2) end
+  local text = dkjson.encode({ meta = res.meta, rows = res.rows }, { indent = true }) .. "\n"
+  if path then
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+  end
+  return text
+end
+
+local function rows_of(res, test)
+  local t = {}
+  for _, r in ipairs(res.rows) do if r.test == test then t[#t + 1] = r end end
+  return t
+end
+
+local function allocators_of(rows)
+  local seen, list = {}, {}
+  for _, r in ipairs(rows) do
+    if not seen[r.allocator] then seen[r.allocator] = true; list[#list + 1] = r.allocator end
+  end
+  return list
+end
+
+local function fmt(v, spec)
+  if v == nil then return "n/a" end
+  if type(v) ~= "number" then return tostring(v) end
+  return string.format(spec or "%.4g", v)
+end
+
+-- One markdown table: rows keyed by x, one column per allocator.
+local function pivot(rows, xkey, value, title, spec)
+  local allocs = allocators_of(rows)
+  local xs, seen, cell = {}, {}, {}
+  for _, r in ipairs(rows) do
+    if not seen[r[xkey]] then seen[r[xkey]] = true; xs[#xs + 1] = r[xkey] end
+    cell[r[xkey] .. "\0" .. r.allocator] = r
+  end
+  local out = { title, "", "| " .. xkey .. " | " .. table.concat(allocs, " | ") .. " |",
+    "| ---: |" .. string.rep(" ---: |", #allocs) }
+  for _, x in ipairs(xs) do
+    local line = { tostring(x) }
+    for _, a in ipairs(allocs) do
+      local r = cell[x .. "\0" .. a]
+      line[#line + 1] = r and value(r) or ""
+    end
+    out[#out + 1] = "| " .. table.concat(line, " | ") .. " |"
+  end
+  out[#out + 1] = ""
+  return table.concat(out, "\n")
+end
+
+local function flag(r)
+  local bad = (r.failed or 0) + (r.corrupt or 0) + (r.misaligned or 0)
+  return bad > 0 and string.format(" (%d failed, %d corrupt)", r.failed or 0, (r.corrupt or 0) + (r.misaligned or 0)) or ""
+end
+
+--- survey.markdown(res) -> text: every test as tables, allocators side by side.
+function survey.markdown(res)
+  local out = {}
+  local m = res.meta
+  out[#out + 1] = string.format("- device: %s (%s backend%s); %s; commit %s", m.device, m.backend,
+    m.backend == "cuda" and string.format(", %s SMs, cc %s", m.sms, m.cc) or "", m.date, m.commit or "unknown")
+  if m.cut_short then out[#out + 1] = "- **cut short:** " .. m.cut_short end
+  out[#out + 1] = "- timing: " .. m.timing .. string.format("; median of up to %d iterations (fewer where " ..
+    "they passed %d ms: the rows' `iterations`)", m.iterations, m.budget_ms or 0)
+  out[#out + 1] = ""
+  local r = rows_of(res, "init")
+  if #r > 0 then
+    out[#out + 1] = pivot(r, "capacity", function(x) return fmt(x.ms, "%.3f") end,
+      "### Initialisation (ms to create a pool, the plugin's compile cached)")
+  end
+  r = rows_of(res, "registers")
+  if #r > 0 then
+    local t = { "### Registers of the allocating and the freeing kernel", "", "| allocator | alloc | free |",
+      "| --- | ---: | ---: |" }
+    for _, x in ipairs(r) do
+      t[#t + 1] = string.format("| %s | %s | %s |", x.allocator, fmt(x.alloc_registers, "%d"), fmt(x.free_registers, "%d"))
+    end
+    out[#out + 1] = table.concat(t, "\n") .. "\n"
+  end
+  for _, test in ipairs { "thread", "warp", "mixed" } do
+    r = rows_of(res, test)
+    if #r > 0 then
+      local what = test == "thread" and "per thread" or test == "warp" and "per warp (lane 0 of each warp)" or
+        "mixed sizes in [4, size]"
+      out[#out + 1] = pivot(r, "size", function(x) return fmt(x.alloc_ms, "%.4f") .. " / " .. fmt(x.free_ms, "%.4f") .. flag(x) end,
+        string.format("### Allocation %s, %d allocations: alloc / free ms", what, r[1].threads))
+    end
+  end
+  r = rows_of(res, "scaling")
+  if #r > 0 then
+    local by = {}
+    for _, x in ipairs(r) do by[x.size] = by[x.size] or {}; table.insert(by[x.size], x) end
+    local sizes = {}
+    for s in pairs(by) do sizes[#sizes + 1] = s end
+    table.sort(sizes)
+    for _, s in ipairs(sizes) do
+      out[#out + 1] = pivot(by[s], "threads", function(x) return fmt(x.alloc_ms, "%.4f") .. " / " .. fmt(x.free_ms, "%.4f") .. flag(x) end,
+        string.format("### Scaling, %d B: alloc / free ms", s))
+    end
+  end
+  r = rows_of(res, "pairs")
+  if #r > 0 then
+    local base = {}
+    for _, x in ipairs(r) do if x.allocator == "CUDA malloc" then base[x.size] = x.per_second end end
+    out[#out + 1] = pivot(r, "size", function(x)
+      local s = fmt(x.per_second / 1e6, "%.2f")
+      if base[x.size] and x.allocator ~= "CUDA malloc" and base[x.size] > 0 then
+        local k = x.per_second / base[x.size]
+        s = s .. string.format(k >= 10 and " (%.0fx)" or " (%.2fx)", k)
+      end
+      return s .. flag(x)
+    end, string.format("### Alloc+free pairs in one kernel, %d threads: M pairs/s (x CUDA's malloc)", r[1].threads))
+  end
+  r = rows_of(res, "frag")
+  if #r > 0 then
+    out[#out + 1] = pivot(r, "size", function(x) return fmt(x.ratio, "%.2f") .. flag(x) end,
+      string.format("### Fragmentation, %d allocations: address range over the rounds / bytes live (16 B granules)", r[1].threads))
+  end
+  r = rows_of(res, "oom")
+  if #r > 0 then
+    out[#out + 1] = pivot(r, "size", function(x) return fmt(100 * x.fraction, "%.1f%%") .. flag(x) end,
+      string.format("### Out of memory: bytes served before the first NULL / capacity (%s)", report.bytes(r[1].capacity)))
+  end
+  for _, test in ipairs { "synth", "synth_write" } do
+    r = rows_of(res, test)
+    if #r > 0 then
+      local by = {}
+      for _, x in ipairs(r) do by[x.size] = by[x.size] or {}; table.insert(by[x.size], x) end
+      local sizes = {}
+      for s in pairs(by) do sizes[#sizes + 1] = s end
+      table.sort(sizes)
+      for _, s in ipairs(sizes) do
+        out[#out + 1] = pivot(by[s], "threads", function(x) return fmt(x.ms, "%.4f") end,
+          string.format("### Synthetic workload, sizes in [4, %d], %s: ms", s,
+            test == "synth" and "allocation" or "writing every word (per launch)"))
+      end
+    end
+  end
+  return table.concat(out, "\n")
+end
+
+--- survey.html(res, path) -> text: one self-contained page (inline script,
+-- no network) with a plot per test, allocators as series.
+function survey.html(res, path)
+  local json = survey.json(res):gsub("</", "<\\/")
+  local page = [==[<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>cupola survey</title>
+<style>
+body { font: 13px sans-serif; margin: 16px; color: #222; }
+h1 { font-size: 18px; } h2 { font-size: 15px; margin: 18px 0 4px; }
+.plot { display: inline-block; margin: 4px 12px 12px 0; vertical-align: top; }
+.plot svg { border: 1px solid #ddd; background: #fff; }
+.legend span { margin-right: 10px; white-space: nowrap; }
+.legend i { display: inline-block; width: 10px; height: 10px; margin-right: 3px; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+</style></head><body>
+<h1>In-kernel allocators: the survey's benchmarks</h1>
+<div id="meta"></div><div id="out"></div>
+<script id="data" type="application/json">]==] .. json .. [==[</script>
+<script>
+"use strict";
+const D = JSON.parse(document.getElementById("data").textContent);
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"];
+const allocs = [...new Set(D.rows.map(r => r.allocator))];
+const color = a => COLORS[allocs.indexOf(a) % COLORS.length];
+const m = D.meta;
+document.getElementById("meta").textContent =
+  `${m.device} (${m.backend} backend), ${m.date}, commit ${m.commit || "unknown"}; timing: ${m.timing}`;
+const out = document.getElementById("out");
+function el(tag, attrs, text) {
+  const e = document.createElementNS(tag === "svg" || attrs.svg ? "http://www.w3.org/2000/svg" : "http://www.w3.org/1999/xhtml", tag);
+  for (const k in attrs) if (k !== "svg") e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function fmtv(v) { if (v === 0) return "0"; const a = Math.abs(v); return a >= 1e4 || a < 1e-2 ? v.toExponential(1) : +v.toPrecision(3) + ""; }
+// One plot: series per allocator of rows, x and y from functions, log axes.
+function plot(title, rows, fx, fy, xlab, ylab, logy = true) {
+  const W = 420, H = 260, L = 60, R = 10, T = 24, B = 36;
+  const pts = rows.map(r => [fx(r), fy(r), r.allocator]).filter(p => p[0] > 0 && p[1] !== undefined && p[1] !== null && (!logy || p[1] > 0));
+  const box = el("div", { class: "plot" });
+  if (!pts.length) return box;
+  const lx = v => Math.log2(v), ly = v => logy ? Math.log10(v) : v;
+  let x0 = Math.min(...pts.map(p => lx(p[0]))), x1 = Math.max(...pts.map(p => lx(p[0])));
+  let y0 = Math.min(...pts.map(p => ly(p[1]))), y1 = Math.max(...pts.map(p => ly(p[1])));
+  if (!logy) y0 = Math.min(0, y0);
+  if (x1 === x0) x1 = x0 + 1;
+  if (y1 === y0) y1 = y0 + 1;
+  const X = v => L + (lx(v) - x0) / (x1 - x0) * (W - L - R), Y = v => H - B - (ly(v) - y0) / (y1 - y0) * (H - T - B);
+  const svg = el("svg", { width: W, height: H });
+  svg.appendChild(el("text", { svg: 1, x: L, y: 14, "font-weight": "bold" }, title));
+  for (let i = 0; i <= 4; i++) {
+    const yv = y0 + (y1 - y0) * i / 4, yy = H - B - (H - T - B) * i / 4;
+    svg.appendChild(el("line", { svg: 1, x1: L, x2: W - R, y1: yy, y2: yy, stroke: "#eee" }));
+    svg.appendChild(el("text", { svg: 1, x: L - 4, y: yy + 4, "text-anchor": "end", "font-size": 10 }, fmtv(logy ? 10 ** yv : yv)));
+  }
+  const xs = [...new Set(pts.map(p => p[0]))].sort((a, b) => a - b);
+  const step = Math.ceil(xs.length / 8);
+  xs.forEach((v, i) => { if (i % step === 0) svg.appendChild(el("text", { svg: 1, x: X(v), y: H - B + 14, "text-anchor": "middle", "font-size": 10 }, fmtv(v))); });
+  svg.appendChild(el("text", { svg: 1, x: (L + W) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11 }, xlab));
+  svg.appendChild(el("text", { svg: 1, x: 12, y: (T + H - B) / 2, "font-size": 11, transform: `rotate(-90 12 ${(T + H - B) / 2})`, "text-anchor": "middle" }, ylab));
+  for (const a of allocs) {
+    const s = pts.filter(p => p[2] === a).sort((p, q) => p[0] - q[0]);
+    if (!s.length) continue;
+    svg.appendChild(el("polyline", { svg: 1, fill: "none", stroke: color(a), "stroke-width": 1.5, points: s.map(p => `${X(p[0])},${Y(p[1])}`).join(" ") }));
+    for (const p of s) {
+      const c = el("circle", { svg: 1, cx: X(p[0]), cy: Y(p[1]), r: 2.5, fill: color(a) });
+      c.appendChild(el("title", { svg: 1 }, `${a}: ${xlab} ${p[0]}, ${fmtv(p[1])}`));
+      svg.appendChild(c);
+    }
+  }
+  box.appendChild(svg);
+  return box;
+}
+function section(name, plots) {
+  if (!plots.some(p => p.childNodes.length)) return;
+  out.appendChild(el("h2", {}, name));
+  const lg = el("div", { class: "legend" });
+  for (const a of allocs) { const s = el("span", {}); const i = el("i", {}); i.style.background = color(a); s.appendChild(i); s.appendChild(document.createTextNode(a)); lg.appendChild(s); }
+  out.appendChild(lg);
+  for (const p of plots) out.appendChild(p);
+}
+const rows = t => D.rows.filter(r => r.test === t);
+for (const [t, name] of [["thread", "Allocation per thread"], ["warp", "Allocation per warp"], ["mixed", "Mixed sizes in [4, size]"]]) {
+  const r = rows(t);
+  section(`${name} (${r.length ? r[0].threads : 0} allocations)`, [
+    plot("alloc", r, x => x.size, x => x.alloc_ms, "bytes", "ms"),
+    plot("free", r, x => x.free_ms !== undefined ? x.size : 0, x => x.free_ms, "bytes", "ms")]);
+}
+{
+  const r = rows("scaling");
+  const sizes = [...new Set(r.map(x => x.size))];
+  section("Scaling over threads", sizes.flatMap(s => [
+    plot(`alloc, ${s} B`, r.filter(x => x.size === s), x => x.threads, x => x.alloc_ms, "threads", "ms"),
+    plot(`free, ${s} B`, r.filter(x => x.size === s), x => x.threads, x => x.free_ms, "threads", "ms")]));
+}
+section("Alloc+free pairs in one kernel", [plot("pairs per second", rows("pairs"), x => x.size, x => x.per_second, "bytes", "pairs/s")]);
+section("Fragmentation", [plot("address range / bytes live", rows("frag"), x => x.size, x => x.ratio, "bytes", "ratio"),
+  plot("address range (max over rounds)", rows("frag"), x => x.size, x => x.range_max, "bytes", "bytes")]);
+section("Out of memory", [plot("served / capacity", rows("oom"), x => x.size, x => x.fraction, "bytes", "fraction", false)]);
+{
+  for (const t of ["synth", "synth_write"]) {
+    const r = rows(t);
+    const sizes = [...new Set(r.map(x => x.size))];
+    section(t === "synth" ? "Synthetic workload: allocation" : "Synthetic workload: writes (per launch)",
+      sizes.map(s => plot(`sizes in [4, ${s}]`, r.filter(x => x.size === s), x => x.threads, x => x.ms, "threads", "ms")));
+  }
+}
+{
+  const t = el("table", {}), r = D.rows.filter(x => x.test === "init" || x.test === "registers");
+  if (r.length) {
+    out.appendChild(el("h2", {}, "Initialisation and registers"));
+    t.innerHTML = "<tr><th>allocator</th><th>init ms</th><th>alloc registers</th><th>free registers</th></tr>";
+    for (const a of allocs) {
+      const i = r.find(x => x.allocator === a && x.test === "init"), g = r.find(x => x.allocator === a && x.test === "registers");
+      const tr = el("tr", {});
+      for (const v of [a, i ? i.ms.toFixed(3) : "", g && g.alloc_registers !== undefined ? g.alloc_registers : "n/a", g && g.free_registers !== undefined ? g.free_registers : "n/a"])
+        tr.appendChild(el("td", {}, String(v)));
+      t.appendChild(tr);
+    }
+    out.appendChild(t);
+  }
+}
+</script></body></html>
+]==]
+  if path then
+    local f = assert(io.open(path, "w"))
+    f:write(page)
+    f:close()
+  end
+  return page
+end
+
+return survey

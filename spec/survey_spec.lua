@@ -1,0 +1,133 @@
+-- cupola.survey: the survey's test cases on cupola's pools, a plugin and
+-- CUDA's malloc, run small; what the results say about correctness (no
+-- NULL where memory is there, nothing corrupt, the heap's out-of-memory and
+-- fragmentation figures) is checked, never how fast anything was.
+local cupola = require "cupola"
+local survey = require "cupola.survey"
+
+local GPU = cupola.backend() == "cuda"
+local MiB = 1024 * 1024
+
+local function run_small(tests, allocators, extra)
+  local o = {
+    -- on a GPU 1e5 blocks of 8 KiB live at once, and 2e4 of 64 KiB
+    allocators = allocators, tests = tests, capacity = GPU and 2048 * MiB or 64 * MiB, oom_capacity = 4 * MiB,
+    iterations = 2, threads = GPU and 100000 or 3000, warps = GPU and 10000 or 300,
+    sizes = { 4, 64, 1024, 8192 }, mixed_ranges = { 512, 8192 }, scaling_sizes = { 64 },
+    scaling_threads = { 1, 32, 1024 }, pair_sizes = { 16, 4096, 65536 }, pair_threads = GPU and 20000 or 5000,
+    frag_sizes = { 16, 256, 4096 }, oom_sizes = { 16, 1024, 65536 }, oom_threads = GPU and 20000 or 2000,
+    synth_ranges = { 64 }, synth_threads = { 1, 1000 }, synth_writes = 2,
+  }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return survey.run(o)
+end
+
+local function rows(res, test, alloc)
+  local t = {}
+  for _, r in ipairs(res.rows) do
+    if r.test == test and (not alloc or r.allocator == alloc) then t[#t + 1] = r end
+  end
+  return t
+end
+
+describe("cupola.survey", function()
+  local res
+  setup(function()
+    res = run_small(nil, { "heap", "slab", { kind = "plugin", path = "examples/plugins/stackalloc.cu",
+      name = "stackalloc" }, "malloc" })
+  end)
+
+  it("runs every test for every allocator and names the run", function()
+    assert.equal(cupola.backend(), res.meta.backend)
+    assert.is_string(res.meta.device)
+    for _, t in ipairs(survey.tests) do
+      for _, a in ipairs { "heap", "slab", "stackalloc", "CUDA malloc" } do
+        if not (t == "oom" and a == "CUDA malloc") then
+          assert.is_true(#rows(res, t, a) > 0, t .. " for " .. a)
+        end
+      end
+    end
+    assert.is_true(#rows(res, "synth", "baseline (prefix sum)") > 0)
+    if not GPU then
+      assert.matches("CPU", res.meta.timing)
+      assert.is_nil(rows(res, "registers", "heap")[1].alloc_registers)
+    else
+      assert.is_true(rows(res, "registers", "heap")[1].alloc_registers > 0)
+    end
+  end)
+
+  it("every block of the heap and the plugin is served and keeps its data", function()
+    for _, a in ipairs { "heap", "stackalloc" } do
+      for _, t in ipairs { "thread", "warp", "mixed", "scaling", "pairs" } do
+        for _, r in ipairs(rows(res, t, a)) do
+          assert.equal(0, r.failed, t .. " " .. a .. " " .. r.size)
+          assert.equal(0, r.corrupt, t .. " " .. a .. " " .. r.size)
+          assert.is_true((r.alloc_ms or r.ms) > 0)
+        end
+      end
+    end
+    -- the slab stops at 8 KiB: its 64 KiB pairs fail, and say so
+    local big = rows(res, "pairs", "slab")[3]
+    assert.equal(65536, big.size)
+    assert.equal(big.threads, big.failed)
+  end)
+
+  it("the heap's out-of-memory and fragmentation figures meet their marks", function()
+    for _, r in ipairs(rows(res, "oom", "heap")) do
+      assert.is_true(r.fraction >= 0.9, r.size .. " B: " .. r.fraction)
+      assert.equal(0, r.corrupt)
+    end
+    -- Enough blocks that the slabs the warps spread over are full: on the
+    -- host a warp is a CPU thread (as many as cores), on the GPU 1e5
+    -- threads is the survey's own count.
+    local frag = survey.run { allocators = { "heap" }, tests = { "frag" }, frag_sizes = { 16, 64, 1024 },
+      threads = GPU and 100000 or 131072, frag_capacity = 256 * MiB, iterations = 2 }
+    assert.equal(3, #frag.rows)
+    for _, r in ipairs(frag.rows) do
+      assert.equal(0, r.failed)
+      assert.is_true(r.ratio >= 1 and r.ratio <= 2, r.size .. " B: " .. r.ratio)
+    end
+    -- the plugin's 16-byte headers show: half the memory at powers of two
+    for _, r in ipairs(rows(res, "oom", "stackalloc")) do
+      assert.is_true(r.fraction < 0.6)
+    end
+  end)
+
+  it("writes CSV, JSON, one self-contained HTML page and markdown", function()
+    local base = os.tmpname()
+    survey.csv(res, base .. ".csv")
+    survey.json(res, base .. ".json")
+    survey.html(res, base .. ".html")
+    local f = assert(io.open(base .. ".csv"))
+    local head = f:read "l"
+    local lines = 1
+    for _ in f:lines() do lines = lines + 1 end
+    f:close()
+    assert.matches("^test,allocator,size,threads,", head)
+    assert.equal(#res.rows + 1, lines)
+    f = assert(io.open(base .. ".json"))
+    local doc = require("dkjson").decode(f:read "a")
+    f:close()
+    assert.equal(#res.rows, #doc.rows)
+    assert.equal(res.meta.device, doc.meta.device)
+    f = assert(io.open(base .. ".html"))
+    local page = f:read "a"
+    f:close()
+    assert.matches("<!DOCTYPE html>", page)
+    assert.is_nil(page:find("src=\"http", 1, true), "no network")
+    assert.is_nil(page:find("</script>[^<]*</script>", 1)) -- the data cannot close its script
+    local md = survey.markdown(res)
+    for _, s in ipairs { "Initialisation", "Registers", "per thread", "per warp", "mixed sizes", "Scaling",
+      "pairs", "Fragmentation", "Out of memory", "Synthetic workload" } do
+      assert.matches(s, md, 1, true)
+    end
+    for _, ext in ipairs { "", ".csv", ".json", ".html" } do os.remove(base .. ext) end
+  end)
+
+  it("refuses unknown options, tests and kinds", function()
+    assert.has_error(function() survey.run { nope = 1 } end, "cupola.survey.run: unknown option 'nope'")
+    assert.has_error(function() survey.run { tests = { "speed" } } end, "cupola.survey.run: unknown test 'speed'")
+    assert.has_error(function() survey.run { allocators = { "tlsf" } } end,
+      "cupola.survey: allocators[1]: unknown kind 'tlsf'")
+  end)
+end)

@@ -1,0 +1,47 @@
+/*
+ * trace_torch.h: what the replay through the torch model (replay_torch.c)
+ * reads of a loaded trace: PyTorch's allocator operations, in order, and
+ * its device calls for replays with the recorded addresses.  Kept apart from
+ * trace.h's public interface: only the replay of kind "torch" needs it.
+ *
+ * Plain C: never includes lua.h.
+ */
+#ifndef CUPOLA_TRACE_TORCH_H
+#define CUPOLA_TRACE_TORCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool/torch.h"
+#include "trace.h"
+
+/* One operation (snapshot.h's CP_TOP_* kinds), 16 bytes. */
+typedef struct cp_trace_top {
+    uint64_t size;   /* ALLOC and OOM: the size asked */
+    uint32_t ord;    /* ALLOC, FREE, DONE: the allocation's ordinal */
+    uint16_t stream; /* index into the trace's streams */
+    uint8_t kind;
+    uint8_t flag;
+} cp_trace_top;
+
+typedef struct cp_trace_torch_view {
+    const cp_trace_top *top;
+    const uint32_t *top_row;   /* each operation's row (trace_impl.h) */
+    const double *time;        /* the rows' times (microseconds) */
+    size_t ntop;
+    const uint64_t *streams;   /* stream values by index */
+    size_t nstreams;
+    size_t nallocs;
+    const cp_torch_segev *segev; /* PyTorch's device calls (snapshots) */
+    size_t nsegev;
+    size_t entries;            /* rows of the trace (for messages) */
+} cp_trace_torch_view;
+
+void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v);
+
+/* The replay of a trace through the torch model (cp_trace_replay hands it
+ * every replay whose pool is of kind "torch"). */
+cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                                cp_replay_result *out);
+
+#endif /* CUPOLA_TRACE_TORCH_H */
