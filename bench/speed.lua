@@ -87,6 +87,10 @@ local function run_lua()
     L.raw_pair_virtual = per_op(n_pair, function(n)
       for _ = 1, n do p:free_raw(p:alloc_raw(4096, s)) end
     end)
+    -- the pool's own pair from C inside this process (no binding): the raw
+    -- pair is this, plus Lua's floor for its two calls, plus the binding
+    local core = require "cupola.core"
+    L.raw_pair_incore = per_op(n_pair, function(n) core._pair_repeat(p, n, 4096, s) end)
     local d <close> = cupola.pool { kind = "tlsf", upstream = "device", initial = "64MiB" }
     L.raw_pair_device = per_op(n_pair, function(n)
       for _ = 1, n do d:free_raw(d:alloc_raw(65536, s)) end
@@ -161,6 +165,8 @@ local rows = {
   { "pool alloc+free pair, tlsf, virtual upstream, 4 KiB", "ns", "pool_pair_virtual", "pool_pair_virtual" },
   { "raw pair, tlsf, virtual upstream, 4 KiB: p:free_raw(p:alloc_raw(n, s))", "ns", "raw_pair_virtual",
     "pool_pair_virtual", ns_aim = 150 },
+  { "  the same pool's pair from C inside this Lua process (cupola.core._pair_repeat)", "ns", "raw_pair_incore",
+    "pool_pair_virtual" },
   { "pool alloc+free pair, tlsf, device upstream, 64 KiB", "ns", "pool_pair_device", "pool_pair_device" },
   { "raw pair, tlsf, device upstream, 64 KiB", "ns", "raw_pair_device", "pool_pair_device" },
   { "Lua pool pair (device) vs cudaMallocAsync+cudaFreeAsync from C", "ns", "pool_pair_device", "async_pair",
@@ -180,7 +186,7 @@ if has_floor then
   table.insert(rows, 3, { "  floor: userdata, __index table, __gc", "ns", "floor_gc", "pool_pair_virtual" })
   table.insert(rows, 4, { "  floor: userdata, C __index, __gc (cupola's shape)", "ns", "floor_cindex",
     "pool_pair_virtual" })
-  table.insert(rows, 6, { "  floor: the raw pair's two calls, no allocator (bench/floor.c)", "ns", "floor_raw",
+  table.insert(rows, 7, { "  floor: the raw pair's two calls, no allocator (bench/floor.c)", "ns", "floor_raw",
     "pool_pair_virtual" })
 end
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "binding.h"
 #include "kernel/compile.h"
@@ -728,6 +729,29 @@ static int pool_reset(lua_State *L)
     return 0;
 }
 
+/* cupola._pair_repeat(p, n, size, s) -> seconds: n alloc+free pairs of p
+ * from C, inside this Lua process: for bench/speed.lua, which sets the raw
+ * pair's binding apart from the pool's own work as the caller's caches and
+ * branch history leave it. */
+static int pair_repeat(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    lua_Integer n = l_checkinteger(L, 2), i;
+    size_t size = l_checksize(L, 3);
+    l_streamref *s = l_optstream(L, 4);
+    struct timespec t0, t1;
+    luaL_argcheck(L, size > 0, 3, "size must be at least 1 byte, got 0");
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (i = 0; i < n; i++) {
+        void *ptr = NULL;
+        l_check(L, cp_resource_alloc(p->ref->r, size, s->s, &ptr));
+        l_check(L, cp_resource_free(p->ref->r, ptr, size, s->s));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    lua_pushnumber(L, (lua_Number)(t1.tv_sec - t0.tv_sec) + (lua_Number)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return 1;
+}
+
 /* p:time() -> seconds on the pool's clock (since it was created, or as set) */
 static int pool_time(lua_State *L)
 {
@@ -982,4 +1006,6 @@ void l_open_pool(lua_State *L)
     l_newclass(L, L_POOL, meta, methods);
     lua_pushcfunction(L, pool_new);
     lua_setfield(L, -2, "pool");
+    lua_pushcfunction(L, pair_repeat);
+    lua_setfield(L, -2, "_pair_repeat");
 }
