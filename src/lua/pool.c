@@ -729,7 +729,7 @@ static int pool_reset(lua_State *L)
     return 0;
 }
 
-/* cupola._pair_repeat(p, n, size, s) -> seconds: n alloc+free pairs of p
+/* cupola.core._pair_repeat(p, n, size, s) -> seconds: n alloc+free pairs of p
  * from C, inside this Lua process: for bench/speed.lua, which sets the raw
  * pair's binding apart from the pool's own work as the caller's caches and
  * branch history leave it. */
