@@ -7,6 +7,8 @@
  * The pool is reference counted (l_poolref): the Lua handle and each live
  * buffer hold a reference, so a pool collected in the same cycle as its
  * buffers is destroyed only after the last of them has given its block back.
+ * Raw blocks (p:alloc_raw, p:free_raw, p:buffer: "raw blocks" below) hold
+ * none: they are freed when the handle goes.
  */
 #include <math.h>
 #include <stdio.h>
