@@ -201,6 +201,16 @@ extern "C" __global__ void iota(int *x, unsigned n)
     assert.equals(a, p:alloc_raw(1000), "the arena starts again at its beginning")
   end)
 
+  it("has its pool's own pair timed from C for make bench (cupola.core._pair_repeat)", function()
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local t = require("cupola.core")._pair_repeat(p, 1000, 4096)
+    assert.is_true(t > 0 and t < 10)
+    local st = p:stats()
+    assert.equals(1000, st.allocs)
+    assert.equals(1000, st.frees)
+    assert.equals(0, st.used)
+  end)
+
   it("works over every kind and both memory and virtual upstreams", function()
     for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "vmm", "cub", "torch" } do
       for _, up in ipairs { "device", "virtual" } do
