@@ -143,6 +143,18 @@ describe("the battery itself", function()
   end)
 end)
 
+-- Bug fixed with this spec: a shrunk sequence whose allocation was taken
+-- out but whose free was kept (the final run, after shrinking, no longer
+-- failing the same way) made the reproducer raise "bad argument to 'format'".
+it("the battery's reproducer leaves out operations on blocks never allocated", function()
+  local text = require("cupola.conformance").reproducer {
+    { op = "free", id = 3, s = 1 }, { op = "raw", id = 4, size = 64, s = 2 }, { op = "wrap", id = 9 },
+    { op = "free", id = 4, s = 2 },
+  }
+  assert.equals("local b = {}\nb[1] = pool:alloc_raw(64, s[2])\npool:free_raw(b[1], s[2])",
+    text:match "local b = {}.*$")
+end)
+
 describe("the battery's raw check", function()
   -- A pool whose fourth raw block is reported 256 bytes into the third one:
   -- the raw check must catch it.
