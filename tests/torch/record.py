@@ -327,21 +327,34 @@ def probe_one(conf, outfile):
         json.dump(out, f, default=str)
 
 
-def probe_conf(outdir):
+def probe_conf(outdir, jobs=8):
+    """Each conf in a fresh process (the allocator reads its conf once), up
+    to jobs at a time."""
     os.makedirs(outdir, exist_ok=True)
-    results = []
+    procs = {}
     for i, conf in enumerate(PROBE_CONFS):
         outfile = os.path.join(outdir, f"probe{i}.json")
         env = dict(os.environ)
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-        p = subprocess.run([sys.executable, __file__, "--probe-one", conf, outfile], env=env,
-                           capture_output=True, text=True, timeout=120)
+        while len([p for p in procs.values() if p.poll() is None]) >= jobs:
+            time.sleep(0.2)
+        procs[i] = subprocess.Popen([sys.executable, __file__, "--probe-one", conf, outfile],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+    results = []
+    for i, conf in enumerate(PROBE_CONFS):
+        outfile = os.path.join(outdir, f"probe{i}.json")
+        try:
+            out, _ = procs[i].communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            procs[i].kill()
+            out, _ = procs[i].communicate()
         try:
             results.append(json.load(open(outfile)))
             os.remove(outfile)
         except Exception:  # noqa: BLE001 - the process died before writing
             results.append({"conf": conf, "accepted": False,
-                            "error": (p.stderr or p.stdout).strip().splitlines()[-1:]})
+                            "error": (out or "").strip().splitlines()[-1:]})
     with open(os.path.join(outdir, "conf_probe.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
     probe_lua(os.path.join(outdir, "conf_probe.json"), os.path.join(outdir, "conf_probe.lua"))
