@@ -313,7 +313,8 @@ CPD_FN cpd_u64 cpd_heap_claim_bits(cupola_device_pool *pool, cpd_u32 k, cpd_u32 
         cpd_u32 end = pass & 1 ? start : W;
         for (cpd_u32 w = pass & 1 ? 0u : start; w < end; w++) {
             cpd_u32 cur;
-            if (pass < 2 && (w = cpd_heap_open_in(pool, w, end)) >= end)
+            /* (the start itself cpd_heap_start just found open, unless spread) */
+            if (pass < 2 && !(pass == 0 && w == start && !spread) && (w = cpd_heap_open_in(pool, w, end)) >= end)
                 break;
             cur = cpd_load32(&pool->cmap[w]);
             while (cur != 0xffffffffu) {
