@@ -45,7 +45,14 @@ end
 
 local rows_file = assert(io.open(out .. "/survey-" .. part .. ".rows", "w"))
 local t0 = cupola.clock()
+-- every row of the part, as it comes (meta: the first run's, completed by
+-- the later ones)
+local res = { meta = nil, rows = {} }
+local write_outputs
 local function progress(r)
+  res.rows[#res.rows + 1] = r
+  -- CUDA's malloc may take many seconds a launch: the aims' files after each
+  if part == "aims" and r.allocator == "CUDA malloc" then write_outputs() end
   rows_file:write(string.format("%8.1fs %-12s %-22s size=%-9s threads=%-8s %s\n", cupola.clock() - t0, r.test,
     r.allocator, tostring(r.size or ""), tostring(r.threads or ""),
     r.alloc_ms and string.format("alloc %.4f ms free %.4f ms failed %d", r.alloc_ms, r.free_ms or 0, r.failed or 0)
@@ -83,13 +90,11 @@ local function with(t)
   return o
 end
 
-local res = { meta = nil, rows = {} }
 local function merge(r)
   res.meta = res.meta or r.meta
   for k, v in pairs(r.meta) do
     if res.meta[k] == nil then res.meta[k] = v end
   end
-  for _, x in ipairs(r.rows) do res.rows[#res.rows + 1] = x end
 end
 -- A run of the survey while time is left (a part never starts what it cannot
 -- begin in the last 10 s).
@@ -105,7 +110,6 @@ end
 
 -- The part's files, rewritten after each run of it (a part stopped from
 -- outside keeps what it finished).
-local write_outputs
 
 -- cupola's aims for the heap, on the figures of this run.
 local function find(test, alloc, size)
@@ -169,7 +173,7 @@ if part == "aims" then
   run { allocators = { "heap" }, tests = { "pairs", "oom", "frag" } }
   write_outputs()
   run { allocators = { "malloc" }, tests = { "pairs" }, pair_probe = { scaled(10000), scaled(100000) },
-    pair_budget_ms = 12000 }
+    pair_budget_ms = 8000 }
 elseif part == "malloc-oom" then
   run { allocators = { "malloc" }, tests = { "oom" }, oom_capacity = GPU and 64 * MiB or 16 * MiB }
 else
