@@ -690,6 +690,23 @@ cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out)
     return CP_OK;
 }
 
+size_t cp_trace_torch_calls(const cp_trace *t)
+{
+    return t->nsegev;
+}
+
+cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t *size,
+                             uint64_t *stream)
+{
+    if (k >= t->nooms)
+        return cp_error_set(CP_ERR_INVALID, "oom entry %zu out of range (the trace has %zu)", k,
+                            t->nooms);
+    *row = t->oom_row[k];
+    *size = t->oom_size[k];
+    *stream = t->streams[t->oom_stream[k]];
+    return CP_OK;
+}
+
 const char *cp_trace_format(const cp_trace *t)
 {
     return t->format ? "torch_snapshot" : "rmm_csv";
