@@ -36,18 +36,25 @@ static l_trace *totrace(lua_State *L, int arg)
 
 static int trace_load(lua_State *L)
 {
+    static const char *const opts[] = {"device", NULL};
     size_t plen;
     const char *path = l_checklstring(L, 1, &plen);
     l_trace *tr;
     cp_trace *t = NULL;
     cp_status st;
+    lua_Integer device;
     /* C sees the path up to its first NUL: "a\0b" would open "a". */
     if (strlen(path) != plen)
         return luaL_argerror(L, 1, lua_pushfstring(L, "path contains a NUL byte, got %s", l_pushshown(L, 1)));
+    l_checkoptions(L, 2, "cupola.trace.load", opts);
+    device = l_optint_field(L, 2, "device", -1);
+    if (lua_istable(L, 2) && (device < 0 || device > 65535))
+        return luaL_argerror(L, 2, lua_pushfstring(L, "option 'device' must be in 0..65535, got %I",
+                                                    (LUAI_UACINT)device));
     tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;
     luaL_setmetatable(L, L_TRACE);
-    st = cp_trace_load(path, &t);
+    st = cp_trace_load_device(path, (int)device, &t);
     if (st == CP_ERR_OOM)
         return l_alloc_result(L, st);
     l_check(L, st);

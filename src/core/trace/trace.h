@@ -178,6 +178,11 @@ void cp_replay_result_fini(cp_replay_result *res);
 /* Loads path (plain or gzip).  CP_ERR_INVALID with "path:line: reason" for
  * malformed input, CP_ERR_BACKEND when the file cannot be opened. */
 cp_status cp_trace_load(const char *path, cp_trace **out);
+/* The same, of one device of a snapshot (device < 0: every device): only
+ * device_traces[device]'s entries become rows, PyTorch's reserved figures
+ * are that device's, and the torch model's operations are of it.
+ * CP_ERR_INVALID when the file has no such device. */
+cp_status cp_trace_load_device(const char *path, int device, cp_trace **out);
 void cp_trace_free(cp_trace *t);
 
 size_t cp_trace_events(const cp_trace *t);
