@@ -410,7 +410,18 @@ static int trace_replay(lua_State *L)
             return luaL_error(L, "cupola.trace.replay: option 'addresses' must be one of model, "
                                  "recorded, not '%s'", (l_pushcut(L, a, strlen(a)), lua_tostring(L, -1)));
     }
-    o.stop_at_oom = l_optbool_field(L, 3, "stop_at_oom", 0);
+    if (lua_istable(L, 3) && lua_getfield(L, 3, "stop_at_oom") == LUA_TSTRING) {
+        /* "needed": only at a request the program needed (trace.h) */
+        if (strcmp(lua_tostring(L, -1), "needed") != 0)
+            return luaL_error(L, "cupola.trace.replay: option 'stop_at_oom' must be a boolean or "
+                                 "\"needed\", not %s", l_pushshown(L, -1));
+        o.stop_at_oom = CP_STOP_NEEDED;
+        lua_pop(L, 1);
+    } else {
+        if (lua_istable(L, 3))
+            lua_pop(L, 1);
+        o.stop_at_oom = l_optbool_field(L, 3, "stop_at_oom", 0) ? CP_STOP_ANY : CP_STOP_NONE;
+    }
     ps.t0 = mono_s();
     ps.shown = 0;
     if (l_optbool_field(L, 3, "progress", 1) && isatty(2)) {

@@ -83,14 +83,19 @@ static cp_status search(const cp_trace *t, cp_advise_job *j, int main_fits)
     int fits = 0, exact_drop;
     cp_status st;
     int is_torch = j->pool.kind && strcmp(j->pool.kind, "torch") == 0;
-    int gc = 0;
+    int exact = 0;
 
-    if (is_torch && j->pool.torch_conf) {
+    if (is_torch) {
+        /* cudaMalloc's check is the segment's own size against the limit;
+         * collection by threshold acts at a fraction of the limit, and an
+         * expandable segment's check counts its whole request where only
+         * the pages missing are mapped: those two bisect on L itself */
         cp_torch_conf c;
-        if (cp_torch_conf_parse(j->pool.torch_conf, strlen(j->pool.torch_conf), &c) == CP_OK)
-            gc = c.gc_threshold > 0.0;
+        const char *conf = j->pool.torch_conf ? j->pool.torch_conf : "";
+        if (cp_torch_conf_parse(conf, strlen(conf), &c) == CP_OK)
+            exact = c.gc_threshold <= 0.0 && !c.expandable_segments;
     }
-    exact_drop = is_torch && !gc;
+    exact_drop = exact;
     if (main_fits) {
         res = j->res; /* a run that fits: its figures bound the search */
         hi = j->limit && !exact_drop ? j->limit : res.peak_reserved;

@@ -18,10 +18,12 @@
  * the same in every run that serves the same requests); at its peak
  * reserved the run is the one without a limit (no device request passed
  * it).  A run that fits under a limit L and reserves at most R < L runs the
- * same under R (each of its device requests stayed within R), so the upper
- * bound drops to R at once; not so with a garbage_collection_threshold (it
- * acts at a fraction of the limit) or for cupola's pools (a pool's `max` may
- * change what it keeps), which bisect on L itself.  Fitting is not proven
+ * same under R (each of its cudaMalloc calls stayed within R), so the
+ * upper bound drops to R at once; not so with a garbage_collection_threshold
+ * (it acts at a fraction of the limit), with expandable segments (a map is
+ * checked against the limit with the request's whole size, though only the
+ * pages missing are mapped) or for cupola's pools (a pool's `max` may change
+ * what it keeps), which bisect on L itself.  Fitting is not proven
  * monotone in the limit (best fit and collection differ with it): the
  * figure is the least limit the bisection found that fits, not a proof that
  * none below does.

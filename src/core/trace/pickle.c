@@ -433,8 +433,13 @@ static cp_status run(reader *r, cp_pk_value **root)
         case 0x95: /* FRAME: a length hint for buffered readers */
             if (!need(r, 8))
                 return fail(r, "truncated FRAME");
-            if (r->total_known && le(r->b + r->pos, 8) > r->len - r->pos - 8)
-                return fail(r, "FRAME runs past the end of the data");
+            {
+                /* a frame's bytes must all be there (as for Python's reader);
+                 * a stream reads them ahead, which its writer sized for */
+                uint64_t flen = le(r->b + r->pos, 8);
+                if (flen > SIZE_MAX / 2 || !need(r, 8 + (size_t)flen))
+                    return fail(r, "FRAME runs past the end of the data");
+            }
             r->pos += 8;
             break;
         case '.': /* STOP */

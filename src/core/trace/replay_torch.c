@@ -175,7 +175,9 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         const uint32_t *top_row = v.top_row;
         const double *time = v.time;
         const uint64_t *reserved_now = cp_torch_reserved_now(m);
-        double time0 = v.ntop ? time[0] : 0.0;
+        /* a snapshot may hold operations and no row at all (segment and oom
+         * entries only): no time then */
+        double time0 = v.ntop && v.entries ? time[0] : 0.0;
         int follow = 1;
         if (o->trace_clock) {
             st = chook.begin(chook.self, &w, &follow);
@@ -207,7 +209,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             if (__builtin_expect(note, 0))
                 cp_torch_set_event(m, (size_t)(op - v.top));
             replay_lock_tick(&lk);
-            {
+            if (__builtin_expect(v.entries != 0, 1)) {
                 double tm = time[top_row[op - v.top]] - time0;
                 if (tm > g.t)
                     g.t = tm;
