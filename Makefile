@@ -324,7 +324,7 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_TRACE_SECONDS ?= 60
 
-.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps fuzz-pickle fuzz-scan fuzz-option
+.PHONY: rel-asan-build rel-vg-build test-asan test-valgrind test-gc fuzz fuzz-gpu fuzz-trace fuzz-deps fuzz-pickle fuzz-scan fuzz-option fuzz-rawmap
 rel-asan-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(ASAN_CFLAGS)" \
 	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS)) \
@@ -470,6 +470,7 @@ fuzz-pickle: fuzz-deps $(FUZZ_BUILD)/fuzz_pickle
 # an independent statement of it.  Seeds: tests/fuzz/corpus-scan, -option.
 FUZZ_SCAN_SECONDS ?= 30
 FUZZ_OPTION_SECONDS ?= 20
+FUZZ_RAWMAP_SECONDS ?= 20
 FUZZ_SCAN_SRC := tests/fuzz/fuzz_scan.c src/core/error.c src/core/kernel/scan.c
 FUZZ_OPTION_SRC := tests/fuzz/fuzz_option.c src/core/error.c src/core/kernel/compile.c \
                    src/core/pool/torch_conf.c
@@ -481,6 +482,11 @@ $(FUZZ_BUILD)/fuzz_option: $(FUZZ_OPTION_SRC) $(wildcard src/core/*.h src/core/k
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/core -o $@ $(FUZZ_OPTION_SRC) -lpthread
+# fuzz-rawmap: a Pool's map of raw blocks (src/lua/rawmap.h, plain C), against a model.
+$(FUZZ_BUILD)/fuzz_rawmap: tests/fuzz/fuzz_rawmap.c src/lua/rawmap.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -Isrc/lua -o $@ tests/fuzz/fuzz_rawmap.c
 
 # $(call run_fuzzer,name,seconds,max_len,dict): a bounded run with its own
 # "N passed, N failed" line; the corpus grows under $(FUZZ_BUILD).
@@ -499,12 +505,15 @@ define run_fuzzer
 	fi
 endef
 
-.PHONY: fuzz-scan fuzz-option
+.PHONY: fuzz-scan fuzz-option fuzz-rawmap
 fuzz-scan: fuzz-deps $(FUZZ_BUILD)/fuzz_scan
 	$(call run_fuzzer,scan,$(FUZZ_SCAN_SECONDS),8192,tests/fuzz/scan.dict)
 
 fuzz-option: fuzz-deps $(FUZZ_BUILD)/fuzz_option
 	$(call run_fuzzer,option,$(FUZZ_OPTION_SECONDS),512,tests/fuzz/option.dict)
+
+fuzz-rawmap: fuzz-deps $(FUZZ_BUILD)/fuzz_rawmap
+	$(call run_fuzzer,rawmap,$(FUZZ_RAWMAP_SECONDS),4096,tests/fuzz/rawmap.dict)
 
 # ---- soak: a seeded random mix of everything for a bounded time --
 # spec/soak/soak.lua says what it mixes and checks.  Two emulated devices on

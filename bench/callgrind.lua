@@ -5,6 +5,9 @@
 --   lua5.4 bench/callgrind.lua <shape> <n>
 -- Shapes:
 --   pair       p:alloc(4096, s):free()  (tlsf, virtual upstream, reuse "event")
+--   raw        p:free_raw(p:alloc_raw(4096, s))  (the same pool: the pair without a Buffer)
+--   rawfloor   the same calls on bench/floor.c's "raw" object (no allocator: Lua's own share;
+--              needs build/bench_floor.so)
 --   sqrt       kernels.sqrt_index(b)
 --   fill       kernels.fill(b, 1, {stream = s})  (the table built per call)
 --   user3      k:launch(opts, b, 1024, 2.0)  (a run-time compiled kernel, 3 args, opts reused)
@@ -33,6 +36,12 @@ local s = cupola.stream()
 if shape == "pair" then
   local p = cupola.pool { kind = "tlsf", upstream = "virtual", initial = "64MiB", reuse = "event" }
   for _ = 1, n do p:alloc(4096, s):free() end
+elseif shape == "raw" then
+  local p = cupola.pool { kind = "tlsf", upstream = "virtual", initial = "64MiB", reuse = "event" }
+  for _ = 1, n do p:free_raw(p:alloc_raw(4096, s)) end
+elseif shape == "rawfloor" then
+  local p = require("bench_floor").pool "raw"
+  for _ = 1, n do p:free_raw(p:alloc_raw(4096, s)) end
 elseif shape == "sqrt" or shape == "fill" then
   local b = cupola.malloc(4096)
   local ds = cupola.default_stream

@@ -11,7 +11,7 @@ set -eu
 LUA=${LUA:-lua5.4}
 N1=${N1:-2000}
 N2=${N2:-12000}
-SHAPES=${*:-pair sqrt fill user3 user3new event async mempool seed plugin pluginpass pluginlive pluginalign}
+SHAPES=${*:-pair raw sqrt fill user3 user3new event async mempool seed plugin pluginpass pluginlive pluginalign}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

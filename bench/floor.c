@@ -6,6 +6,9 @@
  * C calls, the userdata's allocation and collection) and nothing else.
  *
  *   floor.pool(variant) -> object with :alloc(n, s) -> object with :free()
+ *   floor.pool("raw") -> object with :alloc_raw(n, s) -> integer and
+ *                        :free_raw(integer): the shape of a raw pair
+ *                        (`p:free_raw(p:alloc_raw(n, s))`), no object made
  *   variants: "table"  __index is the method table, no finalizer
  *             "gc"     __index is the method table, a __gc finalizer
  *             "cindex" __index is a C function (fields possible), a __gc
@@ -13,6 +16,7 @@
  *
  * Built by `make bench` as build/bench_floor.so; never installed.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -61,14 +65,45 @@ static int f_alloc(lua_State *L)
     return 1;
 }
 
+/* pool:alloc_raw(n, s) -> an integer (the pool's own address); pool:free_raw(a) */
+static int f_alloc_raw(lua_State *L)
+{
+    void *p = lua_touserdata(L, 1);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    if (!p)
+        return luaL_argerror(L, 1, "pool expected");
+    lua_pushinteger(L, (lua_Integer)(uintptr_t)p + (n & 1));
+    return 1;
+}
+
+static int f_free_raw(lua_State *L)
+{
+    if (!lua_touserdata(L, 1))
+        return luaL_argerror(L, 1, "pool expected");
+    luaL_checkinteger(L, 2);
+    return 0;
+}
+
 /* A metatable for the objects (variant) and one for the pool, whose alloc
  * closes over the objects' metatable. */
 static int f_pool(lua_State *L)
 {
     const char *v = luaL_checkstring(L, 1);
     int cindex = strcmp(v, "cindex") == 0, gc = cindex || strcmp(v, "gc") == 0;
+    if (strcmp(v, "raw") == 0) {
+        lua_newuserdatauv(L, 1, 0); /* the pool */
+        lua_newtable(L);            /* its metatable */
+        lua_newtable(L);            /* its methods */
+        lua_pushcfunction(L, f_alloc_raw);
+        lua_setfield(L, -2, "alloc_raw");
+        lua_pushcfunction(L, f_free_raw);
+        lua_setfield(L, -2, "free_raw");
+        lua_setfield(L, -2, "__index");
+        lua_setmetatable(L, -2);
+        return 1;
+    }
     if (!cindex && !gc && strcmp(v, "table") != 0)
-        return luaL_argerror(L, 1, "variant must be table, gc or cindex");
+        return luaL_argerror(L, 1, "variant must be table, gc, cindex or raw");
     lua_newuserdatauv(L, 1, 0); /* the pool */
     lua_newtable(L);            /* pool mt */
     lua_newtable(L);            /* pool methods */

@@ -11,6 +11,14 @@
 --                     cudaMemPool, cudaMallocFromPoolAsync)
 --   cupola pools      every kind (tlsf, freelist, caching, arena) under every
 --                     reuse policy (stream, event, wait), device upstream
+--   raw               tlsf and caching (reuse event) and tlsf (reuse stream)
+--                     through p:alloc_raw / p:free_raw: an integer address, no
+--                     Buffer; its kernels are the same pattern and check written
+--                     as a kernel of cupola.module (launched with the address),
+--                     and "cupola tlsf/event, k:launch" runs those kernels on
+--                     Buffers, so raw against Buffer is read between those two
+--                     rows and kernels.pattern against k:launch between that one
+--                     and "cupola tlsf/event"
 -- Reported per allocator and K: wall time of the timed pass (median of REPS,
 -- after a warm-up pass, ending when every stream has drained), bytes reserved
 -- from the device at the end and at the peak, and a data check: a separate
@@ -129,6 +137,96 @@ for _, kind in ipairs { "tlsf", "freelist", "caching", "arena" } do
   end
 end
 
+-- The pattern and its check as kernels of one's own (for raw addresses),
+-- compiled on first use: bytes that depend on the seed and the offset, and
+-- the count of bytes that differ.
+local KSRC = [[
+#include <cupola/device.h>
+__device__ unsigned char pbyte(unsigned long long seed, unsigned long long i)
+{
+    unsigned long long z = (seed ^ (i >> 3)) * 0x9E3779B97F4A7C15ull;
+    z ^= z >> 29;
+    return (unsigned char)(z >> ((i & 7) * 8));
+}
+extern "C" __global__ void raw_pattern(unsigned char *p, unsigned long long n, unsigned long long seed)
+{
+    for (unsigned long long i = cupola_global_index(); i < n; i += cupola_grid_size())
+        p[i] = pbyte(seed, i);
+}
+extern "C" __global__ void raw_verify(const unsigned char *p, unsigned long long n, unsigned long long seed,
+                                      unsigned long long *bad)
+{
+    unsigned long long c = 0;
+    for (unsigned long long i = cupola_global_index(); i < n; i += cupola_grid_size())
+        c += p[i] != pbyte(seed, i);
+    if (c)
+        atomicAdd(bad, c);
+}
+]]
+local own
+local function own_kernels()
+  if not own then
+    local m = cupola.module { source = KSRC, name = "multistream_raw.cu" }
+    own = { m = m, pattern = m:kernel("raw_pattern", { "ptr", "u64", "u64" }),
+      verify = m:kernel("raw_verify", { "ptr", "u64", "u64", "ptr" }), bad = {} }
+  end
+  return own
+end
+-- grid from the size, as the built-in kernels choose it (grid-stride beyond)
+local function shape(size, s) return { grid = math.min((size + 255) // 256, 1024), block = 256, stream = s } end
+local function own_pattern(_, x, size, seed, s)
+  local o = own_kernels()
+  o.pattern:launch(shape(size, s), x, size, seed)
+end
+local function own_verify(_, x, size, seed, s)
+  local o = own_kernels()
+  local bad = o.bad[s]
+  if not bad then
+    bad = cupola.malloc(8)
+    o.bad[s] = bad
+  end
+  bad:memset(0, s)
+  o.verify:launch(shape(size, s), x, size, seed, bad)
+  return (string.unpack("<I8", bad:read(0, 8, s)))
+end
+
+allocators[#allocators + 1] = {
+  name = "cupola tlsf/event, k:launch",
+  cupola_pool = true,
+  open = function() return { p = cupola.pool { kind = "tlsf", upstream = "device", reuse = "event" } } end,
+  alloc = function(st, size, s) return st.p:alloc(size, s) end,
+  pattern = function(st, b, size, seed, s) own_pattern(st, b, size, seed, s) end,
+  verify = own_verify,
+  reserved = function(st)
+    local x = st.p:stats()
+    return x.reserved, x.reserved_peak
+  end,
+  close = function(st)
+    cupola.synchronize()
+    st.p:close()
+  end,
+}
+for _, c in ipairs { { "tlsf", "event" }, { "caching", "event" }, { "tlsf", "stream" } } do
+  local kind, reuse = c[1], c[2]
+  allocators[#allocators + 1] = {
+    name = string.format("cupola %s/%s raw", kind, reuse),
+    cupola_pool = true,
+    open = function() return { p = cupola.pool { kind = kind, upstream = "device", reuse = reuse } } end,
+    alloc = function(st, size, s) return st.p:alloc_raw(size, s) end,
+    free = function(st, a) st.p:free_raw(a) end,
+    pattern = own_pattern,
+    verify = own_verify,
+    reserved = function(st)
+      local x = st.p:stats()
+      return x.reserved, x.reserved_peak
+    end,
+    close = function(st)
+      cupola.synchronize()
+      assert(st.p:close() == 0, "raw blocks left live")
+    end,
+  }
+end
+
 local function free(a, st, b)
   if a.free then a.free(st, b) else b:free() end
 end
@@ -140,11 +238,14 @@ local function pass(a, st, streams, sizes, check, round_seed)
   for i = 1, N do
     for k = 1, #streams do
       local s = streams[k]
-      local b = a.alloc(st, sizes[k][i], s)
+      local size = sizes[k][i]
+      local b = a.alloc(st, size, s)
       if b then
         local seed = round_seed + i * 16 + k
-        K.pattern(b, seed, { stream = s })
-        if check and (i + k) % 2 == 0 then bad = bad + K.verify(b, seed, { stream = s }) end
+        if a.pattern then a.pattern(st, b, size, seed, s) else K.pattern(b, seed, { stream = s }) end
+        if check and (i + k) % 2 == 0 then
+          bad = bad + (a.verify and a.verify(st, b, size, seed, s) or K.verify(b, seed, { stream = s }))
+        end
         free(a, st, b)
       else
         failed = failed + 1

@@ -60,11 +60,15 @@ describe("examples", function()
     assert.matches("alloc%+free pair, 4 KiB %(ns, host%)%s+%d+%s+%d+", out)
   end)
 
-  it("custom_pool.lua sub-allocates, fails cleanly, falls back and coalesces", function()
+  it("custom_pool.lua sub-allocates, fails cleanly, falls back, coalesces and hands out raw blocks", function()
     local out = run "custom_pool.lua"
     assert.matches("nil (out_of_memory:", out, 1, true)
     assert.matches("the 40 MB request is served: sum 10000000", out, 1, true)
     assert.matches("largest free 32.00 MiB (coalesced), fragmentation 0.00", out, 1, true)
+    assert.matches("raw alloc%+free pair from Lua: %d+ ns", out)
+    assert.matches("lies inside the 4096-byte raw block at", out, 1, true)
+    assert.matches("sum of 0..1023 = 523776", out, 1, true)
+    assert.matches("live raw blocks 2; close() frees them with the pool: 2", out, 1, true)
   end)
 
   it("stream_ordered_pool.lua never corrupts another stream's data", function()

@@ -1,9 +1,10 @@
 -- Allocator fuzzing: seeded random sequences of operations --
 -- alloc, free on any stream, trim, reset, stats, close, drop-and-collect,
--- stream close -- against every pool kind x upstream, the native mempool
+-- stream close, and raw blocks (alloc_raw, free_raw, buffer() handing one
+-- to a Buffer) -- against every pool kind x upstream, the native mempool
 -- and malloc_async, with the invariants checked after every step:
 --
---   * no two live buffers overlap (nothing is handed out twice);
+--   * no two live blocks, Buffers or raw, overlap (nothing is handed out twice);
 --   * every address is aligned as the pool promises;
 --   * conservation: the pool's `used` is the sum of its live buffers'
 --     sizes, allocs - frees is their number, used + free <= reserved,
@@ -113,6 +114,7 @@ function World:open_pool()
     rec.handle = assert(cupola.pool { kind = "torch", upstream = cfg.upstream, max = cfg.max,
                                       conf = cfg.conf })
     rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
+    rec.custom = true
   else
     rec.handle = assert(cupola.pool {
       kind = cfg.kind, upstream = cfg.upstream, alignment = cfg.alignment,
@@ -121,7 +123,9 @@ function World:open_pool()
       release_threshold = cfg.release_threshold, clock = cfg.clock,
     })
     rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
+    rec.custom = true
   end
+  rec.raw = 0 -- live raw blocks (custom pools)
   self.pool = rec
   self.pools[#self.pools + 1] = rec
 end
@@ -133,7 +137,7 @@ end
 -- Verifies a live buffer's pattern (a kernel on its stream).  Kept in its
 -- own function so no register of the caller holds the buffer afterwards.
 local function verify(w, e)
-  if e.pool.has_memory then
+  if e.pool.has_memory and not e.raw then
     local bad = K.verify(e.b, e.seed)
     assert(bad == 0, string.format("%s: %d corrupt bytes in a %d-byte buffer at 0x%x", w:where(), bad, e.size, e.address))
     totals.verified = totals.verified + 1
@@ -145,8 +149,19 @@ function World:remove(i)
   local e = self.live[i]
   self.live[i] = self.live[#self.live]
   self.live[#self.live] = nil
-  e.pool.live = e.pool.live - 1
+  if e.raw then e.pool.raw = e.pool.raw - 1 else e.pool.live = e.pool.live - 1 end
   return e
+end
+
+-- A live entry of the kind wanted (raw or a Buffer), or nil.
+function World:pick_live(raw)
+  local n = #self.live
+  if n == 0 then return nil end
+  local start = self.r.int(1, n)
+  for k = 0, n - 1 do
+    local i = (start + k - 1) % n + 1
+    if (self.live[i].raw or false) == raw then return i end
+  end
 end
 
 -- ---- operations ----
@@ -173,6 +188,46 @@ function World:op_alloc()
   self.live[#self.live + 1] = e
 end
 
+-- A raw block: an integer address, counted apart from the Buffers.
+function World:op_alloc_raw()
+  local p = self.pool
+  if not p.custom then return self:op_alloc() end
+  local size = random_size(self.r)
+  local s = self:random_stream()
+  local a, msg, kind = p.handle:alloc_raw(size, s)
+  if not a then
+    assert(kind == "out_of_memory", string.format("%s: alloc_raw(%d) failed with %s", self:where(), size, tostring(msg)))
+    totals.ooms = totals.ooms + 1
+    return
+  end
+  totals.allocs = totals.allocs + 1
+  assert(math.type(a) == "integer" and a % p.alignment == 0,
+    string.format("%s: raw address %s is not a %d-aligned integer", self:where(), tostring(a), p.alignment))
+  p.raw = p.raw + 1
+  self.live[#self.live + 1] = { raw = true, size = size, address = a, pool = p, seed = self.next_seed * 7919 + SEED }
+  self.next_seed = self.next_seed + 1
+end
+
+-- A raw block handed over to a Buffer (p:buffer), which gets a pattern.
+function World:op_wrap()
+  local i = self:pick_live(true)
+  if not i then return self:op_alloc_raw() end
+  local e = self.live[i]
+  if self.r.chance(0.1) and e.pool.alignment > 1 then -- inside the block: refused
+    assert.error_matches(function() e.pool.handle:buffer(e.address + 1) end, "lies inside the", 1, true)
+  end
+  local b = e.pool.handle:buffer(e.address)
+  assert.equals(e.address, b.address)
+  assert.equals(e.size, b.size)
+  e.raw, e.b = nil, b
+  e.pool.raw = e.pool.raw - 1
+  e.pool.live = e.pool.live + 1
+  if e.pool.has_memory then K.pattern(b, e.seed) end
+  if self.r.chance(0.1) then
+    assert.error_matches(function() e.pool.handle:free_raw(e.address) end, "already belongs to the Buffer", 1, true)
+  end
+end
+
 function World:op_free()
   if #self.live == 0 then return self:op_alloc() end
   local i = self.r.int(1, #self.live)
@@ -181,6 +236,14 @@ function World:op_free()
   -- any stream: its own (nil), the default, or another one
   local s
   if not self.r.chance(0.3) then s = self:random_stream() end
+  if e.raw then
+    e.pool.handle:free_raw(e.address, s)
+    totals.frees = totals.frees + 1
+    if self.r.chance(0.1) then
+      assert.error_matches(function() e.pool.handle:free_raw(e.address) end, "double free", 1, true)
+    end
+    return
+  end
   e.b:free(s)
   assert.is_true(e.b.freed)
   assert.equals(0, e.b.address)
@@ -197,8 +260,8 @@ end
 -- event, or with a wait on it); a pool that hands it over too early lets the
 -- late kernel land on the next owner's pattern, which its verify catches.
 function World:op_free_late()
-  if #self.live == 0 then return self:op_alloc() end
-  local i = self.r.int(1, #self.live)
+  local i = self:pick_live(false)
+  if not i then return self:op_alloc() end
   local e = self.live[i]
   if not e.pool.has_memory then return self:op_free() end
   verify(self, e)
@@ -215,10 +278,11 @@ end
 -- Drops the references to a few buffers and collects: their __gc frees them
 -- on their own streams.
 function World:op_drop()
-  local n = math.min(#self.live, self.r.int(1, 4))
+  local n = self.r.int(1, 4)
   local ghosts = setmetatable({}, { __mode = "v" })
-  for _ = 1, n do
-    local i = self.r.int(1, #self.live)
+  for k = 1, n do
+    local i = self:pick_live(false) -- (a raw block has no object to drop)
+    if not i then n = k - 1 break end
     verify(self, self.live[i])
     local e = self:remove(i)
     ghosts[#ghosts + 1] = e.b
@@ -253,6 +317,12 @@ function World:op_reset()
   end
   p.handle:reset()
   for _, e in ipairs(gone) do
+    if e.raw then
+      if self.r.chance(0.3) then
+        assert.error_matches(function() p.handle:free_raw(e.address) end, "freed by the pool's reset()", 1, true)
+      end
+      goto continue
+    end
     assert.is_true(e.b.freed)
     assert.error_matches(function() e.b:read(0, 1) end, "freed by its pool's reset()", 1, true)
     if self.r.chance(0.5) then -- drops the references; else GC does
@@ -262,6 +332,7 @@ function World:op_reset()
         e.b:close()
       end
     end
+    ::continue::
   end
   totals.frees = totals.frees + #gone
 end
@@ -280,7 +351,13 @@ function World:op_close()
     end
     return
   end
-  p.handle:close()
+  -- raw blocks do not hold the pool: close frees them and says how many
+  local nraw = p.raw
+  local closed = p.handle:close()
+  if p.custom then assert.equals(nraw, closed) end
+  for i = #self.live, 1, -1 do
+    if self.live[i].pool == p then self:remove(i) end
+  end
   for i, q in ipairs(self.pools) do
     if q == p then table.remove(self.pools, i) break end
   end
@@ -326,11 +403,14 @@ function World:check()
   local where = self:where()
   -- per pool: conservation and consistency of the statistics
   for _, p in ipairs(self.pools) do
-    local sum, n = 0, 0
+    local sum, n, nraw = 0, 0, 0
     for _, e in ipairs(self.live) do
-      if e.pool == p then sum, n = sum + e.size, n + 1 end
+      if e.pool == p then
+        sum = sum + e.size
+        if e.raw then nraw = nraw + 1 else n = n + 1 end
+      end
     end
-    assert(n == p.live, where .. ": model count")
+    assert(n == p.live and nraw == p.raw, where .. ": model count")
     local st = p.handle:stats()
     if self.cfg.native then
       local base = p.base_live or 0
@@ -344,8 +424,10 @@ function World:check()
       assert(st.used_high >= st.used_current and st.reserved_high >= st.reserved_current, where .. ": high marks")
     else
       assert(st.live_buffers == n, string.format("%s: %d live buffers, the pool says %d", where, n, st.live_buffers))
-      assert(st.used == sum, string.format("%s: used %d, live buffers hold %d", where, st.used, sum))
-      assert(st.allocs - st.frees == n, string.format("%s: allocs %d - frees %d ~= %d live", where, st.allocs, st.frees, n))
+      assert(st.live_raw == nraw, string.format("%s: %d live raw blocks, the pool says %d", where, nraw, st.live_raw))
+      assert(st.used == sum, string.format("%s: used %d, live blocks hold %d", where, st.used, sum))
+      assert(st.allocs - st.frees == n + nraw,
+        string.format("%s: allocs %d - frees %d ~= %d live", where, st.allocs, st.frees, n + nraw))
       assert(st.used + st.free_bytes <= st.reserved,
         string.format("%s: used %d + free %d > reserved %d", where, st.used, st.free_bytes, st.reserved))
       assert(st.largest_free <= st.free_bytes, where .. ": largest_free above free_bytes")
@@ -374,7 +456,7 @@ function World:check()
   -- pools whose handle was replaced are let go once empty
   for i = #self.pools, 1, -1 do
     local p = self.pools[i]
-    if p ~= self.pool and p.live == 0 then
+    if p ~= self.pool and p.live == 0 and p.raw == 0 then
       -- its handle is collected (the pool destroyed) at some later point
           table.remove(self.pools, i)
     end
@@ -386,6 +468,7 @@ end
 local ops = {
   { "alloc", 40 }, { "free", 20 }, { "free_late", 6 }, { "drop", 5 }, { "trim", 5 }, { "reset", 3 },
   { "stats", 5 }, { "close", 3 }, { "stream", 3 }, { "gc", 3 }, { "clock", 4 },
+  { "alloc_raw", 15 }, { "wrap", 4 },
 }
 -- CUPOLA_FUZZ_SKIP=free_late,stream leaves operations out (to narrow down
 -- which one a failure needs).
@@ -524,8 +607,12 @@ local function add(v)
     if #handles < 64 then handles[#handles + 1] = v else handles[rnd(#handles)] = v end
   end
 end
+-- raw addresses the pools gave (alloc_raw's results), live or not, and
+-- addresses next to them
+local addrs = {}
 local function value()
   if #handles > 0 and rnd(3) == 1 then return handles[rnd(#handles)] end
+  if #addrs > 0 and rnd(4) == 1 then return addrs[rnd(#addrs)] + ({ 0, 0, 0, 1, 256, -256 })[rnd(6)] end
   return values[rnd(NV)]
 end
 
@@ -535,6 +622,7 @@ local cs = cupola.stream(); cs:close(); add(cs)
 add(cupola.event()); local ce = cupola.event(); ce:close(); add(ce)
 for _, kind in ipairs { "arena", "freelist", "tlsf", "caching", "torch" } do
   local p = cupola.pool { kind = kind }; add(p); add(p:alloc(4096, s)); add(p:alloc(100))
+  addrs[#addrs + 1] = p:alloc_raw(4096, s); addrs[#addrs + 1] = p:alloc_raw(100)
 end
 local vp = cupola.pool { upstream = "virtual" }; add(vp); add(vp:alloc(1000))
 local mp = cupola.pool { kind = "vmm", upstream = "virtual", clock = "manual" }; add(mp); add(mp:alloc(3 << 20))
@@ -562,7 +650,8 @@ for _, t in ipairs { { "cupola", cupola }, { "kernels", K }, { "mempool", cupola
 end
 local methods = { "free", "close", "read", "write", "memset", "copy_to", "synchronize", "query", "wait",
   "record", "elapsed", "alloc", "trim", "reset", "reset_high", "stats", "info", "event", "replay",
-  "empty_cache", "settings", "time", "set_time", "advance" }
+  "empty_cache", "settings", "time", "set_time", "advance", "alloc_raw", "free_raw", "buffer", "free_raw",
+  "buffer" }
 local metas = { "__gc", "__close", "__tostring", "__len", "__index", "__newindex", "__call" }
 
 local ok_n, err_n = 0, 0
@@ -590,6 +679,9 @@ for i = 1, calls do
       local self = rnd(8) == 1 and value() or h
       local r = table.pack(pcall(fn, self, a, b, d))
       check(r[1], r[2], name); for j = 2, r.n do add(r[j]) end
+      if r[1] and name == "alloc_raw" and math.type(r[2]) == "integer" and #addrs < 64 then
+        addrs[#addrs + 1] = r[2]
+      end
     else
       check(okm, fn, "index " .. name)
     end
@@ -635,7 +727,7 @@ describe("fuzz (seed " .. SEED .. ", " .. OPS .. " operations per allocator)", f
     for step = 1, OPS * 2 do
       local w = r.pick(worlds)
       w.step = step
-      local name = r.pick { "alloc", "alloc", "free", "free_late", "drop", "trim", "close", "gc" }
+      local name = r.pick { "alloc", "alloc", "free", "free_late", "drop", "trim", "close", "gc", "alloc_raw", "wrap" }
       if #w.live >= MAX_LIVE // 4 then name = "free" end
       w["op_" .. name](w)
       w:check()

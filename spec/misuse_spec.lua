@@ -221,6 +221,159 @@ describe("misuse: pools", function()
   end)
 end)
 
+-- Raw blocks are bare integers, so every wrong address must be caught by the
+-- pool's own map before it reaches the allocator; after each refusal the pool
+-- still adds up (consistent) and still serves.
+describe("misuse: raw allocation", function()
+  local function consistent_raw(p, raw, live)
+    local st = p:stats()
+    assert.equals(raw, st.live_raw)
+    assert.equals(live or 0, st.live_buffers)
+    assert.equals(st.allocs - st.frees, raw + (live or 0))
+  end
+
+  it("a double free_raw names the address", function()
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local a = p:alloc_raw(4096)
+    p:free_raw(a)
+    raises(function() p:free_raw(a) end, "double free: address " .. a .. " (0x")
+    consistent_raw(p, 0)
+    local b = p:alloc_raw(4096) -- the pool still serves, likely the same address again
+    p:free_raw(b)
+  end)
+
+  it("an address the pool never gave, and one of another pool", function()
+    -- (device memory: two virtual upstreams may hand out the same addresses)
+    local p <close> = cupola.pool { kind = "freelist" }
+    local q <close> = cupola.pool { kind = "freelist" }
+    local keep = p:alloc_raw(100)
+    raises(function() p:free_raw(12345) end, "address 12345 (0x3039) is not a live block this pool gave by alloc_raw")
+    raises(function() p:free_raw(0) end, "address 0 (0x0) is not a live block")
+    raises(function() p:free_raw(-1) end, "address -1 (0xffffffffffffffff) is not a live block")
+    raises(function() p:free_raw(math.maxinteger) end, "is not a live block")
+    local other = q:alloc_raw(100)
+    raises(function() p:free_raw(other) end, "address " .. other .. " (0x")
+    raises(function() p:buffer(other) end, "is not a live block this pool gave by alloc_raw")
+    consistent_raw(p, 1)
+    consistent_raw(q, 1)
+    q:free_raw(other)
+    p:free_raw(keep)
+  end)
+
+  it("an address inside a raw block names the block", function()
+    local p <close> = cupola.pool { kind = "caching" }
+    local a = p:alloc_raw(4096)
+    raises(function() p:free_raw(a + 256) end, "lies inside the 4096-byte raw block at " .. a)
+    raises(function() p:free_raw(a + 4095) end, "free_raw takes the address alloc_raw returned")
+    raises(function() p:buffer(a + 1) end, "buffer takes the address alloc_raw returned")
+    consistent_raw(p, 1)
+    p:free_raw(a)
+  end)
+
+  it("an address a Buffer owns: made by buffer(), or from p:alloc", function()
+    local p <close> = cupola.pool { kind = "tlsf" }
+    local a = p:alloc_raw(64)
+    local b = p:buffer(a)
+    raises(function() p:free_raw(a) end, "already belongs to the Buffer that buffer() made of it")
+    raises(function() p:buffer(a) end, "already belongs to the Buffer")
+    consistent_raw(p, 0, 1)
+    local c = p:alloc(64)
+    raises(function() p:free_raw(c.address) end, "is not a live block this pool gave by alloc_raw")
+    raises(function() p:buffer(c.address) end, "is not a live block this pool gave by alloc_raw")
+    consistent_raw(p, 0, 2)
+    b:free(); c:free()
+    consistent_raw(p, 0)
+  end)
+
+  it("buffer() of a freed address", function()
+    local p <close> = cupola.pool {}
+    local a = p:alloc_raw(64)
+    p:free_raw(a)
+    raises(function() p:buffer(a) end, "address " .. a .. " (0x")
+    raises(function() p:buffer(a) end, "was already given back by free_raw")
+    consistent_raw(p, 0)
+  end)
+
+  it("raw blocks of an arena after its reset()", function()
+    local p <close> = cupola.pool { kind = "arena" }
+    local a = p:alloc_raw(64)
+    p:reset()
+    raises(function() p:free_raw(a) end, "was freed by the pool's reset()")
+    raises(function() p:buffer(a) end, "was freed by the pool's reset()")
+    consistent_raw(p, 0)
+    assert.equals(0, p:stats().used)
+  end)
+
+  it("arguments of the wrong type", function()
+    local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
+    local s <close> = cupola.stream()
+    raises(function() p:alloc_raw() end, "bad argument #1 to 'alloc_raw' (size (integer or string such as \"4MiB\") expected, got no value)")
+    raises(function() p:alloc_raw(-4) end, "size must not be negative, got -4")
+    raises(function() p:alloc_raw(0) end, "size must be at least 1 byte, got 0")
+    raises(function() p:alloc_raw(1.5) end, "size must be a whole number of bytes, got 1.5")
+    raises(function() p:alloc_raw(16, 5) end, "cupola.Stream expected, got number 5")
+    raises(function() p:alloc_raw(16, {}) end, "cupola.Stream expected, got table")
+    local a = p:alloc_raw("1KiB", s)
+    raises(function() p:free_raw() end, "bad argument #1 to 'free_raw' (address (an integer from alloc_raw) expected, got no value)")
+    raises(function() p:free_raw(tostring(a)) end, "expected, got string '" .. a .. "'")
+    raises(function() p:free_raw(a + 0.5) end, "address must be an integer, got")
+    raises(function() p:free_raw({}) end, "address (an integer from alloc_raw) expected, got table")
+    raises(function() p:free_raw(a, 7) end, "cupola.Stream expected, got number 7")
+    raises(function() p:buffer "x" end, "bad argument #1 to 'buffer' (address (an integer from alloc_raw) expected, got string 'x')")
+    raises(function() p.alloc_raw(s, 16) end, "cupola.Pool expected, got cupola.Stream")
+    raises(function() p.free_raw(5, a) end, "cupola.Pool expected, got number 5")
+    raises(function() p.buffer(nil, a) end, "cupola.Pool expected, got nil")
+    consistent_raw(p, 1)
+    p:free_raw(a + 0.0, s) -- a float with an integer's value is that integer
+    consistent_raw(p, 0)
+  end)
+
+  it("a closed stream, at alloc_raw and at free_raw", function()
+    local p <close> = cupola.pool {}
+    local s = cupola.stream()
+    local a = p:alloc_raw(64, s)
+    s:close()
+    raises(function() p:alloc_raw(64, s) end, "attempt to use a closed cupola.Stream")
+    raises(function() p:free_raw(a, s) end, "attempt to use a closed cupola.Stream")
+    consistent_raw(p, 1)
+    p:free_raw(a) -- on its own stream, which the block kept alive
+    consistent_raw(p, 0)
+  end)
+
+  it("a closed pool", function()
+    local p = cupola.pool { upstream = "virtual" }
+    local a = p:alloc_raw(64)
+    assert.equals(1, p:close())
+    raises(function() p:alloc_raw(64) end, "attempt to use a closed cupola.Pool")
+    raises(function() p:free_raw(a) end, "attempt to use a closed cupola.Pool")
+    raises(function() p:buffer(a) end, "attempt to use a closed cupola.Pool")
+    assert.equals(0, p:close())
+  end)
+
+  it("close() with a live Buffer refuses and leaves the raw blocks alone", function()
+    local p = cupola.pool {}
+    local a = p:alloc_raw(64)
+    local b = p:alloc(64)
+    raises(function() p:close() end, "the pool has 1 live buffer; free them first")
+    consistent_raw(p, 1, 1)
+    p:free_raw(a)
+    b:free()
+    assert.equals(0, p:close())
+  end)
+
+  it("out of memory is data, and leaves the map as it was", function()
+    local p <close> = cupola.pool { kind = "tlsf", initial = "1MiB", max = "1MiB" }
+    local a = assert(p:alloc_raw "512KiB")
+    local x, msg, why, info = p:alloc_raw "1MiB"
+    oom(x, msg, why)
+    assert.equals(1048576, info.requested)
+    oom(p:alloc_raw(1 << 62))
+    consistent_raw(p, 1)
+    p:free_raw(a)
+    assert.is_not_nil(p:alloc_raw "1MiB")
+  end)
+end)
+
 describe("misuse: buffers", function()
   local pool
   before_each(function() pool = cupola.pool { kind = "freelist" } end)
@@ -2034,6 +2187,12 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Pool:set_time", function() F.clocked:set_time(-1) end, "time -1.0 is before the clock's reading", false },
     { "cupola.Pool:advance", function() F.clocked:advance(-2) end, "the seconds to advance must be finite and at least 0", "not -2.0" },
     { "cupola.Pool:advance", function() F.pool:advance(1) end, "the pool's clock is \"wall\"", false },
+    { "cupola.Pool:alloc_raw", function() F.pool:alloc_raw(-1) end, "size must not be negative", "got -1" },
+    { "cupola.Pool:alloc_raw", function() F.pool:alloc_raw(16, 5) end, "cupola.Stream expected", "got number 5" },
+    { "cupola.Pool:free_raw", function() F.pool:free_raw "a" end, "address (an integer from alloc_raw) expected", "got string 'a'" },
+    { "cupola.Pool:free_raw", function() F.pool:free_raw(12288) end, "is not a live block this pool gave", "address 12288 (0x3000)" },
+    { "cupola.Pool:buffer", function() F.pool:buffer(2.5) end, "address must be an integer", "got 2.5" },
+    { "cupola.Pool:buffer", function() F.pool:buffer(4096) end, "is not a live block this pool gave", "address 4096 (0x1000)" },
     { "cupola.Pool.=", function() F.pool.kind = "arena" end, "cupola.Pool field 'kind' is read-only", false },
     { "cupola.Mempool:alloc", function() F.mp:alloc(-7) end, "size must not be negative", "got -7" },
     { "cupola.Mempool:trim", function() F.mp:trim(true) end, "size (integer or string such as \"4MiB\") expected", "got boolean true" },

@@ -38,6 +38,16 @@
 --              that never synchronize, as cupola's own).
 --   lifetime   a pool outlives its buffers when collected; close() refuses
 --              while buffers are live, saying how many, and is safe twice.
+--   raw        raw blocks (p:alloc_raw, p:free_raw, p:buffer): a randomised
+--              sequence mixing raw blocks and Buffers on two streams, some raw
+--              blocks handed over to Buffers (filled and checked by kernels),
+--              with the invariants above over both (no overlap, alignment,
+--              used, allocs - frees == live_buffers + live_raw, live_raw);
+--              then out of memory as data from alloc_raw (2^63 - 1 bytes), bytes
+--              conserved across buffer(), and close() freeing the raw blocks
+--              still live and returning their number (refusing while a
+--              Buffer lives); needs no pool option, so any factory takes it.
+--              Skipped for a pool without alloc_raw.
 -- An error raised by the pool is a violation too (class "error"; "address"
 -- when cupola refused a plugin's block outside the memory the plugin holds
 -- from its upstream, "overlap" when it refused one overlapping a live block):
@@ -50,7 +60,7 @@ local raise, shown, typed = util.raise, util.shown, util.typed
 local M = {}
 
 local MiB = 1024 * 1024
-local ALL = { "random", "oom", "conserved", "streams", "lifetime" }
+local ALL = { "random", "oom", "conserved", "streams", "lifetime", "raw" }
 M.checks = ALL
 
 -- A small deterministic generator, so a sequence can be replayed.
@@ -85,10 +95,12 @@ local function has_memory(p)
   return p.upstream ~= "virtual"
 end
 
---- The invariants of a pool and the blocks it has live (a set of buffers).
+--- The invariants of a pool and the blocks it has live (a set of buffers,
+-- and of raw blocks as { address =, size =, raw = true }).
 local function check_invariants(p, live)
-  local sorted, used, align = {}, 0, p.alignment or 1
+  local sorted, used, align, nraw = {}, 0, p.alignment or 1, 0
   for b in pairs(live) do
+    if b.raw then nraw = nraw + 1 end
     if b.address % align ~= 0 then
       violation("alignment", fmt("block at 0x%x (%d bytes) is not aligned to %d", b.address, b.size, align))
     end
@@ -106,14 +118,18 @@ local function check_invariants(p, live)
   local st = p:stats()
   local function need(ok, what)
     if not ok then
-      violation("stats", fmt("stats: %s (used=%d reserved=%d allocs=%d frees=%d live=%d largest_free=%d "
-        .. "free_bytes=%d fragmentation=%s; %d blocks, %d bytes live)", what, st.used, st.reserved,
-        st.allocs, st.frees, st.live_buffers, st.largest_free, st.free_bytes, st.fragmentation, #sorted, used))
+      violation("stats", fmt("stats: %s (used=%d reserved=%d allocs=%d frees=%d live=%d live_raw=%s "
+        .. "largest_free=%d free_bytes=%d fragmentation=%s; %d blocks (%d raw), %d bytes live)", what, st.used,
+        st.reserved, st.allocs, st.frees, st.live_buffers, tostring(st.live_raw), st.largest_free,
+        st.free_bytes, st.fragmentation, #sorted, nraw, used))
     end
   end
   need(st.used == used, "used ~= the sum of the live blocks' sizes")
   need(st.allocs - st.frees == #sorted, "allocs - frees ~= the number of live blocks")
-  need(st.live_buffers == #sorted, "live_buffers ~= the number of live blocks")
+  need(st.live_buffers == #sorted - nraw, "live_buffers ~= the number of live buffers")
+  if nraw > 0 or st.live_raw ~= nil then
+    need(st.live_raw == nraw, "live_raw ~= the number of live raw blocks")
+  end
   need(st.reserved >= st.used, "reserved < used")
   need(st.used_peak >= st.used and st.reserved_peak >= st.reserved, "a peak below its current value")
   need(st.largest_free <= st.free_bytes, "largest_free > free_bytes")
@@ -123,25 +139,39 @@ end
 ---------------------------------------------------------------------------
 -- Operation sequences: generated, run, shrunk, printed.
 --   { op = "alloc", id = k, size = n, s = 1|2 }   b[k] = pool:alloc(n, s[i])
---   { op = "free", id = k, s = 1|2 }              b[k]:free(s[i])
+--   { op = "free", id = k, s = 1|2 }              b[k]:free(s[i]), or
+--                                                 pool:free_raw(b[k], s[i]) for a raw block
+-- and with opts.raw (the "raw" check):
+--   { op = "raw", id = k, size = n, s = 1|2 }     b[k] = pool:alloc_raw(n, s[i])
+--   { op = "wrap", id = k }                       b[k] = pool:buffer(b[k])
 
 --- A random sequence of n operations (deterministic in seed).
 function M.generate(n, seed, opts)
   opts = opts or {}
   local rand = rng(seed)
-  local ops, live, nextid = {}, {}, 0
+  local ops, live, nextid, raw = {}, {}, 0, {}
   local max_live = opts.max_live or 40
   local small = opts.small or 64 * 1024
   local large = opts.large or 2 * MiB
   for _ = 1, n do
     if #live > 0 and (rand(100) <= 45 or #live > max_live) then
-      local id = table.remove(live, rand(#live))
-      ops[#ops + 1] = { op = "free", id = id, s = rand(2) }
+      local at = rand(#live)
+      local id = live[at]
+      -- (the extra draws only with opts.raw: other sequences stay as they were)
+      if opts.raw and raw[id] and rand(100) <= 25 then
+        raw[id] = nil
+        ops[#ops + 1] = { op = "wrap", id = id }
+      else
+        table.remove(live, at)
+        ops[#ops + 1] = { op = "free", id = id, s = rand(2) }
+      end
     else
       nextid = nextid + 1
       local size = rand(100) <= 10 and rand(large) + 32 or rand(small) + 32
-      ops[#ops + 1] = { op = "alloc", id = nextid, size = size, s = rand(2) }
+      local op = opts.raw and rand(100) <= 60 and "raw" or "alloc"
+      ops[#ops + 1] = { op = op, id = nextid, size = size, s = rand(2) }
       live[#live + 1] = nextid
+      raw[nextid] = op == "raw" or nil
     end
   end
   return ops
@@ -174,6 +204,39 @@ local function run_ops(make_pool, streams, ops, opts)
         elseif kind ~= "out_of_memory" then
           violation("oom", fmt("alloc(%d) failed without \"out_of_memory\": %s", o.size, tostring(msg)))
         end
+      elseif o.op == "raw" then
+        did[#did + 1] = i
+        local a, msg, kind = p:alloc_raw(o.size, streams[o.s])
+        if a then
+          if math.type(a) ~= "integer" then
+            violation("raw", fmt("alloc_raw(%d) returned %s, not an integer address", o.size, tostring(a)))
+          end
+          local x = { address = a, size = o.size, raw = true }
+          b[o.id] = x
+          live[x] = true
+        elseif kind ~= "out_of_memory" then
+          violation("oom", fmt("alloc_raw(%d) failed without \"out_of_memory\": %s", o.size, tostring(msg)))
+        end
+      elseif o.op == "wrap" then
+        local x = b[o.id]
+        if x and x.raw then
+          did[#did + 1] = i
+          local buf = p:buffer(x.address)
+          if buf.address ~= x.address or buf.size ~= x.size or buf.pool ~= p then
+            violation("raw", fmt("buffer(0x%x) of a %d-byte raw block gave a Buffer of %d bytes at 0x%x",
+              x.address, x.size, buf.size, buf.address))
+          end
+          if mem then K.pattern(buf, o.id) end
+          live[x] = nil
+          b[o.id] = buf
+          live[buf] = true
+        end
+      elseif b[o.id] and b[o.id].raw then
+        did[#did + 1] = i
+        local x = b[o.id]
+        b[o.id] = nil
+        live[x] = nil
+        p:free_raw(x.address, streams[o.s])
       elseif b[o.id] then
         did[#did + 1] = i
         local buf = b[o.id]
@@ -191,7 +254,9 @@ local function run_ops(make_pool, streams, ops, opts)
       check_invariants(p, live)
     end
   end)
-  for buf in pairs(live) do pcall(buf.free, buf) end
+  for x in pairs(live) do
+    if x.raw then pcall(p.free_raw, p, x.address) else pcall(x.free, x) end
+  end
   pcall(cupola.synchronize)
   pcall(p.close, p)
   if ok then return nil, nil, did end
@@ -230,12 +295,20 @@ end
 --- Lua text that replays ops on a pool of make_pool's with two streams.
 function M.reproducer(ops)
   local lines = { "local pool = make_pool {}", "local s = { cupola.stream(), cupola.stream() }", "local b = {}" }
-  local rename, k = {}, 0
+  local rename, k, raw = {}, 0, {}
   for _, o in ipairs(ops) do
-    if o.op == "alloc" then
+    if o.op == "alloc" or o.op == "raw" then
       k = k + 1
       rename[o.id] = k
-      lines[#lines + 1] = fmt("b[%d] = pool:alloc(%d, s[%d])", k, o.size, o.s)
+      raw[o.id] = o.op == "raw"
+      lines[#lines + 1] = fmt("b[%d] = pool:%s(%d, s[%d])", k, o.op == "raw" and "alloc_raw" or "alloc", o.size, o.s)
+    elseif not rename[o.id] then
+      -- (its block's allocation was shrunk away: the operation does nothing)
+    elseif o.op == "wrap" then
+      raw[o.id] = false
+      lines[#lines + 1] = fmt("b[%d] = pool:buffer(b[%d])", rename[o.id], rename[o.id])
+    elseif raw[o.id] then
+      lines[#lines + 1] = fmt("pool:free_raw(b[%d], s[%d])", rename[o.id], o.s)
     else
       lines[#lines + 1] = fmt("b[%d]:free(s[%d])", rename[o.id], o.s)
     end
@@ -275,9 +348,10 @@ end
 
 local checks = {}
 
-function checks.random(make_pool, streams, opts)
-  local n, seed = opts.ops or 300, opts.seed or 1
-  local ops = M.generate(n, seed, opts)
+-- A random sequence (generated with gen_opts) run, and shrunk if it fails.
+local function random_sequence(make_pool, streams, opts, gen_opts, seed)
+  local n = opts.ops or 300
+  local ops = M.generate(n, seed, gen_opts)
   local v, at = run_ops(make_pool, streams, ops, opts)
   if not v then return nil end
   local prefix = {}
@@ -290,6 +364,10 @@ function checks.random(make_pool, streams, opts)
     ops = small,
     reproducer = M.reproducer(small) .. "\n-- ^ " .. v.class .. ": " .. msg,
   }
+end
+
+function checks.random(make_pool, streams, opts)
+  return random_sequence(make_pool, streams, opts, opts, opts.seed or 1)
 end
 
 -- The fixed checks run as steps with their text, so a failure names them.
@@ -413,6 +491,72 @@ function checks.streams(make_pool, streams, opts)
     end)
     if r then return r end
   end
+end
+
+function checks.raw(make_pool, streams, opts)
+  local p, why = make(make_pool, {})
+  if not p then return "skip", why end
+  local has_raw = type(p.alloc_raw) == "function"
+  pcall(p.close, p)
+  if not has_raw then return "skip", "the pool has no alloc_raw" end
+  local gen = {}
+  for k, v in pairs(opts) do gen[k] = v end
+  gen.raw = true
+  local r = random_sequence(make_pool, streams, opts, gen, (opts.seed or 1) + 7919)
+  if r then return r end
+  local q
+  q, why = make(make_pool, {})
+  if not q then return "skip", why end
+  return steps(function(step)
+    step "pool = make_pool {}"
+    local a, msg = q:alloc_raw("2MiB", streams[1])
+    step 'a = pool:alloc_raw("2MiB", s[1])'
+    expect(math.type(a) == "integer", "oom", "2 MiB failed: %s", tostring(msg))
+    expect(a % (q.alignment or 1) == 0, "alignment", "raw block at 0x%x is not aligned to %d", a, q.alignment or 1)
+    local before = q:stats().failed
+    -- (the virtual upstream serves 2^60 bytes: addresses only)
+    local huge, m2, k2, info = q:alloc_raw(math.maxinteger)
+    step 'x, msg, kind, info = pool:alloc_raw(math.maxinteger)'
+    expect(huge == nil and k2 == "out_of_memory" and type(m2) == "string" and type(info) == "table", "oom",
+      "a request of 2^63 - 1 bytes gave %s, %s, %s, %s (wanted nil, msg, \"out_of_memory\", info)", tostring(huge),
+      tostring(m2), tostring(k2), tostring(info))
+    expect(q:stats().failed == before + 1, "stats", "failed did not count the refused request")
+    local st = q:stats()
+    expect(st.used == 2 * MiB and st.live_raw == 1 and st.live_buffers == 0, "stats",
+      "one raw block of 2 MiB live: used=%d live_raw=%s live_buffers=%d", st.used, tostring(st.live_raw),
+      st.live_buffers)
+    local b = q:buffer(a)
+    step "b = pool:buffer(a)"
+    expect(b.address == a and b.size == 2 * MiB and b.pool == q, "raw",
+      "buffer(a) gave %d bytes at 0x%x (wanted 2 MiB at 0x%x)", b.size, b.address, a)
+    st = q:stats()
+    expect(st.used == 2 * MiB and st.live_raw == 0 and st.live_buffers == 1, "stats",
+      "after buffer(a): used=%d live_raw=%s live_buffers=%d", st.used, tostring(st.live_raw), st.live_buffers)
+    local ok = pcall(q.free_raw, q, a)
+    step "pool:free_raw(a)   -- must raise: the Buffer owns the block"
+    expect(not ok, "raw", "free_raw of a block a Buffer owns did not raise")
+    local c, m4 = q:alloc_raw(4096)
+    local d, m5 = q:alloc_raw(100)
+    step 'c = pool:alloc_raw(4096); d = pool:alloc_raw(100); pool:close()   -- b is live'
+    expect(c and d, "oom", "4 KiB and 100 bytes beside 2 MiB failed: %s", tostring(m4 or m5))
+    local ok2, err2 = pcall(q.close, q)
+    expect(not ok2 and tostring(err2):find("1 live buffer", 1, true), "error",
+      "close() with a live buffer (and raw blocks) did not refuse saying \"1 live buffer\" (%s)", tostring(err2))
+    b:free()
+    st = q:stats()
+    expect(st.used == 4096 + 100 and st.live_raw == 2 and st.allocs - st.frees == 2, "stats",
+      "two raw blocks live: used=%d live_raw=%s allocs=%d frees=%d", st.used, tostring(st.live_raw), st.allocs,
+      st.frees)
+    local freed = q:close()
+    step "b:free(); n = pool:close()"
+    expect(freed == 2, "raw", "close() freed %s raw blocks, not 2", tostring(freed))
+    expect(q:close() == 0, "raw", "a second close() did not return 0")
+    local ok3, err3 = pcall(q.free_raw, q, c)
+    step "pool:free_raw(c)   -- a closed pool"
+    expect(not ok3 and tostring(err3):find("attempt to use a closed cupola.Pool", 1, true), "error",
+      "free_raw on a closed pool did not refuse (%s)", tostring(err3))
+    cupola.synchronize()
+  end)
 end
 
 function checks.lifetime(make_pool)

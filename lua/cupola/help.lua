@@ -168,6 +168,7 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
     overview = {
       { "cupola.pool{kind=\"tlsf\", upstream=\"device\", ...}", "-> Pool: allocators written in C" },
       { "p:alloc(size, s)  p:trim(keep)  p:reset()  p:stats()", "Pool methods; p.kind, p.upstream" },
+      { "p:alloc_raw(size, s) -> address  p:free_raw(a, s)", "raw blocks: no Buffer; p:buffer(a)" },
     },
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
@@ -192,16 +193,25 @@ cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   limit=size refuse allocations past it  log=path RMM CSV of every call
   clock="wall" | "manual" (seconds since made; manual: set by the script)
 p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
+p:alloc_raw(size, s) -> address (an integer) | nil, msg, "out_of_memory": the
+  same block without a Buffer (a pair costs the pool's work and two calls);
+  p:free_raw(a, s) frees it, on its own stream by default.  The pool checks
+  every address against its map: a double free, an address inside a block,
+  one it never gave or one a Buffer owns raises.  p:buffer(a) -> Buffer
+  takes the block over (its free gives it back; free_raw(a) then raises).
+  Raw blocks live at p:close() are freed with the pool; close returns how
+  many.  Kernels of one's own take the address as a "ptr" argument.
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
 p:empty_cache()   torch only: torch.cuda.empty_cache();  p:settings() torch only
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
-  largest_free, free_bytes, fragmentation, live_buffers (vmm: page_bytes,
-  pages_mapped, maps, unmaps; by time: recent_peak, decay_window, map_budget;
+  largest_free, free_bytes, fragmentation, live_buffers, live_raw (vmm:
+  page_bytes, pages_mapped, maps, unmaps; by time: recent_peak, decay_window,
+  map_budget;
   cub: device_allocs, device_frees, device_alloc_failures, retries,
   cached_bytes, cached_blocks, live_bytes)
 p:time() -> s     the pool's clock; p:set_time(t), p:advance(dt): manual only
-p:close()         raises while buffers are live
+p:close() -> n    raises while buffers are live; n: raw blocks freed with it
 Fields: p.kind, p.upstream, p.reuse, p.alignment, p.clock, p.closed.
 cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:
   the battery every pool passes, against make_pool(o); in busted specs:

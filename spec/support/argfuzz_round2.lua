@@ -1,6 +1,8 @@
 -- The argument fuzz of the later surfaces: random calls of
 -- modules, kernels and launches, devices, IPC, trace files, timelines, NVTX,
--- reports, the conformance battery and help, with hostile values.  It must
+-- reports, the conformance battery and help, and raw allocation (alloc_raw,
+-- free_raw, buffer, raw addresses as kernel arguments: live, freed, inside
+-- a block, of another pool, or no address at all), with hostile values.  It must
 -- not crash or hang; it ends by printing "calls=N ok=N errors=N".
 --
 --   lua5.4 spec/support/argfuzz_round2.lua SEED CALLS DIR   (DIR: a private
@@ -46,6 +48,8 @@ local mp = cupola.mempool()
 local mb = mp:alloc(1024, s)
 local cmp = cupola.mempool(); cmp:close()
 local pool = cupola.pool { kind = "freelist" }
+local rpools = { pool, cupola.pool { kind = "arena" }, cupola.pool { kind = "vmm", upstream = "virtual" } }
+local cpool = cupola.pool { kind = "tlsf" }; cpool:alloc_raw(64); cpool:close()
 local m3 = cupola.module { name = "fuzz2c.cu", source = SRC }; m3:close()
 local ck = m3.kernel and pcall(m3.kernel, m3, "k1", { "ptr", "i32" })
 local tpath = dir .. "/t.csv"
@@ -137,6 +141,15 @@ local hostile_files = {
   ("a,"):rep(10000), "Thread,Time,Action,Pointer,Size,Stream\n" .. ("0,1,allocate,0x1,18446744073709551615,0x0\n"):rep(3),
 }
 
+-- raw addresses the pools gave (live, freed, handed to a Buffer or reset
+-- away), and addresses near them
+local raws = {}
+local function raw_addr()
+  if #raws == 0 or rnd(5) == 1 then return value() end
+  return pick(raws) + pick { 0, 0, 0, 1, 255, 256, -256, 1 << 40 }
+end
+local raw_pool = function() return rnd(8) == 1 and pick { cpool, s, b, value() } or pick(rpools) end
+
 local calls_t = {
   function() return "cupola.module", pcall(cupola.module, pick(module_descs)()) end,
   function() return "m:kernel", pcall(m.kernel, pick { m, m2, m3, value() }, str_mangle(pick { "k1", "k2", "k0", "nope", "" , value() }), pick(types_list)) end,
@@ -215,6 +228,22 @@ local calls_t = {
     if ok and rc ~= 0 and rc ~= 1 and rc ~= 2 then return "advise.main", false, "exit status " .. tostring(rc) end
     return "advise.main", ok, rc
   end,
+  function()
+    local p = raw_pool()
+    local r = table.pack(pcall(pool.alloc_raw, p, pick { 1, 64, 4096, 1 << 20, 1 << 62, 0, value() },
+      pick { nil, s, cs, cupola.default_stream, value() }))
+    if r[1] and math.type(r[2]) == "integer" and #raws < 128 then raws[#raws + 1] = r[2] end
+    return "p:alloc_raw", r[1], r[2]
+  end,
+  function() return "p:free_raw", pcall(pool.free_raw, raw_pool(), raw_addr(), pick { nil, nil, s, cs, value() }) end,
+  function()
+    local ok, bb = pcall(pool.buffer, raw_pool(), raw_addr())
+    -- a Buffer made of a raw block: used, freed, closed or left to the collector
+    if ok and rnd(2) == 1 then pcall(pick { bb.free, bb.close, bb.memset }, bb, value()) end
+    return "p:buffer", ok, ok or bb
+  end,
+  function() return "k1:launch(raw)", pcall(k1.launch, k1, pick(launch_opts), raw_addr(), 1) end,
+  function() return "p:reset", pcall(pool.reset, pick(rpools)) end,
 }
 
 local ok_n, err_n = 0, 0

@@ -23,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "pool/resource.h"
+#include "rawmap.h"
 
 #define L_STREAM "cupola.Stream"
 #define L_EVENT "cupola.Event"
@@ -69,6 +70,7 @@ typedef struct l_poolref {
     int has_memory;      /* 0 for the virtual upstream: no bytes to touch */
     uint64_t generation; /* bumped by reset(): older buffers are gone */
     int device;          /* multigpu: whose memory the upstream takes */
+    l_rawmap raw;        /* the blocks handed out as addresses (p:alloc_raw) */
 } l_poolref;
 
 /* Stream and Event userdata. */
@@ -309,6 +311,10 @@ l_streamref *l_optstream_field(lua_State *L, int idx);
 /* The stream work on memory of device dev runs on: s, or for the default
  * stream (NULL) dev's legacy stream (multigpu). */
 cp_stream *l_devstream(cp_stream *s, int dev);
+/* Pushes a Stream object for the stream r: the default stream's, the live
+ * handle made by cupola.stream{}, or (that handle collected while something
+ * still holds r) a new handle holding one more reference. */
+void l_pushstream(lua_State *L, l_streamref *r);
 /* Reference counting of a stream shared by its handle and its buffers. */
 void l_streamref_retain(l_streamref *r);
 void l_streamref_release(l_streamref *r);

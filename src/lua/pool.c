@@ -7,10 +7,14 @@
  * The pool is reference counted (l_poolref): the Lua handle and each live
  * buffer hold a reference, so a pool collected in the same cycle as its
  * buffers is destroyed only after the last of them has given its block back.
+ * Raw blocks (p:alloc_raw, p:free_raw, p:buffer: "raw blocks" below) hold
+ * none: they are freed when the handle goes.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "binding.h"
 #include "kernel/compile.h"
@@ -517,6 +521,193 @@ static int pool_alloc(lua_State *L)
     return 1;
 }
 
+/* ---- raw blocks: p:alloc_raw, p:free_raw, p:buffer ----
+ * A raw block is a block of the pool handed out as its address alone (an
+ * integer), with no Lua object: no userdata to make, no finalizer to run, so
+ * the pair costs the pool's own work and two C calls.  The pool's map
+ * (rawmap.h, in its C owner) holds each block's size and stream; free_raw and
+ * buffer() accept only addresses it holds live, so a wrong address raises
+ * instead of reaching the allocator.  Each live block holds a reference to
+ * its stream (as a Buffer does), not to the Stream object.  Raw blocks do
+ * not keep the pool alive: when its handle is closed or collected, the blocks
+ * still live are freed with it (close() returns how many).  buffer(address)
+ * hands a block over to a Buffer, which owns it from then on. */
+
+/* An address as messages show it: the integer the script holds, and in hex
+ * (on the Lua stack). */
+static const char *pushaddr(lua_State *L, uint64_t a)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%lld (0x%llx)", (long long)a, (unsigned long long)a);
+    lua_pushstring(L, buf);
+    return lua_tostring(L, -1);
+}
+
+/* checkraw's path for anything but an integer naming a live block: a float
+ * with an integer's value is that integer; else the error. */
+static l_rawblock *checkraw_slow(lua_State *L, l_pool *p, int arg, const char *fname)
+{
+    int isint = 1;
+    lua_Integer v;
+    uint64_t a;
+    l_rawblock *b;
+    const l_rawblock *in;
+    const char *as;
+
+    /* an integer, or a float with an integer's value; never a string */
+    if (lua_type(L, arg) != LUA_TNUMBER)
+        l_typeerror(L, arg, "address (an integer from alloc_raw)");
+    v = lua_isinteger(L, arg) ? lua_tointeger(L, arg) : lua_tointegerx(L, arg, &isint);
+    if (!isint)
+        luaL_argerror(L, arg, lua_pushfstring(L, "address must be an integer, got %s",
+                                              l_pushshown(L, arg)));
+    a = (uint64_t)v;
+    b = l_rawmap_find(&p->ref->raw, a);
+    if (b && b->state == L_RAW_LIVE)
+        return b;
+    as = pushaddr(L, a);
+    if (b && b->state == L_RAW_FREED)
+        luaL_argerror(L, arg, lua_pushfstring(L, "%saddress %s was already given back by free_raw",
+                                              strcmp(fname, "free_raw") == 0 ? "double free: " : "",
+                                              as));
+    if (b && b->state == L_RAW_BUFFER)
+        luaL_argerror(L, arg, lua_pushfstring(L, "address %s already belongs to the Buffer that "
+                                                 "buffer() made of it; free it through that Buffer",
+                                              as));
+    if (b && b->state == L_RAW_RESET)
+        luaL_argerror(L, arg, lua_pushfstring(L, "address %s was freed by the pool's reset()", as));
+    if ((in = l_rawmap_containing(&p->ref->raw, a)) != NULL) {
+        const char *start = pushaddr(L, in->addr);
+        luaL_argerror(L, arg, lua_pushfstring(L, "address %s lies inside the %I-byte raw block at %s; "
+                                                 "%s takes the address alloc_raw returned",
+                                              as, (lua_Integer)in->size, start, fname));
+    }
+    luaL_argerror(L, arg, lua_pushfstring(L, "address %s is not a live block this pool gave by "
+                                             "alloc_raw (never given, or freed long ago)", as));
+    return NULL;
+}
+
+/* The live raw block at the address argument arg of the method fname, or a
+ * Lua error naming the argument, the address and what is wrong with it. */
+static inline l_rawblock *checkraw(lua_State *L, l_pool *p, int arg, const char *fname)
+{
+    if (lua_isinteger(L, arg)) {
+        l_rawblock *b = l_rawmap_find(&p->ref->raw, (uint64_t)lua_tointeger(L, arg));
+        if (b && b->state == L_RAW_LIVE)
+            return b;
+    }
+    return checkraw_slow(L, p, arg, fname);
+}
+
+/* p:alloc_raw(size, s) -> address | nil, msg, "out_of_memory", figures */
+static int pool_alloc_raw(lua_State *L)
+{
+    l_pool *p = udpool(L, 1);
+    /* (a positive integer, the common size, without l_checksize's checks) */
+    lua_Integer in = lua_isinteger(L, 2) ? lua_tointeger(L, 2) : 0;
+    size_t n = in > 0 ? (size_t)in : l_checksize(L, 2);
+    l_streamref *s = l_optstream(L, 3);
+    void *ptr = NULL;
+    uint32_t was;
+    cp_status st;
+
+    if (!p->ref)
+        return luaL_error(L, "attempt to use a closed " L_POOL);
+    luaL_argcheck(L, n > 0, 2, "size must be at least 1 byte, got 0");
+    /* room first: once the pool has handed the block out, nothing may fail */
+    if (l_rawmap_reserve(&p->ref->raw) != 0)
+        return luaL_error(L, L_POOL ":alloc_raw: out of host memory for the pool's map");
+    st = cp_resource_alloc(p->ref->r, n, s->s, &ptr);
+    if (st != CP_OK) {
+        int nret = l_alloc_result(L, st);
+        push_oom_figures(L);
+        return nret + 1;
+    }
+    l_rawmap_put(&p->ref->raw, (uint64_t)(uintptr_t)ptr, n, s, &was);
+    l_streamref_retain(s);
+    if (was == L_RAW_LIVE) /* the allocator's fault, never the script's */
+        return luaL_error(L, L_POOL ":alloc_raw: the %s pool handed out %s while it was still live",
+                          p->kind, pushaddr(L, (uint64_t)(uintptr_t)ptr));
+    lua_pushinteger(L, (lua_Integer)(uintptr_t)ptr);
+    return 1;
+}
+
+/* p:free_raw(address, s): stream-ordered on s (default: the stream the
+ * block was allocated on), as b:free(s). */
+static int pool_free_raw(lua_State *L)
+{
+    l_pool *p = udpool(L, 1);
+    l_rawblock *b;
+    l_streamref *own, *s;
+    cp_status st;
+
+    if (!p->ref)
+        return luaL_error(L, "attempt to use a closed " L_POOL);
+    b = checkraw(L, p, 2, "free_raw");
+    own = (l_streamref *)b->stream;
+    s = lua_isnoneornil(L, 3) ? own : l_optstream(L, 3);
+    st = cp_resource_free(p->ref->r, (void *)(uintptr_t)b->addr, (size_t)b->size, s->s);
+    l_rawmap_mark(&p->ref->raw, b, L_RAW_FREED);
+    l_streamref_release(own);
+    l_check(L, st);
+    return 0;
+}
+
+/* p:buffer(address) -> Buffer: the Buffer takes the raw block over (its
+ * free, close or collection gives it back; free_raw of the address is then
+ * an error).  It is ordered on the block's stream and counts as a live
+ * buffer of the pool, as one from p:alloc. */
+static int pool_buffer(lua_State *L)
+{
+    l_pool *p = udpool(L, 1);
+    l_rawblock *b;
+    l_streamref *s;
+
+    if (!p->ref)
+        return luaL_error(L, "attempt to use a closed " L_POOL);
+    b = checkraw(L, p, 2, "buffer");
+    s = (l_streamref *)b->stream;
+    lua_settop(L, 2);
+    l_pushstream(L, s); /* 3 */
+    l_newbuffer(L);     /* 4; nothing below raises */
+    l_buffer_own_pool(L, 4, (void *)(uintptr_t)b->addr, (size_t)b->size, 3, s, 1, p->ref);
+    l_rawmap_mark(&p->ref->raw, b, L_RAW_BUFFER);
+    l_streamref_release(s); /* the Buffer holds its own */
+    return 1;
+}
+
+/* Frees the pool's live raw blocks (its handle is going); returns how many. */
+static lua_Integer free_raw_blocks(l_poolref *r)
+{
+    lua_Integer n = 0;
+    uint64_t i;
+    for (i = 0; r->raw.slots && i <= r->raw.mask && r->raw.live > 0; i++) {
+        l_rawblock *b = &r->raw.slots[i];
+        if (b->state == L_RAW_LIVE) {
+            l_streamref *s = (l_streamref *)b->stream;
+            cp_resource_free(r->r, (void *)(uintptr_t)b->addr, (size_t)b->size, s->s);
+            l_rawmap_mark(&r->raw, b, L_RAW_FREED);
+            l_streamref_release(s);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* After an arena's reset(): every raw block is gone with the rest. */
+static void reset_raw_blocks(l_poolref *r)
+{
+    uint64_t i;
+    for (i = 0; r->raw.slots && i <= r->raw.mask && r->raw.live > 0; i++) {
+        l_rawblock *b = &r->raw.slots[i];
+        if (b->state == L_RAW_LIVE) {
+            l_streamref *s = (l_streamref *)b->stream;
+            l_rawmap_mark(&r->raw, b, L_RAW_RESET);
+            l_streamref_release(s);
+        }
+    }
+}
+
 static int pool_trim(lua_State *L)
 {
     l_pool *p = topool(L, 1);
@@ -536,7 +727,31 @@ static int pool_reset(lua_State *L)
     l_check(L, st);
     p->ref->generation++;
     p->ref->live = 0;
+    reset_raw_blocks(p->ref);
     return 0;
+}
+
+/* cupola.core._pair_repeat(p, n, size, s) -> seconds: n alloc+free pairs of p
+ * from C, inside this Lua process: for bench/speed.lua, which sets the raw
+ * pair's binding apart from the pool's own work as the caller's caches and
+ * branch history leave it. */
+static int pair_repeat(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    lua_Integer n = l_checkinteger(L, 2), i;
+    size_t size = l_checksize(L, 3);
+    l_streamref *s = l_optstream(L, 4);
+    struct timespec t0, t1;
+    luaL_argcheck(L, size > 0, 3, "size must be at least 1 byte, got 0");
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (i = 0; i < n; i++) {
+        void *ptr = NULL;
+        l_check(L, cp_resource_alloc(p->ref->r, size, s->s, &ptr));
+        l_check(L, cp_resource_free(p->ref->r, ptr, size, s->s));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    lua_pushnumber(L, (lua_Number)(t1.tv_sec - t0.tv_sec) + (lua_Number)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return 1;
 }
 
 /* p:time() -> seconds on the pool's clock (since it was created, or as set) */
@@ -632,6 +847,8 @@ static int pool_stats(lua_State *L)
     lua_setfield(L, -2, "fragmentation");
     lua_pushinteger(L, p->ref->live);
     lua_setfield(L, -2, "live_buffers");
+    lua_pushinteger(L, (lua_Integer)p->ref->raw.live);
+    lua_setfield(L, -2, "live_raw");
     if (cp_torch_of(p->ref->r))
         push_torch_stats(L, cp_torch_of(p->ref->r));
     return 1;
@@ -713,24 +930,35 @@ static int pool_settings(lua_State *L)
     return 1;
 }
 
+/* p:close() -> the number of raw blocks it freed (0 when already closed).
+ * Refuses while Buffers are live: they hold the pool and may still be used;
+ * raw blocks are only addresses, freed with the pool. */
 static int pool_close(lua_State *L)
 {
     l_pool *p = udpool(L, 1);
-    if (!p->ref)
-        return 0;
+    lua_Integer nraw;
+    if (!p->ref) {
+        lua_pushinteger(L, 0);
+        return 1;
+    }
     if (p->ref->live > 0)
         return luaL_error(L, L_POOL ":close: the pool has %d live buffer%s; free them first",
                           p->ref->live, p->ref->live == 1 ? "" : "s");
+    nraw = free_raw_blocks(p->ref);
     l_poolref_release(p->ref);
     p->ref = NULL;
     pool_mark_closed(L, 1);
-    return 0;
+    lua_pushinteger(L, nraw);
+    return 1;
 }
 
+/* __gc and __close: the raw blocks go too (buffers, if any, keep the pool's
+ * C owner until they are freed). */
 static int pool_gc(lua_State *L)
 {
     l_pool *p = udpool(L, 1);
     if (p->ref) {
+        free_raw_blocks(p->ref);
         l_poolref_release(p->ref);
         p->ref = NULL;
         pool_mark_closed(L, 1);
@@ -744,8 +972,10 @@ static int pool_tostring(lua_State *L)
     if (!p->ref)
         lua_pushfstring(L, L_POOL " (%s, closed)", p->kind);
     else
-        lua_pushfstring(L, L_POOL " (%s over %s, %d live)", p->kind, cp_upstream_name(p->opts.upstream),
-                        p->ref->live);
+        lua_pushfstring(L, L_POOL " (%s over %s, %d live%s)", p->kind,
+                        cp_upstream_name(p->opts.upstream), p->ref->live,
+                        p->ref->raw.live ? lua_pushfstring(L, ", %I raw", (lua_Integer)p->ref->raw.live)
+                                         : "");
     return 1;
 }
 
@@ -762,6 +992,9 @@ void l_open_pool(lua_State *L)
                                     {"__tostring", pool_tostring},
                                     {"__newindex", l_readonly_newindex}, {NULL, NULL}};
     static const luaL_Reg methods[] = {{"alloc", pool_alloc},
+                                       {"alloc_raw", pool_alloc_raw},
+                                       {"free_raw", pool_free_raw},
+                                       {"buffer", pool_buffer},
                                        {"trim", pool_trim},
                                        {"reset", pool_reset},
                                        {"stats", pool_stats},
@@ -775,4 +1008,6 @@ void l_open_pool(lua_State *L)
     l_newclass(L, L_POOL, meta, methods);
     lua_pushcfunction(L, pool_new);
     lua_setfield(L, -2, "pool");
+    lua_pushcfunction(L, pair_repeat);
+    lua_setfield(L, -2, "_pair_repeat");
 }

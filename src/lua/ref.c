@@ -25,6 +25,7 @@ void l_poolref_release(l_poolref *r)
 {
     if (r && --r->refs == 0) {
         cp_resource_destroy(r->r);
+        l_rawmap_fini(&r->raw); /* its live blocks went when the handle closed */
         free(r);
     }
 }

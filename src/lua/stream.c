@@ -29,6 +29,21 @@ void l_streamref_release(l_streamref *r)
 
 static l_streamref default_ref = {NULL, 1};
 
+/* The Stream handles of this state by their reference, weakly (registry,
+ * light-userdata key): l_pushstream finds the handle of a stream known only
+ * by its reference (a raw block's, when buffer() wraps it). */
+static const char key_handles = 0;
+
+static void remember(lua_State *L, int ud, l_streamref *r)
+{
+    ud = lua_absindex(L, ud);
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &key_handles) == LUA_TTABLE) {
+        lua_pushvalue(L, ud);
+        lua_rawsetp(L, -2, r);
+    }
+    lua_pop(L, 1);
+}
+
 static l_stream *tostream(lua_State *L, int arg)
 {
     l_stream *st = l_udstream(L, arg);
@@ -104,7 +119,36 @@ static int stream_new(lua_State *L)
         }
     }
     st->ref->s = s;
+    remember(L, -1, st->ref);
     return 1;
+}
+
+void l_pushstream(lua_State *L, l_streamref *r)
+{
+    l_stream *st;
+    if (!r || !r->s) {
+        lua_getfield(L, LUA_REGISTRYINDEX, "cupola.default_stream");
+        return;
+    }
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &key_handles) == LUA_TTABLE) {
+        lua_rawgetp(L, -1, r);
+        st = (l_stream *)lua_touserdata(L, -1);
+        lua_remove(L, -2);
+        /* (a closed handle no longer names r; nor one whose reference was
+         * freed and its address given to another stream) */
+        if (st && l_hastag(L, -1, st, L_T_STREAM, sizeof *st) && st->ref == r)
+            return;
+    }
+    lua_pop(L, 1);
+    /* The handle was collected or closed while the stream lived on: a new
+     * one, holding a reference of its own. */
+    st = (l_stream *)lua_newuserdatauv(L, sizeof *st, 0);
+    st->tag = L_TAG(L_T_STREAM);
+    st->ref = r;
+    st->is_default = 0;
+    l_streamref_retain(r);
+    luaL_setmetatable(L, L_STREAM);
+    remember(L, -1, r);
 }
 
 /* One release for __gc, __close and close(): safe twice.  The default
@@ -198,6 +242,12 @@ void l_open_stream(lua_State *L)
     l_stream *st;
 
     l_newclass(L, L_STREAM, meta, methods);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &key_handles);
 
     lua_pushcfunction(L, stream_new);
     lua_setfield(L, -2, "stream");

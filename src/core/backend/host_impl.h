@@ -48,11 +48,14 @@ struct hwork {
     void (*run)(hwork *w);         /* the work itself, run without the lock */
     void (*done_locked)(hwork *w); /* bookkeeping under the lock, before completion */
     uint64_t ticket;
+    /* 32-bit counts keep the item at 120 bytes, within malloc's 128-byte
+     * chunks: the flag beside them would otherwise cost every item a larger
+     * chunk (items are allocated and freed at the rate of the work). */
+    uint32_t ndeps, capdeps;
     int always_run;                /* runs even on a stream in error (a host task, which
                                       then only releases its data) */
     hdep inline_deps[2];
     hdep *deps;
-    size_t ndeps, capdeps;
     union {
         struct { void *dst; const void *src; size_t n; } copy;
         struct { void *dst; int byte; size_t n; } set;

@@ -73,15 +73,15 @@ int cp_host_work_add_dep(hwork *w, uint64_t sid, uint64_t ticket)
     if (ticket == 0)
         return 1;
     if (w->ndeps == w->capdeps) {
-        size_t cap = w->capdeps * 2;
-        hdep *d = malloc(cap * sizeof *d);
+        size_t cap = (size_t)w->capdeps * 2;
+        hdep *d = cap <= UINT32_MAX ? malloc(cap * sizeof *d) : NULL;
         if (!d)
             return 0;
         memcpy(d, w->deps, w->ndeps * sizeof *d);
         if (w->deps != w->inline_deps)
             free(w->deps);
         w->deps = d;
-        w->capdeps = cap;
+        w->capdeps = (uint32_t)cap;
     }
     w->deps[w->ndeps].sid = sid;
     w->deps[w->ndeps].ticket = ticket;

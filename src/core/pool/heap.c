@@ -152,7 +152,14 @@ static cp_status chunk_add(cp_heap *h, uint64_t size, uint64_t want, uint8_t poo
         return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes", (unsigned long long)size);
     if (want < need)
         want = need;
-    if (max) {
+    if (max && h->keep_chunks) {
+        /* Chunks are address space (vmm): max limits the pages mapped under
+         * them, which the policy enforces page by page.  Here only a request
+         * that could never fit is refused. */
+        if (need + pad > max || need + pad < need)
+            return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes would pass the pool's max "
+                                "of %llu", (unsigned long long)need, (unsigned long long)max);
+    } else if (max) {
         if (res + need + pad > max || res + need + pad < res)
             return cp_error_set(CP_ERR_OOM, "out of memory: %llu more bytes would pass the "
                                 "pool's max of %llu (reserved %llu)",
