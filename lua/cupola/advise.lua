@@ -477,7 +477,8 @@ local function advise_trace(t, o, state)
   end
   if #pools > 0 then
     N[#N + 1] = "cupola rows: cupola's pools serving PyTorch through its pluggable allocator (make torch-allocator, " ..
-      "CUPOLA_TORCH_POOL=SPEC); device calls are their upstream calls (vmm: pages mapped)"
+      "CUPOLA_TORCH_POOL=SPEC); device calls are their upstream calls (vmm: pages mapped); vmm's default " ..
+      "policy decides by time on the replay's clock, so its row can move a little from run to run"
   end
   if o.search then
     N[#N + 1] = "least memory: the smallest limit (to 2 MiB) under which the recorded requests all run, found by " ..
