@@ -736,6 +736,10 @@ end
 
 -- ---- JSON --------------------------------------------------------------------
 
+local json_order = { "rows", "recommended", "paste", "setting", "kind", "via", "description",
+  "peak_reserved", "unused_at_peak", "live_at_peak", "peak_allocated", "device_allocs", "device_frees",
+  "retries", "change", "change_pct", "fits", "min_memory", "fails_at", "complete", "warning" }
+
 local function plain_row(r)
   local o = {}
   for _, k in ipairs { "setting", "kind", "via", "description", "family", "recorded", "recommended",
@@ -768,7 +772,10 @@ function advise.json(res)
     o.per_device = {}
     for i, d in ipairs(res.per_device) do o.per_device[i] = plain_result(d) end
   end
-  return report.json(o)
+  local ok, dkjson = pcall(require, "dkjson")
+  if not ok then return report.json(o) end
+  -- the rows first, each row's setting first: the order people read in
+  return dkjson.encode(o, { indent = true, keyorder = json_order }) .. "\n"
 end
 
 -- ---- HTML ----------------------------------------------------------------------
