@@ -63,7 +63,7 @@ put("Each workload's default snapshot: the grid without a limit, and with a limi
 put("PyTorch's own peak reserved (every row's least memory searched). `replays`: the rows' replays")
 put("and the search's. All cores, then one thread.")
 put("")
-put("| snapshot | operations | load | rows | grid | grid, 1 thread | replays with limit | with limit | with limit, 1 thread |")
+put("| snapshot | replayed operations | load | rows | grid | grid, 1 thread | replays with limit | with limit | with limit, 1 thread |")
 put("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 local function timed(f)
   local t0 = cupola.clock()
@@ -100,6 +100,15 @@ for _, w in ipairs { "resnet50_train", "t5_train_varlen", "gpt2_train", "mixtral
   t:close()
 end
 put("")
+do
+  local l1 = tonumber(loadavg():match "^(%S+)") or 0
+  if l1 >= cores() - 0.5 then
+    put(string.format("The machine was shared (load average %.1f on %d cores at the start): the threads found", l1, cores()))
+    put("no free core, so the all-core columns show little of the parallel replays; the one-thread")
+    put("columns are the work itself.")
+    put("")
+  end
+end
 
 -- ---- 2. predictions -----------------------------------------------------
 put("## 2. Predictions")

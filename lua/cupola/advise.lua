@@ -536,10 +536,11 @@ function advise.run(src, opts)
     if o.device and o.device ~= 0 then
       raise("cupola.advise: option 'device' needs a path (the snapshot is loaded once per device)")
     end
-    traces[1] = { t = src, device = 0 }
+    traces[1] = { t = src, device = #src > 0 and src:event(1).device or 0 }
   elseif type(src) == "string" then
     local t = at_caller(require("cupola.trace").load, src)
     local n = t.devices or 1
+    src = t.path -- a name of a trace cupola ships, found
     if o.device then
       if o.device >= n then
         t:close()
@@ -784,7 +785,7 @@ end
 -- the timelines of the recorded and the recommended settings (cupola.timeline).
 function advise.html(res, src, path)
   local timeline = require "cupola.timeline"
-  local t = is_trace(src) and src or at_caller(core.trace.load, src,
+  local t = is_trace(src) and src or at_caller(core.trace.load, res.trace or src,
     (res.devices or 1) > 1 and { device = res.device } or nil)
   local own = t ~= src
   local ok, a, b = pcall(function()
