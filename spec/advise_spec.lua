@@ -103,7 +103,7 @@ describe("cupola.advise: the result", function()
     assert.equals(def.peak_reserved, one.peak_reserved)
   end)
 
-  it("names each row as the brief's JSON does", function()
+  it("names each row as docs/API.md's JSON does", function()
     for _, r in ipairs(res.rows) do
       assert.equals("string", type(r.setting))
       assert.equals("number", math.type(r.peak_reserved) and "number")
