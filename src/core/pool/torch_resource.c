@@ -99,12 +99,16 @@ static cp_status t_free(cp_resource *r, void *p, size_t bytes, cp_stream *s)
         cp_event *ev = NULL;
         if (e)
             t->spare_ev = e->next;
-        else if ((e = (tevent *)calloc(1, sizeof *e)) == NULL)
-            return cp_error_set(CP_ERR_OOM, "out of host memory");
-        ev = e->e;
-        if (!ev && cp_be->event_create(&ev, 0) != CP_OK) {
+        else
+            e = (tevent *)calloc(1, sizeof *e);
+        if (e)
+            ev = e->e;
+        if (!e || (!ev && cp_be->event_create(&ev, 0) != CP_OK)) {
+            /* no event (or no host memory for one): wait for the stream
+             * instead; the block is off the live map, so it must go back
+             * now or be lost */
             free(e);
-            cp_be->stream_synchronize(s); /* no event: wait for the stream instead */
+            cp_be->stream_synchronize(s);
             cp_torch_free(t, b);
             return CP_OK;
         }
