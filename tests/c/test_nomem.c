@@ -20,6 +20,8 @@
 #include "fake_backend.h"
 #include "pool/torch.h"
 #include "tap.h"
+#include "trace/advise.h"
+#include "trace/trace.h"
 
 #define NB 24
 #define MAX_RUNS 20000 /* far more allocations than any case makes */
@@ -139,6 +141,73 @@ static int run_pool(long n, const void *arg, long *refused)
     }
 }
 
+typedef struct replay_case {
+    const cp_trace *t;
+    const char *kind, *conf;
+    int recorded, record;
+    uint64_t max;
+} replay_case;
+
+static int run_replay(long n, const void *arg, long *refused)
+{
+    const replay_case *c = (const replay_case *)arg;
+    cp_pool_opts o;
+    cp_replay_opts ro;
+    cp_replay_result res;
+    cp_resource *r = NULL;
+    cp_status st;
+
+    memset(&o, 0, sizeof o);
+    o.kind = c->kind;
+    o.upstream = CP_UP_VIRTUAL;
+    o.grow = 1;
+    o.alignment = 256;
+    o.max = c->max;
+    o.torch_conf = c->conf;
+    memset(&ro, 0, sizeof ro);
+    ro.repeat = 1;
+    ro.recorded_addresses = c->recorded;
+    ro.record = c->record;
+    memset(&res, 0, sizeof res);
+    failmalloc_arm(n);
+    if (cp_pool_create(&r, &o) != CP_OK) {
+        *refused = failmalloc_disarm();
+        return *refused == 0;
+    }
+    st = cp_trace_replay(c->t, r, &ro, &res);
+    *refused = failmalloc_disarm();
+    cp_replay_result_fini(&res);
+    if (st != CP_OK && *refused == 0)
+        return 1;
+    return settle(r, NULL, NULL, 0, NULL);
+}
+
+static int run_advise(long n, const void *arg, long *refused)
+{
+    const cp_trace *t = (const cp_trace *)arg;
+    cp_advise_job j[3];
+    int i;
+    memset(j, 0, sizeof j);
+    for (i = 0; i < 3; i++) {
+        j[i].pool.kind = i == 2 ? "tlsf" : "torch";
+        j[i].pool.upstream = CP_UP_VIRTUAL;
+        j[i].pool.grow = 1;
+        j[i].pool.alignment = 256;
+        j[i].pool.torch_conf = i == 1 ? "expandable_segments:True" : "";
+        j[i].recorded = i == 0;
+        j[i].search = i == 2; /* (a search repeats the replays: one is enough) */
+        j[i].limit = i == 0 ? 0 : 900u << 20;
+    }
+    failmalloc_arm(n);
+    cp_advise_run(t, j, 3, 1, NULL, NULL);
+    *refused = failmalloc_disarm();
+    for (i = 0; i < 3; i++)
+        if (j[i].st != CP_OK && *refused == 0)
+            return 1;
+    cp_advise_jobs_fini(j, 3);
+    return 0;
+}
+
 /* The fake backend with the device's memory figures (the torch model
  * sizes its expandable ranges from them). */
 static cp_status nomem_get_info(size_t *free_bytes, size_t *total_bytes)
@@ -161,7 +230,9 @@ int main(void)
         {"vmm", NULL, CP_UP_VIRTUAL, 0},
         {"tlsf", NULL, CP_UP_DEVICE, 1},
     };
-    char name[160];
+    char path[512], name[160];
+    const char *dir = getenv("CUPOLA_TRACES");
+    cp_trace *t = NULL;
     size_t i;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -173,6 +244,31 @@ int main(void)
                  pools[i].conf ? "conf \"" : "", pools[i].conf ? pools[i].conf : "default",
                  pools[i].conf ? "\"" : "", cp_upstream_name(pools[i].up));
         sweep(name, run_pool, &pools[i]);
+    }
+    snprintf(path, sizeof path, "%s/torch/varlen.limit-default.cpsnap.gz",
+             dir ? dir : "examples/traces");
+    tap_ok(cp_trace_load(path, &t) == CP_OK, "a snapshot loads");
+    if (t) {
+        static const char *const confs[] = {"", "expandable_segments:True",
+                                            "garbage_collection_threshold:0.7"};
+        for (i = 0; i < 3; i++) {
+            replay_case c = {t, "torch", confs[i], i == 0, 1, 2614765568u};
+            snprintf(name, sizeof name, "a torch replay (conf \"%s\"%s)", confs[i],
+                     i == 0 ? ", recorded addresses" : "");
+            sweep(name, run_replay, &c);
+        }
+        cp_trace_free(t);
+    }
+    /* smaller, for the cases that allocate per block or replay many times */
+    snprintf(path, sizeof path, "%s/torch/twostream.default.cpsnap.gz",
+             dir ? dir : "examples/traces");
+    t = NULL;
+    tap_ok(cp_trace_load(path, &t) == CP_OK, "a second snapshot loads");
+    if (t) {
+        replay_case c = {t, "cub", NULL, 0, 1, 0};
+        sweep("a cub replay", run_replay, &c);
+        sweep("advise's jobs (one thread)", run_advise, t);
+        cp_trace_free(t);
     }
     return tap_finish();
 }

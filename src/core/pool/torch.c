@@ -296,8 +296,13 @@ static cp_torch_block *alloc_found(cp_torch *t, tpool *p, cp_torch_block *b, int
     if (should_split(t, b, size)) {
         cp_torch_block *rest = b, *nb = new_block(t);
         cp_rbn *pred;
-        if (!nb)
+        if (!nb) {
+            /* no host memory for the split: a new segment goes to the
+             * cache (a found block is still there), not lost to it */
+            if (!in_tree)
+                blocks_insert(p, b);
             return NULL;
+        }
         /* The rest keeps the block's node when no other block lies between
          * its key and the block's (the usual case: it saves a removal and an
          * insertion); else it goes in anew, as PyTorch inserts it. */

@@ -119,46 +119,53 @@ static void unmap_block(cp_torch *t, cp_torch_block *b)
     tseg *s = b->seg;
     tpool *p = pool_of(t, b);
     uint64_t off = b->ptr - s->base, first, last, lo, hi, before, after;
+    cp_torch_block *fb, *fa;
     first = (off + s->page - 1) / s->page;
     last = (off + b->size) / s->page;
     if (first >= last)
         return;
     lo = s->base + first * s->page;
     hi = s->base + last * s->page;
-    cp_rb_erase(&p->blocks, &b->node);
     before = lo - b->ptr;
     after = b->ptr + b->size - hi;
-    if (before) {
-        cp_torch_block *f = new_block(t);
-        if (f) {
-            f->ptr = b->ptr;
-            f->size = before;
-            f->stream = b->stream;
-            f->seg = s;
-            f->small = b->small;
-            f->prev = b->prev;
-            f->next = b;
-            if (b->prev)
-                b->prev->next = f;
-            b->prev = f;
-            blocks_insert(p, f);
-        }
+    /* The pieces' descriptors first: without host memory for them the
+     * pages stay mapped (nothing changes), where unmapping would lose the
+     * pieces from the segment. */
+    fb = before ? new_block(t) : NULL;
+    fa = after ? new_block(t) : NULL;
+    if ((before && !fb) || (after && !fa)) {
+        if (fb)
+            del_block(t, fb);
+        if (fa)
+            del_block(t, fa);
+        return;
     }
-    if (after) {
-        cp_torch_block *f = new_block(t);
-        if (f) {
-            f->ptr = hi;
-            f->size = after;
-            f->stream = b->stream;
-            f->seg = s;
-            f->small = b->small;
-            f->prev = b;
-            f->next = b->next;
-            if (b->next)
-                b->next->prev = f;
-            b->next = f;
-            blocks_insert(p, f);
-        }
+    cp_rb_erase(&p->blocks, &b->node);
+    if (fb) {
+        fb->ptr = b->ptr;
+        fb->size = before;
+        fb->stream = b->stream;
+        fb->seg = s;
+        fb->small = b->small;
+        fb->prev = b->prev;
+        fb->next = b;
+        if (b->prev)
+            b->prev->next = fb;
+        b->prev = fb;
+        blocks_insert(p, fb);
+    }
+    if (fa) {
+        fa->ptr = hi;
+        fa->size = after;
+        fa->stream = b->stream;
+        fa->seg = s;
+        fa->small = b->small;
+        fa->prev = b;
+        fa->next = b->next;
+        if (b->next)
+            b->next->prev = fa;
+        b->next = fa;
+        blocks_insert(p, fa);
     }
     b->ptr = lo;
     b->size = hi - lo;
@@ -294,27 +301,30 @@ static int map_block(cp_torch *t, cp_torch_block *b, uint64_t size)
     uint64_t off = b->ptr - s->base;
     uint64_t first = off / s->page, last = (off + size + s->page - 1) / s->page;
     uint64_t bytes = (last - first) * s->page;
-    if (last == first || dev_map(t, s, b->ptr, bytes) != CP_OK)
+    /* the rest's descriptor before the map: without one the block would
+     * count as mapped past its pages */
+    cp_torch_block *r = bytes < b->size ? new_block(t) : NULL;
+    if (last == first || (bytes < b->size && !r) || dev_map(t, s, b->ptr, bytes) != CP_OK) {
+        if (r)
+            del_block(t, r);
         return 0;
+    }
     cp_rb_erase(&p->unmapped, &b->node);
     b->mapped = 1;
-    if (bytes < b->size) {
-        cp_torch_block *r = new_block(t);
-        if (r) {
-            r->ptr = b->ptr + bytes;
-            r->size = b->size - bytes;
-            r->stream = b->stream;
-            r->seg = s;
-            r->small = b->small;
-            r->mapped = 0;
-            r->prev = b;
-            r->next = b->next;
-            if (b->next)
-                b->next->prev = r;
-            b->next = r;
-            unmapped_insert(p, r);
-            b->size = bytes;
-        }
+    if (r) {
+        r->ptr = b->ptr + bytes;
+        r->size = b->size - bytes;
+        r->stream = b->stream;
+        r->seg = s;
+        r->small = b->small;
+        r->mapped = 0;
+        r->prev = b;
+        r->next = b->next;
+        if (b->next)
+            b->next->prev = r;
+        b->next = r;
+        unmapped_insert(p, r);
+        b->size = bytes;
     }
     cp_tk_try_merge(t, b, b->prev);
     cp_tk_try_merge(t, b, b->next);
