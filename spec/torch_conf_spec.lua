@@ -177,4 +177,24 @@ describe("torch conf: large_segment_size_mb", function()
     assert.equals(130 * MiB, p:stats().reserved)
     a:free(); b:free(); c:free()
   end)
+
+  -- The largest value PyTorch reads (2^44 - 1 MiB, a few MiB short of 2^64
+  -- bytes) makes segments no device holds: the model's virtual device
+  -- refuses them.  Rounded up to its 2 MiB pages such a size wrapped to 0,
+  -- and a 2 MiB request was served with a reserved figure of -1 MiB.
+  it("as large as PyTorch reads it: segments and pages no device holds are refused", function()
+    for _, conf in ipairs { "large_segment_size_mb:17592186044415",
+                            "large_segment_size_mb:17592186044415,expandable_segments:True" } do
+      local p <close> = torch_pool(conf)
+      local b, msg, why = p:alloc(2 * MiB)
+      assert.is_nil(b, conf)
+      assert.equals("out_of_memory", why)
+      assert.matches("OutOfMemoryError", msg)
+      local st = p:stats()
+      assert.equals(0, st.reserved, conf)
+      assert.equals(0, st["reserved_bytes.all.current"], conf)
+      assert.equals(0, st["segment.all.current"], conf)
+      assert.truthy(p:alloc(512), "small requests still have their 2 MiB segments"):free()
+    end
+  end)
 end)

@@ -203,9 +203,12 @@ uint64_t cp_torch_dev_memory(cp_torch_dev *d)
     return d->memory;
 }
 
+/* v rounded up to a multiple of a; 0 when that passes 2^64 - 1 (callers
+ * that round a size refuse it then). */
 static uint64_t up_to(uint64_t v, uint64_t a)
 {
-    return (v + a - 1) / a * a;
+    uint64_t r = v / a * a;
+    return r == v ? r : r + a < r ? 0 : r + a;
 }
 
 /* The driver model's placement of n bytes (whole 2 MiB pages): the highest
@@ -215,6 +218,9 @@ static cp_status driver_place(cp_torch_dev *d, uint64_t n, uint64_t *addr)
 {
     size_t i;
     uint64_t take = up_to(n, PAGE2M), chunk;
+    if (take < n || (chunk = up_to(take, CHUNK32M)) < take)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes are more than any device "
+                            "holds", (unsigned long long)n);
     for (i = d->free_.n; i-- > 0;) {
         range *r = &d->free_.r[i];
         if (r->hi - r->lo >= take) {
@@ -224,7 +230,6 @@ static cp_status driver_place(cp_torch_dev *d, uint64_t n, uint64_t *addr)
                        : cp_error_set(CP_ERR_OOM, "out of host memory");
         }
     }
-    chunk = up_to(take, CHUNK32M);
     if (chunk > d->low - VIRT_RANGES * 64)
         return cp_error_set(CP_ERR_OOM, "out of memory: the virtual address space is exhausted");
     d->low -= chunk;

@@ -264,7 +264,16 @@ static cp_torch_block *find_expandable(cp_torch *t, tpool *p, uint64_t stream, u
             u = nx ? blk_of(nx) : NULL;
         }
     }
-    n = (t->device_memory + t->device_memory / 8 + page - 1) / page;
+    /* 1 1/8 of the device's memory in whole pages (the memory is below
+     * 2^63, so the sum fits); a page so large that the range passes 2^64
+     * bytes is more than any device holds */
+    n = t->device_memory + t->device_memory / 8;
+    n = n / page + (n % page != 0);
+    if (n > UINT64_MAX / page) {
+        *st = cp_error_set(CP_ERR_OOM, "out of memory: an expandable segment of %llu-byte pages "
+                           "is more than any device holds", (unsigned long long)page);
+        return NULL;
+    }
     s = (tseg *)calloc(1, sizeof *s);
     c = s ? new_block(t) : NULL;
     if (!c) {
