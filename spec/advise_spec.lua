@@ -344,6 +344,30 @@ describe("cupola.advise: hostile arguments", function()
     assert.matches("closed cupola.Trace", err, 1, true)
   end)
 
+  -- Bug fixed with this spec: the progress function runs while the replays
+  -- read the trace, and a close() there freed it under them (a crash, so
+  -- the case runs in a child process).
+  it("a Trace closed from the progress function while its replays run", function()
+    local run_child = require "spec.support.child"
+    local code, out, err = run_child([[
+      local cupola = require "cupola"
+      local core = require "cupola.core"
+      local t = cupola.trace.load "examples/traces/torch/twostream.default.cpsnap.gz"
+      local jobs, refused = {}, nil
+      for i = 1, 4 do jobs[i] = { kind = "torch", conf = "", limit = 700 * 1024 * 1024 } end
+      local res = core.trace.advise_run(t, jobs, { threads = 1, progress = function()
+        local ok, e = pcall(t.close, t)
+        if not ok then refused = e end
+      end })
+      print(#res, #t > 0, refused)
+      t:close()
+      print("closed after", pcall(function() return #t end))
+    ]])
+    assert.equals(0, code, err)
+    assert.matches("^4\ttrue\t[^\n]*attempt to close a cupola%.Trace while advise_run replays it", out)
+    assert.matches("closed after\tfalse", out)
+  end)
+
   -- Bug fixed with this spec (found by the trace fuzzer through advise's
   -- replays): a snapshot with operations and no row (segment and oom entries
   -- only) made the torch model's replay read the rows' times at NULL.

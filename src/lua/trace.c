@@ -16,6 +16,7 @@
 
 typedef struct l_trace {
     cp_trace *t; /* NULL once closed */
+    int busy;    /* advise_runs replaying it on threads: close() must wait */
 } l_trace;
 
 cp_resource *l_checkresource(lua_State *L, int arg); /* pool.c */
@@ -53,6 +54,7 @@ static int trace_load(lua_State *L)
                                                     (LUAI_UACINT)device));
     tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;
+    tr->busy = 0;
     luaL_setmetatable(L, L_TRACE);
     st = cp_trace_load_device(path, (int)device, &t);
     if (st == CP_ERR_OOM)
@@ -65,6 +67,10 @@ static int trace_load(lua_State *L)
 static int trace_close(lua_State *L)
 {
     l_trace *tr = (l_trace *)l_checkudata(L, 1, L_TRACE);
+    /* advise_run's progress function runs while its threads read the
+     * trace (never from __gc: the call holds the trace on its stack) */
+    if (tr->busy)
+        return luaL_error(L, "attempt to close a " L_TRACE " while advise_run replays it");
     if (tr->t) {
         cp_trace_free(tr->t);
         tr->t = NULL;
@@ -577,7 +583,9 @@ static int trace_advise_run(lua_State *L)
         advise_job(L, (int)k, &jobs[k - 1], anchor);
         lua_pop(L, 1);
     }
+    tr->busy++; /* the progress function may not close it under the threads */
     cp_advise_run(tr->t, jobs, (size_t)n, (unsigned)threads, advise_report, &ap);
+    tr->busy--;
     if (ap.failed)
         return lua_error(L); /* the progress function's error, on top */
     lua_createtable(L, (int)n, 0);
