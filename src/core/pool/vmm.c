@@ -337,9 +337,12 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
         }
     }
     if (st != CP_OK) {
-        /* Give the block back: its pages count it until the free below. */
+        /* Give the block back: its pages count it until the free below,
+         * idle ones taken off their list as the loop takes them (the free
+         * puts them back: left on it, they went on twice). */
         for (p++; p <= last; p++)
-            p->live++;
+            if (p->live++ == 0 && p->handle)
+                idle_unlink(v, p);
         v_free(r, *out, bytes, s);
         *out = NULL;
     }
