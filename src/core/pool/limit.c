@@ -9,7 +9,6 @@
 #include "resource_impl.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct limit_res {
     cp_resource base;
@@ -45,30 +44,12 @@ static cp_status lim_reset(cp_resource *r)
 
 static void lim_free_info(cp_resource *r, uint64_t *largest, uint64_t *free_bytes)
 {
-    cp_stats st;
-    cp_resource_stats(((limit_res *)r)->inner, &st);
-    *largest = st.largest_free;
-    *free_bytes = st.free_bytes;
+    cp_adaptor_free_info(((limit_res *)r)->inner, largest, free_bytes);
 }
 
-/* A wrapped vmm pool's pages. */
 static void lim_vm_info(cp_resource *r, cp_stats *out)
 {
-    cp_stats st;
-    cp_resource_stats(((limit_res *)r)->inner, &st);
-    out->page_bytes = st.page_bytes;
-    out->pages_mapped = st.pages_mapped;
-    out->maps = st.maps;
-    out->unmaps = st.unmaps;
-    out->by_time = st.by_time;
-    out->decay_window = st.decay_window;
-    out->recent_peak = st.recent_peak;
-    out->map_budget = st.map_budget;
-    /* and the wrapped pool's figures of its own */
-    memcpy(out->extra, st.extra, sizeof out->extra);
-    out->nextra = st.nextra;
-    out->device_allocs = st.device_allocs;
-    out->device_frees = st.device_frees;
+    cp_adaptor_vm_info(((limit_res *)r)->inner, out);
 }
 
 static uint64_t lim_reserved(cp_resource *r)

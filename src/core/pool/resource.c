@@ -240,6 +240,32 @@ void cp_resource_stats(cp_resource *r, cp_stats *out)
     out->fragmentation = fb ? 1.0 - (double)largest / (double)fb : 0.0;
 }
 
+void cp_adaptor_free_info(cp_resource *inner, uint64_t *largest, uint64_t *free_bytes)
+{
+    cp_stats st;
+    cp_resource_stats(inner, &st);
+    *largest = st.largest_free;
+    *free_bytes = st.free_bytes;
+}
+
+void cp_adaptor_vm_info(cp_resource *inner, cp_stats *out)
+{
+    cp_stats st;
+    cp_resource_stats(inner, &st);
+    out->page_bytes = st.page_bytes;
+    out->pages_mapped = st.pages_mapped;
+    out->maps = st.maps;
+    out->unmaps = st.unmaps;
+    out->by_time = st.by_time;
+    out->decay_window = st.decay_window;
+    out->recent_peak = st.recent_peak;
+    out->map_budget = st.map_budget;
+    memcpy(out->extra, st.extra, sizeof out->extra);
+    out->nextra = st.nextra;
+    out->device_allocs = st.device_allocs;
+    out->device_frees = st.device_frees;
+}
+
 uint64_t cp_resource_reserved_locked(cp_resource *r)
 {
     return (r->ops->reserved ? r->ops->reserved(r) : r->reserved) + r->fb_bytes;

@@ -111,4 +111,10 @@ cp_status cp_cub_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
 /* reserved bytes of any resource (locks it briefly) */
 uint64_t cp_resource_reserved(cp_resource *r);
 
+/* The adaptors' (limit.c, log.c) free_info and vm_info: the figures of the
+ * resource they wrap, passed through (a vmm pool's pages, a pool's figures
+ * of its own and its upstream calls). */
+void cp_adaptor_free_info(cp_resource *inner, uint64_t *largest, uint64_t *free_bytes);
+void cp_adaptor_vm_info(cp_resource *inner, cp_stats *out);
+
 #endif /* CUPOLA_RESOURCE_IMPL_H */
