@@ -9,6 +9,8 @@
 #ifndef CUPOLA_ERROR_H
 #define CUPOLA_ERROR_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,6 +36,18 @@ cp_status cp_error_set(cp_status st, const char *fmt, ...) CP_PRINTF(2, 3);
 
 /* The last message stored on this thread ("" when none). */
 const char *cp_error_msg(void);
+
+/* A value as every message of cupola's shows it (the binding's and the
+ * core's alike): at most CP_SHOWN_MAX characters, enough to recognise a
+ * misspelt name or path and short enough for one line, a UTF-8 character
+ * never split (a run of stray continuation bytes ends at 4 bytes a
+ * character), then "..." where it was cut; newline, tab and other control
+ * bytes escaped as Lua writes them, so that a NUL or a newline inside a
+ * value is seen and does not cut the message.  Writes into buf, which
+ * holds CP_SHOWN_BUF bytes (every byte escaped), and returns it. */
+#define CP_SHOWN_MAX 40
+#define CP_SHOWN_BUF (4 * 4 * CP_SHOWN_MAX + 4)
+const char *cp_shown(const char *s, size_t len, char *buf);
 
 #ifdef __cplusplus
 }

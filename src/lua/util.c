@@ -59,40 +59,11 @@ void *l_checktag_slow(lua_State *L, int arg, size_t size, const char *tname)
 
 /* ---- values in messages ---- */
 
-/* A string in a message shows at most this many characters: enough to
- * recognise a misspelt name or path, short enough for one line. */
-#define L_SHOWN_MAX 40
-
+/* A string in a message, as the core shows values (cp_shown, error.h). */
 void l_pushcut(lua_State *L, const char *s, size_t len)
 {
-    luaL_Buffer b;
-    size_t i, n;
-    luaL_buffinit(L, &b);
-    /* n counts characters: the bytes that follow a UTF-8 lead byte go with
-     * it, so a cut never splits one (and a run of them, which no UTF-8
-     * text holds, ends at 4 bytes a character) */
-    for (i = 0, n = 0; i < len && i < 4 * L_SHOWN_MAX &&
-                       (n < L_SHOWN_MAX || ((unsigned char)s[i] & 0xc0) == 0x80);
-         i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c & 0xc0) != 0x80)
-            n++;
-        /* control bytes escaped as Lua writes them, so a NUL or a newline
-         * inside a value is seen (and does not cut the message) */
-        if (c == '\n')
-            luaL_addstring(&b, "\\n");
-        else if (c == '\t')
-            luaL_addstring(&b, "\\t");
-        else if (c < 0x20 || c == 0x7f) {
-            char esc[8];
-            snprintf(esc, sizeof esc, "\\%u", (unsigned)c);
-            luaL_addstring(&b, esc);
-        } else
-            luaL_addchar(&b, (char)c);
-    }
-    if (i < len)
-        luaL_addstring(&b, "...");
-    luaL_pushresult(&b);
+    char buf[CP_SHOWN_BUF];
+    lua_pushstring(L, cp_shown(s, len, buf));
 }
 
 /* The name of a value's type as lauxlib's messages give it: a handle's

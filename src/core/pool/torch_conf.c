@@ -176,36 +176,10 @@ static int is(const toks *T, size_t i, const char *word)
 }
 
 /* ---- messages ------------------------------------------------------------- */
-/* A token as every message of cupola's shows a value (src/lua/util.c): at
- * most 40 characters (a UTF-8 character is never split), then "..."; newline,
- * tab and other control bytes escaped as Lua writes them. */
-#define SHOWN_MAX 40
-#define SHOWN_BUF 200
+/* A token as every message of cupola's shows a value (error.h). */
 static const char *shown(const toks *T, size_t i, char *buf)
 {
-    const char *t = tok(T, i);
-    size_t j, k = 0, chars = 0, len = T->len[i];
-    for (j = 0; j < len && k + 6 < SHOWN_BUF &&
-                (chars < SHOWN_MAX || ((unsigned char)t[j] & 0xc0) == 0x80);
-         j++) {
-        unsigned char ch = (unsigned char)t[j];
-        if ((ch & 0xc0) != 0x80)
-            chars++;
-        if (ch == '\n')
-            k += (size_t)snprintf(buf + k, SHOWN_BUF - k, "\\n");
-        else if (ch == '\t')
-            k += (size_t)snprintf(buf + k, SHOWN_BUF - k, "\\t");
-        else if (ch < 0x20 || ch == 0x7f)
-            k += (size_t)snprintf(buf + k, SHOWN_BUF - k, "\\%u", (unsigned)ch);
-        else
-            buf[k++] = (char)ch;
-    }
-    if (j < len) {
-        memcpy(buf + k, "...", 3);
-        k += 3;
-    }
-    buf[k] = '\0';
-    return buf;
+    return cp_shown(tok(T, i), T->len[i], buf);
 }
 
 /* Token i is needed: past the end of the string, PyTorch refuses it. */
@@ -219,7 +193,7 @@ static cp_status need(const toks *T, size_t i, const char *key, const char *want
 
 static cp_status bad(const toks *T, size_t i, const char *key, const char *want)
 {
-    char b[SHOWN_BUF];
+    char b[CP_SHOWN_BUF];
     return cp_error_set(CP_ERR_INVALID, "conf: %s must be %s, not '%s'", key, want,
                         shown(T, i, b));
 }
@@ -357,7 +331,7 @@ static int cuda_key(const toks *T, size_t i)
 /* Neither parser reads key i: PyTorch refuses the string. */
 static cp_status unknown_key(const toks *T, size_t i)
 {
-    char b[SHOWN_BUF];
+    char b[CP_SHOWN_BUF];
     return cp_error_set(CP_ERR_INVALID,
                         "conf: unknown key '%s' (PyTorch 2.11 reads max_split_size_mb, "
                         "max_non_split_rounding_mb, large_segment_size_mb, "
