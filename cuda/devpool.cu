@@ -361,58 +361,52 @@ extern "C" cp_status cp_cuda_dp_reset(cp_devpool *p, cudaStream_t s)
     return e == cudaSuccess ? CP_OK : fail(e, "device pool reset");
 }
 
+/* Two arrays of n bytes of the pool's memory (at offsets a_off and b_off)
+ * into host copies *a and *b, which the caller frees, also on failure. */
+static cp_status read_arrays(cp_devpool *p, size_t a_off, size_t b_off, size_t n, cpd_u32 **a,
+                             cpd_u32 **b, const char *what)
+{
+    cudaError_t e;
+    *a = (cpd_u32 *)malloc(n ? n : 1);
+    *b = (cpd_u32 *)malloc(n ? n : 1);
+    if (!*a || !*b)
+        return cp_error_set(CP_ERR_OOM, "device pool stats: out of host memory");
+    if (n && ((e = cudaMemcpy(*a, p->mem + a_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess ||
+              (e = cudaMemcpy(*b, p->mem + b_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess))
+        return fail(e, what);
+    return CP_OK;
+}
+
 extern "C" cp_status cp_cuda_dp_stats(cp_devpool *p, cp_dp_stats *out)
 {
     cupola_device_pool st;
-    cpd_u32 *cls = NULL, *used = NULL;
+    cpd_u32 *a = NULL, *b = NULL;
     cpd_u64 u = 0, pk = 0;
     cudaError_t e;
+    cp_status rc = CP_OK;
 
     if ((e = cudaDeviceSynchronize()) != cudaSuccess ||
         (e = cudaMemcpy(&st, p->mem, sizeof st, cudaMemcpyDeviceToHost)) != cudaSuccess)
         return fail(e, "reading a device pool's state");
     if (p->kind == CP_DP_HEAP) {
-        size_t n = (size_t)p->L.nchunks * 4u;
-        cpd_u32 *cstate = (cpd_u32 *)malloc(n ? n : 1), *run_len = (cpd_u32 *)malloc(n ? n : 1);
-        if (!cstate || !run_len) {
-            free(cstate);
-            free(run_len);
-            return cp_error_set(CP_ERR_OOM, "device pool stats: out of host memory");
-        }
-        if (n && ((e = cudaMemcpy(cstate, p->mem + p->L.cstate_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess ||
-                  (e = cudaMemcpy(run_len, p->mem + p->L.runlen_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess)) {
-            free(cstate);
-            free(run_len);
-            return fail(e, "reading a heap pool's chunks");
-        }
-        cpd_heap_usage(&st, cstate, run_len, &u, &pk);
-        free(cstate);
-        free(run_len);
-        out->capacity = p->capacity;
-        out->used = u;
-        out->peak = pk;
-        out->failed = st.failed;
-        return CP_OK;
+        /* each chunk's state and run length */
+        rc = read_arrays(p, p->L.cstate_off, p->L.runlen_off, (size_t)p->L.nchunks * 4u, &a, &b,
+                         "reading a heap pool's chunks");
+        if (rc == CP_OK)
+            cpd_heap_usage(&st, a, b, &u, &pk);
+    } else if (p->kind == CP_DP_SLAB && p->L.nslabs) {
+        /* each slab's class and count */
+        rc = read_arrays(p, p->L.class_off, p->L.used_off, (size_t)p->L.nslabs * 4u, &a, &b,
+                         "reading a slab pool's counts");
+        if (rc == CP_OK)
+            cpd_usage(&st, a, b, &u, &pk);
+    } else {
+        cpd_usage(&st, NULL, NULL, &u, &pk);
     }
-    if (p->kind == CP_DP_SLAB && p->L.nslabs) {
-        size_t n = (size_t)p->L.nslabs * 4u;
-        cls = (cpd_u32 *)malloc(n);
-        used = (cpd_u32 *)malloc(n);
-        if (!cls || !used) {
-            free(cls);
-            free(used);
-            return cp_error_set(CP_ERR_OOM, "device pool stats: out of host memory");
-        }
-        if ((e = cudaMemcpy(cls, p->mem + p->L.class_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess ||
-            (e = cudaMemcpy(used, p->mem + p->L.used_off, n, cudaMemcpyDeviceToHost)) != cudaSuccess) {
-            free(cls);
-            free(used);
-            return fail(e, "reading a slab pool's counts");
-        }
-    }
-    cpd_usage(&st, cls, used, &u, &pk);
-    free(cls);
-    free(used);
+    free(a);
+    free(b);
+    if (rc != CP_OK)
+        return rc;
     out->capacity = p->capacity;
     out->used = u;
     out->peak = pk;
