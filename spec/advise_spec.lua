@@ -205,27 +205,11 @@ end)
 -- A snapshot written here by hand (protocol 2 as PyTorch's C++ writer):
 -- allocations, a request PyTorch refused that the program survived (it
 -- allocated again after it), more allocations.
-local function str(s) return "X" .. string.pack("<I4", #s) .. s end
-local function int(n) return "\138\8" .. string.pack("<i8", n) end
-local function dict(kv)
-  local out = { "}(" }
-  for i = 1, #kv, 2 do
-    out[#out + 1] = str(kv[i])
-    out[#out + 1] = type(kv[i + 1]) == "number" and int(kv[i + 1]) or kv[i + 1]
-  end
-  return table.concat(out) .. "u"
-end
-local function list(items) return "](" .. table.concat(items) .. "e" end
+local pickle = require "spec.support.pickle"
+local str, dict, list = pickle.str, pickle.dict, pickle.list
 local function entry(action, addr, size, t)
   return dict { "action", str(action), action == "oom" and "device_free" or "addr", addr, "size", size,
     "stream", 0, "time_us", t }
-end
-local function tmpfile(bytes)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
-  return path
 end
 
 describe("cupola.advise: tentative allocations", function()

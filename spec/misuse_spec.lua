@@ -731,10 +731,7 @@ describe("misuse: torch pools", function()
   end)
 
   it("recorded addresses need a torch pool over virtual and a snapshot", function()
-    local path = os.tmpname()
-    local f = io.open(path, "w")
-    f:write("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x100,256,0x0\n0,2,free,0x100,256,0x0\n")
-    f:close()
+    local path = tmpfile "Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x100,256,0x0\n0,2,free,0x100,256,0x0\n"
     local t <close> = cupola.trace.load(path)
     os.remove(path)
     local tlsf <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }
@@ -749,10 +746,7 @@ describe("misuse: torch pools", function()
   end)
 
   it("a corrupt compact snapshot names the offset", function()
-    local path = os.tmpname()
-    local f = io.open(path, "wb")
-    f:write("CPSNAP1\n\1\1\0\0\0\0\0\5\0")
-    f:close()
+    local path = tmpfile "CPSNAP1\n\1\1\0\0\0\0\0\5\0"
     raises(function() cupola.trace.load(path) end, "compact snapshot: offset")
     os.remove(path)
   end)

@@ -5,14 +5,6 @@ local cupola = require "cupola"
 
 local corpus = "tests/fuzz/corpus/"
 
-local function tmpfile(bytes)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "wb"))
-  f:write(bytes)
-  f:close()
-  return path
-end
-
 describe("snapshot", function()
   it("loads the real snapshot with the counts Python's pickle module gives", function()
     local t <close> = cupola.trace.load(assert(cupola.trace.find "torch_snapshot_mlp"))
@@ -157,18 +149,9 @@ end)
 -- one of -100 loaded too.  The pickles are written here by hand, protocol 2
 -- as PyTorch's C++ writer does: BINUNICODE strings, LONG1 integers.
 describe("snapshot sizes and sums", function()
-  local function str(s) return "X" .. string.pack("<I4", #s) .. s end
-  local function int(n) return "\138\8" .. string.pack("<i8", n) end
+  local pickle = require "spec.support.pickle"
+  local str, dict, list = pickle.str, pickle.dict, pickle.list
   local TWO63 = "\138\9" .. string.pack("<i8", math.mininteger) .. "\0" -- 2^63, nine bytes
-  local function dict(kv)
-    local out = { "}(" }
-    for i = 1, #kv, 2 do
-      out[#out + 1] = str(kv[i])
-      out[#out + 1] = type(kv[i + 1]) == "number" and int(kv[i + 1]) or kv[i + 1]
-    end
-    return table.concat(out) .. "u"
-  end
-  local function list(items) return "](" .. table.concat(items) .. "e" end
   local function entry(action, addr, size, t)
     local kv = { "action", str(action), "addr", addr, "stream", 0, "time_us", t or 1 }
     if size ~= nil then kv[#kv + 1] = "size"; kv[#kv + 1] = size end

@@ -30,11 +30,11 @@ end
 -- two streams run concurrently do not apply.
 _G.SERIALIZED = os.getenv "CUPOLA_SERIALIZED" ~= nil
 
---- tmpfile(text) -> the path of a new temporary file holding text.
-function _G.tmpfile(text)
+--- tmpfile(bytes) -> the path of a new temporary file holding bytes.
+function _G.tmpfile(bytes)
   local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(text)
+  local f = assert(io.open(path, "wb"))
+  f:write(bytes)
   f:close()
   return path
 end
