@@ -245,6 +245,27 @@ static void test_nvrtc(void)
     free(log);
 }
 
+/* One NVRTC build for sm_90 of a device-pool source (opt: one option, or
+ * NULL), checked, with NVRTC's log in the check's name when it fails;
+ * returns the status (CP_ERR_UNSUPPORTED, unchecked: no NVRTC). */
+static cp_status nvrtc_builds(const char *name, const char *src, size_t len, const char *opt,
+                              const char *what)
+{
+    static const char *const inc[] = {"cuda/include", NULL};
+    const char *opts[2] = {opt, NULL};
+    cp_kmodule_desc d = {CP_KSRC_SOURCE, name, src, len, opt ? opts : NULL, inc};
+    void *img = NULL;
+    size_t n = 0;
+    int where = -1;
+    char *log = NULL;
+    cp_status st = cp_nvrtc_build(&d, 90, &img, &n, &where, &log);
+    if (st != CP_ERR_UNSUPPORTED)
+        tap_ok(st == CP_OK, "NVRTC builds %s%s%s", what, log && st ? ": " : "", log && st ? log : "");
+    free(img);
+    free(log);
+    return st;
+}
+
 /* The device pools' run-time compiled sources build with NVRTC for sm_90
  * (what the GPU machine compiles): the survey's module for every kind,
  * CUDA's malloc and the scan, a plugin pool's harness with the example
@@ -252,7 +273,6 @@ static void test_nvrtc(void)
  * no device, so the GPU run does not fail on a compile error. */
 static void test_nvrtc_device_pools(void)
 {
-    static const char *const inc[] = {"cuda/include", NULL};
     static const char survey[] = "#include <cupola/survey.cuh>\n";
     static const char *const variants[] = {"-DCUPOLA_POOL_KIND=0", "-DCUPOLA_POOL_KIND=1", "-DCUPOLA_POOL_KIND=2",
                                            "-DCUPOLA_POOL_KIND=3", "-DCUPOLA_POOL_KIND=4", "-DCUPOLA_SURVEY_MALLOC",
@@ -261,37 +281,18 @@ static void test_nvrtc_device_pools(void)
                                "extern \"C\" __global__ void k(cupola_device_pool *p, unsigned long long *o)\n"
                                "{ void *x = cupola_alloc(p, 100000); o[cupola_global_index()] = (unsigned long long)x;\n"
                                "  cupola_free(p, x); }\n";
-    char *plugin = NULL, *src = NULL;
+    char *plugin = NULL, *src = NULL, what[96];
     size_t plen = 0;
     FILE *f;
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
-        const char *opts[2] = {variants[i], NULL};
-        cp_kmodule_desc d = {CP_KSRC_SOURCE, "survey.cu", survey, sizeof survey - 1, opts, inc};
-        void *img = NULL;
-        size_t len = 0;
-        int where = -1;
-        char *log = NULL;
-        cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
-        if (st == CP_ERR_UNSUPPORTED) {
+        snprintf(what, sizeof what, "the survey's module with %s", variants[i]);
+        if (nvrtc_builds("survey.cu", survey, sizeof survey - 1, variants[i], what) == CP_ERR_UNSUPPORTED) {
             tap_skip("nvrtc", cp_error_msg());
             return;
         }
-        tap_ok(st == CP_OK, "NVRTC builds the survey's module with %s%s%s", variants[i], log && st ? ": " : "",
-               log && st ? log : "");
-        free(img);
-        free(log);
     }
-    {
-        cp_kmodule_desc d = {CP_KSRC_SOURCE, "user.cu", user, sizeof user - 1, NULL, inc};
-        void *img = NULL;
-        size_t len = 0;
-        int where = -1;
-        char *log = NULL;
-        cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
-        tap_ok(st == CP_OK, "NVRTC builds a kernel of one's own that allocates through <cupola/device.h>");
-        free(img);
-        free(log);
-    }
+    nvrtc_builds("user.cu", user, sizeof user - 1, NULL,
+                 "a kernel of one's own that allocates through <cupola/device.h>");
     if ((f = fopen("examples/plugins/stackalloc.cu", "rb")) != NULL) {
         plugin = calloc(1, 1 << 16);
         plen = plugin ? fread(plugin, 1, (1 << 16) - 1, f) : 0;
@@ -302,30 +303,13 @@ static void test_nvrtc_device_pools(void)
         /* as dp_plugin.c puts a plugin pool's module together */
         int n = snprintf(src, plen + 200, "#include <cupola/plugin.h>\n#line 1 \"stackalloc.cu\"\n%s"
                                           "\n#include <cupola/dp_harness.cuh>\n", plugin);
-        cp_kmodule_desc d = {CP_KSRC_SOURCE, "stackalloc.cu", src, (size_t)n, NULL, inc};
-        void *img = NULL;
-        size_t len = 0;
-        int where = -1;
-        char *log = NULL;
-        cp_status st = cp_nvrtc_build(&d, 90, &img, &len, &where, &log);
-        tap_ok(st == CP_OK, "NVRTC builds a plugin pool's harness with examples/plugins/stackalloc.cu%s%s",
-               log && st ? ": " : "", log && st ? log : "");
-        free(img);
-        free(log);
+        nvrtc_builds("stackalloc.cu", src, (size_t)n, NULL,
+                     "a plugin pool's harness with examples/plugins/stackalloc.cu");
         /* and the survey's module over the plugin, as cupola.survey makes it */
         n = snprintf(src, plen + 200, "#include <cupola/plugin.h>\n#line 1 \"stackalloc.cu\"\n%s"
                                       "\n#include <cupola/survey.cuh>\n", plugin);
-        {
-            const char *opts[2] = {"-DCUPOLA_POOL_KIND=5", NULL};
-            cp_kmodule_desc d2 = {CP_KSRC_SOURCE, "survey_stackalloc.cu", src, (size_t)n, opts, inc};
-            img = NULL;
-            log = NULL;
-            st = cp_nvrtc_build(&d2, 90, &img, &len, &where, &log);
-            tap_ok(st == CP_OK, "NVRTC builds the survey's module over a plugin%s%s", log && st ? ": " : "",
-                   log && st ? log : "");
-            free(img);
-            free(log);
-        }
+        nvrtc_builds("survey_stackalloc.cu", src, (size_t)n, "-DCUPOLA_POOL_KIND=5",
+                     "the survey's module over a plugin");
     } else {
         tap_ok(0, "examples/plugins/stackalloc.cu is readable");
     }
