@@ -26,27 +26,8 @@ summary="$OUT/gpu-check-summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-# --- Lua from .deps --------------------------------------------------------
-if ! command -v lua5.4 >/dev/null 2>&1 || [ ! -f /usr/include/lua5.4/lua.h ]; then
-    R=/tmp/cupola-lua
-    if [ ! -x $R/usr/bin/lua5.4 ]; then
-        for f in .deps/*.deb; do dpkg -x "$f" $R || exit 1; done
-    fi
-    export PATH=$R/usr/bin:$PATH
-    export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export LUA_PATH="$R/usr/share/lua/5.4/?.lua;$R/usr/share/lua/5.4/?/init.lua;;"
-    export LUA_CPATH="$R/usr/lib/x86_64-linux-gnu/lua/5.4/?.so;;"
-    export BUSTED="lua5.4 $R/usr/bin/busted"
-    LUA_INC=$R/usr/include/lua5.4
-    # zlib's headers may be missing there too; the library itself is not.
-    ZFLAGS="-I$R/usr/include -I$R/usr/include/x86_64-linux-gnu"
-    ZLD="-L$R/usr/lib/x86_64-linux-gnu"
-else
-    export BUSTED="lua5.4 $(command -v busted)"
-    LUA_INC=/usr/include/lua5.4
-    ZFLAGS="" ZLD=""
-fi
-export CUPOLA_NO_DEPS=1
+# --- Lua from .deps (bench/lua-env.sh) ---------------------------------------
+. bench/lua-env.sh || exit 1
 # Traces: examples/traces (cupola.trace.find), or $CUPOLA_TRACES.
 
 note "gpu-check: commit $commit, $(date -u +%Y-%m-%dT%H:%MZ)"
