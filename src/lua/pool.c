@@ -450,23 +450,17 @@ static void push_torch_stats(lua_State *L, cp_torch *t)
     CNT(num_device_alloc);
     CNT(num_device_free);
 #undef CNT
-    /* the figures scripts ask for most, under short names */
-    lua_pushinteger(L, (lua_Integer)st.allocated_bytes[0].current);
-    lua_setfield(L, -2, "allocated_bytes");
-    lua_pushinteger(L, (lua_Integer)st.allocated_bytes[0].peak);
-    lua_setfield(L, -2, "allocated_bytes_peak");
-    lua_pushinteger(L, (lua_Integer)st.reserved_bytes[0].current);
-    lua_setfield(L, -2, "reserved_bytes");
-    lua_pushinteger(L, (lua_Integer)st.reserved_bytes[0].peak);
-    lua_setfield(L, -2, "reserved_bytes_peak");
-    lua_pushinteger(L, (lua_Integer)st.active_bytes[0].current);
-    lua_setfield(L, -2, "active_bytes");
-    lua_pushinteger(L, (lua_Integer)st.active_bytes[0].peak);
-    lua_setfield(L, -2, "active_bytes_peak");
-    lua_pushinteger(L, (lua_Integer)st.requested_bytes[0].current);
-    lua_setfield(L, -2, "requested_bytes");
-    lua_pushinteger(L, (lua_Integer)st.requested_bytes[0].peak);
-    lua_setfield(L, -2, "requested_bytes_peak");
+    /* the figures scripts ask for most, under short names: all pools' */
+#define SHORT(name, arr)                                 \
+    lua_pushinteger(L, (lua_Integer)arr[0].current);     \
+    lua_setfield(L, -2, name);                           \
+    lua_pushinteger(L, (lua_Integer)arr[0].peak);        \
+    lua_setfield(L, -2, name "_peak")
+    SHORT("allocated_bytes", st.allocated_bytes);
+    SHORT("reserved_bytes", st.reserved_bytes);
+    SHORT("active_bytes", st.active_bytes);
+    SHORT("requested_bytes", st.requested_bytes);
+#undef SHORT
     lua_pushinteger(L, (lua_Integer)st.oversize_allocations.current);
     lua_setfield(L, -2, "oversize_allocations");
     lua_pushinteger(L, (lua_Integer)st.oversize_segments.current);
