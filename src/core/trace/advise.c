@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "replay_time.h"
 
 typedef struct run_state {
     const cp_trace *t;
@@ -26,13 +27,6 @@ typedef struct run_state {
     size_t next;   /* the next job to take */
     size_t done;   /* jobs finished */
 } run_state;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void copy_msg(char *dst, size_t n, const char *src)
 {
@@ -170,7 +164,7 @@ static cp_status search(const cp_trace *t, cp_advise_job *j, int main_fits)
 
 static void run_job(const cp_trace *t, cp_advise_job *j)
 {
-    double t0 = now_s();
+    double t0 = replay_now();
     int fits = 0;
     cp_status st = replay_once(t, j, j->limit, j->limit != 0, &j->res, &fits, j->oom,
                                sizeof j->oom);
@@ -179,7 +173,7 @@ static void run_job(const cp_trace *t, cp_advise_job *j)
     j->st = st;
     if (st != CP_OK)
         copy_msg(j->msg, sizeof j->msg, cp_error_msg());
-    j->seconds = now_s() - t0;
+    j->seconds = replay_now() - t0;
 }
 
 static void *worker(void *arg)

@@ -10,18 +10,10 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "replay_lock.h"
 #include "trace_torch.h"
 #include "replay_time.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* What the walk keeps for each allocation, by ordinal: the pool's block
  * (NULL: not live) and the trace stream it was made on. */
@@ -212,7 +204,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     size_t i, k, last_alloc = SIZE_MAX;
     int rep, reps;
     uint64_t live = 0;
-    double t0, t1;
+    double t0;
     cp_stats stats;
 
     memset(out, 0, sizeof *out);
@@ -271,7 +263,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     for (i = 0; i < (size_t)stats.nextra; i++)
         if (strcmp(stats.extra[i].name, "retries") == 0)
             out->retries = stats.extra[i].value; /* subtracted at the end */
-    t0 = now_s();
+    t0 = replay_now();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep, .last_alloc = last_alloc};
         replay_hook *follow[REPLAY_MAX_HOOKS] = {NULL};
@@ -294,13 +286,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         if (out->stopped)
             break;
     }
-    t1 = now_s();
-    replay_clock_stop(&rclock);
-    replay_integral_result(&integ, &out->reserved_byte_seconds, &out->live_byte_seconds);
-    if (o->progress)
-        o->progress(o->progress_ud, out->events, total_events);
-    out->seconds = t1 - t0;
-    out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
+    replay_finish(&rclock, &integ, o, out, t0, total_events);
     cp_resource_stats(r, &stats);
     if (stats.reserved_peak > CP_TRACE_BYTES_MAX && st == CP_OK) {
         /* The trace's own figures are bounded at load; the pool's rounding

@@ -5,6 +5,7 @@
 #include "replay_time.h"
 
 #include <string.h>
+#include <time.h>
 
 /* ---- the clock ---- */
 
@@ -95,4 +96,23 @@ void replay_integral_result(const replay_integral *g, double *reserved_bs, doubl
 {
     *reserved_bs = g->reserved_bus * 1e-6;
     *live_bs = g->live_bus * 1e-6;
+}
+
+double replay_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void replay_finish(replay_clock *c, const replay_integral *g, const cp_replay_opts *o,
+                   cp_replay_result *out, double t0, uint64_t total_events)
+{
+    double t1 = replay_now();
+    replay_clock_stop(c);
+    replay_integral_result(g, &out->reserved_byte_seconds, &out->live_byte_seconds);
+    if (o->progress)
+        o->progress(o->progress_ud, out->events, total_events);
+    out->seconds = t1 - t0;
+    out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
 }

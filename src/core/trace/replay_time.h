@@ -97,4 +97,13 @@ void replay_integral_end(replay_integral *g);
 /* Byte-seconds over the repetitions done. */
 void replay_integral_result(const replay_integral *g, double *reserved_bs, double *live_bs);
 
+/* The monotonic wall clock in seconds: what a replay's loop is timed by. */
+double replay_now(void);
+/* The end of a replay's loop, begun at t0 (replay_now): the clock given
+ * back to its own kind, the integrals into the result, progress called at
+ * the end, the loop's wall time and time per event.  Every kind of replay
+ * ends so (replay.c, replay_torch.c). */
+void replay_finish(replay_clock *c, const replay_integral *g, const cp_replay_opts *o,
+                   cp_replay_result *out, double t0, uint64_t total_events);
+
 #endif /* CUPOLA_REPLAY_TIME_H */

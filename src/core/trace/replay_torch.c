@@ -25,7 +25,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "snapshot.h"
 #include "trace_impl.h"
@@ -39,13 +38,6 @@
 enum { H_NONE = 0, H_LIVE = 1, H_PENDING = 2, H_TAG = 3 };
 typedef uintptr_t handle;
 #define H_PTR(x) ((void *)((x) & ~(uintptr_t)H_TAG))
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* opts.record: the pool's reserved bytes where they changed, by the trace's
  * row (what timelines draw against), and the rows of each allocation and
@@ -123,7 +115,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     recorder rc;
     int rep, reps = o->repeat > 1 ? o->repeat : 1;
     uint64_t total_events, live = 0, peak = 0, failed = 0, skipped = 0;
-    double t0, t1;
+    double t0;
     size_t k;
     replay_clock rclock;
     replay_hook chook;
@@ -168,7 +160,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     last_alloc = k;
     cp_torch_get_stats(m, &st0);
     out->torch = 1;
-    t0 = now_s();
+    t0 = replay_now();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         const cp_trace_top *op = v.top, *end = v.top + v.ntop;
         replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
@@ -341,13 +333,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         }
         replay_lock_drop(&lk);
     }
-    t1 = now_s();
-    replay_clock_stop(&rclock);
-    replay_integral_result(&g, &out->reserved_byte_seconds, &out->live_byte_seconds);
-    if (o->progress)
-        o->progress(o->progress_ud, out->events, total_events);
-    out->seconds = t1 - t0;
-    out->ns_per_event = out->events ? out->seconds * 1e9 / (double)out->events : 0.0;
+    replay_finish(&rclock, &g, o, out, t0, total_events);
     cp_torch_get_stats(m, &st1);
     out->peak_live = peak;
     out->failed = failed;
