@@ -444,15 +444,22 @@ def extra(outdir):
              if not os.path.exists(os.path.join(outdir, f"{n}.default.json"))]
     for p in procs:
         p.wait()
+    limited(EXTRA, outdir, logs)
+    logs.close()
+
+
+def limited(runs, outdir, logs):
+    """The runs under a limit, set from each workload's default run (recorded
+    before): retry, halfway between the peaks the program needs and what the
+    default setting reserved; oom, a tenth below what it needs."""
     procs = []
-    for n, t, c, which in EXTRA:
+    for n, t, c, which in runs:
         base = json.load(open(os.path.join(outdir, f"{n}.default.json")))
         a, r = base["allocated"], base["reserved"]
         limit = (a + r) // 2 if which == "retry" else a * 9 // 10
         procs.append(launch(["--one", n, t, c, str(limit), outdir], c, outdir, logs))
     for p in procs:
         p.wait()
-    logs.close()
 
 
 def launch(args, env_conf, outdir, log):
@@ -495,16 +502,7 @@ def main():
     procs.append(launch(["--full", outdir], "", outdir, logs))
     for p in procs:
         p.wait()
-    procs = []
-    for n, t, c, which in LIMITED:
-        base = json.load(open(os.path.join(outdir, f"{n}.default.json")))
-        a, r = base["allocated"], base["reserved"]
-        # retry: halfway between the peaks the program needs and what the
-        # default setting reserved; oom: a tenth below what it needs.
-        limit = (a + r) // 2 if which == "retry" else a * 9 // 10
-        procs.append(launch(["--one", n, t, c, str(limit), outdir], c, outdir, logs))
-    for p in procs:
-        p.wait()
+    limited(LIMITED, outdir, logs)
     logs.close()
 
 
