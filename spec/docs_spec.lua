@@ -141,7 +141,7 @@ describe("docs/API.md as a reference", function()
     assert.same(sections, listed)
   end)
 
-  it("links only to headings that exist", function()
+  it("links only to headings that exist (README's links into it too)", function()
     local anchors = {}
     for _, h in ipairs(headings "docs/API.md") do
       local a = anchor(h.text)
@@ -151,6 +151,9 @@ describe("docs/API.md as a reference", function()
     end
     for target in text:gmatch "%]%(#(.-)%)" do
       assert.is_truthy(anchors[target], "docs/API.md links to #" .. target .. ", which no heading has")
+    end
+    for target in read("README.md"):gmatch "%]%(docs/API%.md#(.-)%)" do
+      assert.is_truthy(anchors[target], "README.md links to docs/API.md#" .. target .. ", which no heading has")
     end
   end)
 
