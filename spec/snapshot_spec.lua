@@ -234,6 +234,26 @@ describe("snapshot sizes and sums", function()
     t:close()
   end)
 
+  it("reads allocator_settings as PyTorch writes them: size_t as int64, the env string for the rest", function()
+    local function settings(kv)
+      local path = tmpfile("\128\2" .. dict { "device_traces", list { list { entry("alloc", 4096, 512) } },
+        "allocator_settings", dict(kv) } .. ".")
+      local t = cupola.trace.load(path)
+      os.remove(path)
+      return t
+    end
+    -- max_split_size_mb:-1 is (2^44 - 1) MiB, which PyTorch reports as -2^20; -1 is unset
+    local t <close> = settings { "PYTORCH_CUDA_ALLOC_CONF", str "max_split_size_mb:-1,large_segment_size_mb:32",
+      "max_split_size", -1048576, "expandable_segments", "\136" }
+    assert.equals("max_split_size_mb:-1,large_segment_size_mb:32", t.torch_conf)
+    assert.equals("large_segment_size_mb:32,max_split_size_mb:17592186044415,expandable_segments:True",
+      t.torch_settings)
+    local u <close> = settings { "PYTORCH_CUDA_ALLOC_CONF", str "", "max_split_size", -1,
+      "roundup_power2_divisions", dict { "1", 0, "2", 3, "4", 8 } }
+    assert.equals("roundup_power2_divisions:[1:0,2:0,4:8,8:0,16:0,32:0,64:0,128:0,256:0,512:0,1024:0," ..
+      "2048:0,4096:0,8192:0,16384:0,32768:0]", u.torch_settings, "divisions are 0 or powers of two")
+  end)
+
   it("loads the corpus seed at the bounds and refuses the one past them (Python's pickle)", function()
     local t <close> = cupola.trace.load(corpus .. "sizes_max_p2.pickle")
     assert.equals(math.maxinteger, t.peak_live)

@@ -872,7 +872,7 @@ static int pool_settings(lua_State *L)
     l_pool *p = topool(L, 1);
     cp_torch *t = cp_torch_of(p->ref->r);
     const cp_torch_conf *c;
-    char buf[512];
+    char buf[1024];
     int i;
     if (!t)
         return luaL_error(L, L_POOL ":settings: only pools of kind 'torch' have it (this one "
@@ -889,6 +889,8 @@ static int pool_settings(lua_State *L)
     lua_setfield(L, -2, "max_split_size");
     lua_pushinteger(L, (lua_Integer)c->max_non_split_rounding);
     lua_setfield(L, -2, "max_non_split_rounding");
+    lua_pushinteger(L, (lua_Integer)c->large_segment_size);
+    lua_setfield(L, -2, "large_segment_size");
     lua_pushnumber(L, c->gc_threshold);
     lua_setfield(L, -2, "garbage_collection_threshold");
     lua_pushboolean(L, c->expandable_segments);

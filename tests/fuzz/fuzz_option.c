@@ -99,6 +99,7 @@ static int same_settings(const cp_torch_conf *a, const cp_torch_conf *b)
 {
     return a->max_split_size == b->max_split_size &&
            a->max_non_split_rounding == b->max_non_split_rounding &&
+           a->large_segment_size == b->large_segment_size &&
            memcmp(a->roundup_divisions, b->roundup_divisions, sizeof a->roundup_divisions) == 0 &&
            a->gc_threshold == b->gc_threshold && a->memory_fraction == b->memory_fraction &&
            a->expandable_segments == b->expandable_segments &&
@@ -126,7 +127,10 @@ static void check_conf(const char *o, size_t n)
     EXPECT(cp_torch_conf_parse(canon, k, &d) == CP_OK, "canonical '%s' refused: %s", canon,
            cp_error_msg());
     EXPECT(same_settings(&c, &d), "'%.*s' and its canonical '%s' differ", (int)n, o, canon);
-    EXPECT(c.max_split_size >= (UINT64_C(20) << 20), "max_split_size below 20 MiB");
+    EXPECT(c.large_segment_size > (UINT64_C(10) << 20), "large_segment_size of 10 MiB or less");
+    EXPECT(c.max_split_size >= c.large_segment_size, "max_split_size below large_segment_size");
+    EXPECT(c.max_non_split_rounding >= c.large_segment_size,
+           "max_non_split_rounding below large_segment_size");
     EXPECT(c.gc_threshold >= 0.0 && c.gc_threshold < 1.0, "gc threshold out of range");
 }
 

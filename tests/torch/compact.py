@@ -48,8 +48,10 @@ def settings_conf(s):
     """allocator_settings as a conf string (the decoder parses it)."""
     parts = []
     mss = s.get("max_split_size", -1)
-    if isinstance(mss, int) and mss > 0 and mss % (1 << 20) == 0:
-        parts.append("max_split_size_mb:%d" % (mss >> 20))
+    # a size_t written as int64: -1 is unset; "max_split_size_mb:-1" reads
+    # as (2^44 - 1) MiB, which PyTorch reports as -2^20
+    if isinstance(mss, int) and mss != -1 and (mss & MASK) % (1 << 20) == 0 and mss != 0:
+        parts.append("max_split_size_mb:%d" % ((mss & MASK) >> 20))
     gc = s.get("garbage_collection_threshold", 0.0) or 0.0
     if 0.0 < gc < 1.0:
         parts.append("garbage_collection_threshold:%r" % float(gc))

@@ -26,11 +26,17 @@ Workloads (all random weights, seeded, on one GPU):
   python3 tests/torch/record.py OUTDIR            everything, in parallel
   python3 tests/torch/record.py --one NAME TAG CONF LIMIT OUTDIR   one run
   python3 tests/torch/record.py --probe-conf OUTDIR   which conf strings
-                       PyTorch accepts (conf_probe.json): the keys cupola's
-                       parser reads and some it refuses, and the edge values
+                       PyTorch accepts (conf_probe.json, and conf_probe.lua:
+                       the same in the form examples/traces/torch ships):
+                       the keys cupola's parser reads and some it refuses,
+                       the edge values, and what one 4 MiB tensor reserves
+  python3 tests/torch/record.py --probe-lua JSON LUA   conf_probe.lua from a
+                       conf_probe.json
   python3 tests/torch/record.py --extra OUTDIR   the second batch: two
                        streams under a limit with expandable segments, and
                        varlen under a limit with roundup_power2_divisions
+  python3 tests/torch/record.py --segsize OUTDIR   the third: large_segment_size_mb
+                       (varlen, and twostream with expandable segments)
 """
 import gzip
 import json
@@ -273,6 +279,33 @@ PROBE_CONFS = [
     "max_split_size_mb:64:expandable_segments:True",
     "max_split_size_mb:64,",
     "backend:native",
+    # the second probe: large_segment_size_mb, and how both parsers walk the tokens
+    "large_segment_size_mb:10",
+    "large_segment_size_mb:11",
+    "large_segment_size_mb:64,max_split_size_mb:40",
+    "large_segment_size_mb:64,max_split_size_mb:64",
+    "max_split_size_mb:40,large_segment_size_mb:32",
+    "max_non_split_rounding_mb:30,large_segment_size_mb:40",
+    "large_segment_size_mb:12,expandable_segments:True",
+    "large_segment_size_mb:64,expandable_segments:True",
+    "roundup_power2_divisions:[64]8]",
+    "roundup_power2_divisions:[64,4]",
+    "roundup_power2_divisions:36028797018963968",
+    "max_split_size_mb,64",
+    "expandable_segments:True,,max_split_size_mb:64",
+    ",",
+    "",
+    " max_split _size_mb : 64 ",
+    "max_split_size_mb",
+    "max_split_size_mb:99999999999999999999",
+    "garbage_collection_threshold:0x0.8",
+    "garbage_collection_threshold:nan",
+    "garbage_collection_threshold:1e-400",
+    "per_process_memory_fraction:-0",
+    "pinned_num_register_threads:256",
+    "pinned_reserve_segment_size_mb:0",
+    "backend:native:",
+    "expandable_segments:True:",
 ]
 
 
@@ -281,7 +314,8 @@ def probe_one(conf, outfile):
     import torch
     out = {"conf": conf}
     try:
-        x = torch.empty(1 << 20, device="cuda")
+        x = torch.empty(1 << 20, device="cuda")  # 4 MiB: a large-pool segment
+        out["reserved"] = torch.cuda.memory_reserved()
         del x
         out["accepted"] = True
         snap = torch.cuda.memory._snapshot()
@@ -293,24 +327,106 @@ def probe_one(conf, outfile):
         json.dump(out, f, default=str)
 
 
-def probe_conf(outdir):
+def probe_conf(outdir, jobs=8):
+    """Each conf in a fresh process (the allocator reads its conf once), up
+    to jobs at a time."""
     os.makedirs(outdir, exist_ok=True)
-    results = []
+    procs = {}
     for i, conf in enumerate(PROBE_CONFS):
         outfile = os.path.join(outdir, f"probe{i}.json")
         env = dict(os.environ)
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-        p = subprocess.run([sys.executable, __file__, "--probe-one", conf, outfile], env=env,
-                           capture_output=True, text=True, timeout=120)
+        while len([p for p in procs.values() if p.poll() is None]) >= jobs:
+            time.sleep(0.2)
+        procs[i] = subprocess.Popen([sys.executable, __file__, "--probe-one", conf, outfile],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True)
+    results = []
+    for i, conf in enumerate(PROBE_CONFS):
+        outfile = os.path.join(outdir, f"probe{i}.json")
+        try:
+            out, _ = procs[i].communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            procs[i].kill()
+            out, _ = procs[i].communicate()
         try:
             results.append(json.load(open(outfile)))
             os.remove(outfile)
         except Exception:  # noqa: BLE001 - the process died before writing
             results.append({"conf": conf, "accepted": False,
-                            "error": (p.stderr or p.stdout).strip().splitlines()[-1:]})
+                            "error": (out or "").strip().splitlines()[-1:]})
     with open(os.path.join(outdir, "conf_probe.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
+    probe_lua(os.path.join(outdir, "conf_probe.json"), os.path.join(outdir, "conf_probe.lua"))
     print(json.dumps([(r["conf"], r["accepted"]) for r in results]))
+
+
+def lua_str(s):
+    out = []
+    for ch in s.encode():
+        if ch in (0x22, 0x5C):
+            out.append("\\" + chr(ch))
+        elif 0x20 <= ch < 0x7F:
+            out.append(chr(ch))
+        else:
+            out.append("\\%03d" % ch)
+    return '"' + "".join(out) + '"'
+
+
+def probe_lua(src, dst):
+    """PyTorch's verdicts in the form the repository ships (a Lua table):
+    each conf, whether PyTorch took it, what it read (allocator_settings:
+    max_split_size as the int64 it reports, the roundup divisions by
+    interval) and what a 4 MiB tensor reserved, or its refusal."""
+    results = json.load(open(src))
+    lines = ["-- PyTorch 2.11.0's verdict on each conf string (tests/torch/record.py --probe-conf on",
+             "-- an H100): accepted or not, and what it read (allocator_settings; reserved: what one",
+             "-- 4 MiB tensor made it reserve) or its error.  spec/torch_conf_spec.lua holds cupola",
+             "-- to every line.",
+             "return {"]
+    for r in results:
+        items = ["conf = " + lua_str(r["conf"]), "accepted = " + ("true" if r["accepted"] else "false")]
+        if r["accepted"]:
+            s = r.get("allocator_settings") or {}
+            items.append("max_split_size = %d" % int(s.get("max_split_size", -1)))
+            items.append("garbage_collection_threshold = %r" % float(s.get("garbage_collection_threshold", 0.0)))
+            for k in ("expandable_segments", "release_lock_on_cudamalloc",
+                      "graph_capture_record_stream_reuse", "pinned_use_cuda_host_register"):
+                items.append("%s = %s" % (k, "true" if s.get(k) else "false"))
+            items.append("pinned_num_register_threads = %d" % int(s.get("pinned_num_register_threads", 1)))
+            rd = s.get("roundup_power2_divisions") or {}
+            items.append("roundup_power2_divisions = {%s}" % ", ".join(
+                "%d" % int(rd.get(str(1 << i), 0)) for i in range(16)))
+            if "reserved" in r:
+                items.append("reserved = %d" % int(r["reserved"]))
+        else:
+            err = r.get("error")
+            if isinstance(err, list):
+                err = err[0] if err else ""
+            items.append("error = " + lua_str(str(err or "")))
+        lines.append("  {" + ", ".join(items) + "},")
+    lines.append("}")
+    with open(dst, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+# The third batch: large_segment_size_mb, which PyTorch 2.11 accepts (the
+# segment of requests between 1 and 10 MiB, the page of large expandable
+# segments).
+SEGSIZE = [
+    ("varlen", "seg64", "large_segment_size_mb:64"),
+    ("varlen", "seg12", "large_segment_size_mb:12"),
+    ("twostream", "expandable-seg64", "expandable_segments:True,large_segment_size_mb:64"),
+]
+
+
+def batch(outdir, runs, logname):
+    os.makedirs(outdir, exist_ok=True)
+    logs = open(os.path.join(outdir, logname), "w")
+    procs = [launch(["--one", n, t, c, "0", outdir], c, outdir, logs) for n, t, c in runs]
+    for p in procs:
+        p.wait()
+    logs.close()
 
 
 # The second batch: what the first left open.
@@ -362,6 +478,12 @@ def main():
         return
     if sys.argv[1] == "--probe-one":
         probe_one(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "--probe-lua":
+        probe_lua(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "--segsize":
+        batch(sys.argv[2], SEGSIZE, "record-segsize.log")
         return
     if sys.argv[1] == "--extra":
         extra(sys.argv[2])

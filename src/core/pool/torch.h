@@ -26,12 +26,16 @@ extern "C" {
 
 #define CP_TORCH_MIB (UINT64_C(1) << 20)
 #define CP_TORCH_NO_SPLIT_LIMIT UINT64_MAX /* max_split_size unset */
+#define CP_TORCH_LARGE_SEGMENT (20 * CP_TORCH_MIB) /* large_segment_size's default */
 
 /* ---- PYTORCH_CUDA_ALLOC_CONF ----------------------------------------------- */
 typedef struct cp_torch_conf {
     uint64_t max_split_size;            /* bytes; CP_TORCH_NO_SPLIT_LIMIT when unset */
-    uint64_t max_non_split_rounding;    /* bytes; 20 MiB by default */
-    uint32_t roundup_divisions[16];     /* per power-of-two interval from 1 MiB (index 0:
+    uint64_t max_non_split_rounding;    /* bytes; large_segment_size by default */
+    uint64_t large_segment_size;        /* bytes; 20 MiB by default: the segment of requests
+                                           between 1 and 10 MiB, the page of large
+                                           expandable segments */
+    uint64_t roundup_divisions[16];     /* per power-of-two interval from 1 MiB (index 0:
                                            below 2 MiB) to 32 GiB and above (index 15) */
     double gc_threshold;                /* garbage_collection_threshold; 0: off */
     double memory_fraction;             /* per_process_memory_fraction; 1: no limit */
@@ -53,12 +57,15 @@ extern const char *const cp_torch_host_keys[];
 /* PyTorch's defaults (what an empty or absent string gives). */
 void cp_torch_conf_default(cp_torch_conf *c);
 /* Parses s (PYTORCH_CUDA_ALLOC_CONF syntax) into c, starting from the
- * defaults.  CP_ERR_INVALID with a message naming the key and the value
- * ("conf: max_split_size_mb must be an integer of at least 20 (MiB), not
- * 'x'"); backend:cudaMallocAsync is refused with a pointer to cupola.mempool. */
+ * defaults: it accepts what PyTorch 2.11 accepts and reads each value as
+ * PyTorch reads it.  CP_ERR_INVALID, where PyTorch refuses the string, with
+ * a message naming the key and the value ("conf: max_split_size_mb must be
+ * an integer of at least 20 (MiB), not '8'"); backend:cudaMallocAsync is
+ * refused with a pointer to cupola.mempool.  A refused string leaves c at
+ * the defaults. */
 cp_status cp_torch_conf_parse(const char *s, size_t len, cp_torch_conf *c);
 /* The divisions for a rounded size (PyTorch's interval lookup). */
-uint32_t cp_torch_conf_divisions(const cp_torch_conf *c, uint64_t size);
+uint64_t cp_torch_conf_divisions(const cp_torch_conf *c, uint64_t size);
 /* The settings as a canonical conf string that parses to the same settings
  * (only keys that differ from the defaults); returns the length written
  * (snprintf's convention). */

@@ -148,86 +148,10 @@
  * is no size threshold at all: every block is placed by best fit and pays
  * only for the pages it touches, so no request is "big".
  */
-#include "heap.h"
+#include "vmm_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define VIRT_GRANULE (UINT64_C(2) << 20)
-#define VIRT_SPAN (UINT64_C(1) << 37)
-
-/* The default policy's constants (the header says why). */
-#define PAGE_COST 59e-6      /* seconds to move or remap one page */
-#define BUDGET (1.0 / 32)    /* share of the clock's time the budget accrues */
-#define HEADROOM 64          /* pages kept above the recent peak: 1 per 64 */
-#define DEMAND_EPOCHS 8      /* the window's demand peaks, one per eighth */
-
-typedef struct vpage vpage;
-typedef struct vgen vgen;
-
-/* The pages one free left idle while their frees are not known complete,
- * with an event recorded on the free's stream after it (NULL: none; only a
- * device synchronization settles them). */
-struct vgen {
-    cp_event *e;
-    vpage *pages;        /* its pending pages (idle list) */
-    vgen *next;          /* queue, oldest first, or the spare list */
-};
-
-struct vpage {
-    uint32_t live;       /* live blocks touching the page */
-    vgen *gen;           /* idle and pending: its generation; NULL: settled */
-    uint64_t handle;     /* physical memory mapped here; 0: none */
-    vpage *ip, *in;      /* idle list (settled, or the generation's) */
-    double idle_since;   /* idle: the clock's reading when it became idle */
-};
-
-typedef struct vrange {
-    uint64_t base, npages;
-    vpage *pages;
-} vrange;
-
-typedef struct vmm {
-    cp_heap h;
-    cp_sfit ix;
-    int real;             /* the backend maps memory (device upstream) */
-    int dev;              /* the device whose memory is mapped (opts.device) */
-    uint64_t gran;
-    unsigned gshift;      /* log2(gran) */
-    uint64_t span;        /* address space per range */
-    uint64_t max;         /* bound on mapped bytes (0: none) */
-    vrange *ranges;
-    size_t nranges;
-    vpage *settled, *settled_tail; /* idle pages whose frees are complete,
-                                      most recently idle first */
-    vgen *gq, *gq_tail;   /* generations of pending pages, oldest first */
-    vgen *gspare;         /* recycled generations (their events kept) */
-    vgen nogen;           /* pending pages with no event */
-    struct vopen {        /* per stream: the pages its frees left idle since
-                             its last recorded event (no event yet) */
-        uint64_t sid;
-        vgen *g;
-    } *opens;
-    uint32_t nopen, capopen;
-    uint64_t keep_pages;  /* idle pages kept mapped: max(release_threshold, initial) */
-    uint64_t idle_pages, mapped_pages, next_handle;
-    uint64_t maps, unmaps;
-    uint64_t live_bytes;  /* rounded sizes of the live blocks */
-    /* The default policy (timed: no release_threshold given): */
-    int timed;
-    double now;           /* the clock's latest reading seen */
-    double budget;        /* seconds of mapping the pool may still spend */
-    uint64_t peak_pages;  /* most pages ever mapped */
-    uint64_t floor_pages; /* recent peak of demand + headroom (at the last tick) */
-    struct vepoch {       /* the most demand in each eighth of the window */
-        double start;     /* past epochs: the time they ended */
-        uint64_t peak;
-    } ep[DEMAND_EPOCHS + 1]; /* one more: the one overwritten ended a window ago */
-    unsigned ep_cur;
-    double ep_start;      /* when the current epoch began */
-    double floor_until;   /* the floor stays at least until then */
-    double decay_at;      /* no page can be released before then */
-} vmm;
 
 /* ---- the address heap (the freelist's policy) ---- */
 
@@ -313,443 +237,7 @@ static const cp_heap_policy vmm_policy = {
 
 /* ---- pages ---- */
 
-static vpage *page_of(vmm *v, uint64_t addr)
-{
-    size_t i;
-    if (__builtin_expect(addr - v->ranges[0].base < v->ranges[0].npages << v->gshift, 1))
-        return &v->ranges[0].pages[(addr - v->ranges[0].base) >> v->gshift];
-    for (i = 1; i < v->nranges; i++) {
-        vrange *g = &v->ranges[i];
-        if (addr >= g->base && addr - g->base < g->npages * v->gran)
-            return &g->pages[(addr - g->base) / v->gran];
-    }
-    return NULL;
-}
-
-static uint64_t page_addr(const vmm *v, const vpage *p)
-{
-    size_t i;
-    for (i = 0; i < v->nranges; i++) {
-        const vrange *g = &v->ranges[i];
-        if (p >= g->pages && p < g->pages + g->npages)
-            return g->base + (uint64_t)(p - g->pages) * v->gran;
-    }
-    return 0;
-}
-
-static void idle_push(vpage **list, vpage *p)
-{
-    p->ip = NULL;
-    p->in = *list;
-    if (*list)
-        (*list)->ip = p;
-    *list = p;
-}
-
-static void settled_push(vmm *v, vpage *p)
-{
-    p->gen = NULL;
-    if (!v->settled)
-        v->settled_tail = p;
-    idle_push(&v->settled, p);
-}
-
-static void idle_unlink(vmm *v, vpage *p)
-{
-    if (p->ip)
-        p->ip->in = p->in;
-    else if (p->gen)
-        p->gen->pages = p->in;
-    else
-        v->settled = p->in;
-    if (p->in)
-        p->in->ip = p->ip;
-    else if (!p->gen)
-        v->settled_tail = p->ip;
-    p->ip = p->in = NULL;
-    p->gen = NULL;
-    v->idle_pages--;
-}
-
-/* Generation g's frees are complete: its pages are settled. */
-static void gen_settle(vmm *v, vgen *g)
-{
-    vpage *p;
-    while ((p = g->pages) != NULL) {
-        g->pages = p->in;
-        settled_push(v, p);
-    }
-}
-
-/* Settles the generations at the head of the queue whose events have
- * completed (one query each, stopping at the first that has not). */
-static void settle_done(vmm *v)
-{
-    vgen *g;
-    while ((g = v->gq) != NULL) {
-        int done = 0;
-        if (cp_be->event_query(g->e, &done) != CP_OK || !done)
-            return;
-        gen_settle(v, g);
-        v->gq = g->next;
-        if (!v->gq)
-            v->gq_tail = NULL;
-        g->next = v->gspare;
-        v->gspare = g;
-    }
-}
-
-static cp_status dev_sync(vmm *v)
-{
-    return cp_be->device_synchronize_on ? cp_be->device_synchronize_on(v->dev)
-                                        : cp_be->device_synchronize();
-}
-
-/* The device is synchronized: every pending page is settled. */
-static cp_status settle_all(vmm *v)
-{
-    vgen *g;
-    uint32_t i;
-    int any = v->gq || v->nogen.pages;
-    for (i = 0; i < v->nopen && !any; i++)
-        any = v->opens[i].g->pages != NULL;
-    if (!any)
-        return CP_OK;
-    if (v->real) {
-        cp_status st = dev_sync(v);
-        if (st != CP_OK)
-            return st;
-    }
-    gen_settle(v, &v->nogen);
-    for (i = 0; i < v->nopen; i++)
-        gen_settle(v, v->opens[i].g);
-    while ((g = v->gq) != NULL) {
-        gen_settle(v, g);
-        v->gq = g->next;
-        g->next = v->gspare;
-        v->gspare = g;
-    }
-    v->gq_tail = NULL;
-    return CP_OK;
-}
-
-static cp_status unmap_page(vmm *v, vpage *p)
-{
-    if (v->real) {
-        cp_status st =
-            cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran);
-        if (st != CP_OK)
-            return st;
-    }
-    v->unmaps++;
-    return CP_OK;
-}
-
 /* ---- the default policy: clock, budget, recent demand ---- */
-
-/* The decay window: the time the budget needs to remap the peak once. */
-static double v_window(const vmm *v)
-{
-    return (double)v->peak_pages * PAGE_COST / BUDGET;
-}
-
-/* Pages live blocks touch now (idle ones, pending included, are the rest). */
-static uint64_t v_demand(const vmm *v)
-{
-    return v->mapped_pages - v->idle_pages;
-}
-
-static uint64_t with_headroom(uint64_t d)
-{
-    return d + (d + HEADROOM - 1) / HEADROOM;
-}
-
-/* Demand d is reached now: the current epoch's peak. */
-static void v_note_demand(vmm *v, uint64_t d)
-{
-    if (d > v->ep[v->ep_cur].peak)
-        v->ep[v->ep_cur].peak = d;
-}
-
-/* The most demand over the window (epochs that ended within it, and the
- * current one), at the last reading; *until: the first time one of the
- * epochs counted leaves the window (or the current one ends), before which
- * the figure cannot fall. */
-static uint64_t v_recent_peak(const vmm *v, double *until)
-{
-    double w = v_window(v);
-    uint64_t d = v_demand(v);
-    unsigned i;
-    *until = v->ep_start + w / DEMAND_EPOCHS;
-    for (i = 0; i <= DEMAND_EPOCHS; i++) {
-        if (i == v->ep_cur || v->ep[i].start < v->now - w)
-            continue;
-        if (v->ep[i].start + w < *until)
-            *until = v->ep[i].start + w;
-        if (v->ep[i].peak > d)
-            d = v->ep[i].peak;
-    }
-    return v->ep[v->ep_cur].peak > d ? v->ep[v->ep_cur].peak : d;
-}
-
-/* Reads the clock; the budget accrues (up to two remappings of the device).
- * A reading below the last (a manual clock reset at creation) is no time
- * passing. */
-static void v_clock(vmm *v)
-{
-    double now = cp_clock_now(v->h.base.clock);
-    if (now > v->now) {
-        double cap = (double)(v->span >> v->gshift) * PAGE_COST;
-        v->budget += (now - v->now) * BUDGET;
-        if (v->budget > cap)
-            v->budget = cap;
-        v->now = now;
-    }
-}
-
-/* v_clock, then a new epoch begins every eighth of the window (v_roll),
- * and the floor (recent peak plus headroom, at least initial) follows.  A past
- * epoch's `start` holds the time it ended: the last reading before the
- * next began.  That is exact because the clock is read whenever an epoch's
- * peak rises, and before a free lowers the demand; between readings demand
- * only rises within the peak, and the next epoch starts from the demand
- * then. */
-static void v_roll(vmm *v)
-{
-    double last = v->now;
-    v_clock(v);
-    if (v->now - v->ep_start >= v_window(v) / DEMAND_EPOCHS) {
-        v->ep[v->ep_cur].start = last; /* its end */
-        v->ep_cur = (v->ep_cur + 1) % (DEMAND_EPOCHS + 1);
-        v->ep[v->ep_cur].peak = v_demand(v);
-        v->ep_start = v->now;
-    }
-}
-
-static void v_tick(vmm *v)
-{
-    uint64_t fl;
-    v_roll(v);
-    fl = with_headroom(v_recent_peak(v, &v->floor_until));
-    v->floor_pages = fl > v->keep_pages ? fl : v->keep_pages;
-}
-
-/* Physical memory for one page: moved from an idle page, or new. */
-static cp_status page_source(vmm *v, uint64_t *handle)
-{
-    uint64_t mapped = v->mapped_pages * v->gran;
-    int must_move = (v->max && mapped + v->gran > v->max) || !v->h.o.grow;
-    int move;
-    cp_status st = CP_OK;
-    vpage *p;
-
-    if (v->timed) {
-        /* Move only past the recent peak (this page's demand counted) and
-         * when the budget pays; otherwise a new page. */
-        uint64_t d = v_demand(v) + 1, fl = with_headroom(d);
-        v_note_demand(v, d);
-        if (fl < v->floor_pages)
-            fl = v->floor_pages;
-        move = must_move ||
-               (v->settled && v->mapped_pages + 1 > fl && v->budget >= PAGE_COST);
-        if (move && !must_move)
-            v->budget -= PAGE_COST;
-        else if (!move && v->mapped_pages + 1 > fl)
-            v->decay_at = 0; /* past the floor: look again at the next allocation */
-
-    } else {
-        move = must_move || (v->settled && v->idle_pages > v->keep_pages);
-    }
-    if (!move) {
-        if (v->real) {
-            st = cp_be->vm_create(v->dev, handle, (size_t)v->gran);
-        } else {
-            *handle = ++v->next_handle;
-        }
-        if (st == CP_OK) {
-            if (++v->mapped_pages > v->peak_pages)
-                v->peak_pages = v->mapped_pages;
-            return CP_OK;
-        }
-        if (st != CP_ERR_OOM)
-            return st;
-    }
-    /* Move an idle page, the least recently idle settled one; if none is
-     * settled, synchronize once. */
-    if (!v->settled && v->idle_pages && (st = settle_all(v)) != CP_OK)
-        return st;
-    p = v->settled_tail;
-    if (!p) {
-        if (must_move && v->h.o.grow)
-            return cp_error_set(CP_ERR_OOM, "out of memory: one more page would pass the "
-                                "pool's max of %llu bytes (mapped %llu)",
-                                (unsigned long long)v->max, (unsigned long long)mapped);
-        if (!v->h.o.grow)
-            return cp_error_set(CP_ERR_OOM, "out of memory: no idle page left to map "
-                                "(grow=false, mapped %llu)", (unsigned long long)mapped);
-        return st != CP_OK ? st : cp_error_set(CP_ERR_OOM, "out of memory: no page to map");
-    }
-    st = unmap_page(v, p);
-    if (st != CP_OK)
-        return st;
-    idle_unlink(v, p);
-    *handle = p->handle;
-    p->handle = 0;
-    return CP_OK;
-}
-
-static cp_status map_run(vmm *v, vpage *first, uint64_t n)
-{
-    uint64_t i;
-    cp_status st = CP_OK;
-    for (i = 0; i < n; i++) {
-        vpage *p = first + i;
-        uint64_t hd = 0;
-        st = page_source(v, &hd);
-        if (st == CP_OK && v->real) {
-            st = cp_be->vm_map(v->dev, (void *)(uintptr_t)page_addr(v, p), (size_t)v->gran, hd);
-            if (st != CP_OK) {
-                cp_be->vm_release(v->dev, hd, (size_t)v->gran);
-                v->mapped_pages--;
-            }
-        }
-        if (st != CP_OK)
-            break;
-        p->handle = hd;
-        v->maps++;
-    }
-    /* One access call for the whole run mapped. */
-    if (i && v->real) {
-        cp_status a = cp_be->vm_set_access(v->dev, (void *)(uintptr_t)page_addr(v, first),
-                                           (size_t)(i * v->gran));
-        if (a != CP_OK && st == CP_OK)
-            st = a;
-        if (a != CP_OK) {
-            /* no access: the run is of no use; undo it */
-            uint64_t j;
-            for (j = 0; j < i; j++) {
-                cp_be->vm_unmap(v->dev, (void *)(uintptr_t)page_addr(v, &first[j]),
-                                (size_t)v->gran);
-                cp_be->vm_release(v->dev, first[j].handle, (size_t)v->gran);
-                first[j].handle = 0;
-                v->mapped_pages--;
-                v->unmaps++;
-            }
-        }
-    }
-    return st;
-}
-
-/* A block of [addr, addr+size) is no longer live: its pages lose it.
- * Pages left idle go to the settled list (virtual upstream: nothing runs
- * on them) or to generation g. */
-static uint64_t pages_put(vmm *v, uint64_t addr, uint64_t size, vgen *g)
-{
-    vpage *p = page_of(v, addr), *last = page_of(v, addr + size - 1);
-    uint64_t n = 0;
-    for (; p && p <= last; p++) {
-        if (--p->live == 0 && p->handle) {
-            if (v->timed && !n)
-                v_roll(v); /* the clock is read once per free that idles pages */
-            p->idle_since = v->now;
-            if (g) {
-                p->gen = g;
-                idle_push(&g->pages, p);
-            } else {
-                settled_push(v, p);
-            }
-            v->idle_pages++;
-            n++;
-        }
-    }
-    return n;
-}
-
-/* The open generation of stream sid (created on demand; NULL when no
- * host memory is left: the caller uses the event-less one). */
-static vgen *open_of(vmm *v, uint64_t sid, int create)
-{
-    uint32_t i;
-    vgen *g;
-    for (i = 0; i < v->nopen; i++)
-        if (v->opens[i].sid == sid)
-            return v->opens[i].g;
-    if (!create)
-        return NULL;
-    if (v->nopen == v->capopen) {
-        uint32_t cap = v->capopen ? 2 * v->capopen : 4;
-        struct vopen *no = realloc(v->opens, cap * sizeof *no);
-        if (!no)
-            return NULL;
-        v->opens = no;
-        v->capopen = cap;
-    }
-    g = v->gspare;
-    if (g)
-        v->gspare = g->next;
-    else if (!(g = calloc(1, sizeof *g)))
-        return NULL;
-    g->next = NULL;
-    v->opens[v->nopen].sid = sid;
-    v->opens[v->nopen].g = g;
-    v->nopen++;
-    return g;
-}
-
-/* Moves every page of g to the event-less generation. */
-static void gen_orphan(vmm *v, vgen *g)
-{
-    vpage *p;
-    while ((p = g->pages) != NULL) {
-        g->pages = p->in;
-        p->gen = &v->nogen;
-        idle_push(&v->nogen.pages, p);
-    }
-}
-
-/* The pool runs on stream s (id sid), so s is alive: closes sid's open
- * generation by recording its event on s now (it covers every free of
- * that stream before it) and queues it; its pages settle once the event
- * has completed.  Recording later than the frees is only more cautious. */
-static void close_open(vmm *v, uint64_t sid, cp_stream *s)
-{
-    uint32_t i = 0;
-    vgen *g = NULL;
-    int idle = 0;
-    /* Entries whose pages were all taken back go (streams come and go:
-     * the list stays as short as the streams with pending idle pages). */
-    while (i < v->nopen) {
-        vgen *o = v->opens[i].g;
-        if (!o->pages) {
-            o->next = v->gspare;
-            v->gspare = o;
-            v->opens[i] = v->opens[--v->nopen];
-        } else if (v->opens[i].sid == sid) {
-            g = o;
-            break;
-        } else {
-            i++;
-        }
-    }
-    if (!g)
-        return;
-    if (cp_be->stream_query(s, &idle) == CP_OK && idle) {
-        gen_settle(v, g); /* nothing queued on s: its frees are complete */
-        return;
-    }
-    if ((!g->e && cp_be->event_create(&g->e, 0) != CP_OK) ||
-        cp_be->event_record(g->e, s) != CP_OK) {
-        gen_orphan(v, g);
-        return;
-    }
-    v->opens[i] = v->opens[--v->nopen];
-    g->next = NULL;
-    if (v->gq_tail)
-        v->gq_tail->next = g;
-    else
-        v->gq = g;
-    v->gq_tail = g;
-}
 
 static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
 {
@@ -760,9 +248,9 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
         /* Over the device the pages it leaves idle join its stream's open
          * generation: no event is recorded here (an alloc+free pair that
          * lands on the same page again records none at all). */
-        if (v->real && !(g = open_of(v, cp_so_sid(s), 1)))
+        if (v->real && !(g = cp_vm_open_of(v, cp_so_sid(s), 1)))
             g = &v->nogen;
-        pages_put(v, v->h.last_addr, v->h.last_size, g);
+        cp_vm_pages_put(v, v->h.last_addr, v->h.last_size, g);
         v->live_bytes -= v->h.last_size;
     }
     return st;
@@ -771,60 +259,6 @@ static cp_status v_free(cp_resource *r, void *ptr, size_t bytes, cp_stream *s)
 /* Unmaps and releases idle pages beyond keep_pages whose frees are known
  * complete, least recently idle first (a failure stops it: the page is
  * off the books, the error stays set). */
-static cp_status release_page(vmm *v, vpage *p);
-static void reap(vmm *v, cp_stream *s)
-{
-    if (v->nopen)
-        close_open(v, cp_so_sid(s), s);
-    while (v->idle_pages > v->keep_pages) {
-        if (!v->settled_tail) {
-            if (!v->gq)
-                return;
-            settle_done(v);
-            if (!v->settled_tail)
-                return;
-        }
-        if (release_page(v, v->settled_tail) != CP_OK)
-            return;
-    }
-}
-
-/* The default policy's release: settled pages idle for a window or more,
- * least recently idle first, while more than the floor are mapped and the
- * budget pays (a failure stops it, as in reap).  Called at the end of every
- * allocation that leaves idle pages: the clock is read then, so the window
- * is measured even while allocations map nothing. */
-static void decay(vmm *v, cp_stream *s)
-{
-    double w;
-    vpage *p;
-    v_tick(v);
-    w = v_window(v);
-    if (v->mapped_pages > v->floor_pages && v->budget >= PAGE_COST) {
-        if (v->nopen)
-            close_open(v, cp_so_sid(s), s);
-        if (v->gq && (!v->settled_tail || v->now - v->settled_tail->idle_since < w))
-            settle_done(v); /* pending pages may have been idle longer */
-        while (v->mapped_pages > v->floor_pages && v->budget >= PAGE_COST &&
-               (p = v->settled_tail) != NULL && v->now - p->idle_since >= w) {
-            if (release_page(v, p) != CP_OK)
-                return;
-            v->budget -= PAGE_COST;
-        }
-    }
-    /* When anything could be released next (allocations until then only
-     * read the clock): when the floor may fall, when the least recently
-     * idle page will have been idle a window, or when the budget pays. */
-    if (v->mapped_pages <= v->floor_pages)
-        v->decay_at = v->floor_until;
-    else if (!v->settled_tail)
-        v->decay_at = v->now; /* pending pages: at the next allocation */
-    else if (v->now - v->settled_tail->idle_since < w)
-        v->decay_at = v->settled_tail->idle_since + w;
-    else
-        v->decay_at = v->now + (PAGE_COST - v->budget) / BUDGET;
-}
-
 /* Can the pages [p, last] that have none be mapped at all (new pages within
  * max and grow, or idle pages elsewhere to move)?  Checked before mapping
  * anything, so that a request that cannot be served leaves no page mapped
@@ -880,13 +314,13 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
     v->live_bytes += size;
     if (need) {
         if (v->timed)
-            v_tick(v);
+            cp_vm_tick(v);
         if (v->gq || v->nopen) {
             /* pages to map: find pending idle ones now movable */
             if (v->nopen)
-                close_open(v, cp_so_sid(s), s);
+                cp_vm_close_open(v, cp_so_sid(s), s);
             if (v->gq)
-                settle_done(v);
+                cp_vm_settle_done(v);
         }
     }
     for (; p <= last; p++) {
@@ -896,7 +330,7 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
             run = p;
         if (run && (p->handle || p == last)) {
             vpage *end = p->handle ? p : p + 1;
-            st = map_run(v, run, (uint64_t)(end - run));
+            st = cp_vm_map_run(v, run, (uint64_t)(end - run));
             run = NULL;
             if (st != CP_OK)
                 break;
@@ -912,33 +346,19 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
     if (v->timed) {
         uint64_t d = v_demand(v);
         if (d > v->ep[v->ep_cur].peak) {
-            v_tick(v); /* a new peak: when it happened counts */
+            cp_vm_tick(v); /* a new peak: when it happened counts */
             v_note_demand(v, d);
         }
         if ((v->settled_tail || v->gq || v->nopen) &&
             cp_clock_now(v->h.base.clock) >= v->decay_at)
-            decay(v, s);
+            cp_vm_decay(v, s);
     } else if (v->idle_pages > v->keep_pages) {
-        reap(v, s);
+        cp_vm_reap(v, s);
     }
     return st;
 }
 
 /* ---- trim, stats, destroy ---- */
-
-/* Unmaps an idle page and releases its memory.  A failed unmap still takes
- * the page off the idle list (so loops over it end) and keeps the handle
- * (it is still mapped): the pool counts it no longer, the error says why. */
-static cp_status release_page(vmm *v, vpage *p)
-{
-    cp_status st = unmap_page(v, p);
-    idle_unlink(v, p);
-    if (st == CP_OK && v->real)
-        cp_be->vm_release(v->dev, p->handle, (size_t)v->gran);
-    p->handle = 0;
-    v->mapped_pages--;
-    return st;
-}
 
 static cp_status v_trim(cp_resource *r, size_t keep)
 {
@@ -948,11 +368,11 @@ static cp_status v_trim(cp_resource *r, size_t keep)
         return st;
     if (v->idle_pages * v->gran <= keep)
         return CP_OK;
-    st = settle_all(v);
+    st = cp_vm_settle_all(v);
     if (st != CP_OK)
         return st;
     while (v->settled_tail && v->idle_pages * v->gran > keep)
-        if ((st = release_page(v, v->settled_tail)) != CP_OK)
+        if ((st = cp_vm_release_page(v, v->settled_tail)) != CP_OK)
             return st;
     return CP_OK;
 }
@@ -988,10 +408,10 @@ static void v_vm_info(cp_resource *r, cp_stats *out)
     out->unmaps = v->unmaps;
     if (v->timed) {
         double until;
-        v_tick(v);
+        cp_vm_tick(v);
         out->by_time = 1;
-        out->decay_window = v_window(v);
-        out->recent_peak = v_recent_peak(v, &until) * v->gran;
+        out->decay_window = cp_vm_window(v);
+        out->recent_peak = cp_vm_recent_peak(v, &until) * v->gran;
         out->map_budget = v->budget;
     }
 }
@@ -1005,13 +425,13 @@ static void v_destroy(cp_resource *r)
      * pool); every mapped page is unmapped and released, then the heap
      * returns the address ranges. */
     if (v->real && v->mapped_pages)
-        dev_sync(v);
+        cp_vm_dev_sync(v);
     /* Idle pages from their lists; a scan of the tables only if pages of
      * live blocks remain (a C caller's leak): untouched parts of the
      * tables stay untouched. */
-    settle_all(v);
+    cp_vm_settle_all(v);
     while (v->settled)
-        release_page(v, v->settled);
+        cp_vm_release_page(v, v->settled);
     while (v->nopen) {
         vgen *g = v->opens[--v->nopen].g;
         g->next = v->gspare;
@@ -1188,7 +608,7 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
             n = v->ranges[0].npages;
         v->h.o.grow = 1;
         v->h.base.st.reserved_peak = n * v->gran; /* new handles, not moves */
-        st = map_run(v, pg, n);
+        st = cp_vm_map_run(v, pg, n);
         v->h.o.grow = grow;
         for (i = 0; st == CP_OK && i < n; i++) {
             settled_push(v, &pg[i]);

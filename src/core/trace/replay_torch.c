@@ -188,6 +188,10 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             cp_torch_use_recorded(m, v.segev, v.nsegev);
             out->recorded = 1;
         }
+        /* the integrals in a copy whose address is never taken: in
+         * registers, where g (passed to the calls above) would be stored
+         * and reloaded around every call of the loop */
+        replay_integral gi = g;
         for (; op < end; op++) {
             handle *x;
             cp_torch_block *b;
@@ -202,8 +206,8 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             replay_lock_tick(&lk);
             {
                 double tm = time[top_row[op - v.top]] - time0;
-                if (tm > g.t)
-                    g.t = tm;
+                if (tm > gi.t)
+                    gi.t = tm;
             }
             switch (op->kind) {
             case CP_TOP_ALLOC:
@@ -231,7 +235,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 live += op->size;
                 if (live > peak)
                     peak = live;
-                g.live_bus -= REPLAY_BYTES(op->size) * g.t;
+                gi.live_bus -= REPLAY_BYTES(op->size) * gi.t;
                 break;
             case CP_TOP_FREE:
                 x = &h[op->ord];
@@ -240,7 +244,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                     break;
                 }
                 live -= op->size;
-                g.live_bus += REPLAY_BYTES(op->size) * g.t;
+                gi.live_bus += REPLAY_BYTES(op->size) * gi.t;
                 if (op->flag) {
                     tok = cp_torch_free_pending(m, (cp_torch_block *)H_PTR(*x));
                     *x = tok ? (uintptr_t)tok | H_PENDING : H_NONE;
@@ -278,10 +282,10 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             default:
                 break;
             }
-            if (__builtin_expect(*reserved_now != g.reserved, 0)) {
-                g.reserved_bus += REPLAY_BYTES(g.reserved) * (g.t - g.t_res);
-                g.t_res = g.t;
-                g.reserved = *reserved_now;
+            if (__builtin_expect(*reserved_now != gi.reserved, 0)) {
+                gi.reserved_bus += REPLAY_BYTES(gi.reserved) * (gi.t - gi.t_res);
+                gi.t_res = gi.t;
+                gi.reserved = *reserved_now;
             }
             if (__builtin_expect(rec_addr, 0)) {
                 rec_row(&rc, op);
@@ -291,6 +295,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             }
         }
     stop:
+        g = gi;
         out->events += (uint64_t)(op - v.top);
         if (op == end && st == CP_OK && v.ntop) {
             g.live = live;

@@ -341,7 +341,11 @@ static void settings_of(dec *d, const cp_pk_value *set)
                 s->torch_env[i] = ' ';
     }
     v = cp_pk_get(set, "max_split_size");
-    if (v && v->type == CP_PK_INT && !v->is_u64 && v->v.i > 0)
+    /* a size_t written as int64: -1 is unset (2^64 - 1), and a value past
+     * 2^63 ("max_split_size_mb:-1" reads as (2^44 - 1) MiB) is negative */
+    if (v && v->type == CP_PK_INT &&
+        ((uint64_t)v->v.i == CP_TORCH_NO_SPLIT_LIMIT ||
+         ((uint64_t)v->v.i % CP_TORCH_MIB == 0 && (uint64_t)v->v.i > 10 * CP_TORCH_MIB)))
         c.max_split_size = (uint64_t)v->v.i;
     v = cp_pk_get(set, "garbage_collection_threshold");
     if (v && (v->type == CP_PK_FLOAT || v->type == CP_PK_INT)) {
@@ -366,23 +370,28 @@ static void settings_of(dec *d, const cp_pk_value *set)
                 continue;
             for (j = 0; j < k->n && k->v.s[j] >= '0' && k->v.s[j] <= '9'; j++)
                 mb = mb * 10 + (uint64_t)(k->v.s[j] - '0');
-            if (j == k->n && mb && !(mb & (mb - 1)) && x->v.i >= 0 && x->v.i <= 1 << 30) {
+            /* divisions are 0 or powers of two (size_t, written as int64) */
+            if (j == k->n && mb && !(mb & (mb - 1)) &&
+                !((uint64_t)x->v.i & ((uint64_t)x->v.i - 1))) {
                 int idx = 63 - __builtin_clzll(mb);
                 if (idx < 16)
-                    c.roundup_divisions[idx] = (uint32_t)x->v.i;
+                    c.roundup_divisions[idx] = (uint64_t)x->v.i;
             }
         }
     } else if (v && v->type == CP_PK_LIST) {
         for (i = 0; i < v->n && i < 16; i++)
-            if (v->v.items[i]->type == CP_PK_INT && v->v.items[i]->v.i >= 0 &&
-                v->v.items[i]->v.i <= 1 << 30)
-                c.roundup_divisions[i] = (uint32_t)v->v.items[i]->v.i;
+            if (v->v.items[i]->type == CP_PK_INT &&
+                !((uint64_t)v->v.items[i]->v.i & ((uint64_t)v->v.items[i]->v.i - 1)))
+                c.roundup_divisions[i] = (uint64_t)v->v.items[i]->v.i;
     }
     {
-        /* max_non_split_rounding is not among the fields: the env string has it */
+        /* large_segment_size and max_non_split_rounding are not among the
+         * fields: the env string has them */
         cp_torch_conf e;
-        if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK)
+        if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK) {
+            c.large_segment_size = e.large_segment_size;
             c.max_non_split_rounding = e.max_non_split_rounding;
+        }
     }
     cp_torch_conf_format(&c, s->torch_settings, sizeof s->torch_settings);
 }
@@ -859,8 +868,10 @@ static cp_status decode_compact(dec *d, const unsigned char *buf, size_t len)
             /* kept only when it is a conf string this parser reads; the
              * env string has what the settings leave out */
             if (memchr(tmp, '\0', k) == NULL && cp_torch_conf_parse(tmp, k, &c) == CP_OK) {
-                if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK)
+                if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK) {
+                    c.large_segment_size = e.large_segment_size;
                     c.max_non_split_rounding = e.max_non_split_rounding;
+                }
                 cp_torch_conf_format(&c, s->torch_settings, sizeof s->torch_settings);
             }
             b.p += l2;

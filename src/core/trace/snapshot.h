@@ -96,7 +96,7 @@ typedef struct cp_snapshot {
     size_t ooms;           /* `oom` entries */
     int has_settings;      /* the snapshot had allocator_settings */
     char torch_env[256];   /* its PYTORCH_CUDA_ALLOC_CONF (cut at 255 bytes) */
-    char torch_settings[512]; /* the settings as a conf string (torch_conf.c's format) */
+    char torch_settings[1024]; /* the settings as a conf string (torch_conf.c's format) */
 } cp_snapshot;
 
 /* Reads a snapshot pickle, or cupola's compact form of one (below).

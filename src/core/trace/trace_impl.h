@@ -56,7 +56,7 @@ struct cp_trace {
     size_t nooms;
     int has_settings;
     char torch_env[256];
-    char torch_settings[512];
+    char torch_settings[1024];
 };
 
 #endif /* CUPOLA_TRACE_IMPL_H */
