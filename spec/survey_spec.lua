@@ -10,9 +10,11 @@ local MiB = 1024 * 1024
 
 local function run_small(tests, allocators, extra)
   local o = {
-    -- on a GPU 1e5 blocks of 8 KiB live at once, and 2e4 of 64 KiB
+    -- on a GPU 2e4 blocks of 8 KiB or 64 KiB live at once; CUDA's malloc
+    -- takes up to a second per launch of 1e5 threads, so the cases stay at
+    -- 2e4 (the survey's own counts are bench/device_survey.lua's)
     allocators = allocators, tests = tests, capacity = GPU and 2048 * MiB or 64 * MiB, oom_capacity = 4 * MiB,
-    iterations = 2, threads = GPU and 100000 or 3000, warps = GPU and 10000 or 300,
+    iterations = 2, threads = GPU and 20000 or 3000, warps = GPU and 2000 or 300,
     sizes = { 4, 64, 1024, 8192 }, mixed_ranges = { 512, 8192 }, scaling_sizes = { 64 },
     scaling_threads = { 1, 32, 1024 }, pair_sizes = { 16, 4096, 65536 }, pair_threads = GPU and 20000 or 5000,
     frag_sizes = { 16, 256, 4096 }, oom_sizes = { 16, 1024, 65536 }, oom_threads = GPU and 20000 or 2000,
@@ -122,6 +124,23 @@ describe("cupola.survey", function()
       assert.matches(s, md, 1, true)
     end
     for _, ext in ipairs { "", ".csv", ".json", ".html" } do os.remove(base .. ext) end
+  end)
+
+  it("pairs with probes: a count whose launch would not fit the budget is not run, and the row says so", function()
+    local r = survey.run { allocators = { "heap" }, tests = { "pairs" }, pair_sizes = { 64 }, pair_threads = 5000,
+      pair_probe = { 50, 500 }, pair_budget_ms = 1e-9, capacity = 16 * MiB }
+    assert.equal(1, #r.rows)
+    local x = r.rows[1]
+    assert.is_true(x.probe)
+    assert.equal(50, x.threads)
+    assert.equal(5000, x.of_threads)
+    assert.is_true(x.estimate_ms > 0 and x.failed == 0)
+    assert.matches("at 50 threads: 5000 would take", survey.markdown(r), 1, true)
+    -- a budget that fits: the full count, no probe row
+    r = survey.run { allocators = { "heap" }, tests = { "pairs" }, pair_sizes = { 64 }, pair_threads = 5000,
+      pair_probe = { 50, 500 }, pair_budget_ms = 1e9, capacity = 16 * MiB, iterations = 1 }
+    assert.equal(5000, r.rows[1].threads)
+    assert.is_nil(r.rows[1].probe)
   end)
 
   it("refuses unknown options, tests and kinds", function()

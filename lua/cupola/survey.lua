@@ -50,6 +50,9 @@ local function defaults(gpu)
     scaling_threads = pow2s(1, gpu and 2^20 or 2^12),
     pair_sizes = { 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 65536 },
     pair_threads = gpu and 1000000 or 20000,
+    -- (tests.pairs says what these do; off by default)
+    pair_probe = false,
+    pair_budget_ms = false,
     frag_sizes = pow2s(16, 8192),
     oom_sizes = pow2s(16, gpu and 16 * 2^20 or 2^20),
     oom_threads = gpu and 100000 or 4000,
@@ -161,6 +164,11 @@ function Ctx:over()
     return true
   end
   return false
+end
+
+-- Seconds left of the run's time (math.huge without a limit).
+function Ctx:left()
+  return self.until_ and self.until_ - cupola.clock() or math.huge
 end
 
 -- ms of the work fn() enqueues on the context's stream.
@@ -276,21 +284,64 @@ function tests.scaling(ctx, A, o)
   end
 end
 
+-- One launch of the pairs kernel with n threads: ms, NULLs, blocks that did
+-- not keep their data.
+local function pair_launch(ctx, A, n, size)
+  ctx.out:write(string.pack("<I8I8", 0, 0), 0, ctx.s)
+  local ms = ctx:timed(function() ctx:launch(A.K.pair, n, A.dp, n, size, ctx.out) end)
+  local nulls, bad = string.unpack("<I8I8", ctx.out:read(0, 16, ctx.s))
+  return ms, nulls, bad
+end
+
+-- With pair_probe (ascending thread counts below pair_threads), each size
+-- starts at the smallest count, and a larger count (pair_threads last) runs
+-- only if the rate measured so far says its launch fits the allowance:
+-- pair_budget_ms, or the time left divided among the sizes left.  A row
+-- that stopped short is the largest count measured (`probe`, with
+-- `estimate_ms` for pair_threads): an allocator that takes seconds per
+-- launch (CUDA's malloc at large sizes) cannot overrun the run's time.
 function tests.pairs(ctx, A, o)
-  for _, size in ipairs(o.pair_sizes) do
+  for k, size in ipairs(o.pair_sizes) do
     if ctx:over() then return end
     local n, t, worst, spent = o.pair_threads, {}, { 0, 0 }, 0
-    for it = 1, o.iterations do
-      if it > 1 and spent > o.budget_ms then break end
-      ctx.out:write(string.pack("<I8I8", 0, 0), 0, ctx.s)
-      t[#t + 1] = ctx:timed(function() ctx:launch(A.K.pair, n, A.dp, n, size, ctx.out) end)
-      local nulls, bad = string.unpack("<I8I8", ctx.out:read(0, 16, ctx.s))
-      worst[1], worst[2] = math.max(worst[1], nulls), math.max(worst[2], bad)
-      spent = spent + t[#t]
+    local short
+    if o.pair_probe then
+      local allowance = math.min(o.pair_budget_ms or math.huge, 1e3 * ctx:left() / (#o.pair_sizes - k + 1))
+      local counts = {}
+      for _, c in ipairs(o.pair_probe) do
+        if c < n then counts[#counts + 1] = c end
+      end
+      counts[#counts + 1] = n
+      local last_n, last_ms
+      for _, c in ipairs(counts) do
+        if last_ms and last_ms * c / last_n > allowance then break end
+        local ms, nulls, bad = pair_launch(ctx, A, c, size)
+        last_n, last_ms = c, ms
+        worst[1], worst[2] = nulls, bad
+      end
+      if last_n < n then
+        short = { threads = last_n, ms = last_ms, estimate_ms = last_ms * n / last_n }
+      else
+        t[1] = last_ms
+        spent = last_ms
+      end
     end
-    local ms = median(t)
-    add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = n, ms = ms,
-      per_second = ms > 0 and n / (ms / 1e3) or 0, failed = worst[1], corrupt = worst[2], iterations = #t })
+    if short then
+      add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = short.threads, ms = short.ms,
+        per_second = short.ms > 0 and short.threads / (short.ms / 1e3) or 0, failed = worst[1], corrupt = worst[2],
+        iterations = 1, probe = true, estimate_ms = short.estimate_ms, of_threads = n })
+    else
+      for it = #t + 1, o.iterations do
+        if it > 1 and spent > o.budget_ms then break end
+        local ms, nulls, bad = pair_launch(ctx, A, n, size)
+        t[#t + 1] = ms
+        worst[1], worst[2] = math.max(worst[1], nulls), math.max(worst[2], bad)
+        spent = spent + ms
+      end
+      local ms = median(t)
+      add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = n, ms = ms,
+        per_second = ms > 0 and n / (ms / 1e3) or 0, failed = worst[1], corrupt = worst[2], iterations = #t })
+    end
   end
 end
 
@@ -589,6 +640,13 @@ local function flag(r)
   return bad > 0 and string.format(" (%d failed, %d corrupt)", r.failed or 0, (r.corrupt or 0) + (r.misaligned or 0)) or ""
 end
 
+-- The thread count the pairs rows were asked for.
+local function o_threads(r)
+  local n = 0
+  for _, x in ipairs(r) do n = math.max(n, x.of_threads or x.threads) end
+  return n
+end
+
 --- survey.markdown(res) -> text: every test as tables, allocators side by side.
 function survey.markdown(res)
   local out = {}
@@ -644,8 +702,11 @@ function survey.markdown(res)
         local k = x.per_second / base[x.size]
         s = s .. string.format(k >= 10 and " (%.0fx)" or " (%.2fx)", k)
       end
+      if x.probe then
+        s = s .. string.format(" [at %d threads: %d would take ~%.1f s]", x.threads, x.of_threads, x.estimate_ms / 1e3)
+      end
       return s .. flag(x)
-    end, string.format("### Alloc+free pairs in one kernel, %d threads: M pairs/s (x CUDA's malloc)", r[1].threads))
+    end, string.format("### Alloc+free pairs in one kernel, %d threads: M pairs/s (x CUDA's malloc)", o_threads(r)))
   end
   r = rows_of(res, "frag")
   if #r > 0 then

@@ -18,40 +18,59 @@
  *    a run of ceil(b / chunk) whole chunks.  A block of a class is aligned
  *    to its size, a run to the chunk.  A request for more chunks than the
  *    pool has fails at once.
- *  - Claiming chunks.  A run of m <= 32 chunks lies inside one 32-chunk
- *    word of the map: at a position aligned to the power of two >= m when
- *    one is free, anywhere in a word otherwise; a run of m > 32 chunks
- *    starts at a word boundary (aligned to the power of two >= its words
- *    when it can).  The bits are set with one compare-and-swap per word; a
- *    run over several words takes them in order and gives back what it took
- *    if one is taken meanwhile.  Slabs take the lowest free chunk (a size's
- *    blocks stay together); runs and whole-slab claims start at a place in
- *    the 32 words after the first word with room, chosen by the warp's hash
- *    (warps asking at once do not all race for one word), and go on around
- *    the map.  A hint bit per map word (cfull) lets a search skip full
- *    words; a search that finds nothing with the hints looks at every word
- *    before it fails.
+ *  - Claiming chunks.  Map words change by atomicOr (bits set) and
+ *    atomicAnd (bits cleared), not compare-and-swap: a claim sets free bits
+ *    it saw with one atomicOr and owns those that were still free (warps
+ *    claiming in one word at once all get on, where compare-and-swap lets
+ *    one through per round).  A search starts at the first word with room
+ *    by the hints from `low` on (a word at or below the lowest with a free
+ *    chunk: every release lowers it, a search that found the words below
+ *    its start full raises it by compare-and-swap, so as not to undo a
+ *    release's) and goes on around the map.  Single chunks for slabs come
+ *    from the first word with room (a size's blocks stay together); whole
+ *    slabs for a warp and single-chunk runs from the first with room of the
+ *    32 words after it chosen by the warp's hash (warps asking at once
+ *    spread).  In a word, chunks are taken from a bit chosen by the warp's
+ *    hash upwards, around the word.  A run of 2..32 chunks lies inside one
+ *    word, at a position aligned to the power of two >= its length when
+ *    one is free, anywhere in a word otherwise (the first candidate from the
+ *    warp's hash on); a try that finds some of its bits taken meanwhile
+ *    gives back the others and tries another place.  A run of m > 32
+ *    chunks starts at a word boundary (aligned to the power of two >= its
+ *    words when it can) and sets its words in order by compare-and-swap,
+ *    giving back what it took if one is taken meanwhile.  A hint bit per
+ *    map word (cfull) lets a search skip full words; a search that finds
+ *    nothing with the hints looks at every word before it fails.
  *  - Slabs.  A slab is one chunk serving one class; one bit per block
  *    (hbitmaps), and its count in cstate.  A block is reserved by adding to
  *    the count (one atomicAdd per warp for the lanes asking from the same
  *    slab: a lane whose place passes the slab's blocks gets none and the
  *    excess is given back), then taken by setting a free bit with atomicOr,
- *    starting at a word chosen by the warp's hash and the lane's rank.  A
+ *    starting at a word chosen by the warp's hash and the lane's rank (the
+ *    j-th lane to start in a word tries the word's j-th free bit).  A
  *    reservation checks the tag it added to: a slab that was meanwhile
  *    given back and reused for something else is treated as full.
  *  - Active slabs.  Each class has A slots (32 for 16 B, 64 for 32 B, 128
  *    for 64 B, 256 above; at most nchunks / 16, at least 1); a warp hashes
  *    its SM and warp slot to one.  When the slot's slab is full, one thread
- *    marks the slot BUSY and fills it: with a fresh chunk (lowest first),
+ *    marks the slot BUSY and fills it: with a fresh chunk (the first word
+ *    with room first),
  *    else a slab of the class that has room and no slot (from the class's
  *    partial list), else, after taking back the empty active slabs of the
  *    other classes, a fresh chunk again; with none, the slot is marked
  *    EXHAUSTED.  The slab it replaces loses its `active` bit.
  *  - Whole slabs for a warp.  When the lanes of a warp asking for one
  *    class need at least a whole slab (classes of 32 blocks per slab or
- *    fewer), the lowest lane claims floor(n / blocks) fresh chunks at once,
- *    fills their bitmaps and counts, and hands them out, lane by lane;
- *    lanes left over go to the slot.
+ *    fewer), the lowest lane claims up to floor(n / blocks) fresh chunks of
+ *    one map word at once, fills their bitmaps and counts, and hands them
+ *    out: lane r the block r mod blocks of chunk r / blocks; lanes left
+ *    over go around again.
+ *  - Runs for a warp.  The lanes of a warp asking for one chunk each take
+ *    up to n chunks of one map word with one atomicOr (lane r the r-th);
+ *    lanes asking for m >= 2 chunks each take one run of n * m chunks, cut
+ *    in order; a lane left without claims its own.  The count of live
+ *    chunks changes once for the lanes of a warp that got runs, and once
+ *    for those that free runs of one length together.
  *  - Free.  A block's bit is cleared with atomicAnd and the count
  *    decremented (one atomicSub per warp and slab).  A slab without its
  *    `active` bit is given back to the chunk map when its count reaches 0
@@ -73,7 +92,8 @@
  *  - Safe from any thread, kernel, child kernel and stream: every state
  *    change is one atomic on a word; a thread waits for another only while
  *    a slot is BUSY (the filling thread runs on: independent thread
- *    scheduling, sm_70+).  On the host a warp is one lane.
+ *    scheduling, sm_70+).  On the host a warp is one lane (the warp paths
+ *    run in tests/c/test_warpsim.c, with simulated warps of 32).
  */
 #ifndef CUPOLA_ALLOC_HEAP_CUH
 #define CUPOLA_ALLOC_HEAP_CUH
@@ -138,13 +158,7 @@ CPD_FN cpd_u32 cpd_align_mask(cpd_u32 align)
 
 CPD_FN cpd_u32 cpd_lanemask_eq(void)
 {
-#if CPD_CUDA
-    cpd_u32 m;
-    asm volatile("mov.u32 %0, %%lanemask_eq;" : "=r"(m));
-    return m;
-#else
-    return 1u;
-#endif
+    return cpd_lanemask_lt() + 1u;
 }
 
 /* ---- the chunk map ---------------------------------------------------------- */
@@ -161,6 +175,26 @@ CPD_FN void cpd_heap_mark_full(cupola_device_pool *pool, cpd_u32 w)
         cpd_and32(&pool->cfull[w >> 5], ~bit);
 }
 
+/* Sets the bits `want` of map word w with one atomicOr (never a
+ * compare-and-swap: warps claiming in one word at once all get on).  The
+ * bits that were free are now this thread's: the result.  *seen gets the
+ * word as it was plus want. */
+CPD_FN cpd_u32 cpd_heap_set_bits(cupola_device_pool *pool, cpd_u32 w, cpd_u32 want, cpd_u32 *seen)
+{
+    cpd_u32 old = cpd_or32(&pool->cmap[w], want), got = want & ~old;
+    if (got && (old | want) == 0xffffffffu)
+        cpd_heap_mark_full(pool, w);
+    *seen = old | want;
+    return got;
+}
+
+/* Clears the bits `mask` of map word w (its hint with them). */
+CPD_FN void cpd_heap_clear_bits(cupola_device_pool *pool, cpd_u32 w, cpd_u32 mask)
+{
+    if (cpd_and32(&pool->cmap[w], ~mask) == 0xffffffffu)
+        cpd_and32(&pool->cfull[w >> 5], ~(1u << (w & 31u)));
+}
+
 /* Memory came back: a class that found none may look again. */
 CPD_FN void cpd_heap_news(cupola_device_pool *pool)
 {
@@ -175,47 +209,147 @@ CPD_FN void cpd_heap_live(cupola_device_pool *pool, cpd_u64 delta)
         cpd_max64(&pool->chunks_peak, now);
 }
 
-/* Gives chunks [first, first + m) back to the map. */
-CPD_FN void cpd_heap_release(cupola_device_pool *pool, cpd_u32 first, cpd_u32 m)
+/* Clears the map bits of chunks [first, first + m). */
+CPD_FN void cpd_heap_unmap(cupola_device_pool *pool, cpd_u32 first, cpd_u32 m)
 {
-    cpd_u32 left = m;
-    while (left) {
+    while (m) {
         cpd_u32 w = first >> 5, b = first & 31u;
-        cpd_u32 n = 32u - b < left ? 32u - b : left;
-        cpd_u32 mask = (n == 32u ? 0xffffffffu : ((1u << n) - 1u)) << b;
-        cpd_u32 old = cpd_and32(&pool->cmap[w], ~mask);
-        if (old == 0xffffffffu)
-            cpd_and32(&pool->cfull[w >> 5], ~(1u << (w & 31u)));
+        cpd_u32 n = 32u - b < m ? 32u - b : m;
+        cpd_heap_clear_bits(pool, w, (n == 32u ? 0xffffffffu : ((1u << n) - 1u)) << b);
         first += n;
-        left -= n;
+        m -= n;
     }
-    cpd_heap_live(pool, 0ull - (cpd_u64)m);
+}
+
+/* After m chunks from map word w on came back: `low` down to w, the live
+ * count, the news. */
+CPD_FN void cpd_heap_returned(cupola_device_pool *pool, cpd_u32 w, cpd_u64 m)
+{
+    if (w < cpd_load32(&pool->low))
+        cpd_min32(&pool->low, w);
+    cpd_heap_live(pool, 0ull - m);
     cpd_heap_news(pool);
 }
 
-/* Sets m (<= 32) free bits of map word w, at a position aligned as the
- * policy says when `aligned`; the first chunk, or CPD_HEAP_NONE. */
-CPD_FN cpd_u32 cpd_heap_claim_in_word(cupola_device_pool *pool, cpd_u32 w, cpd_u32 m, int aligned)
+/* Gives chunks [first, first + m) back to the map. */
+CPD_FN void cpd_heap_release(cupola_device_pool *pool, cpd_u32 first, cpd_u32 m)
 {
-    cpd_u32 *wp = &pool->cmap[w];
+    cpd_heap_unmap(pool, first, m);
+    cpd_heap_returned(pool, first >> 5, (cpd_u64)m);
+}
+
+/* The k (>= 1) set bits of f met first going up from bit r (< 32), around. */
+CPD_FN cpd_u32 cpd_heap_pick_bits(cpd_u32 f, cpd_u32 k, cpd_u32 r)
+{
+    cpd_u32 up = f & (0xffffffffu << r), below = f & ~(0xffffffffu << r), out = 0;
+    for (; k && up; k--) {
+        out |= up & (0u - up);
+        up &= up - 1u;
+    }
+    for (; k && below; k--) {
+        out |= below & (0u - below);
+        below &= below - 1u;
+    }
+    return out;
+}
+
+/* The position of bit j (0 = the lowest) among the set bits of f. */
+CPD_FN cpd_u32 cpd_heap_nth_bit(cpd_u32 f, cpd_u32 j)
+{
+    for (; j; j--)
+        f &= f - 1u;
+    return (cpd_u32)cpd_ffs(f) - 1u;
+}
+
+/* The first map word in [w, end) whose hint does not say full, or end: one
+ * load of the hints per 32 words. */
+CPD_FN cpd_u32 cpd_heap_open_in(const cupola_device_pool *pool, cpd_u32 w, cpd_u32 end)
+{
+    while (w < end) {
+        cpd_u32 open = ~cpd_load32(&pool->cfull[w >> 5]) & (0xffffffffu << (w & 31u));
+        if (open) {
+            w = (w & ~31u) + (cpd_u32)cpd_ffs(open) - 1u;
+            return w < end ? w : end;
+        }
+        w = (w | 31u) + 1u;
+    }
+    return end;
+}
+
+CPD_FN cpd_u32 cpd_heap_next_open(const cupola_device_pool *pool, cpd_u32 w)
+{
+    return cpd_heap_open_in(pool, w, pool->cwords);
+}
+
+/* Where a search for chunks starts: the first word with room by the hints,
+ * from `low` on (moved up to it: a search need not look at the full words
+ * below again); with spread, the warp's hash picks one of the 32 words
+ * from there, so that warps asking at once do not all meet in one word. */
+CPD_FN cpd_u32 cpd_heap_start(cupola_device_pool *pool, cpd_u32 h, int spread)
+{
+    cpd_u32 W = pool->cwords, low = cpd_load32(&pool->low), first;
+    first = cpd_heap_next_open(pool, low < W ? low : 0u);
+    if (first >= W)
+        first = cpd_heap_next_open(pool, 0u); /* low is a hint: look below it */
+    if (first >= W)
+        first = 0;
+    else if (first > low)
+        cpd_cas32(&pool->low, low, first); /* not if a release lowered it meanwhile */
+    return spread ? (first + h % 32u) % W : first;
+}
+
+/* Up to k (1..32) single chunks in one map word: in the first word from
+ * the start (cpd_heap_start) on, around the map, that has a free chunk,
+ * taken at the warp's hash within the word.  Word << 32 | the chunks' bits,
+ * or 0 when no word had a free chunk (by the hints, then by every word). */
+CPD_FN cpd_u64 cpd_heap_claim_bits(cupola_device_pool *pool, cpd_u32 k, cpd_u32 h, int spread)
+{
+    cpd_u32 W = pool->cwords, start;
+    if (W == 0 || k == 0)
+        return 0;
+    start = cpd_heap_start(pool, h, spread);
+    /* from start to the end, then from 0 to start; first by the hints */
+    for (int pass = 0; pass < 4; pass++) {
+        cpd_u32 end = pass & 1 ? start : W;
+        for (cpd_u32 w = pass & 1 ? 0u : start; w < end; w++) {
+            cpd_u32 cur;
+            /* (the start itself cpd_heap_start just found open, unless spread) */
+            if (pass < 2 && !(pass == 0 && w == start && !spread) && (w = cpd_heap_open_in(pool, w, end)) >= end)
+                break;
+            cur = cpd_load32(&pool->cmap[w]);
+            while (cur != 0xffffffffu) {
+                cpd_u32 got = cpd_heap_set_bits(pool, w, cpd_heap_pick_bits(~cur, k, h & 31u), &cur);
+                if (got)
+                    return ((cpd_u64)w << 32) | got;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Sets m (2..32) contiguous free bits of map word w, aligned as the policy
+ * says when `aligned`; the first chunk, or CPD_HEAP_NONE.  One atomicOr a
+ * try: a try that finds some of its bits taken meanwhile gives back the
+ * others and tries another place. */
+CPD_FN cpd_u32 cpd_heap_claim_in_word(cupola_device_pool *pool, cpd_u32 w, cpd_u32 m, int aligned, cpd_u32 h)
+{
     cpd_u32 mask = m == 32u ? 0xffffffffu : (1u << m) - 1u;
-    cpd_u32 cur = cpd_load32(wp);
+    cpd_u32 cur = cpd_load32(&pool->cmap[w]);
     for (;;) {
-        cpd_u32 cand = cpd_runs_of(~cur, m), want, prev;
-        int p;
+        cpd_u32 cand = cpd_runs_of(~cur, m), want, got, up;
+        cpd_u32 p;
         if (aligned)
             cand &= cpd_align_mask(cpd_pow2_ceil(m));
         if (!cand)
             return CPD_HEAP_NONE;
-        p = cpd_ffs(cand) - 1;
-        want = cur | (mask << p);
-        prev = cpd_cas32(wp, cur, want);
-        if (prev == cur) {
-            if (want == 0xffffffffu)
-                cpd_heap_mark_full(pool, w);
-            return w * 32u + (cpd_u32)p;
-        }
-        cur = prev;
+        up = cand & (0xffffffffu << (h & 31u));
+        p = (cpd_u32)cpd_ffs(up ? up : cand) - 1u;
+        want = mask << p;
+        got = cpd_heap_set_bits(pool, w, want, &cur);
+        if (got == want)
+            return w * 32u + p;
+        if (got)
+            cpd_heap_clear_bits(pool, w, got);
     }
 }
 
@@ -243,53 +377,31 @@ CPD_FN cpd_u32 cpd_heap_claim_words(cupola_device_pool *pool, cpd_u32 w, cpd_u32
     }
     if (j == k)
         return w * 32u;
-    for (cpd_u32 i = 0; i < j; i++) {
-        cpd_u32 old = cpd_and32(&pool->cmap[w + i], i + 1u < k ? 0u : ~((1u << r) - 1u));
-        if (old == 0xffffffffu)
-            cpd_and32(&pool->cfull[(w + i) >> 5], ~(1u << ((w + i) & 31u)));
-    }
+    for (cpd_u32 i = 0; i < j; i++)
+        cpd_heap_clear_bits(pool, w + i, i + 1u < k || r == 32u ? 0xffffffffu : (1u << r) - 1u);
     return CPD_HEAP_NONE;
 }
 
-/* The first map word from w on whose hint does not say full (or cwords). */
-CPD_FN cpd_u32 cpd_heap_next_open(const cupola_device_pool *pool, cpd_u32 w)
+/* Claims m (>= 2) contiguous chunks; the first, or CPD_HEAP_NONE when the
+ * map has no such place.  The search starts at cpd_heap_start (spread)
+ * and goes around the map. */
+CPD_FN cpd_u32 cpd_heap_claim_run(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h)
 {
-    while (w < pool->cwords) {
-        cpd_u32 hint = cpd_load32(&pool->cfull[w >> 5]) >> (w & 31u);
-        if (hint == (0xffffffffu >> (w & 31u))) {
-            w = (w | 31u) + 1u; /* the rest of this hint word is full */
-            continue;
-        }
-        if (!(hint & 1u))
-            return w;
-        w++;
-    }
-    return pool->cwords;
-}
-
-/* Claims m contiguous chunks; the first, or CPD_HEAP_NONE when the map has
- * no such place.  spread: start in the 32 words after the first one with
- * room, at the warp's hash; else from the lowest word. */
-CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, int spread)
-{
-    cpd_u32 W = pool->cwords, start, first;
-    if (m == 0 || m > pool->nchunks || W == 0)
+    cpd_u32 W = pool->cwords, start;
+    if (m < 2u || m > pool->nchunks || W == 0)
         return CPD_HEAP_NONE;
-    first = cpd_heap_next_open(pool, 0);
-    if (first >= W)
-        first = 0;
-    start = spread ? (first + h % 32u) % W : first;
+    start = cpd_heap_start(pool, h, 1);
     if (m <= 32u) {
-        /* passes: aligned with the hints, anywhere with the hints, anywhere
-         * in every word */
-        for (int pass = 0; pass < 3; pass++) {
-            if (pass == 1 && m == 1u)
-                continue;
-            for (cpd_u32 i = 0; i < W; i++) {
-                cpd_u32 w = start + i < W ? start + i : start + i - W, got;
-                if (pass < 2 && (cpd_load32(&pool->cfull[w >> 5]) >> (w & 31u)) & 1u)
-                    continue;
-                got = cpd_heap_claim_in_word(pool, w, m, pass == 0);
+        /* passes (each from start to the end, then from 0 to start):
+         * aligned with the hints, anywhere with the hints, anywhere in
+         * every word */
+        for (int pass = 0; pass < 6; pass++) {
+            cpd_u32 end = pass & 1 ? start : W;
+            for (cpd_u32 w = pass & 1 ? 0u : start; w < end; w++) {
+                cpd_u32 got;
+                if (pass < 4 && (w = cpd_heap_open_in(pool, w, end)) >= end)
+                    break;
+                got = cpd_heap_claim_in_word(pool, w, m, pass < 2, h);
                 if (got != CPD_HEAP_NONE)
                     return got;
             }
@@ -315,6 +427,17 @@ CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, in
         }
         return CPD_HEAP_NONE;
     }
+}
+
+/* Claims m contiguous chunks (one: the first free chunk as
+ * cpd_heap_claim_bits finds it); the first, or CPD_HEAP_NONE. */
+CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, int spread)
+{
+    cpd_u64 got;
+    if (m != 1u)
+        return cpd_heap_claim_run(pool, m, h);
+    got = cpd_heap_claim_bits(pool, 1u, h, spread);
+    return got ? (cpd_u32)(got >> 32) * 32u + (cpd_u32)cpd_ffs((cpd_u32)got) - 1u : CPD_HEAP_NONE;
 }
 
 /* ---- slabs ------------------------------------------------------------------ */
@@ -373,12 +496,15 @@ CPD_FN void *cpd_heap_take(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c, cpd_u
     cpd_u32 words = (nb + 31u) / 32u;
     cpd_u32 last_valid = (nb % 32u) ? (1u << (nb % 32u)) - 1u : 0xffffffffu;
     cpd_u32 *bm = pool->hbitmaps + (cpd_u64)s * pool->bwords;
-    cpd_u32 w = (h + rank) % words;
+    cpd_u32 w = (h + rank) % words, j = rank / words;
     for (;;) {
         cpd_u32 valid = (w == words - 1u) ? last_valid : 0xffffffffu;
         cpd_u32 cur = cpd_load32(&bm[w]);
         while ((cur & valid) != valid) {
-            cpd_u32 bit = (cpd_u32)cpd_ffs(~cur & valid) - 1u;
+            /* the lanes starting in one word (j before this one) try
+             * different free bits of it, not all the lowest */
+            cpd_u32 f = ~cur & valid;
+            cpd_u32 bit = cpd_heap_nth_bit(f, j % (cpd_u32)cpd_popc(f));
             cpd_u32 prev = cpd_or32(&bm[w], 1u << bit);
             if (!(prev & (1u << bit)))
                 return pool->base + ((cpd_u64)s << pool->chunk_shift) +
@@ -448,47 +574,54 @@ CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
     return n;
 }
 
-/* A fresh chunk as an active slab of class c. */
+/* A fresh chunk as an active slab of class c (not yet in the live count). */
 CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
 {
     cpd_u32 s = cpd_heap_claim(pool, 1u, h, 0);
-    if (s != CPD_HEAP_NONE) {
+    if (s != CPD_HEAP_NONE)
         cpd_add32(&pool->cstate[s], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | CPD_HEAP_ACTIVE);
-        cpd_heap_live(pool, 1ull);
-    }
     return s;
 }
 
-/* The slab to put into a slot of class c (made active), or
- * CPD_SLOT_EXHAUSTED (with the epoch it saw, so that later threads know
- * whether anything came back since). */
-CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
+/* The slab to put into a slot of class c (made active; *fresh: a chunk
+ * from the map, to be counted live), or CPD_SLOT_EXHAUSTED (with the epoch
+ * it saw, so that later threads know whether anything came back since). */
+CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h, int *fresh)
 {
     cpd_u32 s = cpd_heap_fresh(pool, c, h), e0;
+    *fresh = 1;
     if (s != CPD_HEAP_NONE)
         return s;
     if (!cpd_load32(&pool->exhausted))
         cpd_store32(&pool->exhausted, 1u);
     cpd_fence();
     e0 = cpd_load32(&pool->epoch);
+    *fresh = 0;
     if ((s = cpd_heap_take_partial(pool, c)) != CPD_HEAP_NONE)
         return s;
-    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h)) != CPD_HEAP_NONE)
+    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h)) != CPD_HEAP_NONE) {
+        *fresh = 1;
         return s;
+    }
     cpd_store32(&pool->exhausted_epoch[c], e0);
     return CPD_SLOT_EXHAUSTED;
 }
 
-/* Fills a slot this thread set BUSY (it held `old`). */
+/* Fills a slot this thread set BUSY (it held `old`): the next slab is
+ * published first (the warps waiting on the slot go on), then the count
+ * and the slab it replaces. */
 CPD_FN void cpd_heap_refill(cupola_device_pool *pool, cpd_u32 *slot, cpd_u32 old, cpd_u32 c, cpd_u32 h)
 {
-    cpd_u32 next = cpd_heap_next_slab(pool, c, h);
+    int fresh;
+    cpd_u32 next = cpd_heap_next_slab(pool, c, h, &fresh);
+    cpd_fence();
+    cpd_store32(slot, next);
+    if (fresh)
+        cpd_heap_live(pool, 1ull);
     if (old < CPD_SLOT_SPECIAL) {
         cpd_u32 before = cpd_and32(&pool->cstate[old], ~CPD_HEAP_ACTIVE);
         cpd_heap_after_drop(pool, old, before, before & ~CPD_HEAP_ACTIVE);
     }
-    cpd_fence();
-    cpd_store32(slot, next);
 }
 
 /* Whether slab s looks like a slab of class c with a free block. */
@@ -559,23 +692,31 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
         /* every peer must take the same branch (a lane that gave up on
          * whole slabs may meet lanes that did not) */
         if (n >= nb && cpd_ballot(peers, bulk) == peers) {
-            /* whole slabs for these lanes, straight from the chunk map */
-            cpd_u32 k = n / nb, first = CPD_HEAP_NONE;
+            /* whole slabs for these lanes, straight from the chunk map:
+             * up to n / nb chunks of one map word, lane r in chunk r / nb */
+            cpd_u64 got64 = 0;
+            cpd_u32 bits, j;
             if (rank == 0) {
-                first = cpd_heap_claim(pool, k, h, 1);
-                if (first != CPD_HEAP_NONE) {
-                    for (cpd_u32 i = 0; i < k; i++) {
-                        cpd_or32(&pool->hbitmaps[(cpd_u64)(first + i) * pool->bwords],
-                                 nb == 32u ? 0xffffffffu : (1u << nb) - 1u);
-                        cpd_add32(&pool->cstate[first + i], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | nb);
-                    }
-                    cpd_heap_live(pool, (cpd_u64)k);
+                got64 = cpd_heap_claim_bits(pool, n / nb, h, 1);
+                for (bits = (cpd_u32)got64; bits; bits &= bits - 1u) {
+                    cpd_u32 t = (cpd_u32)(got64 >> 32) * 32u + (cpd_u32)cpd_ffs(bits) - 1u;
+                    cpd_or32(&pool->hbitmaps[(cpd_u64)t * pool->bwords], nb == 32u ? 0xffffffffu : (1u << nb) - 1u);
+                    cpd_add32(&pool->cstate[t], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | nb);
+                }
+                if (got64) {
+                    /* the tags before the blocks: a lane may free its block
+                     * (and read its chunk's tag) at once */
+                    cpd_fence();
+                    cpd_heap_live(pool, (cpd_u64)cpd_popc((cpd_u32)got64));
                 }
             }
-            first = (cpd_u32)cpd_shfl64(peers, (cpd_u64)first, cpd_leader(peers));
-            if (first != CPD_HEAP_NONE) {
-                if (rank < k * nb)
-                    return pool->base + ((cpd_u64)(first + rank / nb) << pool->chunk_shift) +
+            got64 = cpd_shfl64(peers, got64, cpd_leader(peers));
+            bits = (cpd_u32)got64;
+            if (bits) {
+                j = rank / nb;
+                if (j < (cpd_u32)cpd_popc(bits))
+                    return pool->base +
+                           ((cpd_u64)((cpd_u32)(got64 >> 32) * 32u + cpd_heap_nth_bit(bits, j)) << pool->chunk_shift) +
                            ((cpd_u64)(rank % nb) << (4u + c));
                 continue; /* the lanes left over go around again */
             }
@@ -618,7 +759,16 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
     peers = cpd_heap_peers(pool, cpd_activemask(), m);
     n = (cpd_u32)cpd_popc(peers);
     rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
-    if (n > 1u && (cpd_u64)n * m <= pool->nchunks) {
+    if (m == 1u) {
+        /* single chunks for the lanes asking one: up to n from one map
+         * word, lane r taking the r-th */
+        cpd_u64 got = 0;
+        if (rank == 0)
+            got = cpd_heap_claim_bits(pool, n, h, 1);
+        got = cpd_shfl64(peers, got, cpd_leader(peers));
+        if (rank < (cpd_u32)cpd_popc((cpd_u32)got))
+            first = (cpd_u32)(got >> 32) * 32u + cpd_heap_nth_bit((cpd_u32)got, rank);
+    } else if (n > 1u && (cpd_u64)n * m <= pool->nchunks) {
         /* one run for the lanes asking the same length, cut in order */
         if (rank == 0)
             first = cpd_heap_claim(pool, n * m, h, 1);
@@ -630,13 +780,16 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
         first = cpd_heap_claim(pool, m, h + rank, 1);
     if (first == CPD_HEAP_NONE && cpd_heap_sweep(pool, CPD_HEAP_NONE))
         first = cpd_heap_claim(pool, m, h + rank, 1);
+    /* the live count once for the lanes that got a run (every peer asked m) */
+    peers = cpd_ballot(peers, first != CPD_HEAP_NONE);
     if (first == CPD_HEAP_NONE) {
         cpd_count_failure(pool);
         return 0;
     }
     cpd_store32(&pool->run_len[first], m);
     cpd_add32(&pool->cstate[first], CPD_HEAP_RUN << CPD_HEAP_TAG_SHIFT);
-    cpd_heap_live(pool, (cpd_u64)m);
+    if (cpd_is_leader(peers))
+        cpd_heap_live(pool, (cpd_u64)cpd_popc(peers) * m);
     return pool->base + ((cpd_u64)first << pool->chunk_shift);
 }
 
@@ -678,7 +831,13 @@ CPD_FN void cpd_heap_free(cupola_device_pool *pool, void *ptr)
             st = was;
         }
         m = cpd_load32(&pool->run_len[s]);
-        cpd_heap_release(pool, s, m);
+        cpd_heap_unmap(pool, s, m);
+        /* the rest once for the lanes freeing runs of one length: their
+         * lowest map word, their chunks */
+        peers = cpd_match_any64(cpd_heap_peers(pool, cpd_activemask(), CPD_HEAP_NONE), (cpd_u64)m);
+        s = cpd_warp_min(peers, s >> 5);
+        if (cpd_is_leader(peers))
+            cpd_heap_returned(pool, s, (cpd_u64)cpd_popc(peers) * m);
         return;
     }
     if (tag == 0u || tag > pool->nclasses)

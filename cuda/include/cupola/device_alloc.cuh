@@ -97,6 +97,7 @@ typedef struct cupola_device_pool {
     cpd_u32 epoch;              /* bumped when memory comes back while a class is exhausted */
     cpd_u32 exhausted;          /* nonzero once some class found no memory */
     cpd_u32 nslots_total;
+    cpd_u32 low;                /* a map word at or below the lowest with a free chunk (a hint) */
     cpd_u32 *cmap;              /* per chunk: 1 bit, set = in use */
     cpd_u32 *cfull;             /* per cmap word: 1 bit, set = that word is full (a hint) */
     cpd_u32 *cstate;            /* per chunk: tag | active | count */
@@ -118,6 +119,7 @@ CPD_FN cpd_u32 cpd_or32(cpd_u32 *p, cpd_u32 v) { return atomicOr(p, v); }
 CPD_FN cpd_u32 cpd_and32(cpd_u32 *p, cpd_u32 v) { return atomicAnd(p, v); }
 CPD_FN cpd_u32 cpd_cas32(cpd_u32 *p, cpd_u32 cmp, cpd_u32 v) { return atomicCAS(p, cmp, v); }
 CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v) { return atomicMax(p, v); }
+CPD_FN cpd_u32 cpd_min32(cpd_u32 *p, cpd_u32 v) { return atomicMin(p, v); }
 CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return *(const volatile cpd_u32 *)p; }
 CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { *(volatile cpd_u32 *)p = v; }
 CPD_FN void cpd_fence(void) { __threadfence(); }
@@ -163,6 +165,13 @@ CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v)
         ;
     return cur;
 }
+CPD_FN cpd_u32 cpd_min32(cpd_u32 *p, cpd_u32 v)
+{
+    cpd_u32 cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    while (cur > v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+    return cur;
+}
 CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 /* Every shared word the allocators touch goes through the sequentially
@@ -170,6 +179,12 @@ CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { __atomic_store_n(p, v, __ATOMIC
  * __threadfence orders; a separate fence would add nothing (and
  * ThreadSanitizer does not model fences). */
 CPD_FN void cpd_fence(void) {}
+CPD_FN int cpd_ffs(cpd_u32 x) { return __builtin_ffs((int)x); }
+CPD_FN int cpd_popc(cpd_u32 x) { return __builtin_popcount(x); }
+CPD_FN cpd_u64 cpd_load64(const cpd_u64 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+#ifndef CPD_WARP_SIM
+/* (with CPD_WARP_SIM the includer defines the warp functions: 32 lanes as
+ * coroutines, tests/c/test_warpsim.c) */
 CPD_FN void cpd_pause(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -181,9 +196,6 @@ CPD_FN cpd_u32 cpd_lanemask_lt(void) { return 0u; }
 CPD_FN cpd_u32 cpd_match_any64(cpd_u32 mask, cpd_u64 v) { (void)v; return mask; }
 CPD_FN cpd_u32 cpd_match_all64(cpd_u32 mask, cpd_u64 v, int *pred) { (void)v; *pred = 1; return mask; }
 CPD_FN cpd_u64 cpd_shfl64(cpd_u32 mask, cpd_u64 v, int src) { (void)mask; (void)src; return v; }
-CPD_FN int cpd_ffs(cpd_u32 x) { return __builtin_ffs((int)x); }
-CPD_FN int cpd_popc(cpd_u32 x) { return __builtin_popcount(x); }
-CPD_FN cpd_u64 cpd_load64(const cpd_u64 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 CPD_FN cpd_u32 cpd_ballot(cpd_u32 mask, int pred) { return pred ? mask : 0u; }
 /* The host's "warp" is a CPU thread: number them as they first allocate. */
 #ifdef __cplusplus
@@ -199,6 +211,7 @@ CPD_FN cpd_u32 cpd_warp_hash(void)
         cpd_host_warp_id = cpd_add32(&cpd_host_warps, 1u) + 1u;
     return cpd_host_warp_id;
 }
+#endif /* CPD_WARP_SIM */
 #endif
 
 /* A well-mixed 32-bit function of a word (lowbias32). */
@@ -226,6 +239,17 @@ CPD_FN int cpd_leader(cpd_u32 peers)
 CPD_FN int cpd_is_leader(cpd_u32 peers)
 {
     return (peers & cpd_lanemask_lt()) == 0;
+}
+
+/* The least v of the lanes in peers (each of them calls it). */
+CPD_FN cpd_u32 cpd_warp_min(cpd_u32 peers, cpd_u32 v)
+{
+    cpd_u32 r = v;
+    for (cpd_u32 b = peers; b; b &= b - 1u) {
+        cpd_u32 o = (cpd_u32)cpd_shfl64(peers, (cpd_u64)v, cpd_ffs(b) - 1);
+        r = o < r ? o : r;
+    }
+    return r;
 }
 
 CPD_FN void cpd_count_failure(cupola_device_pool *pool)
