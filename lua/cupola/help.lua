@@ -352,6 +352,28 @@ Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
   t:replay(pool, opts); t:close().]],
   },
   {
+    name = "advise",
+    names = { "advise", "torch", "pytorch" },
+    overview = {
+      { "cupola.advise(snapshot, {limit=}) -> result", "the PYTORCH_CUDA_ALLOC_CONF to use" },
+    },
+    page = [[
+cupola.advise(trace_or_path, {limit=, conf={...}, recorded=, pools={...},
+  search=, threads=, device=, progress=}) -> {rows, recommended, paste,
+  warnings, notes, ...}: a PyTorch snapshot (torch.cuda.memory._dump_snapshot,
+  either pickle writer, plain or gzip; or an RMM log) replayed through the
+  model of PyTorch's allocator under a grid of settings (the recorded one,
+  defaults, expandable_segments, max_split_size_mb from its own request
+  sizes, roundup_power2_divisions 1..16, garbage_collection_threshold under
+  a limit, the best combined, yours) and through cupola's pools (tlsf, vmm,
+  caching: the pluggable allocator), in C threads.  Each row: setting,
+  kind, peak_reserved, unused_at_peak, device_allocs, retries, change_pct;
+  with limit: fits, fails_at, min_memory (the least memory it runs in).
+  res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py.
+bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
+  prints the same (bin/cupola advise --help).]],
+  },
+  {
     name = "timeline",
     names = { "timeline", "nvtx", "push", "pop", "range", "mark", "depth" },
     overview = {

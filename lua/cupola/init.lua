@@ -62,6 +62,13 @@ function cupola.conformance(make_pool, opts)
   return require("cupola.conformance").run(make_pool, opts)
 end
 
+--- cupola.advise(trace_or_path, opts) -> {rows = {...}, recommended = row, ...}:
+-- the PYTORCH_CUDA_ALLOC_CONF setting to use for a PyTorch snapshot
+-- (lua/cupola/advise.lua, loaded lazily).
+function cupola.advise(src, opts)
+  return require("cupola.advise").run(src, opts)
+end
+
 --- cupola.help(topic) -> string: the API in one screen, or one topic's page.
 cupola.help = (require "cupola.help").text
 

@@ -150,6 +150,13 @@ local option_checks = {
   trace = { function(v) return is_trace(v) and v.path ~= nil end, "an open cupola.Trace" },
   chart_height = { is_pixels, "an integer number of CSS pixels in 1..100000" },
   band_height = { is_pixels, "an integer number of CSS pixels in 1..100000" },
+  table = { function(v)
+    if type(v) ~= "table" or not list_of "string"(v.headers or 0) or type(v.rows) ~= "table" then return false end
+    for _, r in pairs(v.rows) do if not list_of "string"(r) then return false end end
+    for k in pairs(v) do if k ~= "headers" and k ~= "rows" then return false end end
+    return true
+  end, "a table {headers = {strings}, rows = {{strings}, ...}}" },
+  notes = { list_of "string", "a list of strings", list = true },
 }
 
 -- Raises at the caller of timeline.write (level 3 from here) for any option
@@ -238,6 +245,24 @@ function timeline.write(src, path, opts)
   w("<p class=\"help\">Wheel: zoom on time; shift+wheel on the bands: zoom on addresses; drag: pan; double-click: everything. "
     .. "Hover a band for its block. x: event index (every allocation and free is one step).</p>")
   w("<p class=\"status\">drawn in <span id=\"draw-ms\">?</span> ms</p></header>\n")
+  local function esc(x) return (tostring(x):gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
+  if opts.table then
+    -- a table of text above the panels (cupola.advise's rows)
+    w("<table class=\"figures\"><thead><tr>")
+    for _, h in ipairs(opts.table.headers) do w("<th>" .. esc(h) .. "</th>") end
+    w("</tr></thead><tbody>\n")
+    for _, row in ipairs(opts.table.rows) do
+      w("<tr>")
+      for c, v in ipairs(row) do w((c == 1 and "<td>" or "<td class=\"n\">") .. esc(v) .. "</td>") end
+      w("</tr>\n")
+    end
+    w("</tbody></table>\n")
+  end
+  if opts.notes then
+    w("<ul class=\"notes\">")
+    for _, n in ipairs(opts.notes) do w("<li>" .. esc(n) .. "</li>") end
+    w("</ul>\n")
+  end
   local data = {}
   for i, p in ipairs(panels) do
     local d = p.data
@@ -287,6 +312,10 @@ h1 { font-size: 17px; margin: 0 0 4px; } h2 { font-size: 15px; margin: 10px 0 0;
 .help, .sub, .status, .legend { color: #666; margin: 2px 0; }
 .warning { color: #b00; font-weight: 600; margin: 2px 0; }
 .panel { border-top: 1px solid #ddd; padding-top: 4px; }
+table.figures { border-collapse: collapse; margin: 8px 0; font: 12px/1.4 ui-monospace, monospace; }
+table.figures th, table.figures td { padding: 1px 8px; border-bottom: 1px solid #eee; white-space: pre; }
+table.figures th { text-align: left; color: #444; } table.figures td.n { text-align: right; }
+ul.notes { color: #444; margin: 4px 0 8px; padding-left: 18px; max-width: 70em; }
 .chart, .bands { position: relative; }
 canvas { display: block; width: 100%; border: 1px solid #ccc; cursor: crosshair; }
 .peak-label { position: absolute; top: 2px; left: 0; font-weight: 600; color: #b00;

@@ -198,6 +198,37 @@ local calls_t = {
   end,
   function() return "help", pcall(cupola.help, value()) end,
   function()
+    local p = dir .. "/a" .. rnd(3)
+    local hf = io.open(p, "wb"); hf:write(str_mangle(pick(hostile_files))); hf:close()
+    local opts = pick {
+      { progress = false }, { progress = false, limit = pick { "1MiB", "0", -1, "x", 1 << 62, value() } },
+      { progress = false, conf = { str_mangle(pick { "expandable_segments:True", "max_split_size_mb:64",
+        "roundup_power2_divisions:[1:4,>:8]", "garbage_collection_threshold:0.5", value() }) } },
+      { progress = false, recorded = str_mangle(pick { "", "max_split_size_mb:20", value() }) },
+      { progress = false, pools = { str_mangle(pick { "tlsf", "vmm,release_threshold=0", "cub,max_bin=9", "plugin" }) } },
+      { progress = false, threads = pick { 0, 1, 3, 257, -1, 1.5, value() }, search = pick { true, false, value() } },
+      { progress = false, device = pick { 0, 1, -1, 70000, value() } }, { bogus = 1 }, value() }
+    return "advise", pcall(cupola.advise, pick { trace, p, tpath, value() }, opts)
+  end,
+  function()
+    -- the command line, in this process, its output into files
+    local argv = {}
+    for i = 1, rnd(6) - 1 do
+      argv[i] = str_mangle(pick { tpath, "--limit", "1GiB", "--conf", "max_split_size_mb:64", "--recorded", "",
+        "--pool", "vmm", "--no-pools", "--search", "--device", "0", "--threads", "2", "--json", "--html",
+        dir .. "/p.html", "--help", "-h", "--limit=2MiB", "--", "-", value() })
+      if type(argv[i]) ~= "string" then argv[i] = tostring(argv[i]) end
+    end
+    local out, errf = io.stdout, io.stderr
+    io.stdout = io.open(dir .. "/stdout", "w")
+    io.stderr = io.open(dir .. "/stderr", "w")
+    local ok, rc = pcall(require("cupola.advise").main, argv)
+    io.stdout:close(); io.stderr:close()
+    io.stdout, io.stderr = out, errf
+    if ok and rc ~= 0 and rc ~= 1 and rc ~= 2 then return "advise.main", false, "exit status " .. tostring(rc) end
+    return "advise.main", ok, rc
+  end,
+  function()
     local p = raw_pool()
     local r = table.pack(pcall(pool.alloc_raw, p, pick { 1, 64, 4096, 1 << 20, 1 << 62, 0, value() },
       pick { nil, s, cs, cupola.default_stream, value() }))

@@ -4,11 +4,13 @@
  * opts) replays it against a Pool entirely in C and returns the figures.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "binding.h"
+#include "trace/advise.h"
 #include "trace/timeline.h"
 #include "trace/trace.h"
 
@@ -34,18 +36,25 @@ static l_trace *totrace(lua_State *L, int arg)
 
 static int trace_load(lua_State *L)
 {
+    static const char *const opts[] = {"device", NULL};
     size_t plen;
     const char *path = l_checklstring(L, 1, &plen);
     l_trace *tr;
     cp_trace *t = NULL;
     cp_status st;
+    lua_Integer device;
     /* C sees the path up to its first NUL: "a\0b" would open "a". */
     if (strlen(path) != plen)
         return luaL_argerror(L, 1, lua_pushfstring(L, "path contains a NUL byte, got %s", l_pushshown(L, 1)));
+    l_checkoptions(L, 2, "cupola.trace.load", opts);
+    device = l_optint_field(L, 2, "device", -1);
+    if (lua_istable(L, 2) && (device < 0 || device > 65535))
+        return luaL_argerror(L, 2, lua_pushfstring(L, "option 'device' must be in 0..65535, got %I",
+                                                    (LUAI_UACINT)device));
     tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;
     luaL_setmetatable(L, L_TRACE);
-    st = cp_trace_load(path, &t);
+    st = cp_trace_load_device(path, (int)device, &t);
     if (st == CP_ERR_OOM)
         return l_alloc_result(L, st);
     l_check(L, st);
@@ -234,6 +243,132 @@ static void push_divergence(lua_State *L, const cp_replay_result *res)
     lua_setfield(L, -2, "divergence");
 }
 
+/* A replay's result as the table cupola.trace.replay returns (its
+ * recording with record; the Trace at trace_arg is then registered as the
+ * result's source).  The same function serves every replay, so a figure
+ * of cupola.advise is a figure of cupola.trace.replay. */
+static void push_replay_result(lua_State *L, int trace_arg, const cp_trace *t,
+                               const cp_replay_result *res, int record)
+{
+    cp_trace_info in;
+    lua_createtable(L, 0, 12);
+    if (record) {
+        /* The pool's reserved bytes over the replay, and where it put each
+         * block: what cupola.timeline draws for a replay. */
+        char *packed;
+        size_t i;
+        lua_createtable(L, 0, 3);
+        push_u64s(L, res->rec_event, res->nrec, 1);
+        lua_setfield(L, -2, "events");
+        push_u64s(L, res->rec_reserved, res->nrec, 0);
+        lua_setfield(L, -2, "reserved");
+        /* Addresses as a packed string of little-endian uint64: compact for
+         * millions of allocations. */
+        packed = (char *)lua_newuserdatauv(L, res->naddr * 8 + 1, 0);
+        for (i = 0; i < res->naddr; i++) {
+            int k;
+            for (k = 0; k < 8; k++)
+                packed[i * 8 + (size_t)k] = (char)((res->rec_addr[i] >> (8 * k)) & 0xff);
+        }
+        lua_pushlstring(L, packed, res->naddr * 8);
+        lua_remove(L, -2);
+        lua_setfield(L, -2, "addresses");
+        lua_setfield(L, -2, "recording");
+        lua_getfield(L, LUA_REGISTRYINDEX, L_SOURCES);
+        lua_pushvalue(L, -2);
+        lua_pushvalue(L, trace_arg);
+        lua_rawset(L, -3);
+        lua_pop(L, 1);
+    }
+    cp_trace_info_get(t, &in);
+    if (in.torch_reserved) {
+        lua_pushinteger(L, (lua_Integer)in.torch_peak_reserved);
+        lua_setfield(L, -2, "torch_peak_reserved");
+        lua_pushnumber(L, res->peak_live ? (double)in.torch_peak_reserved / (double)res->peak_live
+                                        : 0.0);
+        lua_setfield(L, -2, "torch_reserved_over_live");
+    }
+    lua_pushinteger(L, (lua_Integer)res->events);
+    lua_setfield(L, -2, "events");
+    lua_pushnumber(L, res->ns_per_event);
+    lua_setfield(L, -2, "ns_per_event");
+    lua_pushnumber(L, res->seconds);
+    lua_setfield(L, -2, "seconds");
+    lua_pushinteger(L, (lua_Integer)res->peak_live);
+    lua_setfield(L, -2, "peak_live");
+    lua_pushinteger(L, (lua_Integer)res->peak_reserved);
+    lua_setfield(L, -2, "peak_reserved");
+    lua_pushnumber(L, res->reserved_over_live);
+    lua_setfield(L, -2, "reserved_over_live");
+    lua_pushinteger(L, (lua_Integer)res->failed);
+    lua_setfield(L, -2, "failed");
+    /* A replay whose pool refused allocations did not run the trace: its
+     * peaks cover only what was served, so reserved_over_live can look
+     * perfect.  Say so in the result itself, where every reader looks. */
+    lua_pushboolean(L, res->failed == 0 && !res->stopped);
+    lua_setfield(L, -2, "complete");
+    if (res->stopped && !res->failed) {
+        /* stop_at_oom at an `oom` entry: nothing was refused but the rest */
+        lua_pushfstring(L,
+                        "incomplete replay: it stopped at event %I, an `oom` entry the pool "
+                        "refused; the figures cover only the events before it",
+                        (lua_Integer)res->stop_event + 1);
+        lua_setfield(L, -2, "warning");
+    } else if (res->failed) {
+        lua_pushfstring(L,
+                        "incomplete replay: the pool refused %I of the trace's allocations%s; "
+                        "peak_reserved and reserved_over_live cover only what was served",
+                        (lua_Integer)res->failed,
+                        res->stopped ? " and the replay stopped at the first" : "");
+        lua_setfield(L, -2, "warning");
+    }
+    lua_pushinteger(L, (lua_Integer)res->live_at_peak);
+    lua_setfield(L, -2, "live_at_peak");
+    lua_pushinteger(L, (lua_Integer)res->skipped_frees);
+    lua_setfield(L, -2, "skipped_frees");
+    lua_pushinteger(L, (lua_Integer)res->maps);
+    lua_setfield(L, -2, "maps");
+    lua_pushinteger(L, (lua_Integer)res->unmaps);
+    lua_setfield(L, -2, "unmaps");
+    lua_pushinteger(L, (lua_Integer)res->peak_allocated);
+    lua_setfield(L, -2, "peak_allocated");
+    lua_pushinteger(L, (lua_Integer)res->device_allocs);
+    lua_setfield(L, -2, "device_allocs");
+    lua_pushinteger(L, (lua_Integer)res->device_frees);
+    lua_setfield(L, -2, "device_frees");
+    lua_pushinteger(L, (lua_Integer)res->retries);
+    lua_setfield(L, -2, "retries");
+    lua_pushinteger(L, (lua_Integer)res->ooms);
+    lua_setfield(L, -2, "ooms");
+    lua_pushinteger(L, (lua_Integer)res->oom_attempts);
+    lua_setfield(L, -2, "oom_attempts");
+    lua_pushinteger(L, (lua_Integer)res->oom_served);
+    lua_setfield(L, -2, "oom_served");
+    if (res->torch) {
+        lua_pushinteger(L, (lua_Integer)res->segments);
+        lua_setfield(L, -2, "segments");
+    }
+    if (res->recorded)
+        push_divergence(L, res);
+    if (res->stopped) {
+        /* stop_at_oom: where the program would have raised */
+        lua_createtable(L, 0, 3);
+        lua_pushinteger(L, (lua_Integer)res->stop_event + 1);
+        lua_setfield(L, -2, "event");
+        if (res->stop_alloc != UINT64_MAX) {
+            lua_pushinteger(L, (lua_Integer)res->stop_alloc + 1);
+            lua_setfield(L, -2, "allocation");
+        }
+        lua_pushinteger(L, (lua_Integer)res->stop_size);
+        lua_setfield(L, -2, "size");
+        lua_setfield(L, -2, "stopped");
+    }
+    lua_pushnumber(L, res->reserved_byte_seconds);
+    lua_setfield(L, -2, "reserved_byte_seconds");
+    lua_pushnumber(L, res->live_byte_seconds);
+    lua_setfield(L, -2, "live_byte_seconds");
+}
+
 /* replay(t, pool, {single_stream=false, ["repeat"]=1, synchronize=true,
  * record=false, progress=true, clock="pool", addresses="model", stop_at_oom=false}) */
 static int trace_replay(lua_State *L)
@@ -244,7 +379,6 @@ static int trace_replay(lua_State *L)
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
     cp_replay_result res;
-    cp_trace_info in;
     progress_state ps;
     lua_Integer rep;
     cp_status st;
@@ -276,7 +410,18 @@ static int trace_replay(lua_State *L)
             return luaL_error(L, "cupola.trace.replay: option 'addresses' must be one of model, "
                                  "recorded, not '%s'", (l_pushcut(L, a, strlen(a)), lua_tostring(L, -1)));
     }
-    o.stop_at_oom = l_optbool_field(L, 3, "stop_at_oom", 0);
+    if (lua_istable(L, 3) && lua_getfield(L, 3, "stop_at_oom") == LUA_TSTRING) {
+        /* "needed": only at a request the program needed (trace.h) */
+        if (strcmp(lua_tostring(L, -1), "needed") != 0)
+            return luaL_error(L, "cupola.trace.replay: option 'stop_at_oom' must be a boolean or "
+                                 "\"needed\", not %s", l_pushshown(L, -1));
+        o.stop_at_oom = CP_STOP_NEEDED;
+        lua_pop(L, 1);
+    } else {
+        if (lua_istable(L, 3))
+            lua_pop(L, 1);
+        o.stop_at_oom = l_optbool_field(L, 3, "stop_at_oom", 0) ? CP_STOP_ANY : CP_STOP_NONE;
+    }
     ps.t0 = mono_s();
     ps.shown = 0;
     if (l_optbool_field(L, 3, "progress", 1) && isatty(2)) {
@@ -289,114 +434,276 @@ static int trace_replay(lua_State *L)
         cp_replay_result_fini(&res);
         l_check(L, st);
     }
+    push_replay_result(L, 1, tr->t, &res, o.record);
+    cp_replay_result_fini(&res);
+    return 1;
+}
 
-    lua_createtable(L, 0, 12);
-    if (o.record) {
-        /* The pool's reserved bytes over the replay, and where it put each
-         * block: what cupola.timeline draws for a replay. */
-        char *packed;
-        size_t i;
-        lua_createtable(L, 0, 3);
-        push_u64s(L, res.rec_event, res.nrec, 1);
-        lua_setfield(L, -2, "events");
-        push_u64s(L, res.rec_reserved, res.nrec, 0);
-        lua_setfield(L, -2, "reserved");
-        /* Addresses as a packed string of little-endian uint64: compact for
-         * millions of allocations. */
-        packed = (char *)lua_newuserdatauv(L, res.naddr * 8 + 1, 0);
-        for (i = 0; i < res.naddr; i++) {
-            int k;
-            for (k = 0; k < 8; k++)
-                packed[i * 8 + (size_t)k] = (char)((res.rec_addr[i] >> (8 * k)) & 0xff);
+/* ---- cupola.core.trace.advise_run: the replays of cupola.advise ----------
+ * advise_run(t, jobs, {threads = 0, progress = fn}) -> list of results: each
+ * job {kind = "torch", conf = C, device_memory = N} or {spec = "KIND,..."}
+ * (a pool as CUPOLA_TORCH_POOL names it), with limit = N, recorded = bool,
+ * search = bool; each result is what cupola.trace.replay returns for the
+ * job's main replay, plus min_limit and search_steps (search), oom_message
+ * (where a limited run stopped) and seconds_total, or {error = msg} for a
+ * job whose replay failed.  The replays run on threads (advise.h); progress
+ * is called here, between, with (done, total). */
+typedef struct advise_progress {
+    lua_State *L;
+    int fn;      /* stack index of the progress function, 0: none */
+    int failed;  /* it raised: not called again (the error is raised after) */
+} advise_progress;
+
+static void advise_report(void *ud, size_t done, size_t total)
+{
+    advise_progress *ap = (advise_progress *)ud;
+    if (!ap->fn || ap->failed)
+        return;
+    lua_pushvalue(ap->L, ap->fn);
+    lua_pushinteger(ap->L, (lua_Integer)done);
+    lua_pushinteger(ap->L, (lua_Integer)total);
+    if (lua_pcall(ap->L, 2, 0, 0) != LUA_OK) {
+        ap->failed = 1; /* its message stays on the stack */
+        return;
+    }
+}
+
+static int advise_jobs_gc(lua_State *L)
+{
+    size_t n = lua_rawlen(L, 1) / sizeof(cp_advise_job);
+    cp_advise_job *jobs = (cp_advise_job *)lua_touserdata(L, 1);
+    if (jobs)
+        cp_advise_jobs_fini(jobs, n);
+    return 0;
+}
+
+/* Job k (a table at the top of the stack) into j; its strings go into the
+ * anchor table at index anchor, which keeps them while the threads run. */
+static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
+{
+    static const char *const keys[] = {"kind", "conf", "device_memory", "spec", "limit",
+                                       "recorded", "search", NULL};
+    int idx = lua_gettop(L);
+    const char *spec;
+    char what[64];
+    snprintf(what, sizeof what, "advise_run: job %d", k);
+    l_checkoptions(L, idx, what, keys);
+    j->limit = l_optsize_field(L, idx, "limit", 0);
+    j->recorded = l_optbool_field(L, idx, "recorded", 0);
+    j->search = l_optbool_field(L, idx, "search", 0);
+    spec = l_optstring_field(L, idx, "spec", NULL);
+    if (spec) {
+        /* a cupola pool as CUPOLA_TORCH_POOL names it, over no memory */
+        if (lua_getfield(L, idx, "kind") != LUA_TNIL)
+            luaL_error(L, "advise_run: job %d has both 'spec' and 'kind'", k);
+        lua_pop(L, 1);
+        if (cp_pool_spec_parse(spec, &j->pool, j->kind_buf, sizeof j->kind_buf) != CP_OK)
+            luaL_error(L, "%s", cp_error_msg());
+        if (strcmp(j->kind_buf, "plugin") == 0 || strcmp(j->kind_buf, "torch") == 0)
+            luaL_error(L, "advise_run: job %d: kind '%s' is not one a spec can name here", k,
+                       j->kind_buf);
+        j->pool.kind = j->kind_buf;
+        if (j->recorded)
+            luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch'", k);
+    } else {
+        const char *kind = l_optstring_field(L, idx, "kind", NULL), *conf;
+        cp_torch_conf c;
+        if (!kind || strcmp(kind, "torch") != 0)
+            luaL_error(L, "advise_run: job %d needs kind = \"torch\" or a spec", k);
+        memset(&j->pool, 0, sizeof j->pool);
+        j->pool.kind = "torch";
+        j->pool.grow = 1;
+        j->pool.alignment = 256;
+        conf = l_optstring_field(L, idx, "conf", "");
+        if (cp_torch_conf_parse(conf, strlen(conf), &c) != CP_OK) {
+            const char *m = cp_error_msg();
+            luaL_error(L, "advise_run: job %d: conf '%s': %s", k,
+                       (l_pushcut(L, conf, strlen(conf)), lua_tostring(L, -1)),
+                       strncmp(m, "conf: ", 6) == 0 ? m + 6 : m);
         }
-        lua_pushlstring(L, packed, res.naddr * 8);
-        lua_remove(L, -2);
-        lua_setfield(L, -2, "addresses");
-        lua_setfield(L, -2, "recording");
-        lua_getfield(L, LUA_REGISTRYINDEX, L_SOURCES);
-        lua_pushvalue(L, -2);
-        lua_pushvalue(L, 1);
-        lua_rawset(L, -3);
+        if (lua_getfield(L, idx, "conf") == LUA_TSTRING)
+            lua_rawseti(L, anchor, (lua_Integer)lua_rawlen(L, anchor) + 1);
+        else
+            lua_pop(L, 1);
+        j->pool.torch_conf = conf; /* the anchor keeps the string */
+        j->pool.torch_device_memory = l_optsize_field(L, idx, "device_memory", 0);
+    }
+    j->pool.upstream = CP_UP_VIRTUAL;
+}
+
+static int trace_advise_run(lua_State *L)
+{
+    static const char *const opts[] = {"threads", "progress", NULL};
+    l_trace *tr = totrace(L, 1);
+    lua_Integer n, k, threads;
+    cp_advise_job *jobs;
+    advise_progress ap;
+    size_t i;
+    int anchor;
+
+    luaL_checktype(L, 2, LUA_TTABLE);
+    l_checkoptions(L, 3, "advise_run", opts);
+    threads = l_optint_field(L, 3, "threads", 0);
+    if (threads < 0 || threads > 256)
+        luaL_argerror(L, 3, lua_pushfstring(L, "option 'threads' must be in 0..256, got %I",
+                                            (LUAI_UACINT)threads));
+    ap.L = L;
+    ap.fn = 0;
+    ap.failed = 0;
+    if (lua_istable(L, 3)) {
+        lua_getfield(L, 3, "progress");
+        if (!lua_isnil(L, -1)) {
+            luaL_argcheck(L, lua_isfunction(L, -1), 3, "option 'progress' must be a function");
+            ap.fn = lua_gettop(L);
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    n = (lua_Integer)lua_rawlen(L, 2);
+    if (n > 100000)
+        luaL_argerror(L, 2, "at most 100000 jobs");
+    /* the jobs' storage, freed by the GC whatever happens below */
+    jobs = (cp_advise_job *)lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *jobs, 0);
+    memset(jobs, 0, (size_t)(n ? n : 1) * sizeof *jobs);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, advise_jobs_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_newtable(L); /* the anchor of the jobs' strings */
+    anchor = lua_gettop(L);
+    for (k = 1; k <= n; k++) {
+        if (lua_rawgeti(L, 2, k) != LUA_TTABLE)
+            luaL_argerror(L, 2, lua_pushfstring(L, "job %I is not a table", (LUAI_UACINT)k));
+        advise_job(L, (int)k, &jobs[k - 1], anchor);
         lua_pop(L, 1);
     }
-    cp_replay_result_fini(&res);
-    cp_trace_info_get(tr->t, &in);
-    if (in.torch_reserved) {
-        lua_pushinteger(L, (lua_Integer)in.torch_peak_reserved);
-        lua_setfield(L, -2, "torch_peak_reserved");
-        lua_pushnumber(L, res.peak_live ? (double)in.torch_peak_reserved / (double)res.peak_live
-                                        : 0.0);
-        lua_setfield(L, -2, "torch_reserved_over_live");
-    }
-    lua_pushinteger(L, (lua_Integer)res.events);
-    lua_setfield(L, -2, "events");
-    lua_pushnumber(L, res.ns_per_event);
-    lua_setfield(L, -2, "ns_per_event");
-    lua_pushnumber(L, res.seconds);
-    lua_setfield(L, -2, "seconds");
-    lua_pushinteger(L, (lua_Integer)res.peak_live);
-    lua_setfield(L, -2, "peak_live");
-    lua_pushinteger(L, (lua_Integer)res.peak_reserved);
-    lua_setfield(L, -2, "peak_reserved");
-    lua_pushnumber(L, res.reserved_over_live);
-    lua_setfield(L, -2, "reserved_over_live");
-    lua_pushinteger(L, (lua_Integer)res.failed);
-    lua_setfield(L, -2, "failed");
-    /* A replay whose pool refused allocations did not run the trace: its
-     * peaks cover only what was served, so reserved_over_live can look
-     * perfect.  Say so in the result itself, where every reader looks. */
-    lua_pushboolean(L, res.failed == 0);
-    lua_setfield(L, -2, "complete");
-    if (res.failed) {
-        lua_pushfstring(L,
-                        "incomplete replay: the pool refused %I of the trace's allocations; "
-                        "peak_reserved and reserved_over_live cover only what was served",
-                        (lua_Integer)res.failed);
-        lua_setfield(L, -2, "warning");
-    }
-    lua_pushinteger(L, (lua_Integer)res.skipped_frees);
-    lua_setfield(L, -2, "skipped_frees");
-    lua_pushinteger(L, (lua_Integer)res.maps);
-    lua_setfield(L, -2, "maps");
-    lua_pushinteger(L, (lua_Integer)res.unmaps);
-    lua_setfield(L, -2, "unmaps");
-    lua_pushinteger(L, (lua_Integer)res.peak_allocated);
-    lua_setfield(L, -2, "peak_allocated");
-    lua_pushinteger(L, (lua_Integer)res.device_allocs);
-    lua_setfield(L, -2, "device_allocs");
-    lua_pushinteger(L, (lua_Integer)res.device_frees);
-    lua_setfield(L, -2, "device_frees");
-    lua_pushinteger(L, (lua_Integer)res.retries);
-    lua_setfield(L, -2, "retries");
-    lua_pushinteger(L, (lua_Integer)res.ooms);
-    lua_setfield(L, -2, "ooms");
-    lua_pushinteger(L, (lua_Integer)res.oom_attempts);
-    lua_setfield(L, -2, "oom_attempts");
-    lua_pushinteger(L, (lua_Integer)res.oom_served);
-    lua_setfield(L, -2, "oom_served");
-    if (res.torch) {
-        lua_pushinteger(L, (lua_Integer)res.segments);
-        lua_setfield(L, -2, "segments");
-    }
-    if (res.recorded)
-        push_divergence(L, &res);
-    if (res.stopped) {
-        /* stop_at_oom: where the program would have raised */
-        lua_createtable(L, 0, 3);
-        lua_pushinteger(L, (lua_Integer)res.stop_event + 1);
-        lua_setfield(L, -2, "event");
-        if (res.stop_alloc != UINT64_MAX) {
-            lua_pushinteger(L, (lua_Integer)res.stop_alloc + 1);
-            lua_setfield(L, -2, "allocation");
+    cp_advise_run(tr->t, jobs, (size_t)n, (unsigned)threads, advise_report, &ap);
+    if (ap.failed)
+        return lua_error(L); /* the progress function's error, on top */
+    lua_createtable(L, (int)n, 0);
+    for (i = 0; i < (size_t)n; i++) {
+        cp_advise_job *j = &jobs[i];
+        if (j->st != CP_OK) {
+            lua_createtable(L, 0, 1);
+            lua_pushstring(L, j->msg);
+            lua_setfield(L, -2, "error");
+        } else {
+            push_replay_result(L, 1, tr->t, &j->res, 0);
+            if (j->searched) {
+                lua_pushinteger(L, (lua_Integer)j->min_limit);
+                lua_setfield(L, -2, "min_limit");
+            }
+            if (j->search) {
+                lua_pushinteger(L, (lua_Integer)j->steps);
+                lua_setfield(L, -2, "search_steps");
+            }
+            if (j->res.stopped || j->res.failed) {
+                lua_pushstring(L, j->oom);
+                lua_setfield(L, -2, "oom_message");
+            }
         }
-        lua_pushinteger(L, (lua_Integer)res.stop_size);
-        lua_setfield(L, -2, "size");
-        lua_setfield(L, -2, "stopped");
+        lua_pushnumber(L, j->seconds);
+        lua_setfield(L, -2, "seconds_total");
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    lua_pushnumber(L, res.reserved_byte_seconds);
-    lua_setfield(L, -2, "reserved_byte_seconds");
-    lua_pushnumber(L, res.live_byte_seconds);
-    lua_setfield(L, -2, "live_byte_seconds");
+    return 1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* cupola.core.trace.advise_facts(t, min_size) -> what cupola.advise reads
+ * of a trace besides its replays: {sizes = {count =, max =, q50 =, q75 =,
+ * q90 =, q99 =} (allocations of min_size bytes or more, by count),
+ * last_alloc = the event of the last allocation (0: none), ooms = {{event =,
+ * size =, stream =, survived =}, ...}} (survived: an allocation follows the
+ * `oom` entry, so the program went on after PyTorch refused it). */
+static int trace_advise_facts(lua_State *L)
+{
+    l_trace *tr = totrace(L, 1);
+    uint64_t min = (uint64_t)l_checksize(L, 2);
+    size_t n = cp_trace_events(tr->t), i, m = 0, last = SIZE_MAX;
+    cp_trace_info in;
+    uint64_t *v;
+    cp_trace_row row;
+
+    cp_trace_info_get(tr->t, &in);
+    v = (uint64_t *)lua_newuserdatauv(L, (in.allocs ? in.allocs : 1) * sizeof *v, 0);
+    for (i = 0; i < n; i++) {
+        if (cp_trace_event(tr->t, i, &row) != CP_OK || row.is_free)
+            continue;
+        last = i;
+        if (row.size >= min && m < in.allocs)
+            v[m++] = row.size;
+    }
+    qsort(v, m, sizeof *v, cmp_u64);
+    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 6);
+    lua_pushinteger(L, (lua_Integer)m);
+    lua_setfield(L, -2, "count");
+    if (m) {
+        static const struct { const char *name; double q; } qs[] = {
+            {"q50", 0.50}, {"q75", 0.75}, {"q90", 0.90}, {"q99", 0.99}};
+        size_t k;
+        lua_pushinteger(L, (lua_Integer)v[m - 1]);
+        lua_setfield(L, -2, "max");
+        for (k = 0; k < sizeof qs / sizeof qs[0]; k++) {
+            size_t at = (size_t)(qs[k].q * (double)(m - 1) + 0.5);
+            lua_pushinteger(L, (lua_Integer)v[at < m ? at : m - 1]);
+            lua_setfield(L, -2, qs[k].name);
+        }
+    }
+    lua_setfield(L, -2, "sizes");
+    lua_pushinteger(L, last == SIZE_MAX ? 0 : (lua_Integer)last + 1);
+    lua_setfield(L, -2, "last_alloc");
+    lua_pushinteger(L, (lua_Integer)cp_trace_torch_calls(tr->t));
+    lua_setfield(L, -2, "torch_calls");
+    lua_createtable(L, (int)(in.ooms < 1000 ? in.ooms : 1000), 0);
+    for (i = 0; i < in.ooms; i++) {
+        size_t at;
+        uint64_t size, stream;
+        if (cp_trace_oom_entry(tr->t, i, &at, &size, &stream) != CP_OK)
+            break;
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, (lua_Integer)at + 1);
+        lua_setfield(L, -2, "event");
+        lua_pushinteger(L, (lua_Integer)size);
+        lua_setfield(L, -2, "size");
+        lua_pushinteger(L, (lua_Integer)stream);
+        lua_setfield(L, -2, "stream");
+        lua_pushboolean(L, last != SIZE_MAX && at <= last);
+        lua_setfield(L, -2, "survived");
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    lua_setfield(L, -2, "ooms");
+    return 1;
+}
+
+/* cupola.core.trace.alloc_event(t, k) -> the event (1-based) of the k-th
+ * allocation, and its label (snapshots with frames); nil past the last. */
+static int trace_alloc_event(lua_State *L)
+{
+    l_trace *tr = totrace(L, 1);
+    lua_Integer k = l_checkinteger(L, 2);
+    size_t n = cp_trace_events(tr->t), i;
+    lua_Integer seen = 0;
+    cp_trace_row row;
+    for (i = 0; k >= 1 && i < n; i++) {
+        if (cp_trace_event(tr->t, i, &row) != CP_OK || row.is_free)
+            continue;
+        if (++seen == k) {
+            lua_pushinteger(L, (lua_Integer)i + 1);
+            if (row.label)
+                lua_pushstring(L, row.label);
+            else
+                lua_pushnil(L);
+            return 2;
+        }
+    }
+    lua_pushnil(L);
     return 1;
 }
 
@@ -590,6 +897,9 @@ void l_open_trace(lua_State *L)
     static const luaL_Reg funcs[] = {{"load", trace_load},
                                      {"replay", trace_replay},
                                      {"timeline_data", trace_timeline_data},
+                                     {"advise_run", trace_advise_run},
+                                     {"advise_facts", trace_advise_facts},
+                                     {"alloc_event", trace_alloc_event},
                                      {NULL, NULL}};
     l_newclass(L, L_TRACE, meta, methods);
     luaL_newlib(L, funcs);

@@ -1,7 +1,8 @@
 -- check_timeline.lua: cupola.timeline pages in a real browser (make
 -- test-browser).  Builds pages from the shipped snapshot, the largest shipped
--- trace (gpt2_beam_search), three pools on one trace, a pool's log and a
--- synthetic trace of a million events; renders each in headless Chromium;
+-- trace (gpt2_beam_search), three pools on one trace, a pool's log,
+-- cupola.advise's page (its table and two timelines) and a synthetic trace
+-- of a million events; renders each in headless Chromium;
 -- checks the peak label is in the DOM and that the plot areas of the
 -- screenshot are drawn (pixels that are not background, several colours);
 -- reports each page's load+draw time, which the page writes into its DOM.
@@ -92,6 +93,14 @@ page("pool_log", function(path)
   end
   return cupola.timeline(nil, path, { log = log })
 end)
+-- cupola.advise's page: its table and the recorded and recommended
+-- settings' timelines side by side.
+page("advise", function(path)
+  local advise = require "cupola.advise"
+  local snap = "examples/traces/torch/varlen.default.cpsnap.gz"
+  local res = cupola.advise(snap, { progress = false })
+  return advise.html(res, snap, path)
+end)
 page("synthetic_1m", function(path)
   local csv = out .. "/synthetic_1m.csv"
   synthetic(csv, 1000000)
@@ -114,6 +123,13 @@ for _, pg in ipairs(pages) do
     pg.info.bytes / 1e6, pg.gen, tostring(draw_ms), wall))
   check(peak and peak:match "^peak live [%d%.]+ %a+ at event %d+$", pg.name .. ": peak label in the DOM: "
     .. tostring(peak))
+  if pg.name == "advise" then
+    local rows = 0
+    for _ in dom:gmatch "<tr>" do rows = rows + 1 end
+    check(dom:find('<table class="figures">', 1, true) and rows >= 10 and
+      dom:find("expandable_segments:True", 1, true) and dom:find('id="peak-label-2"', 1, true),
+      string.format("advise: the table (%d rows) and two panels, the recorded and the recommended setting", rows))
+  end
   -- Screenshot tall enough for every panel, then the plot areas' pixels.
   local rects = {}
   local height = 900

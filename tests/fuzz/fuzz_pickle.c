@@ -20,6 +20,28 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The input again as a stream that hands out a few bytes at a time (the
+ * window's refills and slides), its chunk sizes drawn from the input. */
+typedef struct chunks {
+    const uint8_t *p;
+    size_t n, at, k;
+} chunks;
+
+static long chunk_read(void *ud, unsigned char *buf, size_t n)
+{
+    chunks *c = (chunks *)ud;
+    size_t step = 1 + (c->n ? c->p[c->k++ % c->n] % 13 : 0);
+    if (c->at == c->n)
+        return 0;
+    if (step > n)
+        step = n;
+    if (step > c->n - c->at)
+        step = c->n - c->at;
+    memcpy(buf, c->p + c->at, step);
+    c->at += step;
+    return (long)step;
+}
+
 #define EXPECT(cond, ...)                                   \
     do {                                                    \
         if (!(cond)) {                                      \
@@ -46,6 +68,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         n = size + 2;
     }
     st = cp_snapshot_read(p, n, &s);
+    if (!cp_snapshot_is_compact(p, n)) {
+        /* read as a stream: the same outcome, the same snapshot */
+        chunks c = {p, n, 0, 0};
+        cp_pk_source src = {chunk_read, &c};
+        cp_snapshot s2;
+        cp_status st2 = cp_snapshot_read_stream(&src, -1, &s2);
+        EXPECT(st2 == st, "in memory %d, as a stream %d (%s)", (int)st, (int)st2, cp_error_msg());
+        if (st2 == CP_OK) {
+            EXPECT(s2.n == s.n && s2.nlabels == s.nlabels && s2.ntop == s.ntop &&
+                       s2.reserved_peak == s.reserved_peak && s2.nsegev == s.nsegev,
+                   "the stream read another snapshot");
+            for (i = 0; i < s.n; i++)
+                EXPECT(s2.ev[i].addr == s.ev[i].addr && s2.ev[i].label == s.ev[i].label,
+                       "event %zu differs as a stream", i);
+            cp_snapshot_fini(&s2);
+        }
+        if (st == CP_OK && s.devices > 0) {
+            /* one device alone: a subset, its operations of its own */
+            cp_snapshot s3;
+            int dev = (int)(s.devices - 1);
+            EXPECT(cp_snapshot_read_device(p, n, dev, &s3) == CP_OK, "device %d unreadable", dev);
+            EXPECT(s3.n <= s.n && s3.op_device == dev, "device %d: more than all", dev);
+            for (i = 0; i < s3.n; i++)
+                EXPECT(s3.ev[i].device == (unsigned)dev, "device %d read another's entry", dev);
+            cp_snapshot_fini(&s3);
+            EXPECT(cp_snapshot_read_device(p, n, (int)s.devices, &s3) == CP_ERR_INVALID,
+                   "a device past the last was read");
+        }
+    }
     if (st != CP_OK) {
         EXPECT(*cp_error_msg() != '\0', "a failure without a message");
         EXPECT(s.ev == NULL && s.n == 0 && s.labels == NULL, "a failure left a snapshot");

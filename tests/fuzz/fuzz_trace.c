@@ -28,6 +28,7 @@
 #include "backend/backend.h"
 #include "error.h"
 #include "pool/resource.h"
+#include "trace/advise.h"
 #include "trace/pickle.h"
 #include "trace/trace.h"
 
@@ -184,6 +185,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cp_resource_stats(pool, &s);
         EXPECT(s.used == 0, "the replay left %llu bytes in use", (unsigned long long)s.used);
         cp_resource_trim(pool, 0);
+    }
+    /* cupola.advise's replays (advise.h) on two threads: PyTorch's model
+     * under its defaults (with the recorded addresses where the snapshot has
+     * PyTorch's device calls), and under a limit with a search for the least
+     * one.  Torch pools only: they need no streams. */
+    if (n <= 2048) {
+        cp_advise_job jobs[2];
+        memset(jobs, 0, sizeof jobs);
+        for (i = 0; i < 2; i++) {
+            jobs[i].pool.kind = "torch";
+            jobs[i].pool.upstream = CP_UP_VIRTUAL;
+            jobs[i].pool.grow = 1;
+            jobs[i].pool.alignment = 256;
+        }
+        jobs[0].pool.torch_conf = "";
+        jobs[0].recorded = cp_trace_torch_calls(t) > 0;
+        jobs[1].pool.torch_conf = "expandable_segments:True,garbage_collection_threshold:0.5";
+        jobs[1].limit = in.peak_live / 2 + (UINT64_C(1) << 20);
+        jobs[1].search = 1;
+        EXPECT(cp_advise_run(t, jobs, 2, 2, NULL, NULL) == CP_OK, "advise_run failed");
+        for (i = 0; i < 2; i++) {
+            if (jobs[i].st != CP_OK) {
+                EXPECT(jobs[i].msg[0] != '\0', "job %zu failed without a message", i);
+                continue;
+            }
+            EXPECT(jobs[i].res.events <= in.events + in.ooms + 4 * in.events + 16,
+                   "job %zu replayed %llu events", i, (unsigned long long)jobs[i].res.events);
+            EXPECT(!jobs[i].res.stopped || jobs[i].limit, "job %zu stopped without a limit", i);
+            EXPECT(!jobs[i].searched || jobs[i].min_limit >= in.peak_live / 2,
+                   "job %zu: a least limit of %llu below what lives", i,
+                   (unsigned long long)jobs[i].min_limit);
+        }
+        cp_advise_jobs_fini(jobs, 2);
     }
     cp_trace_free(t);
     return 0;

@@ -9,17 +9,45 @@
  */
 #include "pickle.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Values are allocated in slabs, strings copied into chunks: the input
+ * need not outlive the tree, so a stream is read through a window. */
+#define SLAB_VALUES 1024
+#define CHUNK_BYTES (64u << 10)
+
+typedef struct slab {
+    struct slab *next;
+    size_t used;
+    cp_pk_value v[SLAB_VALUES];
+} slab;
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    char bytes[];
+} chunk;
+
 struct cp_pickle {
-    cp_pk_value *all;     /* every value, linked through next */
+    slab *slabs;          /* every value */
+    chunk *chunks;        /* every string's bytes */
 };
 
 typedef struct reader {
-    const unsigned char *b;
+    const unsigned char *b; /* the window: b[0] is input offset base */
     size_t len, pos;
+    size_t base;
     size_t op_at;         /* offset of the opcode being run */
+    /* streams: the window's own buffer, refilled from src */
+    unsigned char *own;
+    size_t cap;
+    const cp_pk_source *src;
+    int eof;
+    int total_known;      /* in memory: the whole input is the window */
+    char why[256];        /* the stream's own message when a read failed */
+    const cp_pk_hooks *hooks;
     cp_pickle *pk;
     cp_pk_value **stack;
     size_t sp, scap;
@@ -29,8 +57,16 @@ typedef struct reader {
     size_t nmemo, memocap;
 } reader;
 
+static cp_status oom(void);
+
+/* A failure at the opcode being run; where the input could not be read (a
+ * stream's error, or memory for its window), that is the reason. */
 static cp_status fail(const reader *r, const char *why)
 {
+    if (r->eof == -2)
+        return oom();
+    if (r->eof == -1)
+        return cp_error_set(CP_ERR_INVALID, "offset %zu: %s", r->op_at, r->why);
     return cp_error_set(CP_ERR_INVALID, "offset %zu: %s", r->op_at, why);
 }
 
@@ -71,10 +107,55 @@ static const char *opname(unsigned char op)
     }
 }
 
+/* Reads of a stream fill the window this much at a time. */
+#define READ_BYTES (64u << 10)
+
+/* Makes n bytes available at b + pos, reading more of a stream when the
+ * window holds fewer; 0 when the input ends first, the stream fails
+ * (r->eof = -1) or memory runs out (r->eof = -2).  The window doubles only
+ * when the unread bytes it holds leave less than READ_BYTES free: it grows
+ * with what the input delivered, never with what a length field claims. */
 static int need(reader *r, size_t n)
 {
-    return r->len - r->pos >= n;
+    while (r->len - r->pos < n) {
+        size_t keep = r->len - r->pos;
+        long got;
+        if (r->total_known || r->eof)
+            return 0;
+        if (r->pos) { /* the unread bytes to the front */
+            memmove(r->own, r->own + r->pos, keep);
+            r->base += r->pos;
+            r->pos = 0;
+            r->len = keep;
+        }
+        if (r->cap - r->len < READ_BYTES) {
+            size_t ncap = r->cap ? 2 * r->cap : 4 * READ_BYTES;
+            unsigned char *nb = (unsigned char *)realloc(r->own, ncap);
+            if (!nb) {
+                r->eof = -2;
+                return 0;
+            }
+            r->own = nb;
+            r->cap = ncap;
+        }
+        r->b = r->own;
+        got = r->src->read(r->src->ud, r->own + r->len, r->cap - r->len);
+        if (got < 0) {
+            snprintf(r->why, sizeof r->why, "%s", cp_error_msg());
+            r->eof = -1;
+            return 0;
+        }
+        if (got == 0) {
+            r->eof = 1;
+            return 0;
+        }
+        r->len += (size_t)got;
+    }
+    return 1;
 }
+
+/* Offsets in messages are the input's. */
+#define AT(r) ((r)->base + (r)->pos)
 
 static uint64_t le(const unsigned char *p, int n)
 {
@@ -87,13 +168,48 @@ static uint64_t le(const unsigned char *p, int n)
 
 static cp_pk_value *newval(reader *r, cp_pk_type type)
 {
-    cp_pk_value *v = (cp_pk_value *)calloc(1, sizeof *v);
-    if (!v)
-        return NULL;
+    slab *sl = r->pk->slabs;
+    cp_pk_value *v;
+    if (!sl || sl->used == SLAB_VALUES) {
+        sl = (slab *)malloc(sizeof *sl);
+        if (!sl)
+            return NULL;
+        sl->used = 0;
+        sl->next = r->pk->slabs;
+        r->pk->slabs = sl;
+    }
+    v = &sl->v[sl->used++];
+    memset(v, 0, sizeof *v);
     v->type = (uint8_t)type;
-    v->next = r->pk->all;
-    r->pk->all = v;
     return v;
+}
+
+/* A copy of n bytes of the input, kept with the tree. */
+static const char *keep_bytes(reader *r, const unsigned char *p, size_t n)
+{
+    chunk *c = r->pk->chunks;
+    char *out;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > CHUNK_BYTES / 4 ? n : CHUNK_BYTES;
+        c = (chunk *)malloc(sizeof *c + (cap ? cap : 1));
+        if (!c)
+            return NULL;
+        c->cap = cap;
+        c->used = 0;
+        if (n > CHUNK_BYTES / 4 && r->pk->chunks) {
+            /* a long string gets a chunk of its own, behind the open one */
+            c->next = r->pk->chunks->next;
+            r->pk->chunks->next = c;
+        } else {
+            c->next = r->pk->chunks;
+            r->pk->chunks = c;
+        }
+    }
+    out = c->bytes + c->used;
+    if (n)
+        memcpy(out, p, n);
+    c->used += n;
+    return out;
 }
 
 static cp_status push(reader *r, cp_pk_value *v)
@@ -159,13 +275,28 @@ static cp_status make_seq(reader *r, cp_pk_type type, size_t base, size_t n)
     return push(r, v);
 }
 
+/* The caller's hook for each key and value set in a dict. */
+static cp_status hook_pairs(reader *r, cp_pk_value *d, cp_pk_value **kv, size_t n)
+{
+    size_t i;
+    cp_status st;
+    if (!r->hooks || !r->hooks->setitem)
+        return CP_OK;
+    for (i = 0; i + 1 < n; i += 2) {
+        st = r->hooks->setitem(r->hooks->ud, d, kv[i], kv[i + 1]);
+        if (st != CP_OK)
+            return st;
+    }
+    return CP_OK;
+}
+
 static cp_status memo_put(reader *r, uint64_t idx)
 {
     if (!r->sp)
         return fail(r, "memo store with an empty stack");
     /* Every memo entry costs at least one input byte: a larger index can
      * only be hostile, and would make the memo array huge. */
-    if (idx >= r->len)
+    if (idx >= AT(r))
         return fail(r, "memo index larger than the pickle");
     if (idx >= r->memocap) {
         size_t cap = r->memocap ? r->memocap : 256;
@@ -196,16 +327,18 @@ static cp_status text(reader *r, cp_pk_type type, size_t lenbytes)
 {
     uint64_t n;
     cp_pk_value *v;
+    const char *s;
     if (!need(r, lenbytes))
         return fail(r, "truncated string length");
     n = le(r->b + r->pos, (int)lenbytes);
     r->pos += lenbytes;
-    if (n > r->len - r->pos)
+    if (n > SIZE_MAX / 2 || !need(r, (size_t)n))
         return fail(r, "string runs past the end of the data");
     v = newval(r, type);
-    if (!v)
+    s = v ? keep_bytes(r, r->b + r->pos, (size_t)n) : NULL;
+    if (!s)
         return oom();
-    v->v.s = (const char *)(r->b + r->pos);
+    v->v.s = s;
     v->n = (size_t)n;
     r->pos += (size_t)n;
     return push(r, v);
@@ -223,7 +356,7 @@ static cp_status long_n(reader *r, size_t lenbytes)
         return fail(r, "truncated LONG length");
     n = le(r->b + r->pos, (int)lenbytes);
     r->pos += lenbytes;
-    if (n > r->len - r->pos)
+    if (n > SIZE_MAX / 2 || !need(r, (size_t)n))
         return fail(r, "LONG runs past the end of the data");
     p = r->b + r->pos;
     r->pos += (size_t)n;
@@ -273,16 +406,19 @@ static cp_status run(reader *r, cp_pk_value **root)
     size_t base, n;
     cp_pk_value *v;
 
-    if (!need(r, 2) || r->b[0] != 0x80)
+    if (!need(r, 2) || r->b[0] != 0x80) {
+        if (r->eof < 0)
+            return fail(r, "unreadable");
         return cp_error_set(CP_ERR_INVALID, "offset 0: not a pickle of protocol 2 or later "
                             "(no PROTO opcode)");
+    }
     while (st == CP_OK) {
         unsigned char op;
         if (!need(r, 1)) {
-            r->op_at = r->pos;
+            r->op_at = AT(r);
             return fail(r, "truncated: the data ends before STOP");
         }
-        r->op_at = r->pos;
+        r->op_at = AT(r);
         op = r->b[r->pos++];
         switch (op) {
         case 0x80: /* PROTO */
@@ -297,8 +433,13 @@ static cp_status run(reader *r, cp_pk_value **root)
         case 0x95: /* FRAME: a length hint for buffered readers */
             if (!need(r, 8))
                 return fail(r, "truncated FRAME");
-            if (le(r->b + r->pos, 8) > r->len - r->pos - 8)
-                return fail(r, "FRAME runs past the end of the data");
+            {
+                /* a frame's bytes must all be there (as for Python's reader);
+                 * a stream reads them ahead, which its writer sized for */
+                uint64_t flen = le(r->b + r->pos, 8);
+                if (flen > SIZE_MAX / 2 || !need(r, 8 + (size_t)flen))
+                    return fail(r, "FRAME runs past the end of the data");
+            }
             r->pos += 8;
             break;
         case '.': /* STOP */
@@ -423,6 +564,8 @@ static cp_status run(reader *r, cp_pk_value **root)
                 return fail(r, "DICT with an odd number of values");
             if (st == CP_OK)
                 st = make_seq(r, CP_PK_DICT, base, n);
+            if (st == CP_OK)
+                st = hook_pairs(r, r->stack[r->sp - 1], r->stack[r->sp - 1]->v.items, n);
             break;
         case 'a': /* APPEND */
             if (r->sp < 2 || (r->nmarks && r->marks[r->nmarks - 1] > r->sp - 2))
@@ -450,6 +593,8 @@ static cp_status run(reader *r, cp_pk_value **root)
                 return fail(r, "SETITEMS with an odd number of values");
             if (n)
                 st = add_items(v, r->stack + base, n);
+            if (st == CP_OK && op == 'u')
+                st = hook_pairs(r, v, r->stack + base, n);
             r->sp = base;
             break;
         case 's': /* SETITEM */
@@ -459,6 +604,8 @@ static cp_status run(reader *r, cp_pk_value **root)
             if (v->type != CP_PK_DICT)
                 return fail(r, "SETITEM on something that is not a dict");
             st = add_items(v, r->stack + r->sp - 2, 2);
+            if (st == CP_OK)
+                st = hook_pairs(r, v, r->stack + r->sp - 2, 2);
             r->sp -= 2;
             break;
         case 0x94: /* MEMOIZE */
@@ -502,42 +649,85 @@ static cp_status run(reader *r, cp_pk_value **root)
 
 void cp_pickle_free(cp_pickle *p)
 {
-    cp_pk_value *v, *next;
+    slab *sl, *nsl;
+    chunk *c, *nc;
+    size_t i;
     if (!p)
         return;
-    for (v = p->all; v; v = next) {
-        next = v->next;
-        if (v->type == CP_PK_TUPLE || v->type == CP_PK_LIST || v->type == CP_PK_DICT)
-            free(v->v.items);
-        free(v);
+    for (sl = p->slabs; sl; sl = nsl) {
+        nsl = sl->next;
+        for (i = 0; i < sl->used; i++) {
+            cp_pk_value *v = &sl->v[i];
+            if (v->type == CP_PK_TUPLE || v->type == CP_PK_LIST || v->type == CP_PK_DICT)
+                free(v->v.items);
+        }
+        free(sl);
+    }
+    for (c = p->chunks; c; c = nc) {
+        nc = c->next;
+        free(c);
     }
     free(p);
+}
+
+void cp_pk_clear(cp_pk_value *v)
+{
+    if (v && (v->type == CP_PK_TUPLE || v->type == CP_PK_LIST || v->type == CP_PK_DICT)) {
+        free(v->v.items);
+        v->v.items = NULL;
+        v->n = 0;
+        v->cap = 0;
+    }
+}
+
+static cp_status parse(reader *r, cp_pickle **out, cp_pk_value **root)
+{
+    cp_status st;
+    *out = NULL;
+    *root = NULL;
+    r->pk = (cp_pickle *)calloc(1, sizeof *r->pk);
+    if (!r->pk)
+        return oom();
+    st = run(r, root);
+    free(r->stack);
+    free(r->marks);
+    free(r->memo);
+    free(r->own);
+    if (st != CP_OK) {
+        cp_pickle_free(r->pk);
+        *root = NULL;
+        return st;
+    }
+    *out = r->pk;
+    return CP_OK;
 }
 
 cp_status cp_pickle_parse(const unsigned char *buf, size_t len, cp_pickle **out,
                           cp_pk_value **root)
 {
+    return cp_pickle_parse_hooked(buf, len, NULL, out, root);
+}
+
+cp_status cp_pickle_parse_hooked(const unsigned char *buf, size_t len, const cp_pk_hooks *hooks,
+                                 cp_pickle **out, cp_pk_value **root)
+{
     reader r;
-    cp_status st;
-    *out = NULL;
-    *root = NULL;
     memset(&r, 0, sizeof r);
     r.b = buf;
     r.len = len;
-    r.pk = (cp_pickle *)calloc(1, sizeof *r.pk);
-    if (!r.pk)
-        return oom();
-    st = run(&r, root);
-    free(r.stack);
-    free(r.marks);
-    free(r.memo);
-    if (st != CP_OK) {
-        cp_pickle_free(r.pk);
-        *root = NULL;
-        return st;
-    }
-    *out = r.pk;
-    return CP_OK;
+    r.total_known = 1;
+    r.hooks = hooks;
+    return parse(&r, out, root);
+}
+
+cp_status cp_pickle_parse_stream(const cp_pk_source *src, const cp_pk_hooks *hooks,
+                                 cp_pickle **out, cp_pk_value **root)
+{
+    reader r;
+    memset(&r, 0, sizeof r);
+    r.src = src;
+    r.hooks = hooks;
+    return parse(&r, out, root);
 }
 
 int cp_pickle_sniff(const unsigned char *buf, size_t len)

@@ -16,16 +16,24 @@
  * refused with CP_ERR_INVALID and a message naming the opcode and its offset:
  * the reader builds values, it never looks anything up or calls anything.
  *
- * Hostile input: every read is bounds-checked against the buffer, the value
+ * Hostile input: every read is bounds-checked against the input, the value
  * stack and mark stack are explicit arrays (no recursion), memo indices must
- * be below the input's length, and every value costs at least one input
- * byte, so memory is linear in the input's size.  A failure is
- * "offset N: reason" through cp_error_set; nothing of the tree is left.
+ * be below the offset of the opcode that stores them, and every value costs
+ * at least one input byte, so memory is linear in the input's size.  A
+ * failure is "offset N: reason" through cp_error_set; nothing of the tree
+ * is left.
+ *
+ * The input is a buffer in memory or a stream read through a window (a
+ * stream's length is not known ahead: the window grows only with the bytes
+ * it delivered, never with what a length field claims).  Strings are
+ * copied into the tree, which keeps nothing of the input.  A hook sees each
+ * key and value set in a dict as the dict is built, and may shrink the
+ * value (cp_pk_clear): the snapshot reader turns each frame list into its
+ * label there, so a stream's memory follows the entries, not their frames.
  *
  * Values may be shared (memo references) and may even contain themselves
  * (a list appended to itself): walk them with a bound, never recursively
- * over everything.  Strings point into the caller's buffer, which must
- * outlive the tree.  Plain C: never includes lua.h.
+ * over everything.  Plain C: never includes lua.h.
  */
 #ifndef CUPOLA_PICKLE_H
 #define CUPOLA_PICKLE_H
@@ -64,17 +72,38 @@ typedef struct cp_pk_value {
         struct cp_pk_value **items;
     } v;
     size_t cap;               /* allocated items (containers) */
-    struct cp_pk_value *next; /* every value, for freeing */
 } cp_pk_value;
 
 typedef struct cp_pickle cp_pickle;
+
+/* A stream: read() fills up to n bytes of buf and returns how many (0 at
+ * the end), or -1 with a message set (cp_error_set) when it cannot. */
+typedef struct cp_pk_source {
+    long (*read)(void *ud, unsigned char *buf, size_t n);
+    void *ud;
+} cp_pk_source;
+
+/* Called for each key and value a dict gets (SETITEM, SETITEMS, DICT), once
+ * they are in it; a status other than CP_OK stops the parse with it. */
+typedef struct cp_pk_hooks {
+    cp_status (*setitem)(void *ud, cp_pk_value *dict, cp_pk_value *key, cp_pk_value *value);
+    void *ud;
+} cp_pk_hooks;
 
 /* Parses buf[0..len).  On success *root is the pickled object and *out owns
  * the values (free with cp_pickle_free).  CP_ERR_INVALID "offset N: reason"
  * for malformed, truncated or refused input; CP_ERR_OOM when memory runs out. */
 cp_status cp_pickle_parse(const unsigned char *buf, size_t len, cp_pickle **out,
                           cp_pk_value **root);
+/* The same with a hook (NULL: none). */
+cp_status cp_pickle_parse_hooked(const unsigned char *buf, size_t len, const cp_pk_hooks *hooks,
+                                 cp_pickle **out, cp_pk_value **root);
+/* The same from a stream. */
+cp_status cp_pickle_parse_stream(const cp_pk_source *src, const cp_pk_hooks *hooks,
+                                 cp_pickle **out, cp_pk_value **root);
 void cp_pickle_free(cp_pickle *p);
+/* Empties a container (its items are dropped; they stay in the tree). */
+void cp_pk_clear(cp_pk_value *v);
 
 /* Whether buf starts like a pickle of protocol 2 or later (0x80, version). */
 int cp_pickle_sniff(const unsigned char *buf, size_t len);

@@ -34,18 +34,36 @@ typedef struct replay_blocks {
 /* A request PyTorch refused (an `oom` entry), attempted on r; what r
  * serves is freed at once (it was never in use). */
 static cp_status replay_oom(const cp_trace *t, cp_resource *r, cp_stream *const *sv, size_t k,
-                            cp_replay_result *out)
+                            cp_replay_result *out, int *refused)
 {
     void *p = NULL;
     cp_stream *s = sv[t->oom_stream[k]];
     cp_status st = cp_resource_alloc_locked(r, (size_t)t->oom_size[k], s, &p);
     out->oom_attempts++;
+    *refused = st == CP_ERR_OOM;
     if (st == CP_ERR_OOM)
         return CP_OK;
     if (st != CP_OK)
         return st;
     out->oom_served++;
     return cp_resource_free_locked(r, p, (size_t)t->oom_size[k], s);
+}
+
+/* With CP_STOP_NEEDED: whether a refusal of `oom` entry k stops the
+ * replay (no allocation follows it: the program did not survive it). */
+static int needed_oom(const replay_walk *w, size_t k)
+{
+    return w->o->stop_at_oom == CP_STOP_NEEDED &&
+           (w->last_alloc == SIZE_MAX || w->t->oom_row[k] > w->last_alloc);
+}
+
+static void stop_at_entry(cp_replay_result *out, const cp_trace *t, size_t k)
+{
+    out->stopped = 1;
+    out->stop_oom_entry = 1;
+    out->stop_event = t->oom_row[k];
+    out->stop_alloc = UINT64_MAX;
+    out->stop_size = t->oom_size[k];
 }
 
 /* One repetition's events, under the batched lock; *live carries the live
@@ -73,10 +91,16 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
         void *addr;
         if (__builtin_expect((size_t)(op - t->ops) == next_oom, 0)) {
             /* the refused requests that came before this row */
-            while (oi < t->nooms && t->oom_row[oi] == (size_t)(op - t->ops) && st == CP_OK)
-                st = replay_oom(t, r, sv, oi++, out);
+            int refused = 0;
+            while (oi < t->nooms && t->oom_row[oi] == (size_t)(op - t->ops) && st == CP_OK) {
+                st = replay_oom(t, r, sv, oi++, out, &refused);
+                if (st == CP_OK && refused && needed_oom(w, oi - 1)) {
+                    stop_at_entry(out, t, oi - 1);
+                    break;
+                }
+            }
             next_oom = oi < t->nooms ? t->oom_row[oi] : SIZE_MAX;
-            if (st != CP_OK)
+            if (st != CP_OK || out->stopped)
                 break;
         }
         if (__builtin_expect(o->progress && ((op - t->ops) & 0xffff) == 0, 0))
@@ -131,8 +155,12 @@ static cp_status walk_events(const replay_walk *w, replay_hook *const *follow, s
             }
         }
     }
-    while (st == CP_OK && op == end && !out->stopped && oi < t->nooms)
-        st = replay_oom(t, r, sv, oi++, out);
+    while (st == CP_OK && op == end && !out->stopped && oi < t->nooms) {
+        int refused = 0;
+        st = replay_oom(t, r, sv, oi++, out, &refused);
+        if (st == CP_OK && refused && needed_oom(w, oi - 1))
+            stop_at_entry(out, t, oi - 1);
+    }
     if (st == CP_OK && op == end && t->n)
         replay_integral_end(&g);
     *integ = g;
@@ -181,7 +209,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     cp_stream **sv = NULL;
     replay_blocks b = {NULL, NULL, NULL};
     cp_status st = CP_OK;
-    size_t i, k;
+    size_t i, k, last_alloc = SIZE_MAX;
     int rep, reps;
     uint64_t live = 0;
     double t0, t1;
@@ -213,8 +241,10 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         goto done;
     }
     for (i = 0; i < t->n; i++)
-        if (!t->ops[i].is_free)
+        if (!t->ops[i].is_free) {
             b.size[t->ops[i].ord] = t->ops[i].size;
+            last_alloc = i;
+        }
     if (o->record) {
         st = replay_recorder_init(&rec, t, out);
         if (st != CP_OK)
@@ -243,7 +273,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             out->retries = stats.extra[i].value; /* subtracted at the end */
     t0 = now_s();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
-        replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
+        replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep, .last_alloc = last_alloc};
         replay_hook *follow[REPLAY_MAX_HOOKS] = {NULL};
         size_t h, nfollow = 0;
         cp_status fs;
@@ -280,6 +310,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
                           (unsigned long long)stats.reserved_peak);
     }
     out->peak_reserved = stats.reserved_peak;
+    out->live_at_peak = integ.live_at_peak;
     out->maps = stats.maps - out->maps;
     out->unmaps = stats.unmaps - out->unmaps;
     /* PyTorch's figures, as near as a pool of another kind has them */

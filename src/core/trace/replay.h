@@ -23,6 +23,7 @@ typedef struct replay_walk {
     const cp_replay_opts *o; /* never NULL */
     cp_replay_result *out;
     int rep;                 /* the repetition, from 0 */
+    size_t last_alloc;       /* the trace's last allocation row (SIZE_MAX: none) */
 } replay_walk;
 
 /* A hook.  Any function may be NULL; one that returns a status other than

@@ -78,6 +78,10 @@ void replay_integral_begin(replay_integral *g, cp_resource *r)
     g->t = g->t_res = 0.0;
     g->live = 0; /* the walk starts each repetition with nothing live */
     g->reserved = cp_resource_reserved(r);
+    if (g->reserved > g->peak_seen) {
+        g->peak_seen = g->reserved;
+        g->live_at_peak = 0;
+    }
 }
 
 void replay_integral_end(replay_integral *g)

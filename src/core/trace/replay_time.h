@@ -44,6 +44,10 @@ typedef struct replay_integral {
     double t_res;       /* when the reserved bytes last changed */
     uint64_t reserved, live;
     double reserved_bus, live_bus; /* byte-microseconds, all repetitions */
+    /* the highest reserved figure seen after an event, and the live bytes
+     * (as requested) then: what the pool held beyond the program's need at
+     * its peak */
+    uint64_t peak_seen, live_at_peak;
 } replay_integral;
 
 /* Unlike the clock (and the recorder), the integrals are no hook: they
@@ -79,6 +83,10 @@ static inline void replay_integral_event(replay_integral *g, const cp_trace *t, 
         g->reserved_bus += REPLAY_BYTES(g->reserved) * (g->t - g->t_res);
         g->t_res = g->t;
         g->reserved = reserved;
+        if (reserved > g->peak_seen) {
+            g->peak_seen = reserved;
+            g->live_at_peak = g->live;
+        }
     }
 }
 

@@ -128,6 +128,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     replay_clock rclock;
     replay_hook chook;
     replay_integral g;
+    size_t last_alloc; /* SIZE_MAX: none */
 
     replay_clock_init(&rclock);
     replay_integral_init(&g);
@@ -159,6 +160,12 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         }
         out->naddr = v.nallocs;
     }
+    /* the last allocation: an `oom` entry after it was one the program did
+     * not survive (CP_STOP_NEEDED) */
+    for (k = v.ntop; k-- > 0;)
+        if (v.top[k].kind == CP_TOP_ALLOC)
+            break;
+    last_alloc = k;
     cp_torch_get_stats(m, &st0);
     out->torch = 1;
     t0 = now_s();
@@ -168,7 +175,9 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
         const uint32_t *top_row = v.top_row;
         const double *time = v.time;
         const uint64_t *reserved_now = cp_torch_reserved_now(m);
-        double time0 = v.ntop ? time[0] : 0.0;
+        /* a snapshot may hold operations and no row at all (segment and oom
+         * entries only): no time then */
+        double time0 = v.ntop && v.entries ? time[0] : 0.0;
         int follow = 1;
         if (o->trace_clock) {
             st = chook.begin(chook.self, &w, &follow);
@@ -204,7 +213,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
             if (__builtin_expect(note, 0))
                 cp_torch_set_event(m, (size_t)(op - v.top));
             replay_lock_tick(&lk);
-            {
+            if (__builtin_expect(v.entries != 0, 1)) {
                 double tm = time[top_row[op - v.top]] - time0;
                 if (tm > gi.t)
                     gi.t = tm;
@@ -264,8 +273,11 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 if (cp_torch_malloc(m, op->size, stream, &b, &addr) == CP_OK) {
                     out->oom_served++;
                     cp_torch_free(m, b);
-                } else if (o->stop_at_oom) {
+                } else if (o->stop_at_oom == CP_STOP_ANY ||
+                           (o->stop_at_oom == CP_STOP_NEEDED &&
+                            (last_alloc == SIZE_MAX || (size_t)(op - v.top) > last_alloc))) {
                     out->stopped = 1;
+                    out->stop_oom_entry = 1;
                     out->stop_event = (size_t)(op - v.top);
                     out->stop_alloc = UINT64_MAX;
                     out->stop_size = op->size;
@@ -286,6 +298,10 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
                 gi.reserved_bus += REPLAY_BYTES(gi.reserved) * (gi.t - gi.t_res);
                 gi.t_res = gi.t;
                 gi.reserved = *reserved_now;
+                if (gi.reserved > gi.peak_seen) {
+                    gi.peak_seen = gi.reserved;
+                    gi.live_at_peak = live;
+                }
             }
             if (__builtin_expect(rec_addr, 0)) {
                 rec_row(&rc, op);
@@ -337,6 +353,7 @@ cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_repl
     out->failed = failed;
     out->skipped_frees = skipped;
     out->peak_reserved = (uint64_t)st1.reserved_bytes[CP_TORCH_ALL].peak;
+    out->live_at_peak = g.live_at_peak;
     out->peak_allocated = (uint64_t)st1.allocated_bytes[CP_TORCH_ALL].peak;
     out->device_allocs = st1.num_device_alloc - st0.num_device_alloc;
     out->device_frees = st1.num_device_free - st0.num_device_free;

@@ -48,6 +48,8 @@ typedef struct dec {
     size_t *rawev;      /* per raw event: the row an allocation became (SIZE_MAX: none) */
     size_t n, cap;
     cp_ptrmap labelmap; /* FNV-1a of the label | 1 -> index + 1 */
+    int only;           /* the one device whose entries are read; -1: every device */
+    uint16_t opdev;     /* the device the torch model's operations are built from */
 } dec;
 
 static cp_status oom(void)
@@ -107,12 +109,15 @@ static cp_status frames_label(dec *d, cp_pk_value *frames, uint32_t *out)
     int k;
 
     *out = 0;
-    if (!frames || (frames->type != CP_PK_LIST && frames->type != CP_PK_TUPLE) || !frames->n)
+    if (!frames || (frames->type != CP_PK_LIST && frames->type != CP_PK_TUPLE))
         return CP_OK;
     if (MROLE(fl->mark) == M_FRAMES && MVAL(fl->mark)) {
+        /* decoded before (the list may have been emptied then: frames_hook) */
         *out = MVAL(fl->mark) - 1;
         return CP_OK;
     }
+    if (!frames->n)
+        return CP_OK;
     for (i = 0; i < frames->n && i < 32; i++) {
         cp_pk_value *f = frames->v.items[i];
         int torch;
@@ -173,6 +178,26 @@ static cp_status frames_label(dec *d, cp_pk_value *frames, uint32_t *out)
     if (*out + 1 <= MMAX)
         fl->mark = MARK(M_FRAMES, *out + 1);
     return CP_OK;
+}
+
+/* The parse hook (pickle.h): a frame list set in a dict becomes its label
+ * at once, remembered in the list's mark, and the list is emptied, so the
+ * tree keeps one value per entry's frames however deep the stack was
+ * (frame dicts themselves are shared by PyTorch's writers: one per distinct
+ * frame).  Every dict's, not only the entries': a list may be shared by a
+ * trace entry and a segment's block, and the segments come first. */
+static cp_status frames_hook(void *ud, cp_pk_value *dict, cp_pk_value *key, cp_pk_value *value)
+{
+    dec *d = (dec *)ud;
+    uint32_t label;
+    cp_status st;
+    (void)dict;
+    if (value->type != CP_PK_LIST || MROLE(value->mark) == M_FRAMES || !cp_pk_streq(key, "frames"))
+        return CP_OK;
+    st = frames_label(d, value, &label);
+    if (st == CP_OK && MROLE(value->mark) == M_FRAMES && MVAL(value->mark))
+        cp_pk_clear(value);
+    return st;
 }
 
 /* A byte count as the pickle holds it: an int in 0..2^63-1, the range of a
@@ -427,6 +452,8 @@ static cp_status decode_pickle(dec *d, cp_pk_value *root)
             if (MROLE(sg->mark) == M_SEGMENT)
                 continue; /* the same segment twice: counted once */
             sg->mark = MARK(M_SEGMENT, 1);
+            if (d->only >= 0 && cp_pk_u64(cp_pk_get(sg, "device")) != (uint64_t)d->only)
+                continue; /* another device's */
             {
                 const cp_pk_value *ts = cp_pk_get(sg, "total_size");
                 uint64_t sz = 0;
@@ -449,6 +476,8 @@ static cp_status decode_pickle(dec *d, cp_pk_value *root)
             if (dl->type != CP_PK_LIST)
                 return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%zu] is not a list",
                                     j);
+            if (d->only >= 0 && j != (size_t)d->only)
+                continue;
             for (i = 0; i < dl->n; i++) {
                 st = add_entry(d, dl->v.items[i], (uint16_t)j, i);
                 if (st != CP_OK)
@@ -590,7 +619,7 @@ static cp_status process(dec *d)
 
 
 /* ---- the torch model's operations -----------------------------------------
- * Built from device 0's entries.  A call of PyTorch's allocator leaves its
+ * Built from one device's entries (d->opdev: the one read, or device 0).  A call of PyTorch's allocator leaves its
  * entry (alloc, free_requested, oom) after the entries of what it did
  * inside: the run of free_completed (of pending blocks), segment_free /
  * unmap and segment_alloc / map entries between two calls belongs to the
@@ -628,7 +657,7 @@ static cp_status torch_ops(dec *d)
     cp_status st = CP_OK;
 
     for (i = 0; i < d->n; i++)
-        nseg += d->raw[i].device == 0 && (d->raw[i].action == A_SEG_UP ||
+        nseg += d->raw[i].device == d->opdev && (d->raw[i].action == A_SEG_UP ||
                                           d->raw[i].action == A_SEG_DOWN);
     tmp = (tmp_op *)calloc(d->n ? d->n : 1, sizeof *tmp);
     s->segev = (cp_torch_segev *)malloc((nseg ? nseg : 1) * sizeof *s->segev);
@@ -650,7 +679,7 @@ static cp_status torch_ops(dec *d)
         raw_event *e = &d->raw[i];
         tmp_op *o = &tmp[nt];
         void *v;
-        if (e->device != 0)
+        if (e->device != d->opdev)
             continue;
         memset(o, 0, sizeof *o);
         o->op.entry = e->entry;
@@ -669,7 +698,7 @@ static cp_status torch_ops(dec *d)
                 continue;
             o->op.kind = CP_TOP_FREE;
             o->op.ref = (size_t)(uintptr_t)v - 1;
-            for (j = i + 1; j < d->n && d->raw[j].device != 0; j++)
+            for (j = i + 1; j < d->n && d->raw[j].device != d->opdev; j++)
                 ;
             if (j < d->n && d->raw[j].action == A_FREE_DONE && d->raw[j].addr == e->addr) {
                 d->raw[j].done = 1;
@@ -967,18 +996,28 @@ static cp_status decode_compact(dec *d, const unsigned char *buf, size_t len)
     return st;
 }
 
-cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *out)
+/* A snapshot from a buffer (buf) or a stream (src), of every device
+ * (device < 0) or one. */
+static cp_status read_any(const unsigned char *buf, size_t len, const cp_pk_source *src,
+                          int device, cp_snapshot *out)
 {
     cp_pickle *pk = NULL;
     cp_pk_value *root = NULL;
+    cp_pk_hooks hooks;
     cp_status st;
     dec d;
 
     memset(out, 0, sizeof *out);
     memset(&d, 0, sizeof d);
     d.s = out;
-    if (cp_snapshot_is_compact(buf, len)) {
+    d.only = device;
+    d.opdev = device > 0 ? (uint16_t)device : 0;
+    out->op_device = d.opdev;
+    if (buf && cp_snapshot_is_compact(buf, len)) {
         st = decode_compact(&d, buf, len);
+        if (st == CP_OK && device > 0)
+            st = cp_error_set(CP_ERR_INVALID, "snapshot: device %d: a compact snapshot holds "
+                              "device 0 only", device);
         if (st == CP_OK)
             st = process(&d);
         free(d.raw);
@@ -987,13 +1026,18 @@ cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *ou
             cp_snapshot_fini(out);
         return st;
     }
-    st = cp_pickle_parse(buf, len, &pk, &root);
-    if (st != CP_OK)
-        return st;
     if (cp_ptrmap_init(&d.labelmap, 64) != 0)
-        st = oom();
-    else
+        return oom();
+    hooks.setitem = frames_hook;
+    hooks.ud = &d;
+    st = src ? cp_pickle_parse_stream(src, &hooks, &pk, &root)
+             : cp_pickle_parse_hooked(buf, len, &hooks, &pk, &root);
+    if (st == CP_OK)
         st = decode_pickle(&d, root);
+    if (st == CP_OK && device >= 0 && (size_t)device >= out->devices)
+        st = cp_error_set(CP_ERR_INVALID, "snapshot: device %d: the snapshot has %zu device%s "
+                          "(device_traces lists)", device, out->devices,
+                          out->devices == 1 ? "" : "s");
     if (st == CP_OK)
         st = process(&d);
     cp_ptrmap_fini(&d.labelmap);
@@ -1003,4 +1047,20 @@ cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *ou
     if (st != CP_OK)
         cp_snapshot_fini(out);
     return st;
+}
+
+cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *out)
+{
+    return read_any(buf, len, NULL, -1, out);
+}
+
+cp_status cp_snapshot_read_device(const unsigned char *buf, size_t len, int device,
+                                  cp_snapshot *out)
+{
+    return read_any(buf, len, NULL, device, out);
+}
+
+cp_status cp_snapshot_read_stream(const cp_pk_source *src, int device, cp_snapshot *out)
+{
+    return read_any(NULL, 0, src, device, out);
 }

@@ -21,6 +21,7 @@
  *     is skipped and counted in `unmatched`.
  *   - Several devices: the lists are merged by time (stable); addresses are
  *     unique across devices (unified addressing).  Each event keeps its device.
+ *     cp_snapshot_read_device reads one device's entries alone.
  *   - Sizes are byte counts in 0..2^63-1 (trace.h says why): an "alloc"
  *     must have one, and above 0; a free's may be missing or 0 (the
  *     allocation's is used).  Anything else, or a sum of segment sizes
@@ -40,6 +41,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "pickle.h"
 #include "pool/torch.h"
 
 typedef struct cp_snap_event {
@@ -52,7 +54,7 @@ typedef struct cp_snap_event {
 } cp_snap_event;
 
 /* The operations PyTorch's allocator performed, for the torch model
- * (pool/torch.h), in order (device 0 only):
+ * (pool/torch.h), in order (one device's: op_device):
  *   ALLOC    malloc; ref: the row the allocation became
  *   FREE     free requested; ref: the allocation's row; flag 1: pending (the
  *            block was used on other streams: its free_completed comes later)
@@ -97,12 +99,22 @@ typedef struct cp_snapshot {
     int has_settings;      /* the snapshot had allocator_settings */
     char torch_env[256];   /* its PYTORCH_CUDA_ALLOC_CONF (cut at 255 bytes) */
     char torch_settings[1024]; /* the settings as a conf string (torch_conf.c's format) */
+    uint16_t op_device;    /* the device the operations above are of */
 } cp_snapshot;
 
 /* Reads a snapshot pickle, or cupola's compact form of one (below).
  * CP_ERR_INVALID "offset N: reason" (from the pickle reader) or "snapshot:
  * reason" for a pickle of another shape. */
 cp_status cp_snapshot_read(const unsigned char *buf, size_t len, cp_snapshot *out);
+/* Only device `device`'s entries (device_traces[device], and the segments
+ * whose `device` is it), the torch model's operations of that device;
+ * CP_ERR_INVALID when the snapshot has no such device. */
+cp_status cp_snapshot_read_device(const unsigned char *buf, size_t len, int device,
+                                  cp_snapshot *out);
+/* A pickle read from a stream (device < 0: every device, as
+ * cp_snapshot_read): its memory follows the entries, not the frames
+ * (pickle.h); compact snapshots come as a buffer. */
+cp_status cp_snapshot_read_stream(const cp_pk_source *src, int device, cp_snapshot *out);
 void cp_snapshot_fini(cp_snapshot *s);
 
 /* cupola's compact snapshot ("CPSNAP1\n" then varints; what

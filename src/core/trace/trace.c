@@ -144,6 +144,7 @@ typedef struct loader {
     int snap;           /* rows come from a snapshot: messages name the entry */
     unsigned sdev;      /* ... device_traces[sdev][sentry] */
     size_t sentry;
+    int device;         /* snapshots: the one device to read (-1: all) */
 } loader;
 
 /* Where the current row came from: "path:line" (CSV) or
@@ -377,7 +378,8 @@ static cp_status torch_view(loader *ld, cp_snapshot *snap)
             x->stream = (uint16_t)((uintptr_t)v - 1);
             x->size = o->size;
             /* the first row after the oom entry */
-            while (row < snap->n && snap->ev[row].device == 0 && snap->ev[row].entry < o->entry)
+            while (row < snap->n && snap->ev[row].device == snap->op_device &&
+                   snap->ev[row].entry < o->entry)
                 row++;
             t->oom_row[t->nooms] = row;
             t->oom_size[t->nooms] = o->size;
@@ -397,9 +399,23 @@ static cp_status torch_view(loader *ld, cp_snapshot *snap)
     return CP_OK;
 }
 
-/* A PyTorch snapshot: the whole file in memory, read by snapshot.c, then
- * its events appended like CSV rows. */
-static cp_status load_snapshot(loader *ld)
+/* The gzip stream as a pickle source (pickle.h). */
+static long gz_source(void *ud, unsigned char *buf, size_t n)
+{
+    loader *ld = (loader *)ud;
+    int err, got = gzread(ld->gz, buf, (unsigned)(n > (1u << 30) ? (1u << 30) : n));
+    if (got < 0 || (got == 0 && (gzerror(ld->gz, &err), err != Z_OK && err != Z_STREAM_END))) {
+        const char *msg = gzerror(ld->gz, &err);
+        cp_error_set(CP_ERR_INVALID, "truncated or corrupt gzip data (%s)", msg);
+        return -1;
+    }
+    return got;
+}
+
+/* A PyTorch snapshot, read by snapshot.c (a pickle as a stream, so memory
+ * follows the entries and not the frames; cupola's compact form, which has
+ * no frames, in memory), then its events appended like CSV rows. */
+static cp_status load_snapshot(loader *ld, int compact)
 {
     cp_trace *t = ld->t;
     unsigned char *buf = NULL;
@@ -409,6 +425,13 @@ static cp_status load_snapshot(loader *ld)
     size_t i;
     int err;
 
+    if (!compact) {
+        cp_pk_source src;
+        src.read = gz_source;
+        src.ud = ld;
+        st = cp_snapshot_read_stream(&src, ld->device, &snap);
+        goto decoded;
+    }
     for (;;) {
         int got;
         if (cap - len < (1u << 16)) {
@@ -441,8 +464,10 @@ static cp_status load_snapshot(loader *ld)
                                 ld->path, msg);
         }
     }
-    st = cp_snapshot_read(buf, len, &snap);
+    st = ld->device >= 0 ? cp_snapshot_read_device(buf, len, ld->device, &snap)
+                         : cp_snapshot_read(buf, len, &snap);
     free(buf);
+decoded:
     if (st != CP_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", cp_error_msg());
@@ -557,12 +582,18 @@ static int named_pickle(const char *path)
 
 cp_status cp_trace_load(const char *path, cp_trace **out)
 {
+    return cp_trace_load_device(path, -1, out);
+}
+
+cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
+{
     loader ld;
     cp_trace *t;
     cp_status st;
 
     *out = NULL;
     memset(&ld, 0, sizeof ld);
+    ld.device = device;
     t = calloc(1, sizeof *t);
     if (!t)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
@@ -603,8 +634,12 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
                               errno ? strerror(errno) : "read error");
         else if (gzrewind(ld.gz) != 0)
             st = cp_error_set(CP_ERR_BACKEND, "%s: cannot rewind", path);
+        else if (!is_pickle && device > 0)
+            st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,
+                              device);
         else
-            st = is_pickle ? load_snapshot(&ld) : load(&ld);
+            st = is_pickle ? load_snapshot(&ld, got == 8 && cp_snapshot_is_compact(head, 8))
+                           : load(&ld);
     }
     gzclose(ld.gz);
     if (st == CP_OK && ld.t->nstreams > UINT16_MAX)
@@ -687,6 +722,23 @@ cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out)
     out->time_us = t->time[i];
     out->device = t->device ? t->device[i] : 0;
     out->label = t->label && t->label[i] ? t->labels[t->label[i] - 1] : NULL;
+    return CP_OK;
+}
+
+size_t cp_trace_torch_calls(const cp_trace *t)
+{
+    return t->nsegev;
+}
+
+cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t *size,
+                             uint64_t *stream)
+{
+    if (k >= t->nooms)
+        return cp_error_set(CP_ERR_INVALID, "oom entry %zu out of range (the trace has %zu)", k,
+                            t->nooms);
+    *row = t->oom_row[k];
+    *size = t->oom_size[k];
+    *stream = t->streams[t->oom_stream[k]];
     return CP_OK;
 }
 

@@ -91,6 +91,8 @@ typedef struct cp_trace_row {
     const char *label; /* snapshots: "file:line name" of the allocation's frame, or NULL */
 } cp_trace_row;
 
+enum { CP_STOP_NONE = 0, CP_STOP_ANY = 1, CP_STOP_NEEDED = 2 };
+
 typedef struct cp_replay_opts {
     int single_stream; /* nonzero: replay every row on the default stream
                           (NULL) instead of one cp_stream per trace stream */
@@ -110,7 +112,12 @@ typedef struct cp_replay_opts {
      * PyTorch's (result: divergence). */
     int recorded_addresses;
     /* Stop at the first allocation the pool refuses, as the program PyTorch
-     * raised OutOfMemoryError in would (result: stopped, stop_*). */
+     * raised OutOfMemoryError in would (result: stopped, stop_*).
+     * CP_STOP_NEEDED: only at a request the program needed: an allocation,
+     * or an `oom` entry after the trace's last allocation (the program did
+     * not survive it).  A refused `oom` entry that more allocations follow
+     * was a request the program survived (a library trying a smaller
+     * workspace first) and does not stop the replay. */
     int stop_at_oom;
     /* nonzero: during the replay the pool's clock reads the trace's
      * timestamps (each repetition from the clock's reading when it starts),
@@ -126,6 +133,8 @@ typedef struct cp_replay_result {
     double seconds;             /* wall time of the loop */
     uint64_t peak_live;         /* largest sum of live requested sizes seen */
     uint64_t peak_reserved;     /* the resource's reserved_peak during replay */
+    uint64_t live_at_peak;      /* the live bytes (as requested) after the event at
+                                   which the reserved bytes were highest */
     double reserved_over_live;  /* peak_reserved / peak_live (0 if no live) */
     uint64_t failed;            /* allocations refused */
     uint64_t skipped_frees;     /* frees of pointers whose allocate failed */
@@ -151,6 +160,7 @@ typedef struct cp_replay_result {
     size_t divergence_event;    /* the operation (0-based) running when the calls differed */
     uint64_t segments;          /* segments (or mapped ranges) held at the end */
     int stopped;                /* stop_at_oom: a refusal ended the replay */
+    int stop_oom_entry;         /* ... at an `oom` entry (stop_alloc is then UINT64_MAX) */
     size_t stop_event;          /* ... at this event (0-based), */
     uint64_t stop_alloc;        /* ... the allocation with this ordinal (0-based), */
     uint64_t stop_size;         /* ... asking this many bytes */
@@ -168,6 +178,11 @@ void cp_replay_result_fini(cp_replay_result *res);
 /* Loads path (plain or gzip).  CP_ERR_INVALID with "path:line: reason" for
  * malformed input, CP_ERR_BACKEND when the file cannot be opened. */
 cp_status cp_trace_load(const char *path, cp_trace **out);
+/* The same, of one device of a snapshot (device < 0: every device): only
+ * device_traces[device]'s entries become rows, PyTorch's reserved figures
+ * are that device's, and the torch model's operations are of it.
+ * CP_ERR_INVALID when the file has no such device. */
+cp_status cp_trace_load_device(const char *path, int device, cp_trace **out);
 void cp_trace_free(cp_trace *t);
 
 size_t cp_trace_events(const cp_trace *t);
@@ -184,6 +199,17 @@ size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uin
  * PYTORCH_CUDA_ALLOC_CONF as PyTorch read it; 1, the effective settings as a
  * conf string (the pool option conf reads both). */
 const char *cp_trace_torch_conf(const cp_trace *t, int settings);
+
+/* PyTorch's device calls in a snapshot (segment_alloc / free / map / unmap
+ * entries of the device its operations were read for): what a replay with
+ * the recorded addresses follows; 0 for CSV. */
+size_t cp_trace_torch_calls(const cp_trace *t);
+
+/* The k-th `oom` entry of a snapshot (a request PyTorch refused), k below
+ * info.ooms: the row it came before (the trace's event count when it came
+ * after the last), its size and stream value.  CP_ERR_INVALID out of range. */
+cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t *size,
+                             uint64_t *stream);
 
 /* Replays t against r.  The resource's statistics are read before and after;
  * peak_reserved is r's reserved_peak at the end (reset by nothing: replay a
