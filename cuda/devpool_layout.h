@@ -7,7 +7,7 @@
  *   of the pool, for the run's overlap check; none for malloc pools) | slab
  *   metadata (slab_class, slab_used, bitmaps, class_slabs; slab pools only)
  *   | heap metadata (cmap, cfull, cstate, run_len, hbitmaps, partial,
- *   hslots; heap pools only) | the pool's bytes (none for malloc pools:
+ *   hcache, hslots; heap pools only) | the pool's bytes (none for malloc pools:
  *   CUDA's heap holds them).
  * Plain C (static inline): host code on both backends.
  */
@@ -23,10 +23,10 @@ typedef struct cpd_layout {
     cpd_u64 class_off, used_off, bitmaps_off, bitmaps_bytes, lists_off, lists_bytes;
     /* heap: its metadata is one range [heap_off, heap_off + heap_bytes) */
     cpd_u64 heap_off, heap_bytes;
-    cpd_u64 cmap_off, cfull_off, cstate_off, runlen_off, hbitmaps_off, partial_off, hslots_off;
+    cpd_u64 cmap_off, cfull_off, cstate_off, runlen_off, hbitmaps_off, partial_off, hslots_off, hcache_off;
     cpd_u64 base_off, total;
     cpd_u32 slab_shift, nslabs, slots, words;
-    cpd_u32 chunk_shift, nchunks, cwords, nclasses, bwords, nslots_total;
+    cpd_u32 chunk_shift, nchunks, cwords, nclasses, bwords, nslots_total, nbuckets;
     cpd_u32 slot_base[CPD_HEAP_CLASSES + 1];
 } cpd_layout;
 
@@ -60,6 +60,13 @@ static inline cpd_u64 cpd_layout_heap(cpd_u64 capacity, cpd_layout *L, cpd_u64 a
         L->slot_base[c + 1] = L->slot_base[c] + a;
     }
     L->nslots_total = L->slot_base[CPD_HEAP_CLASSES];
+    /* the free-chunk cache: a bucket of 32 per 512 chunks (at most 1/16 of
+     * them cached), 1 to 1024 buckets */
+    L->nbuckets = nc / 512u;
+    if (L->nbuckets < 1u)
+        L->nbuckets = nc ? 1u : 0u;
+    if (L->nbuckets > 1024u)
+        L->nbuckets = 1024u;
     L->heap_off = at;
     L->cmap_off = at;
     at = cpd_align256(at + (cpd_u64)L->cwords * 4u);
@@ -73,6 +80,8 @@ static inline cpd_u64 cpd_layout_heap(cpd_u64 capacity, cpd_layout *L, cpd_u64 a
     at = cpd_align256(at + (cpd_u64)nc * L->bwords * 4u);
     L->partial_off = at;
     at = cpd_align256(at + (cpd_u64)L->nclasses * L->cwords * 4u);
+    L->hcache_off = at;
+    at = cpd_align256(at + (cpd_u64)L->nbuckets * 32u * 4u);
     L->hslots_off = at;
     at = cpd_align256(at + (cpd_u64)L->nslots_total * 4u);
     L->heap_bytes = at - L->heap_off;
@@ -160,6 +169,8 @@ static inline void cpd_state_init(cupola_device_pool *st, cpd_u32 kind, cpd_u64 
         st->hbitmaps = (cpd_u32 *)(void *)(mem + L->hbitmaps_off);
         st->partial = (cpd_u32 *)(void *)(mem + L->partial_off);
         st->hslots = (cpd_u32 *)(void *)(mem + L->hslots_off);
+        st->hcache = (cpd_u32 *)(void *)(mem + L->hcache_off);
+        st->nbuckets = L->nbuckets;
     }
 }
 

@@ -1,4 +1,4 @@
--- Seed 003's tutorial: a pool made from properties, its attributes, an
+-- A native pool, step by step: a pool made from properties, its attributes, an
 -- allocation from it (cudaMallocFromPoolAsync), trimming, and the table
 -- comparing the default pool with a custom one, with measured figures.
 --   bin/cupola examples/custom_mempool.lua

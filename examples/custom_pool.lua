@@ -1,6 +1,6 @@
--- Seed 002 ("Day 68"): one upstream allocation, sub-allocated by offset;
+-- A custom pool: one upstream allocation, sub-allocated by offset;
 -- a kernel on the sub-allocations; everything freed at once with reset().
--- Then the seed's pitfalls: what does not fit fails cleanly (or falls back
+-- Then its pitfalls: what does not fit fails cleanly (or falls back
 -- to the upstream), and a free list reuses what a bump pointer cannot.
 -- Last, raw blocks: the same pool handing out bare addresses, for loops
 -- that allocate and free at C speed, passed straight to a kernel.
@@ -8,7 +8,7 @@
 local cupola = cupola or require "cupola"
 local K, R = cupola.kernels, cupola.report
 
-print(string.format("custom pool (seed 002) on backend %s (%s)", cupola.backend(), cupola.device().name))
+print(string.format("custom pool on backend %s (%s)", cupola.backend(), cupola.device().name))
 local s <close> = cupola.stream()
 local arena <close> = cupola.pool { kind = "arena", upstream = "device", initial = "32MiB", grow = false }
 
@@ -24,7 +24,7 @@ for i, b in ipairs(parts) do
 end
 print(R.table({ "block", "address", "offset", "value" }, rows))
 
--- The seed's 10M floats do not fit in 32 MiB: out of memory is data.
+-- 10M floats do not fit in 32 MiB: out of memory is data.
 local big, msg, why = arena:alloc(10000000 * 4, s)
 print(string.format("40 MB more from a 32 MiB arena: %s (%s: %s)", tostring(big), why, msg))
 local st = arena:stats()

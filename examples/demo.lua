@@ -1,17 +1,16 @@
--- make demo: the main experiment, as a readable report.  Runs the seeds'
--- stream-ordered allocation benchmark and the pool configuration walk on
--- whichever backend this machine has (CUDA, or the host emulation).
+-- make demo: the main experiment, as a readable report: the stream-ordered
+-- allocation benchmark (cudaMalloc against cudaMallocAsync) and the native
+-- pool's configuration walk, on whichever backend this machine has (CUDA, or
+-- the host emulation), then where to go next.
 local cupola = cupola or require "cupola"
 local here = (debug.getinfo(1, "S").source:match "^@(.*/)" or "./")
 
-local d = cupola.device()
+-- The same first line as the REPL's (bin/cupola): version, backend, device.
 print(string.rep("=", 72))
-print(string.format("cupola %s demo: backend %s, device %s", cupola.version, cupola.backend(), d.name))
-print(string.format("memory %s, %d %s, compute capability %s", cupola.report.bytes(d.memory), d.sms,
-  cupola.backend() == "cuda" and "SMs" or "CPUs", d.cc))
+print((require("cupola.help").banner():match "^[^\n]*"))
 if cupola.backend() == "host" then
-  print("(no CUDA device: the host backend runs streams on worker threads and kernels on the CPU;")
-  print(" its timings describe this CPU, not a GPU)")
+  print("(no CUDA device here: streams run on worker threads and kernels on the CPU,")
+  print(" so the times below are this CPU's, not a GPU's)")
 end
 print(string.rep("=", 72))
 print()
@@ -21,3 +20,9 @@ dofile(here .. "mempool_config.lua")
 print()
 print(string.format("summary: stream-ordered allocation was %.1fx faster than malloc/free on backend %s",
   r.speedup, cupola.backend()))
+print()
+print("next:")
+print("  bin/cupola                          the REPL; help() lists the API, help \"pool\" one topic")
+print("  bin/cupola examples/timeline.lua    a PyTorch snapshot through PyTorch's allocator and two pools")
+print("  README.md                           the tour, the examples, and how to run on a GPU")
+print("  docs/API.md                         the reference")

@@ -1,5 +1,6 @@
--- Allocation inside kernels (seeds 001 and 002): the seed's atomic-offset
--- pool and better ones, the seed's two-stream race shown and then prevented.
+-- Allocation inside kernels: a pool that is one atomic offset (bump) and
+-- better ones, and the race of two streams resetting one pool, shown and then
+-- prevented.
 --   bin/cupola examples/device_alloc.lua [threads]
 -- Every count of overlaps below comes from the device: each thread writes a
 -- pattern of its own over its block, and a verification pass checks the
@@ -26,11 +27,11 @@ for _, kind in ipairs { "bump", "warp_bump", "slab", "malloc" } do
   end
 end
 
--- The seed's race.  Two streams each reset one shared bump pool before
--- their kernel, as the seed resets its offset before each launch; stream 2
+-- The race.  Two streams each reset one shared bump pool before their
+-- kernel, setting its offset back to 0 before each launch; stream 2
 -- starts 5 ms late, so its reset lands while stream 1's threads still hold
 -- their blocks (hold_us), and its threads are handed the same addresses.
-print("\nthe seed's race: two streams, one bump pool, a reset before each kernel")
+print("\nthe race: two streams, one bump pool, a reset before each kernel")
 local s1 <close> = cupola.stream()
 local s2 <close> = cupola.stream()
 local ev <close> = cupola.event { timing = false }
@@ -65,7 +66,7 @@ for _, r in ipairs { own, ordered, safe } do
 end
 
 if GPU then
-  print("\nnested launches (seed 002): a parent kernel launches 64 child grids on one slab pool")
+  print("\nnested launches: a parent kernel launches 64 child grids on one slab pool")
   local dp <close> = cupola.device_pool { kind = "slab", capacity = 64 * MiB }
   local r = dp:run { threads = N, bytes = 32, children = 64 }
   print(string.format("  ok %d, failed %d, overlaps %d, launch errors %d, %.3f ms", r.ok, r.failed,

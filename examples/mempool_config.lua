@@ -1,4 +1,4 @@
--- Seed 000's pool configuration: the default pool with a 256 MiB release
+-- The default pool's configuration: a 256 MiB release
 -- threshold; used and reserved bytes after each step; a 100 MiB allocation,
 -- its free (kept for reuse below the threshold), and a trim to 0.
 --   bin/cupola examples/mempool_config.lua
@@ -15,7 +15,8 @@ local function step(what)
   steps[#steps + 1] = { what, pool.used_current // MiB, pool.reserved_current // MiB }
 end
 
-print(string.format("default pool configuration on backend %s (%s)", cupola.backend(), cupola.device().name))
+print(string.format("the default pool, configured, on %s", cupola.backend() == "cuda" and cupola.device().name
+  or "the host backend"))
 print(string.format("  release threshold set to %d MiB", pool.release_threshold // MiB))
 step "start"
 local b = cupola.malloc_async("100MiB", s)

@@ -1,4 +1,4 @@
--- Seed 001 in short: cudaMallocAsync against a native pool and cupola's own
+-- Streams sharing pools, in short: cudaMallocAsync against a native pool and cupola's own
 -- pools when K streams each run N x {allocate, pattern kernel, free} with
 -- sizes from a seeded distribution.  Prints wall time, bytes reserved at the
 -- peak, and whether every block held the right data.  The full comparison

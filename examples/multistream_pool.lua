@@ -1,4 +1,4 @@
--- Seed 000's pool sharing between two streams: allocate on s1, a kernel on
+-- A pool shared between two streams: allocate on s1, a kernel on
 -- s1, an event, s2 waits for it, a kernel on s2, the free on s2; then a
 -- check that s2's values are the ones left in memory.
 --   bin/cupola examples/multistream_pool.lua

@@ -1,4 +1,4 @@
--- Seed 001 ("Day 87"): several streams sharing one pool.  A block freed on
+-- Several streams sharing one pool.  A block freed on
 -- one stream behind unfinished work may only be reused by another stream
 -- once that work is done: with reuse = "stream" (never across streams),
 -- "event" (after the free's event has completed) or "wait" (at once, the
@@ -12,7 +12,7 @@ local cupola = cupola or require "cupola"
 local K, R = cupola.kernels, cupola.report
 local MiB = 1024 * 1024
 
-print(string.format("streams sharing one pool (seed 001) on backend %s (%s)", cupola.backend(), cupola.device().name))
+print(string.format("streams sharing one pool on backend %s (%s)", cupola.backend(), cupola.device().name))
 
 local function race(reuse, upstream)
   local p <close> = cupola.pool { kind = "tlsf", upstream = upstream, initial = "16MiB", reuse = reuse }

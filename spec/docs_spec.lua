@@ -3,7 +3,11 @@
 -- in an empty directory.  A block that truly cannot run alone starts with
 -- the line `-- fragment: <why>`; it must still compile.  Where a block quotes
 -- what it prints, as `print(...)  --> text`, the output must show that text
--- (quotes in order; "..." in a quote stands for any text; spacing is free).
+-- (quotes in order; "..." in a quote stands for any text; spacing is free;
+-- a line that is only `--> text` quotes what the line before printed next).
+-- docs/API.md's contents list every `##` section, its links lead to headings
+-- that exist, and its table of environment variables names every variable
+-- that src/, lua/ and bin/ read.
 
 local function read(path)
   local f = assert(io.open(path, "rb"))
@@ -33,11 +37,12 @@ local function lua_blocks(path)
   return blocks
 end
 
--- The texts a block quotes: `--> text` after code on the same line.
+-- The texts a block quotes: `--> text` after code on the same line, and
+-- `--> text` on a line of its own (what the line before printed next).
 local function quotes(code)
   local q = {}
   for line in code:gmatch "[^\n]+" do
-    local want = line:match "^%s*[^%-%s].-%-%->%s*(.-)%s*$"
+    local want = line:match "^%s*[^%-%s].-%-%->%s*(.-)%s*$" or line:match "^%s*%-%->%s*(.-)%s*$"
     if want and want ~= "" then q[#q + 1] = want end
   end
   return q
@@ -97,3 +102,76 @@ for _, doc in ipairs { "README.md", "docs/API.md" } do
     end
   end)
 end
+
+-- GitHub's anchor for a heading: lower case, punctuation dropped but - and _,
+-- spaces to hyphens; a repeated anchor gets -1, -2, ...
+local function anchor(heading)
+  return (heading:lower():gsub("[^%w%-_ ]", ""):gsub(" ", "-"))
+end
+
+-- The headings of a Markdown file outside its code blocks: {level =, text =}.
+local function headings(path)
+  local out, fenced = {}, false
+  for line in (read(path) .. "\n"):gmatch "(.-)\n" do
+    if line:match "^```" then
+      fenced = not fenced
+    elseif not fenced then
+      local hashes, text = line:match "^(#+) (.-)%s*$"
+      if hashes then out[#out + 1] = { level = #hashes, text = text } end
+    end
+  end
+  return out
+end
+
+describe("docs/API.md as a reference", function()
+  local text = read "docs/API.md"
+
+  it("lists every section, in order, in its contents, and nothing else", function()
+    local sections = {}
+    for _, h in ipairs(headings "docs/API.md") do
+      if h.level == 2 then sections[#sections + 1] = h.text end
+    end
+    local contents = text:match "\nContents:\n\n(.-)\n\n"
+    assert.is_truthy(contents, "docs/API.md has no 'Contents:' list")
+    local listed = {}
+    for label, target in contents:gmatch "%- %[(.-)%]%(#(.-)%)" do
+      listed[#listed + 1] = label
+      assert.equals(anchor(label), target, "the contents' link for " .. label)
+    end
+    assert.same(sections, listed)
+  end)
+
+  it("links only to headings that exist (README's links into it too)", function()
+    local anchors = {}
+    for _, h in ipairs(headings "docs/API.md") do
+      local a = anchor(h.text)
+      local n = anchors[a]
+      anchors[a] = (n or -1) + 1
+      if n then anchors[a .. "-" .. (n + 1)] = 0 end
+    end
+    for target in text:gmatch "%]%(#(.-)%)" do
+      assert.is_truthy(anchors[target], "docs/API.md links to #" .. target .. ", which no heading has")
+    end
+    for target in read("README.md"):gmatch "%]%(docs/API%.md#(.-)%)" do
+      assert.is_truthy(anchors[target], "README.md links to docs/API.md#" .. target .. ", which no heading has")
+    end
+  end)
+
+  it("has every environment variable that src/, lua/ and bin/ read in its table", function()
+    local section = text:match "\n## Environment variables\n(.-)\n## "
+    assert.is_truthy(section, "no section 'Environment variables'")
+    local p = assert(io.popen [[grep -rhoE 'getenv *\(? *"[A-Za-z_0-9]+"' src lua bin; grep -hoE '\$\{?CUPOLA_[A-Z_0-9]+' bin/cupola]])
+    local found = {}
+    for name in p:read("a"):gmatch "[A-Z][A-Za-z_0-9]+" do
+      if name ~= "getenv" then found[name] = true end
+    end
+    p:close()
+    local n = 0
+    for name in pairs(found) do
+      n = n + 1
+      assert.is_truthy(section:find("`" .. name .. "`", 1, true),
+        "docs/API.md's environment variables do not list " .. name)
+    end
+    assert.is_true(n >= 8, "found only " .. n .. " variables read by the code")
+  end)
+end)

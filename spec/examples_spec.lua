@@ -127,12 +127,19 @@ describe("examples: kernels of your own", function()
 end)
 
 describe("examples: seeing what happened", function()
-  it("timeline.lua replays a snapshot through three pools and writes a page, CSV and JSON", function()
+  it("timeline.lua replays a snapshot through PyTorch's allocator, vmm and tlsf, says what the figures mean, and writes a page, CSV and JSON", function()
     local out = os.tmpname()
     local out_html = out .. ".html"
     local text = run("timeline.lua", "examples/traces/torch_snapshot_mlp.pickle", out_html)
     assert.matches("(torch_snapshot): 563 events, 283 allocations", text, 1, true)
-    assert.matches("PyTorch's own peak reserved: 252.00 MiB", text, 1, true)
+    assert.matches("PyTorch's own peak reserved, as the snapshot recorded it: 252.00 MiB", text, 1, true)
+    -- the model of PyTorch's allocator gives the figure PyTorch recorded
+    assert.matches('kind "torch" reserves 252.00 MiB at its peak; PyTorch recorded 252.00 MiB: the model is exact here', text, 1, true)
+    for _, pool in ipairs { "torch", "vmm", "tlsf" } do
+      assert.matches("\n" .. pool .. " +[%d.]+ MiB +[%d.]+ +%d+ +0 ", text)
+    end
+    -- and the pools that grow by chunks agree on this trace, with the reason
+    assert.matches("tlsf, freelist and caching all reserve 242.00 MiB here: 97% of the bytes", text, 1, true)
     assert.matches("timeline: " .. out_html .. " (3 panels, 849 blocks", text, 1, true)
     for _, ext in ipairs { ".html", ".csv", ".json" } do
       local f = assert(io.open(out .. ext))

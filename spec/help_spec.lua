@@ -142,3 +142,135 @@ describe("the REPL (bin/cupola with no script)", function()
     assert.matches("still here", out, 1, true)
   end)
 end)
+
+-- Every `##` section of docs/API.md is a topic, and each topic's page
+-- mentions what its section documents: the functions, methods, kinds and
+-- headers its headings name, and the names in the first column of its
+-- tables; a section that names none of those is held to the words of its
+-- headings.  The names a section's headings document lead to its topic.
+describe("cupola.help and docs/API.md", function()
+  local function read(path)
+    local f = assert(io.open(path, "rb"))
+    local s = f:read "a"
+    f:close()
+    return s
+  end
+
+  -- The sections: {heading =, heads = {### headings}, cells = {first table cells}}.
+  local function sections()
+    local out, cur, fenced = {}, nil, false
+    for line in (read "docs/API.md" .. "\n"):gmatch "(.-)\n" do
+      if line:match "^```" then
+        fenced = not fenced
+      elseif not fenced then
+        local h2 = line:match "^## (.-)%s*$"
+        if h2 then
+          cur = { heading = h2, heads = {}, cells = {} }
+          out[#out + 1] = cur
+        elseif cur then
+          local h3 = line:match "^###+ (.-)%s*$"
+          if h3 then cur.heads[#cur.heads + 1] = h3 end
+          local cell = line:match "^| ([^|]+) |"
+          if cell and not cell:match "^%-%-%-" then cur.cells[#cur.cells + 1] = cell end
+        end
+      end
+    end
+    return out
+  end
+
+  -- The API names a piece of Markdown documents, from its `code` spans:
+  -- cupola.x.y, methods (:name), kinds, <headers>, make targets, variables.
+  -- (In tables' first cells, only functions, methods and variables.)
+  local function names(md, cells)
+    local out = {}
+    for code in md:gmatch "`([^`]+)`" do
+      for n in code:gmatch "cupola%.[%a_][%w_%.]*" do out[#out + 1] = (n:gsub("%.$", "")) end
+      for n in code:gmatch "%f[%w_][%a_][%w_]*:([%a_][%w_]*)" do out[#out + 1] = ":" .. n end
+      for n in code:gmatch "%f[%w_.]([%a_][%w_]*%.[%a_][%w_]*)%(" do
+        if not n:match "^cupola%." then out[#out + 1] = n end
+      end
+      if cells then
+        if code:match "^[A-Z][A-Z0-9_]+$" and code:find "_" then out[#out + 1] = code end
+      else
+        for n in code:gmatch "kind%s*=%s*\"([%w_]+)\"" do out[#out + 1] = n end
+        for n in code:gmatch "<(cupola/[%w_%.]+)>" do out[#out + 1] = n end
+        if code:match "^make [%w%-]+$" then out[#out + 1] = code end
+      end
+    end
+    return out
+  end
+
+  local function words(text)
+    local out, skip = {}, { the = true, that = true, with = true, from = true, what = true, this = true,
+      your = true, own = true, into = true, means = true, here = true }
+    for w in text:lower():gsub("`", ""):gmatch "%a+" do
+      if #w >= 4 and not skip[w] then out[#out + 1] = w end
+    end
+    return out
+  end
+
+  local topics = require("cupola.help").topics
+  local by_section = {}
+  for _, t in ipairs(topics) do
+    if t.section then by_section[t.section] = t end
+  end
+
+  it("has a topic for every section of the reference, and every topic's section is there", function()
+    local seen = {}
+    for _, s in ipairs(sections()) do
+      seen[s.heading] = true
+      assert.is_truthy(by_section[s.heading], "docs/API.md's section '" .. s.heading .. "' has no help topic")
+    end
+    for _, t in ipairs(topics) do
+      assert.is_truthy(t.section, "help topic '" .. t.name .. "' names no section of docs/API.md")
+      assert.is_truthy(seen[t.section], "help topic '" .. t.name .. "': docs/API.md has no section '" .. t.section .. "'")
+    end
+  end)
+
+  it("mentions on each topic's page what its section documents", function()
+    for _, s in ipairs(sections()) do
+      local t = by_section[s.heading]
+      local page = cupola.help(t.name)
+      local want = names(s.heading .. " " .. table.concat(s.heads, " "))
+      for _, n in ipairs(names(table.concat(s.cells, " "), true)) do want[#want + 1] = n end
+      if #want == 0 then want = words(s.heading .. " " .. table.concat(s.heads, " ")) end
+      assert.is_true(#want > 0, s.heading)
+      for _, n in ipairs(want) do
+        local short = n:gsub("^cupola%.", "")
+        assert.is_truthy(page:find(n, 1, true) or page:find(short, 1, true) or page:lower():find(n, 1, true),
+          string.format("help \"%s\" does not mention %s, which docs/API.md's section '%s' documents", t.name, n, s.heading))
+      end
+    end
+  end)
+
+  it("leads the names a section's headings document to its topic", function()
+    -- Functions of the module, kinds, and the methods a section is named
+    -- after; a name documented by two sections, or a topic's own, is left.
+    local owner, count, topic_names = {}, {}, {}
+    for _, t in ipairs(topics) do topic_names[t.name] = true end
+    for _, s in ipairs(sections()) do
+      local seen, keys = {}, {}
+      for _, n in ipairs(names(s.heading .. " " .. table.concat(s.heads, " "))) do
+        if not n:match "^:" and not n:find "/" and not n:match "^make " then keys[#keys + 1] = n end
+      end
+      for _, n in ipairs(names(s.heading)) do
+        if n:match "^:" then keys[#keys + 1] = n end
+      end
+      for _, n in ipairs(keys) do
+        local key = n:match "([%w_]+)$"
+        if key and not seen[key] and not topic_names[key] then
+          seen[key] = true
+          owner[key] = by_section[s.heading].name
+          count[key] = (count[key] or 0) + 1
+        end
+      end
+    end
+    for key, topic in pairs(owner) do
+      if count[key] == 1 then
+        local ok, page = pcall(cupola.help, key)
+        assert.is_true(ok, "cupola.help \"" .. key .. "\" is not a topic (docs/API.md documents it under help \"" .. topic .. "\")")
+        assert.equals(cupola.help(topic), page, "cupola.help \"" .. key .. "\" should lead to help \"" .. topic .. "\"")
+      end
+    end
+  end)
+end)

@@ -142,6 +142,15 @@ describe("out of memory that explains itself", function()
     assert.equals(2 * 1024 * 1024, info.requested)
     assert.equals(0, info.used)
   end)
+
+  it("names the kind with its article: an arena pool, a tlsf pool", function()
+    -- it used to say "from a arena pool"
+    for kind, article in pairs { arena = "an", tlsf = "a", caching = "a" } do
+      local p <close> = cupola.pool { kind = kind, upstream = "virtual", max = "1MiB" }
+      local _, msg = p:alloc "2MiB"
+      assert.matches("requested 2.00 MiB from " .. article .. " " .. kind .. " pool;", msg, 1, true)
+    end
+  end)
 end)
 
 -- Sizes in snapshots: byte counts in 0..2^63-1 (an allocation's above 0),

@@ -16,6 +16,16 @@ describe("trace", function()
     assert.equals(cupola.trace.find "resnet50_train", t.path)
   end)
 
+  it("loads a shipped trace in a folder of the traces by its path there", function()
+    local t <close> = cupola.trace.load "torch/varlen.default.cpsnap.gz"
+    assert.equals(cupola.trace.find "torch/varlen.default.cpsnap.gz", t.path)
+    assert.equals("torch_snapshot", t.format)
+    -- a path that is neither a file nor a shipped trace keeps the loader's message
+    local ok, err = pcall(cupola.trace.load, "torch/no_such.cpsnap.gz")
+    assert.is_false(ok)
+    assert.matches("torch/no_such.cpsnap.gz: cannot open", err, 1, true)
+  end)
+
   it("says a replay is incomplete when the pool refused allocations, in the result, report and timeline", function()
     local t <close> = cupola.trace.load "gpt2_train"
     local small <close> = cupola.pool { kind = "tlsf", upstream = "virtual", max = "2GiB" }

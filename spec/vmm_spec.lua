@@ -479,6 +479,43 @@ describe("vmm pool", function()
   end)
 end)
 
+-- Bug fixed with this spec: a request of 2^62 bytes over the virtual
+-- upstream reserved a range of that size and asked calloc for its page table
+-- (2^41 pages of 48 bytes), which AddressSanitizer aborts on.  A request past
+-- what the pool could ever map (the device's memory; 4 TiB over `virtual`;
+-- `max`) is now out of memory before anything is reserved.
+describe("vmm pool asked for more than it could ever map", function()
+  it("returns out of memory, reserves nothing and goes on serving", function()
+    for _, up in ipairs { "device", "virtual" } do
+      local p <close> = cupola.pool { kind = "vmm", upstream = up }
+      for _, n in ipairs { 1 << 62, (1 << 42) + 1, math.maxinteger } do
+        local b, msg, code = p:alloc(n)
+        assert.is_nil(b)
+        assert.equals("out_of_memory", code)
+        assert.matches("more than the pool could ever map", msg)
+        local ptr, rmsg, rcode = p:alloc_raw(n)
+        assert.is_nil(ptr, rmsg)
+        assert.equals("out_of_memory", rcode)
+      end
+      local st = p:stats()
+      assert.equals(0, st.reserved)
+      assert.equals(0, st.pages_mapped)
+      local b = assert(p:alloc(4096))
+      assert.equals(st.page_bytes, p:stats().reserved)
+      b:free()
+    end
+    local q <close> = cupola.pool { kind = "vmm", upstream = "virtual", max = "64MiB" }
+    local _, _, code = q:alloc("65MiB")
+    assert.equals("out_of_memory", code)
+    local b = assert(q:alloc("64MiB"))
+    b:free()
+    local ok, p2, _, code2 = pcall(cupola.pool, { kind = "vmm", upstream = "virtual", initial = 1 << 62 })
+    assert.is_true(ok)
+    assert.is_nil(p2)
+    assert.equals("out_of_memory", code2)
+  end)
+end)
+
 describe("vmm pool with fallback", function()
   it("serves what the pool refuses from the upstream, max counting mapped bytes", function()
     local p <close> = cupola.pool { kind = "vmm", upstream = "device", initial = "4MiB", grow = false,

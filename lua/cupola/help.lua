@@ -12,38 +12,46 @@ local raise, shown = util.raise, util.shown
 
 local help = {}
 
--- Each topic: the names that lead to it (keys of cupola or of its tables,
--- handle type names), its lines in the overview, and its page.
+-- Each topic is one section of docs/API.md (`section`, its heading there):
+-- the names that lead to it (keys of cupola or of its tables, methods,
+-- handle type names, kinds, variables), its lines in the overview, and its
+-- page.  spec/help_spec.lua holds them to the reference: every section has
+-- its topic, and each page mentions what its section documents.
 help.topics = {
   {
     name = "basics",
-    names = { "bytes", "version" },
+    section = "Conventions",
+    names = { "conventions", "sizes", "handles", "errors", "out_of_memory" },
     overview = {
       { "cupola.bytes(size) -> integer", "sizes: 4096, \"64KiB\", \"4MiB\", ..." },
+      { "nil, msg, \"out_of_memory\", info", "out of memory is data; misuse raises" },
     },
     page = [[
-Sizes are integer bytes or strings with binary units: "256B", "64KiB", "4MiB",
-"1.5GiB" (cupola.bytes turns one into an integer).  Negative, fractional or
-malformed sizes raise an argument error.
-Handles (Stream, Event, Buffer, Mempool, Pool, Trace) have __name "cupola.X",
-__tostring, __gc and __close: `local b <close> = pool:alloc("1MiB")` frees at
-the end of the scope.  close() is safe twice; using a closed handle raises
-"attempt to use a closed cupola.X".
-Misuse raises an error naming the argument or option.  Running out of memory
-returns nil, message, "out_of_memory" and leaves the allocator consistent.
-Other CUDA failures raise with the CUDA error name.
-A stream argument is optional everywhere: the default is cupola.default_stream.
-cupola.version is this library's version string.]],
+Conventions.  Sizes are integer bytes or strings with binary units: "256B",
+"64KiB", "4MiB", "1.5GiB" (cupola.bytes turns one into an integer).
+Negative, fractional or malformed sizes raise an argument error.
+Handles (Stream, Event, Buffer, Mempool, Pool, Trace, ...) have __name
+"cupola.X", __tostring, __gc and __close: `local b <close> = pool:alloc("1MiB")`
+frees at the end of the scope.  close() is safe twice; using a closed handle
+raises "attempt to use a closed cupola.X".  A buffer keeps its stream and pool
+alive; finalizers never raise and never wait for the device.
+Errors: misuse raises an error naming the argument or option and the value it
+got, at your script's line ("x.lua:3: bad argument #1 to 'malloc' (size must
+not be negative, got -1)").  Device failures raise with CUDA's error name.
+Out of memory is data: nil, message, "out_of_memory", info, the allocator left
+as it was; info = {requested, kind, free, largest_free, fragmentation,
+reserved, used, device_free, device_total} (what applies).
+Streams as arguments: optional everywhere; the default is
+cupola.default_stream, or the buffer's own stream (b.stream).]],
   },
   {
     name = "device",
-    names = { "backend", "device", "synchronize", "mem_info", "clock" },
+    section = "Backend and device",
+    names = { "backend", "device", "synchronize", "mem_info", "clock", "bytes", "version" },
     overview = {
       { "cupola.backend() -> \"cuda\" | \"host\"", "CUPOLA_BACKEND=host|cuda forces one" },
       { "cupola.device() -> {name, memory, sms, cc, ...}", "the device in use" },
-      { "cupola.synchronize()", "waits for all work on the device" },
-      { "cupola.mem_info() -> free, total", "device memory, bytes" },
-      { "cupola.clock() -> seconds", "monotonic host clock" },
+      { "cupola.synchronize()  .mem_info()  .clock()", "wait for all; free, total; seconds" },
     },
     page = [[
 cupola.backend() -> "cuda" or "host".  CUDA when a usable device exists,
@@ -55,42 +63,17 @@ cupola.device() -> table: name, index, memory (bytes), sms, cc ("9.0"),
   priority_greatest (the stream priority range), backend.
 cupola.synchronize(): waits for all work; also frees collected malloc buffers.
 cupola.mem_info() -> free, total: the device's memory in bytes.
-cupola.clock() -> seconds on the monotonic clock (host-side timing).]],
-  },
-  {
-    name = "devices",
-    names = { "device_count", "set_device", "current_device", "can_access_peer", "enable_peer_access",
-      "import", "export", "set_access", "access" },
-    overview = {
-      { "cupola.device_count()  cupola.set_device(i)", "several GPUs; device= options" },
-      { "cupola.enable_peer_access(i, j)", "can_access_peer(i, j); copies across" },
-      { "mp:export()  cupola.mempool.import(text)", "IPC; b:export(), cupola.buffer.import" },
-    },
-    page = [[
-cupola.device_count() -> n; cupola.device(i) (0-based, default the current);
-cupola.set_device(i) / cupola.current_device(): the device of object-less calls.
-device=i on cupola.stream{}, cupola.mempool{}, cupola.pool{} and
-  cupola.malloc(size, {device=i}); cupola.mem_info(i), cupola.synchronize(i).
-  Streams, pools and buffers have a .device field; work on an object runs on
-  its device whatever the current one is.
-cupola.can_access_peer(i, j) -> bool; cupola.enable_peer_access(i, j)
-  (twice is fine; i == j raises).  b:copy_to(dst, s) copies across devices.
-mp:set_access(j, "rw"|"r"|"none"), mp:access(j) -> mode: other devices'
-  access to a native pool's memory (cudaMemPoolSetAccess).
-IPC: mp:export() -> text (a pool created with handle="posix_fd");
-  cupola.mempool.import(text) in another process; b:export() -> text;
-  cupola.buffer.import(pool, text) (pool buffers) or cupola.buffer.import(text)
-  (cupola.malloc buffers, CUDA's legacy IPC).  Exports start "cupola-ipc/1"
-  and are checked before use.  CUPOLA_HOST_DEVICES=N emulates N devices on
-  the host backend.]],
+cupola.bytes(size) -> integer: a size ("4MiB") in bytes.
+cupola.clock() -> seconds on the monotonic clock (host-side timing).
+cupola.version: this library's version string.]],
   },
   {
     name = "stream",
+    section = "Streams",
     names = { "stream", "default_stream", "cupola.Stream" },
     overview = {
-      { "cupola.stream{priority=0, blocking=false} -> Stream", "a new stream" },
-      { "cupola.default_stream", "CUDA's legacy stream 0" },
-      { "s:synchronize()  s:query() -> idle  s:wait(event)", "Stream methods; s.id, s.closed" },
+      { "cupola.stream{priority=0, blocking=false}", "-> Stream; cupola.default_stream" },
+      { "s:synchronize()  s:query()  s:wait(event)", "Stream methods; s.id, s.closed" },
     },
     page = [[
 cupola.stream{priority=0, blocking=false} -> Stream.  Lower priority numbers
@@ -105,6 +88,7 @@ Fields: s.id (integer, 0 for the default stream), s.default, s.closed.]],
   },
   {
     name = "event",
+    section = "Events",
     names = { "event", "cupola.Event" },
     overview = {
       { "cupola.event{timing=true} -> Event", "a marker in a stream" },
@@ -116,32 +100,32 @@ e:record(s) -> e          marks the point reached by the work queued on s
 e:synchronize()           waits until that point is reached
 e:query() -> boolean      true once it is reached
 e:elapsed(later) -> ms    time from e to later; both need timing=true
-e:close()]],
+e:close()
+Streams wait on each other through events: e:record(s1); s2:wait(e).]],
   },
   {
     name = "malloc",
+    section = "CUDA's allocation paths",
     names = { "malloc", "malloc_async" },
     overview = {
-      { "cupola.malloc(size) -> Buffer", "cudaMalloc; b:free() is cudaFree" },
-      { "cupola.malloc_async(size, s) -> Buffer", "cudaMallocAsync, current mempool" },
+      { "cupola.malloc(size)  .malloc_async(size, s)", "-> Buffer: cudaMalloc, cudaMallocAsync" },
     },
     page = [[
-cupola.malloc(size) -> Buffer | nil, msg, "out_of_memory"
+cupola.malloc(size) -> Buffer | nil, msg, "out_of_memory", info
   cudaMalloc.  b:free() is cudaFree, which synchronizes the device.  A
   collected malloc buffer is freed at the next cupola.malloc, explicit free of
   a malloc buffer or cupola.synchronize() (finalizers never synchronize).
-cupola.malloc_async(size, s) -> Buffer | nil, msg, "out_of_memory"
+cupola.malloc_async(size, s) -> Buffer | nil, msg, "out_of_memory", info
   cudaMallocAsync on s (default stream if absent) from the current mempool;
   b:free(s2) is cudaFreeAsync on s2, by default on b.stream.]],
   },
   {
     name = "mempool",
-    names = { "mempool", "cupola.Mempool" },
+    section = "Native pools (Mempool)",
+    names = { "mempool", "cupola.Mempool", "set_current", "current", "default", "reset_high" },
     overview = {
-      { "cupola.mempool{location=, max_size=, ...} -> Mempool", "a native CUDA pool" },
-      { "cupola.mempool.default() .current() .set_current(p)", "the device's pools" },
-      { "p:alloc(size, s)  p:trim(keep)  p:reset_high()", "Mempool methods; p:stats()" },
-      { "p.release_threshold  p.used_current  p.used_high ...", "attributes are fields" },
+      { "cupola.mempool{location=, max_size=, ...}", "-> Mempool; .default() .current()" },
+      { "p:alloc(size, s)  p:trim(keep)  p.used_high", "Mempool methods; attributes are fields" },
     },
     page = [[
 cupola.mempool{location="device"|"host", max_size=0, release_threshold=,
@@ -164,66 +148,154 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
   },
   {
     name = "pool",
-    names = { "pool", "cupola.Pool" },
+    section = "Pools written in C (Pool)",
+    names = { "pool", "cupola.Pool", "arena", "freelist", "tlsf", "caching" },
     overview = {
       { "cupola.pool{kind=\"tlsf\", upstream=\"device\", ...}", "-> Pool: allocators written in C" },
-      { "p:alloc(size, s)  p:trim(keep)  p:reset()  p:stats()", "Pool methods; p.kind, p.upstream" },
-      { "p:alloc_raw(size, s) -> address  p:free_raw(a, s)", "raw blocks: no Buffer; p:buffer(a)" },
+      { "p:alloc(size, s)  p:trim(keep)  p:stats()", "Pool methods; p.kind, p.upstream" },
     },
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
-  kind      "tlsf" (default) | "freelist" | "caching" | "arena" | "vmm" | "plugin"
-            | "cub"
-            | "torch" (PyTorch 2.11's caching allocator, exactly)
-  torch: conf= (PYTORCH_CUDA_ALLOC_CONF syntax), max= (PyTorch's allowed
-    maximum), device_memory=, address_model="driver" | "bump"; upstream
-    "device" or "virtual"; p:empty_cache(), p:settings(); stats() adds
-    PyTorch's counters ("allocated_bytes.all.peak", num_alloc_retries, ...)
-  plugin: path= (a .so) or source= (C, compiled and cached), symbol= (its
-    const cupola_allocator, <cupola/allocator.h> in cupola.include_dir),
-    options= (a string for its create)
-  cub: CUB's CachingDeviceAllocator, exactly: bin_growth=8, min_bin=3,
-    max_bin=7, max_cached_bytes=6291455 (CUB's defaults; no initial)
+  kind      "tlsf" (default) | "freelist" | "caching" | "arena"; and "vmm",
+            "torch", "cub", "plugin": each has its own topic
   upstream  "device" (default) | "async" | "managed" | "pinned" | "virtual"
+            (addresses only, no memory: for replaying traces)
   initial=0 bytes reserved at creation   grow=true may reserve more
   max=0 (none) limit on reserved         alignment=256 (a power of two)
   release_threshold=0 idle bytes kept    reuse="event" | "stream" | "wait"
-    (vmm without it: decides by time, on its clock)
   fallback=false serve from the upstream what the pool cannot
   limit=size refuse allocations past it  log=path RMM CSV of every call
   clock="wall" | "manual" (seconds since made; manual: set by the script)
 p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
-p:alloc_raw(size, s) -> address (an integer) | nil, msg, "out_of_memory": the
-  same block without a Buffer (a pair costs the pool's work and two calls);
-  p:free_raw(a, s) frees it, on its own stream by default.  The pool checks
-  every address against its map: a double free, an address inside a block,
-  one it never gave or one a Buffer owns raises.  p:buffer(a) -> Buffer
-  takes the block over (its free gives it back; free_raw(a) then raises).
-  Raw blocks live at p:close() are freed with the pool; close returns how
-  many.  Kernels of one's own take the address as a "ptr" argument.
+p:alloc_raw(size, s) -> address, p:free_raw(a, s), p:buffer(a): help "raw"
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
-p:empty_cache()   torch only: torch.cuda.empty_cache();  p:settings() torch only
+p:empty_cache()  p:settings()   torch only: help "torch"
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
-  largest_free, free_bytes, fragmentation, live_buffers, live_raw (vmm:
-  page_bytes, pages_mapped, maps, unmaps; by time: recent_peak, decay_window,
-  map_budget;
-  cub: device_allocs, device_frees, device_alloc_failures, retries,
-  cached_bytes, cached_blocks, live_bytes)
+  largest_free, free_bytes, fragmentation, live_buffers, live_raw,
+  device_allocs, device_frees; vmm, cub and torch add their own
 p:time() -> s     the pool's clock; p:set_time(t), p:advance(dt): manual only
 p:close() -> n    raises while buffers are live; n: raw blocks freed with it
-Fields: p.kind, p.upstream, p.reuse, p.alignment, p.clock, p.closed.
-cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=, reproducer=}:
-  the battery every pool passes, against make_pool(o); in busted specs:
-  require "cupola.busted"; assert.is_conforming_pool(make_pool, opts)]],
+Fields: p.kind, p.upstream, p.reuse, p.alignment, p.device, p.clock, p.closed.]],
+  },
+  {
+    name = "raw",
+    section = "Raw blocks: `p:alloc_raw`, `p:free_raw`, `p:buffer`",
+    names = { "alloc_raw", "free_raw", "buffer" },
+    overview = {
+      { "p:alloc_raw(size, s) -> a  p:free_raw(a, s)", "raw blocks: no Buffer; p:buffer(a)" },
+    },
+    page = [[
+p:alloc_raw(size, s) -> address (an integer) | nil, msg, "out_of_memory": the
+  same block of the same pool without a Buffer (a pair costs the pool's work
+  and two calls).  Ordered on s, the stream it was allocated on.
+p:free_raw(a, s) frees it, on its own stream by default; the pool's reuse
+  policy applies as after b:free(s).  The pool checks every address against
+  its map: a double free, an address inside a block, one it never gave or one
+  a Buffer owns raises, naming the address.
+p:buffer(a) -> Buffer  takes the block over (its free gives it back;
+  free_raw(a) then raises): for built-in kernels, copies, read/write.
+Kernels of one's own take the address as a "ptr" argument.
+Raw blocks live at p:close() are freed with the pool; close returns how many.
+stats().live_raw counts them.]],
+  },
+  {
+    name = "vmm",
+    section = "The vmm pool (`kind = \"vmm\"`)",
+    names = { "vmm", "set_time", "advance", "time" },
+    overview = {
+      { "cupola.pool{kind=\"vmm\"}", "pages mapped only under live blocks" },
+    },
+    page = [[
+cupola.pool{kind="vmm", upstream="device"|"virtual", release_threshold=,
+  initial=, max=, clock="wall"|"manual"}: a pool over CUDA's virtual memory
+  management.  Blocks are placed in a reserved address range; physical pages
+  (the device's granularity, 2 MiB) are mapped only under live blocks, so
+  reserved is the mapped bytes.  Idle pages stay mapped where they are and
+  are moved or released when needed.
+By default it decides by time, on its clock: moves and releases are paid
+  from a budget of 1/32 of the clock's time; the recent peak of demand (plus
+  1/64) stays mapped; a page idle for a window is released.  With
+  release_threshold (0 included): that many idle bytes kept, no clock.
+p:trim(keep) releases idle pages; p:time(), p:set_time(t), p:advance(dt).
+stats() adds page_bytes, pages_mapped, maps, unmaps (and by time:
+  recent_peak, decay_window, map_budget).  A replay with {clock="trace"}
+  reports maps and unmaps on the trace's own clock.
+For backend implementers: backend.h's vm_* operations.]],
+  },
+  {
+    name = "torch",
+    section = "PyTorch's allocator (`kind = \"torch\"`)",
+    names = { "torch", "empty_cache", "settings", "PYTORCH_CUDA_ALLOC_CONF" },
+    overview = {
+      { "cupola.pool{kind=\"torch\", conf=\"...\"}", "PyTorch 2.11's allocator, exactly" },
+    },
+    page = [[
+cupola.pool{kind="torch", conf="expandable_segments:True,...",
+  upstream="virtual"|"device", max=, device_memory=,
+  address_model="driver"|"bump"}: PyTorch 2.11's CUDA caching allocator,
+  modelled rule for rule; conf in PYTORCH_CUDA_ALLOC_CONF syntax ("" is
+  PyTorch's defaults).  max is PyTorch's allowed maximum
+  (set_per_process_memory_fraction).
+p:empty_cache()   torch.cuda.empty_cache()
+p:settings() -> PyTorch's allocator_settings, plus conf, limit, ...
+p.conf            the conf string as given
+stats() adds torch.cuda.memory_stats()'s names ("allocated_bytes.all.peak",
+  "reserved_bytes.large_pool.current", num_alloc_retries, num_ooms,
+  num_device_alloc, ...).
+A snapshot replayed with {addresses="recorded"} gives PyTorch's own figures;
+  t.torch_conf is the conf that recorded it; {stop_at_oom=true} stops where
+  PyTorch would have raised OutOfMemoryError (r.stopped).]],
+  },
+  {
+    name = "cub",
+    section = "CUB's allocator (`kind = \"cub\"`)",
+    names = { "cub", "bin_growth", "max_cached_bytes" },
+    overview = {
+      { "cupola.pool{kind=\"cub\", bin_growth=8, ...}", "CUB's CachingDeviceAllocator, exactly" },
+    },
+    page = [[
+cupola.pool{kind="cub", bin_growth=8, min_bin=3, max_bin=7,
+  max_cached_bytes=6291455, upstream=, reuse=, max=}: CUB's
+  CachingDeviceAllocator rule for rule (CUB's defaults; no initial): geometric
+  bins, exact sizes above the largest, oldest cached block of the bin first,
+  another stream's block once its ready event has completed, the cache
+  bounded by max_cached_bytes, the whole cache freed and the allocation
+  retried when the upstream refuses.
+stats() adds device_alloc_failures, retries, cached_bytes, cached_blocks,
+  live_bytes (device_allocs, device_frees: CUB's cudaMalloc/cudaFree calls).]],
+  },
+  {
+    name = "plugin",
+    section = "Your own allocator (`kind = \"plugin\"`)",
+    names = { "plugin", "conformance", "is_conforming_pool", "include_dir", "allocator.h" },
+    overview = {
+      { "cupola.pool{kind=\"plugin\", source=C, symbol=}", "your allocator: <cupola/allocator.h>" },
+      { "cupola.conformance(make_pool, opts) -> report", "the battery; busted: is_conforming_pool" },
+    },
+    page = [[
+cupola.pool{kind="plugin", path="libmine.so" | source=C_SOURCE,
+  symbol="mine_allocator", options="..."} -> Pool: an allocator written in C
+  against <cupola/allocator.h> (cupola.include_dir): version, create,
+  destroy, allocate, deallocate, and optionally flags, stats.  source= is
+  compiled by the system C compiler and cached.  It gets every common option,
+  cupola's stream order, stats, adaptors, replay; each block it returns is
+  checked (inside its upstream memory, no overlap) and aligned for it.
+The conformance battery cupola's own allocators pass:
+  cupola.conformance(make_pool, opts) -> {ok=, violations=, ops=,
+  reproducer=, skipped=, checks=}; make_pool(o) gets o.reuse, o.initial,
+  o.max; opts: ops=300, seed=1, checks={...}, max_live, small, large,
+  no_data, nonblocking, shrink_runs.  In a busted spec: require
+  "cupola.busted"; assert.is_conforming_pool(make_pool, opts) fails with
+  the first violation and a shrunk Lua reproducer.]],
   },
   {
     name = "buffer",
+    section = "Buffers",
     names = { "cupola.Buffer" },
     overview = {
       { "b.size  b.address  b.stream  b.pool  b.origin", "Buffer fields (also b.freed, #b)" },
-      { "b:free(s)  b:read(off, len, s)  b:write(str, off, s)", "Buffer methods ..." },
-      { "b:memset(byte, s)  b:copy_to(dst, s)  b:close()", "... ordered on s, else b.stream" },
+      { "b:free(s)  b:read(off, len, s)  b:write(str, off)", "b:memset(byte, s)  b:copy_to(dst, s)" },
     },
     page = [[
 Every allocator returns a Buffer.
@@ -243,13 +315,12 @@ kernels raise.  A buffer keeps its stream and pool alive.]],
   },
   {
     name = "kernels",
+    section = "Built-in kernels",
     names = { "kernels", "fill", "sqrt_index", "checksum", "spin", "pattern", "verify" },
     overview = {
-      { "cupola.kernels.fill(b, value, {type=\"f32\"})", "every element = value" },
-      { "cupola.kernels.sqrt_index(b)", "f32 data[i] = sqrt(i)" },
-      { "cupola.kernels.checksum(b, {type=\"f32\"}) -> number", "sum of the elements (waits)" },
-      { "cupola.kernels.spin(us, {stream=})", "keeps a stream busy (microseconds)" },
-      { "cupola.kernels.pattern(b, seed)  .verify(b, seed)", "write / count bytes that differ" },
+      { "cupola.kernels.fill(b, value, {type=\"f32\"})", "every element = value; .sqrt_index(b)" },
+      { "cupola.kernels.checksum(b, {type=}) -> number", "sum of the elements (waits)" },
+      { "cupola.kernels.spin(us)  .pattern(b, seed)", ".verify(b, seed): bytes that differ" },
     },
     page = [[
 Built-in kernels; each runs on opts.stream, else b.stream, and takes the
@@ -267,9 +338,11 @@ Kernels of your own: cupola.help "module".]],
   },
   {
     name = "module",
-    names = { "module", "module_cache_stats", "module_cache_forget", "cupola.Module", "cupola.Kernel" },
+    section = "Kernels of your own",
+    names = { "module", "module_cache_stats", "module_cache_forget", "cupola.Module", "cupola.Kernel", "kernel",
+      "launch", "registers" },
     overview = {
-      { "cupola.module{source=, name=, options=} -> Module", "your CUDA C, compiled at run time" },
+      { "cupola.module{source=, name=, options=}", "-> Module: your CUDA C, compiled" },
       { "m:kernel(name, types)  k:launch(opts, ...)", "declare, then launch on a stream" },
     },
     page = [[
@@ -286,13 +359,36 @@ k:launch({grid=, block=, shared=0, stream=} | {threads=N, block=256}, ...)
   enqueues and returns; arguments are checked (count, type, range, closed).
 k:registers() -> registers per thread of the compiled kernel (nil on the host).
 m:close()  k:close()   a kernel keeps its module loaded until it is closed.
-Fields: m.name, m.cached (the compile was a cache hit), m.log.
+Fields: m.name, m.cached (the compile was a cache hit), m.code, m.log.
 cupola.module_cache_stats() -> {memory_hits=, disk_hits=, misses=, ...}
-cupola.module_cache_forget() empties the in-memory cache.]],
+cupola.module_cache_forget() empties the in-memory cache.
+For C code: src/core/kernel/compile.h (cp_cc_shared_object, the caches).]],
+  },
+  {
+    name = "faults",
+    section = "Faults in kernels, sticky CUDA errors, fork()",
+    names = { "fault", "sticky", "fork" },
+    overview = {
+      { "a kernel that faults; sticky CUDA errors; fork()", "reported, never a crash or a hang" },
+    },
+    page = [[
+Faults in kernels: on the host backend a kernel's hardware fault (a bad store,
+  a null dereference, integer division by zero, a stack overflow, __trap())
+  does not kill the process: the next synchronization of its stream raises
+  naming the kernel (cudaErrorIllegalAddress: ...), the stream stays in error
+  (close it, use a new one), other streams live on.
+Sticky CUDA errors: on a GPU an illegal address (and the like) leaves the
+  CUDA context unusable; cupola says so where it first shows and then
+  refuses every call that touches the device with the same message.
+fork(): in a child process created after cupola started, every call that
+  would block on a worker thread or touch the device raises at once; exec a
+  new program to use cupola in a child.]],
   },
   {
     name = "dpool",
-    names = { "device_pool", "run_concurrent", "cupola.DevicePool" },
+    section = "Allocation inside kernels (device pools)",
+    names = { "device_pool", "run_concurrent", "cupola.DevicePool", "run", "heap", "slab", "bump", "warp_bump",
+      "device.h" },
     overview = {
       { "cupola.device_pool{kind=, capacity=}", "-> DevicePool: allocation in kernels" },
       { "dp:run{threads=, bytes=, free=}", "-> {ok=, failed=, overlaps=, ms=}" },
@@ -306,54 +402,98 @@ cupola.device_pool{kind="plugin", source=SRC | path="mine.cu", capacity=,
   cupola_plugin_init/alloc/free), run and checked as cupola's pools are.
 dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
   free=false, block=256, verify=true, reset=, hold_us=, seed=, children=}
-  (written dp:run{...}) -> {ok=, failed=,
-  overlaps=, misaligned=, ms=, per_second=, ...}: threads allocate, write
-  their block, optionally free; a verification kernel counts overlaps.
+  (written dp:run{...}) -> {ok=, failed=, overlaps=, misaligned=, threads=,
+  ms=, per_second=}: threads allocate, write their block, optionally free; a
+  verification kernel counts overlaps.
 cupola.run_concurrent{ {pool=dp, <run options>, wait=ev, record=ev}, ... }
   -> results: several runs in flight at once (two streams racing on one pool).
-dp:reset(s)   dp:stats() -> {capacity, used, peak, failed}   dp:close()
+dp:reset(s)   dp:stats() -> {capacity, used, peak, failed, kind}   dp:close()
 In your kernels: #include <cupola/device.h>; cupola_alloc(pool, bytes) (NULL
   when exhausted) and cupola_free(pool, ptr) on a "device_pool" parameter;
-  also from child kernels (CUDA backend).
-require("cupola.survey").run{allocators={"heap", "slab", "malloc", ...}} ->
-  the survey's benchmarks (Winter et al., PPoPP 2021) on any pool and CUDA's
-  malloc; survey.csv/json/html/markdown(res, path) write them.]],
+  also from child kernels (CUDA backend).  The survey: cupola.help "survey".]],
+  },
+  {
+    name = "survey",
+    section = "The survey of in-kernel allocators (`cupola.survey`)",
+    names = { "survey", "cupola.survey" },
+    overview = {
+      { "require(\"cupola.survey\").run{allocators=}", "the survey's benchmarks, device pools" },
+    },
+    page = [[
+local survey = require "cupola.survey"
+survey.run{allocators={"heap", "slab", "malloc", {kind="plugin", path=}},
+  tests={"init", "registers", "thread", "warp", "mixed", "scaling", "pairs",
+  "frag", "oom", "synth", "synth_write"}, capacity=, iterations=,
+  budget_ms=, progress=fn} -> {meta = {...}, rows = {...}}: the benchmarks of
+  Winter et al. (PPoPP 2021) on any device pool and CUDA's in-kernel malloc,
+  every allocation, write and check in kernels, timed with events.
+survey.csv(res, path), survey.json(res, path), survey.html(res, path) (one
+  page of plots, no network), survey.markdown(res) -> text.]],
+  },
+  {
+    name = "devices",
+    section = "Several GPUs and several processes",
+    names = { "device_count", "set_device", "current_device", "can_access_peer", "enable_peer_access",
+      "import", "export", "set_access", "access", "CUPOLA_HOST_DEVICES" },
+    overview = {
+      { "cupola.device_count()  cupola.set_device(i)", "several GPUs; device= options; peers" },
+      { "mp:export()  cupola.mempool.import(text)", "IPC; b:export(), cupola.buffer.import" },
+    },
+    page = [[
+cupola.device_count() -> n; cupola.device(i) (0-based, default the current);
+cupola.set_device(i) / cupola.current_device(): the device of object-less calls.
+device=i on cupola.stream{}, cupola.mempool{}, cupola.pool{} and
+  cupola.malloc(size, {device=i}); cupola.mem_info(i), cupola.synchronize(i).
+  Streams, pools and buffers have a .device field; work on an object runs on
+  its device whatever the current one is.
+cupola.can_access_peer(i, j) -> bool; cupola.enable_peer_access(i, j)
+  (twice is fine; i == j raises).  b:copy_to(dst, s) copies across devices.
+mp:set_access(j, "rw"|"r"|"none"), mp:access(j) -> mode: other devices'
+  access to a native pool's memory (cudaMemPoolSetAccess).
+IPC: mp:export() -> text (a pool created with handle="posix_fd");
+  cupola.mempool.import(text) in another process; b:export() -> text;
+  cupola.buffer.import(pool, text) (pool buffers) or cupola.buffer.import(text)
+  (cupola.malloc buffers, CUDA's legacy IPC).  Exports start "cupola-ipc/1"
+  and are checked before use.  CUPOLA_HOST_DEVICES=N emulates N devices on
+  the host backend.]],
   },
   {
     name = "trace",
+    section = "Traces",
     names = { "trace", "find", "load", "replay", "compare", "cupola.Trace" },
     overview = {
-      { "cupola.trace.find(name) -> path", "a trace that ships with cupola" },
-      { "cupola.trace.load(path) -> Trace", "RMM logging CSV, plain or gzip" },
+      { "cupola.trace.load(path or name) -> Trace", "RMM CSV, PyTorch snapshot; .find(name)" },
       { "cupola.trace.replay(t, pool, opts) -> figures", "replayed in C, stream-ordered" },
       { "cupola.trace.compare(t, {cfg, ...}) -> rows", "one replay per pool configuration" },
-      { "#t  t.peak_live  t:event(i)  t:info()  t:replay(p)", "Trace fields and methods" },
     },
     page = [[
 cupola.trace.find(name) -> path | nil, msg: "gpt2_train", "gpt2_train.csv.gz"
   looked up in $CUPOLA_TRACES, beside the installed module, examples/traces.
-cupola.trace.load(path) -> Trace (RMM logging-adaptor CSV
-  Thread,Time,Action,Pointer,Size,Stream; plain or gzip); malformed input
-  raises "path:line: reason".
+cupola.trace.load(path) -> Trace: RMM logging-adaptor CSV
+  (Thread,Time,Action,Pointer,Size,Stream), a PyTorch memory snapshot
+  (torch.cuda.memory._dump_snapshot's pickle, read in C), plain or gzip; or
+  the name of a trace cupola ships ("gpt2_train").  Malformed input raises
+  "path:line: reason".
 cupola.trace.replay(t, pool, {single_stream=false, repeat=1,
-  synchronize=true, clock="pool"|"trace", stop_at_oom=false,
-  addresses="model"|"recorded"}) -> {events, ns_per_event, seconds,
-  peak_live, peak_reserved, reserved_over_live, failed, skipped_frees,
-  complete, reserved_byte_seconds, live_byte_seconds, maps, unmaps,
-  peak_allocated, device_allocs, device_frees, retries, ooms, ...};
-  addresses="recorded" (a torch pool, a PyTorch snapshot): CUDA's
-  addresses as recorded, and divergence = false or where the model's
-  calls first differed
+  synchronize=true, clock="pool"|"trace", stop_at_oom=false, record=false,
+  progress=true, addresses="model"|"recorded"}) -> {events, ns_per_event,
+  seconds, peak_live, peak_reserved, reserved_over_live, failed,
+  skipped_frees, complete, warning, reserved_byte_seconds, live_byte_seconds,
+  maps, unmaps, peak_allocated, device_allocs, device_frees, retries, ooms,
+  torch_peak_reserved, torch_reserved_over_live, recording, ...}
+  complete=false (and a warning) when the pool refused allocations.
 cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
   cupola.pool (plus name=); each row is replay's table plus kind, upstream, name.
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
-  peak_live, total_bytes, max_size, duration_us, path; t:info() -> all of them;
-  t:event(i) -> {action, pointer, size, stream, thread, time_us};
+  peak_live, total_bytes, max_size, duration_us, path, format, devices,
+  torch_peak_reserved, torch_conf; t:info() -> all of them;
+  t:event(i) -> {action, pointer, size, stream, thread, time_us, label};
   t:replay(pool, opts); t:close().]],
   },
   {
     name = "advise",
-    names = { "advise", "torch", "pytorch" },
+    section = "Advice for PyTorch users: `cupola.advise`",
+    names = { "advise", "pytorch" },
     overview = {
       { "cupola.advise(snapshot, {limit=}) -> result", "the PYTORCH_CUDA_ALLOC_CONF to use" },
     },
@@ -375,7 +515,8 @@ bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
   },
   {
     name = "timeline",
-    names = { "timeline", "nvtx", "push", "pop", "range", "mark", "depth" },
+    section = "Timelines and NVTX ranges",
+    names = { "timeline", "nvtx", "push", "pop", "range", "mark", "depth", "CUPOLA_NVTX" },
     overview = {
       { "cupola.timeline(src, path) -> path, info", "one HTML page: live/reserved, blocks" },
       { "cupola.nvtx.push(name)  .pop()  .range(name, fn)", "NVTX ranges; CUPOLA_NVTX=1: cupola's" },
@@ -387,21 +528,42 @@ cupola.timeline(src, path [, opts]) -> path, info: one self-contained HTML
   (big traces stay usable).  src: a Trace or a trace's path (CSV or PyTorch
   snapshot pickle), a replay result made with {record=true}, a list of them,
   {pools={...}} (several allocators side by side) or {log=path}.
+  info = {panels, events, blocks, bytes}.  An incomplete replay's panel
+  carries its warning.
 cupola.nvtx.push(name), cupola.nvtx.pop(), cupola.nvtx.mark(name),
   cupola.nvtx.range(name, fn, ...) -> fn's results (closed even on error),
   cupola.nvtx.depth() -> open ranges.  NVTX v3; a no-op without CUDA.
-  CUPOLA_NVTX=1: pool operations and launches are ranges in domain "cupola".
-Out of memory from a pool: nil, message, "out_of_memory", info where info
-  = {requested, free, largest_free, fragmentation, reserved, used, kind}.]],
+  CUPOLA_NVTX=1: pool operations and launches are ranges in domain "cupola".]],
+  },
+  {
+    name = "pluggable",
+    section = "cupola's pools inside PyTorch (`make torch-allocator`)",
+    names = { "torch-allocator", "torch_allocator", "libcupola_torch", "CUPOLA_TORCH_POOL", "CUPOLA_TORCH_STREAMS" },
+    overview = {
+      { "make torch-allocator  (CUPOLA_TORCH_POOL=\"vmm\")", "cupola's pools serving PyTorch" },
+    },
+    page = [[
+make torch-allocator builds build/libcupola_torch.so; in PyTorch:
+  alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "cupola_torch_alloc",
+                                                    "cupola_torch_free")
+  torch.cuda.memory.change_current_allocator(alloc)  # before the first tensor
+CUPOLA_TORCH_POOL="vmm" (default "tlsf"; "KIND,KEY=VALUE,...": any kind and
+  its options) picks the pool; CUPOLA_TORCH_STREAMS="safe" (default: a free
+  is held back until the other streams seen have passed it) or "trust";
+  CUPOLA_BACKEND as for the module (PyTorch needs cuda).
+cupola_torch_stats(buf, len) (ctypes) writes the pools' figures as JSON;
+  cupola_torch_trim(device, keep), cupola_torch_check(), cupola_torch_error.
+Predicting it offline: replay a snapshot of the workload through the same
+  pool over the "virtual" upstream (cupola.trace.replay).]],
   },
   {
     name = "bench",
-    names = { "bench", "report", "device_ms", "host_ns", "median", "table", "format_bytes", "help" },
+    section = "Lua helpers: bench and report",
+    names = { "bench", "report", "helpers", "device_ms", "host_ns", "median", "result", "table",
+      "format_bytes", "csv", "json", "records", "columns", "progress", "help" },
     overview = {
-      { "cupola.bench.device_ms(fn, {stream=}) -> ms", "median device time, by events" },
-      { "cupola.bench.host_ns(fn, n, {reps=5}) -> ns", "median host time per call" },
-      { "cupola.report.table(headers, rows) -> string", "an aligned text table" },
-      { "cupola.report.bytes(n) -> \"4.00 MiB\"", "also cupola.format_bytes" },
+      { "cupola.bench.device_ms(fn, {stream=}) -> ms", "median device time; .host_ns(fn, n)" },
+      { "cupola.report.records(rows)  .csv(rows, path)", "results as tables, CSV, JSON" },
       { "cupola.help(topic) -> string", "this; a topic, function or handle" },
     },
     page = [[
@@ -409,16 +571,72 @@ cupola.bench.device_ms(fn, {stream=default, reps=5, warmup=1}) -> median ms,
   samples: events recorded around fn() on the stream.
 cupola.bench.host_ns(fn, n, {reps=5, warmup=1}) -> median ns per call, samples
 cupola.bench.median(list) -> number
+cupola.bench.result(name, median, samples, extra) -> a record for report.*
 cupola.report.table(headers, rows) -> string: columns aligned, numbers right
 cupola.report.bytes(n) -> "4.00 MiB" (cupola.format_bytes is the same)
-cupola.bench.result(name, median, samples, extra) -> a record for report.*
-cupola.report.csv(rows, path) / .json(rows, path) -> text (and the file):
-  results of bench, trace.replay and trace.compare as data
-cupola.report.records(rows, cols) -> aligned table; .columns(rows) -> names
+cupola.report.csv(rows, path, {columns=}), cupola.report.json(rows, path)
+  -> text (and the file): results of bench, trace.replay, trace.compare
+cupola.report.records(rows, cols) -> aligned table (an incomplete replay's
+  warning under it); cupola.report.columns(rows) -> the column names
 cupola.report.progress(label, done, total, t0): a progress line on stderr,
   only on a terminal and after two seconds
 cupola.help() -> the overview; cupola.help(topic) -> one topic's page, where
   topic is a name ("pool"), a function (cupola.pool) or a handle.]],
+  },
+  {
+    name = "repl",
+    section = "bin/cupola and the REPL",
+    names = { "bin/cupola", "cupola", "CUPOLA_LUA" },
+    overview = {
+      { "bin/cupola script.lua   bin/cupola (the REPL)", "Lua 5.4 with `cupola` loaded" },
+    },
+    page = [[
+bin/cupola script.lua [args...]   runs a script; `cupola` is a global
+bin/cupola -e 'print(cupola.backend())'   any lua5.4 options
+bin/cupola                        the REPL: Lua 5.4's own with cupola loaded;
+  it names the backend and device, and help(topic) prints cupola.help.
+In a source tree it uses the tree's build (run make first); installed, the
+module installed with it.  CUPOLA_LUA names the interpreter (lua5.4).]],
+  },
+  {
+    name = "env",
+    section = "Environment variables",
+    names = { "environment", "CUPOLA_BACKEND", "CUPOLA_HOST_THREADS", "CUPOLA_TRACES", "CUPOLA_CACHE_DIR", "CUPOLA_CC",
+      "CUPOLA_CXX", "CUPOLA_INCLUDE", "CUPOLA_COMMIT", "CUDA_HOME", "CUDA_PATH" },
+    overview = {
+      { "CUPOLA_BACKEND  CUPOLA_HOST_DEVICES  ...", "environment variables cupola reads" },
+    },
+    page = [[
+The environment variables cupola reads:
+CUPOLA_BACKEND=host|cuda   the backend (default: cuda when a device exists)
+CUPOLA_HOST_DEVICES=N      devices the host backend emulates (1)
+CUPOLA_HOST_THREADS=N      threads running kernels on the host (the CPUs)
+CUPOLA_NVTX=1              cupola's operations as NVTX ranges
+CUPOLA_TRACES=dir          searched first by cupola.trace.find
+CUPOLA_CACHE_DIR=dir       compile cache ($XDG_CACHE_HOME/cupola, $HOME/.cache)
+TMPDIR                     where compiles get a scratch folder (/tmp)
+CUPOLA_CC, CUPOLA_CXX      compilers for C plugins / host kernels (cc, c++)
+CUPOLA_INCLUDE=dir:dir     a module's include path instead of cupola's
+CUDA_HOME, CUDA_PATH       where NVRTC and nvJitLink are looked for first
+CUPOLA_TORCH_POOL, CUPOLA_TORCH_STREAMS   libcupola_torch.so's pool, streams
+CUPOLA_LUA                 the interpreter bin/cupola runs (lua5.4)
+CUPOLA_BIN_LUADIR, CUPOLA_BIN_LIBDIR      set by bin/cupola itself
+CUPOLA_COMMIT              the commit cupola.survey records
+PWD                        makes cupola.include_dir absolute]],
+  },
+  {
+    name = "install",
+    section = "Installing",
+    names = { "installing", "luarocks" },
+    overview = {
+      { "luarocks --lua-version=5.4 make", "installing; make install" },
+    },
+    page = [[
+Installing: luarocks --lua-version=5.4 make (system-wide), with --local or
+--tree=DIR elsewhere (then eval "$(luarocks --lua-version=5.4 path)").  It
+builds with the Makefile and installs cupola.core, the Lua modules,
+bin/cupola, the shipped traces and the C headers.  make install does the
+same without LuaRocks (PREFIX, LUADIR, LIBDIR, BINDIR, DESTDIR).]],
   },
 }
 
@@ -427,8 +645,6 @@ for _, t in ipairs(help.topics) do
   by_name[t.name] = t
   for _, n in ipairs(t.names) do by_name[n] = by_name[n] or t end
 end
-by_name.report = by_name.bench
-by_name.helpers = by_name.bench
 
 local function topic_names()
   local out = {}
@@ -447,7 +663,7 @@ local function overview()
   }
   for _, t in ipairs(help.topics) do
     for i, l in ipairs(t.overview) do
-      out[#out + 1] = string.format("%-8s %-" .. width .. "s  %s", i == 1 and t.name or "", l[1], l[2])
+      out[#out + 1] = string.format("%-9s %-" .. width .. "s  %s", i == 1 and t.name or "", l[1], l[2])
     end
   end
   return table.concat(out, "\n")

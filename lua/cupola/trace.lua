@@ -8,9 +8,9 @@ local trace = {}
 
 --- trace.load(path) -> Trace (fields: events, allocs, frees, streams,
 -- peak_live, ...; t:event(i); #t) or raises with "path:line: reason".
--- `path` may also name a trace that ships with cupola ("gpt2_train"): a
--- name with no directory that is not a file here is looked up with
--- trace.find.  trace.load(trace.find "typo") raises find's own message
+-- `path` may also name a trace that ships with cupola ("gpt2_train",
+-- "torch/varlen.default.cpsnap.gz"): a relative path that is not a file
+-- here is looked up with trace.find.  trace.load(trace.find "typo") raises find's own message
 -- (the nil, message pair it returned), not one about a nil path.
 function trace.load(path, ...)
   if path == nil and type((...)) == "string" then raise((...)) end
@@ -20,16 +20,19 @@ function trace.load(path, ...)
   if path:find("\0", 1, true) then
     raise("bad argument #1 to 'load' (path contains a NUL byte, got " .. util.shown(path) .. ")")
   end
-  if not path:find "[/\\]" then
+  -- A relative path that is not a file here may name a shipped trace, also
+  -- one in a folder of the traces ("torch/varlen.default.cpsnap.gz").
+  if not path:find "^/" then
     local f = io.open(path, "rb")
     if f then
       f:close()
     else
       local found, why = trace.find(path)
-      if not found then
+      if found then
+        path = found
+      elseif not path:find "[/\\]" then
         raise(("cannot open %s (no such file), and %s"):format(util.shown(path), why))
       end
-      path = found
     end
   end
   return at_caller(core.trace.load, path, ...)

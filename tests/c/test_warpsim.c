@@ -523,46 +523,175 @@ static void case_keep(cpd_u32 kind, cpd_u64 cap, cpd_u64 min, cpd_u64 max, unsig
     tap_group[0] = 0;
 }
 
-/* The heap's warp paths, seen in where the blocks went. */
+/* Chunks in the heap's free-chunk cache, and whether chunk t is one. */
+static unsigned cached_chunks(const pool *p)
+{
+    unsigned n = 0;
+    for (cpd_u32 i = 0; i < p->st.nbuckets * 32u; i++)
+        n += p->st.hcache[i] != 0u;
+    return n;
+}
+
+static int is_cached(const pool *p, cpd_u32 t)
+{
+    for (cpd_u32 i = 0; i < p->st.nbuckets * 32u; i++)
+        if (p->st.hcache[i] == t + 1u)
+            return 1;
+    return 0;
+}
+
+static cpd_u32 chunk_of(const pool *p, const unsigned char *b)
+{
+    return (cpd_u32)((uintptr_t)(b - p->st.base) >> p->st.chunk_shift);
+}
+
+/* count threads (8 warps of 32 unless told) allocate `size` each
+ * (wk->ptrs), checked. */
+static int heap_round_of(work *wk, unsigned long long count, cpd_u64 size, const char *what)
+{
+    unsigned long long nulls, bad;
+    int rc;
+    wk->min = wk->max = size;
+    rc = alloc_all(wk, count);
+    check_blocks(wk, count, &nulls, &bad);
+    OK(rc == 0 && nulls == 0 && bad == 0, "%s: served, disjoint, intact (%s)", what, rc ? SIM.err : "ok");
+    return rc == 0 && nulls == 0 && bad == 0;
+}
+
+static int heap_round(work *wk, cpd_u64 size, const char *what)
+{
+    return heap_round_of(wk, 8 * LANES, size, what);
+}
+
+/* The heap's warp paths, seen in where the blocks went: whole slabs and
+ * single-chunk runs from the chunk map, the same from the cache of free
+ * chunks, the live count, the cache given back by a sweep. */
 static void case_heap_paths(void)
 {
     pool p;
     work wk = {0};
-    unsigned long long nulls, bad;
-    int same = 1, rc;
+    int same = 1, from_cache = 0;
+    unsigned warps_cached = 0, before;
+    cpd_u64 used = 0, peak = 0;
+    unsigned char cached_before[1024] = {0};
     snprintf(tap_group, sizeof tap_group, "heap warp paths");
     SIM.split = 0;
-    /* 64 MiB: 64 KiB chunks; 2 KiB blocks are 32 to a chunk */
+    /* 64 MiB: 1024 chunks of 64 KiB (2 cache buckets); 2 KiB blocks are 32 to a chunk */
     if (pool_make(&p, CPD_KIND_HEAP, 64u << 20) != 0)
         return;
+    OK(p.st.nchunks == 1024 && p.st.nbuckets == 2, "1024 chunks, 2 cache buckets (%u, %u)", p.st.nchunks,
+       p.st.nbuckets);
     wk.p = &p;
     wk.nw = 8;
-    wk.min = wk.max = 2048;
     wk.ptrs = calloc(8 * LANES, sizeof *wk.ptrs);
-    rc = alloc_all(&wk, 8 * LANES);
-    check_blocks(&wk, 8 * LANES, &nulls, &bad);
-    OK(rc == 0 && nulls == 0 && bad == 0, "32 lanes of 2 KiB: served (%s)", rc ? SIM.err : "ok");
+    heap_round(&wk, 2048, "32 lanes of 2 KiB");
     for (unsigned w = 0; w < 8; w++)
         for (unsigned l = 0; l < LANES; l++)
-            same &= ((uintptr_t)(wk.ptrs[w * LANES + l] - p.st.base) >> 16) ==
-                        ((uintptr_t)(wk.ptrs[w * LANES] - p.st.base) >> 16) &&
+            same &= chunk_of(&p, wk.ptrs[w * LANES + l]) == chunk_of(&p, wk.ptrs[w * LANES]) &&
                     wk.ptrs[w * LANES + l] == wk.ptrs[w * LANES] + 2048u * l;
     OK(same, "a warp's 32 blocks of 2 KiB are one whole slab, in lane order");
+    OK(p.st.chunks_live == 8, "the 8 slabs live: %llu chunks", p.st.chunks_live);
     free_all(&p, wk.ptrs, 8 * LANES, 8);
+    pool_usage(&p, &used, &peak);
+    OK(used == 0 && cached_chunks(&p) == 8 && p.st.chunks_live == 8,
+       "the empty slabs go to the cache, still counted live (%llu B used, %u cached, %llu live)",
+       (unsigned long long)used, cached_chunks(&p), p.st.chunks_live);
+    for (cpd_u32 t = 0; t < 1024; t++)
+        cached_before[t] = (unsigned char)is_cached(&p, t);
+    /* again: the warps that find a chunk in their bucket take a whole slab of it */
+    heap_round(&wk, 2048, "2 KiB again");
+    same = 1;
+    for (unsigned w = 0; w < 8; w++) {
+        cpd_u32 t = chunk_of(&p, wk.ptrs[w * LANES]);
+        for (unsigned l = 0; l < LANES; l++)
+            same &= chunk_of(&p, wk.ptrs[w * LANES + l]) == t && wk.ptrs[w * LANES + l] == wk.ptrs[w * LANES] + 2048u * l;
+        warps_cached += cached_before[t];
+    }
+    OK(same, "a warp's 32 blocks are one whole slab, in lane order");
+    OK(warps_cached >= 1 && p.st.chunks_live == 8 + (8 - warps_cached) && cached_chunks(&p) == 8 - warps_cached,
+       "%u warps took a cached chunk, the others the map (%llu live, %u cached)", warps_cached, p.st.chunks_live,
+       cached_chunks(&p));
+    free_all(&p, wk.ptrs, 8 * LANES, 8);
+    OK(cached_chunks(&p) == p.st.chunks_live, "all %u empty slabs cached", cached_chunks(&p));
+    before = cpd_heap_sweep(&p.st, CPD_HEAP_NONE);
+    OK(before >= 8 && cached_chunks(&p) == 0 && p.st.chunks_live == 0,
+       "a sweep gives the cache back to the map (%u chunks; %u cached, %llu live)", before, cached_chunks(&p),
+       p.st.chunks_live);
     /* single-chunk runs: one map word for the warp */
-    wk.min = wk.max = 65536;
-    rc = alloc_all(&wk, 8 * LANES);
-    check_blocks(&wk, 8 * LANES, &nulls, &bad);
-    OK(rc == 0 && nulls == 0 && bad == 0, "32 lanes of 64 KiB: served (%s)", rc ? SIM.err : "ok");
+    heap_round(&wk, 65536, "32 lanes of 64 KiB");
     same = 1;
     for (unsigned w = 0; w < 8; w++)
         for (unsigned l = 0; l < LANES; l++)
-            same &= ((uintptr_t)(wk.ptrs[w * LANES + l] - p.st.base) >> 21) ==
-                    ((uintptr_t)(wk.ptrs[w * LANES] - p.st.base) >> 21);
+            same &= (chunk_of(&p, wk.ptrs[w * LANES + l]) >> 5) == (chunk_of(&p, wk.ptrs[w * LANES]) >> 5);
     OK(same, "a warp's 32 single-chunk runs come from one map word");
     OK(p.st.chunks_live == 8 * LANES, "the live count once per warp: %llu chunks", p.st.chunks_live);
     free_all(&p, wk.ptrs, 8 * LANES, 8);
-    OK(p.st.chunks_live == 0, "and once per warp back: %llu chunks", p.st.chunks_live);
+    OK(cached_chunks(&p) == 64 && p.st.chunks_live == 64,
+       "64 go to the cache (its 2 buckets full), the rest back to the map once per warp (%u cached, %llu live)",
+       cached_chunks(&p), p.st.chunks_live);
+    for (cpd_u32 t = 0; t < 1024; t++)
+        cached_before[t] = (unsigned char)is_cached(&p, t);
+    before = cached_chunks(&p);
+    heap_round(&wk, 65536, "64 KiB again");
+    for (unsigned i = 0; i < 8 * LANES; i++)
+        from_cache += cached_before[chunk_of(&p, wk.ptrs[i])];
+    OK(from_cache == (int)(before - cached_chunks(&p)) && from_cache > 0 &&
+           p.st.chunks_live == 64 + 8 * LANES - (unsigned)from_cache,
+       "%d runs from the cache, the others from the map (%llu live)", from_cache, p.st.chunks_live);
+    free_all(&p, wk.ptrs, 8 * LANES, 8);
+    cpd_heap_sweep(&p.st, CPD_HEAP_NONE);
+    pool_usage(&p, &used, &peak);
+    OK(used == 0 && p.st.chunks_live == 0, "everything back (%llu B, %llu live)", (unsigned long long)used,
+       p.st.chunks_live);
+    free(wk.ptrs);
+    free(p.mem);
+    tap_group[0] = 0;
+}
+
+/* A full cache in a small pool: the whole pool in one block, then in 8 KiB
+ * blocks after 16 B blocks, with nothing lost to the cache (a sweep gives
+ * it back when the map runs short). */
+static void case_heap_cache_full(void)
+{
+    pool p;
+    work wk = {0};
+    unsigned long long nulls, bad;
+    const cpd_u64 cap = 4u << 20; /* 64 chunks, one bucket of 32 */
+    unsigned long long count;
+    int rc;
+    snprintf(tap_group, sizeof tap_group, "heap cache, pool spent");
+    SIM.split = 1;
+    if (pool_make(&p, CPD_KIND_HEAP, cap) != 0)
+        return;
+    wk.p = &p;
+    wk.nw = 2;
+    wk.ptrs = calloc(cap / 16, sizeof *wk.ptrs);
+    heap_round_of(&wk, 64, 65536, "64 single-chunk runs fill the pool");
+    OK(p.st.nbuckets == 1 && p.st.chunks_live == 64, "64 live (%u buckets)", p.st.nbuckets);
+    free_all(&p, wk.ptrs, 64, 2);
+    OK(cached_chunks(&p) > 0 && cached_chunks(&p) <= 32, "%u of them cached", cached_chunks(&p));
+    wk.nw = 1;
+    heap_round_of(&wk, 1, cap, "the whole pool in one block (a sweep emptied the cache)");
+    OK(wk.ptrs[0] == p.st.base, "at the pool's start");
+    free_all(&p, wk.ptrs, 1, 1);
+    OK(p.st.chunks_live == 0 && cached_chunks(&p) == 0, "back: %llu live", p.st.chunks_live);
+    /* cached 8 KiB slabs, then the pool spent in 16 B and in 8 KiB blocks */
+    wk.nw = 8;
+    heap_round(&wk, 8192, "8 KiB");
+    free_all(&p, wk.ptrs, 8 * LANES, 8);
+    OK(cached_chunks(&p) > 0, "%u empty 8 KiB slabs cached", cached_chunks(&p));
+    for (cpd_u64 size = 16; size <= 8192; size *= 512) {
+        count = cap / size;
+        wk.nw = MAXW;
+        wk.min = wk.max = size;
+        rc = alloc_all(&wk, count);
+        check_blocks(&wk, count, &nulls, &bad);
+        OK(rc == 0 && nulls == 0 && bad == 0, "every %llu B block of the pool served (%llu NULL, %llu bad%s%s)",
+           (unsigned long long)size, nulls, bad, rc ? ": " : "", rc ? SIM.err : "");
+        rc = free_all(&p, wk.ptrs, count, MAXW);
+        OK(rc == 0, "and freed");
+    }
+    OK(p.st.failed == 0, "no NULL (%llu)", (unsigned long long)p.st.failed);
     free(wk.ptrs);
     free(p.mem);
     tap_group[0] = 0;
@@ -666,6 +795,7 @@ int main(void)
         case_keep(CPD_KIND_HEAP, 1u << 20, 1, 4096, 250, split); /* 16 KiB chunks: 512 B are 32 a slab */
     }
     case_heap_paths();
+    case_heap_cache_full();
     for (cpd_u64 size = 16; size <= 65536; size *= 4)
         case_heap_oom(size);
     case_churn(CPD_KIND_SLAB, 4u << 20, 16, 2048);

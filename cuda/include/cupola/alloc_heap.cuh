@@ -53,39 +53,59 @@
  *  - Active slabs.  Each class has A slots (32 for 16 B, 64 for 32 B, 128
  *    for 64 B, 256 above; at most nchunks / 16, at least 1); a warp hashes
  *    its SM and warp slot to one.  When the slot's slab is full, one thread
- *    marks the slot BUSY and fills it: with a fresh chunk (the first word
- *    with room first),
- *    else a slab of the class that has room and no slot (from the class's
- *    partial list), else, after taking back the empty active slabs of the
- *    other classes, a fresh chunk again; with none, the slot is marked
- *    EXHAUSTED.  The slab it replaces loses its `active` bit.
+ *    marks the slot BUSY and fills it: with a free chunk (from the warp's
+ *    cache bucket for the classes the cache holds, else the map's first
+ *    word with room first), else a slab of the class that has room and no
+ *    slot (from the class's partial list), else, after taking back the
+ *    empty active slabs of the other classes and the cached chunks, a free
+ *    chunk again; with none, the slot is marked EXHAUSTED.  The slab it
+ *    replaces loses its `active` bit.
+ *  - Free-chunk cache.  Buckets of 32 entries (one 128-byte line each; a
+ *    bucket per 512 chunks, 1 to 1024 of them: at most 1/16 of the chunks
+ *    cached) hold free chunks that stay set in the map, so that warps
+ *    allocating and freeing whole chunks over and over pass them on
+ *    without the map's shared words; a warp uses the bucket its hash picks.
+ *    An empty slab of a class of 32 blocks or fewer and a freed
+ *    single-chunk run go to the freeing warp's bucket (one of 4 entries,
+ *    the chunk's index and +8, +16, +24 mod 32, taken by compare-and-swap;
+ *    a fence first), else to the map; never once a class has found no
+ *    memory.  Taking: lane r of the lanes asking looks at entry r, and of
+ *    those that see a chunk the first ones from a lane chosen by the hash
+ *    on take one each by atomicExch.  Cached chunks count as live; a
+ *    sweep (before a request fails) gives them all back to the map.
  *  - Whole slabs for a warp.  When the lanes of a warp asking for one
  *    class need at least a whole slab (classes of 32 blocks per slab or
- *    fewer), the lowest lane claims up to floor(n / blocks) fresh chunks of
- *    one map word at once, fills their bitmaps and counts, and hands them
- *    out: lane r the block r mod blocks of chunk r / blocks; lanes left
- *    over go around again.
+ *    fewer), up to k = floor(n / blocks) chunks: first from the warp's
+ *    cache bucket (each lane that took one fills its bitmap and count),
+ *    the rest claimed by the lowest lane, up to k - cached from one map
+ *    word at once; lane r gets the block r mod blocks of the r / blocks-th
+ *    chunk (cached ones first); lanes left over go around again.
  *  - Runs for a warp.  The lanes of a warp asking for one chunk each take
- *    up to n chunks of one map word with one atomicOr (lane r the r-th);
- *    lanes asking for m >= 2 chunks each take one run of n * m chunks, cut
- *    in order; a lane left without claims its own.  The count of live
- *    chunks changes once for the lanes of a warp that got runs, and once
- *    for those that free runs of one length together.
+ *    one from the warp's cache bucket where they see one, then, for those
+ *    still without, up to 4 rounds in which the lowest of them claims up to
+ *    one each of one map word with one atomicOr (the j-th of them the j-th
+ *    chunk); lanes asking for m >= 2 chunks each take one run of n * m
+ *    chunks, cut in order; a lane left without claims its own.  The count
+ *    of live chunks changes once for the lanes of a warp that got runs
+ *    from the map, and once for those that free runs of one length to the
+ *    map together.
  *  - Free.  A block's bit is cleared with atomicAnd and the count
  *    decremented (one atomicSub per warp and slab).  A slab without its
- *    `active` bit is given back to the chunk map when its count reaches 0
- *    (a compare-and-swap from exactly "class, not active, 0"; whoever
- *    brings the word to that value tries it, so none is missed), and is put
- *    on its class's partial list when its count drops below its blocks.
- *    A run is given back whole (compare-and-swap on its tag).  A pointer
+ *    `active` bit is given back (to the cache or the chunk map) when its
+ *    count reaches 0 (a compare-and-swap from exactly "class, not active,
+ *    0"; whoever brings the word to that value tries it, so none is
+ *    missed), and is put on its class's partial list when its count drops
+ *    below its blocks.  A run is given back whole (compare-and-swap on its
+ *    tag; a single chunk to the cache when there is room).  A pointer
  *    outside the pool's chunks, not at a block's start, or already free is
  *    ignored.
  *  - NULL only when the memory is not there: a request fails when its
  *    class's slot is EXHAUSTED and nothing came back since (an epoch, bumped
- *    by every chunk given back and every slab put on a partial list once a
- *    class has been exhausted), and no slab of the class in another slot or
- *    on the partial list has a free block; a run fails when no free chunks
- *    of the shape above exist after taking back empty active slabs.
+ *    by every chunk given back or cached and every slab put on a partial
+ *    list once a class has been exhausted), and no slab of the class in
+ *    another slot or on the partial list has a free block; a run fails when
+ *    no free chunks of the shape above exist after taking back empty active
+ *    slabs and the cached chunks.
  *    Failures count in `failed`.  What stays out of reach: blocks free in a
  *    slab of another class (a slab serves one class until it is empty), and
  *    free chunks that do not line up as a run needs.
@@ -440,6 +460,92 @@ CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, in
     return got ? (cpd_u32)(got >> 32) * 32u + (cpd_u32)cpd_ffs((cpd_u32)got) - 1u : CPD_HEAP_NONE;
 }
 
+/* ---- the free-chunk cache --------------------------------------------------- */
+
+/* The bucket of the warp with hash h: 32 entries, each a free chunk + 1 or
+ * 0, in one 128-byte line. */
+CPD_FN cpd_u32 *cpd_heap_bucket(const cupola_device_pool *pool, cpd_u32 h)
+{
+    return pool->hcache + (cpd_u64)(h % pool->nbuckets) * 32u;
+}
+
+/* Whether an empty slab of class c goes to the cache: the classes a warp
+ * takes whole slabs of (32 blocks or fewer). */
+CPD_FN int cpd_heap_cached_class(const cupola_device_pool *pool, cpd_u32 c)
+{
+    return cpd_heap_blocks(pool, c) <= 32u;
+}
+
+/* Puts chunk s (free, tag 0, its map bit still set: this thread's) into the
+ * bucket of the warp with hash h, at one of 4 entries (s, s + 8, ... mod
+ * 32: the chunks of one map word, freed by one warp, meet no one); 1 when
+ * it went in.  Never once a class has found no memory: from then on free
+ * chunks go to the map, where every request looks. */
+CPD_FN int cpd_heap_cache_push(cupola_device_pool *pool, cpd_u32 s, cpd_u32 h)
+{
+    cpd_u32 *b;
+    if (pool->nbuckets == 0u || cpd_load32(&pool->exhausted))
+        return 0;
+    b = cpd_heap_bucket(pool, h);
+    /* the chunk's last uses (its blocks' frees, its tag) before its entry */
+    cpd_fence();
+    for (cpd_u32 i = 0; i < 4u; i++) {
+        cpd_u32 e = (s + 8u * i) & 31u;
+        if (cpd_load32(&b[e]) == 0u && cpd_cas32(&b[e], 0u, s + 1u) == 0u) {
+            /* a class that ran out meanwhile looks again (its sweep empties
+             * the cache) */
+            cpd_heap_news(pool);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The lanes of mask (rank: this lane's among them, < 32) each look at
+ * entry `rank` of the bucket of the warp with hash h; of those that see a
+ * chunk, `want` take it: the first from a lane chosen by the hash on,
+ * around the warp (warps sharing the bucket go for different entries).
+ * This lane's chunk (its map bit set, tag 0, bitmap clear, counted live),
+ * or CPD_HEAP_NONE. */
+CPD_FN cpd_u32 cpd_heap_cache_pop(cupola_device_pool *pool, cpd_u32 mask, cpd_u32 rank, cpd_u32 want, cpd_u32 h)
+{
+    cpd_u32 *e = cpd_heap_bucket(pool, h) + (rank & 31u);
+    cpd_u32 v = cpd_load32(e);
+    cpd_u32 seen = cpd_ballot(mask, v != 0u);
+    cpd_u32 o = (h >> 16) & 31u, q = ((cpd_u32)cpd_popc(cpd_lanemask_lt()) - o) & 31u;
+    cpd_u32 rot = o ? (seen >> o) | (seen << (32u - o)) : seen;
+    if (v != 0u && (cpd_u32)cpd_popc(rot & ((1u << q) - 1u)) < want && (v = cpd_exch32(e, 0u)) != 0u)
+        return v - 1u;
+    return CPD_HEAP_NONE;
+}
+
+/* One lane's take: the first chunk in the bucket of the warp with hash h
+ * from an entry chosen by the hash on, around; CPD_HEAP_NONE if none. */
+CPD_FN cpd_u32 cpd_heap_cache_take(cupola_device_pool *pool, cpd_u32 h)
+{
+    cpd_u32 *b = cpd_heap_bucket(pool, h);
+    for (cpd_u32 i = 0; i < 32u; i++) {
+        cpd_u32 e = (i + (h >> 16)) & 31u, v;
+        if (cpd_load32(&b[e]) != 0u && (v = cpd_exch32(&b[e], 0u)) != 0u)
+            return v - 1u;
+    }
+    return CPD_HEAP_NONE;
+}
+
+/* Gives every cached chunk back to the map; how many. */
+CPD_FN cpd_u32 cpd_heap_drain(cupola_device_pool *pool)
+{
+    cpd_u32 n = 0;
+    for (cpd_u32 i = 0; i < pool->nbuckets * 32u; i++) {
+        cpd_u32 v;
+        if (cpd_load32(&pool->hcache[i]) == 0u || (v = cpd_exch32(&pool->hcache[i], 0u)) == 0u)
+            continue;
+        cpd_heap_release(pool, v - 1u, 1u);
+        n++;
+    }
+    return n;
+}
+
 /* ---- slabs ------------------------------------------------------------------ */
 
 CPD_FN void cpd_heap_mark_partial(cupola_device_pool *pool, cpd_u32 c, cpd_u32 s)
@@ -457,7 +563,8 @@ CPD_FN void cpd_heap_after_drop(cupola_device_pool *pool, cpd_u32 s, cpd_u32 bef
     if (tag == 0u || tag > pool->nclasses || (now & CPD_HEAP_ACTIVE))
         return;
     if (cpd_heap_count(now) == 0u) {
-        if (cpd_cas32(&pool->cstate[s], now, 0u) == now)
+        if (cpd_cas32(&pool->cstate[s], now, 0u) == now &&
+            !(cpd_heap_cached_class(pool, tag - 1u) && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash()))))
             cpd_heap_release(pool, s, 1u);
         return;
     }
@@ -552,8 +659,9 @@ CPD_FN cpd_u32 cpd_heap_take_partial(cupola_device_pool *pool, cpd_u32 c)
     return CPD_HEAP_NONE;
 }
 
-/* Takes back the empty active slabs of every class but `except`: their
- * slots become EMPTY.  How many were taken. */
+/* Takes back the empty active slabs of every class but `except` (their
+ * slots become EMPTY), then gives the cached chunks back to the map.  How
+ * many slabs and chunks came back. */
 CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
 {
     cpd_u32 n = 0;
@@ -571,13 +679,21 @@ CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
             n++;
         }
     }
-    return n;
+    /* last: the slabs just taken back may have gone to the cache */
+    return n + cpd_heap_drain(pool);
 }
 
-/* A fresh chunk as an active slab of class c (not yet in the live count). */
-CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
+/* A free chunk as an active slab of class c: from the warp's cache bucket
+ * for the classes it holds (*from_map 0: counted live already), else the
+ * first free chunk of the map (*from_map 1: not yet in the live count). */
+CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h, int *from_map)
 {
-    cpd_u32 s = cpd_heap_claim(pool, 1u, h, 0);
+    cpd_u32 s = CPD_HEAP_NONE;
+    if (pool->nbuckets && cpd_heap_cached_class(pool, c))
+        s = cpd_heap_cache_take(pool, h);
+    *from_map = s == CPD_HEAP_NONE;
+    if (s == CPD_HEAP_NONE)
+        s = cpd_heap_claim(pool, 1u, h, 0);
     if (s != CPD_HEAP_NONE)
         cpd_add32(&pool->cstate[s], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | CPD_HEAP_ACTIVE);
     return s;
@@ -588,8 +704,7 @@ CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
  * it saw, so that later threads know whether anything came back since). */
 CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h, int *fresh)
 {
-    cpd_u32 s = cpd_heap_fresh(pool, c, h), e0;
-    *fresh = 1;
+    cpd_u32 s = cpd_heap_fresh(pool, c, h, fresh), e0;
     if (s != CPD_HEAP_NONE)
         return s;
     if (!cpd_load32(&pool->exhausted))
@@ -599,10 +714,9 @@ CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h
     *fresh = 0;
     if ((s = cpd_heap_take_partial(pool, c)) != CPD_HEAP_NONE)
         return s;
-    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h)) != CPD_HEAP_NONE) {
-        *fresh = 1;
+    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h, fresh)) != CPD_HEAP_NONE)
         return s;
-    }
+    *fresh = 0;
     cpd_store32(&pool->exhausted_epoch[c], e0);
     return CPD_SLOT_EXHAUSTED;
 }
@@ -692,31 +806,51 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
         /* every peer must take the same branch (a lane that gave up on
          * whole slabs may meet lanes that did not) */
         if (n >= nb && cpd_ballot(peers, bulk) == peers) {
-            /* whole slabs for these lanes, straight from the chunk map:
-             * up to n / nb chunks of one map word, lane r in chunk r / nb */
+            /* whole slabs for these lanes, k = n / nb of them: first from
+             * the warp's cache bucket (each taken by the lane that saw it,
+             * which fills its bitmap and count), the rest straight from the
+             * chunk map (up to k of one map word, filled by the lowest
+             * lane); lane r gets block r mod nb of the slab r / nb, the
+             * cached slabs first */
+            cpd_u32 k = n / nb, full = nb == 32u ? 0xffffffffu : (1u << nb) - 1u;
+            cpd_u32 mine = CPD_HEAP_NONE, have = 0, hk, bits, j, src, t;
             cpd_u64 got64 = 0;
-            cpd_u32 bits, j;
-            if (rank == 0) {
-                got64 = cpd_heap_claim_bits(pool, n / nb, h, 1);
+            if (pool->nbuckets) {
+                mine = cpd_heap_cache_pop(pool, peers, rank, k, h);
+                if (mine != CPD_HEAP_NONE) {
+                    cpd_or32(&pool->hbitmaps[(cpd_u64)mine * pool->bwords], full);
+                    cpd_add32(&pool->cstate[mine], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | nb);
+                    /* the tag before the blocks: a lane may free its block
+                     * (and read its chunk's tag) at once */
+                    cpd_fence();
+                }
+                have = cpd_ballot(peers, mine != CPD_HEAP_NONE);
+            }
+            hk = (cpd_u32)cpd_popc(have);
+            if (rank == 0 && hk < k) {
+                got64 = cpd_heap_claim_bits(pool, k - hk, h, 1);
                 for (bits = (cpd_u32)got64; bits; bits &= bits - 1u) {
-                    cpd_u32 t = (cpd_u32)(got64 >> 32) * 32u + (cpd_u32)cpd_ffs(bits) - 1u;
-                    cpd_or32(&pool->hbitmaps[(cpd_u64)t * pool->bwords], nb == 32u ? 0xffffffffu : (1u << nb) - 1u);
+                    t = (cpd_u32)(got64 >> 32) * 32u + (cpd_u32)cpd_ffs(bits) - 1u;
+                    cpd_or32(&pool->hbitmaps[(cpd_u64)t * pool->bwords], full);
                     cpd_add32(&pool->cstate[t], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | nb);
                 }
                 if (got64) {
-                    /* the tags before the blocks: a lane may free its block
-                     * (and read its chunk's tag) at once */
                     cpd_fence();
                     cpd_heap_live(pool, (cpd_u64)cpd_popc((cpd_u32)got64));
                 }
             }
             got64 = cpd_shfl64(peers, got64, cpd_leader(peers));
             bits = (cpd_u32)got64;
-            if (bits) {
-                j = rank / nb;
-                if (j < (cpd_u32)cpd_popc(bits))
+            j = rank / nb;
+            /* every peer shuffles: from the lane that took cached slab j */
+            src = j < hk ? cpd_heap_nth_bit(have, j) : (cpd_u32)cpd_leader(peers);
+            t = (cpd_u32)cpd_shfl64(peers, (cpd_u64)mine, (int)src);
+            if (hk + (cpd_u32)cpd_popc(bits)) {
+                if (j < hk)
+                    return pool->base + ((cpd_u64)t << pool->chunk_shift) + ((cpd_u64)(rank % nb) << (4u + c));
+                if (j - hk < (cpd_u32)cpd_popc(bits))
                     return pool->base +
-                           ((cpd_u64)((cpd_u32)(got64 >> 32) * 32u + cpd_heap_nth_bit(bits, j)) << pool->chunk_shift) +
+                           ((cpd_u64)((cpd_u32)(got64 >> 32) * 32u + cpd_heap_nth_bit(bits, j - hk)) << pool->chunk_shift) +
                            ((cpd_u64)(rank % nb) << (4u + c));
                 continue; /* the lanes left over go around again */
             }
@@ -749,6 +883,7 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
 {
     cpd_u64 m64 = (bytes + (1ull << pool->chunk_shift) - 1ull) >> pool->chunk_shift;
     cpd_u32 m, h, peers, n, rank, first = CPD_HEAP_NONE;
+    int cached = 0;
 
     if (m64 > pool->nchunks || m64 == 0) {
         cpd_count_failure(pool);
@@ -760,14 +895,30 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
     n = (cpd_u32)cpd_popc(peers);
     rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
     if (m == 1u) {
-        /* single chunks for the lanes asking one: up to n from one map
-         * word, lane r taking the r-th */
-        cpd_u64 got = 0;
-        if (rank == 0)
-            got = cpd_heap_claim_bits(pool, n, h, 1);
-        got = cpd_shfl64(peers, got, cpd_leader(peers));
-        if (rank < (cpd_u32)cpd_popc((cpd_u32)got))
-            first = (cpd_u32)(got >> 32) * 32u + cpd_heap_nth_bit((cpd_u32)got, rank);
+        /* single chunks for the lanes asking one: first from the warp's
+         * cache bucket (lane r looks at entry r), then for the lanes still
+         * without, a round at a time, up to all of them from one map word
+         * (the lowest of them claims, the j-th of them takes the j-th) */
+        cpd_u32 need = peers;
+        if (pool->nbuckets) {
+            first = cpd_heap_cache_pop(pool, peers, rank, n, h);
+            cached = first != CPD_HEAP_NONE;
+            need = cpd_ballot(peers, !cached);
+        }
+        /* (the lanes in need are those without a chunk: they leave the
+         * loop together or after the ballot that takes them out) */
+        for (int round = 0; round < 4 && first == CPD_HEAP_NONE; round++) {
+            cpd_u32 k = (cpd_u32)cpd_popc(need), rk = (cpd_u32)cpd_popc(need & cpd_lanemask_lt());
+            cpd_u64 got = 0;
+            if (rk == 0)
+                got = cpd_heap_claim_bits(pool, k, h, 1);
+            got = cpd_shfl64(need, got, cpd_leader(need));
+            if (!got)
+                break;
+            if (rk < (cpd_u32)cpd_popc((cpd_u32)got))
+                first = (cpd_u32)(got >> 32) * 32u + cpd_heap_nth_bit((cpd_u32)got, rk);
+            need = cpd_ballot(need, first == CPD_HEAP_NONE);
+        }
     } else if (n > 1u && (cpd_u64)n * m <= pool->nchunks) {
         /* one run for the lanes asking the same length, cut in order */
         if (rank == 0)
@@ -780,15 +931,16 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
         first = cpd_heap_claim(pool, m, h + rank, 1);
     if (first == CPD_HEAP_NONE && cpd_heap_sweep(pool, CPD_HEAP_NONE))
         first = cpd_heap_claim(pool, m, h + rank, 1);
-    /* the live count once for the lanes that got a run (every peer asked m) */
-    peers = cpd_ballot(peers, first != CPD_HEAP_NONE);
+    /* the live count once for the lanes that got a run from the map (every
+     * peer asked m; a cached chunk is counted live already) */
+    peers = cpd_ballot(peers, first != CPD_HEAP_NONE && !cached);
     if (first == CPD_HEAP_NONE) {
         cpd_count_failure(pool);
         return 0;
     }
     cpd_store32(&pool->run_len[first], m);
     cpd_add32(&pool->cstate[first], CPD_HEAP_RUN << CPD_HEAP_TAG_SHIFT);
-    if (cpd_is_leader(peers))
+    if (!cached && cpd_is_leader(peers))
         cpd_heap_live(pool, (cpd_u64)cpd_popc(peers) * m);
     return pool->base + ((cpd_u64)first << pool->chunk_shift);
 }
@@ -818,6 +970,7 @@ CPD_FN void cpd_heap_free(cupola_device_pool *pool, void *ptr)
     tag = cpd_heap_tag(st);
     if (tag == CPD_HEAP_RUN) {
         cpd_u32 m;
+        int pushed;
         if (within)
             return;
         /* one thread takes the tag off (a second free finds none) */
@@ -831,10 +984,16 @@ CPD_FN void cpd_heap_free(cupola_device_pool *pool, void *ptr)
             st = was;
         }
         m = cpd_load32(&pool->run_len[s]);
-        cpd_heap_unmap(pool, s, m);
-        /* the rest once for the lanes freeing runs of one length: their
-         * lowest map word, their chunks */
-        peers = cpd_match_any64(cpd_heap_peers(pool, cpd_activemask(), CPD_HEAP_NONE), (cpd_u64)m);
+        /* a single chunk to the warp's cache bucket when there is room,
+         * else (and any longer run) back to the map */
+        pushed = m == 1u && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash()));
+        if (!pushed)
+            cpd_heap_unmap(pool, s, m);
+        /* the rest once for the lanes freeing runs of one length to the
+         * map: their lowest map word, their chunks */
+        peers = cpd_match_any64(cpd_heap_peers(pool, cpd_activemask(), CPD_HEAP_NONE), pushed ? 0ull : (cpd_u64)m);
+        if (pushed)
+            return;
         s = cpd_warp_min(peers, s >> 5);
         if (cpd_is_leader(peers))
             cpd_heap_returned(pool, s, (cpd_u64)cpd_popc(peers) * m);

@@ -105,6 +105,8 @@ typedef struct cupola_device_pool {
     cpd_u32 *hbitmaps;          /* per chunk: bwords words, one bit per block of its class */
     cpd_u32 *partial;           /* per class: cwords words, slabs that may have room */
     cpd_u32 *hslots;            /* the active slots of every class */
+    cpd_u32 *hcache;            /* nbuckets buckets of 32 entries: a free chunk + 1, or 0 */
+    cpd_u32 nbuckets;           /* buckets of the free-chunk cache (0: none) */
     cpd_u64 chunks_live, chunks_peak;
     cpd_u32 slot_base[CPD_HEAP_CLASSES + 1]; /* class c's slots: hslots[slot_base[c] .. slot_base[c+1]) */
     cpd_u32 exhausted_epoch[CPD_HEAP_CLASSES];
@@ -118,6 +120,7 @@ CPD_FN cpd_u32 cpd_sub32(cpd_u32 *p, cpd_u32 v) { return atomicSub(p, v); }
 CPD_FN cpd_u32 cpd_or32(cpd_u32 *p, cpd_u32 v) { return atomicOr(p, v); }
 CPD_FN cpd_u32 cpd_and32(cpd_u32 *p, cpd_u32 v) { return atomicAnd(p, v); }
 CPD_FN cpd_u32 cpd_cas32(cpd_u32 *p, cpd_u32 cmp, cpd_u32 v) { return atomicCAS(p, cmp, v); }
+CPD_FN cpd_u32 cpd_exch32(cpd_u32 *p, cpd_u32 v) { return atomicExch(p, v); }
 CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v) { return atomicMax(p, v); }
 CPD_FN cpd_u32 cpd_min32(cpd_u32 *p, cpd_u32 v) { return atomicMin(p, v); }
 CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return *(const volatile cpd_u32 *)p; }
@@ -158,6 +161,7 @@ CPD_FN cpd_u32 cpd_cas32(cpd_u32 *p, cpd_u32 cmp, cpd_u32 v)
     __atomic_compare_exchange_n(p, &cmp, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     return cmp; /* the value found, as atomicCAS returns */
 }
+CPD_FN cpd_u32 cpd_exch32(cpd_u32 *p, cpd_u32 v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v)
 {
     cpd_u64 cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);

@@ -310,6 +310,11 @@ void cp_resource_destroy(cp_resource *r)
  * fourth return value.  Only the failure path pays for it. */
 static _Thread_local cp_oom_figures last_oom;
 
+static int vowel(const char *word)
+{
+    return word && word[0] && strchr("aeiou", word[0]) != NULL;
+}
+
 static void human(char *buf, size_t n, uint64_t v)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -361,9 +366,11 @@ static void explain_oom(cp_resource *r, size_t bytes)
     human(lg, sizeof lg, f->largest_free);
     human(rs, sizeof rs, f->reserved);
     human(us, sizeof us, f->used);
-    cp_error_set(CP_ERR_OOM, "out of memory: requested %s from a %s pool; free in pool %s, "
+    /* "an arena pool", "a tlsf pool": the article the kind's first letter takes */
+    cp_error_set(CP_ERR_OOM, "out of memory: requested %s from %s %s pool; free in pool %s, "
                  "largest free block %s, fragmentation %.2f, reserved %s, used %s (%s)",
-                 req, f->kind, fr, lg, f->fragmentation, rs, us, *why ? why : "refused");
+                 req, vowel(f->kind) ? "an" : "a", f->kind, fr, lg, f->fragmentation, rs, us,
+                 *why ? why : "refused");
 }
 
 void cp_resource_last_oom(cp_oom_figures *out)

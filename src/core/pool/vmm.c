@@ -207,6 +207,13 @@ static cp_status v_chunk_added(cp_heap *h, cp_blk *b)
     vpage *pg;
     if (b->up_ptr % v->gran && v->real)
         return cp_error_set(CP_ERR_BACKEND, "vmm: the address range is not page-aligned");
+    /* Requests past `most` are refused before they reserve; a range is at
+     * most the span, or one such request with its alignment's padding, or
+     * `initial`. */
+    if (b->up_bytes / 2 > (v->most > v->span ? v->most : v->span))
+        return cp_error_set(CP_ERR_OOM, "out of memory: an address range of %llu bytes is more "
+                            "than the pool could ever map (%llu)",
+                            (unsigned long long)b->up_bytes, (unsigned long long)v->most);
     nr = realloc(v->ranges, (v->nranges + 1) * sizeof *nr);
     if (!nr)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the page table");
@@ -297,12 +304,22 @@ static cp_status check_room(vmm *v, vpage *p, vpage *last, uint64_t *needp)
 static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
 {
     vmm *v = (vmm *)r;
-    cp_status st = cp_heap_alloc_with(r, bytes, s, out, &vmm_policy);
-    uint64_t addr = v->h.last_addr, size = v->h.last_size;
+    cp_status st;
+    uint64_t addr, size;
     vpage *p, *last, *run = NULL;
     uint64_t need = 0;
+    /* Every page of a block is mapped while it lives: a request past what
+     * the device (or `max`) holds can never be served, and is refused
+     * before its address range and page table are made. */
+    if ((uint64_t)bytes > v->most)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes are more than the pool "
+                            "could ever map (%llu)", (unsigned long long)bytes,
+                            (unsigned long long)v->most);
+    st = cp_heap_alloc_with(r, bytes, s, out, &vmm_policy);
     if (st != CP_OK)
         return st;
+    addr = v->h.last_addr;
+    size = v->h.last_size;
     p = page_of(v, addr);
     last = page_of(v, addr + size - 1);
     st = check_room(v, p, last, &need);
@@ -542,6 +559,7 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     v->gran = VIRT_GRANULE;
     v->nogen.e = NULL;
     v->span = VIRT_SPAN;
+    v->most = VIRT_MOST;
     if (o->upstream == CP_UP_DEVICE) {
         size_t fr = 0, total = 0;
         vaspace *va;
@@ -556,8 +574,10 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         }
         v->gran = g;
         if ((cp_be->mem_get_info_on ? cp_be->mem_get_info_on(v->dev, &fr, &total)
-                                    : cp_be->mem_get_info(&fr, &total)) == CP_OK && total)
+                                    : cp_be->mem_get_info(&fr, &total)) == CP_OK && total) {
             v->span = ((2 * (uint64_t)total) + v->gran - 1) / v->gran * v->gran;
+            v->most = (uint64_t)total;
+        }
         va = malloc(sizeof *va);
         if (!va) {
             cp_resource_destroy(up);
@@ -576,6 +596,8 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
                             (unsigned long long)g);
     }
     v->gshift = cp_log2_floor(v->gran);
+    if (v->max && v->max < v->most)
+        v->most = v->max;
     /* The address space comes in whole pages, aligned to the page: a block
      * alignment up to the page needs no padding, and a larger one (a power
      * of two, so a multiple of the page) pads by whole pages, which the

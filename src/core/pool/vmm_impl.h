@@ -20,6 +20,11 @@
 
 #define VIRT_GRANULE (UINT64_C(2) << 20)
 #define VIRT_SPAN (UINT64_C(1) << 37)
+/* The most one request may take over the virtual upstream, which has no
+ * device memory to bound it: 4 TiB, over ten times any GPU's memory.  Each
+ * range's page table is 48 bytes a page (calloc'ed, touched as pages map),
+ * so a bound on requests is a bound on the table. */
+#define VIRT_MOST (UINT64_C(1) << 42)
 
 /* The default policy's constants (the header says why). */
 #define PAGE_COST 59e-6      /* seconds to move or remap one page */
@@ -61,6 +66,7 @@ typedef struct vmm {
     unsigned gshift;      /* log2(gran) */
     uint64_t span;        /* address space per range */
     uint64_t max;         /* bound on mapped bytes (0: none) */
+    uint64_t most;        /* the largest request whose pages could ever map */
     vrange *ranges;
     size_t nranges;
     vpage *settled, *settled_tail; /* idle pages whose frees are complete,
