@@ -313,7 +313,8 @@ static cp_status v_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **out)
      * before its address range and page table are made. */
     if ((uint64_t)bytes > v->most)
         return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes are more than the pool "
-                            "could ever map (%llu)", (unsigned long long)bytes,
+                            "could ever map (%s %llu)", (unsigned long long)bytes,
+                            v->most == v->max ? "max" : v->real ? "the device's memory" : "the limit",
                             (unsigned long long)v->most);
     st = cp_heap_alloc_with(r, bytes, s, out, &vmm_policy);
     if (st != CP_OK)
