@@ -212,6 +212,22 @@ local function entry(action, addr, size, t)
     "stream", 0, "time_us", t }
 end
 
+-- Bug fixed with this spec: where PyTorch's defaults were recommended the
+-- line to paste was "PYTORCH_CUDA_ALLOC_CONF= python train.py".
+describe("cupola.advise: PyTorch's defaults recommended", function()
+  it("says to run with the variable unset", function()
+    local base = 0x7f0000000000
+    local ev = { entry("segment_alloc", base, 20 * MiB, 1), entry("alloc", base, 8 * MiB, 2),
+      entry("free_requested", base, 8 * MiB, 3), entry("free_completed", base, 8 * MiB, 4) }
+    local path = tmpfile("\128\2" .. dict { "device_traces", list { list(ev) }, "segments", list {} } .. ".")
+    local ok, res = pcall(cupola.advise, path, { progress = false, pools = {} })
+    os.remove(path)
+    assert.is_true(ok, res)
+    assert.equals("", res.recommended.setting)
+    assert.equals("env -u PYTORCH_CUDA_ALLOC_CONF python train.py   # PyTorch's defaults", res.paste)
+  end)
+end)
+
 describe("cupola.advise: tentative allocations", function()
   it("marks a refused request the program survived, and does not count it against a setting", function()
     local base = 0x7f0000000000

@@ -280,6 +280,9 @@ local function paste_line(r)
       .. "torch.cuda.memory.CUDAPluggableAllocator (docs/API.md)"
   end
   local v = r.setting
+  -- PyTorch's defaults: the variable unset (an empty one is read as no
+  -- keys, but a run that set it elsewhere must drop it)
+  if v == "" then return "env -u PYTORCH_CUDA_ALLOC_CONF python train.py   # PyTorch's defaults" end
   if v:find "[^%w_:,.%-]" then v = "'" .. v:gsub("'", "'\\''") .. "'" end
   return "PYTORCH_CUDA_ALLOC_CONF=" .. v .. " python train.py"
 end
