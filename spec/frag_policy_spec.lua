@@ -29,3 +29,36 @@ describe("chunked pools' growth", function()
     end)
   end
 end)
+
+-- Bug fixed with this spec: a tlsf or freelist pool made with initial =
+-- 64 MiB kept that chunk whole for big requests (a small request does not
+-- split an entirely free chunk over 8 times its size) and, growing by 2 MiB
+-- for a 1 MiB request, handed the 64 MiB back to stay within its peak:
+-- reserved fell to 2 MiB and the reservation asked for was gone.
+describe("the initial reservation", function()
+  local MiB = 1024 * 1024
+  for _, kind in ipairs { "tlsf", "freelist", "arena" } do
+    it("serves small requests and stays reserved (" .. kind .. ")", function()
+      local p <close> = cupola.pool { kind = kind, initial = "64MiB" }
+      local live = {}
+      for i = 1, 40 do
+        live[i] = assert(p:alloc(i * 64 * 1024)) -- 51.25 MiB in all
+        assert.equals(64 * MiB, p:stats().reserved, "after " .. i .. " requests")
+      end
+      for i = 1, #live do live[i]:free() end
+      assert.equals(64 * MiB, p:stats().reserved)
+      local big = assert(p:alloc("48MiB"))
+      assert.equals(64 * MiB, p:stats().reserved)
+      big:free()
+      -- trim, asked, returns it
+      p:trim(0)
+      if kind ~= "arena" then assert.equals(0, p:stats().reserved) end
+    end)
+  end
+  it("is still returned when max needs the room", function()
+    local p <close> = cupola.pool { kind = "tlsf", initial = "64MiB", max = "64MiB" }
+    local b = assert(p:alloc("64MiB"))
+    b:free()
+    assert.equals(64 * MiB, p:stats().reserved)
+  end)
+end)

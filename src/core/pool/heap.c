@@ -97,7 +97,7 @@ static void make_room(cp_heap *h, uint64_t want, uint8_t pool, uint64_t sid)
          * pending would make the upstream wait for the device, and hand the
          * same addresses straight back to this stream.  Under max, any. */
         for (b = h->empty; b; b = b->en)
-            if ((!big || b->up_bytes > big->up_bytes) &&
+            if ((!big || b->up_bytes > big->up_bytes) && (hard || !b->up_initial) &&
                 (hard || b->tag.sid == sid || cp_so_settle(&h->so, &b->tag)))
                 big = b;
         if (!big)
@@ -245,6 +245,9 @@ cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
         st = chunk_add(h, size, size, pool, NULL, &b);
         if (st != CP_OK)
             return st;
+        /* Reserved up front to be carved up: growth never hands it back
+         * to make room (trim and max do). */
+        b->up_initial = 1;
     }
     return CP_OK;
 }

@@ -23,9 +23,11 @@
  *  - requests of `big` bytes or more take an entirely free chunk that fits
  *    them within 1/32, unsplit, or get a chunk of their own; smaller ones do
  *    not split such chunks when over 8 times their size (cp_heap_keep_whole),
- *    unless the pool cannot grow;
+ *    unless the pool cannot grow or the chunk is the `initial` reservation,
+ *    which serves requests of every size;
  *  - when nothing fits, entirely free chunks are returned to the upstream
- *    as far as needed to keep reserved within its peak so far (and max),
+ *    as far as needed to keep reserved within its peak so far (and max;
+ *    the `initial` reservation only for max),
  *    then a new chunk of policy->chunk_size bytes is taken (or just the
  *    request, when that would pass max or the upstream refuses the larger
  *    size); if even that fails, any fit anywhere is taken.  Exception: when
@@ -71,6 +73,7 @@ struct cp_blk {
     uint8_t pool;          /* index-specific (small/large) */
     uint8_t in_empty;
     uint8_t in_apart;      /* on the apart list (ep/en: never a whole chunk) */
+    uint8_t up_initial;    /* chunk head: the reservation `initial` made */
 };
 
 typedef struct cp_heap cp_heap;
@@ -170,7 +173,7 @@ cp_blk *cp_heap_find_whole(cp_heap *h, uint64_t size, uint64_t sid, cp_stream *s
 static inline int cp_heap_keep_whole(const cp_heap *h, const cp_blk *b, uint64_t size)
 {
     return !b->prev && !b->next && h->big && !h->desperate && b->size >= h->big &&
-           size * 8 <= b->size;
+           size * 8 <= b->size && !b->up_initial;
 }
 
 /* ---- segregated size classes (TLSF's mapping) ----
@@ -239,6 +242,7 @@ static inline void cp_blk_put(cp_heap *h, cp_blk *b)
     b->is_free = 0;
     b->in_empty = 0;
     b->in_apart = 0;
+    b->up_initial = 0;
     b->tag.ev = NULL;
     b->r = h->spare;
     h->spare = b;
