@@ -24,6 +24,11 @@ print(string.format("backend %s; %s and %s", cupola.backend(), tostring(heap), t
 for _, dp in ipairs { heap, mine } do
   for _, bytes in ipairs { 16, { 16, 4096 }, 65536, MiB } do
     local n = type(bytes) ~= "number" and N or bytes >= MiB and (GPU and 2000 or 200) or bytes >= 65536 and 2000 or N
+    -- each size on a fresh pool: the plugin keeps freed blocks in lists of
+    -- their class (a class never serves another), so without the reset
+    -- the mixed sizes' blocks would hold the memory the 1 MiB row needs
+    -- (2000 blocks of 2 MiB with their headers, in 4 GiB)
+    dp:reset()
     local r = dp:run { threads = n, bytes = bytes, free = true }
     local label = type(bytes) == "table" and (bytes[1] .. ".." .. bytes[2]) or tostring(bytes)
     print(string.format("%-8s %-9s B  %8d threads  ok %8d  failed %d  overlaps %d  misaligned %d  %.3f ms",
