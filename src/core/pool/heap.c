@@ -242,7 +242,7 @@ cp_status cp_heap_init(cp_heap *h, cp_resource *up, const cp_pool_opts *o,
         uint64_t size = pol->round(h, o->initial);
         cp_status st;
         pol->chunk_size(h, size, &pool);
-        st = chunk_add(h, size, size, pool, NULL, &b);
+        st = chunk_add(h, size, h->initial_want > size ? h->initial_want : size, pool, NULL, &b);
         if (st != CP_OK)
             return st;
         /* Reserved up front to be carved up: growth never hands it back

@@ -123,6 +123,8 @@ struct cp_heap {
     uint64_t chunks;
     uint64_t big;          /* requests >= big get whole chunks (0: never) */
     uint64_t chunk_unit;   /* upstream requests are multiples of it (0: any; vmm: its page) */
+    uint64_t initial_want; /* the chunk `initial` prefers (0: initial's size; vmm: its span),
+                            * `initial` alone when the upstream refuses it */
     int desperate;         /* growth failed: any fit will do */
     int keep_chunks;       /* chunks are address space (vmm): never returned
                               before destroy, reserved is the pool's own */

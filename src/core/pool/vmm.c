@@ -613,11 +613,14 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         v->keep_pages =
             (o->release_threshold > o->initial ? o->release_threshold : o->initial) >> v->gshift;
     /* The heap sees address space only: no limit on it, and initial is
-     * mapped below rather than reserved. */
+     * mapped below rather than reserved.  Its range is a span, or initial's
+     * pages alone where the address space cannot hold a span (valgrind, a
+     * `ulimit -v`), as for any range. */
     ho.max = 0;
-    ho.initial = o->initial ? (o->initial > v->span ? o->initial : v->span) : 0;
-    if (ho.initial)
-        ho.initial = (ho.initial + v->gran - 1) / v->gran * v->gran;
+    ho.initial = (o->initial + v->gran - 1) / v->gran * v->gran;
+    if (ho.initial < o->initial)
+        ho.initial = o->initial; /* wrapped: refused as too large below */
+    v->h.initial_want = ho.initial ? v->span : 0;
     ho.grow = 1;
     st = cp_heap_init(&v->h, up, &ho, &vmm_policy);
     /* Idle addresses need not stay shared between streams: address space is
