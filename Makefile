@@ -340,9 +340,18 @@ test-asan: deps rel-asan-build
 	@$(REL_ENV) $(ASAN_ENV) BUSTED_ARGS="--ignore-lua --cpath=$(ASAN_BUILD)/?.so" \
 	    $(LUA) spec/run.lua $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS))
 
+# valgrind runs one thread at a time: the C tests and the spec files run as
+# jobs of their own, one per core (spec/run.lua, CUPOLA_SPEC_JOBS), the
+# longest first; a job still running after VG_JOB_SECONDS fails.
+VG_JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+VG_JOB_SECONDS ?= 1800
+VG_FIRST       := tests/test_compile spec/plugin_spec.lua spec/pool_conformance_spec.lua \
+                  spec/advise_spec.lua spec/install_spec.lua
 test-valgrind: deps rel-vg-build
 	@echo "== test-valgrind: memcheck, definite leaks are errors, host backend"
 	@$(REL_ENV) CUPOLA_FUZZ_OPS=$(VG_FUZZ_OPS) CUPOLA_CHILD_WRAP="$(VALGRIND)" \
+	    CUPOLA_SPEC_JOBS=$(VG_JOBS) CUPOLA_SPEC_TIMEOUT=$(VG_JOB_SECONDS) \
+	    CUPOLA_SPEC_FIRST="$(VG_FIRST)" \
 	    BUSTED="$(VALGRIND) $(LUA) $(REL_BUSTED)" BUSTED_ARGS="--ignore-lua --cpath=$(VG_BUILD)/?.so" \
 	    $(LUA) spec/run.lua $(foreach t,$(VG_C_TESTS),"$(VALGRIND) $(VG_BUILD)/tests/$(t)")
 

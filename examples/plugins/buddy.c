@@ -60,6 +60,11 @@ typedef struct buddy {
 static unsigned log2_ceil(size_t n)
 {
     unsigned l = 0;
+    /* Past the largest power of two a size_t holds no order fits: say so
+     * (the loop below would shift by the type's width, which C leaves
+     * undefined; under valgrind it never ended). */
+    if (n > (size_t)1 << (sizeof(size_t) * 8 - 1))
+        return sizeof(size_t) * 8;
     while (((size_t)1 << l) < n)
         l++;
     return l;
