@@ -194,22 +194,17 @@ function Ctx:check(K, ptrs, n, size, sizes)
   return { nulls = nulls, bad = bad, misaligned = mis, lo = lo, hi = hi, asked = asked, live = live }
 end
 
--- Buffers of at least n entries (kept and grown across tests).
-function Ctx:ptrs(n)
-  if not self.pbuf or self.pbuf.size < 8 * n then
-    if self.pbuf then self.pbuf:free() end
-    self.pbuf = assert(cupola.malloc(8 * math.max(n, 1)))
+-- Buffers of at least n entries of width bytes (kept and grown across tests).
+local function grown(self, field, n, width)
+  if not self[field] or self[field].size < width * n then
+    if self[field] then self[field]:free() end
+    self[field] = assert(cupola.malloc(width * math.max(n, 1)))
   end
-  return self.pbuf
+  return self[field]
 end
 
-function Ctx:sizes_buf(n)
-  if not self.sbuf or self.sbuf.size < 4 * n then
-    if self.sbuf then self.sbuf:free() end
-    self.sbuf = assert(cupola.malloc(4 * math.max(n, 1)))
-  end
-  return self.sbuf
-end
+function Ctx:ptrs(n) return grown(self, "pbuf", n, 8) end
+function Ctx:sizes_buf(n) return grown(self, "sbuf", n, 4) end
 
 local function add(res, row)
   res.rows[#res.rows + 1] = row
