@@ -9,12 +9,7 @@
 -- that exist, and its table of environment variables names every variable
 -- that src/, lua/ and bin/ read.
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read "a"
-  f:close()
-  return s
-end
+local read = read_file
 
 -- The ```lua blocks of a Markdown file: {line = first line of code, code =}.
 local function lua_blocks(path)

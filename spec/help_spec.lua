@@ -149,12 +149,7 @@ end)
 -- tables; a section that names none of those is held to the words of its
 -- headings.  The names a section's headings document lead to its topic.
 describe("cupola.help and docs/API.md", function()
-  local function read(path)
-    local f = assert(io.open(path, "rb"))
-    local s = f:read "a"
-    f:close()
-    return s
-  end
+  local read = read_file
 
   -- The sections: {heading =, heads = {### headings}, cells = {first table cells}}.
   local function sections()

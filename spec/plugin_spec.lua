@@ -9,12 +9,7 @@ require "cupola.busted"
 
 local MiB = 1024 * 1024
 
-local function read(path)
-  local f = assert(io.open(path))
-  local s = f:read "a"
-  f:close()
-  return s
-end
+local read = read_file
 
 local BUDDY_SRC = read "examples/plugins/buddy.c"
 local BROKEN_SRC = read "spec/plugins/broken.c"

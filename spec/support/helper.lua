@@ -42,6 +42,14 @@ end
 -- two streams run concurrently do not apply.
 _G.SERIALIZED = os.getenv "CUPOLA_SERIALIZED" ~= nil
 
+--- read_file(path) -> the whole file, read in binary.
+function _G.read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read "a"
+  f:close()
+  return s
+end
+
 --- tmpfile(bytes) -> the path of a new temporary file holding bytes.
 function _G.tmpfile(bytes)
   local path = os.tmpname()
