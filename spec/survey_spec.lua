@@ -143,6 +143,19 @@ describe("cupola.survey", function()
     assert.is_nil(r.rows[1].probe)
   end)
 
+  it("compiles a built-in allocator's module with the options its entry gives", function()
+    local function one(entry)
+      return survey.run { allocators = { entry }, tests = { "pairs" }, pair_sizes = { 16 }, pair_threads = 64,
+        capacity = 16 * MiB, iterations = 1 }
+    end
+    -- with CUPOLA_SURVEY_SCAN the survey's header holds its scan kernel alone
+    assert.has_error(function() one { kind = "heap", options = { "-DCUPOLA_SURVEY_SCAN" } } end,
+      "bad argument #1 to 'kernel' (no kernel 'sv_alloc' in module survey_heap.cu)")
+    local r = one { kind = "heap", name = "heap -D", options = { "-DCUPOLA_SURVEY_UNUSED_SETTING=1" } }
+    assert.equal("heap -D", r.rows[1].allocator)
+    assert.equal(0, r.rows[1].failed)
+  end)
+
   it("refuses unknown options, tests and kinds", function()
     assert.has_error(function() survey.run { nope = 1 } end, "cupola.survey.run: unknown option 'nope'")
     assert.has_error(function() survey.run { tests = { "speed" } } end, "cupola.survey.run: unknown test 'speed'")

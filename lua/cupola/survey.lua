@@ -104,11 +104,14 @@ local function module_for(spec, dp)
     for _, o in ipairs(dp.options or {}) do opts[#opts + 1] = o end
     return cupola.module { name = "survey_" .. dp.name, source = src, options = opts }
   end
-  local key = spec.kind
+  -- (spec.options: more compile options for the allocator's module, e.g.
+  -- -lineinfo for a profiler, or -D settings an allocator's header reads)
+  local opts = { spec.kind == "malloc" and "-DCUPOLA_SURVEY_MALLOC" or ("-DCUPOLA_POOL_KIND=" .. KINDS[spec.kind]) }
+  for _, o in ipairs(spec.options or {}) do opts[#opts + 1] = o end
+  local key = table.concat(opts, " ")
   if not header_cache[key] then
-    local opt = spec.kind == "malloc" and "-DCUPOLA_SURVEY_MALLOC" or ("-DCUPOLA_POOL_KIND=" .. KINDS[spec.kind])
-    header_cache[key] = cupola.module { name = "survey_" .. key .. ".cu",
-      source = "#include <cupola/survey.cuh>\n", options = { opt } }
+    header_cache[key] = cupola.module { name = "survey_" .. spec.kind .. ".cu",
+      source = "#include <cupola/survey.cuh>\n", options = opts }
   end
   return header_cache[key]
 end
