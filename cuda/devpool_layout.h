@@ -60,13 +60,14 @@ static inline cpd_u64 cpd_layout_heap(cpd_u64 capacity, cpd_layout *L, cpd_u64 a
         L->slot_base[c + 1] = L->slot_base[c] + a;
     }
     L->nslots_total = L->slot_base[CPD_HEAP_CLASSES];
-    /* the free-chunk cache: a bucket of 32 per 512 chunks (at most 1/16 of
-     * them cached), 1 to 1024 buckets */
-    L->nbuckets = nc / 512u;
+    /* the free-chunk cache: a bucket of 32 entries per 16 chunks, 1 to 16384
+     * buckets (2 MiB): room for every chunk of a pool up to 32 GiB, so that
+     * the warps of a whole device passing chunks on seldom meet the map */
+    L->nbuckets = nc / 16u;
     if (L->nbuckets < 1u)
         L->nbuckets = nc ? 1u : 0u;
-    if (L->nbuckets > 1024u)
-        L->nbuckets = 1024u;
+    if (L->nbuckets > 16384u)
+        L->nbuckets = 16384u;
     L->heap_off = at;
     L->cmap_off = at;
     at = cpd_align256(at + (cpd_u64)L->cwords * 4u);

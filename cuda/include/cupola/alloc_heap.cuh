@@ -30,8 +30,11 @@
  *    from the first word with room (a size's blocks stay together); whole
  *    slabs for a warp and single-chunk runs from the first with room of the
  *    32 words after it chosen by the warp's hash (warps asking at once
- *    spread).  In a word, chunks are taken from a bit chosen by the warp's
- *    hash upwards, around the word.  A run of 2..32 chunks lies inside one
+ *    spread).  A claim of k single chunks passes over words with fewer
+ *    than min(k, 8) free chunks while it follows the hints (crumbs left by
+ *    frees stay for smaller claims and the passes over every word).  In a
+ *    word, chunks are taken from a bit chosen by the warp's hash upwards,
+ *    around the word.  A run of 2..32 chunks lies inside one
  *    word, at a position aligned to the power of two >= its length when
  *    one is free, anywhere in a word otherwise (the first candidate from the
  *    warp's hash on); a try that finds some of its bits taken meanwhile
@@ -54,34 +57,37 @@
  *    for 64 B, 256 above; at most nchunks / 16, at least 1); a warp hashes
  *    its SM and warp slot to one.  When the slot's slab is full, one thread
  *    marks the slot BUSY and fills it: with a free chunk (from the warp's
- *    cache bucket for the classes the cache holds, else the map's first
+ *    cache buckets for the classes the cache holds, else the map's first
  *    word with room first), else a slab of the class that has room and no
  *    slot (from the class's partial list), else, after taking back the
  *    empty active slabs of the other classes and the cached chunks, a free
  *    chunk again; with none, the slot is marked EXHAUSTED.  The slab it
  *    replaces loses its `active` bit.
  *  - Free-chunk cache.  Buckets of 32 entries (one 128-byte line each; a
- *    bucket per 512 chunks, 1 to 1024 of them: at most 1/16 of the chunks
- *    cached) hold free chunks that stay set in the map, so that warps
- *    allocating and freeing whole chunks over and over pass them on
- *    without the map's shared words; a warp uses the bucket its hash picks.
- *    An empty slab of a class of 32 blocks or fewer and a freed
- *    single-chunk run go to the freeing warp's bucket (one of 4 entries,
- *    the chunk's index and +8, +16, +24 mod 32, taken by compare-and-swap;
- *    a fence first), else to the map; never once a class has found no
- *    memory.  Taking: lane r of the lanes asking looks at entry r, and of
+ *    bucket per 16 chunks, 1 to 16384 of them: room for every chunk of a
+ *    pool up to 32 GiB) hold free chunks that stay set in the map, so that
+ *    warps allocating and freeing whole chunks over and over pass them on
+ *    without the map's shared words; a warp's buckets are the one its hash
+ *    picks and the 7 after it.  An empty slab of a class of 32 blocks or
+ *    fewer and a freed single-chunk run go to the freeing warp's buckets
+ *    (the first of them with one of 4 entries free: the chunk's index and
+ *    +8, +16, +24 mod 32, taken by compare-and-swap; a fence first), else
+ *    to the map; never once a class has found no memory.  Taking: lane r
+ *    of the lanes asking looks at entry r of the warp's bucket, and of
  *    those that see a chunk the first ones from a lane chosen by the hash
- *    on take one each by atomicExch.  Cached chunks count as live; a
- *    sweep (before a request fails) gives them all back to the map.
+ *    on take one each by atomicExch; the lanes still without look at the
+ *    next bucket the same way, up to the 8th.  Cached chunks count as
+ *    live; a sweep (before a request fails) gives them all back to the
+ *    map.
  *  - Whole slabs for a warp.  When the lanes of a warp asking for one
  *    class need at least a whole slab (classes of 32 blocks per slab or
  *    fewer), up to k = floor(n / blocks) chunks: first from the warp's
- *    cache bucket (each lane that took one fills its bitmap and count),
+ *    cache buckets (each lane that took one fills its bitmap and count),
  *    the rest claimed by the lowest lane, up to k - cached from one map
  *    word at once; lane r gets the block r mod blocks of the r / blocks-th
  *    chunk (cached ones first); lanes left over go around again.
  *  - Runs for a warp.  The lanes of a warp asking for one chunk each take
- *    one from the warp's cache bucket where they see one, then, for those
+ *    one from the warp's cache buckets where they see one, then, for those
  *    still without, up to 4 rounds in which the lowest of them claims up to
  *    one each of one map word with one atomicOr (the j-th of them the j-th
  *    chunk); lanes asking for m >= 2 chunks each take one run of n * m
@@ -123,6 +129,13 @@
 #define CPD_HEAP_COUNT 0x00ffffffu
 #define CPD_HEAP_RUN 127u
 #define CPD_HEAP_NONE 0xffffffffu
+
+/* Buckets of the free-chunk cache a take or a put looks at: the warp's and
+ * the next ones. */
+#define CPD_HEAP_STEAL 8u
+/* A claim of k chunks passes over map words with fewer than min(k, this)
+ * free on its passes with the hints. */
+#define CPD_HEAP_ROOM 8u
 
 CPD_FN cpd_u32 cpd_heap_tag(cpd_u32 st) { return st >> CPD_HEAP_TAG_SHIFT; }
 CPD_FN cpd_u32 cpd_heap_count(cpd_u32 st) { return st & CPD_HEAP_COUNT; }
@@ -337,6 +350,9 @@ CPD_FN cpd_u64 cpd_heap_claim_bits(cupola_device_pool *pool, cpd_u32 k, cpd_u32 
             if (pass < 2 && !(pass == 0 && w == start && !spread) && (w = cpd_heap_open_in(pool, w, end)) >= end)
                 break;
             cur = cpd_load32(&pool->cmap[w]);
+            /* (crumbs are left to smaller claims and the last passes) */
+            if (pass < 2 && (cpd_u32)cpd_popc(~cur) < (k < CPD_HEAP_ROOM ? k : CPD_HEAP_ROOM))
+                continue;
             while (cur != 0xffffffffu) {
                 cpd_u32 got = cpd_heap_set_bits(pool, w, cpd_heap_pick_bits(~cur, k, h & 31u), &cur);
                 if (got)
@@ -346,6 +362,7 @@ CPD_FN cpd_u64 cpd_heap_claim_bits(cupola_device_pool *pool, cpd_u32 k, cpd_u32 
     }
     return 0;
 }
+
 
 /* Sets m (2..32) contiguous free bits of map word w, aligned as the policy
  * says when `aligned`; the first chunk, or CPD_HEAP_NONE.  One atomicOr a
@@ -462,11 +479,11 @@ CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, in
 
 /* ---- the free-chunk cache --------------------------------------------------- */
 
-/* The bucket of the warp with hash h: 32 entries, each a free chunk + 1 or
- * 0, in one 128-byte line. */
-CPD_FN cpd_u32 *cpd_heap_bucket(const cupola_device_pool *pool, cpd_u32 h)
+/* The t-th bucket of the warp with hash h: 32 entries, each a free chunk
+ * + 1 or 0, in one 128-byte line. */
+CPD_FN cpd_u32 *cpd_heap_bucket(const cupola_device_pool *pool, cpd_u32 h, cpd_u32 t)
 {
-    return pool->hcache + (cpd_u64)(h % pool->nbuckets) * 32u;
+    return pool->hcache + (cpd_u64)((h + t) % pool->nbuckets) * 32u;
 }
 
 /* Whether an empty slab of class c goes to the cache: the classes a warp
@@ -483,51 +500,64 @@ CPD_FN int cpd_heap_cached_class(const cupola_device_pool *pool, cpd_u32 c)
  * chunks go to the map, where every request looks. */
 CPD_FN int cpd_heap_cache_push(cupola_device_pool *pool, cpd_u32 s, cpd_u32 h)
 {
-    cpd_u32 *b;
     if (pool->nbuckets == 0u || cpd_load32(&pool->exhausted))
         return 0;
-    b = cpd_heap_bucket(pool, h);
     /* the chunk's last uses (its blocks' frees, its tag) before its entry */
     cpd_fence();
-    for (cpd_u32 i = 0; i < 4u; i++) {
-        cpd_u32 e = (s + 8u * i) & 31u;
-        if (cpd_load32(&b[e]) == 0u && cpd_cas32(&b[e], 0u, s + 1u) == 0u) {
-            /* a class that ran out meanwhile looks again (its sweep empties
-             * the cache) */
-            cpd_heap_news(pool);
-            return 1;
+    for (cpd_u32 t = 0; t < CPD_HEAP_STEAL && t < pool->nbuckets; t++) {
+        cpd_u32 *b = cpd_heap_bucket(pool, h, t);
+        for (cpd_u32 i = 0; i < 4u; i++) {
+            cpd_u32 e = (s + 8u * i) & 31u;
+            if (cpd_load32(&b[e]) == 0u && cpd_cas32(&b[e], 0u, s + 1u) == 0u) {
+                /* a class that ran out meanwhile looks again (its sweep
+                 * empties the cache) */
+                cpd_heap_news(pool);
+                return 1;
+            }
         }
     }
     return 0;
 }
 
-/* The lanes of mask (rank: this lane's among them, < 32) each look at
- * entry `rank` of the bucket of the warp with hash h; of those that see a
- * chunk, `want` take it: the first from a lane chosen by the hash on,
- * around the warp (warps sharing the bucket go for different entries).
- * This lane's chunk (its map bit set, tag 0, bitmap clear, counted live),
- * or CPD_HEAP_NONE. */
-CPD_FN cpd_u32 cpd_heap_cache_pop(cupola_device_pool *pool, cpd_u32 mask, cpd_u32 rank, cpd_u32 want, cpd_u32 h)
+/* Up to `want` chunks for the lanes of mask, one each: the lanes look at
+ * the entries of the warp's bucket (the j-th of them entry j), of those
+ * that see a chunk the first from a lane chosen by the hash on take it;
+ * lanes still without look at the next buckets the same way.  This lane's
+ * chunk (its map bit set, tag 0, bitmap clear, counted live), or
+ * CPD_HEAP_NONE. */
+CPD_FN cpd_u32 cpd_heap_cache_pop(cupola_device_pool *pool, cpd_u32 mask, cpd_u32 want, cpd_u32 h)
 {
-    cpd_u32 *e = cpd_heap_bucket(pool, h) + (rank & 31u);
-    cpd_u32 v = cpd_load32(e);
-    cpd_u32 seen = cpd_ballot(mask, v != 0u);
-    cpd_u32 o = (h >> 16) & 31u, q = ((cpd_u32)cpd_popc(cpd_lanemask_lt()) - o) & 31u;
-    cpd_u32 rot = o ? (seen >> o) | (seen << (32u - o)) : seen;
-    if (v != 0u && (cpd_u32)cpd_popc(rot & ((1u << q) - 1u)) < want && (v = cpd_exch32(e, 0u)) != 0u)
-        return v - 1u;
+    cpd_u32 need = mask, o = (h >> 16) & 31u;
+    for (cpd_u32 t = 0; t < CPD_HEAP_STEAL && t < pool->nbuckets && want; t++) {
+        cpd_u32 rank = (cpd_u32)cpd_popc(need & cpd_lanemask_lt());
+        cpd_u32 *e = cpd_heap_bucket(pool, h, t) + (rank & 31u);
+        cpd_u32 v = cpd_load32(e), mine = CPD_HEAP_NONE, got;
+        cpd_u32 seen = cpd_ballot(need, v != 0u);
+        /* (ballots are by lane: the place from o among those that see one) */
+        cpd_u32 q = ((cpd_u32)cpd_popc(cpd_lanemask_lt()) - o) & 31u;
+        cpd_u32 rot = o ? (seen >> o) | (seen << (32u - o)) : seen;
+        if (v != 0u && (cpd_u32)cpd_popc(rot & ((1u << q) - 1u)) < want && (v = cpd_exch32(e, 0u)) != 0u)
+            mine = v - 1u;
+        got = cpd_ballot(need, mine != CPD_HEAP_NONE);
+        if (mine != CPD_HEAP_NONE)
+            return mine;
+        want -= (cpd_u32)cpd_popc(got) < want ? (cpd_u32)cpd_popc(got) : want;
+        need &= ~got;
+    }
     return CPD_HEAP_NONE;
 }
 
-/* One lane's take: the first chunk in the bucket of the warp with hash h
- * from an entry chosen by the hash on, around; CPD_HEAP_NONE if none. */
+/* One lane's take: the first chunk in the warp's buckets from an entry
+ * chosen by the hash on, around; CPD_HEAP_NONE if none. */
 CPD_FN cpd_u32 cpd_heap_cache_take(cupola_device_pool *pool, cpd_u32 h)
 {
-    cpd_u32 *b = cpd_heap_bucket(pool, h);
-    for (cpd_u32 i = 0; i < 32u; i++) {
-        cpd_u32 e = (i + (h >> 16)) & 31u, v;
-        if (cpd_load32(&b[e]) != 0u && (v = cpd_exch32(&b[e], 0u)) != 0u)
-            return v - 1u;
+    for (cpd_u32 t = 0; t < CPD_HEAP_STEAL && t < pool->nbuckets; t++) {
+        cpd_u32 *b = cpd_heap_bucket(pool, h, t);
+        for (cpd_u32 i = 0; i < 32u; i++) {
+            cpd_u32 e = (i + (h >> 16)) & 31u, v;
+            if (cpd_load32(&b[e]) != 0u && (v = cpd_exch32(&b[e], 0u)) != 0u)
+                return v - 1u;
+        }
     }
     return CPD_HEAP_NONE;
 }
@@ -564,8 +594,9 @@ CPD_FN void cpd_heap_after_drop(cupola_device_pool *pool, cpd_u32 s, cpd_u32 bef
         return;
     if (cpd_heap_count(now) == 0u) {
         if (cpd_cas32(&pool->cstate[s], now, 0u) == now &&
-            !(cpd_heap_cached_class(pool, tag - 1u) && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash()))))
-            cpd_heap_release(pool, s, 1u);
+            !(cpd_heap_cached_class(pool, tag - 1u) && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash())))) {
+                cpd_heap_release(pool, s, 1u);
+        }
         return;
     }
     nb = cpd_heap_blocks(pool, tag - 1u);
@@ -683,7 +714,7 @@ CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
     return n + cpd_heap_drain(pool);
 }
 
-/* A free chunk as an active slab of class c: from the warp's cache bucket
+/* A free chunk as an active slab of class c: from the warp's cache buckets
  * for the classes it holds (*from_map 0: counted live already), else the
  * first free chunk of the map (*from_map 1: not yet in the live count). */
 CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h, int *from_map)
@@ -807,7 +838,7 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
          * whole slabs may meet lanes that did not) */
         if (n >= nb && cpd_ballot(peers, bulk) == peers) {
             /* whole slabs for these lanes, k = n / nb of them: first from
-             * the warp's cache bucket (each taken by the lane that saw it,
+             * the warp's cache buckets (each taken by the lane that saw it,
              * which fills its bitmap and count), the rest straight from the
              * chunk map (up to k of one map word, filled by the lowest
              * lane); lane r gets block r mod nb of the slab r / nb, the
@@ -816,7 +847,7 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
             cpd_u32 mine = CPD_HEAP_NONE, have = 0, hk, bits, j, src, t;
             cpd_u64 got64 = 0;
             if (pool->nbuckets) {
-                mine = cpd_heap_cache_pop(pool, peers, rank, k, h);
+                mine = cpd_heap_cache_pop(pool, peers, k, h);
                 if (mine != CPD_HEAP_NONE) {
                     cpd_or32(&pool->hbitmaps[(cpd_u64)mine * pool->bwords], full);
                     cpd_add32(&pool->cstate[mine], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | nb);
@@ -896,12 +927,12 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
     rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
     if (m == 1u) {
         /* single chunks for the lanes asking one: first from the warp's
-         * cache bucket (lane r looks at entry r), then for the lanes still
+         * cache buckets (lane r looks at entry r), then for the lanes still
          * without, a round at a time, up to all of them from one map word
          * (the lowest of them claims, the j-th of them takes the j-th) */
         cpd_u32 need = peers;
         if (pool->nbuckets) {
-            first = cpd_heap_cache_pop(pool, peers, rank, n, h);
+            first = cpd_heap_cache_pop(pool, peers, n, h);
             cached = first != CPD_HEAP_NONE;
             need = cpd_ballot(peers, !cached);
         }
@@ -984,7 +1015,7 @@ CPD_FN void cpd_heap_free(cupola_device_pool *pool, void *ptr)
             st = was;
         }
         m = cpd_load32(&pool->run_len[s]);
-        /* a single chunk to the warp's cache bucket when there is room,
+        /* a single chunk to the warp's cache buckets when there is room,
          * else (and any longer run) back to the map */
         pushed = m == 1u && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash()));
         if (!pushed)
