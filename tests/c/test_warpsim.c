@@ -678,6 +678,15 @@ static void case_heap_cache_full(void)
     OK(wk.ptrs[0] == p.st.base, "at the pool's start");
     free_all(&p, wk.ptrs, 1, 1);
     OK(p.st.chunks_live == 0 && cached_chunks(&p) == 0, "back: %llu live", p.st.chunks_live);
+    /* that run's miss marked the pool exhausted: frees go to the map from
+     * then on (concurrent frees refilling the cache would keep a run's
+     * second look from finding the chunks its sweep gave back) */
+    heap_round_of(&wk, 32, 65536, "32 single-chunk runs after the miss");
+    free_all(&p, wk.ptrs, 32, 1);
+    OK(p.st.exhausted && cached_chunks(&p) == 0 && p.st.chunks_live == 0,
+       "none of them cached after a run's miss (exhausted %u, %u cached, %llu live)", p.st.exhausted,
+       cached_chunks(&p), p.st.chunks_live);
+    p.st.exhausted = 0; /* as a reset leaves it, for the cases below */
     /* cached 8 KiB slabs, then the pool spent in 16 B and in 8 KiB blocks */
     wk.nw = 8;
     heap_round(&wk, 8192, "8 KiB");

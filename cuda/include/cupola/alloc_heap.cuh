@@ -72,7 +72,7 @@
  *    fewer and a freed single-chunk run go to the freeing warp's buckets
  *    (the first of them with one of 4 entries free: the chunk's index and
  *    +8, +16, +24 mod 32, taken by compare-and-swap; a fence first), else
- *    to the map; never once a class has found no memory.  Taking: lane r
+ *    to the map; never once a class or a run has found no memory.  Taking: lane r
  *    of the lanes asking looks at entry r of the warp's bucket, and of
  *    those that see a chunk the first ones from a lane chosen by the hash
  *    on take one each by atomicExch; the lanes still without look at the
@@ -111,7 +111,8 @@
  *    list once a class has been exhausted), and no slab of the class in
  *    another slot or on the partial list has a free block; a run fails when
  *    no free chunks of the shape above exist after taking back empty active
- *    slabs and the cached chunks.
+ *    slabs and the cached chunks (the pool counts as exhausted from its
+ *    first miss on: nothing is cached after it).
  *    Failures count in `failed`.  What stays out of reach: blocks free in a
  *    slab of another class (a slab serves one class until it is empty), and
  *    free chunks that do not line up as a run needs.
@@ -960,8 +961,17 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
     }
     if (first == CPD_HEAP_NONE)
         first = cpd_heap_claim(pool, m, h + rank, 1);
-    if (first == CPD_HEAP_NONE && cpd_heap_sweep(pool, CPD_HEAP_NONE))
+    if (first == CPD_HEAP_NONE) {
+        /* the map is short: from now on free chunks go to the map, where
+         * this claim looks, and the cache comes back to it (another
+         * thread's sweep may have come first: the claim looks again
+         * whatever this one found) */
+        if (!cpd_load32(&pool->exhausted))
+            cpd_store32(&pool->exhausted, 1u);
+        cpd_fence();
+        cpd_heap_sweep(pool, CPD_HEAP_NONE);
         first = cpd_heap_claim(pool, m, h + rank, 1);
+    }
     /* the live count once for the lanes that got a run from the map (every
      * peer asked m; a cached chunk is counted live already) */
     peers = cpd_ballot(peers, first != CPD_HEAP_NONE && !cached);
