@@ -12,6 +12,9 @@
 -- core.  CUPOLA_SPEC_FIRST names jobs to start before the rest (each name
 -- the end of a job's command: a C program, a spec file): the longest, so
 -- that the last to end is a short one.
+-- CUPOLA_SPEC_ALONE names jobs (the same way) to run after the others, one
+-- at a time: the specs that measure the whole device (its free memory),
+-- which other jobs on the same GPU would disturb.
 -- CUPOLA_SPEC_TIMEOUT=S stops a job after S seconds and counts it failed.
 local passed, failed, skipped = 0, 0, 0
 
@@ -94,8 +97,12 @@ else
   end
   for i, prog in ipairs(arg) do table.insert(list, i, { prog = prog }) end
   -- a name in CUPOLA_SPEC_FIRST matches the jobs whose command ends with it
-  local firsts = {}
-  for w in (os.getenv "CUPOLA_SPEC_FIRST" or ""):gmatch "%S+" do firsts[#firsts + 1] = w end
+  local function names(var)
+    local t = {}
+    for w in (os.getenv(var) or ""):gmatch "%S+" do t[#t + 1] = w end
+    return t
+  end
+  local firsts, alone = names "CUPOLA_SPEC_FIRST", names "CUPOLA_SPEC_ALONE"
   for i, job in ipairs(list) do
     local name = job.prog or job.spec
     job.n, job.rank = i, math.huge
@@ -104,6 +111,9 @@ else
         job.rank = r
         break
       end
+    end
+    for _, w in ipairs(alone) do
+      if name:sub(-#w) == w then job.alone = true end
     end
   end
   table.sort(list, function(a, b)
@@ -115,7 +125,7 @@ else
   assert(os.execute("mkdir -m 700 " .. sh_quote(dir)))
   local limit = tonumber(os.getenv "CUPOLA_SPEC_TIMEOUT" or "")
   local stop = limit and string.format("timeout -k 10 %d ", limit) or ""
-  local scripts = {}
+  local scripts, after = {}, {}
   for i, job in ipairs(list) do
     local base = string.format("%s/%03d", dir, i)
     job.log, job.summary, job.rc = base .. ".log", base .. ".sum", base .. ".rc"
@@ -129,15 +139,22 @@ else
     local f = assert(io.open(base .. ".sh", "w"))
     f:write(string.format("%s >%s 2>&1 </dev/null\necho $? >%s\n", cmd, sh_quote(job.log), sh_quote(job.rc)))
     f:close()
-    scripts[#scripts + 1] = base .. ".sh"
+    local into = job.alone and after or scripts
+    into[#into + 1] = base .. ".sh"
   end
-  local names = assert(io.open(dir .. "/jobs", "w"))
-  names:write(table.concat(scripts, "\n"), "\n")
-  names:close()
-  io.write(string.format("== %d jobs, %d at a time%s\n", #list, jobs,
+  local function run_all(t, name, n)
+    if #t == 0 then return end
+    local f = assert(io.open(dir .. "/" .. name, "w"))
+    f:write(table.concat(t, "\n"), "\n")
+    f:close()
+    os.execute(string.format("xargs -P %d -n 1 sh <%s", n, sh_quote(dir .. "/" .. name)))
+  end
+  io.write(string.format("== %d jobs, %d at a time%s%s\n", #list, jobs,
+    #after > 0 and string.format(" (%d after them, alone)", #after) or "",
     limit and string.format(", each stopped after %d s", limit) or ""))
   io.flush()
-  os.execute(string.format("xargs -P %d -n 1 sh <%s", jobs, sh_quote(dir .. "/jobs")))
+  run_all(scripts, "jobs", jobs)
+  run_all(after, "alone", 1)
   for _, job in ipairs(list) do
     local f = io.open(job.rc, "r")
     local code = f and tonumber(f:read "l") or -1
