@@ -70,10 +70,14 @@ describe("cupola.advise on every snapshot cupola ships", function()
       -- settings: bench/results/advise.md)
       local base = r.name:match "%.default$" or r.name:match "%.limit%-default$" or r.name:match "%.oom%-default$"
       for _, s in ipairs(base and shipped(workload(r.name), r.limit) or {}) do
-        -- under the limit, PyTorch's retries give back segments in the order Python freed the
-        -- tensors, which differs from run to run: varlen.limit-pow2div4 within 2 %, as
-        -- spec/torch_spec.lua allows (bench/results/torch_model.md says why)
-        local tolerance = s.name == "varlen.limit-pow2div4" and 0.02 or 0.01
+        -- Python frees some tensors in another order from run to run (varlen: some 300 of
+        -- 14109 events). Under the limit, PyTorch's retries give back segments in that
+        -- order: varlen.limit-pow2div4 within 2 %, as spec/torch_spec.lua allows
+        -- (bench/results/torch_model.md says why). With 64 MiB segments the order moves
+        -- the peak by one segment's worth: the model replaying the default run's requests
+        -- under large_segment_size_mb:64 gives 1.3 % less than its replay of the seg64
+        -- run's own requests, which is PyTorch's figure to the byte.
+        local tolerance = (s.name == "varlen.limit-pow2div4" or s.name == "varlen.seg64") and 0.02 or 0.01
         local row = row_of(res, s.conf) or row_of(res, "") -- the default's row is ""
         if s.conf ~= "" then row = row_of(res, s.conf) end
         assert.is_truthy(row, "no row for " .. s.conf)

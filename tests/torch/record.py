@@ -314,9 +314,14 @@ def probe_one(conf, outfile):
     import torch
     out = {"conf": conf}
     try:
-        x = torch.empty(1 << 20, device="cuda")  # 4 MiB: a large-pool segment
-        out["reserved"] = torch.cuda.memory_reserved()
-        del x
+        try:
+            x = torch.empty(1 << 20, device="cuda")  # 4 MiB: a large-pool segment
+            out["reserved"] = torch.cuda.memory_reserved()
+            del x
+        except torch.OutOfMemoryError as e:
+            # the allocator took the conf and refused the tensor (a limit
+            # of 0 bytes, say): accepted, and the 4 MiB ran out of memory
+            out["oom"] = str(e).splitlines()[0][:300]
         out["accepted"] = True
         snap = torch.cuda.memory._snapshot()
         out["allocator_settings"] = snap.get("allocator_settings")
@@ -353,8 +358,11 @@ def probe_conf(outdir, jobs=8):
             results.append(json.load(open(outfile)))
             os.remove(outfile)
         except Exception:  # noqa: BLE001 - the process died before writing
-            results.append({"conf": conf, "accepted": False,
-                            "error": (out or "").strip().splitlines()[-1:]})
+            # (C++'s terminate: its "what():" line says why, else the last)
+            lines = (out or "").strip().splitlines()
+            what = [ln.split("what():", 1)[1].strip() for ln in lines if "what():" in ln]
+            results.append({"conf": conf, "accepted": False, "died": True,
+                            "error": (what or lines[-1:] or [""])[0][:300]})
     with open(os.path.join(outdir, "conf_probe.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
     probe_lua(os.path.join(outdir, "conf_probe.json"), os.path.join(outdir, "conf_probe.lua"))
@@ -377,11 +385,13 @@ def probe_lua(src, dst):
     """PyTorch's verdicts in the form the repository ships (a Lua table):
     each conf, whether PyTorch took it, what it read (allocator_settings:
     max_split_size as the int64 it reports, the roundup divisions by
-    interval) and what a 4 MiB tensor reserved, or its refusal."""
+    interval) and what a 4 MiB tensor reserved (or the OutOfMemoryError it
+    raised), or its refusal (died: the process ended in C++'s terminate)."""
     results = json.load(open(src))
     lines = ["-- PyTorch 2.11.0's verdict on each conf string (tests/torch/record.py --probe-conf on",
              "-- an H100): accepted or not, and what it read (allocator_settings; reserved: what one",
-             "-- 4 MiB tensor made it reserve) or its error.  spec/torch_conf_spec.lua holds cupola",
+             "-- 4 MiB tensor made it reserve; oom: the OutOfMemoryError it raised instead) or its",
+             "-- error (died: the process ended in C++'s terminate).  spec/torch_conf_spec.lua holds cupola",
              "-- to every line.",
              "return {"]
     for r in results:
@@ -399,11 +409,15 @@ def probe_lua(src, dst):
                 "%d" % int(rd.get(str(1 << i), 0)) for i in range(16)))
             if "reserved" in r:
                 items.append("reserved = %d" % int(r["reserved"]))
+            if r.get("oom"):
+                items.append("oom = " + lua_str(r["oom"]))
         else:
             err = r.get("error")
             if isinstance(err, list):
                 err = err[0] if err else ""
             items.append("error = " + lua_str(str(err or "")))
+            if r.get("died"):
+                items.append("died = true")
         lines.append("  {" + ", ".join(items) + "},")
     lines.append("}")
     with open(dst, "w") as f:

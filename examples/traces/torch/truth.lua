@@ -44,4 +44,7 @@ return {
   {name = "varlen.oom-default", conf = "", limit = 1852773580, reserved = 1822425088, allocated = 1736369152, device_allocs = 55, device_frees = 0, retries = 1, ooms = 1, sync_all_streams = 1, events = 3008},
   {name = "varlen.oom-expandable", conf = "expandable_segments:True", limit = 1852773580, reserved = 1786773504, allocated = 1722803200, device_allocs = 55, device_frees = 0, retries = 1, ooms = 1, sync_all_streams = 1, events = 3008},
   {name = "varlen.split32", conf = "max_split_size_mb:32", limit = 0, reserved = 3835691008, allocated = 2078855168, device_allocs = 136, device_frees = 38, retries = 0, ooms = 0, sync_all_streams = 1, events = 21336},
+  {name = "varlen.seg64", conf = "large_segment_size_mb:64", limit = 0, reserved = 3183476736, allocated = 2056081408, device_allocs = 51, device_frees = 13, retries = 0, ooms = 0, sync_all_streams = 1, events = 21226},
+  {name = "varlen.seg12", conf = "large_segment_size_mb:12", limit = 0, reserved = 3179282432, allocated = 2074578944, device_allocs = 120, device_frees = 30, retries = 0, ooms = 0, sync_all_streams = 1, events = 21312},
+  {name = "twostream.expandable-seg64", conf = "expandable_segments:True,large_segment_size_mb:64", limit = 0, reserved = 903872512, allocated = 659222016, device_allocs = 28, device_frees = 0, retries = 0, ooms = 0, sync_all_streams = 0, events = 8319},
 }
