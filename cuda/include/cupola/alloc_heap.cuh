@@ -76,7 +76,8 @@
  *    of the lanes asking looks at entry r of the warp's bucket, and of
  *    those that see a chunk the first ones from a lane chosen by the hash
  *    on take one each by atomicExch; the lanes still without look at the
- *    next bucket the same way, up to the 8th.  Cached chunks count as
+ *    next bucket the same way, up to the 8th (a lone lane filling a slot
+ *    looks at the first 2, four entries a load).  Cached chunks count as
  *    live; a sweep (before a request fails) gives them all back to the
  *    map.
  *  - Whole slabs for a warp.  When the lanes of a warp asking for one
@@ -134,6 +135,8 @@
 /* Buckets of the free-chunk cache a take or a put looks at: the warp's and
  * the next ones. */
 #define CPD_HEAP_STEAL 8u
+/* ... and those one lane alone takes from (filling a slot). */
+#define CPD_HEAP_TAKE 2u
 /* A claim of k chunks passes over map words with fewer than min(k, this)
  * free on its passes with the hints. */
 #define CPD_HEAP_ROOM 8u
@@ -548,16 +551,21 @@ CPD_FN cpd_u32 cpd_heap_cache_pop(cupola_device_pool *pool, cpd_u32 mask, cpd_u3
     return CPD_HEAP_NONE;
 }
 
-/* One lane's take: the first chunk in the warp's buckets from an entry
- * chosen by the hash on, around; CPD_HEAP_NONE if none. */
+/* One lane's take: the first chunk in the warp's first CPD_HEAP_TAKE
+ * buckets, read four entries a load from a quarter-line chosen by the hash
+ * on, around; CPD_HEAP_NONE if none.  (A lone lane reads its entries one
+ * load after another: the warp-wide take can look further for the same
+ * time.) */
 CPD_FN cpd_u32 cpd_heap_cache_take(cupola_device_pool *pool, cpd_u32 h)
 {
-    for (cpd_u32 t = 0; t < CPD_HEAP_STEAL && t < pool->nbuckets; t++) {
+    for (cpd_u32 t = 0; t < CPD_HEAP_TAKE && t < pool->nbuckets; t++) {
         cpd_u32 *b = cpd_heap_bucket(pool, h, t);
-        for (cpd_u32 i = 0; i < 32u; i++) {
-            cpd_u32 e = (i + (h >> 16)) & 31u, v;
-            if (cpd_load32(&b[e]) != 0u && (v = cpd_exch32(&b[e], 0u)) != 0u)
-                return v - 1u;
+        for (cpd_u32 q = 0; q < 8u; q++) {
+            cpd_u32 *e = b + (((q + (h >> 16)) & 7u) << 2), v[4], x;
+            cpd_load4x32(e, v);
+            for (cpd_u32 i = 0; i < 4u; i++)
+                if (v[i] != 0u && (x = cpd_exch32(&e[i], 0u)) != 0u)
+                    return x - 1u;
         }
     }
     return CPD_HEAP_NONE;

@@ -124,6 +124,13 @@ CPD_FN cpd_u32 cpd_exch32(cpd_u32 *p, cpd_u32 v) { return atomicExch(p, v); }
 CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v) { return atomicMax(p, v); }
 CPD_FN cpd_u32 cpd_min32(cpd_u32 *p, cpd_u32 v) { return atomicMin(p, v); }
 CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return *(const volatile cpd_u32 *)p; }
+/* The four words at p (16-byte aligned) in one load, each as a cpd_load32. */
+CPD_FN void cpd_load4x32(const cpd_u32 *p, cpd_u32 *v)
+{
+    asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "l"(p));
+}
 CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { *(volatile cpd_u32 *)p = v; }
 CPD_FN void cpd_fence(void) { __threadfence(); }
 CPD_FN void cpd_pause(void) { __nanosleep(64); }
@@ -177,6 +184,11 @@ CPD_FN cpd_u32 cpd_min32(cpd_u32 *p, cpd_u32 v)
     return cur;
 }
 CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+CPD_FN void cpd_load4x32(const cpd_u32 *p, cpd_u32 *v)
+{
+    for (int i = 0; i < 4; i++)
+        v[i] = cpd_load32(p + i);
+}
 CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 /* Every shared word the allocators touch goes through the sequentially
  * consistent atomics above on the host, which already order what the GPU's
