@@ -49,8 +49,10 @@
  *    the count (one atomicAdd per warp for the lanes asking from the same
  *    slab: a lane whose place passes the slab's blocks gets none and the
  *    excess is given back), then taken by setting a free bit with atomicOr,
- *    starting at a word chosen by the warp's hash and the lane's rank (the
- *    j-th lane to start in a word tries the word's j-th free bit).  A
+ *    starting at a word chosen by the warp's hash (other bits of it than
+ *    those that chose its slot) and the lane's rank; the j-th lane of a
+ *    warp to start in a word tries the word's (o + j)-th free bit, o from
+ *    the hash (warps of one slot do not all race for its lowest bits).  A
  *    reservation checks the tag it added to: a slab that was meanwhile
  *    given back and reused for something else is treated as full.
  *  - Active slabs.  Each class has A slots (32 for 16 B, 64 for 32 B, 128
@@ -643,7 +645,11 @@ CPD_FN void *cpd_heap_take(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c, cpd_u
     cpd_u32 words = (nb + 31u) / 32u;
     cpd_u32 last_valid = (nb % 32u) ? (1u << (nb % 32u)) - 1u : 0xffffffffu;
     cpd_u32 *bm = pool->hbitmaps + (cpd_u64)s * pool->bwords;
-    cpd_u32 w = (h + rank) % words, j = rank / words;
+    /* (not h's low bits: those chose the warp's slot, so every warp of a
+     * slot would start its lanes in the same words and race for the same
+     * bits; other bits of h also pick which free bit a warp's lanes try
+     * first) */
+    cpd_u32 w = ((h >> 16) + rank) % words, j = ((h >> 8) & 31u) + rank / words;
     for (;;) {
         cpd_u32 valid = (w == words - 1u) ? last_valid : 0xffffffffu;
         cpd_u32 cur = cpd_load32(&bm[w]);
