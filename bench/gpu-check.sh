@@ -50,9 +50,9 @@ run_stage() { # name command...
 
 C_TESTS=${C_TESTS:-$(ls tests/c/test_*.c 2>/dev/null | sed 's|tests/c/|build/tests/|; s|\.c$||')}
 # With CUPOLA_SPEC_JOBS=N the suite's spec files run N at a time on the one
-# GPU (spec/run.lua); the specs that measure the device's free memory run
-# after the others, alone.
-export CUPOLA_SPEC_ALONE="${CUPOLA_SPEC_ALONE:-soak_spec.lua vmm_spec.lua}"
+# GPU (spec/run.lua); the specs that measure the device's free memory
+# (cupola.mem_info) run after the others, alone.
+export CUPOLA_SPEC_ALONE="${CUPOLA_SPEC_ALONE:-soak_spec.lua vmm_spec.lua torch_spec.lua multi_device_spec.lua}"
 
 for stage in $stages; do
     case $stage in
