@@ -448,6 +448,32 @@ static void check_blocks(const work *wk, unsigned long long count, unsigned long
 
 static sim SIM;
 
+/* A sweep run by one warp of 32 lanes (they split the cache's buckets):
+ * what they gave back, all lanes together. */
+typedef struct sweeper {
+    pool *p;
+    unsigned long long n;
+} sweeper;
+
+static void body_sweep(void *arg, unsigned w, unsigned l)
+{
+    sweeper *sw = arg;
+    (void)w;
+    (void)l;
+    __atomic_fetch_add(&sw->n, (unsigned long long)cpd_heap_sweep(&sw->p->st, CPD_HEAP_NONE), __ATOMIC_SEQ_CST);
+}
+
+static unsigned sweep_by_warp(pool *p)
+{
+    sweeper sw = {p, 0};
+    int split = SIM.split;
+    SIM.split = 0;
+    sim_run(&SIM, 1, LANES, body_sweep, &sw);
+    SIM.split = split;
+    return (unsigned)sw.n;
+}
+
+
 /* Allocates for threads [0, count) in batches of nw warps (lanes of the last
  * warp past count exit), then checks. */
 static int alloc_all(work *wk, unsigned long long count)
@@ -616,7 +642,7 @@ static void case_heap_paths(void)
        cached_chunks(&p));
     free_all(&p, wk.ptrs, 8 * LANES, 8);
     OK(cached_chunks(&p) == p.st.chunks_live, "all %u empty slabs cached", cached_chunks(&p));
-    before = cpd_heap_sweep(&p.st, CPD_HEAP_NONE);
+    before = sweep_by_warp(&p);
     OK(before >= 8 && cached_chunks(&p) == 0 && p.st.chunks_live == 0,
        "a sweep gives the cache back to the map (%u chunks; %u cached, %llu live)", before, cached_chunks(&p),
        p.st.chunks_live);
@@ -642,7 +668,7 @@ static void case_heap_paths(void)
            p.st.chunks_live == 64 + 8 * LANES - (unsigned)from_cache,
        "%d runs from the cache, the others from the map (%llu live)", from_cache, p.st.chunks_live);
     free_all(&p, wk.ptrs, 8 * LANES, 8);
-    cpd_heap_sweep(&p.st, CPD_HEAP_NONE);
+    sweep_by_warp(&p);
     pool_usage(&p, &used, &peak);
     OK(used == 0 && p.st.chunks_live == 0, "everything back (%llu B, %llu live)", (unsigned long long)used,
        p.st.chunks_live);
@@ -678,15 +704,20 @@ static void case_heap_cache_full(void)
     OK(wk.ptrs[0] == p.st.base, "at the pool's start");
     free_all(&p, wk.ptrs, 1, 1);
     OK(p.st.chunks_live == 0 && cached_chunks(&p) == 0, "back: %llu live", p.st.chunks_live);
-    /* that run's miss marked the pool exhausted: frees go to the map from
-     * then on (concurrent frees refilling the cache would keep a run's
-     * second look from finding the chunks its sweep gave back) */
-    heap_round_of(&wk, 32, 65536, "32 single-chunk runs after the miss");
+    /* while a run that missed sweeps and looks again, frees go to the map
+     * (frees refilling the cache would keep its second look from finding
+     * the chunks its sweep gave back); after it, to the cache again */
+    OK(p.st.sweeping == 0 && !p.st.exhausted, "the run's sweep is over, the pool not exhausted (%u, %u)",
+       p.st.sweeping, p.st.exhausted);
+    heap_round_of(&wk, 32, 65536, "32 single-chunk runs");
+    p.st.sweeping = 1; /* as a run sweeping at the same time */
     free_all(&p, wk.ptrs, 32, 1);
-    OK(p.st.exhausted && cached_chunks(&p) == 0 && p.st.chunks_live == 0,
-       "none of them cached after a run's miss (exhausted %u, %u cached, %llu live)", p.st.exhausted,
-       cached_chunks(&p), p.st.chunks_live);
-    p.st.exhausted = 0; /* as a reset leaves it, for the cases below */
+    OK(cached_chunks(&p) == 0 && p.st.chunks_live == 0,
+       "freed while a run sweeps: none cached (%u cached, %llu live)", cached_chunks(&p), p.st.chunks_live);
+    p.st.sweeping = 0;
+    heap_round_of(&wk, 32, 65536, "32 single-chunk runs again");
+    free_all(&p, wk.ptrs, 32, 1);
+    OK(cached_chunks(&p) > 0, "freed after it: cached again (%u)", cached_chunks(&p));
     /* cached 8 KiB slabs, then the pool spent in 16 B and in 8 KiB blocks */
     wk.nw = 8;
     heap_round(&wk, 8192, "8 KiB");

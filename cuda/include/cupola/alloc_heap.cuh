@@ -74,7 +74,9 @@
  *    fewer and a freed single-chunk run go to the freeing warp's buckets
  *    (the first of them with one of 4 entries free: the chunk's index and
  *    +8, +16, +24 mod 32, taken by compare-and-swap; a fence first), else
- *    to the map; never once a class or a run has found no memory.  Taking: lane r
+ *    to the map; never once a class has found no memory, nor while a run
+ *    that missed sweeps and looks again (a count the run raises first;
+ *    a put that sees it after its entry went in takes the entry back).  Taking: lane r
  *    of the lanes asking looks at entry r of the warp's bucket, and of
  *    those that see a chunk the first ones from a lane chosen by the hash
  *    on take one each by atomicExch; the lanes still without look at the
@@ -114,8 +116,8 @@
  *    list once a class has been exhausted), and no slab of the class in
  *    another slot or on the partial list has a free block; a run fails when
  *    no free chunks of the shape above exist after taking back empty active
- *    slabs and the cached chunks (the pool counts as exhausted from its
- *    first miss on: nothing is cached after it).
+ *    slabs and the cached chunks, while nothing is cached (a sweep's
+ *    lanes split the buckets, four entries a load).
  *    Failures count in `failed`.  What stays out of reach: blocks free in a
  *    slab of another class (a slab serves one class until it is empty), and
  *    free chunks that do not line up as a run needs.
@@ -489,7 +491,7 @@ CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, in
  * + 1 or 0, in one 128-byte line. */
 CPD_FN cpd_u32 *cpd_heap_bucket(const cupola_device_pool *pool, cpd_u32 h, cpd_u32 t)
 {
-    return pool->hcache + (cpd_u64)((h + t) % pool->nbuckets) * 32u;
+    return pool->hcache + (cpd_u64)((h % pool->nbuckets + t) % pool->nbuckets) * 32u;
 }
 
 /* Whether an empty slab of class c goes to the cache: the classes a warp
@@ -506,7 +508,7 @@ CPD_FN int cpd_heap_cached_class(const cupola_device_pool *pool, cpd_u32 c)
  * chunks go to the map, where every request looks. */
 CPD_FN int cpd_heap_cache_push(cupola_device_pool *pool, cpd_u32 s, cpd_u32 h)
 {
-    if (pool->nbuckets == 0u || cpd_load32(&pool->exhausted))
+    if (pool->nbuckets == 0u || cpd_load32(&pool->exhausted) || cpd_load32(&pool->sweeping))
         return 0;
     /* the chunk's last uses (its blocks' frees, its tag) before its entry */
     cpd_fence();
@@ -515,6 +517,23 @@ CPD_FN int cpd_heap_cache_push(cupola_device_pool *pool, cpd_u32 s, cpd_u32 h)
         for (cpd_u32 i = 0; i < 4u; i++) {
             cpd_u32 e = (s + 8u * i) & 31u;
             if (cpd_load32(&b[e]) == 0u && cpd_cas32(&b[e], 0u, s + 1u) == 0u) {
+                /* the entry before the flags are read again (a sweeper
+                 * sets its flag before it drains: one of the two sees
+                 * the other) */
+                cpd_fence();
+                /* a run sweeping meanwhile: back out, the chunk goes to
+                 * the map (unless a drain took it first: then it is
+                 * there already) */
+                if (cpd_load32(&pool->sweeping)) {
+                    cpd_u32 x = cpd_exch32(&b[e], 0u);
+                    if (x == s + 1u)
+                        return 0;
+                    /* ours was taken meanwhile and another put there:
+                     * that one to the map, as a drain would */
+                    if (x != 0u)
+                        cpd_heap_release(pool, x - 1u, 1u);
+                    return 1;
+                }
                 /* a class that ran out meanwhile looks again (its sweep
                  * empties the cache) */
                 cpd_heap_news(pool);
@@ -573,18 +592,27 @@ CPD_FN cpd_u32 cpd_heap_cache_take(cupola_device_pool *pool, cpd_u32 h)
     return CPD_HEAP_NONE;
 }
 
-/* Gives every cached chunk back to the map; how many. */
+/* Gives every cached chunk back to the map; how many this lane gave.  The
+ * lanes running it together split the buckets (lane j of n drains buckets
+ * j, j + n, ...), each reading four entries a load. */
 CPD_FN cpd_u32 cpd_heap_drain(cupola_device_pool *pool)
 {
-    cpd_u32 n = 0;
-    for (cpd_u32 i = 0; i < pool->nbuckets * 32u; i++) {
-        cpd_u32 v;
-        if (cpd_load32(&pool->hcache[i]) == 0u || (v = cpd_exch32(&pool->hcache[i], 0u)) == 0u)
-            continue;
-        cpd_heap_release(pool, v - 1u, 1u);
-        n++;
+    cpd_u32 mask = cpd_activemask(), n = (cpd_u32)cpd_popc(mask);
+    cpd_u32 j = (cpd_u32)cpd_popc(mask & cpd_lanemask_lt()), got = 0;
+    for (cpd_u32 k = j; k < pool->nbuckets; k += n) {
+        cpd_u32 *b = pool->hcache + (cpd_u64)k * 32u;
+        for (cpd_u32 q = 0; q < 32u; q += 4u) {
+            cpd_u32 v[4], x;
+            cpd_load4x32(b + q, v);
+            for (cpd_u32 i = 0; i < 4u; i++) {
+                if (v[i] == 0u || (x = cpd_exch32(&b[q + i], 0u)) == 0u)
+                    continue;
+                cpd_heap_release(pool, x - 1u, 1u);
+                got++;
+            }
+        }
     }
-    return n;
+    return got;
 }
 
 /* ---- slabs ------------------------------------------------------------------ */
@@ -760,7 +788,10 @@ CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h
     *fresh = 0;
     if ((s = cpd_heap_take_partial(pool, c)) != CPD_HEAP_NONE)
         return s;
-    if (cpd_heap_sweep(pool, c) && (s = cpd_heap_fresh(pool, c, h, fresh)) != CPD_HEAP_NONE)
+    /* (the lanes sweeping together split the cache: look again whatever
+     * this lane's share found) */
+    cpd_heap_sweep(pool, c);
+    if ((s = cpd_heap_fresh(pool, c, h, fresh)) != CPD_HEAP_NONE)
         return s;
     *fresh = 0;
     cpd_store32(&pool->exhausted_epoch[c], e0);
@@ -976,15 +1007,15 @@ CPD_FN void *cpd_heap_alloc_run(cupola_device_pool *pool, cpd_u64 bytes)
     if (first == CPD_HEAP_NONE)
         first = cpd_heap_claim(pool, m, h + rank, 1);
     if (first == CPD_HEAP_NONE) {
-        /* the map is short: from now on free chunks go to the map, where
-         * this claim looks, and the cache comes back to it (another
-         * thread's sweep may have come first: the claim looks again
-         * whatever this one found) */
-        if (!cpd_load32(&pool->exhausted))
-            cpd_store32(&pool->exhausted, 1u);
+        /* the map is short: while this run sweeps the cache back to the
+         * map and looks again, free chunks go to the map, where it looks
+         * (another thread's sweep may have come first: the claim looks
+         * again whatever this one found) */
+        cpd_add32(&pool->sweeping, 1u);
         cpd_fence();
         cpd_heap_sweep(pool, CPD_HEAP_NONE);
         first = cpd_heap_claim(pool, m, h + rank, 1);
+        cpd_sub32(&pool->sweeping, 1u);
     }
     /* the live count once for the lanes that got a run from the map (every
      * peer asked m; a cached chunk is counted live already) */

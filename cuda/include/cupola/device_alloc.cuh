@@ -96,6 +96,7 @@ typedef struct cupola_device_pool {
     cpd_u32 bwords;             /* bitmap words per chunk */
     cpd_u32 epoch;              /* bumped when memory comes back while a class is exhausted */
     cpd_u32 exhausted;          /* nonzero once some class found no memory */
+    cpd_u32 sweeping;           /* runs that missed, sweeping the cache and looking again */
     cpd_u32 nslots_total;
     cpd_u32 low;                /* a map word at or below the lowest with a free chunk (a hint) */
     cpd_u32 *cmap;              /* per chunk: 1 bit, set = in use */
@@ -129,7 +130,8 @@ CPD_FN void cpd_load4x32(const cpd_u32 *p, cpd_u32 *v)
 {
     asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-                 : "l"(p));
+                 : "l"(p)
+                 : "memory");
 }
 CPD_FN void cpd_store32(cpd_u32 *p, cpd_u32 v) { *(volatile cpd_u32 *)p = v; }
 CPD_FN void cpd_fence(void) { __threadfence(); }

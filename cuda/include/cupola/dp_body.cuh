@@ -281,6 +281,7 @@ CPR_FN void cpd_reset_state(cupola_device_pool *st)
         st->chunks_peak = 0;
         st->epoch = 0;
         st->exhausted = 0;
+        st->sweeping = 0;
         st->low = 0;
         for (cpd_u32 c = 0; c < CPD_HEAP_CLASSES; c++)
             st->exhausted_epoch[c] = 0;
