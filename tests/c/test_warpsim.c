@@ -677,6 +677,49 @@ static void case_heap_paths(void)
     tap_group[0] = 0;
 }
 
+/* The last look before a NULL: a put that raced a class's first sweep
+ * (its entry in, the exhausted flag not yet seen: no epoch bump) left a
+ * free chunk in the cache; the class's next request must still find it. */
+static void case_heap_last_look(void)
+{
+    pool p;
+    work wk = {0};
+    unsigned long long nulls, bad;
+    const cpd_u64 cap = 4u << 20; /* 64 chunks */
+    unsigned char *run;
+    cpd_u32 s;
+    int rc;
+    snprintf(tap_group, sizeof tap_group, "heap last look");
+    SIM.split = 0;
+    if (pool_make(&p, CPD_KIND_HEAP, cap) != 0)
+        return;
+    wk.p = &p;
+    wk.nw = 1;
+    wk.ptrs = calloc(cap / 16 + 1024, sizeof *wk.ptrs);
+    heap_round_of(&wk, 1, 65536, "a single-chunk run");
+    run = wk.ptrs[0];
+    s = chunk_of(&p, run);
+    /* the rest of the pool in 16 B blocks, and more: the class runs out */
+    wk.nw = MAXW;
+    wk.min = wk.max = 16;
+    rc = alloc_all(&wk, (cap - 65536u) / 16u + 256u);
+    check_blocks(&wk, (cap - 65536u) / 16u + 256u, &nulls, &bad);
+    OK(rc == 0 && nulls >= 256 && bad == 0 && p.st.exhausted,
+       "the pool spent in 16 B blocks (%llu NULL, %llu bad, exhausted %u)", nulls, bad, p.st.exhausted);
+    /* the run's chunk freed into the cache as by a put that saw nothing */
+    p.st.cstate[s] -= CPD_HEAP_RUN << CPD_HEAP_TAG_SHIFT;
+    p.st.hcache[s & 31u] = s + 1u;
+    wk.nw = 1;
+    rc = alloc_all(&wk, LANES);
+    check_blocks(&wk, LANES, &nulls, &bad);
+    OK(rc == 0 && nulls == 0 && bad == 0 && chunk_of(&p, wk.ptrs[0]) == s,
+       "a warp of 16 B blocks finds the cached chunk (%llu NULL, chunk %u of %u)", nulls,
+       wk.ptrs[0] ? chunk_of(&p, wk.ptrs[0]) : 0u, s);
+    free(wk.ptrs);
+    free(p.mem);
+    tap_group[0] = 0;
+}
+
 /* A full cache in a small pool: the whole pool in one block, then in 8 KiB
  * blocks after 16 B blocks, with nothing lost to the cache (a sweep gives
  * it back when the map runs short). */
@@ -839,6 +882,7 @@ int main(void)
     }
     case_heap_paths();
     case_heap_cache_full();
+    case_heap_last_look();
     for (cpd_u64 size = 16; size <= 65536; size *= 4)
         case_heap_oom(size);
     case_churn(CPD_KIND_SLAB, 4u << 20, 16, 2048);

@@ -75,8 +75,7 @@
  *    (the first of them with one of 4 entries free: the chunk's index and
  *    +8, +16, +24 mod 32, taken by compare-and-swap; a fence first), else
  *    to the map; never once a class has found no memory, nor while a run
- *    that missed sweeps and looks again (a count the run raises first;
- *    a put that sees it after its entry went in takes the entry back).  Taking: lane r
+ *    that missed sweeps and looks again (a count the run raises first).  Taking: lane r
  *    of the lanes asking looks at entry r of the warp's bucket, and of
  *    those that see a chunk the first ones from a lane chosen by the hash
  *    on take one each by atomicExch; the lanes still without look at the
@@ -113,8 +112,10 @@
  *  - NULL only when the memory is not there: a request fails when its
  *    class's slot is EXHAUSTED and nothing came back since (an epoch, bumped
  *    by every chunk given back or cached and every slab put on a partial
- *    list once a class has been exhausted), and no slab of the class in
- *    another slot or on the partial list has a free block; a run fails when
+ *    list once a class has been exhausted), no slab of the class in
+ *    another slot or on the partial list has a free block, and a last
+ *    sweep of the cache gave nothing back (a put racing the class's
+ *    first sweep may have left a chunk there unseen); a run fails when
  *    no free chunks of the shape above exist after taking back empty active
  *    slabs and the cached chunks, while nothing is cached (a sweep's
  *    lanes split the buckets, four entries a load).
@@ -517,25 +518,11 @@ CPD_FN int cpd_heap_cache_push(cupola_device_pool *pool, cpd_u32 s, cpd_u32 h)
         for (cpd_u32 i = 0; i < 4u; i++) {
             cpd_u32 e = (s + 8u * i) & 31u;
             if (cpd_load32(&b[e]) == 0u && cpd_cas32(&b[e], 0u, s + 1u) == 0u) {
-                /* the entry before the flags are read again (a sweeper
-                 * sets its flag before it drains: one of the two sees
-                 * the other) */
-                cpd_fence();
-                /* a run sweeping meanwhile: back out, the chunk goes to
-                 * the map (unless a drain took it first: then it is
-                 * there already) */
-                if (cpd_load32(&pool->sweeping)) {
-                    cpd_u32 x = cpd_exch32(&b[e], 0u);
-                    if (x == s + 1u)
-                        return 0;
-                    /* ours was taken meanwhile and another put there:
-                     * that one to the map, as a drain would */
-                    if (x != 0u)
-                        cpd_heap_release(pool, x - 1u, 1u);
-                    return 1;
-                }
                 /* a class that ran out meanwhile looks again (its sweep
-                 * empties the cache) */
+                 * empties the cache).  No fence between the entry and
+                 * this read, on the hot path: a put that races a class's
+                 * first sweep can leave its chunk unseen, and the last
+                 * look before a NULL (cpd_heap_alloc_small) sweeps again */
                 cpd_heap_news(pool);
                 return 1;
             }
@@ -823,7 +810,7 @@ CPD_FN int cpd_heap_has_room(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c)
 }
 
 /* The last resort of one lane: a free block of class c in any active slab
- * of the class, or in a slab on its partial list; NULL (counted) if none.
+ * of the class, or in a slab on its partial list; NULL (not counted) if none.
  * A reservation can miss a free block while other lanes' reservations
  * overshoot the count for a moment (they give the excess back): the scan
  * goes round again as long as it saw a slab that looked like it had room. */
@@ -857,7 +844,6 @@ CPD_FN void *cpd_heap_borrow(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
             break;
         cpd_pause();
     }
-    cpd_count_failure(pool);
     return 0;
 }
 
@@ -948,7 +934,21 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
             continue;
         } else if (s == CPD_SLOT_EXHAUSTED &&
                    cpd_load32(&pool->epoch) == cpd_load32(&pool->exhausted_epoch[c])) {
-            return cpd_heap_borrow(pool, c, h);
+            void *p = cpd_heap_borrow(pool, c, h);
+            cpd_u32 mask, e0, gave;
+            if (p)
+                return p;
+            /* the last look before a NULL: the cache back to the map (the
+             * lanes here split it); if any of them gave something back,
+             * or anything came back meanwhile, they go round again */
+            mask = cpd_activemask();
+            e0 = cpd_load32(&pool->epoch);
+            gave = cpd_heap_sweep(pool, c);
+            if (!cpd_ballot(mask, gave != 0u) && cpd_load32(&pool->epoch) == e0) {
+                cpd_count_failure(pool);
+                return 0;
+            }
+            continue;
         }
         /* full, empty, or exhausted with news: the first lane left fills it */
         if (rank == got && cpd_cas32(slot, s, CPD_SLOT_BUSY) == s)
