@@ -723,7 +723,7 @@ CPD_FN cpd_u32 cpd_heap_take_partial(cupola_device_pool *pool, cpd_u32 c)
 /* Takes back the empty active slabs of every class but `except` (their
  * slots become EMPTY), then gives the cached chunks back to the map.  How
  * many slabs and chunks came back. */
-CPD_COLD cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
+CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
 {
     cpd_u32 n = 0;
     for (cpd_u32 c = 0; c < pool->nclasses; c++) {
@@ -788,7 +788,7 @@ CPD_FN cpd_u32 cpd_heap_next_slab(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h
 /* Fills a slot this thread set BUSY (it held `old`): the next slab is
  * published first (the warps waiting on the slot go on), then the count
  * and the slab it replaces. */
-CPD_COLD void cpd_heap_refill(cupola_device_pool *pool, cpd_u32 *slot, cpd_u32 old, cpd_u32 c, cpd_u32 h)
+CPD_FN void cpd_heap_refill(cupola_device_pool *pool, cpd_u32 *slot, cpd_u32 old, cpd_u32 c, cpd_u32 h)
 {
     int fresh;
     cpd_u32 next = cpd_heap_next_slab(pool, c, h, &fresh);
@@ -814,7 +814,7 @@ CPD_FN int cpd_heap_has_room(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c)
  * A reservation can miss a free block while other lanes' reservations
  * overshoot the count for a moment (they give the excess back): the scan
  * goes round again as long as it saw a slab that looked like it had room. */
-CPD_COLD void *cpd_heap_borrow(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
+CPD_FN void *cpd_heap_borrow(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
 {
     cpd_u32 me = cpd_lanemask_eq();
     cpd_u32 *list = pool->partial + (cpd_u64)c * pool->cwords;

@@ -35,16 +35,12 @@
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define CPD_CUDA 1
 #define CPD_FN static __device__ __forceinline__
-/* a path taken seldom (a slot's refill, a sweep): a call, so that its
- * registers do not weigh on the fast path of every allocation */
-#define CPD_COLD static __device__ __noinline__
 #define CPD_DEV __device__
 #else
 #define CPD_CUDA 0
 #include <stddef.h>
 #include <stdlib.h>
 #define CPD_FN static inline
-#define CPD_COLD static inline /* (registers are the GPU's concern) */
 #define CPD_DEV
 #endif
 
