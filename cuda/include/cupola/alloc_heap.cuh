@@ -75,14 +75,14 @@
  *    (the first of them with one of 4 entries free: the chunk's index and
  *    +8, +16, +24 mod 32, taken by compare-and-swap; a fence first), else
  *    to the map; never once a class has found no memory, nor while a run
- *    that missed sweeps and looks again (a count the run raises first).  Taking: lane r
- *    of the lanes asking looks at entry r of the warp's bucket, and of
- *    those that see a chunk the first ones from a lane chosen by the hash
- *    on take one each by atomicExch; the lanes still without look at the
- *    next bucket the same way, up to the 8th (a lone lane filling a slot
- *    looks at the first 2, four entries a load).  Cached chunks count as
- *    live; a sweep (before a request fails) gives them all back to the
- *    map.
+ *    that missed sweeps and looks again (a count the run raises first).
+ *    Taking: lane r of the lanes asking looks at entry r of the warp's
+ *    bucket, and of those that see a chunk the first ones from a lane
+ *    chosen by the hash on take one each by atomicExch; the lanes still
+ *    without look at the next bucket the same way, up to the 8th (a lone
+ *    lane filling a slot looks at the first 2, four entries a load).
+ *    Cached chunks count as live; a sweep (before a request fails) gives
+ *    them all back to the map.
  *  - Whole slabs for a warp.  When the lanes of a warp asking for one
  *    class need at least a whole slab (classes of 32 blocks per slab or
  *    fewer), up to k = floor(n / blocks) chunks: first from the warp's
