@@ -102,19 +102,17 @@ else
     for w in (os.getenv(var) or ""):gmatch "%S+" do t[#t + 1] = w end
     return t
   end
+  -- the place in t of the first name that ends `name`, or nil
+  local function place(t, name)
+    for r, w in ipairs(t) do
+      if name:sub(-#w) == w then return r end
+    end
+  end
   local firsts, alone = names "CUPOLA_SPEC_FIRST", names "CUPOLA_SPEC_ALONE"
   for i, job in ipairs(list) do
     local name = job.prog or job.spec
-    job.n, job.rank = i, math.huge
-    for r, w in ipairs(firsts) do
-      if name:sub(-#w) == w then
-        job.rank = r
-        break
-      end
-    end
-    for _, w in ipairs(alone) do
-      if name:sub(-#w) == w then job.alone = true end
-    end
+    job.n, job.rank = i, place(firsts, name) or math.huge
+    job.alone = place(alone, name) ~= nil
   end
   table.sort(list, function(a, b)
     if a.rank ~= b.rank then return a.rank < b.rank end

@@ -589,6 +589,27 @@ static int heap_round(work *wk, cpd_u64 size, const char *what)
     return heap_round_of(wk, 8 * LANES, size, what);
 }
 
+/* A heap case's start: its TAP group, the simulator's warp split, a heap
+ * pool of cap bytes and room for nptrs blocks in wk; 0 when the pool was
+ * made.  heap_case_end frees what it took. */
+static int heap_case_begin(pool *p, work *wk, const char *group, int split, cpd_u64 cap, size_t nptrs)
+{
+    snprintf(tap_group, sizeof tap_group, "%s", group);
+    SIM.split = split;
+    if (pool_make(p, CPD_KIND_HEAP, cap) != 0)
+        return -1;
+    wk->p = p;
+    wk->ptrs = calloc(nptrs, sizeof *wk->ptrs);
+    return 0;
+}
+
+static void heap_case_end(pool *p, work *wk)
+{
+    free(wk->ptrs);
+    free(p->mem);
+    tap_group[0] = 0;
+}
+
 /* The heap's warp paths, seen in where the blocks went: whole slabs and
  * single-chunk runs from the chunk map, the same from the cache of free
  * chunks, the live count, the cache given back by a sweep. */
@@ -600,19 +621,15 @@ static void case_heap_paths(void)
     unsigned warps_cached = 0, before;
     cpd_u64 used = 0, peak = 0;
     unsigned char cached_before[1024] = {0};
-    snprintf(tap_group, sizeof tap_group, "heap warp paths");
-    SIM.split = 0;
     /* 64 MiB: 1024 chunks of 64 KiB (64 cache buckets); 2 KiB blocks are 32 to a chunk */
-    if (pool_make(&p, CPD_KIND_HEAP, 64u << 20) != 0)
+    if (heap_case_begin(&p, &wk, "heap warp paths", 0, 64u << 20, 8 * LANES) != 0)
         return;
     OK(p.st.nchunks == 1024 && p.st.nbuckets == 64, "1024 chunks, 64 cache buckets (%u, %u)", p.st.nchunks,
        p.st.nbuckets);
     /* the cases below use 2 of them, so that 8 warps fill the cache (a
      * bucket past the first 2 is never looked at then) */
     p.st.nbuckets = 2;
-    wk.p = &p;
     wk.nw = 8;
-    wk.ptrs = calloc(8 * LANES, sizeof *wk.ptrs);
     heap_round(&wk, 2048, "32 lanes of 2 KiB");
     for (unsigned w = 0; w < 8; w++)
         for (unsigned l = 0; l < LANES; l++)
@@ -672,9 +689,7 @@ static void case_heap_paths(void)
     pool_usage(&p, &used, &peak);
     OK(used == 0 && p.st.chunks_live == 0, "everything back (%llu B, %llu live)", (unsigned long long)used,
        p.st.chunks_live);
-    free(wk.ptrs);
-    free(p.mem);
-    tap_group[0] = 0;
+    heap_case_end(&p, &wk);
 }
 
 /* The last look before a NULL: a put that raced a class's first sweep
@@ -689,13 +704,9 @@ static void case_heap_last_look(void)
     unsigned char *run;
     cpd_u32 s;
     int rc;
-    snprintf(tap_group, sizeof tap_group, "heap last look");
-    SIM.split = 0;
-    if (pool_make(&p, CPD_KIND_HEAP, cap) != 0)
+    if (heap_case_begin(&p, &wk, "heap last look", 0, cap, cap / 16 + 1024) != 0)
         return;
-    wk.p = &p;
     wk.nw = 1;
-    wk.ptrs = calloc(cap / 16 + 1024, sizeof *wk.ptrs);
     heap_round_of(&wk, 1, 65536, "a single-chunk run");
     run = wk.ptrs[0];
     s = chunk_of(&p, run);
@@ -715,9 +726,7 @@ static void case_heap_last_look(void)
     OK(rc == 0 && nulls == 0 && bad == 0 && chunk_of(&p, wk.ptrs[0]) == s,
        "a warp of 16 B blocks finds the cached chunk (%llu NULL, chunk %u of %u)", nulls,
        wk.ptrs[0] ? chunk_of(&p, wk.ptrs[0]) : 0u, s);
-    free(wk.ptrs);
-    free(p.mem);
-    tap_group[0] = 0;
+    heap_case_end(&p, &wk);
 }
 
 /* A full cache in a small pool: the whole pool in one block, then in 8 KiB
@@ -731,13 +740,9 @@ static void case_heap_cache_full(void)
     const cpd_u64 cap = 4u << 20; /* 64 chunks, 4 buckets of 32 */
     unsigned long long count;
     int rc;
-    snprintf(tap_group, sizeof tap_group, "heap cache, pool spent");
-    SIM.split = 1;
-    if (pool_make(&p, CPD_KIND_HEAP, cap) != 0)
+    if (heap_case_begin(&p, &wk, "heap cache, pool spent", 1, cap, cap / 16) != 0)
         return;
-    wk.p = &p;
     wk.nw = 2;
-    wk.ptrs = calloc(cap / 16, sizeof *wk.ptrs);
     heap_round_of(&wk, 64, 65536, "64 single-chunk runs fill the pool");
     OK(p.st.nbuckets == 4 && p.st.chunks_live == 64, "64 live (%u buckets)", p.st.nbuckets);
     free_all(&p, wk.ptrs, 64, 2);
@@ -778,9 +783,7 @@ static void case_heap_cache_full(void)
         OK(rc == 0, "and freed");
     }
     OK(p.st.failed == 0, "no NULL (%llu)", (unsigned long long)p.st.failed);
-    free(wk.ptrs);
-    free(p.mem);
-    tap_group[0] = 0;
+    heap_case_end(&p, &wk);
 }
 
 /* Allocate until NULL (the survey's out-of-memory test) with full warps:
@@ -792,15 +795,13 @@ static void case_heap_oom(cpd_u64 size)
     unsigned long long count, nulls = 0, bad = 0;
     const cpd_u64 cap = 1u << 20;
     int rc;
-    snprintf(tap_group, sizeof tap_group, "heap out of memory, %llu B", (unsigned long long)size);
-    SIM.split = 1;
-    if (pool_make(&p, CPD_KIND_HEAP, cap) != 0)
-        return;
+    char group[64];
+    snprintf(group, sizeof group, "heap out of memory, %llu B", (unsigned long long)size);
     count = cap / size + 2 * LANES;
-    wk.p = &p;
+    if (heap_case_begin(&p, &wk, group, 1, cap, (size_t)count) != 0)
+        return;
     wk.nw = MAXW;
     wk.min = wk.max = size;
-    wk.ptrs = calloc((size_t)count, sizeof *wk.ptrs);
     rc = alloc_all(&wk, count);
     check_blocks(&wk, count, &nulls, &bad);
     OK(rc == 0, "every warp call met its lanes%s%s", rc ? ": " : "", rc ? SIM.err : "");
@@ -808,9 +809,7 @@ static void case_heap_oom(cpd_u64 size)
     OK((count - nulls) * size >= cap * 9 / 10, "served %.1f%% of the capacity",
        100.0 * (double)((count - nulls) * size) / (double)cap);
     OK(nulls > 0 && p.st.failed == nulls, "NULLs counted: %llu", nulls);
-    free(wk.ptrs);
-    free(p.mem);
-    tap_group[0] = 0;
+    heap_case_end(&p, &wk);
 }
 
 /* Threads that allocate, write, let others run, check and free, again and

@@ -372,7 +372,6 @@ CPD_FN cpd_u64 cpd_heap_claim_bits(cupola_device_pool *pool, cpd_u32 k, cpd_u32 
     return 0;
 }
 
-
 /* Sets m (2..32) contiguous free bits of map word w, aligned as the policy
  * says when `aligned`; the first chunk, or CPD_HEAP_NONE.  One atomicOr a
  * try: a try that finds some of its bits taken meanwhile gives back the
@@ -620,9 +619,8 @@ CPD_FN void cpd_heap_after_drop(cupola_device_pool *pool, cpd_u32 s, cpd_u32 bef
         return;
     if (cpd_heap_count(now) == 0u) {
         if (cpd_cas32(&pool->cstate[s], now, 0u) == now &&
-            !(cpd_heap_cached_class(pool, tag - 1u) && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash())))) {
-                cpd_heap_release(pool, s, 1u);
-        }
+            !(cpd_heap_cached_class(pool, tag - 1u) && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash()))))
+            cpd_heap_release(pool, s, 1u);
         return;
     }
     nb = cpd_heap_blocks(pool, tag - 1u);
