@@ -7,6 +7,8 @@
 #   make bench      the binding's cost beside the C it wraps, and the multi-stream comparison
 #   make gpu-check  on the GPU machine: build, suite with #gpu, compute-sanitizer, examples, bench
 #   make torch-allocator  build/libcupola_torch.so: cupola's pools in PyTorch (CUDA only)
+#   make cupy-allocator   build/libcupola_cupy.so: cupola's pools in CuPy (CUDA only;
+#                         python/cupola_cupy.py installs it, CUPOLA_CUPY_POOL=vmm)
 #   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR; alone: PREFIX=/usr/local)
 #   make test-install  only spec/install_spec.lua: `luarocks make` into a temporary tree, used
 #                      from another directory (make test runs it too)
@@ -72,7 +74,7 @@ DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
-.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator FORCE
+.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator cupy-allocator FORCE
 all: $(MODULE)
 
 # The build's configuration, rewritten only when it changes: objects depend
@@ -137,11 +139,32 @@ torch-allocator:
 endif
 -include $(TORCH_C_OBJ:.o=.d) $(OBJ)/torch/entry.d
 
+# ---- make cupy-allocator: cupola's pools inside CuPy -----------------------
+# build/libcupola_cupy.so for cupy.cuda.memory.CFunctionAllocator
+# (src/torch/cupy_entry.c: CUPOLA_CUPY_POOL, the stream policy, refusals):
+# the same C logic as libcupola_torch.so (pluggable.c) with CuPy's names and
+# signatures, exporting only cupola_cupy_* (src/torch/cupy_exports.map);
+# python/cupola_cupy.py installs it.  Skipped without a CUDA Toolkit.
+CUPY_LIB := $(BUILD)/libcupola_cupy.so
+$(CUPY_LIB): $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o $(CORE_OBJ) $(CU_OBJ) src/torch/cupy_exports.map
+	@mkdir -p $(dir $@)
+	$(CXX) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o \
+	    $(CORE_OBJ) $(CU_OBJ) -Wl,--version-script=src/torch/cupy_exports.map -Wl,--no-undefined $(LDLIBS)
+ifeq ($(HAVE_CUDA),1)
+cupy-allocator: $(CUPY_LIB)
+else
+cupy-allocator:
+	@echo "cupy-allocator: no CUDA Toolkit (nvcc) in this build: skipped"
+endif
+-include $(OBJ)/torch/cupy_entry.d
+
 # C-level tests of the core (no Lua): each tests/c/test_*.c is a program.
 # (test_torch_pluggable also links the torch allocator's C logic.)
 C_TESTS := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/test_*.c))
 $(BUILD)/tests/test_torch_pluggable: $(TORCH_C_OBJ)
 $(BUILD)/tests/test_torch_pluggable: TEST_EXTRA_OBJ := $(TORCH_C_OBJ)
+$(BUILD)/tests/test_cupy_entry: $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o
+$(BUILD)/tests/test_cupy_entry: TEST_EXTRA_OBJ := $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o
 $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "pool/resource.h"
@@ -35,8 +36,14 @@ typedef struct dev_state {
     int seen_legacy;
 } dev_state;
 
+/* PyTorch's names; libcupola_cupy.so sets its own (cpt_set_frontend). */
+static const cpt_frontend torch_frontend = {
+    "CUPOLA_TORCH_POOL", "CUPOLA_TORCH_STREAMS", "CUPOLA_TORCH_LOG", "cupola torch allocator", 0,
+};
+
 static struct {
     pthread_mutex_t mu;
+    const cpt_frontend *fe; /* NULL: torch_frontend */
     int configured;       /* the environment was read */
     cpt_status config_st; /* CPT_OK or why every allocation fails */
     char config_msg[512];
@@ -47,12 +54,28 @@ static struct {
     int safe;
     dev_state dev[CP_MAX_DEVICES];
     cp_ptrmap streams;    /* native handle -> cp_stream (wrapped) */
+    cp_ptrmap live_size;  /* fe->track: live pointer -> its size */
+    cp_ptrmap live_stream; /*   and the native stream it was allocated on */
+    FILE *log;            /* fe->log_env: every request, RMM's CSV */
+    struct timespec t0;
     held *held_head, *held_tail;
     uint64_t nheld;
     cp_event *spare_ev[256];
     int nspare_ev;
     uint64_t zero_allocs, held_total, free_errors, ooms, retried;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static const cpt_frontend *fe(void)
+{
+    return G.fe ? G.fe : &torch_frontend;
+}
+
+void cpt_set_frontend(const cpt_frontend *f)
+{
+    pthread_mutex_lock(&G.mu);
+    G.fe = f;
+    pthread_mutex_unlock(&G.mu);
+}
 
 static _Thread_local char last_error[640];
 
@@ -77,7 +100,7 @@ static void print_config_error(void)
 {
     if (!G.printed) {
         G.printed = 1;
-        fprintf(stderr, "cupola torch allocator: %s\n", G.config_msg);
+        fprintf(stderr, "%s: %s\n", fe()->who, G.config_msg);
     }
 }
 
@@ -89,39 +112,40 @@ static cpt_status configure_locked(void)
     if (G.configured)
         return G.config_st;
     G.configured = 1;
-    spec = getenv("CUPOLA_TORCH_POOL");
+    spec = getenv(fe()->pool_env);
     if (!spec || !*spec)
         spec = "tlsf";
     snprintf(G.spec, sizeof G.spec, "%s", spec);
-    mode = getenv("CUPOLA_TORCH_STREAMS");
+    mode = getenv(fe()->streams_env);
     if (!mode || !*mode || strcmp(mode, "safe") == 0) {
         G.safe = 1;
     } else if (strcmp(mode, "trust") == 0) {
         G.safe = 0;
     } else {
         snprintf(G.config_msg, sizeof G.config_msg,
-                 "CUPOLA_TORCH_STREAMS must be safe or trust, not \"%.100s\"; every allocation "
-                 "fails until it is fixed", mode);
+                 "%s must be safe or trust, not \"%.100s\"; every allocation "
+                 "fails until it is fixed", fe()->streams_env, mode);
         G.config_st = CPT_CONFIG;
         return CPT_CONFIG;
     }
     if (strlen(spec) >= sizeof G.spec) {
-        snprintf(G.config_msg, sizeof G.config_msg, "CUPOLA_TORCH_POOL is longer than %zu "
-                 "bytes; every allocation fails until it is fixed", sizeof G.spec - 1);
+        snprintf(G.config_msg, sizeof G.config_msg, "%s is longer than %zu "
+                 "bytes; every allocation fails until it is fixed", fe()->pool_env, sizeof G.spec - 1);
         G.config_st = CPT_CONFIG;
         return CPT_CONFIG;
     }
     st = cp_pool_spec_parse(G.spec, &G.opts, G.kind, sizeof G.kind);
     if (st != CP_OK) {
-        snprintf(G.config_msg, sizeof G.config_msg, "CUPOLA_TORCH_POOL: %s; every allocation "
-                 "fails until it is fixed", cp_error_msg());
+        snprintf(G.config_msg, sizeof G.config_msg, "%s: %s; every allocation "
+                 "fails until it is fixed", fe()->pool_env, cp_error_msg());
         G.config_st = CPT_CONFIG;
         return CPT_CONFIG;
     }
     if (G.opts.upstream == CP_UP_PINNED || G.opts.upstream == CP_UP_VIRTUAL) {
-        snprintf(G.config_msg, sizeof G.config_msg, "CUPOLA_TORCH_POOL=\"%s\": upstream '%s' "
-                 "cannot serve PyTorch's device tensors (device, async or managed); every "
-                 "allocation fails until it is fixed", G.spec, cp_upstream_name(G.opts.upstream));
+        snprintf(G.config_msg, sizeof G.config_msg, "%s=\"%s\": upstream '%s' "
+                 "cannot serve device arrays (device, async or managed); every "
+                 "allocation fails until it is fixed", fe()->pool_env, G.spec,
+                 cp_upstream_name(G.opts.upstream));
         G.config_st = CPT_CONFIG;
         return CPT_CONFIG;
     }
@@ -134,10 +158,23 @@ static cpt_status configure_locked(void)
         G.config_st = CPT_ERROR;
         return CPT_ERROR;
     }
-    if (cp_ptrmap_init(&G.streams, 16) != 0) {
+    if (cp_ptrmap_init(&G.streams, 16) != 0 ||
+        (fe()->track && (cp_ptrmap_init(&G.live_size, 1024) != 0 ||
+                         cp_ptrmap_init(&G.live_stream, 1024) != 0))) {
         snprintf(G.config_msg, sizeof G.config_msg, "out of host memory");
         G.config_st = CPT_ERROR;
         return CPT_ERROR;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &G.t0);
+    if (fe()->log_env && (be = getenv(fe()->log_env)) != NULL && *be) {
+        G.log = fopen(be, "w");
+        if (!G.log) {
+            snprintf(G.config_msg, sizeof G.config_msg, "%s: cannot write \"%.200s\"; every "
+                     "allocation fails until it is fixed", fe()->log_env, be);
+            G.config_st = CPT_CONFIG;
+            return CPT_CONFIG;
+        }
+        fputs("Thread,Time,Action,Pointer,Size,Stream\n", G.log);
     }
     G.config_st = CPT_OK;
     return CPT_OK;
@@ -172,8 +209,8 @@ static cpt_status pool_locked(int dev, cp_resource **out)
     st = cp_pool_create(&G.dev[dev].pool, &o);
     if (st == CP_ERR_INVALID) {
         /* a kind's own range check (cub's bins): the configuration */
-        snprintf(G.config_msg, sizeof G.config_msg, "CUPOLA_TORCH_POOL=\"%s\": %s; every "
-                 "allocation fails until it is fixed", G.spec, cp_error_msg());
+        snprintf(G.config_msg, sizeof G.config_msg, "%s=\"%s\": %s; every "
+                 "allocation fails until it is fixed", fe()->pool_env, G.spec, cp_error_msg());
         G.config_st = CPT_CONFIG;
         print_config_error();
         return fail(CPT_CONFIG, "%s", G.config_msg);
@@ -245,7 +282,7 @@ static void report_free_error(void *ptr, cp_status st)
         fail(CPT_ERROR, "%s", cp_error_msg());
     else
         fail(CPT_ERROR, "free of %p: %s", ptr, cp_error_msg());
-    fprintf(stderr, "cupola torch allocator: %s\n", last_error);
+    fprintf(stderr, "%s: %s\n", fe()->who, last_error);
 }
 
 /* A held-back free reaches its pool. */
@@ -290,6 +327,22 @@ static void poll_held(int wait, int dev)
     }
 }
 
+/* One request in the log, in RMM's logging adaptor's CSV (cupola.trace.load
+ * reads it): the stream column is the native handle, so that a replay gives
+ * each handle a stream of its own.  Written under the lock, in the order the
+ * library saw the requests. */
+static void log_row(const char *action, void *ptr, size_t size, void *stream)
+{
+    struct timespec t;
+    double us;
+    if (!G.log)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    us = (double)(t.tv_sec - G.t0.tv_sec) * 1e6 + (double)(t.tv_nsec - G.t0.tv_nsec) / 1e3;
+    fprintf(G.log, "0,%.3f,%s,0x%" PRIxPTR ",%zu,0x%" PRIxPTR "\n", us, action, (uintptr_t)ptr,
+            size, (uintptr_t)stream);
+}
+
 cpt_status cpt_alloc(size_t size, int device, void *stream, void **out)
 {
     cp_resource *pool = NULL;
@@ -327,13 +380,24 @@ cpt_status cpt_alloc(size_t size, int device, void *stream, void **out)
                  size, G.kind, device, cp_error_msg());
     } else if (st != CP_OK) {
         r = fail(CPT_ERROR, "%s", cp_error_msg());
+    } else if (fe()->track &&
+               (cp_ptrmap_put(&G.live_size, (uint64_t)(uintptr_t)*out, (void *)(uintptr_t)size) ||
+                cp_ptrmap_put(&G.live_stream, (uint64_t)(uintptr_t)*out, stream))) {
+        /* the block could not be remembered: its free would be refused */
+        (void)cp_ptrmap_del(&G.live_size, (uint64_t)(uintptr_t)*out);
+        (void)cp_resource_free(pool, *out, size, s);
+        *out = NULL;
+        G.ooms++;
+        r = fail(CPT_OOM, "Tried to allocate %zu bytes on device %d: out of host memory for the "
+                 "map of live blocks", size, device);
     }
+    log_row(r == CPT_OK ? "allocate" : "allocate failure", *out, size, stream);
 out:
     pthread_mutex_unlock(&G.mu);
     return r;
 }
 
-void cpt_free(void *ptr, size_t size, int device, void *stream)
+static void free_locked(void *ptr, size_t size, int device, void *stream)
 {
     cp_stream *s;
     dev_state *d;
@@ -341,28 +405,26 @@ void cpt_free(void *ptr, size_t size, int device, void *stream)
     held *h;
     int i;
 
-    if (!ptr)
-        return;
-    pthread_mutex_lock(&G.mu);
     if (G.config_st != CPT_OK || device < 0 || device >= CP_MAX_DEVICES || !G.dev[device].pool) {
         G.free_errors++;
         fail(CPT_ERROR, "free of %p on device %d, which has no cupola pool", ptr, device);
-        fprintf(stderr, "cupola torch allocator: %s\n", last_error);
-        goto out;
+        fprintf(stderr, "%s: %s\n", fe()->who, last_error);
+        return;
     }
     d = &G.dev[device];
     if (stream_locked(stream, device, &s) != CPT_OK) {
         G.free_errors++;
-        fprintf(stderr, "cupola torch allocator: %s\n", last_error);
-        goto out;
+        fprintf(stderr, "%s: %s\n", fe()->who, last_error);
+        return;
     }
+    log_row("free", ptr, size, stream);
     if (G.nheld)
         poll_held(0, -1);
     if (!G.safe || d->nstreams < 2) {
         st = cp_resource_free(d->pool, ptr, size, s);
         if (st != CP_OK)
             report_free_error(ptr, st);
-        goto out;
+        return;
     }
     /* safe: after every other stream's work queued so far */
     h = malloc(sizeof *h);
@@ -371,7 +433,7 @@ void cpt_free(void *ptr, size_t size, int device, void *stream)
         st = cp_resource_free(d->pool, ptr, size, s);
         if (st != CP_OK)
             report_free_error(ptr, st);
-        goto out;
+        return;
     }
     h->next = NULL;
     h->ptr = ptr;
@@ -400,7 +462,34 @@ void cpt_free(void *ptr, size_t size, int device, void *stream)
     else
         G.held_head = h;
     G.held_tail = h;
-out:
+}
+
+void cpt_free(void *ptr, size_t size, int device, void *stream)
+{
+    if (!ptr)
+        return;
+    pthread_mutex_lock(&G.mu);
+    free_locked(ptr, size, device, stream);
+    pthread_mutex_unlock(&G.mu);
+}
+
+void cpt_free_tracked(void *ptr, int device)
+{
+    uint64_t key = (uint64_t)(uintptr_t)ptr;
+    void *size;
+    if (!ptr)
+        return;
+    pthread_mutex_lock(&G.mu);
+    if (!fe()->track || G.config_st != CPT_OK || !G.live_size.slots ||
+        !(size = cp_ptrmap_del(&G.live_size, key))) {
+        G.free_errors++;
+        fail(CPT_ERROR, "free of %p on device %d: not a live block of this allocator (double "
+             "free, or a pointer it did not hand out)", ptr, device);
+        fprintf(stderr, "%s: %s\n", fe()->who, last_error);
+    } else {
+        void *stream = cp_ptrmap_del(&G.live_stream, key);
+        free_locked(ptr, (size_t)(uintptr_t)size, device, stream);
+    }
     pthread_mutex_unlock(&G.mu);
 }
 
@@ -411,6 +500,8 @@ cpt_status cpt_trim(int device, size_t keep)
     pthread_mutex_lock(&G.mu);
     if (G.config_st == CPT_OK && G.configured) {
         poll_held(1, device);
+        if (G.log)
+            fflush(G.log);
         for (i = 0; i < CP_MAX_DEVICES; i++) {
             if (G.dev[i].pool && (device < 0 || device == i) &&
                 cp_resource_trim(G.dev[i].pool, keep) != CP_OK)
@@ -465,6 +556,8 @@ int cpt_stats_json(char *buf, size_t len)
     (void)configure_locked();
     if (G.config_st == CPT_OK && G.nheld)
         poll_held(0, -1);
+    if (G.log)
+        fflush(G.log); /* a reader of the stats may read the log next */
     jput(&j, "{\"spec\":");
     jstr(&j, G.spec);
     jput(&j, ",\"kind\":");
@@ -489,10 +582,11 @@ int cpt_stats_json(char *buf, size_t len)
         jput(&j, "%s{\"device\":%d,\"streams\":%d,\"used\":%" PRIu64 ",\"used_peak\":%" PRIu64
                  ",\"reserved\":%" PRIu64 ",\"reserved_peak\":%" PRIu64 ",\"allocs\":%" PRIu64
                  ",\"frees\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"largest_free\":%" PRIu64
-                 ",\"free_bytes\":%" PRIu64 ",\"fragmentation\":%.6f",
+                 ",\"free_bytes\":%" PRIu64 ",\"fragmentation\":%.6f,\"device_allocs\":%" PRIu64
+                 ",\"device_frees\":%" PRIu64,
              first ? "" : ",", i, G.dev[i].nstreams, s.used, s.used_peak, s.reserved,
              s.reserved_peak, s.allocs, s.frees, s.failed, s.largest_free, s.free_bytes,
-             s.fragmentation);
+             s.fragmentation, s.device_allocs, s.device_frees);
         if (s.page_bytes)
             jput(&j, ",\"page_bytes\":%" PRIu64 ",\"pages_mapped\":%" PRIu64 ",\"maps\":%" PRIu64
                      ",\"unmaps\":%" PRIu64, s.page_bytes, s.pages_mapped, s.maps, s.unmaps);
@@ -534,6 +628,13 @@ void cpt_reset(void)
             cp_be->stream_destroy(G.streams.slots[k].val);
     cp_ptrmap_fini(&G.streams);
     memset(&G.streams, 0, sizeof G.streams);
+    cp_ptrmap_fini(&G.live_size);
+    cp_ptrmap_fini(&G.live_stream);
+    memset(&G.live_size, 0, sizeof G.live_size);
+    memset(&G.live_stream, 0, sizeof G.live_stream);
+    if (G.log)
+        fclose(G.log);
+    G.log = NULL;
     while (G.nspare_ev)
         cp_be->event_destroy(G.spare_ev[--G.nspare_ev]);
     G.configured = G.printed = 0;

@@ -1,8 +1,13 @@
 /*
- * pluggable.h: cupola's C pools behind PyTorch's pluggable allocator
- * (torch.cuda.memory.CUDAPluggableAllocator), the logic of
- * libcupola_torch.so in plain C over the core (no Lua); entry.cpp holds the
- * entry points PyTorch and ctypes call.  Host-testable: on the host backend
+ * pluggable.h: cupola's C pools behind a framework's allocator hook, the
+ * logic shared by libcupola_torch.so (PyTorch's pluggable allocator,
+ * torch.cuda.memory.CUDAPluggableAllocator; entry.cpp) and libcupola_cupy.so
+ * (CuPy's cupy.cuda.memory.CFunctionAllocator; cupy_entry.c), in plain C
+ * over the core (no Lua).  Each library names its environment variables
+ * through cpt_set_frontend (PyTorch's, below, by default); CuPy's are
+ * CUPOLA_CUPY_POOL, CUPOLA_CUPY_STREAMS and CUPOLA_CUPY_LOG, and since CuPy
+ * frees by pointer alone, its library keeps each live block's size and
+ * stream (cpt_free_tracked).  Host-testable: on the host backend
  * foreign stream handles are stood for by host streams (backend.h,
  * stream_wrap), so tests/c/test_torch_pluggable.c runs it anywhere.
  *
@@ -11,6 +16,10 @@
  *                         "vmm", "tlsf,initial=1GiB,release_threshold=4GiB",
  *                         "cub,max_cached_bytes=1GiB"; default "tlsf"
  *   CUPOLA_TORCH_STREAMS  "safe" (default) or "trust" (below)
+ *   CUPOLA_TORCH_LOG      a path: every request (allocate, allocate failure,
+ *                         free, as the program made them) written there in RMM's
+ *                         CSV, which cupola.trace.load reads, to replay the
+ *                         run through a pool (flushed at every stats call)
  *   CUPOLA_BACKEND        as for the Lua module (auto: CUDA when a device answers)
  * A bad value fails every allocation with a message naming it (and prints it
  * on stderr once); nothing crashes.
@@ -60,6 +69,22 @@ typedef enum cpt_status {
     CPT_ERROR   /* any other failure (a CUDA error, a bad device) */
 } cpt_status;
 
+/* What differs between the libraries: the names of their variables, the
+ * prefix of their stderr lines, and whether frees come with their size and
+ * stream (PyTorch) or by pointer alone (CuPy: track = 1, then
+ * cpt_free_tracked finds both). */
+typedef struct cpt_frontend {
+    const char *pool_env;    /* "CUPOLA_TORCH_POOL" */
+    const char *streams_env; /* "CUPOLA_TORCH_STREAMS" */
+    const char *log_env;     /* "CUPOLA_TORCH_LOG" */
+    const char *who;         /* "cupola torch allocator" */
+    int track;
+} cpt_frontend;
+
+/* Before the first call (a library's constructor); f must outlive the
+ * library.  NULL: PyTorch's names.  Tests call it after cpt_reset. */
+void cpt_set_frontend(const cpt_frontend *f);
+
 /* Reads the configuration and chooses the backend once; CPT_OK or
  * CPT_CONFIG/CPT_ERROR with the message (cpt_last_error). */
 cpt_status cpt_check(void);
@@ -68,6 +93,10 @@ cpt_status cpt_alloc(size_t size, int device, void *stream, void **out);
 /* Frees never fail towards PyTorch (they run in destructors): an error is
  * kept as the last error, counted and printed on stderr. */
 void cpt_free(void *ptr, size_t size, int device, void *stream);
+/* track = 1: a free by pointer; the block goes back on the stream it was
+ * allocated on (the one CuPy's own pool returns a chunk to).  A pointer the
+ * library does not hold is counted as a free error, never a crash. */
+void cpt_free_tracked(void *ptr, int device);
 /* The calling thread's last message (never NULL). */
 const char *cpt_last_error(void);
 /* The library's figures as JSON (its keys are documented in docs/API.md):

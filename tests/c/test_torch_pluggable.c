@@ -15,6 +15,9 @@
 #include "pluggable.h"
 #include "pool/resource.h"
 #include "tap.h"
+#include "trace/trace.h"
+
+#include <unistd.h>
 
 #define ok tap_ok
 
@@ -196,6 +199,39 @@ static void test_errors(void)
     }
 }
 
+/* CUPOLA_TORCH_LOG: the requests as made, loadable as a trace; the pool's
+ * upstream calls in the stats (what the step-time benchmark counts). */
+static void test_log(void)
+{
+    char path[] = "/tmp/cupola-torch-log-XXXXXX";
+    void *p[6], *q = NULL;
+    cp_trace *t = NULL;
+    int fd = mkstemp(path), i;
+    close(fd);
+    setenv("CUPOLA_TORCH_LOG", path, 1);
+    config("tlsf", NULL);
+    for (i = 0; i < 6; i++)
+        if (cpt_alloc((size_t)(512 + 3000 * i), 0, i % 2 ? A : NULL, &p[i]) != CPT_OK)
+            p[i] = NULL;
+    ok(stat("device_allocs") == 1 && stat("device_frees") == 0,
+       "the stats count the pool's upstream calls (%s)", js);
+    for (i = 0; i < 6; i++)
+        cpt_free(p[i], (size_t)(512 + 3000 * i), 0, i % 2 ? A : NULL);
+    (void)stats();
+    if (cp_trace_load(path, &t) != CP_OK)
+        t = NULL;
+    ok(t && cp_trace_events(t) == 12, "the log loads as a trace: 6 allocations, 6 frees (%s)",
+       t ? "" : cp_error_msg());
+    if (t)
+        cp_trace_free(t);
+    setenv("CUPOLA_TORCH_LOG", "/nonexistent-dir/x.csv", 1);
+    config("tlsf", NULL);
+    ok(cpt_alloc(100, 0, NULL, &q) == CPT_CONFIG && strstr(cpt_last_error(), "CUPOLA_TORCH_LOG"),
+       "a log that cannot be written is a configuration error (%s)", cpt_last_error());
+    unsetenv("CUPOLA_TORCH_LOG");
+    unlink(path);
+}
+
 static void *worker(void *arg)
 {
     void *h = arg, *p[32];
@@ -234,6 +270,7 @@ int main(void)
     test_basic();
     test_safe();
     test_errors();
+    test_log();
     test_threads();
     cpt_reset();
     return tap_finish();
