@@ -74,7 +74,7 @@ DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
-.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator cupy-allocator FORCE
+.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator cupy-allocator test-cupy-wrapper FORCE
 all: $(MODULE)
 
 # The build's configuration, rewritten only when it changes: objects depend
@@ -157,6 +157,11 @@ cupy-allocator:
 	@echo "cupy-allocator: no CUDA Toolkit (nvcc) in this build: skipped"
 endif
 -include $(OBJ)/torch/cupy_entry.d
+# python/cupola_cupy.py against the library on the host backend: no GPU and
+# no CuPy (tests/cupy/test_wrapper.py stands a module in that calls the
+# library as CFunctionAllocator does); also builds without nvcc.
+test-cupy-wrapper: $(CUPY_LIB)
+	CUPOLA_BACKEND=host python3 tests/cupy/test_wrapper.py $(CUPY_LIB)
 
 # C-level tests of the core (no Lua): each tests/c/test_*.c is a program.
 # (test_torch_pluggable also links the torch allocator's C logic.)

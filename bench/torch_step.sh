@@ -1,0 +1,27 @@
+#!/bin/sh
+# bench/torch_step.sh: step time of PyTorch training under PyTorch's allocator,
+# expandable segments and cupola's pools (bench/torch_step.py says how), on
+# the GPU machine.  Builds build/libcupola_torch.so, then runs every allocator
+# in its own process, rounds interleaved; about 3 minutes on an H100
+# (ROUNDS=3 STEPS=8 WARMUP=3; BUDGET_S=170 stops starting rounds after that).
+#   sh bench/torch_step.sh            (OUT=/tmp/torch-step by default)
+#   TORCH_STEP_SPECS="vmm tlsf" sh bench/torch_step.sh
+# Writes $OUT/torch_step.md (the table, for bench/results/) and
+# $OUT/torch_step.json; each process's figures stay in $WORK.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/torch-step}
+WORK=${WORK:-/tmp/torch-step-work}
+mkdir -p "$OUT" "$WORK"
+CUPOLA_COMMIT=${CUPOLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export CUPOLA_COMMIT
+. bench/lua-env.sh
+make -j16 torch-allocator $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" >"$WORK/make.txt" 2>&1 ||
+    { tail -30 "$WORK/make.txt"; exit 1; }
+[ -f build/libcupola_torch.so ] || { echo "torch_step: no build/libcupola_torch.so"; tail -5 "$WORK/make.txt"; exit 1; }
+# shellcheck disable=SC2086
+python3 bench/torch_step.py "$WORK" build/libcupola_torch.so \
+    ${TORCH_STEP_SPECS:-tlsf vmm caching tlsf,release_threshold=1TiB}
+rc=$?
+cp "$WORK/torch_step.md" "$WORK/torch_step.json" "$OUT/" 2>/dev/null
+exit $rc
