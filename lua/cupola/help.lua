@@ -554,7 +554,35 @@ CUPOLA_TORCH_POOL="vmm" (default "tlsf"; "KIND,KEY=VALUE,...": any kind and
 cupola_torch_stats(buf, len) (ctypes) writes the pools' figures as JSON;
   cupola_torch_trim(device, keep), cupola_torch_check(), cupola_torch_error.
 Predicting it offline: replay a snapshot of the workload through the same
-  pool over the "virtual" upstream (cupola.trace.replay).]],
+  pool over the "virtual" upstream (cupola.trace.replay).
+CUPOLA_TORCH_LOG=path writes every request (RMM CSV) to replay the run.
+Step time: bench/torch_step.sh (GPU) times training steps per allocator;
+  a pool's upstream calls once warm (device_allocs, device_frees in the
+  stats; bench/steady_calls.lua offline) are what slows a step: tlsf and
+  caching return and retake chunks every step, vmm remaps cached pages.]],
+  },
+  {
+    name = "cupy",
+    section = "cupola's pools inside CuPy (`make cupy-allocator`)",
+    names = { "cupy-allocator", "cupy_allocator", "libcupola_cupy", "cupola_cupy", "CUPOLA_CUPY_POOL",
+      "CUPOLA_CUPY_STREAMS", "CUPOLA_CUPY_LOG", "CUPOLA_CUPY_LIB" },
+    overview = {
+      { "make cupy-allocator  (CUPOLA_CUPY_POOL=\"vmm\")", "cupola's pools serving CuPy" },
+    },
+    page = [[
+make cupy-allocator builds build/libcupola_cupy.so (CuPy's CFunctionAllocator);
+python/cupola_cupy.py installs it:
+  import cupola_cupy; alloc = cupola_cupy.install()   # cupy.cuda.set_allocator
+  alloc.stats(), alloc.trim(), cupola_cupy.uninstall()
+CUPOLA_CUPY_POOL="vmm" (default "tlsf", CUPOLA_TORCH_POOL's syntax) picks the
+  pool; CUPOLA_CUPY_STREAMS="safe" (default) or "trust"; CUPOLA_CUPY_LOG=path
+  logs every request (RMM CSV); CUPOLA_CUPY_LIB: the library install() loads.
+A refusal raises cupy.cuda.memory.OutOfMemoryError (a bad spec RuntimeError):
+  the library returns NULL and the wrapper checks every pointer.
+Streams: the wrapper passes cupy.cuda.get_current_stream().ptr in a param of
+  each thread's own; a block goes back on the stream it was allocated on,
+  and another stream reuses it once that stream passed the free (safe mode
+  also waits for every other stream seen).]],
   },
   {
     name = "bench",
@@ -619,6 +647,9 @@ CUPOLA_CC, CUPOLA_CXX      compilers for C plugins / host kernels (cc, c++)
 CUPOLA_INCLUDE=dir:dir     a module's include path instead of cupola's
 CUDA_HOME, CUDA_PATH       where NVRTC and nvJitLink are looked for first
 CUPOLA_TORCH_POOL, CUPOLA_TORCH_STREAMS   libcupola_torch.so's pool, streams
+CUPOLA_TORCH_LOG=path      libcupola_torch.so logs every request (RMM CSV)
+CUPOLA_CUPY_POOL, CUPOLA_CUPY_STREAMS, CUPOLA_CUPY_LOG   the same for CuPy
+CUPOLA_CUPY_LIB=path       the library python/cupola_cupy.py loads
 CUPOLA_LUA                 the interpreter bin/cupola runs (lua5.4)
 CUPOLA_BIN_LUADIR, CUPOLA_BIN_LIBDIR      set by bin/cupola itself
 CUPOLA_COMMIT              the commit cupola.survey records
