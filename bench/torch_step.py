@@ -26,7 +26,7 @@ upstream calls, vmm's page maps included).
   python3 bench/torch_step.py --one ALLOC OUTFILE [LIB]   (one process; ALLOC: default,
                                                        expandable or cupola:SPEC)
 Environment: ROUNDS (3), STEPS (8), WARMUP (3), WORKLOADS (gpt2,resnet50,varshape),
-BUDGET_S (170: no round starts after this many seconds).
+BUDGET_S (150: no round starts after this many seconds).
 """
 import ctypes
 import json
@@ -215,7 +215,7 @@ def label(alloc):
 def main(outdir, lib, specs):
     os.makedirs(outdir, exist_ok=True)
     allocs = ["default", "expandable"] + ["cupola:" + s for s in specs]
-    rounds, budget = env_int("ROUNDS", 3), env_int("BUDGET_S", 170)
+    rounds, budget = env_int("ROUNDS", 3), env_int("BUDGET_S", 150)
     t_start = time.time()
     runs = {a: [] for a in allocs}
     failures = []

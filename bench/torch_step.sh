@@ -3,7 +3,7 @@
 # expandable segments and cupola's pools (bench/torch_step.py says how), on
 # the GPU machine.  Builds build/libcupola_torch.so, then runs every allocator
 # in its own process, rounds interleaved; about 3 minutes on an H100
-# (ROUNDS=3 STEPS=8 WARMUP=3; BUDGET_S=170 stops starting rounds after that).
+# (ROUNDS=3 STEPS=8 WARMUP=3; no round starts after BUDGET_S=150 seconds).
 #   sh bench/torch_step.sh            (OUT=/tmp/torch-step by default)
 #   TORCH_STEP_SPECS="vmm tlsf" sh bench/torch_step.sh
 # Writes $OUT/torch_step.md (the table, for bench/results/) and
