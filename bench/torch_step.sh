@@ -15,8 +15,8 @@ WORK=${WORK:-/tmp/torch-step-work}
 mkdir -p "$OUT" "$WORK"
 CUPOLA_COMMIT=${CUPOLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export CUPOLA_COMMIT
-. bench/lua-env.sh
-make -j16 torch-allocator $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" >"$WORK/make.txt" 2>&1 ||
+# (the library needs no Lua: no .deps to carry for this one)
+make -j16 torch-allocator >"$WORK/make.txt" 2>&1 ||
     { tail -30 "$WORK/make.txt"; exit 1; }
 [ -f build/libcupola_torch.so ] || { echo "torch_step: no build/libcupola_torch.so"; tail -5 "$WORK/make.txt"; exit 1; }
 # shellcheck disable=SC2086
