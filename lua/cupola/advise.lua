@@ -1,22 +1,59 @@
---- cupola.advise: a PyTorch memory snapshot in, the allocator setting to use
--- out.  Replays the snapshot through cupola's model of PyTorch's caching
--- allocator (pool kind "torch") under a grid of PYTORCH_CUDA_ALLOC_CONF
--- settings, and through cupola's own pools as PyTorch's pluggable
--- allocator would serve them, all in C on threads of their own
--- (cupola.core.trace.advise_run), and returns one row per setting and the
--- one to use.
+--- cupola.advise: a recording of a program's allocations in, the allocator
+-- setting to use out.  One engine (this file: options, the replays on
+-- threads through cupola.core.trace.advise_run, scoring, the least-memory
+-- search, text / JSON / HTML, the command line) and one small module per
+-- framework (lua/cupola/advise/NAME.lua) that names the framework's
+-- settings, its rows and its paste line.  The engine knows no framework's
+-- words: everything it prints about one comes from its module.
 --
---   cupola.advise(trace_or_path, {limit =, conf =, recorded =, pools =,
---                 search =, threads =, progress =, device =}) -> result
+--   cupola.advise(trace_or_path [, {limit =, conf =, recorded =, pools =,
+--                 search =, threads =, progress =, device =}]) -> result
 --   bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf CONF]... [--recorded CONF]
 --                     [--json] [--html PAGE]                (advise.main)
 --
--- The grid (advise.grid says how each family is chosen): the recorded
--- setting, PyTorch's defaults, expandable_segments:True, max_split_size_mb
--- at the snapshot's own large request sizes, roundup_power2_divisions 1 to
--- 16, garbage_collection_threshold under a limit, the combinations of the
--- best of each family that did better than the defaults, every conf given,
--- and cupola's pools (tlsf, vmm, caching).
+-- ---- the framework module interface -------------------------------------
+-- A framework module is a table returned by require("cupola.advise." .. name),
+-- for each name in advise.frameworks.  Fields (optional ones marked "opt"):
+--
+--   name            the framework's name ("torch"): result.framework
+--   formats         the trace formats it reads (t:info().format), e.g.
+--                   {"torch_snapshot"}; the engine offers a trace to the
+--                   first module whose detect (or formats) claims it
+--   detect(info)    opt: true when the module reads this trace (info =
+--                   t:info()); without it, info.format in formats
+--   title(info)     what the trace is, for the report's head ("PyTorch snapshot")
+--   check(o)        opt: raises (util.raise) for settings in the options it
+--                   does not read (o.conf, o.recorded are its settings)
+--   setup(ctx)      reads what it needs of the trace once; may set result
+--                   fields (recorded_setting, ...), warnings and notes
+--   rows(ctx)       -> the first row specs, replayed together
+--   more(ctx, rows) opt -> further row specs after the first rows' figures
+--                   are in (combinations of the best), replayed together
+--   baseline(ctx)   opt -> bytes, text: what "vs recorded" compares with
+--                   (default: the recorded row's peak reserved)
+--   fill(row, x, ctx) opt: the module's own fields of a replayed row (x is
+--                   the row's advise_run result)
+--   describe(row)   -> the row's name in the table
+--   paste(row, ctx) -> the line that runs the user's program with the row's setting
+--   summary(res)    opt -> lines for the report's head (what was recorded)
+--   notes(res, ctx) opt: adds sentences to res.warnings and res.notes
+--   frame(res, fails_at) opt -> how a location in the user's program reads
+--
+-- A row spec is a table the engine fills with the row's figures:
+--   setting       the setting as the user writes it (its identity)
+--   job           the advise_run job (kind/conf/spec/...; the engine adds
+--                 limit and search)
+--   pool          cupola.pool options (or a CUPOLA pool spec string) that
+--                 replay it for the HTML page (the engine adds upstream, max)
+--   family        a name for its kind of setting ("default", "recorded", ...)
+--   keys          how many settings it changes: the simpler wins a tie
+--   recorded      true for the setting the trace was recorded under
+--   aside         true: shown after the others and never recommended
+--   same_as       another row whose replay serves for this one
+--   via           the environment variable (or the like) that carries it
+-- ctx, which every function gets: t (the cupola.Trace), info (t:info()),
+-- o (the checked options), result, limited (a limit was given), and the
+-- engine's metric(row) and better(a, b) (the scoring below).
 local core = require "cupola.core"
 local util = require "cupola.util"
 local report = require "cupola.report"
@@ -24,16 +61,52 @@ local raise, shown, typed, at_caller = util.raise, util.shown, util.typed, util.
 
 local advise = {}
 
-local MiB = 1024 * 1024
-local SMALL = MiB                  -- PyTorch's small pool: requests up to 1 MiB
-local SPLIT_MIN = 20 * MiB         -- max_split_size_mb's least value (20)
 local TIE = 0.005                  -- within 0.5 %: a simpler setting is preferred
 
 advise.default_pools = { "tlsf", "vmm", "caching" }
-advise.roundup = { 1, 2, 4, 8, 16 }
-advise.gc = { 0.6, 0.8 }
+-- the framework modules, asked in this order (one that is not installed is skipped)
+advise.frameworks = { "torch", "jax", "cupy" }
 
 local bytes = report.bytes
+
+-- ---- the framework modules ----------------------------------------------
+
+local modules = {}
+
+--- advise.module(name) -> the framework module, or nil where none is installed.
+function advise.module(name)
+  if modules[name] == nil then
+    local ok, m = pcall(require, "cupola.advise." .. name)
+    if ok then
+      modules[name] = m
+    elseif tostring(m):find("module 'cupola.advise." .. name .. "' not found", 1, true) then
+      modules[name] = false
+    else
+      error(m, 0)
+    end
+  end
+  return modules[name] or nil
+end
+
+--- advise.module_for(info) -> the module that reads a trace of this info.
+function advise.module_for(info)
+  local names = {}
+  for _, name in ipairs(advise.frameworks) do
+    local m = advise.module(name)
+    if m then
+      local claims
+      if m.detect then
+        claims = m.detect(info)
+      else
+        for _, f in ipairs(m.formats or {}) do if f == info.format then claims = true end end
+      end
+      if claims then return m end
+      names[#names + 1] = name
+    end
+  end
+  raise(("cupola.advise: no advice for traces of format %s (the framework modules: %s)"):format(
+    shown(info.format), table.concat(names, ", ")))
+end
 
 -- ---- arguments --------------------------------------------------------
 
@@ -42,24 +115,10 @@ local function is_trace(v)
   return type(mt) == "table" and mt.__name == "cupola.Trace"
 end
 
--- A conf string checked as cupola.pool checks it (kind torch), raising
--- with what names it; returns its canonical form (the settings that differ
--- from PyTorch's defaults, in cupola's order).
-local function canonical(conf, what)
-  local ok, p = pcall(core.pool, { kind = "torch", upstream = "virtual", conf = conf })
-  if not ok then
-    local why = tostring(p):gsub("^.-cupola%.pool: option 'conf': ", "")
-    raise(("cupola.advise: %s %s: %s"):format(what, shown(conf), why))
-  end
-  local c = p:settings().conf
-  p:close()
-  return c
-end
-
 local option_names = { "limit", "conf", "recorded", "pools", "search", "threads", "progress", "device" }
 
 local function check_options(opts)
-  if opts == nil then return {} end
+  if opts == nil then opts = {} end
   if type(opts) ~= "table" then
     raise("bad argument #2 to 'advise' (options table expected, got " .. typed(opts) .. ")")
   end
@@ -89,14 +148,12 @@ local function check_options(opts)
     if type(c) ~= "string" then
       raise(("cupola.advise: option 'conf': item %d must be a string, not %s"):format(i, typed(c)))
     end
-    canonical(c, "option 'conf': item " .. i)
     o.conf[i] = c
   end
   if opts.recorded ~= nil then
     if type(opts.recorded) ~= "string" then
       raise("cupola.advise: option 'recorded' must be a conf string, not " .. typed(opts.recorded))
     end
-    canonical(opts.recorded, "option 'recorded'")
     o.recorded = opts.recorded
   end
   local pools = opts.pools
@@ -132,33 +189,7 @@ local function check_options(opts)
   return o
 end
 
--- ---- the grid ---------------------------------------------------------
-
-local function nkeys(conf)
-  local n = 0
-  for _ in conf:gmatch "[^,%[%]]+:" do n = n + 1 end
-  return n
-end
-
--- max_split_size_mb values from the snapshot's own requests: blocks of the
--- value's size and more are never split, so the value decides which
--- requests get blocks of their own.  Taken at the 50th, 75th, 90th and
--- 99th percentile of the requests of 20 MiB or more (the least value
--- PyTorch takes), by count, rounded up to MiB: the largest half, quarter,
--- tenth and hundredth of those requests become such blocks.
-local function split_values(facts)
-  local s = facts.sizes
-  local out, seen = {}, {}
-  if s.count == 0 then return out end
-  for _, q in ipairs { "q50", "q75", "q90", "q99" } do
-    local mb = math.max(20, (s[q] + MiB - 1) // MiB)
-    if not seen[mb] and mb * MiB <= s.max then
-      seen[mb] = true
-      out[#out + 1] = { mb = mb, q = q }
-    end
-  end
-  return out
-end
+-- ---- scoring ----------------------------------------------------------
 
 -- The score of a row: lower is better, compared key by key.
 local function score(r, limited)
@@ -186,22 +217,20 @@ local function metric(r, limited)
   return r.complete and r.peak_reserved or nil
 end
 
--- ---- running the grid ---------------------------------------------------
+-- ---- running the rows ---------------------------------------------------
 
 local function run_rows(t, rows, o, progress_state)
   local jobs = {}
   for i, r in ipairs(rows) do
-    if r.kind == "torch" then
-      jobs[i] = { kind = "torch", conf = r.setting, limit = o.limit, recorded = o.recorded_addresses,
-        search = o.search }
-    else
-      jobs[i] = { spec = r.pool, limit = o.limit, search = o.search }
-    end
+    local j = {}
+    for k, v in pairs(r.job) do j[k] = v end
+    j.limit, j.search = o.limit, o.search
+    jobs[i] = j
   end
   local t0 = core.clock()
   local progress
   if o.progress then
-    progress = function(done, total)
+    progress = function(done)
       report.progress("cupola advise", progress_state.done + done, progress_state.total, t0)
     end
   end
@@ -211,7 +240,8 @@ local function run_rows(t, rows, o, progress_state)
 end
 
 -- The figures of a replayed row, from its replay result.
-local function fill(r, x, o, baseline, t)
+local function fill(r, x, ctx)
+  local o, t, baseline, mod = ctx.o, ctx.t, ctx.baseline, ctx.module
   if x.error then
     r.error = x.error
     r.complete = false
@@ -231,22 +261,7 @@ local function fill(r, x, o, baseline, t)
     r.change = x.peak_reserved - baseline
     r.change_pct = 100 * r.change / baseline
   end
-  if r.kind == "torch" then
-    if x.recorded then
-      r.divergence = x.divergence and x.divergence.event or false
-      if r.recorded and not x.divergence then
-        r.prediction = "exact"
-      elseif x.divergence then
-        r.prediction = ("recorded addresses to operation %d, then the driver model"):format(x.divergence.event)
-      else
-        r.prediction = "recorded addresses"
-      end
-    else
-      r.prediction = "driver model"
-    end
-  else
-    r.prediction = "cupola's pool, replayed"
-  end
+  if mod.fill then mod.fill(r, x, ctx) end
   if o.limit then
     r.fits = x.complete
     if not x.complete then
@@ -268,150 +283,69 @@ end
 
 -- ---- the advice for one trace -------------------------------------------
 
-local function describe(r)
-  if r.kind ~= "torch" then return "cupola " .. r.pool .. " (pluggable allocator)" end
-  if r.setting == "" then return "PyTorch's defaults" end
-  return r.setting
-end
-
-local function paste_line(r)
-  if r.kind ~= "torch" then
-    return "CUPOLA_TORCH_POOL=" .. r.pool .. " python train.py   # after make torch-allocator, with "
-      .. "torch.cuda.memory.CUDAPluggableAllocator (docs/API.md)"
-  end
-  local v = r.setting
-  -- PyTorch's defaults: the variable unset (an empty one is read as no
-  -- keys, but a run that set it elsewhere must drop it)
-  if v == "" then return "env -u PYTORCH_CUDA_ALLOC_CONF python train.py   # PyTorch's defaults" end
-  if v:find "[^%w_:,.%-]" then v = "'" .. v:gsub("'", "'\\''") .. "'" end
-  return "PYTORCH_CUDA_ALLOC_CONF=" .. v .. " python train.py"
-end
-
-local function advise_trace(t, o, state)
+local function advise_trace(t, o, state, mod)
   local info = t:info()
   local result = {
-    trace = info.path, format = info.format, events = info.events, allocations = info.allocs,
-    streams = info.streams, devices = info.devices, device = o.device or 0, limit = o.limit,
-    warnings = {}, notes = {},
+    trace = info.path, format = info.format, framework = mod.name, title = mod.title(info),
+    events = info.events, allocations = info.allocs, streams = info.streams, devices = info.devices,
+    device = o.device or 0, limit = o.limit, warnings = {}, notes = {},
   }
-  local W, N = result.warnings, result.notes
-  local facts = core.trace.advise_facts(t, SPLIT_MIN)
-  local snapshot = info.format == "torch_snapshot"
-  -- the setting the snapshot was recorded under
-  local recorded, recorded_from = nil, nil
-  if info.torch_conf then
-    recorded, recorded_from = info.torch_conf, "the snapshot's allocator_settings"
-    if o.recorded and canonical(o.recorded, "option 'recorded'") ~= canonical(recorded, "the snapshot's setting") then
-      W[#W + 1] = ("--recorded %s is not what the snapshot says it was recorded under (%s): the snapshot's is used")
-        :format(shown(o.recorded), shown(recorded))
-    end
-  elseif o.recorded then
-    recorded, recorded_from = o.recorded, "--recorded"
-  end
-  result.recorded_setting = recorded
-  result.recorded_from = recorded_from
-  if not recorded then
-    W[#W + 1] = "the setting the snapshot was recorded under is unknown (it has no allocator_settings: " ..
-      "PyTorch before 2.4, or not a snapshot); give it with --recorded CONF (option 'recorded') for a " ..
-      "row replaying it exactly"
-  end
-  -- recorded addresses where the snapshot has PyTorch's device calls
-  o.recorded_addresses = facts.torch_calls > 0
-  result.torch_peak_reserved = info.torch_peak_reserved
-  result.peak_live = info.peak_live
+  local limited = o.limit ~= nil
+  local ctx = { t = t, info = info, o = o, result = result, limited = limited, module = mod,
+    metric = function(r) return metric(r, limited) end,
+    better = function(a, b) return better(a, b, limited) end }
+  mod.setup(ctx)
 
-  -- phase 1: the single settings
-  local rows, seen = {}, {}
-  local function add(setting, family, extra)
-    local c = canonical(setting, "setting")
-    if seen[c] then
-      local r = seen[c]
-      if extra and extra.recorded then r.recorded = true end
-      if extra and extra.yours then r.yours = true end
-      return r
+  -- the first rows
+  local rows = {}
+  local function replay(list)
+    local run = {}
+    for _, r in ipairs(list) do
+      rows[#rows + 1] = r
+      if not r.same_as then run[#run + 1] = r end
     end
-    local r = { setting = setting, kind = "torch", family = family, keys = nkeys(c), canonical = c }
-    for k, v in pairs(extra or {}) do r[k] = v end
-    seen[c] = r
-    rows[#rows + 1] = r
-    return r
+    state.total = state.total + #run
+    if #run > 0 then run_rows(t, run, o, state) end
+    return run
   end
-  if recorded then add(recorded, "recorded", { recorded = true }) end
-  local default = add("", "default")
-  add("expandable_segments:True", "expandable")
-  local splits = split_values(facts)
-  for _, v in ipairs(splits) do add("max_split_size_mb:" .. v.mb, "split", { quantile = v.q }) end
-  for _, d in ipairs(advise.roundup) do
-    -- 1 division rounds nothing (PyTorch rounds only with 2 or more): the
-    -- defaults' replay serves for it
-    add("roundup_power2_divisions:" .. d, "roundup", d == 1 and { same_as = default } or nil)
-  end
-  if o.limit then
-    for _, g in ipairs(advise.gc) do add("garbage_collection_threshold:" .. g, "gc") end
-  end
-  for _, c in ipairs(o.conf) do add(c, "yours", { yours = true }) end
-  local pools = {}
-  for _, spec in ipairs(o.pools) do
-    pools[#pools + 1] = { setting = "CUPOLA_TORCH_POOL=" .. spec, kind = spec:match "^%s*([^,%s]+)" or spec,
-      pool = spec, family = "pool" }
-  end
-  local first = {}
-  for _, r in ipairs(rows) do if not r.same_as then first[#first + 1] = r end end
-  for _, r in ipairs(pools) do first[#first + 1] = r end
-  state.total = state.total + #first
-  run_rows(t, first, o, state)
-  -- the baseline: PyTorch's own peak where the snapshot has it
-  local baseline, baseline_from = info.torch_peak_reserved, "PyTorch's own peak reserved in the recording"
-  if not baseline or baseline == 0 then
-    local b = seen[canonical(recorded or "", "setting")] or default
-    baseline = not b.replay.error and b.replay.peak_reserved or nil
-    baseline_from = recorded and "the recorded setting's replay" or "PyTorch's defaults, replayed"
+  local first = mod.rows(ctx)
+  replay(first)
+  local baseline, baseline_from
+  if mod.baseline then
+    baseline, baseline_from = mod.baseline(ctx)
+  else
+    for _, r in ipairs(first) do
+      if r.recorded and not r.replay.error then baseline = r.replay.peak_reserved end
+    end
+    baseline_from = baseline and "the recorded setting's replay" or nil
   end
   result.baseline, result.baseline_from = baseline, baseline_from
-  for _, r in ipairs(first) do fill(r, r.replay, o, baseline, t) end
-  for _, r in ipairs(rows) do
-    if r.same_as then
-      r.replay = r.same_as.replay
-      fill(r, r.replay, o, baseline, t)
+  ctx.baseline = baseline
+  local function fill_all(list)
+    for _, r in ipairs(list) do if not r.same_as then fill(r, r.replay, ctx) end end
+    for _, r in ipairs(list) do
+      if r.same_as then
+        r.replay = r.same_as.replay
+        fill(r, r.replay, ctx)
+      end
+    end
+  end
+  fill_all(first)
+
+  -- the further rows (combinations of the best)
+  if mod.more then
+    local extra = mod.more(ctx, rows)
+    if extra and #extra > 0 then
+      replay(extra)
+      fill_all(extra)
     end
   end
 
-  -- phase 2: the best of each family that beat the defaults, combined
-  local limited = o.limit ~= nil
-  local best = {}
-  local dm = metric(default, limited)
+  -- the recommendation: the best row not set aside; a simpler one within TIE of it wins
+  local order, aside = {}, {}
   for _, r in ipairs(rows) do
-    local f = r.family
-    if (f == "expandable" or f == "split" or f == "roundup" or f == "gc") and not r.error then
-      local m = metric(r, limited)
-      if m and dm and m < dm * (1 - 0.001) and (not best[f] or better(r, best[f], limited)) then best[f] = r end
-    end
+    if r.aside then aside[#aside + 1] = r else order[#order + 1] = r end
   end
-  local fams = {}
-  for _, f in ipairs { "expandable", "split", "roundup", "gc" } do
-    if best[f] then fams[#fams + 1] = best[f] end
-  end
-  local combos = {}
-  for mask = 1, (1 << #fams) - 1 do
-    local parts, n = {}, 0
-    for i, r in ipairs(fams) do
-      if mask & (1 << (i - 1)) ~= 0 then parts[#parts + 1] = r.setting; n = n + 1 end
-    end
-    if n >= 2 then
-      local before = #rows
-      local r = add(table.concat(parts, ","), "combination")
-      if #rows > before then combos[#combos + 1] = r end
-    end
-  end
-  if #combos > 0 then
-    state.total = state.total + #combos
-    run_rows(t, combos, o, state)
-    for _, r in ipairs(combos) do fill(r, r.replay, o, baseline, t) end
-  end
-
-  -- the recommendation: the best torch row; a simpler one within TIE of it wins
-  local order = {}
-  for _, r in ipairs(rows) do order[#order + 1] = r end
   table.sort(order, function(a, b) return better(a, b, limited) end)
   local rec = order[1]
   if rec and not rec.error then
@@ -424,99 +358,26 @@ local function advise_trace(t, o, state)
       end
     end
   end
-  -- the table: the recorded row first, then the torch rows best first, then the pools
+  -- the table: the recorded row first, then the others best first, then those set aside
   local out = {}
   for _, r in ipairs(order) do if r.recorded then out[#out + 1] = r end end
   for _, r in ipairs(order) do if not r.recorded then out[#out + 1] = r end end
-  table.sort(pools, function(a, b) return better(a, b, limited) end)
-  for _, r in ipairs(pools) do out[#out + 1] = r end
+  table.sort(aside, function(a, b) return better(a, b, limited) end)
+  for _, r in ipairs(aside) do out[#out + 1] = r end
   for _, r in ipairs(out) do
-    r.description = describe(r)
-    r.via = r.kind == "torch" and "PYTORCH_CUDA_ALLOC_CONF" or "CUPOLA_TORCH_POOL"
+    r.description = mod.describe(r)
     r.recommended = r == rec or nil
   end
   result.rows = out
   result.recommended = rec
   if rec then
-    result.paste = paste_line(rec)
+    result.paste = mod.paste(rec, ctx)
     result.conf = rec.setting
   end
 
   -- what the figures mean, and what to watch
-  local rrow = recorded and seen[canonical(recorded, "setting")]
-  if rrow and not rrow.error and o.recorded_addresses then
-    if rrow.divergence then
-      W[#W + 1] = ("the model's device calls differ from PyTorch's in the recorded run from operation %d on: "
-        .. "even the recorded setting's figures are a prediction%s"):format(rrow.divergence,
-        (info.torch_peak_reserved and rrow.peak_reserved ~= info.torch_peak_reserved and not o.limit)
-          and " (was the run under a memory limit, torch.cuda.set_per_process_memory_fraction? give it with --limit)" or "")
-    else
-      N[#N + 1] = ("the recorded setting replays exactly: every cudaMalloc / map PyTorch made, at the same addresses "
-        .. "(peak reserved %s, PyTorch's own %s)"):format(bytes(rrow.peak_reserved),
-        info.torch_peak_reserved and bytes(info.torch_peak_reserved) or "not in the snapshot")
-    end
-  end
-  if o.recorded_addresses then
-    N[#N + 1] = "figures: cupola's model of PyTorch 2.11's caching allocator, replayed offline; each setting with the " ..
-      "addresses CUDA gave PyTorch in the recording while its device calls match PyTorch's, then the driver's " ..
-      "placement (the most accurate prediction the model offers: exact for the recorded setting on every " ..
-      "recording cupola ships, and from their default runs within 0.11 % of PyTorch's own runs of the other " ..
-      "settings, 1.6 % where the program freed its tensors in another order under a limit)"
-  else
-    N[#N + 1] = "figures: cupola's model of PyTorch 2.11's caching allocator, replayed offline with the driver's " ..
-      "placement of segments (the trace has no segment entries of PyTorch's: within 3 % of PyTorch's own runs " ..
-      "on cupola's recordings)"
-  end
-  if #splits > 0 then
-    local parts = {}
-    for _, v in ipairs(splits) do parts[#parts + 1] = ("%d (%s)"):format(v.mb, v.q) end
-    N[#N + 1] = ("max_split_size_mb values from this snapshot's requests of 20 MiB or more (%d of them, the "
-      .. "largest %s): %s: the 50th, 75th, 90th and 99th percentile of their sizes (q50 ... q99), rounded up to "
-      .. "MiB, where one is below the largest; blocks of the value's size and more are never split, so the "
-      .. "largest half, quarter, tenth or hundredth of those requests get blocks of their own"):format(
-      facts.sizes.count, bytes(facts.sizes.max), table.concat(parts, ", "))
-  else
-    N[#N + 1] = "no max_split_size_mb rows: no request of 20 MiB or more (the least value PyTorch takes), so it " ..
-      "would only keep 20 MiB segments from the smaller requests they serve"
-  end
-  if #pools > 0 then
-    N[#N + 1] = "cupola rows: cupola's pools serving PyTorch through its pluggable allocator (make torch-allocator, " ..
-      "CUPOLA_TORCH_POOL=SPEC); device calls are their upstream calls (vmm: pages mapped); vmm's default " ..
-      "policy decides by time on the replay's clock, so its row can move a little from run to run"
-  end
-  if o.search then
-    N[#N + 1] = "least memory: the smallest limit (to 2 MiB) under which the recorded requests all run, found by " ..
-      "bisection on the limit; it holds for the requests as recorded: libraries such as cuDNN try a smaller " ..
-      "workspace when an allocation fails, so a real run under pressure can ask for less (on an H100, " ..
-      "resnet50 still ran 0.5 % below the minimum its recording implies), and the CUDA context and other " ..
-      "libraries need device memory beside what PyTorch's allocator reserves"
-  end
-  local tentative, fatal = {}, {}
-  for _, e in ipairs(facts.ooms) do
-    if e.survived then tentative[#tentative + 1] = e else fatal[#fatal + 1] = e end
-  end
-  result.tentative = tentative
-  if #tentative > 0 then
-    local parts = {}
-    for i, e in ipairs(tentative) do
-      if i > 5 then parts[#parts + 1] = "..." break end
-      parts[#parts + 1] = ("%s before event %d"):format(bytes(e.size), e.event)
-    end
-    W[#W + 1] = ("the snapshot shows %d request%s PyTorch refused that the program survived (%s): tentative "
-      .. "allocations, such as a library trying a large workspace first; each setting attempts them, and one "
-      .. "it refuses does not count against it"):format(#tentative, #tentative > 1 and "s" or "",
-      table.concat(parts, ", "))
-  end
-  if #fatal > 0 then
-    W[#W + 1] = ("the recording ends in an out-of-memory error: PyTorch refused %s before event %d and the program "
-      .. "made no allocation after it; the figures cover the run up to there, and a setting fits only if it "
-      .. "serves that request too"):format(bytes(fatal[1].size), fatal[1].event)
-  end
-  if info.unmatched and info.unmatched > 0 then
-    W[#W + 1] = ("%d frees of blocks allocated before the snapshot's trace began were skipped (PyTorch keeps the "
-      .. "last max_entries entries: record with a larger max_entries): the figures cover only what the trace "
-      .. "shows"):format(info.unmatched)
-  end
+  if mod.notes then mod.notes(result, ctx) end
+  local W = result.warnings
   for _, r in ipairs(out) do
     if r.error then
       W[#W + 1] = ("%s: the replay failed: %s"):format(r.description, r.error)
@@ -571,10 +432,12 @@ function advise.run(src, opts)
   local results = {}
   local ok, err = pcall(function()
     for i, x in ipairs(traces) do
+      local mod = advise.module_for(x.t:info())
+      if mod.check then mod.check(o) end
       local oo = {}
       for k, v in pairs(o) do oo[k] = v end
       oo.device = x.device
-      results[i] = advise_trace(x.t, oo, state)
+      results[i] = advise_trace(x.t, oo, state, mod)
       results[i].device = x.device
     end
   end)
@@ -677,19 +540,11 @@ function advise.text(res)
     if di > 1 then put("") end
     put(("cupola advise: %s%s"):format(d.trace, #results > 1 and (" (device %d)"):format(d.device) or ""))
     put(("  %s: %d events (%d allocations), %d stream%s%s"):format(
-      d.format == "torch_snapshot" and "PyTorch snapshot" or "RMM log", d.events, d.allocations, d.streams,
+      d.title, d.events, d.allocations, d.streams,
       d.streams == 1 and "" or "s", d.devices and d.devices > 1 and (", %d devices"):format(d.devices) or ""))
-    if d.recorded_setting then
-      put(("  recorded under: %s (from %s)"):format(d.recorded_setting == "" and "PyTorch's defaults" or d.recorded_setting,
-        d.recorded_from))
-    else
-      put("  recorded under: unknown")
-    end
-    if d.torch_peak_reserved then
-      put(("  PyTorch's own peak reserved: %s; most in use at once: %s (as requested)"):format(
-        bytes(d.torch_peak_reserved), bytes(d.peak_live)))
-    else
-      put(("  most in use at once: %s (as requested)"):format(bytes(d.peak_live)))
+    local mod = advise.module(d.framework)
+    if mod and mod.summary then
+      for _, l in ipairs(mod.summary(d)) do put("  " .. l) end
     end
     if d.limit then put(("  limit: %s"):format(bytes(d.limit))) end
     put("")
@@ -759,10 +614,13 @@ end
 local function plain_result(res)
   local o = {}
   for _, k in ipairs { "trace", "format", "events", "allocations", "streams", "devices", "device", "limit",
-    "recorded_setting", "recorded_from", "torch_peak_reserved", "peak_live", "baseline", "baseline_from",
-    "paste", "conf", "warnings", "notes", "tentative" } do
+    "framework", "title", "recorded_setting", "recorded_from", "baseline", "baseline_from",
+    "paste", "conf", "warnings", "notes" } do
     o[k] = res[k]
   end
+  -- the framework's own fields
+  local mod = advise.module(res.framework)
+  for _, k in ipairs(mod and mod.json_fields or {}) do o[k] = res[k] end
   o.rows = {}
   for i, r in ipairs(res.rows) do o.rows[i] = plain_row(r) end
   o.recommended = res.recommended and plain_row(res.recommended) or nil
@@ -785,6 +643,24 @@ end
 
 -- ---- HTML ----------------------------------------------------------------------
 
+-- A pool spec as CUPOLA_TORCH_POOL and advise_run name it ("tlsf,reuse=stream")
+-- as cupola.pool options.
+local function pool_spec(spec)
+  local c = {}
+  local first = true
+  for item in spec:gmatch "[^,]+" do
+    item = item:match "^%s*(.-)%s*$"
+    if first then c.kind, first = item, false
+    else
+      local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
+      if v == "true" or v == "false" then c[k] = v == "true"
+      elseif tonumber(v) and (k == "bin_growth" or k == "min_bin" or k == "max_bin") then c[k] = tonumber(v)
+      elseif k and k ~= "upstream" then c[k] = v end
+    end
+  end
+  return c
+end
+
 --- advise.html(result, trace_or_path, path) -> path: one page with the table and
 -- the timelines of the recorded and the recommended settings (cupola.timeline).
 function advise.html(res, src, path)
@@ -795,26 +671,12 @@ function advise.html(res, src, path)
   local ok, a, b = pcall(function()
     local panels, names = {}, {}
     local function replay(r, name)
-      local p <close> = core.pool(r.kind == "torch"
-        and { kind = "torch", upstream = "virtual", conf = r.setting, max = res.limit }
-        or (function()
-          local c = { upstream = "virtual" }
-          local first = true
-          for item in r.pool:gmatch "[^,]+" do
-            item = item:match "^%s*(.-)%s*$"
-            if first then c.kind, first = item, false
-            else
-              local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
-              if v == "true" or v == "false" then c[k] = v == "true"
-              elseif tonumber(v) and (k == "bin_growth" or k == "min_bin" or k == "max_bin") then c[k] = tonumber(v)
-              elseif k ~= "upstream" then c[k] = v end
-            end
-          end
-          c.max = res.limit
-          return c
-        end)())
+      local c = r.pool
+      if type(c) == "string" then c = pool_spec(c) else c = util.pool_config(c) end
+      c.upstream, c.max = "virtual", res.limit
+      local p <close> = core.pool(c)
       local x = t:replay(p, { record = true, progress = false,
-        addresses = r.kind == "torch" and r.replay and r.replay.recorded and "recorded" or nil })
+        addresses = r.job and r.job.recorded and r.replay and r.replay.recorded and "recorded" or nil })
       panels[#panels + 1] = x
       names[#names + 1] = name
     end
