@@ -62,6 +62,7 @@ local raise, shown, typed, at_caller = util.raise, util.shown, util.typed, util.
 local advise = {}
 
 local TIE = 0.005                  -- within 0.5 %: a simpler setting is preferred
+local SAME_GAIN = 0.01             -- less than 1 % better than the recorded setting: no gain
 
 advise.default_pools = { "tlsf", "vmm", "caching" }
 -- the framework modules, asked in this order (one that is not installed is skipped)
@@ -115,6 +116,45 @@ local function is_trace(v)
   return type(mt) == "table" and mt.__name == "cupola.Trace"
 end
 
+-- Units of sizes as people write them on a command line, as dd(1) reads
+-- them: K, M, G, T and KiB ... TiB are powers of 1024; KB, MB, GB, TB
+-- powers of 1000 (what disk and GPU makers print); any case.
+local units = {
+  [""] = { 1 }, b = { 1 },
+  k = { 2 ^ 10, "2^10" }, ki = { 2 ^ 10, "2^10" }, kib = { 2 ^ 10, "2^10" }, kb = { 1e3, "10^3" },
+  m = { 2 ^ 20, "2^20" }, mi = { 2 ^ 20, "2^20" }, mib = { 2 ^ 20, "2^20" }, mb = { 1e6, "10^6" },
+  g = { 2 ^ 30, "2^30" }, gi = { 2 ^ 30, "2^30" }, gib = { 2 ^ 30, "2^30" }, gb = { 1e9, "10^9" },
+  t = { 2 ^ 40, "2^40" }, ti = { 2 ^ 40, "2^40" }, tib = { 2 ^ 40, "2^40" }, tb = { 1e12, "10^12" },
+}
+
+--- advise.parse_size(v) -> bytes, how it was read (a sentence), or nil:
+-- a whole number of bytes, or a string "6GiB", "6G", "6gib", "6 GB",
+-- "1.5T" (GB is 10^9 bytes, G and GiB 2^30; a fraction of a byte is
+-- dropped).
+function advise.parse_size(v)
+  if math.type(v) == "integer" then return v, ("%d bytes"):format(v) end
+  if math.type(v) == "float" then
+    local n = math.tointeger(v)
+    if n then return n, ("%d bytes"):format(n) end
+    return nil
+  end
+  if type(v) ~= "string" then return nil end
+  local num, unit = v:match "^%s*(%d+%.?%d*)%s*(%a*)%s*$"
+  if not num then num, unit = v:match "^%s*(%.%d+)%s*(%a*)%s*$" end
+  local u = unit and units[unit:lower()]
+  if not u then return nil end
+  local x = tonumber(num) * u[1]
+  if x >= 2 ^ 63 then return nil end
+  local n = math.tointeger(math.floor(x))
+  if not n then return nil end
+  if not u[2] then return n, ("%d bytes"):format(n) end
+  local si = u[2]:sub(1, 2) == "10"
+  return n, ("%s read as %s x %s = %d bytes%s"):format(shown(v), num, u[2], n,
+    si and ("; %s is 10^%s bytes, %siB or %s 2^%d"):format(unit:upper(), u[2]:match "%^(%d+)",
+      unit:sub(1, 1):upper(), unit:sub(1, 1):upper(), ({ k = 10, m = 20, g = 30, t = 40 })[unit:sub(1, 1):lower()])
+      or "")
+end
+
 local option_names = { "limit", "conf", "recorded", "pools", "search", "threads", "progress", "device" }
 
 local function check_options(opts)
@@ -131,12 +171,12 @@ local function check_options(opts)
   end
   local o = {}
   if opts.limit ~= nil then
-    local ok, n = pcall(core.bytes, opts.limit)
-    if not ok or n <= 0 then
-      raise("cupola.advise: option 'limit' must be a size above 0 (bytes, or a string such as \"24GiB\"), not "
-        .. typed(opts.limit))
+    local n, how = advise.parse_size(opts.limit)
+    if not n or n <= 0 then
+      raise("cupola.advise: option 'limit' must be a size above 0 (bytes, or a string such as \"24GiB\", " ..
+        "\"24G\", \"24GB\"), not " .. typed(opts.limit))
     end
-    o.limit = n
+    o.limit, o.limit_read = n, how
   end
   local confs = opts.conf
   if type(confs) == "string" then confs = { confs } end
@@ -251,6 +291,7 @@ local function fill(r, x, ctx)
   r.peak_allocated = x.peak_allocated
   r.live_at_peak = x.live_at_peak
   r.unused_at_peak = x.peak_reserved - x.live_at_peak
+  if ctx.info.peak_live then r.overhead = math.max(x.peak_reserved - ctx.info.peak_live, 0) end
   r.device_allocs = x.device_allocs
   r.device_frees = x.device_frees
   r.retries = x.retries
@@ -268,9 +309,10 @@ local function fill(r, x, ctx)
       local s = x.stopped or {}
       local f = { event = s.event, size = s.size, allocation = s.allocation, message = x.oom_message }
       if s.allocation then
-        local ev, label = core.trace.alloc_event(t, s.allocation)
+        local ev, label, frames = core.trace.alloc_event(t, s.allocation)
         f.label = label
         f.trace_event = ev
+        if frames then f.python_frame, f.stack = frames.python_frame, frames.stack end
       end
       r.fails_at = f
     end
@@ -289,6 +331,7 @@ local function advise_trace(t, o, state, mod)
     trace = info.path, format = info.format, framework = mod.name, title = mod.title(info),
     events = info.events, allocations = info.allocs, streams = info.streams, devices = info.devices,
     device = o.device or 0, limit = o.limit, warnings = {}, notes = {},
+    limit_read = o.limit and ("%s (%s)"):format(bytes(o.limit), o.limit_read) or nil,
   }
   local limited = o.limit ~= nil
   local ctx = { t = t, info = info, o = o, result = result, limited = limited, module = mod,
@@ -357,6 +400,14 @@ local function advise_trace(t, o, state, mod)
         rec = r
       end
     end
+    -- a gain under 1 % is none: the recorded setting stays
+    for _, r in ipairs(order) do
+      local rm = metric(r, limited)
+      if r.recorded and r ~= rec and rm and m and m >= rm * (1 - SAME_GAIN) and
+          (not limited or r.fits == rec.fits) then
+        rec = r
+      end
+    end
   end
   -- the table: the recorded row first, then the others best first, then those set aside
   local out = {}
@@ -385,11 +436,33 @@ local function advise_trace(t, o, state, mod)
       W[#W + 1] = ("%s: %s"):format(r.description, r.warning or "incomplete replay")
     end
   end
-  if o.limit and rec and not rec.fits then
-    W[#W + 1] = ("no setting runs the recorded requests within %s; the one that needs the least memory is shown")
-      :format(bytes(o.limit))
-  end
   return result
+end
+
+--- advise.formats() -> what each framework module reads, as phrases.
+function advise.formats()
+  local out = {}
+  for _, name in ipairs(advise.frameworks) do
+    local m = advise.module(name)
+    for _, f in ipairs(m and m.reads or {}) do out[#out + 1] = f end
+  end
+  return out
+end
+
+-- cupola.trace.load, its refusal of a file of no format it reads saying
+-- which formats were tried (the last reader's complaint, an RMM log's
+-- header, means nothing to someone who has a PyTorch snapshot).
+local function load_trace(path)
+  local ok, t = pcall(require("cupola.trace").load, path)
+  if ok then return t end
+  local e = tostring(t)
+  if e:find(":1: header must be", 1, true) then
+    local shown_path = e:match "^(.-):1: header must be"
+    shown_path = shown_path and shown_path:gsub("^.*%.lua:%d+: ", ""):gsub("^%(command line%):%d+: ", "") or path
+    error(("%s: not a recording cupola advise reads; it tried %s"):format(shown_path,
+      table.concat(advise.formats(), "; ")), 0)
+  end
+  error(t, 0)
 end
 
 --- advise.run(trace_or_path, opts) -> result (cupola.advise).
@@ -403,7 +476,7 @@ function advise.run(src, opts)
     end
     traces[1] = { t = src, device = #src > 0 and src:event(1).device or 0 }
   elseif type(src) == "string" then
-    local t = at_caller(require("cupola.trace").load, src)
+    local t = at_caller(load_trace, src)
     local n = t.devices or 1
     src = t.path -- a name of a trace cupola ships, found
     if o.device then
@@ -451,135 +524,368 @@ end
 
 -- ---- text ------------------------------------------------------------------
 
+local SAME = 1                     -- a change under 1 % is none
+
+-- A change against the recorded run, as a cell: "same" under 1 %.
 local function pct(x)
   if not x then return "" end
+  if math.abs(x) < SAME then return "same" end
   return ("%+.1f %%"):format(x)
 end
 
--- Rows of strings, right-aligned where right[c] is set.
-local function align(rows, right)
-  local w = {}
-  for _, row in ipairs(rows) do
-    for c, s in ipairs(row) do w[c] = math.max(w[c] or 0, utf8.len(s) or #s) end
-  end
-  local out = {}
-  for _, row in ipairs(rows) do
-    local parts = {}
-    for c, s in ipairs(row) do
-      local pad = string.rep(" ", w[c] - (utf8.len(s) or #s))
-      parts[c] = right[c] and pad .. s or s .. pad
+--- advise.width() -> the width advise's text fits: $COLUMNS where it is a
+-- number (at least 40), else 100.
+function advise.width()
+  local c = math.tointeger(tonumber(os.getenv "COLUMNS" or ""))
+  if c and c >= 40 then return c end
+  if c and c > 0 then return 40 end
+  return 100
+end
+
+local function len(s) return utf8.len(s) or #s end
+
+-- s in lines of at most width characters, the first after lead, the others
+-- after as many spaces; a word longer than a line is cut.
+local function wrap(lead, s, width, indent)
+  local lines, line = {}, lead
+  indent = indent or string.rep(" ", len(lead))
+  local room = math.max(width - len(indent), 10)
+  local words = {}
+  for word in s:gmatch "%S+" do
+    while len(word) > room do
+      words[#words + 1] = word:sub(1, room)
+      word = word:sub(room + 1)
     end
-    out[#out + 1] = (table.concat(parts, "  "):gsub("%s+$", ""))
+    words[#words + 1] = word
   end
+  local fresh = true
+  for _, word in ipairs(words) do
+    if not fresh and len(line) + 1 + len(word) > width then
+      lines[#lines + 1] = line
+      line = indent .. word
+    elseif fresh then
+      line = line .. word
+    else
+      line = line .. " " .. word
+    end
+    fresh = false
+  end
+  lines[#lines + 1] = line
+  return table.concat(lines, "\n")
+end
+advise.wrap = wrap
+
+-- A setting's name in lines of at most w characters: cut after its commas
+-- where it can be, else anywhere.
+local function name_lines(name, w)
+  if len(name) <= w then return { name } end
+  local out, line = {}, ""
+  for part in name:gmatch "[^,]+,?" do
+    if line ~= "" and len(line) + len(part) > w then
+      out[#out + 1] = line
+      line = ""
+    end
+    line = line .. part
+    while len(line) > w do
+      out[#out + 1] = line:sub(1, w)
+      line = line:sub(w + 1)
+    end
+  end
+  if line ~= "" then out[#out + 1] = line end
   return out
 end
 
---- advise.columns(result) -> headers, rows of strings, right-aligned columns:
--- the table as text and HTML show it.
-function advise.columns(res)
+-- The columns: key, header lines, right-aligned, and the cell of a row.
+local function column_set(res)
   local limited = res.limit ~= nil
   local searched = false
   for _, r in ipairs(res.rows) do if r.min_memory or r.search_steps then searched = true end end
-  local head = { "setting", "peak reserved", "unused at peak", "device calls", "vs recorded" }
-  local right = { false, true, true, true, true }
+  -- under a limit, the figures of a run that stopped say nothing
+  local function stopped(r) return r.error or (limited and not r.fits) end
+  local cols = {}
+  local function col(key, head, f) cols[#cols + 1] = { key = key, head = head, right = true, cell = f } end
   if limited then
-    head[#head + 1] = "fits"; right[#right + 1] = false
-    head[#head + 1] = "retries"; right[#right + 1] = true
+    if searched then
+      col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
+    end
+    col("fits", { "fits" }, function(r) return r.error and "error" or r.fits and "yes" or "no" end)
+    local any = false
+    for _, r in ipairs(res.rows) do if r.fits then any = true end end
+    -- where nothing fits, no run has figures to show
+    if any then
+      col("retries", { "retries" }, function(r) return stopped(r) and "-" or tostring(r.retries) end)
+      col("reserved", { "peak", "reserved" }, function(r) return stopped(r) and "-" or bytes(r.peak_reserved) end)
+      col("change", { "vs", "recorded" }, function(r) return stopped(r) and "-" or pct(r.change_pct) end)
+    end
+  else
+    col("reserved", { "peak", "reserved" }, function(r)
+      return r.error and "error" or bytes(r.peak_reserved) .. (r.complete and "" or "*")
+    end)
+    col("overhead", { "overhead" }, function(r) return r.error and "-" or bytes(r.overhead) end)
+    col("calls", { "device", "calls" }, function(r) return r.error and "-" or tostring(r.device_allocs) end)
+    col("change", { "vs", "recorded" }, function(r) return r.error and "-" or pct(r.change_pct) end)
+    if searched then
+      col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
+    end
   end
-  if searched then head[#head + 1] = "least memory"; right[#right + 1] = true end
+  return cols
+end
+
+--- advise.columns(result) -> headers, rows of strings, right-aligned columns:
+-- the table as the HTML page shows it (one line a header and a row).
+function advise.columns(res)
+  local cols = column_set(res)
+  local head, right = { "setting" }, { false }
+  for _, c in ipairs(cols) do head[#head + 1] = table.concat(c.head, " "); right[#right + 1] = true end
   local rows = {}
   for _, r in ipairs(res.rows) do
-    local name = r.description
-    if r.recorded then name = name .. " (recorded)" end
-    if r.recommended then name = "-> " .. name else name = "   " .. name end
-    local row
-    if r.error then
-      row = { name, "error", "", "", "" }
-      if limited then row[#row + 1] = ""; row[#row + 1] = "" end
-      if searched then row[#row + 1] = "" end
-    else
-      row = { name, bytes(r.peak_reserved) .. (r.complete and "" or "*"), bytes(r.unused_at_peak),
-        tostring(r.device_allocs), pct(r.change_pct) }
-      if limited then
-        row[#row + 1] = r.fits and "yes" or "no"
-        row[#row + 1] = tostring(r.retries)
-      end
-      if searched then row[#row + 1] = r.min_memory and bytes(r.min_memory) or "-" end
-    end
+    local row = { (r.recommended and "-> " or "   ") .. r.description .. (r.recorded and " (recorded)" or "") }
+    for _, c in ipairs(cols) do row[#row + 1] = c.cell(r) end
     rows[#rows + 1] = row
   end
   return head, rows, right
 end
 
--- s in lines of at most width characters, the first after lead, the others
--- after as many spaces.
-local function wrap(lead, s, width)
-  local lines, line = {}, lead
-  local indent = string.rep(" ", #lead)
-  for word in s:gmatch "%S+" do
-    if #line > #indent and #line + 1 + #word > width then
-      lines[#lines + 1] = line
-      line = indent .. word
-    elseif #line == #lead and line == lead then
-      line = line .. word
-    else
-      line = line .. (line:sub(-1) == " " and "" or " ") .. word
+-- The table as text, lines of at most width characters.
+local function table_lines(res, width, mod)
+  local cols = column_set(res)
+  local cells = {}
+  local w = {}
+  for i, c in ipairs(cols) do
+    w[i] = 0
+    for _, h in ipairs(c.head) do w[i] = math.max(w[i], len(h)) end
+  end
+  for k, r in ipairs(res.rows) do
+    cells[k] = {}
+    for i, c in ipairs(cols) do
+      cells[k][i] = c.cell(r)
+      w[i] = math.max(w[i], len(cells[k][i]))
     end
   end
-  lines[#lines + 1] = line
-  return table.concat(lines, "\n")
+  local figures = 0
+  for i = 1, #cols do figures = figures + 2 + w[i] end
+  local names = {}
+  local longest = len "setting"
+  for k, r in ipairs(res.rows) do
+    names[k] = r.description .. (r.recorded and " (recorded)" or "")
+    longest = math.max(longest, len(names[k]))
+  end
+  -- "  " indent, "-> " marker, the name, the figures
+  local nw = math.max(math.min(longest, width - 5 - figures), 12)
+  local out = {}
+  local function line(name, mark, row)
+    local parts = { "  " .. mark .. name .. string.rep(" ", nw - len(name)) }
+    for i = 1, #cols do
+      local s = row and row[i] or ""
+      parts[#parts + 1] = string.rep(" ", w[i] - len(s) + 2) .. s
+    end
+    out[#out + 1] = (table.concat(parts):gsub("%s+$", ""))
+  end
+  local hl = 0
+  for _, c in ipairs(cols) do hl = math.max(hl, #c.head) end
+  for j = 1, hl do
+    local row = {}
+    for i, c in ipairs(cols) do
+      -- headers of fewer lines sit on the last
+      row[i] = c.head[j - (hl - #c.head)] or ""
+    end
+    line(j == hl and "setting" or "", "   ", row)
+  end
+  local dash = {}
+  for i = 1, #cols do dash[i] = string.rep("-", w[i]) end
+  line(string.rep("-", math.min(nw, 7)), "   ", dash)
+  local aside_done = false
+  for k, r in ipairs(res.rows) do
+    if r.aside and not aside_done then
+      aside_done = true
+      if mod and mod.aside_title then out[#out + 1] = "  " .. mod.aside_title end
+    end
+    local nl = name_lines(names[k], nw)
+    line(nl[1], r.recommended and "-> " or "   ", cells[k])
+    for j = 2, #nl do line("  " .. nl[j], "   ") end
+  end
+  return out, cols
 end
 
---- advise.text(result) -> the report as text (what bin/cupola advise prints).
-function advise.text(res)
+-- The definitions of the columns shown, as sentences.
+local function column_notes(res, cols, mod)
+  local terms = mod and mod.terms or {}
+  local def = {
+    least = "least memory: the smallest limit (to 2 MiB) under which the setting serves every recorded " ..
+      "request, found by replaying under limits",
+    fits = ("fits: whether it serves every recorded request within the limit, %s"):format(
+      res.limit and bytes(res.limit) or ""),
+    retries = "retries: how often the allocator ran out under the limit, freed what it had cached and " ..
+      "tried again (each costs time)",
+    reserved = "peak reserved: the most device memory the allocator held at once: what the GPU must have " ..
+      "for it" .. (res.limit and "" or " (* the replay stopped early)"),
+    overhead = ("overhead: peak reserved less the most the program had in use at once (%s): memory held " ..
+      "but not in use then, from rounding, split blocks and the cache"):format(
+      res.peak_live and bytes(res.peak_live) or "?"),
+    calls = terms.calls or "device calls: how many times the allocator asked the device for memory",
+    change = ("vs recorded: peak reserved against %s (%s); \"same\": less than 1 %% apart"):format(
+      res.baseline_from or "the recorded run", res.baseline and bytes(res.baseline) or "unknown"),
+  }
+  local out = {}
+  for _, c in ipairs(cols) do out[#out + 1] = def[c.key] end
+  if res.limit and #cols > 2 then
+    out[#out + 1] = "a \"-\": the run stopped when it ran out, so its figures are not the setting's"
+  end
+  return out
+end
+
+-- Where a location in the program reads: its frame, and the innermost
+-- Python frame where that is another.
+local function frame_text(f)
+  if not f or not f.label then return nil end
+  if f.python_frame then return f.label .. " (in " .. f.python_frame .. ")" end
+  return f.label
+end
+
+-- Where a row ran out, in a few words.
+local function ran_out(f)
+  local where = f.allocation and ("allocation %d (%s)"):format(f.allocation, bytes(f.size or 0))
+    or ("a request of %s"):format(bytes(f.size or 0))
+  if f.trace_event then where = where .. (", event %d"):format(f.trace_event) end
+  return where
+end
+
+-- The answer: what to run, or that nothing fits and what it needs.
+local function verdict(d, put, para)
+  local rec = d.recommended
+  if not rec or rec.error then
+    para("  ", "no setting could be replayed: see the warnings below")
+    return
+  end
+  local limit = d.limit
+  if limit and not rec.fits then
+    para("  ", ("Nothing fits: no setting runs the recorded requests in %s."):format(bytes(limit)))
+    if d.peak_live and limit < d.peak_live then
+      para("  ", ("The program had %s in use at once as it ran: no allocator runs it in less, whatever its "
+        .. "setting."):format(bytes(d.peak_live)))
+    end
+    -- the least memory: the best of all rows, and the recommended one
+    local best
+    for _, r in ipairs(d.rows) do
+      if r.min_memory and (not best or r.min_memory < best.min_memory) then best = r end
+    end
+    if rec.min_memory then
+      local s = ("Least memory: %s with %s"):format(bytes(rec.min_memory), rec.description)
+      if best and best ~= rec and best.min_memory < rec.min_memory then
+        s = ("Least memory: %s with %s; %s with %s"):format(bytes(best.min_memory), best.description,
+          bytes(rec.min_memory), rec.description)
+      end
+      -- and the setting it ran under (or the defaults, where that is unknown)
+      local ref
+      for _, r in ipairs(d.rows) do if r.recorded then ref = r end end
+      if not ref then for _, r in ipairs(d.rows) do if r.family == "default" then ref = r end end end
+      if ref and ref ~= rec and ref ~= best and ref.min_memory then
+        s = s .. (" (%s%s: %s)"):format(ref.description, ref.recorded and ", as recorded" or "",
+          bytes(ref.min_memory))
+      end
+      para("  ", s .. ".")
+    end
+    local f = rec.fails_at
+    if f then
+      local where = frame_text(f)
+      para("  ", ("In %s, %s runs out at %s%s."):format(bytes(limit), rec.description, ran_out(f),
+        where and (": " .. where) or ""))
+      if f.message then para("    ", f.message) end
+    end
+    if rec.min_memory then
+      put("")
+      para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
+      para("    ", d.paste)
+    end
+    return
+  end
+  para("  ", "recommended: " .. rec.description)
+  local facts = {}
+  if rec.change_pct and d.baseline then
+    if math.abs(rec.change_pct) < SAME then
+      facts[#facts + 1] = ("peak reserved %s, the same as the recorded run (%s): no setting reserves 1 %% less")
+        :format(bytes(rec.peak_reserved), bytes(d.baseline))
+    else
+      facts[#facts + 1] = ("peak reserved %s, %.1f %% %s than the recorded run (%s)"):format(
+        bytes(rec.peak_reserved), math.abs(rec.change_pct), rec.change_pct < 0 and "less" or "more",
+        bytes(d.baseline))
+    end
+  else
+    facts[#facts + 1] = ("peak reserved %s"):format(bytes(rec.peak_reserved))
+  end
+  if limit then facts[#facts + 1] = ("fits in %s"):format(bytes(limit)) end
+  if rec.min_memory then facts[#facts + 1] = ("runs in %s or more"):format(bytes(rec.min_memory)) end
+  para("    ", table.concat(facts, "; "))
+  para("    ", d.paste)
+  -- under a limit, the settings that do not fit, and where they run out, once
+  if limit then
+    local groups, order, n = {}, {}, 0
+    for _, r in ipairs(d.rows) do
+      local f = r.fails_at
+      if f then
+        n = n + 1
+        local key = f.allocation or f.size or 0
+        if not groups[key] then groups[key] = { f = f, rows = {} }; order[#order + 1] = key end
+        table.insert(groups[key].rows, r.description)
+      end
+    end
+    if n > 0 then
+      put("")
+      para("  ", ("%d of %d settings do not fit in %s; where they run out:"):format(n, #d.rows, bytes(limit)))
+      for i, key in ipairs(order) do
+        if i > 3 then
+          para("    ", ("(and %d more places)"):format(#order - 3))
+          break
+        end
+        local g = groups[key]
+        local where = frame_text(g.f)
+        para("    - ", ("%s%s: %s"):format(ran_out(g.f), where and (", " .. where) or "",
+          #g.rows <= 2 and table.concat(g.rows, ", ") or ("%s and %d more"):format(g.rows[1], #g.rows - 1)))
+      end
+    end
+  end
+end
+
+-- A path as people read it: "dir/../" taken out, and relative to the
+-- working directory where it lies under it.
+local function display_path(p)
+  if type(p) ~= "string" then return tostring(p) end
+  local n
+  repeat p, n = p:gsub("/[^/]+/%.%./", "/", 1) until n == 0 or p:find("/../", 1, true) == nil
+  p = p:gsub("/%./", "/")
+  local cwd = os.getenv "PWD"
+  if cwd and cwd ~= "" and p:sub(1, #cwd + 1) == cwd .. "/" then p = p:sub(#cwd + 2) end
+  return p
+end
+advise.display_path = display_path
+
+--- advise.text(result [, width]) -> the report as text (what bin/cupola
+-- advise prints), every line at most width characters (advise.width()).
+function advise.text(res, width)
+  width = width or advise.width()
   local out = {}
   local function put(s) out[#out + 1] = s end
-  local function para(lead, s) put(wrap(lead, s, 100)) end
+  local function para(lead, s) put(wrap(lead, s, width)) end
   local results = res.per_device or { res }
   for di, d in ipairs(results) do
     if di > 1 then put("") end
-    put(("cupola advise: %s%s"):format(d.trace, #results > 1 and (" (device %d)"):format(d.device) or ""))
-    put(("  %s: %d events (%d allocations), %d stream%s%s"):format(
+    local mod = advise.module(d.framework)
+    para("", ("cupola advise: %s%s"):format(display_path(d.trace), #results > 1 and (" (device %d)"):format(d.device) or ""))
+    para("  ", ("%s: %d events (%d allocations), %d stream%s%s"):format(
       d.title, d.events, d.allocations, d.streams,
       d.streams == 1 and "" or "s", d.devices and d.devices > 1 and (", %d devices"):format(d.devices) or ""))
-    local mod = advise.module(d.framework)
     if mod and mod.summary then
-      for _, l in ipairs(mod.summary(d)) do put("  " .. l) end
+      for _, l in ipairs(mod.summary(d)) do para("  ", l) end
     end
-    if d.limit then put(("  limit: %s"):format(bytes(d.limit))) end
+    if d.limit then para("  ", "limit: " .. (d.limit_read or bytes(d.limit))) end
     put("")
-    local head, rows, right = advise.columns(d)
-    local all = { head }
-    local dash = {}
-    for c, h in ipairs(head) do dash[c] = string.rep("-", #h) end
-    all[2] = dash
-    for _, r in ipairs(rows) do all[#all + 1] = r end
-    for _, l in ipairs(align(all, right)) do put("  " .. l) end
-    put(("  (vs recorded: against %s, %s; * incomplete replay)"):format(d.baseline_from or "-",
-      d.baseline and bytes(d.baseline) or "-"))
-    local rec = d.recommended
+    verdict(d, put, para)
     put("")
-    if rec and not rec.error then
-      put("  recommended: " .. rec.description)
-      put(("    peak reserved %s%s, %d device calls%s"):format(bytes(rec.peak_reserved),
-        rec.change_pct and (" (%s against the recorded run)"):format(pct(rec.change_pct)) or "",
-        rec.device_allocs, rec.min_memory and (", runs in %s"):format(bytes(rec.min_memory)) or ""))
-      put("    " .. d.paste)
-    end
-    local fails = {}
-    for _, r in ipairs(d.rows) do if r.fails_at then fails[#fails + 1] = r end end
-    if #fails > 0 then
-      put("")
-      put(("  where the settings that do not fit run out under %s:"):format(bytes(d.limit)))
-      for _, r in ipairs(fails) do
-        local f = r.fails_at
-        para("    ", ("%s: %s%s%s: %s"):format(r.description,
-          f.allocation and ("allocation %d (%s)"):format(f.allocation, bytes(f.size or 0))
-            or ("the refused request of %s"):format(bytes(f.size or 0)),
-          f.trace_event and (" at event %d"):format(f.trace_event) or "",
-          f.label and (", " .. f.label) or "", f.message or "out of memory"))
-      end
-    end
+    local lines, cols = table_lines(d, width, mod)
+    for _, l in ipairs(lines) do put(l) end
+    put("")
+    put("  columns:")
+    for _, n in ipairs(column_notes(d, cols, mod)) do para("    - ", n) end
     if #d.warnings > 0 then
       put("")
       put("  warnings:")
@@ -614,6 +920,7 @@ end
 local function plain_result(res)
   local o = {}
   for _, k in ipairs { "trace", "format", "events", "allocations", "streams", "devices", "device", "limit",
+    "limit_read",
     "framework", "title", "recorded_setting", "recorded_from", "baseline", "baseline_from",
     "paste", "conf", "warnings", "notes" } do
     o[k] = res[k]
@@ -799,10 +1106,17 @@ function advise.parse_args(argv)
   return src, opts, out
 end
 
--- A message without the position Lua puts before errors ("file:12: ").
+-- A message without the positions Lua puts before errors ("file.lua:12: ",
+-- "(command line):1: ": on the command line there is no line of the user's
+-- to point at), however many there are.
 local function clean(e)
   e = tostring(e)
-  e = e:gsub("^[^\n]-%.lua:%d+: ", "", 1)
+  while true do
+    local n1, n2
+    e, n1 = e:gsub("^[^\n]-%.lua:%d+: ", "", 1)
+    e, n2 = e:gsub("^%(command line%):%d+: ", "", 1)
+    if n1 + n2 == 0 then break end
+  end
   return (e:gsub("^bad argument #1 to 'advise' ", "the snapshot: "))
 end
 
@@ -811,10 +1125,16 @@ end
 function advise.main(argv)
   local args = {}
   for i = 1, #(argv or {}) do args[i] = argv[i] end
+  local width = advise.width()
+  -- one message, in the command line's words, in lines that fit
+  local function complain(msg)
+    msg = msg:gsub("^cupola%.advise: ", ""):gsub("option '(%w+)'", "--%1")
+    io.stderr:write(wrap("cupola advise: ", msg, width, "  "), "\n")
+  end
   local ok, src, opts, out = pcall(advise.parse_args, args)
   if not ok then
     local e = src
-    io.stderr:write("cupola advise: ", type(e) == "table" and e.advise_usage or clean(e), "\n")
+    complain(type(e) == "table" and e.advise_usage or clean(e))
     io.stderr:write("(cupola advise --help for the options)\n")
     return 1
   end
@@ -825,21 +1145,21 @@ function advise.main(argv)
   opts.progress = not out.json or nil
   local okr, res = pcall(advise.run, src, opts)
   if not okr then
-    io.stderr:write("cupola advise: ", clean(res), "\n")
+    complain(clean(res))
     return 2
   end
   if out.html then
     local okh, err = pcall(advise.html, res, src, out.html)
     if not okh then
-      io.stderr:write("cupola advise: --html ", out.html, ": ", clean(err), "\n")
+      complain("--html " .. out.html .. ": " .. clean(err))
       return 2
     end
   end
   if out.json then
     io.stdout:write(advise.json(res))
   else
-    io.stdout:write(advise.text(res))
-    if out.html then io.stdout:write("\n  page: ", out.html, "\n") end
+    io.stdout:write(advise.text(res, width))
+    if out.html then io.stdout:write(wrap("\n  page: ", out.html, width), "\n") end
   end
   return 0
 end

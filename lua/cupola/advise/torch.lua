@@ -22,6 +22,18 @@ local torch = {
   via = "PYTORCH_CUDA_ALLOC_CONF",
   -- the result's fields of this module that advise.json writes
   json_fields = { "torch_peak_reserved", "peak_live", "tentative" },
+  -- what it reads, for the refusal of a file of no known format
+  reads = {
+    "a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot: a pickle, plain or gzip): the file is " ..
+      "no pickle",
+    "an RMM log (CSV with the header Thread,Time,Action,Pointer,Size,Stream): its first line is not that header",
+  },
+  -- the line above the rows of cupola's pools in the table
+  aside_title = "cupola's pools inside PyTorch (pluggable allocator, CUPOLA_TORCH_POOL):",
+  terms = {
+    calls = "device calls: how many times the allocator asked CUDA for memory (cudaMalloc; with " ..
+      "expandable segments and cupola vmm, pages mapped): each is slow",
+  },
 }
 
 local MiB = 1024 * 1024
@@ -85,7 +97,7 @@ function torch.title(info)
 end
 
 function torch.describe(r)
-  if r.kind ~= "torch" then return "cupola " .. r.pool .. " (pluggable allocator)" end
+  if r.kind ~= "torch" then return "cupola " .. r.pool .. " inside PyTorch" end
   if r.setting == "" then return "PyTorch's defaults" end
   return r.setting
 end
