@@ -551,7 +551,10 @@ local function wrap(lead, s, width, indent)
   indent = indent or string.rep(" ", len(lead))
   local room = math.max(width - len(indent), 10)
   local words = {}
+  -- a size stays on one line with its unit ("678.00 MiB")
+  s = s:gsub("(%d) ([KMGT]?i?B%f[^%w])", "%1\1%2")
   for word in s:gmatch "%S+" do
+    word = word:gsub("\1", " ")
     while len(word) > room do
       words[#words + 1] = word:sub(1, room)
       word = word:sub(room + 1)
@@ -574,6 +577,38 @@ local function wrap(lead, s, width, indent)
   return table.concat(lines, "\n")
 end
 advise.wrap = wrap
+
+-- A command line in lines of at most width characters, continued with
+-- " \\" as a shell reads it; where it cannot fit after lead, at column 0;
+-- a word longer than a line is cut after a comma with a backslash at the
+-- end of the line and goes on at column 0, which a POSIX shell reads as
+-- one word (the line must still run when pasted).
+local function command_lines(lead, s, width)
+  local words = {}
+  for word in s:gmatch "%S+" do words[#words + 1] = word end
+  for _, w in ipairs(words) do
+    if len(lead) + len(w) + 2 > width then lead = "" end
+  end
+  local lines, line = {}, lead
+  local fresh = true
+  for _, word in ipairs(words) do
+    if not fresh and len(line) + 1 + len(word) + 2 > width then
+      lines[#lines + 1] = line .. " \\"
+      line = lead .. "  " .. word
+    else
+      line = fresh and line .. word or line .. " " .. word
+    end
+    fresh = false
+    while len(line) + 2 > width do
+      local cut = line:sub(1, width - 2):match "^.*,()"
+      if not cut or cut <= len(lead) + 1 then break end
+      lines[#lines + 1] = line:sub(1, cut - 1) .. "\\"
+      line = line:sub(cut)
+    end
+  end
+  lines[#lines + 1] = line
+  return table.concat(lines, "\n")
+end
 
 -- A setting's name in lines of at most w characters: cut after its commas
 -- where it can be, else anywhere.
@@ -664,6 +699,13 @@ local function table_lines(res, width, mod)
   end
   local figures = 0
   for i = 1, #cols do figures = figures + 2 + w[i] end
+  -- a terminal too narrow for every column: the last ones are left out
+  local dropped = {}
+  while #cols > 2 and 5 + 16 + figures > width do
+    figures = figures - 2 - w[#cols]
+    table.insert(dropped, 1, table.concat(cols[#cols].head, " "))
+    cols[#cols], w[#cols] = nil, nil
+  end
   local names = {}
   local longest = len "setting"
   for k, r in ipairs(res.rows) do
@@ -698,11 +740,25 @@ local function table_lines(res, width, mod)
   for k, r in ipairs(res.rows) do
     if r.aside and not aside_done then
       aside_done = true
-      if mod and mod.aside_title then out[#out + 1] = "  " .. mod.aside_title end
+      if mod and mod.aside_title then out[#out + 1] = wrap("  ", mod.aside_title, width) end
     end
     local nl = name_lines(names[k], nw)
-    line(nl[1], r.recommended and "-> " or "   ", cells[k])
-    for j = 2, #nl do line("  " .. nl[j], "   ") end
+    local cut = false
+    for _, l in ipairs(nl) do if not l:find(",$") and l ~= nl[#nl] then cut = true end end
+    if cut then
+      -- a name that would be cut mid-word: on lines of its own, the figures below
+      local whole = name_lines(names[k], width - 5)
+      for j, l in ipairs(whole) do
+        out[#out + 1] = "  " .. (j == 1 and (r.recommended and "-> " or "   ") or "     ") .. l
+      end
+      line("", "   ", cells[k])
+    else
+      line(nl[1], r.recommended and "-> " or "   ", cells[k])
+      for j = 2, #nl do line("  " .. nl[j], "   ") end
+    end
+  end
+  if #dropped > 0 then
+    out[#out + 1] = wrap("  ", ("(left out to fit %d columns: %s)"):format(width, table.concat(dropped, ", ")), width)
   end
   return out, cols
 end
@@ -751,7 +807,7 @@ local function ran_out(f)
 end
 
 -- The answer: what to run, or that nothing fits and what it needs.
-local function verdict(d, put, para)
+local function verdict(d, put, para, width)
   local rec = d.recommended
   if not rec or rec.error then
     para("  ", "no setting could be replayed: see the warnings below")
@@ -795,7 +851,7 @@ local function verdict(d, put, para)
     if rec.min_memory then
       put("")
       para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
-      para("    ", d.paste)
+      put(command_lines("    ", d.paste, width))
     end
     return
   end
@@ -816,7 +872,7 @@ local function verdict(d, put, para)
   if limit then facts[#facts + 1] = ("fits in %s"):format(bytes(limit)) end
   if rec.min_memory then facts[#facts + 1] = ("runs in %s or more"):format(bytes(rec.min_memory)) end
   para("    ", table.concat(facts, "; "))
-  para("    ", d.paste)
+  put(command_lines("    ", d.paste, width))
   -- under a limit, the settings that do not fit, and where they run out, once
   if limit then
     local groups, order, n = {}, {}, 0
@@ -875,11 +931,11 @@ function advise.text(res, width)
       d.title, d.events, d.allocations, d.streams,
       d.streams == 1 and "" or "s", d.devices and d.devices > 1 and (", %d devices"):format(d.devices) or ""))
     if mod and mod.summary then
-      for _, l in ipairs(mod.summary(d)) do para("  ", l) end
+      for _, l in ipairs(mod.summary(d)) do put(wrap("  ", l, width, "    ")) end
     end
-    if d.limit then para("  ", "limit: " .. (d.limit_read or bytes(d.limit))) end
+    if d.limit then put(wrap("  ", "limit: " .. (d.limit_read or bytes(d.limit)), width, "    ")) end
     put("")
-    verdict(d, put, para)
+    verdict(d, put, para, width)
     put("")
     local lines, cols = table_lines(d, width, mod)
     for _, l in ipairs(lines) do put(l) end

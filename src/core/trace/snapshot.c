@@ -105,6 +105,31 @@ static int has(const cp_pk_value *v, const char *needle)
     return 0;
 }
 
+/* A file of PyTorch's own Python package outside site-packages (a build
+ * from source): "/torch/" followed by one of its modules.  A user's own
+ * folder named torch ("tests/torch/record.py") is not one. */
+static int torch_source(const cp_pk_value *v)
+{
+    static const char *const mods[] = {"nn/", "_", "autograd/", "optim/", "cuda/", "utils/",
+                                       "distributed/", "fx/", "amp/", "functional.py", "overrides.py",
+                                       "serialization.py", "random.py", "storage.py", "testing/",
+                                       "jit/", "export/", "profiler/", "sparse/", "linalg/",
+                                       "backends/", "nested/", "func/", "library.py", NULL};
+    size_t i, j;
+    if (!v || v->type != CP_PK_STR)
+        return 0;
+    for (i = 0; i + 7 <= v->n; i++) {
+        if (memcmp(v->v.s + i, "/torch/", 7) != 0)
+            continue;
+        for (j = 0; mods[j]; j++) {
+            size_t m = strlen(mods[j]);
+            if (i + 7 + m <= v->n && memcmp(v->v.s + i + 7, mods[j], m) == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 static int frame_kind(cp_pk_value *f)
 {
     const cp_pk_value *file, *name;
@@ -116,7 +141,7 @@ static int frame_kind(cp_pk_value *f)
     if (file && file->type == CP_PK_STR && file->n >= 3 && memcmp(file->v.s + file->n - 3, ".py", 3) == 0)
         k |= F_PY;
     if (has(file, "site-packages/") || has(file, "dist-packages/") || has(file, "/lib/python") ||
-        has(file, "/torch/"))
+        torch_source(file))
         k |= F_LIB;
     if (has(name, "unwind::unwind") || has(name, "CapturedTraceback"))
         k |= F_NOISE;

@@ -33,7 +33,8 @@
  *     lines of text.  Line 1, the frame people recognise, "file.py:LINE
  *     name": their own code's innermost frame (a Python file outside the
  *     Python installation's packages and PyTorch: no "site-packages/",
- *     "dist-packages/", "/lib/python" or "/torch/" in its path), else the
+ *     "dist-packages/" or "/lib/python" in its path, nor "/torch/" followed
+ *     by one of PyTorch's modules, "nn/", "_...", "autograd/", ...), else the
  *     innermost Python frame, else the innermost frame outside those with a
  *     known file, else the first one that is not the unwinder's own
  *     (torch::unwind::unwind, CapturedTraceback); its path shortened to
