@@ -161,6 +161,19 @@ describe("advise (2): when nothing fits, the verdict first", function()
   end)
 end)
 
+describe("advise (2): only a row set aside fits", function()
+  it("says that no setting does and which row does, with its line to paste", function()
+    local res = cupola.advise(DIR .. "gpt2_train.default.cpsnap.gz", { limit = "7.85GiB", progress = false,
+      pools = { "tlsf" } })
+    local text = advise.text(res):gsub("\n +", " ")
+    assert.matches("No setting runs the recorded requests in 7.85 GiB; cupola tlsf inside PyTorch does (it needs " ..
+      "7.83 GiB): # after make torch-allocator", text, 1, true)
+    -- the comment above the command: a backslash in a comment continues nothing
+    assert.matches("\n    CUPOLA_TORCH_POOL=tlsf python train.py\n", advise.text(res), 1, true)
+    assert.is_nil(text:find("Nothing fits", 1, true))
+  end)
+end)
+
 describe("advise (3): every line fits the terminal", function()
   it("100 columns, and $COLUMNS: the table, the paste line, the notes", function()
     for _, args in ipairs {
@@ -331,5 +344,24 @@ describe("advise: the framework module interface", function()
     advise.frameworks = saved
     assert.is_false(ok)
     assert.matches("no advice for traces of format 'jax_memory' (the framework modules: torch)", err, 1, true)
+  end)
+end)
+
+describe("advise: README's example output", function()
+  it("is what bin/cupola advise prints now (the pools' figures aside: they move a little)", function()
+    local readme = read_file "README.md"
+    local cmd, shown = readme:match "\n%$ bin/cupola (advise torch/twostream%.cppframes%.pickle%.gz[^\n]*)\n(.-)\n```"
+    assert.is_truthy(cmd)
+    local out = run(cmd)
+    local function norm(text)
+      local lines = {}
+      for l in (text .. "\n"):gmatch "(.-)\n" do
+        if l:find("cupola %a+ inside PyTorch") then l = l:gsub("%d+%.%d+ MiB", "N MiB") end
+        lines[#lines + 1] = l
+      end
+      return lines
+    end
+    local want, got = norm(shown), norm(out)
+    for i, l in ipairs(want) do assert.equals(l, got[i]) end
   end)
 end)

@@ -425,6 +425,7 @@ local function advise_trace(t, o, state, mod)
     result.paste = mod.paste(rec, ctx)
     result.conf = rec.setting
   end
+  for _, r in ipairs(out) do if r.aside and r.fits then r.paste = mod.paste(r, ctx) end end
 
   -- what the figures mean, and what to watch
   if mod.notes then mod.notes(result, ctx) end
@@ -583,7 +584,14 @@ advise.wrap = wrap
 -- a word longer than a line is cut after a comma with a backslash at the
 -- end of the line and goes on at column 0, which a POSIX shell reads as
 -- one word (the line must still run when pasted).
-local function command_lines(lead, s, width)
+local command_lines
+function command_lines(lead, s, width)
+  -- a comment after the command goes above it: a backslash in a comment
+  -- continues nothing, so its second line would run as a command
+  local cmd, comment = s:match "^(.-)%s+#%s+(.*)$"
+  if cmd then
+    return wrap(lead .. "# ", comment, width, lead .. "# ") .. "\n" .. command_lines(lead, cmd, width)
+  end
   local words = {}
   for word in s:gmatch "%S+" do words[#words + 1] = word end
   for _, w in ipairs(words) do
@@ -815,7 +823,19 @@ local function verdict(d, put, para, width)
   end
   local limit = d.limit
   if limit and not rec.fits then
-    para("  ", ("Nothing fits: no setting runs the recorded requests in %s."):format(bytes(limit)))
+    -- a row set aside (never recommended) may fit where no setting does
+    local aside
+    for _, r in ipairs(d.rows) do
+      if r.aside and r.fits and (not aside or (r.min_memory or 0) < (aside.min_memory or 0)) then aside = r end
+    end
+    if aside then
+      para("  ", ("No setting runs the recorded requests in %s; %s does%s:"):format(bytes(limit),
+        aside.description, aside.min_memory and (" (it needs %s)"):format(bytes(aside.min_memory)) or ""))
+      put(command_lines("    ", aside.paste, width))
+      put("")
+    else
+      para("  ", ("Nothing fits: no setting runs the recorded requests in %s."):format(bytes(limit)))
+    end
     if d.peak_live and limit < d.peak_live then
       para("  ", ("The program had %s in use at once as it ran: no allocator runs it in less, whatever its "
         .. "setting."):format(bytes(d.peak_live)))
@@ -959,15 +979,15 @@ end
 -- ---- JSON --------------------------------------------------------------------
 
 local json_order = { "rows", "recommended", "paste", "setting", "kind", "via", "description",
-  "peak_reserved", "unused_at_peak", "live_at_peak", "peak_allocated", "device_allocs", "device_frees",
+  "peak_reserved", "overhead", "unused_at_peak", "live_at_peak", "peak_allocated", "device_allocs", "device_frees",
   "retries", "change", "change_pct", "fits", "min_memory", "fails_at", "complete", "warning" }
 
 local function plain_row(r)
   local o = {}
   for _, k in ipairs { "setting", "kind", "via", "description", "family", "recorded", "recommended",
-    "peak_reserved", "peak_allocated", "live_at_peak", "unused_at_peak", "device_allocs", "device_frees",
+    "peak_reserved", "peak_allocated", "live_at_peak", "unused_at_peak", "overhead", "device_allocs", "device_frees",
     "retries", "change", "change_pct", "complete", "warning", "prediction", "divergence", "fits",
-    "fails_at", "min_memory", "search_steps", "error", "pool", "seconds" } do
+    "fails_at", "min_memory", "search_steps", "error", "pool", "seconds", "paste" } do
     o[k] = r[k]
   end
   return o
@@ -1066,36 +1086,67 @@ end
 
 -- ---- the command line ----------------------------------------------------------
 
-advise.usage = [[
+-- The command line's help: the engine's options; what each framework
+-- module reads, and its words for --conf, --recorded and --pool (its
+-- usage table: reads, conf, recorded, pool, example).
+local usage_head = [[
 usage: cupola advise SNAPSHOT [--limit SIZE] [--conf CONF]... [--recorded CONF]
                      [--pool SPEC]... [--no-pools] [--search] [--device N]
                      [--threads N] [--json] [--html PAGE]
 
-Replays a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, plain or
-gzip; or an RMM log) through cupola's model of PyTorch's caching allocator
-under a grid of PYTORCH_CUDA_ALLOC_CONF settings and cupola's own pools, and
-says which setting to use and how much memory it needs.  Offline: no GPU.
+Replays a recording of a program's allocations offline (no GPU) through
+cupola's model of its framework's allocator under a grid of settings, and
+cupola's own pools, and says which setting to use and how much memory it
+needs.  It reads:
+]]
 
-  --limit SIZE      the memory the run may use (24GiB, 81920MiB, bytes): each
-                    setting's fit, retries, where it runs out, and the least
-                    memory it needs (a search on the limit)
-  --conf CONF       a setting of yours to add to the grid (repeatable)
-  --recorded CONF   the setting the snapshot was recorded under, where the
-                    snapshot does not say (PyTorch before 2.4)
-  --pool SPEC       a cupola pool to add, as CUPOLA_TORCH_POOL names it
-                    (repeatable; the default rows are tlsf, vmm, caching)
+local usage_options = [[
+
+
+  --limit SIZE      the memory the run may use: each setting's fit, retries,
+                    where it runs out, and the least memory it needs (a search
+                    on the limit).  24GiB, 24gib or 24G: 24 x 2^30 bytes;
+                    24GB: 24 x 10^9 bytes; also KiB/K/KB, MiB/M/MB, TiB/T/TB,
+                    or a number of bytes
+  --conf CONF       a setting of yours to add to the grid (repeatable)%s
+  --recorded CONF   the setting the recording was made under, where it does
+                    not say%s
+  --pool SPEC       a cupola pool to add (repeatable; the default rows are
+                    tlsf, vmm, caching)%s
   --no-pools        no rows for cupola's pools
   --search          the least-memory search without a limit
-  --device N        only device N of a snapshot of several (default: each)
+  --device N        only device N of a recording of several (default: each)
   --threads N       replay threads (default: one per core)
   --json            the result as JSON on stdout instead of the table
   --html PAGE       also write PAGE: the table and the timelines of the
                     recorded and the recommended settings
   -h, --help        this text
 
-Then run your program with the line it prints, e.g.
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py
+Lines fit $COLUMNS (default 100).  Then run your program with the line it
+prints, e.g.
 ]]
+
+--- advise.usage_text() -> the command line's help.
+function advise.usage_text()
+  local reads, conf, recorded, pool, example = {}, {}, {}, {}, {}
+  for _, name in ipairs(advise.frameworks) do
+    local m = advise.module(name)
+    local u = m and m.usage
+    if u then
+      for _, r in ipairs(u.reads or {}) do reads[#reads + 1] = wrap("  - ", r, 78) end
+      if u.conf then conf[#conf + 1] = u.conf end
+      if u.recorded then recorded[#recorded + 1] = u.recorded end
+      if u.pool then pool[#pool + 1] = u.pool end
+      if u.example then example[#example + 1] = "  " .. u.example end
+    end
+  end
+  local function more(list)
+    if #list == 0 then return "" end
+    return "\n" .. wrap("                    ", "(" .. table.concat(list, "; ") .. ")", 78)
+  end
+  return usage_head .. table.concat(reads, "\n") ..
+    usage_options:format(more(conf), more(recorded), more(pool)) .. table.concat(example, "\n") .. "\n"
+end
 
 local function fail(msg)
   error({ advise_usage = msg }, 0)
@@ -1195,7 +1246,7 @@ function advise.main(argv)
     return 1
   end
   if out.help then
-    io.stdout:write(advise.usage)
+    io.stdout:write(advise.usage_text())
     return 0
   end
   opts.progress = not out.json or nil

@@ -28,6 +28,16 @@ local torch = {
       "no pickle",
     "an RMM log (CSV with the header Thread,Time,Action,Pointer,Size,Stream): its first line is not that header",
   },
+  -- its words in bin/cupola advise --help
+  usage = {
+    reads = { "a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot: a pickle, plain or gzip): " ..
+      "PyTorch's caching allocator under PYTORCH_CUDA_ALLOC_CONF settings, and cupola's pools inside " ..
+      "PyTorch (CUPOLA_TORCH_POOL)", "an RMM log (CSV): the same rows" },
+    conf = "PyTorch: a PYTORCH_CUDA_ALLOC_CONF string, e.g. max_split_size_mb:128",
+    recorded = "PyTorch: snapshots of PyTorch 2.4 and later say",
+    pool = "PyTorch: as CUPOLA_TORCH_POOL names it, e.g. tlsf,reuse=stream",
+    example = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",
+  },
   -- the line above the rows of cupola's pools in the table
   aside_title = "cupola's pools inside PyTorch (pluggable allocator, CUPOLA_TORCH_POOL):",
   terms = {
