@@ -161,6 +161,18 @@ describe("advise (2): when nothing fits, the verdict first", function()
   end)
 end)
 
+describe("advise (2): where some settings fit", function()
+  it("the recommendation first; the others counted and grouped by where they run out, once", function()
+    local res = cupola.advise(DIR .. "varlen.default.cpsnap.gz", { limit = "2.5GiB", progress = false, pools = false })
+    local text = advise.text(res)
+    assert.matches("^[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n[^\n]*\n\n  recommended: ", text)
+    assert.matches("1 of 16 settings does not fit in 2.50 GiB; where it runs out:\n    - allocation 6113 (164.06 MiB), " ..
+      "event 11880: roundup_power2_divisions:2\n", text, 1, true)
+    local _, n = text:gsub("OutOfMemoryError", "")
+    assert.equals(0, n)
+  end)
+end)
+
 describe("advise (2): only a row set aside fits", function()
   it("says that no setting does and which row does, with its line to paste", function()
     local res = cupola.advise(DIR .. "gpt2_train.default.cpsnap.gz", { limit = "7.85GiB", progress = false,

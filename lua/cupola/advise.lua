@@ -907,7 +907,8 @@ local function verdict(d, put, para, width)
     end
     if n > 0 then
       put("")
-      para("  ", ("%d of %d settings do not fit in %s; where they run out:"):format(n, #d.rows, bytes(limit)))
+      para("  ", ("%d of %d settings %s not fit in %s; where %s out:"):format(n, #d.rows,
+        n == 1 and "does" or "do", bytes(limit), n == 1 and "it runs" or "they run"))
       for i, key in ipairs(order) do
         if i > 3 then
           para("    ", ("(and %d more places)"):format(#order - 3))
