@@ -387,9 +387,13 @@ EXPORT int InitializeInjection(void)
     if (res != CUPTI_SUCCESS) {
         const char *why = NULL;
         cuptiGetResultString(res, &why);
-        fprintf(stderr, "cupola record: process %ld is not recorded: CUPTI refused a second "
-                "subscriber (%s%s%s)\n", (long)getpid(), old[0] ? "held by " : "",
-                old[0] ? old : (why ? why : "error"), "");
+        if (res == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+            fprintf(stderr, "cupola record: process %ld is not recorded: another CUPTI user holds "
+                    "the process (%s)\n", (long)getpid(), old[0] ? old : "a tool such as Nsight "
+                    "or compute-sanitizer");
+        else
+            fprintf(stderr, "cupola record: process %ld is not recorded: CUPTI did not start (%s)\n",
+                    (long)getpid(), why ? why : "unknown error");
         return 1; /* the program runs on, unrecorded */
     }
     rec = cp_rec_open(getenv("CUPOLA_RECORD_OUT"), fl ? atoi(fl) : 0,
