@@ -341,7 +341,7 @@ static void finish(void)
     if (!rec)
         return;
     cp_rec_stats_get(rec, &st);
-    snprintf(note, sizeof note, "end: %llu events, %llu frees of addresses never allocated, "
+    snprintf(note, sizeof note, "totals: %llu events, %llu frees of addresses never allocated, "
              "%llu dropped, %llu driver calls under recorded runtime calls",
              (unsigned long long)st.events, (unsigned long long)st.unknown_frees,
              (unsigned long long)st.dropped,
