@@ -121,7 +121,18 @@ fw() { # $1 framework, $2 env of the recorded run
 fw torch "PYTORCH_NO_CUDA_MEMORY_CACHING=1"
 fw jax "XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false"
 fw cupy "CUPOLA_CUPY_NO_POOL=1"
-replay() { [ -f "$WORK/$1.csv.gz" ] && timeout 120 $R bench/record_check.lua replay "$WORK/$1.csv.gz" $2 2>&1; }
+# the run's file: renamed to -o's name when it was the only one, else its
+# process's device 0 file with the most lines (the framework's own process)
+trace_of() {
+    if [ -f "$WORK/$1.csv.gz" ]; then echo "$WORK/$1.csv.gz"; return; fi
+    for f in "$WORK/$1".p*.d0.csv.gz; do [ -f "$f" ] && echo "$(zcat "$f" 2>/dev/null | wc -l) $f"; done |
+        sort -rn | head -1 | cut -d' ' -f2-
+}
+replay() {
+    f=$(trace_of $1)
+    if [ -n "$f" ]; then timeout 120 $R bench/record_check.lua replay "$f" $2 2>&1
+    else echo "replay_$2=unavailable (no recording of $1)"; fi
+}
 replay torch torch >"$WORK/torch_replay.txt"
 replay jax bfc >"$WORK/jax_replay.txt"
 replay cupy cupy >"$WORK/cupy_replay.txt"
