@@ -186,3 +186,29 @@ kill -9 $$
     assert.matches("^cupola record: no allocation was recorded", out)
   end)
 end)
+
+-- On a GPU (make gpu-check builds the library): the recorder against a
+-- program whose allocations are known; bench/record_check.sh does the
+-- rest (a killed program, the cost, the frameworks).
+describe("cupola record on the GPU", function()
+  local lib = io.open("build/libcupola_record.so", "rb")
+  if lib then lib:close() end
+  local nvcc = (os.getenv "CUDA_HOME" or "/usr/local/cuda") .. "/bin/nvcc"
+  if cupola.backend() ~= "cuda" or not lib then
+    pending("records every event of a program whose allocations are known #gpu (needs a CUDA device and make record)")
+    return
+  end
+  it("records every event of a program whose allocations are known #gpu", function()
+    local prog = tmp .. "/record_known"
+    local _, rc = run(("%s -O2 -arch=sm_90 -o %s bench/record_known.cu -lcuda"):format(nvcc, prog))
+    assert.equals(0, rc)
+    local out
+    out, rc = run(("bin/cupola record -o %s/known.csv -- %s known %s/known.log"):format(tmp, prog, tmp))
+    assert.equals(0, rc, out)
+    assert.matches("device allocations", out, 1, true)
+    out, rc = run(("bin/cupola bench/record_check.lua known %s/known.csv %s/known.log"):format(tmp, tmp))
+    assert.equals(0, rc, out)
+    assert.matches("PASS known program", out, 1, true)
+  end)
+end)
+
