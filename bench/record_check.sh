@@ -55,6 +55,13 @@ timeout 60 $R bench/record_check.lua known "$WORK/known.csv" "$WORK/known.log" >
 cat "$WORK/known.txt" >>"$LOG"
 known_line=$(grep -E '^(PASS|FAIL)' "$WORK/known.txt" | head -1)
 grep -c '' "$WORK/known.csv" >/dev/null 2>&1 && cp "$WORK/known.csv" "$OUT/record_known.csv"
+# the same with the driver's callbacks only (CUPOLA_RECORD_LEVEL=driver):
+# whether CUPTI reports the driver calls the runtime makes
+CUPOLA_RECORD_LEVEL=driver timeout 120 $R record -o "$WORK/known_drv.csv" -- build/bench/record_known known "$WORK/known_drv.log" \
+    >>"$LOG" 2>&1
+timeout 60 $R bench/record_check.lua known "$WORK/known_drv.csv" "$WORK/known_drv.log" >"$WORK/known_drv.txt" 2>&1
+cat "$WORK/known_drv.txt" >>"$LOG"
+known_drv_line=$(grep -E '^(PASS|FAIL)' "$WORK/known_drv.txt" | head -1)
 
 # ---- 3. killed mid-run -----------------------------------------------------------
 log "== killed program"
@@ -76,16 +83,19 @@ killed_line=$(grep -E '^(PASS|FAIL)' "$WORK/killed.txt" | head -1)
 # ---- 4. the cost -----------------------------------------------------------------
 log "== overhead"
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)]}'; }
-: >"$WORK/seed_plain"; : >"$WORK/seed_rec"
+: >"$WORK/seed_plain"; : >"$WORK/seed_rec"; : >"$WORK/seed_drv"
 for k in 1 2 3 4 5; do
     build/bench/seed000 | grep '^seed000_c' >>"$WORK/seed_plain"
     $R record -o "$WORK/seed$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_rec.err" | grep '^seed000_c' >>"$WORK/seed_rec"
+    CUPOLA_RECORD_LEVEL=driver $R record -o "$WORK/seedd$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_drv.err" |
+        grep '^seed000_c' >>"$WORK/seed_drv"
 done
-cat "$WORK/seed_plain" "$WORK/seed_rec" >>"$LOG"
+cat "$WORK/seed_plain" "$WORK/seed_rec" "$WORK/seed_drv" >>"$LOG"
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$2" | median; }
 sm_p=$(field malloc_ms "$WORK/seed_plain"); sm_r=$(field malloc_ms "$WORK/seed_rec")
 sa_p=$(field async_ms "$WORK/seed_plain"); sa_r=$(field async_ms "$WORK/seed_rec")
 sk_p=$(field kernels_only_ms "$WORK/seed_plain"); sk_r=$(field kernels_only_ms "$WORK/seed_rec")
+sm_d=$(field malloc_ms "$WORK/seed_drv"); sa_d=$(field async_ms "$WORK/seed_drv")
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0) printf "%+.1f %%", (b - a) / a * 100; else print "n/a" }'; }
 seed_events=$(tail -n 3 "$WORK/seed_rec.err" | grep -o '[0-9]* device allocations' | head -1)
 
@@ -172,6 +182,7 @@ echo
 echo "- $known_line (bench/record_known.cu: cudaMalloc, cudaMallocAsync on a stream, cudaMallocFromPoolAsync,"
 echo "  managed, cudaMallocHost, cudaHostAlloc, cuMemAlloc, cuMemAllocAsync, cuMemCreate/Map/Unmap/Release, a failed"
 echo "  1 PiB cudaMalloc; \`record_known.csv\` beside this file is the recording)"
+echo "- with the driver's callbacks only (CUPOLA_RECORD_LEVEL=driver): $known_drv_line"
 echo "- $killed_line"
 echo
 echo "## Cost (median of 5; PyTorch: of 3)"
@@ -181,6 +192,8 @@ echo "| --- | --- | --- | --- |"
 echo "| seeds' benchmark, cudaMalloc (ms) | $sm_p | $sm_r | $(pct "$sm_p" "$sm_r") |"
 echo "| seeds' benchmark, cudaMallocAsync (ms) | $sa_p | $sa_r | $(pct "$sa_p" "$sa_r") |"
 echo "| seeds' benchmark, kernels only (ms) | $sk_p | $sk_r | $(pct "$sk_p" "$sk_r") |"
+echo "| seeds' benchmark, cudaMalloc, CUPOLA_RECORD_LEVEL=driver (ms) | $sm_p | $sm_d | $(pct "$sm_p" "$sm_d") |"
+echo "| seeds' benchmark, cudaMallocAsync, CUPOLA_RECORD_LEVEL=driver (ms) | $sa_p | $sa_d | $(pct "$sa_p" "$sa_d") |"
 echo "| PyTorch MLP, 199 steps, caching on (s) | $tc_p | $tc_r | $(pct "$tc_p" "$tc_r") |"
 echo "| PyTorch MLP, 199 steps, PYTORCH_NO_CUDA_MEMORY_CACHING=1 (s) | $tn_p | $tn_r | $(pct "$tn_p" "$tn_r") |"
 echo

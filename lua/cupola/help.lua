@@ -529,7 +529,7 @@ The request-level stream of a framework that caches: record with
   memory_stats(), total_bytes() of a run with caching on; file format and
   files per process and device in docs/API.md.
 Variables: CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS,
-  CUPOLA_RECORD_LIB.]],
+  CUPOLA_RECORD_LIB, CUPOLA_RECORD_LEVEL=driver (the driver's callbacks only).]],
   },
   {
     name = "advise",
@@ -665,6 +665,7 @@ CUPOLA_BIN_LUADIR, CUPOLA_BIN_LIBDIR      set by bin/cupola itself
 CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS   set by
                            bin/cupola record for libcupola_record.so
 CUPOLA_RECORD_LIB          the library bin/cupola record injects
+CUPOLA_RECORD_LEVEL=driver the recorder's driver callbacks only
 CUPOLA_COMMIT              the commit cupola.survey records
 PWD                        makes cupola.include_dir absolute]],
   },

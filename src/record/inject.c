@@ -73,12 +73,23 @@ static uint32_t tid(void)
     return my_tid;
 }
 
+static __thread CUcontext last_ctx;              /* the device of the context seen last */
+static __thread int last_dev;
+
 static int device_of(const CUpti_CallbackData *cb)
 {
     uint32_t d;
     CUdevice dev;
-    if (cb->context && cuptiGetDeviceId(cb->context, &d) == CUPTI_SUCCESS)
+    /* a context's device never changes: one lookup per thread and context
+     * (a context destroyed and another made at its address on another
+     * device would be misattributed until the thread sees a third) */
+    if (cb->context && cb->context == last_ctx)
+        return last_dev;
+    if (cb->context && cuptiGetDeviceId(cb->context, &d) == CUPTI_SUCCESS) {
+        last_ctx = cb->context;
+        last_dev = (int)d;
         return (int)d;
+    }
     if (cuCtxGetDevice(&dev) == CUDA_SUCCESS)
         return (int)dev;
     return 0;
@@ -368,6 +379,7 @@ EXPORT int InitializeInjection(void)
     CUpti_SubscriberParams sp;
     CUptiResult res;
     const char *fl = getenv("CUPOLA_RECORD_FLUSH_MS");
+    const char *level = getenv("CUPOLA_RECORD_LEVEL");
     uint32_t cupti_version = 0;
     size_t i;
     int failed = 0;
@@ -376,7 +388,8 @@ EXPORT int InitializeInjection(void)
         return 1;
     done = 1;
     cuptiGetVersion(&cupti_version);
-    snprintf(note, sizeof note, "cupti %u", (unsigned)cupti_version);
+    snprintf(note, sizeof note, "cupti %u, level %s", (unsigned)cupti_version,
+             level && strcmp(level, "driver") == 0 ? "driver" : "runtime+driver");
     memset(&sp, 0, sizeof sp);
     memset(old, 0, sizeof old);
     sp.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
@@ -404,9 +417,13 @@ EXPORT int InitializeInjection(void)
         cuptiUnsubscribe(subscriber);
         return 1;
     }
-    for (i = 0; i < sizeof runtime_ids / sizeof *runtime_ids; i++)
-        failed += cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
-                                      runtime_ids[i]) != CUPTI_SUCCESS;
+    /* CUPOLA_RECORD_LEVEL=driver: the driver's calls only (the runtime's
+     * calls are seen through the driver calls they make, where CUPTI reports
+     * those: half the callbacks; bench/record_check.sh measures both). */
+    if (!level || strcmp(level, "driver") != 0)
+        for (i = 0; i < sizeof runtime_ids / sizeof *runtime_ids; i++)
+            failed += cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API,
+                                          runtime_ids[i]) != CUPTI_SUCCESS;
     for (i = 0; i < sizeof driver_ids / sizeof *driver_ids; i++)
         failed += cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
                                       driver_ids[i]) != CUPTI_SUCCESS;
