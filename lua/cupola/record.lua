@@ -225,8 +225,9 @@ function record.main(argv)
     if okr then paths[1] = out end
   end
   local lines, allocs, peak = record.summary(paths)
-  io.stderr:write(("cupola record: %d device allocations, peak %s live in one file; command exit %d; " ..
-    "%d file%s:\n"):format(allocs, bytes(peak), status, #paths, #paths == 1 and "" or "s"))
+  io.stderr:write(("cupola record: %d device allocations, peak %s live%s; command exit %d; " ..
+    "%d file%s:\n"):format(allocs, bytes(peak), #paths > 1 and " (the largest of one file)" or "",
+    status, #paths, #paths == 1 and "" or "s"))
   for _, l in ipairs(lines) do io.stderr:write(l, "\n") end
   return status
 end
