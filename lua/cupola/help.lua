@@ -666,6 +666,7 @@ CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS   set by
                            bin/cupola record for libcupola_record.so
 CUPOLA_RECORD_LIB          the library bin/cupola record injects
 CUPOLA_RECORD_LEVEL=driver the recorder's driver callbacks only
+CUPOLA_RECORD_ASSUME_DEVICE=1  bin/cupola record skips its backend check
 CUPOLA_COMMIT              the commit cupola.survey records
 PWD                        makes cupola.include_dir absolute]],
   },
