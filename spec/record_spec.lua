@@ -131,6 +131,15 @@ describe("bin/cupola record", function()
       "there is nothing to record\n", out)
   end)
 
+  it("says in one line that the output's folder cannot be written", function()
+    local lib = write("fake.so", "")
+    local out, rc = run("CUPOLA_RECORD_LIB=" .. lib ..
+      " CUPOLA_RECORD_ASSUME_DEVICE=1 bin/cupola record -o /nonexistent/dir/t.csv.gz -- true")
+    assert.equals(2, rc)
+    assert.equals("cupola record: -o /nonexistent/dir/t.csv.gz: /nonexistent/dir is not a folder this " ..
+      "user can write to\n", out)
+  end)
+
   it("says in one line that the library is missing", function()
     local out, rc = run "CUPOLA_RECORD_LIB=/nonexistent/lib.so bin/cupola record -- true"
     assert.equals(1, rc)

@@ -192,6 +192,11 @@ function record.main(argv)
     if p then p:close() end
     if cwd then out = cwd .. "/" .. out end
   end
+  local dir = out:match "^(.*)/[^/]*$"
+  if dir and dir ~= "" and not os.execute("test -d " .. quote(dir) .. " && test -w " .. quote(dir)) then
+    io.stderr:write("cupola record: -o ", o.out, ": ", dir, " is not a folder this user can write to\n")
+    return 2
+  end
   local list = os.tmpname()
   local env = {
     "CUDA_INJECTION64_PATH=" .. quote(lib),
