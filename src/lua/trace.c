@@ -101,6 +101,15 @@ static void push_info(lua_State *L, const cp_trace *t)
     lua_setfield(L, -2, "path");
     lua_pushstring(L, cp_trace_format(t));
     lua_setfield(L, -2, "format");
+    if (strcmp(cp_trace_format(t), "cupola_record") == 0) {
+        /* a recording cut by a killed program loaded what was whole */
+        lua_pushboolean(L, cp_trace_warning(t) != NULL);
+        lua_setfield(L, -2, "cut");
+        if (cp_trace_warning(t)) {
+            lua_pushstring(L, cp_trace_warning(t));
+            lua_setfield(L, -2, "warning");
+        }
+    }
     SETI(devices);
     SETI(ignored);
     SETI(unmatched);
