@@ -638,6 +638,8 @@ cp_status cp_nvcc_build(const cp_kmodule_desc *d, int arch, void **image, size_t
     args[na++] = "-std=c++17";
     /* peers print from device code and warn loudly: their warnings are not the user's */
     args[na++] = "-w";
+    /* peers call constexpr host functions from device code (Ouroboros) */
+    args[na++] = "--expt-relaxed-constexpr";
     for (const char *const *i = d->include_dirs; i && *i && ni < MAXI; i++, ni++) {
         snprintf(incs[ni], sizeof incs[ni], "-I%s", *i);
         args[na++] = incs[ni];

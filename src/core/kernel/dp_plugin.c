@@ -102,6 +102,7 @@ static cp_status build_host_part(const cp_dplugin_desc *d, const char *src, size
     args[na++] = archopt;
     args[na++] = "-std=c++17";
     args[na++] = "-w";
+    args[na++] = "--expt-relaxed-constexpr";
     args[na++] = "-DCUPOLA_PLUGIN_HOST_PART=1";
     for (int i = 0; d->include_dirs && d->include_dirs[i] && i < MAXI; i++) {
         snprintf(incs[i], sizeof incs[i], "-I%s", d->include_dirs[i]);
