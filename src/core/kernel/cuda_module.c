@@ -606,6 +606,15 @@ static size_t elf_extent(const unsigned char *p, size_t n)
     return end < n ? (size_t)end : n;
 }
 
+/* Whether the user's options name a language standard. */
+static int user_std(const char *const *opts)
+{
+    for (const char *const *o = opts; o && *o; o++)
+        if (strncmp(*o, "-std=", 5) == 0 || strncmp(*o, "--std=", 6) == 0)
+            return 1;
+    return 0;
+}
+
 /* nvcc -cubin: the same source, options and include folders as NVRTC would
  * take, for sources NVRTC cannot compile (a peer allocator's headers include
  * host headers and use the whole toolkit).  The user's -I folders are not
@@ -635,7 +644,9 @@ cp_status cp_nvcc_build(const cp_kmodule_desc *d, int arch, void **image, size_t
     snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
     args[na++] = "-cubin";
     args[na++] = archopt;
-    args[na++] = "-std=c++17";
+    /* C++17 unless the user names a standard (nvcc refuses two) */
+    if (!user_std(d->options))
+        args[na++] = "-std=c++17";
     /* peers print from device code and warn loudly: their warnings are not the user's */
     args[na++] = "-w";
     /* peers call constexpr host functions from device code (Ouroboros) */

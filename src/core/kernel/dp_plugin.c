@@ -100,7 +100,14 @@ static cp_status build_host_part(const cp_dplugin_desc *d, const char *src, size
     args[na++] = "-Xcompiler";
     args[na++] = "-fPIC";
     args[na++] = archopt;
-    args[na++] = "-std=c++17";
+    /* C++17 unless the user names a standard (nvcc refuses two) */
+    {
+        int has = 0;
+        for (const char *const *o = d->options; o && *o; o++)
+            has |= strncmp(*o, "-std=", 5) == 0 || strncmp(*o, "--std=", 6) == 0;
+        if (!has)
+            args[na++] = "-std=c++17";
+    }
     args[na++] = "-w";
     args[na++] = "--expt-relaxed-constexpr";
     args[na++] = "-DCUPOLA_PLUGIN_HOST_PART=1";
@@ -274,6 +281,11 @@ cp_status cp_dplugin_create(const cp_dplugin_desc *d, cp_dplugin **out, char **l
     }
     if (hosted && (!cr || !de)) {
         cp_dplugin_destroy(p);
+        if (log && *log) {
+            /* the message is this, not the compiler's (clean) log */
+            free(*log);
+            *log = NULL;
+        }
         return cp_error_set(CP_ERR_INVALID, "plugin device pool: %s names cupola_plugin_create but does not "
                             "define both cupola_plugin_create and cupola_plugin_destroy as CUPOLA_PLUGIN_HOST "
                             "functions inside #if CUPOLA_PLUGIN_HOST_PART (cupola/plugin.h)", name);
