@@ -228,7 +228,11 @@ describe("plugins created on the host", function()
 #include <cupola/plugin.h>
 struct hb_state { unsigned long long top, cap; unsigned char *base; };
 #if CUPOLA_PLUGIN_HOST_PART
+#include <stdio.h>
 #include <stdlib.h>
+#if !CUPOLA_ON_HOST
+#include <cuda_runtime.h>
+#endif
 static void hb_note(const char *what, unsigned long long v)
 {
     FILE *f = fopen("%s", "a");
@@ -238,7 +242,13 @@ CUPOLA_PLUGIN_HOST int cupola_plugin_create(unsigned long long cap, void **dev, 
 {
     hb_note("create", cap);
     if (cap < 4096) return 7;
-    hb_state *s = (hb_state *)aligned_alloc(256, 256 + cap);
+    hb_state *s = NULL;
+    /* memory both the host part and the kernels reach (on the GPU: managed) */
+#if CUPOLA_ON_HOST
+    s = (hb_state *)aligned_alloc(256, 256 + cap);
+#else
+    if (cudaMallocManaged((void **)&s, 256 + cap) != cudaSuccess) s = NULL;
+#endif
     if (!s) return 8;
     s->top = 0; s->cap = cap; s->base = (unsigned char *)s + 256;
     *dev = s; *host = s;
@@ -247,7 +257,11 @@ CUPOLA_PLUGIN_HOST int cupola_plugin_create(unsigned long long cap, void **dev, 
 CUPOLA_PLUGIN_HOST void cupola_plugin_destroy(void *dev, void *host)
 {
     hb_note("destroy", dev == host);
+#if CUPOLA_ON_HOST
     free(host);
+#else
+    cudaFree(host);
+#endif
 }
 #endif
 __device__ void cupola_plugin_init(cupola_device_pool *, unsigned long long, unsigned long long) {}

@@ -406,6 +406,9 @@ static void test_nvcc(void)
         tap_ok(st == CP_ERR_INVALID && strstr(cp_error_msg(), "bad.cu") != NULL, "an nvcc compile error names the file");
         free(log);
     }
+    /* NVRTC takes the same module (the host part is #if'd out): a hosted
+     * plugin need not name compiler = "nvcc" when its device code is plain */
+    nvrtc_builds("hostslots.cu", src, n, NULL, "a hosted plugin's module, its host part left out");
     {
         static const char *const args[] = {"-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-std=c++17", "-w",
                                            "--expt-relaxed-constexpr", "-DCUPOLA_PLUGIN_HOST_PART=1",
