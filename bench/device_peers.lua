@@ -78,7 +78,13 @@ local function present(a) return not a.dir or isdir(peers .. "/" .. a.dir) end
 -- pool sets the limit), kept open for the process.
 local heap_pool
 local function size_cuda_heap(bytes)
-  heap_pool = heap_pool or assert(cupola.device_pool { kind = "malloc", capacity = bytes })
+  local msg
+  while not heap_pool and bytes >= 64 * MiB do
+    -- a device that cannot reserve so large a heap gets the largest it can
+    heap_pool, msg = cupola.device_pool { kind = "malloc", capacity = bytes }
+    bytes = bytes // 2
+  end
+  if not heap_pool then io.stderr:write("CUDA's heap left as it is: ", tostring(msg), "\n") end
 end
 
 -- The comparison's options: the survey's own counts on the GPU (1e5
@@ -91,7 +97,9 @@ local function options(limit)
     capacity = GPU and 8 * GiB or 256 * MiB,
     frag_capacity = GPU and 2 * GiB or 64 * MiB,
     oom_capacity = GPU and 256 * MiB or 16 * MiB,
-    tests = { "init", "registers", "pairs", "thread", "warp", "mixed", "frag", "oom", "synth", "synth_write" },
+    -- the headline first; out of memory last (a peer that spins when it has
+    -- no memory left costs only what comes after it)
+    tests = { "init", "registers", "pairs", "thread", "warp", "mixed", "frag", "synth", "synth_write", "oom" },
     iterations = 3,
     budget_ms = 1000,
     threads = GPU and 100000 or 2000,
@@ -144,7 +152,18 @@ if mode == "run" then
   o.allocators = { spec }
   local rows = assert(io.open(out .. "/peers-" .. name .. ".rows", "w"))
   local t0 = cupola.clock()
+  -- the rows so far, as JSON after each (a run that faults or is killed
+  -- still leaves what it measured for the merge)
+  local d = cupola.device()
+  local partial = { meta = { device = d.name, backend = cupola.backend(), sms = d.sms, cc = d.cc,
+    date = os.date "!%Y-%m-%d %H:%M UTC", commit = os.getenv "CUPOLA_COMMIT", iterations = o.iterations,
+    budget_ms = o.budget_ms, timing = GPU and "CUDA events around each launch" or
+      "the host backend: kernels run on the CPU, times are the CPU's",
+    cut_short = "the process ended before its run did (see its log): these are the rows it measured" },
+    rows = {} }
   o.progress = function(r)
+    partial.rows[#partial.rows + 1] = r
+    write_json(out .. "/peers-" .. name .. ".json", partial)
     rows:write(string.format("%7.1fs %-10s %-12s size=%-8s threads=%-8s %s\n", cupola.clock() - t0, r.test,
       r.allocator, tostring(r.size or ""), tostring(r.threads or ""),
       r.alloc_ms and string.format("alloc %.4f free %.4f ms failed %d corrupt %d", r.alloc_ms, r.free_ms or 0,
@@ -175,6 +194,55 @@ if mode == "own" then
   return
 end
 
+-- The heap against each peer, per test and size: how many times faster the
+-- heap is (pairs: pairs/s; per thread, per warp, mixed: alloc+free ms; the
+-- synthetic workload: ms), "**ahead**" where the peer is; a row with NULLs
+-- or corrupt blocks is marked.
+local function standing(res)
+  local by = {}
+  local peers_seen, order = {}, {}
+  for _, r in ipairs(res.rows) do
+    local key = r.test .. "\0" .. tostring(r.size) .. "\0" .. (r.test == "pairs" and "" or tostring(r.threads))
+    by[key] = by[key] or {}
+    by[key][r.allocator] = r
+    if r.allocator ~= "heap" and not r.allocator:match "^baseline" and not peers_seen[r.allocator] then
+      peers_seen[r.allocator] = true
+      order[#order + 1] = r.allocator
+    end
+  end
+  local function cost(r)
+    if r.test == "pairs" then return r.per_second and r.per_second > 0 and 1 / r.per_second end
+    if r.alloc_ms then return r.alloc_ms + (r.free_ms or 0) end
+    if r.test == "synth" or r.test == "synth_write" then return r.ms end
+  end
+  local out = { "### The heap against each peer: peer's time / heap's (above 1: the heap is ahead)", "",
+    "| test | size | threads | " .. table.concat(order, " | ") .. " |",
+    "| --- | ---: | ---: |" .. string.rep(" ---: |", #order) }
+  local keys = {}
+  for _, r in ipairs(res.rows) do
+    local key = r.test .. "\0" .. tostring(r.size) .. "\0" .. (r.test == "pairs" and "" or tostring(r.threads))
+    if r.allocator == "heap" and cost(r) and not keys[key] then
+      keys[key] = true
+      local h = by[key].heap
+      local line = { r.test, tostring(r.size or ""), tostring(r.threads or "") }
+      for _, a in ipairs(order) do
+        local x = by[key][a]
+        -- a pairs row may have been probed at fewer threads: compare rates
+        local c = x and cost(x)
+        if not c then
+          line[#line + 1] = ""
+        else
+          local k = c / cost(h)
+          local bad = (x.failed or 0) + (x.corrupt or 0) > 0 and " (NULLs/corrupt)" or ""
+          line[#line + 1] = (k < 1 and "**ahead** " or "") .. string.format(k >= 10 and "%.0f" or "%.2f", k) .. bad
+        end
+      end
+      out[#out + 1] = "| " .. table.concat(line, " | ") .. " |"
+    end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
 if mode == "merge" then
   local ok, dkjson = pcall(require, "dkjson")
   if not ok then error("merge needs dkjson (lua-dkjson)") end
@@ -194,7 +262,7 @@ if mode == "merge" then
   end
   if not res.meta then error("no peers-*.json in " .. out) end
   res.meta.cut_short = #cut > 0 and ("the time limit of each allocator's run cut short: " .. table.concat(cut, ", ")) or nil
-  local md = survey.markdown(res)
+  local md = survey.markdown(res) .. "\n" .. standing(res)
   if #missing > 0 then md = md .. "\n- not measured: " .. table.concat(missing, "; ") .. "\n" end
   local f = assert(io.open(out .. "/device_peers-survey.md", "w"))
   f:write(md)
