@@ -6,7 +6,9 @@
 #   warm    every peer's modules compiled by nvcc into this run's cache, the
 #           peers side by side (and, at the same time, the peers' own
 #           benchmarks built: Gallatin's tests/src/gallatin_test.cu,
-#           Ouroboros's src/main.cu with TEST_PAGES and with TEST_CHUNKS)
+#           Ouroboros's src/main.cu with TEST_PAGES and with TEST_CHUNKS;
+#           and the specs of plugins created on the host run: the
+#           interface on this backend, nothing timed)
 #   run     bench/device_peers.lua run NAME for each allocator in turn, a
 #           process each (a peer that faults takes only its own rows down),
 #           each with its share of the time left
@@ -159,7 +161,12 @@ if [ "$CUPOLA_BACKEND" != host ]; then
         done
     fi
 fi
+# the interface itself on this backend (nvcc modules, the host part, create,
+# reset, destroy), while the peers compile: the specs of plugins created on
+# the host
+(step specs 120 $BUSTED --filter=created.on.the.host spec/device_plugin_spec.lua spec/survey_spec.lua) &
 wait
+grep -E "successes|Failure|Error" "$LOGS/specs.log" | head -8 | sed 's/^/    specs: /'
 echo "warm: $(($(date +%s) - t0)) s"
 report
 
