@@ -80,7 +80,7 @@ step() {
     rc=$?
     [ $rc -eq 124 ] && echo "TIMED OUT after ${limit}s" >>"$LOGS/$name.log"
     printf '| %s | %s | %s s | %s |\n' "$name" "$rc" $(($(date +%s) - t0)) \
-        "$(grep -E '^(warm|run|harness) ' "$LOGS/$name.log" | tail -1 | cut -c1-200)" | tee -a "$checks"
+        "$(grep -E '^(warm|run|harness) | successes /' "$LOGS/$name.log" | tail -1 | cut -c1-200)" | tee -a "$checks"
     [ $rc -eq 0 ] || status=1
     return $rc
 }

@@ -8,8 +8,9 @@
  * variant.
  *
  * The mapping, exactly:
- *  - create: a host object of Ouroboros's OuroPQ (pages) or OuroCQ
- *    (chunks) type, as its InstanceDefinitions.cuh defines them (standard
+ *  - create: (out of memory when the capacity cannot hold Ouroboros's own
+ *    queues and two chunks) a host object of Ouroboros's OuroPQ (pages) or
+ *    OuroCQ (chunks) type, as its InstanceDefinitions.cuh defines them (standard
  *    queues, its Parameters.h: 8 KiB chunks, 10 queues from 16 B), and its
  *    initialize(capacity); the pool's peer is its getDeviceMemoryManager().
  *    These are the types GPUMemManSurvey measured as Ouroboros-P and -C.
@@ -45,6 +46,15 @@ CUPOLA_PLUGIN_HOST int cupola_plugin_create(unsigned long long capacity, void **
                                             void **host_handle)
 {
     cupola_ouro *m = new cupola_ouro();
+    /* Ouroboros carves its queues (OuroPQ: 10 x 8 Mi page entries, some 320
+     * MiB) out of the capacity before any chunk and does not check that
+     * they fit (the difference underflows): a capacity that cannot hold
+     * them and two chunks is out of memory here */
+    size_t need = m->totalMemoryManagerSize() + cupola_ouro::size_() + 2 * cupola_ouro::ChunkBase::size();
+    if (capacity <= need) {
+        delete m;
+        return 2;
+    }
     m->initialize(capacity);
     if (cudaDeviceSynchronize() != cudaSuccess || !m->getDeviceMemoryManager()) {
         delete m;
