@@ -6,7 +6,7 @@
  *       include = { "<checkout>/include" }, compiler = "nvcc", capacity = "8GiB" }
  *
  * The mapping, exactly:
- *  - create: Gallatin<16 MiB segments, 16 B smallest, 4 KiB largest slab
+ *  - create (out of memory below four segments, 64 MiB): Gallatin<16 MiB segments, 16 B smallest, 4 KiB largest slab
  *    size> (the configuration of Gallatin's own global allocator and
  *    benchmarks) over the pool's capacity, made by its host-side
  *    generate_on_device (seed 42, as its tests use, no printing, no calloc
@@ -25,6 +25,9 @@ using cupola_gallatin = gallatin::allocators::Gallatin<16ULL * 1024 * 1024, 16UL
 CUPOLA_PLUGIN_HOST int cupola_plugin_create(unsigned long long capacity, void **device_state,
                                             void **host_handle)
 {
+    /* Gallatin hands out whole 16 MiB segments: a pool needs a few */
+    if (capacity < 4ull * 16 * 1024 * 1024)
+        return 2;
     cupola_gallatin *a = cupola_gallatin::generate_on_device(capacity, 42, false, false);
     if (!a || cudaDeviceSynchronize() != cudaSuccess)
         return 1;
