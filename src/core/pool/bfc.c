@@ -1,0 +1,699 @@
+/*
+ * pool/bfc.c: XLA's best-fit-with-coalescing allocator (tsl::BFCAllocator,
+ * xla/tsl/framework/bfc_allocator.cc) as jaxlib 0.11.2's GPU client sets it
+ * up (CreateBFCAllocator in xla/pjrt/gpu/gpu_helpers.cc, reached from
+ * jaxlib/xla_client.py's plugin options), modelled exactly over any cupola
+ * upstream.
+ *
+ * Policy, exactly (BFC's, with its names):
+ *  - memory_limit: the most bytes the allocator holds from its SubAllocator
+ *    (the device).  JAX's is total_memory * XLA_CLIENT_MEM_FRACTION (or the
+ *    deprecated XLA_PYTHON_CLIENT_MEM_FRACTION; 0.75 by default), computed
+ *    as a double and truncated to whole bytes; nothing rounds it further
+ *    (XLA's limit is not a multiple of 256 in general: the regions are, see
+ *    Extend).  Required over the virtual upstream; over the device upstream
+ *    the default is 0.75 of the device's total memory, as JAX's.
+ *  - kMinAllocationSize = 256: every request of n bytes is served as a chunk
+ *    of at least RoundedBytes(n) = n rounded up to a multiple of 256 (a
+ *    request of 0 bytes, which BFC refuses, is served here as 256: cupola's
+ *    pools give every request an address).  Chunks are 256-aligned, so the
+ *    alignment JAX asks (64) never splits off padding.
+ *  - Bins: kNumBins = 21; bin b holds the free chunks of sizes
+ *    [256 << b, 256 << (b + 1)), the last bin everything of 256 MiB and up.
+ *    Within a bin free chunks are ordered by size, then by address.  A
+ *    request looks in the bin of its rounded size, then in each larger bin,
+ *    and takes the first chunk at least its rounded size: the smallest that
+ *    fits, the lowest address among equal sizes (best fit).
+ *  - Split rule (ShouldSplitChunk): the chosen chunk is split, the request
+ *    taking its low end and the rest becoming a free chunk, when the chunk
+ *    is at least twice the rounded size or the remainder would be at least
+ *    max_internal_fragmentation_bytes: 128 MiB, or, with
+ *    fragmentation_fraction > 0, that fraction of memory_limit (as a double,
+ *    truncated).  Otherwise the request takes the whole chunk (its
+ *    bytes_in_use counts the whole chunk).
+ *  - Coalescing: a freed chunk merges with its next neighbour if that is
+ *    free, then into its previous neighbour if that is free (TryToCoalesce);
+ *    neighbours are chunks of the same AllocationRegion only.
+ *  - AllocationRegions (Extend): when no free chunk fits, a new region is
+ *    asked of the upstream.  available = memory_limit - pool_bytes, rounded
+ *    down to a multiple of 256; a rounded size above it fails at once.
+ *    curr_region_allocation_bytes starts at RoundedBytes(min(memory_limit,
+ *    2 MiB)) with allow_growth, RoundedBytes(memory_limit) without; it is
+ *    doubled until the request fits in it, and the region asked is
+ *    min(curr_region_allocation_bytes, available) (without growth: the whole
+ *    limit, at the first allocation).  When the upstream refuses, the size is
+ *    backed off to RoundedBytes(bytes * 0.9) (kBackpedalFactor, a float:
+ *    the product is computed in single precision, as XLA's is), strictly
+ *    less each time, until it is below the rounded request (failure).  After
+ *    a region is had, curr_region_allocation_bytes doubles once more unless
+ *    the loop above already doubled it.  The new region is one free chunk;
+ *    the request that asked for it lands at its base.  Regions are never
+ *    merged with adjacent ones (the GPU client's DeviceMemAllocator does not
+ *    support coalescing) and never returned, except:
+ *  - garbage_collection (off in JAX, TF_ENABLE_GPU_GARBAGE_COLLECTION in
+ *    TensorFlow): when Extend fails, every region with no chunk in use is
+ *    given back (if that leaves room for the request) and Extend is tried
+ *    once more (DeallocateFreeRegions).
+ *  - Nothing is retried later: BFC's 10-second wait for another thread's
+ *    free has nothing to wait for in a replay, and a refused request writes
+ *    no MemoryAllocation event.  Streams are not BFC's: it serves every
+ *    stream from the one pool (XLA orders reuse on its compute stream).
+ *  - Statistics under BFC's names (AllocatorStats): num_allocs,
+ *    bytes_in_use and peak_bytes_in_use (chunk bytes), pool_bytes and
+ *    peak_pool_bytes (region bytes), largest_alloc_size (the largest chunk
+ *    handed out), bytes_limit (memory_limit), largest_free_block_bytes
+ *    (the largest free chunk), and regions (AllocationRegions held) with
+ *    region_frees (those given back).  reserved is pool_bytes.
+ *  - Recorded addresses (replays of a JAX profile, cp_bfc_use_recorded):
+ *    the region a request makes is placed at the address the recording gave
+ *    that request (a new region's first chunk is at its base), instead of
+ *    where the upstream would put it; the model's address for each request
+ *    is compared with the recording's, and the first that differs noted.
+ */
+#include "resource_impl.h"
+#include "bfc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MINSZ 256u
+#define NBINS 21
+#define NOCHUNK UINT32_MAX
+#define MAXFRAG_DEFAULT ((int64_t)128 << 20)
+
+typedef struct bchunk {
+    uint64_t ptr, size, req;
+    uint32_t prev, next; /* physical neighbours in the region (NOCHUNK: none) */
+    int32_t bin;         /* -1: not in a bin (in use, or unused handle) */
+    uint32_t region;     /* index of the region it lies in */
+    uint8_t in_use;
+} bchunk;
+
+typedef struct bbin {
+    uint32_t *h; /* free chunks, sorted by (size, ptr) */
+    uint32_t n, cap;
+} bbin;
+
+typedef struct bregion {
+    uint64_t base, size;
+    uint32_t first;   /* handle of the chunk at base (stable: it never merges into a prev) */
+    uint8_t from_up;  /* 1: had from the upstream (returned to it) */
+    uint8_t live;     /* 0: given back (garbage collection) */
+} bregion;
+
+typedef struct bfc {
+    cp_resource base;
+    cp_resource *up;
+    uint64_t limit, curr_region;
+    int64_t max_frag;
+    int growth, gc, virt;
+    bchunk *c;
+    uint32_t nc, capc, unused; /* unused: free list of handles, through next */
+    bbin bins[NBINS];
+    bregion *reg;
+    uint32_t nreg, capreg, live_regions;
+    cp_ptrmap live; /* chunk ptr -> handle + 1, for chunks in use */
+    /* AllocatorStats */
+    uint64_t num_allocs, in_use, peak_in_use, pool, peak_pool, largest_alloc;
+    uint64_t region_frees;
+    /* recorded addresses */
+    const uint64_t *rec;
+    uint64_t nrec, recpos, mismatches, first_mismatch;
+    uint64_t cur_hint;
+    int has_hint;
+} bfc;
+
+static int bin_of(uint64_t bytes)
+{
+    uint64_t v = (bytes < MINSZ ? MINSZ : bytes) >> 8;
+    int b = 63 - __builtin_clzll(v);
+    return b < NBINS - 1 ? b : NBINS - 1;
+}
+
+static uint64_t rounded(uint64_t n)
+{
+    return (n + MINSZ - 1) / MINSZ * MINSZ;
+}
+
+/* first index in bin whose chunk is not less than key (size, ptr) */
+static uint32_t bin_lower(const bfc *m, const bbin *bn, uint64_t size, uint64_t ptr)
+{
+    uint32_t lo = 0, hi = bn->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        const bchunk *x = &m->c[bn->h[mid]];
+        if (x->size < size || (x->size == size && x->ptr < ptr))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int bin_insert(bfc *m, uint32_t h)
+{
+    bchunk *c = &m->c[h];
+    bbin *bn = &m->bins[bin_of(c->size)];
+    uint32_t i;
+    if (bn->n == bn->cap) {
+        uint32_t nc = bn->cap ? 2 * bn->cap : 16;
+        uint32_t *nh = realloc(bn->h, nc * sizeof *nh);
+        if (!nh)
+            return -1;
+        bn->h = nh;
+        bn->cap = nc;
+    }
+    i = bin_lower(m, bn, c->size, c->ptr);
+    memmove(bn->h + i + 1, bn->h + i, (bn->n - i) * sizeof *bn->h);
+    bn->h[i] = h;
+    bn->n++;
+    c->bin = (int32_t)(bn - m->bins);
+    return 0;
+}
+
+static void bin_remove(bfc *m, uint32_t h)
+{
+    bchunk *c = &m->c[h];
+    bbin *bn = &m->bins[c->bin];
+    uint32_t i = bin_lower(m, bn, c->size, c->ptr);
+    memmove(bn->h + i, bn->h + i + 1, (bn->n - i - 1) * sizeof *bn->h);
+    bn->n--;
+    c->bin = -1;
+}
+
+static uint32_t chunk_new(bfc *m)
+{
+    uint32_t h;
+    if (m->unused != NOCHUNK) {
+        h = m->unused;
+        m->unused = m->c[h].next;
+    } else {
+        if (m->nc == m->capc) {
+            uint32_t nc = m->capc ? 2 * m->capc : 64;
+            bchunk *n = realloc(m->c, nc * sizeof *n);
+            if (!n)
+                return NOCHUNK;
+            m->c = n;
+            m->capc = nc;
+        }
+        h = m->nc++;
+    }
+    memset(&m->c[h], 0, sizeof m->c[h]);
+    m->c[h].prev = m->c[h].next = NOCHUNK;
+    m->c[h].bin = -1;
+    return h;
+}
+
+static void chunk_drop(bfc *m, uint32_t h)
+{
+    m->c[h].bin = -1;
+    m->c[h].next = m->unused;
+    m->unused = h;
+}
+
+/* SplitChunk: h keeps its first n bytes; the rest becomes a free chunk. */
+static int split(bfc *m, uint32_t h, uint64_t n)
+{
+    uint32_t nh = chunk_new(m);
+    bchunk *c, *x;
+    if (nh == NOCHUNK)
+        return -1;
+    c = &m->c[h];
+    x = &m->c[nh];
+    x->ptr = c->ptr + n;
+    x->size = c->size - n;
+    x->region = c->region;
+    c->size = n;
+    x->prev = h;
+    x->next = c->next;
+    if (c->next != NOCHUNK)
+        m->c[c->next].prev = nh;
+    c->next = nh;
+    if (bin_insert(m, nh) != 0) {
+        /* undo: out of host memory */
+        c->size += x->size;
+        c->next = x->next;
+        if (x->next != NOCHUNK)
+            m->c[x->next].prev = h;
+        chunk_drop(m, nh);
+        return -1;
+    }
+    return 0;
+}
+
+/* MergeChunks: h2 (h1's next) into h1. */
+static void merge(bfc *m, uint32_t h1, uint32_t h2)
+{
+    bchunk *a = &m->c[h1], *b = &m->c[h2];
+    a->next = b->next;
+    if (b->next != NOCHUNK)
+        m->c[b->next].prev = h1;
+    a->size += b->size;
+    chunk_drop(m, h2);
+}
+
+static uint32_t coalesce(bfc *m, uint32_t h)
+{
+    bchunk *c = &m->c[h];
+    if (c->next != NOCHUNK && !m->c[c->next].in_use) {
+        bin_remove(m, c->next);
+        merge(m, h, c->next);
+    }
+    c = &m->c[h];
+    if (c->prev != NOCHUNK && !m->c[c->prev].in_use) {
+        uint32_t p = c->prev;
+        bin_remove(m, p);
+        merge(m, p, h);
+        h = p;
+    }
+    return h;
+}
+
+/* FindChunkPtr: best fit from bin b up; the chunk's address, or 0. */
+static cp_status find(bfc *m, uint64_t rb, uint64_t req, uint64_t *out)
+{
+    int b;
+    for (b = bin_of(rb); b < NBINS; b++) {
+        bbin *bn = &m->bins[b];
+        uint32_t i, h;
+        bchunk *c;
+        if (!bn->n)
+            continue;
+        i = bin_lower(m, bn, rb, 0);
+        if (i == bn->n)
+            continue;
+        h = bn->h[i];
+        bin_remove(m, h);
+        c = &m->c[h];
+        if (c->size >= rb * 2 || (int64_t)(c->size - rb) >= m->max_frag) {
+            if (split(m, h, rb) != 0) {
+                (void)bin_insert(m, h);
+                return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's chunks");
+            }
+            c = &m->c[h];
+        }
+        if (cp_ptrmap_put(&m->live, c->ptr, (void *)(uintptr_t)(h + 1)) != 0) {
+            (void)bin_insert(m, coalesce(m, h));
+            return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's chunks");
+        }
+        c->in_use = 1;
+        c->req = req;
+        m->num_allocs++;
+        m->in_use += c->size;
+        if (m->in_use > m->peak_in_use)
+            m->peak_in_use = m->in_use;
+        if (c->size > m->largest_alloc)
+            m->largest_alloc = c->size;
+        *out = c->ptr;
+        return CP_OK;
+    }
+    *out = 0;
+    return CP_OK;
+}
+
+static int add_region(bfc *m, uint64_t base, uint64_t size, int from_up)
+{
+    uint32_t h;
+    bregion *r;
+    if (m->nreg == m->capreg) {
+        uint32_t nc = m->capreg ? 2 * m->capreg : 8;
+        bregion *n = realloc(m->reg, nc * sizeof *n);
+        if (!n)
+            return -1;
+        m->reg = n;
+        m->capreg = nc;
+    }
+    h = chunk_new(m);
+    if (h == NOCHUNK)
+        return -1;
+    m->c[h].ptr = base;
+    m->c[h].size = size;
+    m->c[h].region = m->nreg;
+    if (bin_insert(m, h) != 0) {
+        chunk_drop(m, h);
+        return -1;
+    }
+    r = &m->reg[m->nreg++];
+    r->base = base;
+    r->size = size;
+    r->first = h;
+    r->from_up = (uint8_t)from_up;
+    r->live = 1;
+    m->live_regions++;
+    return 0;
+}
+
+/* Extend: 1 when a region was added, 0 when none could be had. */
+static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
+{
+    uint64_t avail = (m->limit - m->pool) / MINSZ * MINSZ, bytes;
+    int increased = 0;
+    void *p = NULL;
+    cp_status st;
+    *err = CP_OK;
+    if (rb > avail)
+        return 0;
+    while (rb > m->curr_region) {
+        m->curr_region *= 2;
+        increased = 1;
+    }
+    bytes = m->curr_region < avail ? m->curr_region : avail;
+    if (m->has_hint) {
+        /* the recording's address for this request: the region's base */
+        p = (void *)(uintptr_t)m->cur_hint;
+        st = CP_OK;
+    } else {
+        for (;;) {
+            st = bytes > SIZE_MAX ? CP_ERR_OOM : cp_resource_alloc(m->up, (size_t)bytes, s, &p);
+            if (st != CP_ERR_OOM)
+                break;
+            {
+                /* kBackpedalFactor is a float: the product is single precision */
+                uint64_t back = rounded((uint64_t)((float)bytes * 0.9f));
+                if (back >= bytes)
+                    back = bytes - MINSZ;
+                bytes = back;
+            }
+            if (bytes < rb)
+                return 0;
+        }
+        if (st != CP_OK) {
+            *err = st;
+            return 0;
+        }
+    }
+    if (!increased)
+        m->curr_region *= 2;
+    if (add_region(m, (uint64_t)(uintptr_t)p, bytes, !m->has_hint) != 0) {
+        if (!m->has_hint)
+            (void)cp_resource_free(m->up, p, (size_t)bytes, s);
+        *err = cp_error_set(CP_ERR_OOM, "out of host memory for the pool's regions");
+        return 0;
+    }
+    m->pool += bytes;
+    if (m->pool > m->peak_pool)
+        m->peak_pool = m->pool;
+    m->base.reserved = m->pool;
+    return 1;
+}
+
+static void region_release(bfc *m, bregion *r)
+{
+    uint32_t h = r->first;
+    while (h != NOCHUNK) {
+        uint32_t nx = m->c[h].next;
+        if (m->c[h].bin >= 0)
+            bin_remove(m, h);
+        if (m->c[h].in_use)
+            (void)cp_ptrmap_del(&m->live, m->c[h].ptr);
+        chunk_drop(m, h);
+        h = nx;
+    }
+    if (r->from_up)
+        (void)cp_resource_free(m->up, (void *)(uintptr_t)r->base, (size_t)r->size, NULL);
+    m->pool -= r->size;
+    m->base.reserved = m->pool;
+    r->live = 0;
+    m->live_regions--;
+    m->region_frees++;
+}
+
+/* DeallocateFreeRegions: 1 when regions were given back. */
+static int gc_regions(bfc *m, uint64_t rb)
+{
+    uint64_t freeable = 0;
+    uint32_t i;
+    if (!m->gc)
+        return 0;
+    for (i = 0; i < m->nreg; i++) {
+        bregion *r = &m->reg[i];
+        if (r->live && !m->c[r->first].in_use && m->c[r->first].size == r->size)
+            freeable += r->size;
+    }
+    if (!freeable || rb > m->limit - m->pool + freeable)
+        return 0;
+    for (i = 0; i < m->nreg; i++) {
+        bregion *r = &m->reg[i];
+        if (r->live && !m->c[r->first].in_use && m->c[r->first].size == r->size)
+            region_release(m, r);
+    }
+    return 1;
+}
+
+static cp_status bfc_alloc(cp_resource *res, size_t bytes, cp_stream *s, void **out)
+{
+    bfc *m = (bfc *)res;
+    uint64_t rb = rounded(bytes ? bytes : 1), addr = 0;
+    cp_status st, est;
+    int hint = 0;
+
+    if (m->rec) {
+        uint64_t want = m->recpos < m->nrec ? m->rec[m->recpos] : 0;
+        m->cur_hint = want;
+        hint = want != 0;
+    }
+    if (bytes > UINT64_MAX - MINSZ)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes", (unsigned long long)bytes);
+    st = find(m, rb, bytes, &addr);
+    if (st == CP_OK && !addr) {
+        m->has_hint = hint;
+        if (extend(m, rb, s, &est))
+            st = find(m, rb, bytes, &addr);
+        else if (est != CP_OK)
+            st = est;
+        if (st == CP_OK && !addr && gc_regions(m, rb)) {
+            if (extend(m, rb, s, &est))
+                st = find(m, rb, bytes, &addr);
+            else if (est != CP_OK)
+                st = est;
+        }
+        m->has_hint = 0;
+    }
+    if (m->rec) {
+        if (addr && m->recpos < m->nrec && addr != m->rec[m->recpos]) {
+            if (!m->mismatches)
+                m->first_mismatch = m->recpos;
+            m->mismatches++;
+        }
+        m->recpos++;
+    }
+    if (st != CP_OK)
+        return st;
+    if (!addr) {
+        uint64_t largest = 0;
+        int b;
+        for (b = NBINS - 1; b >= 0 && !largest; b--)
+            if (m->bins[b].n)
+                largest = m->c[m->bins[b].h[m->bins[b].n - 1]].size;
+        return cp_error_set(CP_ERR_OOM, "out of memory: BFC could not allocate %llu bytes "
+                            "(rounded to %llu): pool_bytes %llu of memory_limit %llu, "
+                            "bytes_in_use %llu, largest free chunk %llu",
+                            (unsigned long long)bytes, (unsigned long long)rb,
+                            (unsigned long long)m->pool, (unsigned long long)m->limit,
+                            (unsigned long long)m->in_use, (unsigned long long)largest);
+    }
+    *out = (void *)(uintptr_t)addr;
+    return CP_OK;
+}
+
+static cp_status bfc_free(cp_resource *res, void *p, size_t bytes, cp_stream *s)
+{
+    bfc *m = (bfc *)res;
+    void *v = cp_ptrmap_del(&m->live, (uint64_t)(uintptr_t)p);
+    uint32_t h;
+    (void)bytes;
+    (void)s;
+    if (!v)
+        return cp_error_set(CP_ERR_INVALID, "free of %p, which is not a live chunk of this "
+                            "bfc pool", p);
+    h = (uint32_t)((uintptr_t)v - 1);
+    m->c[h].in_use = 0;
+    m->in_use -= m->c[h].size;
+    h = coalesce(m, h);
+    if (bin_insert(m, h) != 0)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's bins");
+    return CP_OK;
+}
+
+static uint64_t largest_free(const bfc *m)
+{
+    int b;
+    for (b = NBINS - 1; b >= 0; b--)
+        if (m->bins[b].n)
+            return m->c[m->bins[b].h[m->bins[b].n - 1]].size;
+    return 0;
+}
+
+static void bfc_free_info(cp_resource *res, uint64_t *largest, uint64_t *free_bytes)
+{
+    bfc *m = (bfc *)res;
+    *largest = largest_free(m);
+    *free_bytes = m->pool - m->in_use;
+}
+
+static void bfc_extra(cp_resource *res, cp_stats *out)
+{
+    bfc *m = (bfc *)res;
+    const struct {
+        const char *name;
+        uint64_t v;
+    } f[] = {
+        {"num_allocs", m->num_allocs},
+        {"bytes_in_use", m->in_use},
+        {"peak_bytes_in_use", m->peak_in_use},
+        {"pool_bytes", m->pool},
+        {"peak_pool_bytes", m->peak_pool},
+        {"largest_alloc_size", m->largest_alloc},
+        {"largest_free_block_bytes", largest_free(m)},
+        {"bytes_limit", m->limit},
+        {"regions", m->live_regions},
+        {"region_frees", m->region_frees},
+    };
+    size_t i;
+    for (i = 0; i < sizeof f / sizeof f[0] && out->nextra < CP_STATS_EXTRA; i++) {
+        out->extra[out->nextra].name = f[i].name;
+        out->extra[out->nextra++].value = f[i].v;
+    }
+}
+
+static void bfc_device_calls(cp_resource *res, uint64_t *allocs, uint64_t *frees)
+{
+    bfc *m = (bfc *)res;
+    *allocs = m->nreg;
+    *frees = m->region_frees;
+}
+
+static void bfc_destroy(cp_resource *res)
+{
+    bfc *m = (bfc *)res;
+    uint32_t i;
+    int b;
+    for (i = 0; i < m->nreg; i++)
+        if (m->reg[i].live && m->reg[i].from_up)
+            (void)cp_resource_free(m->up, (void *)(uintptr_t)m->reg[i].base,
+                                   (size_t)m->reg[i].size, NULL);
+    for (b = 0; b < NBINS; b++)
+        free(m->bins[b].h);
+    free(m->c);
+    free(m->reg);
+    cp_ptrmap_fini(&m->live);
+    cp_resource_destroy(m->up);
+    free(m);
+}
+
+static const cp_resource_ops bfc_ops = {
+    .kind = "bfc",
+    .alloc = bfc_alloc,
+    .free = bfc_free,
+    .free_info = bfc_free_info,
+    .destroy = bfc_destroy,
+    .extra_stats = bfc_extra,
+    .device_calls = bfc_device_calls,
+};
+
+int cp_bfc_is(const cp_resource *r)
+{
+    return r && r->ops == &bfc_ops;
+}
+
+void cp_bfc_use_recorded(cp_resource *r, const uint64_t *addr, uint64_t n)
+{
+    bfc *m = (bfc *)r;
+    m->rec = addr;
+    m->nrec = n;
+    m->recpos = m->mismatches = m->first_mismatch = 0;
+}
+
+void cp_bfc_end_recorded(cp_resource *r, uint64_t *mismatches, uint64_t *first)
+{
+    bfc *m = (bfc *)r;
+    *mismatches = m->mismatches;
+    *first = m->first_mismatch;
+    m->rec = NULL;
+    m->nrec = 0;
+}
+
+void cp_bfc_figures(const cp_resource *r, cp_bfc_stats *out)
+{
+    const bfc *m = (const bfc *)r;
+    out->num_allocs = m->num_allocs;
+    out->bytes_in_use = m->in_use;
+    out->peak_bytes_in_use = m->peak_in_use;
+    out->pool_bytes = m->pool;
+    out->peak_pool_bytes = m->peak_pool;
+    out->regions = m->nreg;
+    out->bytes_limit = m->limit;
+}
+
+int cp_bfc_virtual(const cp_resource *r)
+{
+    return ((const bfc *)r)->virt;
+}
+
+cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+{
+    bfc *m;
+    cp_status st = CP_OK;
+    uint64_t limit = o->bfc_memory_limit;
+    int b;
+
+    *out = NULL;
+    if (!limit && o->upstream != CP_UP_VIRTUAL && cp_be) {
+        size_t fr = 0, total = 0;
+        cp_status q = cp_be->mem_get_info_on ? cp_be->mem_get_info_on(o->device, &fr, &total)
+                                             : cp_be->mem_get_info(&fr, &total);
+        if (q == CP_OK)
+            limit = (uint64_t)((double)total * 0.75); /* JAX's default fraction */
+    }
+    if (!limit)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'memory_limit' is required over "
+                          "the %s upstream (XLA's limit: the device's memory times "
+                          "XLA_CLIENT_MEM_FRACTION)", cp_upstream_name(o->upstream));
+    else if (limit < MINSZ)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'memory_limit' must be at least "
+                          "256 bytes (kMinAllocationSize), not %llu", (unsigned long long)limit);
+    else if (o->initial)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'initial' is not supported (BFC "
+                          "preallocates memory_limit unless allow_growth = true)");
+    else if (!o->grow)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'grow' = false is not supported "
+                          "(use allow_growth; memory_limit bounds the pool)");
+    else if (o->max)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'max' is not supported "
+                          "(memory_limit is BFC's limit)");
+    else if (o->release_threshold)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'release_threshold' is not "
+                          "supported (BFC never returns regions but by garbage_collection)");
+    else if (o->alignment > MINSZ)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'alignment' = %llu is more than "
+                          "BFC's 256-byte chunks give (JAX asks 64)",
+                          (unsigned long long)o->alignment);
+    else if (!(o->bfc_fragmentation_fraction >= 0.0 && o->bfc_fragmentation_fraction <= 1.0))
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'fragmentation_fraction' must be "
+                          "from 0 to 1, not %g", o->bfc_fragmentation_fraction);
+    if (st != CP_OK) {
+        cp_resource_destroy(up);
+        return st;
+    }
+    m = calloc(1, sizeof *m);
+    if (!m || cp_ptrmap_init(&m->live, 256) != 0) {
+        free(m);
+        cp_resource_destroy(up);
+        return cp_error_set(CP_ERR_OOM, "out of host memory");
+    }
+    cp_resource_init(&m->base, &bfc_ops);
+    m->up = up;
+    m->limit = limit;
+    m->virt = o->upstream == CP_UP_VIRTUAL;
+    m->growth = o->bfc_allow_growth;
+    m->gc = o->bfc_garbage_collection;
+    m->curr_region = m->growth ? rounded(limit < (2u << 20) ? limit : (2u << 20)) : rounded(limit);
+    m->max_frag = o->bfc_fragmentation_fraction > 0.0
+                      ? (int64_t)(o->bfc_fragmentation_fraction * (double)limit)
+                      : MAXFRAG_DEFAULT;
+    m->unused = NOCHUNK;
+    for (b = 0; b < NBINS; b++)
+        m->bins[b].h = NULL;
+    *out = &m->base;
+    return CP_OK;
+}
