@@ -37,8 +37,9 @@ static l_trace *totrace(lua_State *L, int arg)
 
 static int trace_load(lua_State *L)
 {
-    static const char *const opts[] = {"device", NULL};
+    static const char *const opts[] = {"device", "allocator", NULL};
     size_t plen;
+    const char *allocator;
     const char *path = l_checklstring(L, 1, &plen);
     l_trace *tr;
     cp_trace *t = NULL;
@@ -52,11 +53,12 @@ static int trace_load(lua_State *L)
     if (lua_istable(L, 2) && (device < 0 || device > 65535))
         return luaL_argerror(L, 2, lua_pushfstring(L, "option 'device' must be in 0..65535, got %I",
                                                     (LUAI_UACINT)device));
+    allocator = l_optstring_field(L, 2, "allocator", NULL);
     tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;
     tr->busy = 0;
     luaL_setmetatable(L, L_TRACE);
-    st = cp_trace_load_device(path, (int)device, &t);
+    st = cp_trace_load_opts(path, (int)device, allocator, &t);
     if (st == CP_ERR_OOM)
         return l_alloc_result(L, st);
     l_check(L, st);
@@ -116,6 +118,14 @@ static void push_info(lua_State *L, const cp_trace *t)
             lua_setfield(L, -2, "torch_settings");
         }
     }
+    if (cp_trace_allocator(t)) {
+        lua_pushstring(L, cp_trace_allocator(t));
+        lua_setfield(L, -2, "allocator");
+        SETI(reordered);
+        if (in.bfc_peak_bytes_in_use) {
+            SETI(bfc_peak_bytes_in_use);
+        }
+    }
     if (in.torch_reserved) {
         SETI(torch_reserved_end);
         SETI(torch_peak_reserved);
@@ -157,6 +167,20 @@ static int trace_event(lua_State *L)
     if (row.label) {
         lua_pushstring(L, row.label);
         lua_setfield(L, -2, "label");
+    }
+    {
+        /* JAX: BFC's chunk and its bytes_in_use after the event, as recorded */
+        uint64_t chunk, in_use;
+        if (cp_trace_jax_row(tr->t, (size_t)(i - 1), &chunk, &in_use)) {
+            if (chunk != UINT64_MAX) {
+                lua_pushinteger(L, (lua_Integer)chunk);
+                lua_setfield(L, -2, "allocation_bytes");
+            }
+            if (in_use != UINT64_MAX) {
+                lua_pushinteger(L, (lua_Integer)in_use);
+                lua_setfield(L, -2, "bytes_in_use");
+            }
+        }
     }
     return 1;
 }
@@ -354,7 +378,21 @@ static void push_replay_result(lua_State *L, int trace_arg, const cp_trace *t,
         lua_pushinteger(L, (lua_Integer)res->segments);
         lua_setfield(L, -2, "segments");
     }
-    if (res->recorded)
+    if (res->bfc) {
+        /* BFC: the recording's addresses, and frees it wrote late */
+        lua_pushinteger(L, (lua_Integer)res->reordered_frees);
+        lua_setfield(L, -2, "reordered_frees");
+        if (res->recorded) {
+            lua_pushboolean(L, 1);
+            lua_setfield(L, -2, "recorded");
+            lua_pushinteger(L, (lua_Integer)res->addr_mismatches);
+            lua_setfield(L, -2, "address_mismatches");
+            if (res->addr_mismatches) {
+                lua_pushinteger(L, (lua_Integer)res->first_mismatch + 1);
+                lua_setfield(L, -2, "first_mismatch");
+            }
+        }
+    } else if (res->recorded)
         push_divergence(L, res);
     if (res->stopped) {
         /* stop_at_oom: where the program would have raised */

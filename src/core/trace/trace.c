@@ -22,6 +22,8 @@
 #include "pickle.h"
 #include "snapshot.h"
 #include "trace_torch.h"
+#include "jax.h"
+#include <sys/stat.h>
 
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
@@ -78,6 +80,8 @@ void cp_trace_free(cp_trace *t)
     free(t->oom_row);
     free(t->oom_size);
     free(t->oom_stream);
+    free(t->jax_chunk);
+    free(t->jax_in_use);
     free(t);
 }
 
@@ -145,6 +149,7 @@ typedef struct loader {
     unsigned sdev;      /* ... device_traces[sdev][sentry] */
     size_t sentry;
     int device;         /* snapshots: the one device to read (-1: all) */
+    const char *allocator; /* JAX: the allocator to read (NULL: the first GPU_<n>_bfc) */
 } loader;
 
 /* Where the current row came from: "path:line" (CSV) or
@@ -573,6 +578,96 @@ static cp_status load(loader *ld)
 /* A file named *.pickle or *.pkl is read as a pickle whatever it holds, so
  * one that is not a pickle is called that (it used to be read as a CSV and
  * refused for its header). */
+/* A JAX memory profile (jax.h): kind 1 JSON lines, 2 an XSpace.  Events
+ * in time order (stable: the file's order among equal times); a free of a
+ * chunk not live is of a block allocated before the profile began, skipped
+ * (counted in unmatched); an allocation at an address still live means
+ * the free of the old chunk reached the profile late (another thread):
+ * that free is done before it and its own event skipped (reordered). */
+static int cmp_jax(const void *a, const void *b)
+{
+    const cp_jax_event *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static cp_status load_jax(loader *ld, int kind)
+{
+    cp_trace *t = ld->t;
+    cp_jax_events e;
+    cp_ptrmap late;
+    cp_status st;
+    size_t i;
+
+    st = kind == 1 ? cp_jax_read_jsonl(ld->gz, ld->path, ld->allocator, &e)
+                   : cp_jax_read_xplane(ld->gz, ld->path, ld->allocator, &e);
+    if (st != CP_OK)
+        return st;
+    t->format = 2;
+    snprintf(t->allocator, sizeof t->allocator, "%s", e.allocator);
+    if (e.has_ts)
+        qsort(e.ev, e.n, sizeof *e.ev, cmp_jax);
+    t->jax_chunk = malloc((e.n ? e.n : 1) * sizeof *t->jax_chunk);
+    t->jax_in_use = malloc((e.n ? e.n : 1) * sizeof *t->jax_in_use);
+    if (!t->jax_chunk || !t->jax_in_use || cp_ptrmap_init(&late, 64) != 0) {
+        cp_jax_events_free(&e);
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    }
+    for (i = 0; i < e.n && st == CP_OK; i++) {
+        const cp_jax_event *ev = &e.ev[i];
+        double us = e.has_ts ? ev->ts / 1000.0 : (double)i;
+        uint64_t addr = ev->addr;
+        ld->line = i + 1;
+        if (ev->peak != CP_JAX_NONE && ev->peak > t->info.bfc_peak_bytes_in_use)
+            t->info.bfc_peak_bytes_in_use = ev->peak;
+        if (ev->is_free) {
+            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr + 1);
+            if (n) {
+                /* done already, before the allocation that reused it */
+                if (n == 1)
+                    (void)cp_ptrmap_del(&late, addr + 1);
+                else
+                    (void)cp_ptrmap_put(&late, addr + 1, (void *)(n - 1));
+                continue;
+            }
+            if (!cp_ptrmap_get(&ld->live, addr)) {
+                t->info.unmatched++;
+                continue;
+            }
+            st = add_row(ld, 1, addr, 0, 0, 0, us);
+            if (st == CP_OK)
+                t->jax_in_use[t->n - 1] = ev->in_use;
+            continue;
+        }
+        if (cp_ptrmap_get(&ld->live, addr)) {
+            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr + 1);
+            st = add_row(ld, 1, addr, 0, 0, 0, us);
+            if (st != CP_OK)
+                break;
+            t->jax_in_use[t->n - 1] = CP_JAX_NONE;
+            if (cp_ptrmap_put(&late, addr + 1, (void *)(n + 1)) != 0)
+                st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+            t->info.reordered++;
+        }
+        if (st == CP_OK && ev->requested == 0)
+            st = cp_error_set(CP_ERR_INVALID, "%s: event %zu: an allocation of 0 bytes (BFC "
+                              "records none)", ld->path, i + 1);
+        if (st == CP_OK)
+            st = add_row(ld, 0, addr, ev->requested, 0, 0, us);
+        if (st == CP_OK) {
+            t->jax_in_use[t->n - 1] = ev->in_use;
+            t->jax_chunk[t->ord[t->n - 1]] = ev->chunk;
+        }
+    }
+    cp_ptrmap_fini(&late);
+    cp_jax_events_free(&e);
+    if (st == CP_OK && t->n == 0)
+        st = cp_error_set(CP_ERR_INVALID, "%s: no memory events of %s left once frees of blocks "
+                          "allocated before the profile are skipped", ld->path, t->allocator);
+    return st;
+}
+
 static int named_pickle(const char *path)
 {
     size_t n = strlen(path);
@@ -587,13 +682,30 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
 
 cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
 {
+    return cp_trace_load_opts(path, device, NULL, out);
+}
+
+cp_status cp_trace_load_opts(const char *path, int device, const char *allocator,
+                             cp_trace **out)
+{
     loader ld;
     cp_trace *t;
     cp_status st;
+    char *found = NULL;
+    struct stat sb;
 
     *out = NULL;
     memset(&ld, 0, sizeof ld);
     ld.device = device;
+    ld.allocator = allocator;
+    /* the directory jax.profiler.trace wrote: its profile */
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        found = cp_jax_find_profile(path);
+        if (!found)
+            return cp_error_set(CP_ERR_INVALID, "%s: a directory with no profile in it "
+                                "(*.xplane.pb, or plugins/profile/<run>/*.xplane.pb)", path);
+        path = found;
+    }
     t = calloc(1, sizeof *t);
     if (!t)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
@@ -603,6 +715,8 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     }
     strcpy(t->path, path);
+    free(found);
+    path = t->path;
     ld.t = t;
     ld.path = path;
     ld.gz = gzopen(path, "rb");
@@ -637,6 +751,10 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
         else if (!is_pickle && device > 0)
             st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,
                               device);
+        else if (!is_pickle && got > 0 && cp_jax_sniff(head, (size_t)got, path))
+            st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a JAX profile is "
+                                           "read by allocator (option 'allocator')", path, device)
+                            : load_jax(&ld, cp_jax_sniff(head, (size_t)got, path));
         else
             st = is_pickle ? load_snapshot(&ld, got == 8 && cp_snapshot_is_compact(head, 8))
                            : load(&ld);
@@ -656,8 +774,8 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
             t->ops[i].is_free = t->is_free[i];
         }
     }
-    if (st == CP_OK && !t->format) {
-        /* CSV: the torch model allocates and frees as the rows do */
+    if (st == CP_OK && t->format != 1) {
+        /* CSV and JAX: the torch model allocates and frees as the rows do */
         size_t i;
         t->top = malloc((t->n ? t->n : 1) * sizeof *t->top);
         t->top_row = malloc((t->n ? t->n : 1) * sizeof *t->top_row);
@@ -744,7 +862,7 @@ cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t 
 
 const char *cp_trace_format(const cp_trace *t)
 {
-    return t->format ? "torch_snapshot" : "rmm_csv";
+    return t->format == 2 ? "jax_memory" : t->format ? "torch_snapshot" : "rmm_csv";
 }
 
 void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
@@ -773,4 +891,18 @@ size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uin
     *time = t->seg_time;
     *reserved = t->seg_reserved;
     return t->nseg;
+}
+
+const char *cp_trace_allocator(const cp_trace *t)
+{
+    return t->format == 2 ? t->allocator : NULL;
+}
+
+int cp_trace_jax_row(const cp_trace *t, size_t i, uint64_t *chunk, uint64_t *in_use)
+{
+    if (t->format != 2 || i >= t->n)
+        return 0;
+    *chunk = t->jax_chunk[t->ord[i]];
+    *in_use = t->jax_in_use[i];
+    return 1;
 }
