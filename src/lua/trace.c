@@ -50,9 +50,13 @@ static int trace_load(lua_State *L)
         return luaL_argerror(L, 1, lua_pushfstring(L, "path contains a NUL byte, got %s", l_pushshown(L, 1)));
     l_checkoptions(L, 2, "cupola.trace.load", opts);
     device = l_optint_field(L, 2, "device", -1);
-    if (lua_istable(L, 2) && (device < 0 || device > 65535))
-        return luaL_argerror(L, 2, lua_pushfstring(L, "option 'device' must be in 0..65535, got %I",
-                                                    (LUAI_UACINT)device));
+    if (lua_istable(L, 2)) {
+        int given = lua_getfield(L, 2, "device") != LUA_TNIL;
+        lua_pop(L, 1);
+        if (given && (device < 0 || device > 65535))
+            return luaL_argerror(L, 2, lua_pushfstring(L, "option 'device' must be in 0..65535, "
+                                                        "got %I", (LUAI_UACINT)device));
+    }
     allocator = l_optstring_field(L, 2, "allocator", NULL);
     tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;

@@ -57,7 +57,10 @@
  *  - Nothing is retried later: BFC's 10-second wait for another thread's
  *    free has nothing to wait for in a replay, and a refused request writes
  *    no MemoryAllocation event.  Streams are not BFC's: it serves every
- *    stream from the one pool (XLA orders reuse on its compute stream).
+ *    stream from the one pool.  PJRT gives a buffer back to BFC only once
+ *    the device work using it is done, so over a memory upstream a free
+ *    first waits for its stream's work (over the virtual upstream there is
+ *    none); a chunk freed is then anyone's at once.
  *  - Statistics under BFC's names (AllocatorStats): num_allocs,
  *    bytes_in_use and peak_bytes_in_use (chunk bytes), pool_bytes and
  *    peak_pool_bytes (region bytes), largest_alloc_size (the largest chunk
@@ -502,11 +505,14 @@ static cp_status bfc_free(cp_resource *res, void *p, size_t bytes, cp_stream *s)
     void *v = cp_ptrmap_del(&m->live, (uint64_t)(uintptr_t)p);
     uint32_t h;
     (void)bytes;
-    (void)s;
     if (!v)
         return cp_error_set(CP_ERR_INVALID, "free of %p, which is not a live chunk of this "
                             "bfc pool", p);
     h = (uint32_t)((uintptr_t)v - 1);
+    /* PJRT hands a buffer back to BFC only once the device work using it is
+     * done (its usage events): over memory, the freeing stream's work first */
+    if (!m->virt && cp_be)
+        (void)cp_be->stream_synchronize(s);
     m->c[h].in_use = 0;
     m->in_use -= m->c[h].size;
     h = coalesce(m, h);

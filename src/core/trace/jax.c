@@ -298,8 +298,8 @@ static cp_status parse_line(raw *r, const char *path, size_t line, const char *p
                 return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
         } else if (KEY("ts")) {
             char *e2;
-            double d = strtod(*vs == '"' ? vs + 1 : vs, &e2);
-            if (e2 == vs || !(d == d) || d > 1e300 || d < -1e300)
+            long double d = strtold(*vs == '"' ? vs + 1 : vs, &e2);
+            if (e2 == vs || !(d == d) || d > 1e300L || d < -1e300L)
                 return jbad(path, line, "'ts' must be a finite number");
             ev.ts = d;
             has_ts = 1;
@@ -514,6 +514,14 @@ static int pb_field(pb *b, uint64_t end, uint32_t *num, int *wt, cp_status *st)
     int rc;
     if (b->off >= end)
         return 0;
+    if (end == UINT64_MAX) {
+        /* the XSpace itself ends where the file does, between fields */
+        int c = pb_byte(b);
+        if (c < 0)
+            return 0;
+        b->pos--;
+        b->off--;
+    }
     if ((rc = pb_varint(b, &key)) != 0) {
         *st = rc == -1 ? pb_trunc(b) : pb_garbage(b);
         return -1;
@@ -751,7 +759,7 @@ static cp_status read_event(pb *b, uint64_t end, const plane_ids *pi, uint64_t l
         ev.requested = ev.chunk;
     if (!ev.is_free && ev.requested == CP_JAX_NONE)
         return CP_OK;
-    ev.ts = (double)line_ts + (double)offset_ps / 1000.0;
+    ev.ts = (long double)line_ts + (long double)offset_ps / 1000.0L;
     return raw_push(r, &ev, alloc, b->path);
 }
 
@@ -851,8 +859,6 @@ cp_status cp_jax_read_xplane(gzFile gz, const char *path, const char *allocator,
         }
         if (st == CP_OK && rc == 0 && b->off == 0)
             st = cp_error_set(CP_ERR_INVALID, "%s: an empty file (no profile)", path);
-        if (st == CP_OK && rc == 0 && (pb_byte(b) >= 0 || b->off == 0))
-            st = pb_garbage(b);
         if (st == CP_OK) {
             int err;
             gzerror(gz, &err);

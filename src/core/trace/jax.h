@@ -20,7 +20,7 @@
 #define CP_JAX_NONE UINT64_MAX /* a stat the event did not carry */
 
 typedef struct cp_jax_event {
-    double ts;          /* nanoseconds (xplane) or as the JSON's `ts` (any unit) */
+    long double ts;     /* nanoseconds (a long double holds today's ns since 1970 exactly) */
     uint64_t addr;
     uint64_t requested; /* requested_bytes */
     uint64_t chunk;     /* allocation_bytes: BFC's chunk */

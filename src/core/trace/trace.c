@@ -616,7 +616,8 @@ static cp_status load_jax(loader *ld, int kind)
     }
     for (i = 0; i < e.n && st == CP_OK; i++) {
         const cp_jax_event *ev = &e.ev[i];
-        double us = e.has_ts ? ev->ts / 1000.0 : (double)i;
+        /* microseconds from the first event (relative, so no precision is lost) */
+        double us = e.has_ts ? (double)((ev->ts - e.ev[0].ts) / 1000.0L) : (double)i;
         uint64_t addr = ev->addr;
         ld->line = i + 1;
         if (ev->peak != CP_JAX_NONE && ev->peak > t->info.bfc_peak_bytes_in_use)
