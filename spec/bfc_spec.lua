@@ -140,20 +140,34 @@ describe("bfc pool", function()
     d:free(); c:free()
   end)
 
-  it("backs off by 0.9 (in single precision) when the device refuses the region", function()
-    -- over the device upstream a limit above the device's memory: the region
-    -- is refused, then asked at 0.9, 0.81, ... until one fits
+  -- Over the device upstream a limit above the device's free memory: the
+  -- region is refused, then asked at 0.9, 0.81, ... until one fits.  The
+  -- host backend's one device is the host's memory, whose free bytes move
+  -- with every process: two emulated devices keep their own account, so
+  -- the child's device 0 refuses exactly past its share.
+  local child = require "spec.support.child"
+  local backoff = [[
+    local cupola = require "cupola"
+    local ref = require "spec.support.bfcref"
     local free = cupola.mem_info()
     local limit = math.floor(free * 1.5) // 256 * 256
     local m = ref.new { limit = limit, growth = false, up = function(bytes)
       return bytes <= free and 1 or nil
     end }
-    local p <close> = bfc { upstream = "device", memory_limit = limit }
+    local p <close> = cupola.pool { kind = "bfc", upstream = "device", memory_limit = limit }
     local a = p:alloc(1)
-    if not a then return pending("the device refused every size") end
     m:alloc(1)
-    assert.equals(m.pool, p:stats().pool_bytes)
+    print(m.pool, p:stats().pool_bytes, m.pool < free and m.pool > free * 0.85)
     a:free()
+  ]]
+  local it_child = (child.available and cupola.backend() == "host") and it or pending
+  it_child("backs off by 0.9 (in single precision) when the device refuses the region", function()
+    local code, out, err = child("package.path = './?.lua;' .. package.path\n" .. backoff,
+      { CUPOLA_HOST_DEVICES = "2", CUPOLA_BACKEND = "host" })
+    assert.equals(0, code, err)
+    local want, got, near = out:match "(%d+)%s+(%d+)%s+(%a+)"
+    assert.equals(want, got)
+    assert.equals("true", near)
   end)
 
   it("keeps BFC's statistics under BFC's names", function()
@@ -415,7 +429,7 @@ describe("JAX memory profiles", function()
     os.execute("mkdir -p " .. d)
     local ok, err = pcall(cupola.trace.load, d)
     assert.is_false(ok)
-    assert.matches("no profile", err)
+    assert.matches("no JAX profile", err)
     os.execute("rm -rf " .. d)
   end)
 

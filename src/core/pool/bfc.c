@@ -346,6 +346,18 @@ static int add_region(bfc *m, uint64_t base, uint64_t size, int from_up)
     return 0;
 }
 
+/* Whether [base, base + bytes) meets a region held. */
+static int overlaps(const bfc *m, uint64_t base, uint64_t bytes)
+{
+    uint32_t i;
+    for (i = 0; i < m->nreg; i++) {
+        const bregion *r = &m->reg[i];
+        if (r->live && base < r->base + r->size && r->base < base + bytes)
+            return 1;
+    }
+    return 0;
+}
+
 /* Extend: 1 when a region was added, 0 when none could be had. */
 static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
 {
@@ -361,6 +373,11 @@ static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
         increased = 1;
     }
     bytes = m->curr_region < avail ? m->curr_region : avail;
+    /* a recorded base must be one BFC could have had: 256-aligned, the
+     * region within the address space (else the upstream places it) */
+    if (m->has_hint && (m->cur_hint % MINSZ || m->cur_hint > UINT64_MAX - bytes ||
+                        overlaps(m, m->cur_hint, bytes)))
+        m->has_hint = 0;
     if (m->has_hint) {
         /* the recording's address for this request: the region's base */
         p = (void *)(uintptr_t)m->cur_hint;
@@ -384,6 +401,12 @@ static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
             *err = st;
             return 0;
         }
+    }
+    if (!m->has_hint && overlaps(m, (uint64_t)(uintptr_t)p, bytes)) {
+        /* only where a recording placed a region where the upstream puts
+         * its own (a hostile trace): refused, never two chunks at one place */
+        (void)cp_resource_free(m->up, p, (size_t)bytes, s);
+        return 0;
     }
     if (!increased)
         m->curr_region *= 2;

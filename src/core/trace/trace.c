@@ -703,28 +703,32 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         found = cp_jax_find_profile(path);
         if (!found)
-            return cp_error_set(CP_ERR_INVALID, "%s: a directory with no profile in it "
-                                "(*.xplane.pb, or plugins/profile/<run>/*.xplane.pb)", path);
+            return cp_error_set(CP_ERR_INVALID, "%s: cannot read: Is a directory, and no JAX "
+                                "profile in it (*.xplane.pb, or plugins/profile/<run>/"
+                                "*.xplane.pb)", path);
         path = found;
     }
     t = calloc(1, sizeof *t);
-    if (!t)
-        return cp_error_set(CP_ERR_OOM, "out of host memory");
-    t->path = malloc(strlen(path) + 1);
-    if (!t->path) {
+    if (t)
+        t->path = malloc(strlen(path) + 1);
+    if (!t || !t->path) {
         free(t);
+        free(found);
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     }
     strcpy(t->path, path);
     free(found);
+    /* path may have been found's: from here on the trace's own copy, which
+     * lives until the messages below are made (cp_trace_free comes after) */
     path = t->path;
     ld.t = t;
     ld.path = path;
     ld.gz = gzopen(path, "rb");
     if (!ld.gz) {
+        st = cp_error_set(CP_ERR_BACKEND, "%s: cannot open: %s", path,
+                          errno ? strerror(errno) : "out of memory");
         cp_trace_free(t);
-        return cp_error_set(CP_ERR_BACKEND, "%s: cannot open: %s", path,
-                            errno ? strerror(errno) : "out of memory");
+        return st;
     }
     gzbuffer(ld.gz, 1 << 17);
     if (cp_ptrmap_init(&ld.live, 4096) != 0 || cp_ptrmap_init(&ld.streams, 16) != 0 ||
