@@ -246,7 +246,7 @@ static void cub_options(lua_State *L, l_pool *p)
 static void bfc_options(lua_State *L, l_pool *p)
 {
     static const char *const own[] = {"memory_limit", "allow_growth", "garbage_collection",
-                                      "fragmentation_fraction", NULL};
+                                      "fragmentation_fraction", "spatial_partitioning", NULL};
     int i;
     if (strcmp(p->kind, "bfc") != 0) {
         for (i = 0; own[i]; i++) {
@@ -271,6 +271,11 @@ static void bfc_options(lua_State *L, l_pool *p)
                       "'memory_limit' (bytes: JAX's is the device's memory times "
                       "XLA_CLIENT_MEM_FRACTION, 0.75 by default)");
     p->opts.bfc_allow_growth = l_optbool_field(L, 1, "allow_growth", 0);
+    /* jaxlib 0.11.2's default: partitioned when preallocated */
+    p->opts.bfc_spatial = -1;
+    if (lua_getfield(L, 1, "spatial_partitioning") != LUA_TNIL)
+        p->opts.bfc_spatial = l_optbool_field(L, 1, "spatial_partitioning", 0);
+    lua_pop(L, 1);
     p->opts.bfc_garbage_collection = l_optbool_field(L, 1, "garbage_collection", 0);
     if (lua_getfield(L, 1, "fragmentation_fraction") != LUA_TNIL) {
         int isnum;
@@ -362,7 +367,7 @@ static int pool_new(lua_State *L)
                                        "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
                                        "conf", "device_memory", "address_model",
                                        "memory_limit", "allow_growth", "garbage_collection",
-                                       "fragmentation_fraction", NULL};
+                                       "fragmentation_fraction", "spatial_partitioning", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;

@@ -395,6 +395,14 @@ static void push_replay_result(lua_State *L, int trace_arg, const cp_trace *t,
                 lua_pushinteger(L, (lua_Integer)res->first_mismatch + 1);
                 lua_setfield(L, -2, "first_mismatch");
             }
+            if (res->checked_chunks) {
+                lua_pushinteger(L, (lua_Integer)res->chunk_mismatches);
+                lua_setfield(L, -2, "chunk_mismatches");
+                if (res->chunk_mismatches) {
+                    lua_pushinteger(L, (lua_Integer)res->first_chunk_mismatch + 1);
+                    lua_setfield(L, -2, "first_chunk_mismatch");
+                }
+            }
         }
     } else if (res->recorded)
         push_divergence(L, res);

@@ -196,7 +196,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bo.grow = 1;
         bo.alignment = 256;
         bo.bfc_memory_limit = (uint64_t)1 << 40;
-        bo.bfc_allow_growth = 1;
+        bo.bfc_allow_growth = (int)(n & 1); /* preallocated (and partitioned) or growing */
+        bo.bfc_spatial = -1;
         if (cp_pool_create(&bp, &bo) == CP_OK) {
             cp_replay_opts o;
             cp_replay_result res;

@@ -90,6 +90,7 @@ typedef struct bchunk {
     int32_t bin;         /* -1: not in a bin (in use, or unused handle) */
     uint32_t region;     /* index of the region it lies in */
     uint8_t in_use;
+    uint8_t gap;         /* spatial partitioning: kCentralGap (else kLower) */
 } bchunk;
 
 typedef struct bbin {
@@ -110,6 +111,9 @@ typedef struct bfc {
     uint64_t limit, curr_region;
     int64_t max_frag;
     int growth, gc, virt;
+    int spatial;      /* enable_spatial_partitioning (lower end only) */
+    uint32_t gap;     /* central_gap_ (NOCHUNK: none) */
+    int gap_exact;    /* the gap is carved at the request's size (XLA after 0.11.2) */
     bchunk *c;
     uint32_t nc, capc, unused; /* unused: free list of handles, through next */
     bbin bins[NBINS];
@@ -120,11 +124,15 @@ typedef struct bfc {
     uint64_t num_allocs, in_use, peak_in_use, pool, peak_pool, largest_alloc;
     uint64_t region_frees;
     /* recorded addresses */
-    const uint64_t *rec;
+    const uint64_t *rec, *rec_chunk, *rec_in_use;
     uint64_t nrec, recpos, mismatches, first_mismatch;
+    uint64_t chunk_mismatches, first_chunk_mismatch;
     uint64_t cur_hint;
     int has_hint;
 } bfc;
+
+static int put_free(bfc *m, uint32_t h);
+static uint64_t largest_free(const bfc *m);
 
 static int bin_of(uint64_t bytes)
 {
@@ -226,13 +234,14 @@ static int split(bfc *m, uint32_t h, uint64_t n)
     x->ptr = c->ptr + n;
     x->size = c->size - n;
     x->region = c->region;
+    x->gap = c->gap; /* it inherits the tag */
     c->size = n;
     x->prev = h;
     x->next = c->next;
     if (c->next != NOCHUNK)
         m->c[c->next].prev = nh;
     c->next = nh;
-    if (bin_insert(m, nh) != 0) {
+    if (put_free(m, nh) != 0) {
         /* undo: out of host memory */
         c->size += x->size;
         c->next = x->next;
@@ -252,20 +261,30 @@ static void merge(bfc *m, uint32_t h1, uint32_t h2)
     if (b->next != NOCHUNK)
         m->c[b->next].prev = h1;
     a->size += b->size;
+    a->gap = a->gap == b->gap ? a->gap : 1; /* MergedChunkTag */
     chunk_drop(m, h2);
+}
+
+/* RemoveFreeChunk: out of its bin, or no longer the gap. */
+static void unfree(bfc *m, uint32_t h)
+{
+    if (m->gap == h)
+        m->gap = NOCHUNK;
+    else
+        bin_remove(m, h);
 }
 
 static uint32_t coalesce(bfc *m, uint32_t h)
 {
     bchunk *c = &m->c[h];
     if (c->next != NOCHUNK && !m->c[c->next].in_use) {
-        bin_remove(m, c->next);
+        unfree(m, c->next);
         merge(m, h, c->next);
     }
     c = &m->c[h];
     if (c->prev != NOCHUNK && !m->c[c->prev].in_use) {
         uint32_t p = c->prev;
-        bin_remove(m, p);
+        unfree(m, p);
         merge(m, p, h);
         h = p;
     }
@@ -273,13 +292,16 @@ static uint32_t coalesce(bfc *m, uint32_t h)
 }
 
 /* FindChunkPtr: best fit from bin b up; the chunk's address, or 0. */
-static cp_status find(bfc *m, uint64_t rb, uint64_t req, uint64_t *out)
+/* The chunk a request of rb bytes takes (removed from its bin or from
+ * being the gap), or NOCHUNK: FindTaggedChunkPtr's best fit over the bins,
+ * then (spatial partitioning) FindChunkPtrInCentralGap. */
+static uint32_t pick(bfc *m, uint64_t rb, int *from_gap)
 {
     int b;
+    *from_gap = 0;
     for (b = bin_of(rb); b < NBINS; b++) {
         bbin *bn = &m->bins[b];
         uint32_t i, h;
-        bchunk *c;
         if (!bn->n)
             continue;
         i = bin_lower(m, bn, rb, 0);
@@ -287,16 +309,50 @@ static cp_status find(bfc *m, uint64_t rb, uint64_t req, uint64_t *out)
             continue;
         h = bn->h[i];
         bin_remove(m, h);
-        c = &m->c[h];
-        if (c->size >= rb * 2 || (int64_t)(c->size - rb) >= m->max_frag) {
+        return h;
+    }
+    if (m->gap != NOCHUNK && m->c[m->gap].size >= rb) {
+        uint32_t h = m->gap;
+        m->gap = NOCHUNK;
+        *from_gap = 1;
+        return h;
+    }
+    return NOCHUNK;
+}
+
+/* A free chunk back where free chunks go: the gap, or its bin. */
+static int put_free(bfc *m, uint32_t h)
+{
+    if (m->c[h].gap) {
+        if (m->gap == NOCHUNK) {
+            m->gap = h;
+            return 0;
+        }
+        /* a second gap: XLA CHECK-fails here; only upper-end use makes one */
+        m->c[h].gap = 0;
+    }
+    return bin_insert(m, h);
+}
+
+static cp_status find(bfc *m, uint64_t rb, uint64_t req, uint64_t *out)
+{
+    int from_gap;
+    uint32_t h = pick(m, rb, &from_gap);
+    if (h != NOCHUNK) {
+        bchunk *c = &m->c[h];
+        /* AllocateChunkFromLowEnd: the gap is carved exactly, a hole by the
+         * split rule (ShouldSplitChunk) */
+        if ((from_gap && m->gap_exact) ? c->size > rb
+                                       : (c->size >= rb * 2 || (int64_t)(c->size - rb) >= m->max_frag)) {
             if (split(m, h, rb) != 0) {
-                (void)bin_insert(m, h);
+                (void)put_free(m, h);
                 return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's chunks");
             }
             c = &m->c[h];
         }
+        c->gap = 0; /* the in-use chunk gets the lower tag */
         if (cp_ptrmap_put(&m->live, c->ptr, (void *)(uintptr_t)(h + 1)) != 0) {
-            (void)bin_insert(m, coalesce(m, h));
+            (void)put_free(m, coalesce(m, h));
             return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's chunks");
         }
         c->in_use = 1;
@@ -332,7 +388,8 @@ static int add_region(bfc *m, uint64_t base, uint64_t size, int from_up)
     m->c[h].ptr = base;
     m->c[h].size = size;
     m->c[h].region = m->nreg;
-    if (bin_insert(m, h) != 0) {
+    m->c[h].gap = (uint8_t)m->spatial; /* a fresh region is the central gap */
+    if (put_free(m, h) != 0) {
         chunk_drop(m, h);
         return -1;
     }
@@ -428,7 +485,9 @@ static void region_release(bfc *m, bregion *r)
     uint32_t h = r->first;
     while (h != NOCHUNK) {
         uint32_t nx = m->c[h].next;
-        if (m->c[h].bin >= 0)
+        if (m->gap == h)
+            m->gap = NOCHUNK;
+        else if (m->c[h].bin >= 0)
             bin_remove(m, h);
         if (m->c[h].in_use)
             (void)cp_ptrmap_del(&m->live, m->c[h].ptr);
@@ -501,16 +560,23 @@ static cp_status bfc_alloc(cp_resource *res, size_t bytes, cp_stream *s, void **
                 m->first_mismatch = m->recpos;
             m->mismatches++;
         }
+        /* the recording's chunk and bytes_in_use after it, where it has them */
+        if (addr && m->recpos < m->nrec && m->rec_chunk) {
+            uint32_t h = (uint32_t)((uintptr_t)cp_ptrmap_get(&m->live, addr) - 1);
+            uint64_t want_c = m->rec_chunk[m->recpos], want_u = m->rec_in_use[m->recpos];
+            if ((want_c != UINT64_MAX && want_c != m->c[h].size) ||
+                (want_u != UINT64_MAX && want_u != m->in_use)) {
+                if (!m->chunk_mismatches)
+                    m->first_chunk_mismatch = m->recpos;
+                m->chunk_mismatches++;
+            }
+        }
         m->recpos++;
     }
     if (st != CP_OK)
         return st;
     if (!addr) {
-        uint64_t largest = 0;
-        int b;
-        for (b = NBINS - 1; b >= 0 && !largest; b--)
-            if (m->bins[b].n)
-                largest = m->c[m->bins[b].h[m->bins[b].n - 1]].size;
+        uint64_t largest = largest_free(m);
         return cp_error_set(CP_ERR_OOM, "out of memory: BFC could not allocate %llu bytes "
                             "(rounded to %llu): pool_bytes %llu of memory_limit %llu, "
                             "bytes_in_use %llu, largest free chunk %llu",
@@ -538,19 +604,26 @@ static cp_status bfc_free(cp_resource *res, void *p, size_t bytes, cp_stream *s)
         (void)cp_be->stream_synchronize(s);
     m->c[h].in_use = 0;
     m->in_use -= m->c[h].size;
+    /* ReturnBoundaryChunkToGap: the lower end's last chunk rejoins the gap */
+    if (m->spatial && (m->c[h].next == NOCHUNK || m->c[m->c[h].next].gap))
+        m->c[h].gap = 1;
     h = coalesce(m, h);
-    if (bin_insert(m, h) != 0)
+    if (put_free(m, h) != 0)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's bins");
     return CP_OK;
 }
 
+/* LargestFreeChunk: the largest binned chunk, or the gap if larger. */
 static uint64_t largest_free(const bfc *m)
 {
+    uint64_t g = m->gap != NOCHUNK ? m->c[m->gap].size : 0;
     int b;
     for (b = NBINS - 1; b >= 0; b--)
-        if (m->bins[b].n)
-            return m->c[m->bins[b].h[m->bins[b].n - 1]].size;
-    return 0;
+        if (m->bins[b].n) {
+            uint64_t l = m->c[m->bins[b].h[m->bins[b].n - 1]].size;
+            return l > g ? l : g;
+        }
+    return g;
 }
 
 static void bfc_free_info(cp_resource *res, uint64_t *largest, uint64_t *free_bytes)
@@ -625,20 +698,26 @@ int cp_bfc_is(const cp_resource *r)
     return r && r->ops == &bfc_ops;
 }
 
-void cp_bfc_use_recorded(cp_resource *r, const uint64_t *addr, uint64_t n)
+void cp_bfc_use_recorded(cp_resource *r, const uint64_t *addr, const uint64_t *chunk,
+                         const uint64_t *in_use, uint64_t n)
 {
     bfc *m = (bfc *)r;
     m->rec = addr;
+    m->rec_chunk = chunk && in_use ? chunk : NULL;
+    m->rec_in_use = in_use;
     m->nrec = n;
     m->recpos = m->mismatches = m->first_mismatch = 0;
+    m->chunk_mismatches = m->first_chunk_mismatch = 0;
 }
 
-void cp_bfc_end_recorded(cp_resource *r, uint64_t *mismatches, uint64_t *first)
+void cp_bfc_end_recorded(cp_resource *r, cp_bfc_recorded *out)
 {
     bfc *m = (bfc *)r;
-    *mismatches = m->mismatches;
-    *first = m->first_mismatch;
-    m->rec = NULL;
+    out->mismatches = m->mismatches;
+    out->first_mismatch = m->first_mismatch;
+    out->chunk_mismatches = m->chunk_mismatches;
+    out->first_chunk_mismatch = m->first_chunk_mismatch;
+    m->rec = m->rec_chunk = m->rec_in_use = NULL;
     m->nrec = 0;
 }
 
@@ -697,6 +776,9 @@ cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'alignment' = %llu is more than "
                           "BFC's 256-byte chunks give (JAX asks 64)",
                           (unsigned long long)o->alignment);
+    else if (o->bfc_spatial > 0 && o->bfc_allow_growth)
+        st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'spatial_partitioning' = true needs "
+                          "allow_growth = false (one fixed address range, as XLA requires)");
     else if (!(o->bfc_fragmentation_fraction >= 0.0 && o->bfc_fragmentation_fraction <= 1.0))
         st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'fragmentation_fraction' must be "
                           "from 0 to 1, not %g", o->bfc_fragmentation_fraction);
@@ -721,6 +803,10 @@ cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
                       ? (int64_t)(o->bfc_fragmentation_fraction * (double)limit)
                       : MAXFRAG_DEFAULT;
     m->unused = NOCHUNK;
+    m->gap = NOCHUNK;
+    /* jaxlib 0.11.2 partitions a preallocated pool (its flag
+     * --xla_gpu_enable_allocator_spatial_partitioning defaults to true) */
+    m->spatial = o->bfc_spatial < 0 ? !m->growth : o->bfc_spatial;
     for (b = 0; b < NBINS; b++)
         m->bins[b].h = NULL;
     *out = &m->base;

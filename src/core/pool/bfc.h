@@ -28,11 +28,18 @@ int cp_bfc_virtual(const cp_resource *r);
 void cp_bfc_figures(const cp_resource *r, cp_bfc_stats *out);
 /* From now on the k-th allocation (from 0) was given addr[k] by the
  * recording (0: unknown): a region it makes is placed there, and the
- * model's address is compared with it.  addr must outlive the use. */
-void cp_bfc_use_recorded(cp_resource *r, const uint64_t *addr, uint64_t n);
-/* Ends it: how many allocations got another address than the recording's,
- * and the first of them (its ordinal). */
-void cp_bfc_end_recorded(cp_resource *r, uint64_t *mismatches, uint64_t *first);
+ * model's address is compared with it; with chunk and in_use (NULL: not
+ * recorded), also its chunk's size and bytes_in_use after it (UINT64_MAX:
+ * not recorded for that one).  The arrays must outlive the use. */
+void cp_bfc_use_recorded(cp_resource *r, const uint64_t *addr, const uint64_t *chunk,
+                         const uint64_t *in_use, uint64_t n);
+typedef struct cp_bfc_recorded {
+    uint64_t mismatches, first_mismatch;             /* addresses */
+    uint64_t chunk_mismatches, first_chunk_mismatch; /* chunk sizes or bytes_in_use */
+} cp_bfc_recorded;
+/* Ends it: the allocations that differed from the recording, and the first
+ * of each kind (its ordinal). */
+void cp_bfc_end_recorded(cp_resource *r, cp_bfc_recorded *out);
 
 #ifdef __cplusplus
 }

@@ -126,6 +126,8 @@ typedef struct cp_pool_opts {
     uint64_t bfc_memory_limit;
     int bfc_allow_growth, bfc_garbage_collection;
     double bfc_fragmentation_fraction;
+    int bfc_spatial;          /* enable_spatial_partitioning: -1 JAX's (on without growth),
+                                 0 off, 1 on */
 } cp_pool_opts;
 
 /* A pool described in one string, "KIND[,KEY=VALUE]..." (pool/spec.c says

@@ -95,6 +95,7 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
     o->cub_min_bin = 3;
     o->cub_max_bin = 7;
     o->cub_max_cached_bytes = 6291455; /* 3 * 8^7 - 1: CUB's default constructor */
+    o->bfc_spatial = -1; /* kind "bfc": JAX's (partitioned when preallocated) */
     if (!spec)
         return cp_error_set(CP_ERR_INVALID, "pool spec missing");
     b = spec;

@@ -204,6 +204,8 @@ static const char *skip_value(const char *p, int depth)
             return *p == close ? p + 1 : NULL;
         }
     }
+    if (strncmp(p, "-Infinity", 9) == 0)
+        return p + 9;
     if (*p == '-' || (*p >= '0' && *p <= '9')) {
         while (*p == '-' || *p == '+' || *p == '.' || *p == 'e' || *p == 'E' ||
                (*p >= '0' && *p <= '9'))
@@ -212,6 +214,13 @@ static const char *skip_value(const char *p, int depth)
     }
     if (strncmp(p, "true", 4) == 0 || strncmp(p, "null", 4) == 0)
         return p + 4;
+    /* Python's json writes these for a stat like fragmentation (0/0) */
+    if (strncmp(p, "NaN", 3) == 0)
+        return p + 3;
+    if (strncmp(p, "Infinity", 8) == 0)
+        return p + 8;
+    if (strncmp(p, "-Infinity", 9) == 0)
+        return p + 9;
     if (strncmp(p, "false", 5) == 0)
         return p + 5;
     return NULL;

@@ -277,17 +277,26 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
             out->retries = stats.extra[i].value; /* subtracted at the end */
     if (o->recorded_addresses) {
         /* each allocation's recorded address, by ordinal: a BFC region is
-         * placed where the recording's request that made it landed */
-        rec_addr = calloc(t->nallocs ? t->nallocs : 1, sizeof *rec_addr);
+         * placed where the recording's request that made it landed; a JAX
+         * recording's chunk and bytes_in_use after it are checked too */
+        int jax = t->jax_chunk != NULL;
+        rec_addr = calloc((t->nallocs ? t->nallocs : 1) * (jax ? 3 : 1), sizeof *rec_addr);
         if (!rec_addr) {
             st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
             goto done;
         }
         for (i = 0; i < t->n; i++)
-            if (!t->is_free[i])
+            if (!t->is_free[i]) {
                 rec_addr[t->ord[i]] = t->ptr[i];
-        cp_bfc_use_recorded(r, rec_addr, t->nallocs);
+                if (jax) {
+                    rec_addr[t->nallocs + t->ord[i]] = t->jax_chunk[t->ord[i]];
+                    rec_addr[2 * t->nallocs + t->ord[i]] = t->jax_in_use[i];
+                }
+            }
+        cp_bfc_use_recorded(r, rec_addr, jax ? rec_addr + t->nallocs : NULL,
+                            jax ? rec_addr + 2 * t->nallocs : NULL, t->nallocs);
         out->recorded = 1;
+        out->checked_chunks = jax;
     }
     t0 = replay_now();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
@@ -309,8 +318,14 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         fs = free_live(t, r, sv, &b, &live);
         if (st == CP_OK)
             st = fs;
-        if (rep == 0 && rec_addr)
-            cp_bfc_end_recorded(r, &out->addr_mismatches, &out->first_mismatch);
+        if (rep == 0 && rec_addr) {
+            cp_bfc_recorded rr;
+            cp_bfc_end_recorded(r, &rr);
+            out->addr_mismatches = rr.mismatches;
+            out->first_mismatch = rr.first_mismatch;
+            out->chunk_mismatches = rr.chunk_mismatches;
+            out->first_chunk_mismatch = rr.first_chunk_mismatch;
+        }
         if (out->stopped)
             break;
     }
@@ -361,8 +376,8 @@ done:
     free(b.size);
     free(b.stream);
     if (rec_addr && cp_bfc_is(r)) {
-        uint64_t a, f;
-        cp_bfc_end_recorded(r, &a, &f); /* a failure before the end of the walk */
+        cp_bfc_recorded rr;
+        cp_bfc_end_recorded(r, &rr); /* a failure before the end of the walk */
     }
     free(rec_addr);
     if (st != CP_OK)

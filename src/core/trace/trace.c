@@ -608,8 +608,10 @@ static cp_status load_jax(loader *ld, int kind)
     snprintf(t->allocator, sizeof t->allocator, "%s", e.allocator);
     if (e.has_ts)
         qsort(e.ev, e.n, sizeof *e.ev, cmp_jax);
+    /* rows: at most two an event (a free moved early, whose own event never
+     * comes, adds one) */
     t->jax_chunk = malloc((e.n ? e.n : 1) * sizeof *t->jax_chunk);
-    t->jax_in_use = malloc((e.n ? e.n : 1) * sizeof *t->jax_in_use);
+    t->jax_in_use = malloc((e.n ? 2 * e.n : 1) * sizeof *t->jax_in_use);
     if (!t->jax_chunk || !t->jax_in_use || cp_ptrmap_init(&late, 64) != 0) {
         cp_jax_events_free(&e);
         return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
@@ -620,16 +622,21 @@ static cp_status load_jax(loader *ld, int kind)
         double us = e.has_ts ? (double)((ev->ts - e.ev[0].ts) / 1000.0L) : (double)i;
         uint64_t addr = ev->addr;
         ld->line = i + 1;
+        if (addr == 0) {
+            st = cp_error_set(CP_ERR_INVALID, "%s: event %zu: address 0 (BFC never hands out "
+                              "a null chunk)", ld->path, i + 1);
+            break;
+        }
         if (ev->peak != CP_JAX_NONE && ev->peak > t->info.bfc_peak_bytes_in_use)
             t->info.bfc_peak_bytes_in_use = ev->peak;
         if (ev->is_free) {
-            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr + 1);
+            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr);
             if (n) {
                 /* done already, before the allocation that reused it */
                 if (n == 1)
-                    (void)cp_ptrmap_del(&late, addr + 1);
+                    (void)cp_ptrmap_del(&late, addr);
                 else
-                    (void)cp_ptrmap_put(&late, addr + 1, (void *)(n - 1));
+                    (void)cp_ptrmap_put(&late, addr, (void *)(n - 1));
                 continue;
             }
             if (!cp_ptrmap_get(&ld->live, addr)) {
@@ -642,12 +649,12 @@ static cp_status load_jax(loader *ld, int kind)
             continue;
         }
         if (cp_ptrmap_get(&ld->live, addr)) {
-            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr + 1);
+            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr);
             st = add_row(ld, 1, addr, 0, 0, 0, us);
             if (st != CP_OK)
                 break;
             t->jax_in_use[t->n - 1] = CP_JAX_NONE;
-            if (cp_ptrmap_put(&late, addr + 1, (void *)(n + 1)) != 0)
+            if (cp_ptrmap_put(&late, addr, (void *)(n + 1)) != 0)
                 st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
             t->info.reordered++;
         }

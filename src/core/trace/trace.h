@@ -163,6 +163,9 @@ typedef struct cp_replay_result {
     int bfc;                    /* kind "bfc": the two fields below hold */
     uint64_t addr_mismatches;   /* recorded: allocations the model placed elsewhere */
     uint64_t first_mismatch;    /* ... the first of them (allocation ordinal, 0-based) */
+    int checked_chunks;         /* the recording had BFC's chunks: the two below hold */
+    uint64_t chunk_mismatches;  /* allocations whose chunk or bytes_in_use after it differ */
+    uint64_t first_chunk_mismatch;
     uint64_t reordered_frees;   /* frees the recording wrote after an allocation that
                                    reused their memory, moved before it (the trace's) */
     cp_torch_divergence divergence;
