@@ -13,12 +13,14 @@ M.rounded = rounded
 local function f32(x) return (string.unpack("f", string.pack("f", x))) end
 M.f32 = f32
 
---- new{limit=, growth=, frag=, gc=, up=function(bytes) -> base|nil}
+--- new{limit=, growth=, frag=, gc=, spatial=, up=function(bytes) -> base|nil}
 -- up: where a region of bytes goes (nil: the device refuses); by default
--- regions are placed at 2^40 + k * 2^36.
+-- regions are placed at 2^40 + k * 2^36.  spatial: the central gap of a
+-- partitioned pool (default: without growth, as jaxlib 0.11.2).
 function M.new(o)
   local m = { limit = o.limit, growth = o.growth, gc = o.gc, regions = {}, in_use = 0, peak = 0,
     pool = 0, peak_pool = 0, nregions = 0, by_addr = {} }
+  if o.spatial == nil then m.spatial = not o.growth else m.spatial = o.spatial end
   local lim2 = o.limit < 2 * 1024 * 1024 and o.limit or 2 * 1024 * 1024
   m.curr = o.growth and rounded(lim2) or rounded(o.limit)
   m.maxfrag = (o.frag and o.frag > 0) and math.floor(o.frag * o.limit) or 128 * 1024 * 1024
@@ -31,18 +33,22 @@ function M.new(o)
   return setmetatable(m, { __index = M })
 end
 
--- the free chunk best fit picks: least size >= rb, then least address
+-- the free chunk best fit picks: least size >= rb, then least address,
+-- among the holes; then (spatial) the gap if it is large enough
 function M:best(rb)
-  local best
+  local best, gap
   for _, r in ipairs(self.regions) do
     for _, c in ipairs(r.chunks) do
-      if not c.used and c.size >= rb and
+      c.region = r
+      if not c.used and c.gap then
+        gap = c
+      elseif not c.used and c.size >= rb and
           (not best or c.size < best.size or (c.size == best.size and c.ptr < best.ptr)) then
         best = c
-        best.region = r
       end
     end
   end
+  if not best and gap and gap.size >= rb then return gap end
   return best
 end
 
@@ -66,7 +72,8 @@ function M:extend(rb, hint)
     end
   end
   if not inc then self.curr = self.curr * 2 end
-  local r = { base = base, size = bytes, chunks = { { ptr = base, size = bytes, used = false } } }
+  local r = { base = base, size = bytes,
+    chunks = { { ptr = base, size = bytes, used = false, gap = self.spatial or nil } } }
   self.regions[#self.regions + 1] = r
   self.nregions = self.nregions + 1
   self.pool = self.pool + bytes
@@ -83,9 +90,10 @@ function M:take(c, rb, n)
   local r = c.region
   if c.size >= 2 * rb or c.size - rb >= self.maxfrag then
     local i = index_of(r, c)
-    table.insert(r.chunks, i + 1, { ptr = c.ptr + rb, size = c.size - rb, used = false })
+    table.insert(r.chunks, i + 1, { ptr = c.ptr + rb, size = c.size - rb, used = false, gap = c.gap })
     c.size = rb
   end
+  c.gap = nil
   c.used = true
   c.req = n
   self.in_use = self.in_use + c.size
@@ -137,13 +145,17 @@ function M:free(addr)
   end
   local i = index_of(r, c)
   local nx = r.chunks[i + 1]
+  -- the lower end's last chunk rejoins the gap
+  if self.spatial and (not nx or nx.gap) then c.gap = true end
   if nx and not nx.used then
     c.size = c.size + nx.size
+    c.gap = (c.gap or nx.gap) or nil
     table.remove(r.chunks, i + 1)
   end
   local pv = r.chunks[i - 1]
   if pv and not pv.used then
     pv.size = pv.size + c.size
+    pv.gap = (pv.gap or c.gap) or nil
     table.remove(r.chunks, i)
   end
   return c

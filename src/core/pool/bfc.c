@@ -7,12 +7,18 @@
  *
  * Policy, exactly (BFC's, with its names):
  *  - memory_limit: the most bytes the allocator holds from its SubAllocator
- *    (the device).  JAX's is total_memory * XLA_CLIENT_MEM_FRACTION (or the
- *    deprecated XLA_PYTHON_CLIENT_MEM_FRACTION; 0.75 by default), computed
- *    as a double and truncated to whole bytes; nothing rounds it further
- *    (XLA's limit is not a multiple of 256 in general: the regions are, see
- *    Extend).  Required over the virtual upstream; over the device upstream
- *    the default is 0.75 of the device's total memory, as JAX's.
+ *    (the device), used as given (BFC rounds only its regions, to 256 bytes:
+ *    see Extend).  JAX's is total_memory * XLA_CLIENT_MEM_FRACTION (or the
+ *    deprecated XLA_PYTHON_CLIENT_MEM_FRACTION), the double product
+ *    truncated (CreateBFCAllocator).  jaxlib 0.11.2 reported, on an H100 of
+ *    85,018,542,080 bytes: at the default 0.75 that product exactly
+ *    (63,763,906,560, not a multiple of 2 MiB); with the fraction set, the
+ *    product rounded up to a multiple of 2 MiB (0.0036 -> 306,184,192),
+ *    grow or not: a rounding in the plugin's option path that the source
+ *    read here (CreateBFCAllocator) does not show; bytes_limit in
+ *    memory_stats() is the figure to pass.  Required over the virtual
+ *    upstream; over the device upstream the default is 0.75 of the
+ *    device's total memory, as JAX's.
  *  - kMinAllocationSize = 256: every request of n bytes is served as a chunk
  *    of at least RoundedBytes(n) = n rounded up to a multiple of 256 (a
  *    request of 0 bytes, which BFC refuses, is served here as 256: cupola's
@@ -34,6 +40,24 @@
  *  - Coalescing: a freed chunk merges with its next neighbour if that is
  *    free, then into its previous neighbour if that is free (TryToCoalesce);
  *    neighbours are chunks of the same AllocationRegion only.
+ *  - Spatial partitioning (Options::enable_spatial_partitioning, XLA's flag
+ *    --xla_gpu_enable_allocator_spatial_partitioning, on by default in
+ *    jaxlib 0.11.2 for a preallocated pool, i.e. without allow_growth;
+ *    option spatial_partitioning): chunks carry a tag.  The fresh region is
+ *    the central gap (kCentralGap), kept out of the bins.  Every request
+ *    (JAX's default memory: AllocationEnd::kLower) first takes the best fit
+ *    among the binned free holes (kLower), and only when none fits the
+ *    central gap, if it is large enough; the chunk handed out is tagged
+ *    kLower.  A freed chunk whose next neighbour is the gap, or that ends
+ *    the region, rejoins the gap (ReturnBoundaryChunkToGap) and merges with
+ *    it; holes that merge with the gap become the gap (MergedChunkTag).
+ *    The split rule applies to the gap as to a hole: jaxlib 0.11.2 handed
+ *    out the whole gap where it was less than twice the request (the
+ *    recordings: a request of 50,331,904 bytes got the gap's 82,923,008 at
+ *    the end of the pool), where the newest source read carves the gap at
+ *    the request's size (AllocateChunkFromLowEnd's split_exactly); this
+ *    model follows the recordings.  largest_free_block_bytes counts the
+ *    gap.  With growth there is no gap: every free chunk is a binned hole.
  *  - AllocationRegions (Extend): when no free chunk fits, a new region is
  *    asked of the upstream.  available = memory_limit - pool_bytes, rounded
  *    down to a multiple of 256; a rounded size above it fails at once.
@@ -70,8 +94,12 @@
  *  - Recorded addresses (replays of a JAX profile, cp_bfc_use_recorded):
  *    the region a request makes is placed at the address the recording gave
  *    that request (a new region's first chunk is at its base), instead of
- *    where the upstream would put it; the model's address for each request
- *    is compared with the recording's, and the first that differs noted.
+ *    where the upstream would put it: where BFC's choice between chunks of
+ *    equal size goes by address, the model then chooses as JAX did.  A
+ *    recorded base that is not 256-aligned or would overlap a region held
+ *    is not used (the upstream places the region).  The model's address,
+ *    chunk and bytes_in_use after each request are compared with the
+ *    recording's, and the first that differs noted.
  */
 #include "resource_impl.h"
 #include "bfc.h"
