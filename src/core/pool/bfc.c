@@ -121,8 +121,15 @@ typedef struct bchunk {
     uint8_t gap;         /* spatial partitioning: kCentralGap (else kLower) */
 } bchunk;
 
+/* A bin's entry: the chunk's key beside its handle, so that the search
+ * reads one array and not the chunks (the replay's speed). */
+typedef struct bent {
+    uint64_t size, ptr;
+    uint32_t h, pad;
+} bent;
+
 typedef struct bbin {
-    uint32_t *h; /* free chunks, sorted by (size, ptr) */
+    bent *e; /* free chunks, sorted by (size, ptr) */
     uint32_t n, cap;
 } bbin;
 
@@ -145,6 +152,7 @@ typedef struct bfc {
     bchunk *c;
     uint32_t nc, capc, unused; /* unused: free list of handles, through next */
     bbin bins[NBINS];
+    uint32_t nonempty; /* bit b: bin b holds a chunk */
     bregion *reg;
     uint32_t nreg, capreg, live_regions;
     cp_ptrmap live; /* chunk ptr -> handle + 1, for chunks in use */
@@ -175,12 +183,12 @@ static uint64_t rounded(uint64_t n)
 }
 
 /* first index in bin whose chunk is not less than key (size, ptr) */
-static uint32_t bin_lower(const bfc *m, const bbin *bn, uint64_t size, uint64_t ptr)
+static uint32_t bin_lower(const bbin *bn, uint64_t size, uint64_t ptr)
 {
     uint32_t lo = 0, hi = bn->n;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
-        const bchunk *x = &m->c[bn->h[mid]];
+        const bent *x = &bn->e[mid];
         if (x->size < size || (x->size == size && x->ptr < ptr))
             lo = mid + 1;
         else
@@ -192,21 +200,25 @@ static uint32_t bin_lower(const bfc *m, const bbin *bn, uint64_t size, uint64_t 
 static int bin_insert(bfc *m, uint32_t h)
 {
     bchunk *c = &m->c[h];
-    bbin *bn = &m->bins[bin_of(c->size)];
+    int b = bin_of(c->size);
+    bbin *bn = &m->bins[b];
     uint32_t i;
     if (bn->n == bn->cap) {
         uint32_t nc = bn->cap ? 2 * bn->cap : 16;
-        uint32_t *nh = realloc(bn->h, nc * sizeof *nh);
-        if (!nh)
+        bent *ne = realloc(bn->e, nc * sizeof *ne);
+        if (!ne)
             return -1;
-        bn->h = nh;
+        bn->e = ne;
         bn->cap = nc;
     }
-    i = bin_lower(m, bn, c->size, c->ptr);
-    memmove(bn->h + i + 1, bn->h + i, (bn->n - i) * sizeof *bn->h);
-    bn->h[i] = h;
+    i = bin_lower(bn, c->size, c->ptr);
+    memmove(bn->e + i + 1, bn->e + i, (bn->n - i) * sizeof *bn->e);
+    bn->e[i].size = c->size;
+    bn->e[i].ptr = c->ptr;
+    bn->e[i].h = h;
     bn->n++;
-    c->bin = (int32_t)(bn - m->bins);
+    m->nonempty |= 1u << b;
+    c->bin = b;
     return 0;
 }
 
@@ -214,9 +226,10 @@ static void bin_remove(bfc *m, uint32_t h)
 {
     bchunk *c = &m->c[h];
     bbin *bn = &m->bins[c->bin];
-    uint32_t i = bin_lower(m, bn, c->size, c->ptr);
-    memmove(bn->h + i, bn->h + i + 1, (bn->n - i - 1) * sizeof *bn->h);
-    bn->n--;
+    uint32_t i = bin_lower(bn, c->size, c->ptr);
+    memmove(bn->e + i, bn->e + i + 1, (bn->n - i - 1) * sizeof *bn->e);
+    if (--bn->n == 0)
+        m->nonempty &= ~(1u << c->bin);
     c->bin = -1;
 }
 
@@ -325,18 +338,20 @@ static uint32_t coalesce(bfc *m, uint32_t h)
  * then (spatial partitioning) FindChunkPtrInCentralGap. */
 static uint32_t pick(bfc *m, uint64_t rb, int *from_gap)
 {
-    int b;
+    uint32_t bits = m->nonempty & ~((1u << bin_of(rb)) - 1);
     *from_gap = 0;
-    for (b = bin_of(rb); b < NBINS; b++) {
+    while (bits) {
+        int b = __builtin_ctz(bits);
         bbin *bn = &m->bins[b];
-        uint32_t i, h;
-        if (!bn->n)
-            continue;
-        i = bin_lower(m, bn, rb, 0);
+        uint32_t i = bin_lower(bn, rb, 0), h;
+        bits &= bits - 1;
         if (i == bn->n)
             continue;
-        h = bn->h[i];
-        bin_remove(m, h);
+        h = bn->e[i].h;
+        memmove(bn->e + i, bn->e + i + 1, (bn->n - i - 1) * sizeof *bn->e);
+        if (--bn->n == 0)
+            m->nonempty &= ~(1u << b);
+        m->c[h].bin = -1;
         return h;
     }
     if (m->gap != NOCHUNK && m->c[m->gap].size >= rb) {
@@ -648,7 +663,7 @@ static uint64_t largest_free(const bfc *m)
     int b;
     for (b = NBINS - 1; b >= 0; b--)
         if (m->bins[b].n) {
-            uint64_t l = m->c[m->bins[b].h[m->bins[b].n - 1]].size;
+            uint64_t l = m->bins[b].e[m->bins[b].n - 1].size;
             return l > g ? l : g;
         }
     return g;
@@ -703,7 +718,7 @@ static void bfc_destroy(cp_resource *res)
             (void)cp_resource_free(m->up, (void *)(uintptr_t)m->reg[i].base,
                                    (size_t)m->reg[i].size, NULL);
     for (b = 0; b < NBINS; b++)
-        free(m->bins[b].h);
+        free(m->bins[b].e);
     free(m->c);
     free(m->reg);
     cp_ptrmap_fini(&m->live);
@@ -836,7 +851,7 @@ cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
      * --xla_gpu_enable_allocator_spatial_partitioning defaults to true) */
     m->spatial = o->bfc_spatial < 0 ? !m->growth : o->bfc_spatial;
     for (b = 0; b < NBINS; b++)
-        m->bins[b].h = NULL;
+        m->bins[b].e = NULL;
     *out = &m->base;
     return CP_OK;
 }
