@@ -585,8 +585,8 @@ static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
             luaL_error(L, "advise_run: job %d: kind '%s' is not one a spec can name here", k,
                        j->kind_buf);
         j->pool.kind = j->kind_buf;
-        if (j->recorded)
-            luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch'", k);
+        if (j->recorded && strcmp(j->kind_buf, "bfc") != 0)
+            luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch' or 'bfc'", k);
     } else {
         const char *kind = l_optstring_field(L, idx, "kind", NULL), *conf;
         cp_torch_conf c;
