@@ -274,7 +274,8 @@ stats() adds device_alloc_failures, retries, cached_bytes, cached_blocks,
     },
     page = [[
 cupola.pool{kind="bfc", memory_limit=B, allow_growth=false,
-  garbage_collection=false, fragmentation_fraction=0, upstream=}: XLA's
+  garbage_collection=false, fragmentation_fraction=0, spatial_partitioning=,
+  upstream=}: XLA's
   best-fit-with-coalescing allocator as JAX's GPU client sets it up: 256-byte
   chunks, 21 bins, best fit by size then address, split at twice the
   request or a remainder of 128 MiB, coalescing, regions of 2 MiB doubling
@@ -289,7 +290,9 @@ cupola.trace.load reads JAX's memory events (format "jax_memory"): the
   lines of its MemoryAllocation/MemoryDeallocation events, gzip or not;
   {allocator="GPU_1_bfc"} picks one (default: the first GPU_<n>_bfc).
   Replayed with {addresses="recorded"}: BFC's own figures, to the byte
-  (r.address_mismatches counts allocations placed elsewhere).]],
+  (r.address_mismatches, r.chunk_mismatches: allocations unlike JAX's).
+cupola.advise on a JAX profile: growth against preallocated, the least
+  memory, XLA_CLIENT_MEM_FRACTION of {device_memory=} (--device-memory).]],
   },
   {
     name = "plugin",
