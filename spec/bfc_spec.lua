@@ -421,6 +421,28 @@ describe("JAX memory profiles", function()
     os.remove(pth2)
   end)
 
+  it("puts events of equal times (several threads' clocks) back in BFC's order by bytes_allocated", function()
+    -- every third event swapped with the one before it, both at one time:
+    -- the file's order is wrong, only BFC's bytes_in_use says the right one
+    local mixed = {}
+    for i, e in ipairs(evs) do
+      local c = {}
+      for k, v in pairs(e) do c[k] = v end
+      mixed[i] = c
+    end
+    local swapped = 0
+    for i = 3, #mixed, 3 do
+      mixed[i].ts = mixed[i - 1].ts
+      mixed[i], mixed[i - 1] = mixed[i - 1], mixed[i]
+      swapped = swapped + 1
+    end
+    local pth = ref.write(tmp("ties.jsonl"), ref.jsonl(mixed))
+    local t <close> = cupola.trace.load(pth)
+    assert.is_true(t.reordered >= swapped // 2)
+    check_exact(t, m, evs)
+    os.remove(pth)
+  end)
+
   it("ignores unknown keys and says clearly what is wrong with a line", function()
     local good = '{"event": "MemoryAllocation", "allocator_name": "GPU_0_bfc", "addr": 4096, ' ..
       '"requested_bytes": 10, "allocation_bytes": 256, "tf_op": "x", "shape": [1, {"a": null}], "ts": 5}\n'

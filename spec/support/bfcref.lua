@@ -209,9 +209,11 @@ function M.events(ops, o)
           allocation_bytes = chunk, bytes_allocated = m.in_use, peak_bytes_in_use = m.peak, ts = t }
       end
     elseif addr[op.k] then
-      local c = m:free(addr[op.k])
-      evs[#evs + 1] = { event = "MemoryDeallocation", addr = addr[op.k], requested_bytes = c.req,
-        allocation_bytes = c.size, bytes_allocated = m.in_use, peak_bytes_in_use = m.peak, ts = t }
+      local c = m.by_addr[addr[op.k]]
+      local size, req = c.size, c.req -- before the free merges the chunk
+      m:free(addr[op.k])
+      evs[#evs + 1] = { event = "MemoryDeallocation", addr = addr[op.k], requested_bytes = req,
+        allocation_bytes = size, bytes_allocated = m.in_use, peak_bytes_in_use = m.peak, ts = t }
       addr[op.k] = nil
     end
   end

@@ -592,6 +592,41 @@ static int cmp_jax(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* BFC's own order, where times tie or come from several threads' clocks:
+ * each event's bytes_allocated is BFC's bytes_in_use after it, taken under
+ * BFC's lock, so in BFC's order each is the one before it plus or minus the
+ * event's chunk.  An event that breaks that chain is followed, within the
+ * next RESEQ_WINDOW events, by the one that continues it: that one is moved
+ * up (counted in *moved).  Recordings without the two stats stay as they
+ * are. */
+#define RESEQ_WINDOW 16
+static void resequence(cp_jax_events *e, size_t *moved)
+{
+    size_t i, j;
+    uint64_t run;
+    for (i = 0; i < e->n; i++)
+        if (e->ev[i].in_use == CP_JAX_NONE || e->ev[i].chunk == CP_JAX_NONE)
+            return;
+    if (e->n < 2)
+        return;
+    run = e->ev[0].in_use;
+    for (i = 1; i < e->n; i++) {
+        for (j = i; j < e->n && j <= i + RESEQ_WINDOW; j++) {
+            const cp_jax_event *x = &e->ev[j];
+            uint64_t want = x->is_free ? run - x->chunk : run + x->chunk;
+            if (x->in_use == want)
+                break;
+        }
+        if (j > i && j < e->n && j <= i + RESEQ_WINDOW) {
+            cp_jax_event x = e->ev[j];
+            memmove(&e->ev[i + 1], &e->ev[i], (j - i) * sizeof *e->ev);
+            e->ev[i] = x;
+            (*moved)++;
+        }
+        run = e->ev[i].in_use;
+    }
+}
+
 static cp_status load_jax(loader *ld, int kind)
 {
     cp_trace *t = ld->t;
@@ -608,6 +643,7 @@ static cp_status load_jax(loader *ld, int kind)
     snprintf(t->allocator, sizeof t->allocator, "%s", e.allocator);
     if (e.has_ts)
         qsort(e.ev, e.n, sizeof *e.ev, cmp_jax);
+    resequence(&e, &t->info.reordered);
     /* rows: at most two an event (a free moved early, whose own event never
      * comes, adds one) */
     t->jax_chunk = malloc((e.n ? e.n : 1) * sizeof *t->jax_chunk);

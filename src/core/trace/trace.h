@@ -77,8 +77,9 @@ typedef struct cp_trace_info {
     uint64_t torch_peak_reserved; /* PyTorch's largest reserved figure over the trace */
     /* JAX memory profiles (format "jax_memory"; 0 otherwise): */
     uint64_t bfc_peak_bytes_in_use; /* the largest peak_bytes_in_use the events recorded */
-    size_t reordered;    /* frees written after the allocation that reused their chunk,
-                            moved before it (other threads' frees reach the profile late) */
+    size_t reordered;    /* events moved to BFC's own order: frees written after the
+                            allocation that reused their chunk (moved before it), and events
+                            out of the chain of BFC's bytes_in_use (jax.c, trace.c) */
     size_t ooms;         /* requests PyTorch refused (`oom` entries): a replay attempts
                             them, and frees at once what a pool serves */
 } cp_trace_info;
