@@ -386,7 +386,7 @@ static cp_status find(bfc *m, uint64_t rb, uint64_t req, uint64_t *out)
         /* AllocateChunkFromLowEnd: the gap is carved exactly, a hole by the
          * split rule (ShouldSplitChunk) */
         if ((from_gap && m->gap_exact) ? c->size > rb
-                                       : (c->size >= rb * 2 || (int64_t)(c->size - rb) >= m->max_frag)) {
+                                       : (c->size - rb >= rb || (int64_t)(c->size - rb) >= m->max_frag)) {
             if (split(m, h, rb) != 0) {
                 (void)put_free(m, h);
                 return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's chunks");
@@ -469,7 +469,9 @@ static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
     if (rb > avail)
         return 0;
     while (rb > m->curr_region) {
-        m->curr_region *= 2;
+        /* (a limit near 2^64 through the C interface: never wrap to 0) */
+        m->curr_region = m->curr_region > UINT64_MAX / 2 ? UINT64_MAX - MINSZ + 1
+                                                         : m->curr_region * 2;
         increased = 1;
     }
     bytes = m->curr_region < avail ? m->curr_region : avail;
@@ -508,7 +510,7 @@ static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
         (void)cp_resource_free(m->up, p, (size_t)bytes, s);
         return 0;
     }
-    if (!increased)
+    if (!increased && m->curr_region <= UINT64_MAX / 2)
         m->curr_region *= 2;
     if (add_region(m, (uint64_t)(uintptr_t)p, bytes, !m->has_hint) != 0) {
         if (!m->has_hint)
@@ -571,17 +573,19 @@ static int gc_regions(bfc *m, uint64_t rb)
 static cp_status bfc_alloc(cp_resource *res, size_t bytes, cp_stream *s, void **out)
 {
     bfc *m = (bfc *)res;
-    uint64_t rb = rounded(bytes ? bytes : 1), addr = 0;
+    uint64_t rb, addr = 0;
     cp_status st, est;
     int hint = 0;
+
+    if (bytes > UINT64_MAX - MINSZ)
+        return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes", (unsigned long long)bytes);
+    rb = rounded(bytes ? bytes : 1);
 
     if (m->rec) {
         uint64_t want = m->recpos < m->nrec ? m->rec[m->recpos] : 0;
         m->cur_hint = want;
         hint = want != 0;
     }
-    if (bytes > UINT64_MAX - MINSZ)
-        return cp_error_set(CP_ERR_OOM, "out of memory: %llu bytes", (unsigned long long)bytes);
     st = find(m, rb, bytes, &addr);
     if (st == CP_OK && !addr) {
         m->has_hint = hint;
