@@ -109,6 +109,11 @@ function World:open_pool()
     rec.handle = cupola.mempool.current()
     rec.base_live = rec.handle:stats().live_buffers -- buffers of other specs, if any
     rec.alloc = function(size, s) return cupola.malloc_async(size, s) end
+  elseif cfg.kind == "bfc" then
+    rec.handle = assert(cupola.pool { kind = "bfc", upstream = cfg.upstream, memory_limit = cfg.memory_limit,
+                                      allow_growth = cfg.allow_growth, garbage_collection = cfg.gc })
+    rec.alloc = function(size, s) return rec.handle:alloc(size, s) end
+    rec.custom = true
   elseif cfg.kind == "torch" then
     -- PyTorch's allocator has no alignment, reuse or initial options: its conf
     rec.handle = assert(cupola.pool { kind = "torch", upstream = cfg.upstream, max = cfg.max,
@@ -565,6 +570,18 @@ do
       configs[#configs + 1] = cfg
     end
   end
+  -- XLA's BFC allocator (kind "bfc"): its limit is memory_limit (no max,
+  -- initial or reuse), with growth or preallocated (and then partitioned)
+  for _, up in ipairs { "device", "virtual" } do
+    for _, growth in ipairs { false, true } do
+      local cfg = { kind = "bfc", upstream = up, allow_growth = growth,
+        memory_limit = r.pick { 16 * MiB, 48 * MiB, 256 * MiB }, gc = growth and r.chance(0.5) }
+      cfg.name = string.format("bfc/%s (%s, memory_limit %d MiB%s)", up,
+        growth and "growth" or "preallocated", cfg.memory_limit // MiB,
+        cfg.gc and ", garbage_collection" or "")
+      configs[#configs + 1] = cfg
+    end
+  end
   configs[#configs + 1] = { native = "mempool", name = "cupola.mempool (max_size 32 MiB)", max = 32 * MiB }
   configs[#configs + 1] = { native = "malloc_async", name = "cupola.malloc_async" }
 end
@@ -594,6 +611,10 @@ local values = { nil, true, false, 0, 1, 7, 255, 256, 4096, 65536, -1, -4096,
   { type = "f16" }, { stream = 5 }, { timing = false }, { priority = 0 }, { blocking = true },
   { kind = "arena" }, { kind = "caching", upstream = "virtual" }, { max = "1MiB", kind = "tlsf" },
   { kind = "torch", upstream = "virtual", conf = "expandable_segments:True" },
+  { kind = "bfc", upstream = "virtual", memory_limit = "64MiB", allow_growth = true },
+  { kind = "bfc", memory_limit = "1MiB", garbage_collection = true, fragmentation_fraction = 0.5 },
+  { kind = "bfc", upstream = "virtual", memory_limit = 256, spatial_partitioning = false },
+  { allocator = "GPU_0_bfc" }, { device_memory = "80GiB" },
   { addresses = "recorded", stop_at_oom = true },
   { kind = "torch", conf = "max_split_size_mb:20,roundup_power2_divisions:[1:4,>:8]" },
   { kind = "torch", conf = "roundup_power2_divisions:[,]" }, { kind = "torch", conf = 5 },

@@ -83,7 +83,7 @@ end)
 describe("misuse: pools", function()
   it("an unknown kind lists the kinds", function()
     raises(function() cupola.pool { kind = "buddy" } end,
-      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, not 'buddy'")
+      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, bfc, not 'buddy'")
   end)
 
   it("an unknown upstream lists the upstreams", function()
@@ -756,6 +756,37 @@ describe("misuse: traces", function()
   it("a file that does not exist", function()
     raises(function() cupola.trace.load "/nonexistent.csv" end, "/nonexistent.csv: cannot open")
     raises(function() cupola.trace.load {} end, "string expected, got table")
+  end)
+
+  it("JAX profiles: a bad JSON line, a truncated profile, one with no memory events, garbage, a directory without a profile", function()
+    local path = tmpfile '{"event": "MemoryAllocation", "allocator_name": "GPU_0_bfc", "addr": 1}\n'
+    raises(function() cupola.trace.load(path) end, path .. ":1: an allocation without 'requested_bytes'")
+    os.remove(path)
+    path = tmpfile '{"event": "MemoryAllocation", "allocator_name": "GPU_0_bfc", "addr": 4096, "requested_bytes": 10}\n{"event"\n'
+    raises(function() cupola.trace.load(path) end, path .. ":2: expected ':' after a key")
+    os.remove(path)
+    path = tmpfile '{"event": "MemoryAllocation", "allocator_name": "GPU_0_bfc", "addr": 4096, "requested_bytes": 10}\n'
+    raises(function() cupola.trace.load(path, { allocator = "GPU_3_bfc" }) end, "no memory events of allocator GPU_3_bfc")
+    raises(function() cupola.trace.load(path, { allocator = 5 }) end, "option 'allocator' must be a string")
+    os.remove(path)
+    for _, case in ipairs {
+      { "tests/fuzz/corpus/jax_truncated.xplane.pb", "truncated profile (the file ends inside a message" },
+      { "tests/fuzz/corpus/jax_noevents.xplane.pb", "no memory events (MemoryAllocation / MemoryDeallocation)" },
+    } do
+      raises(function() cupola.trace.load(case[1]) end, case[1] .. ": " .. case[2])
+    end
+    -- garbage named as a profile: read as one, and refused
+    path = os.tmpname() .. ".xplane.pb"
+    local f = assert(io.open(path, "wb"))
+    f:write "\x0a\x03\x0f\x01\x02"
+    f:close()
+    raises(function() cupola.trace.load(path) end, ": not a profile (XSpace protobuf): bad field at byte")
+    os.remove(path)
+    -- garbage named otherwise: not taken for a profile (the CSV reader says why not)
+    path = tmpfile "\x0a\x03\x0f\x01\x02"
+    raises(function() cupola.trace.load(path) end, "header must be")
+    os.remove(path)
+    raises(function() cupola.trace.load "/" end, "/: cannot read: Is a directory, and no JAX profile in it")
   end)
 
   it("a malformed row names the file and the line", function()
@@ -2049,6 +2080,14 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.pool", function() cupola.pool { kind = "torch", address_model = "random" } end, "option 'address_model' must be one of", "not 'random'" },
     { "cupola.pool", function() cupola.pool { clock = "sundial" } end, "option 'clock' must be one of", "not 'sundial'" },
     { "cupola.pool", function() cupola.pool { kind = "cub", min_bin = "low" } end, "option 'min_bin' must be a non-negative integer", "not 'low'" },
+    { "cupola.pool", function() cupola.pool { kind = "bfc", upstream = "virtual" } end, "needs option 'memory_limit'", "XLA_CLIENT_MEM_FRACTION" },
+    { "cupola.pool", function() cupola.pool { kind = "bfc", upstream = "virtual", memory_limit = "lots" } end, "option 'memory_limit'", "'lots'" },
+    { "cupola.pool", function() cupola.pool { kind = "bfc", upstream = "virtual", memory_limit = 255 } end, "option 'memory_limit' must be at least 256", "not 255" },
+    { "cupola.pool", function() cupola.pool { kind = "bfc", upstream = "virtual", memory_limit = "1GiB", fragmentation_fraction = -1 } end, "option 'fragmentation_fraction' must be a number from 0 to 1", "not -1" },
+    { "cupola.pool", function() cupola.pool { kind = "bfc", upstream = "virtual", memory_limit = "1GiB", allow_growth = "yes" } end, "option 'allow_growth'", "'yes'" },
+    { "cupola.pool", function() cupola.pool { kind = "bfc", upstream = "virtual", memory_limit = "1GiB", max = "1MiB" } end, "option 'max' does not apply to kind 'bfc'", "memory_limit" },
+    { "cupola.pool", function() cupola.pool { kind = "bfc", upstream = "managed", memory_limit = "1GiB" } end, "kind 'bfc' takes upstream", "\"managed\"" },
+    { "cupola.pool", function() cupola.pool { kind = "tlsf", upstream = "virtual", allow_growth = true } end, "option 'allow_growth' is for kind 'bfc'", "not 'tlsf'" },
     { "cupola.pool", function() cupola.pool { symbol = "x\0y" } end, "option 'symbol' must not hold a NUL byte", "got 'x\\0y'" },
     { "cupola.pool", function() cupola.pool { kind = "plugin", source = 5, symbol = "a" } end, "option 'source' must be a string", "not number 5" },
     { "cupola.device_pool", function() cupola.device_pool "slab" end, "table expected", "got string 'slab'" },

@@ -64,6 +64,24 @@ for _, up in ipairs { "device", "virtual" } do
   end
 end
 
+-- XLA's BFC allocator (kind "bfc") has memory_limit where the others have
+-- max, and no initial, alignment or reuse options: the factory maps the
+-- battery's max to memory_limit (with and without growth).
+for _, up in ipairs { "device", "virtual" } do
+  for _, growth in ipairs { false, true } do
+    describe("bfc over " .. up .. (growth and " (allow_growth)" or ""), function()
+      it("keeps its invariants over a random sequence on two streams, raw blocks too, conserves bytes, reports out of memory at its limit, outlives its buffers", function()
+        assert.is_conforming_pool(function(o)
+          return cupola.pool { kind = "bfc", upstream = up, allow_growth = growth,
+            memory_limit = o.max or "64MiB" }
+        end,
+          { checks = { "random", "conserved", "oom", "lifetime", "raw" }, ops = 300,
+            seed = (growth and 7 or 3) * 100 + #up })
+      end)
+    end)
+  end
+end
+
 for _, kind in ipairs(kinds) do
   describe(kind, function()
     it("reports out of memory at its limit and recovers, and lives as long as its buffers", function()

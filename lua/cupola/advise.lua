@@ -155,7 +155,8 @@ function advise.parse_size(v)
       or "")
 end
 
-local option_names = { "limit", "conf", "recorded", "pools", "search", "threads", "progress", "device" }
+local option_names = { "limit", "conf", "recorded", "pools", "search", "threads", "progress", "device",
+  "device_memory" }
 
 local function check_options(opts)
   if opts == nil then opts = {} end
@@ -226,6 +227,15 @@ local function check_options(opts)
     raise("cupola.advise: option 'device' must be a device index (an integer from 0), not " .. typed(opts.device))
   end
   o.device = opts.device
+  if opts.device_memory ~= nil then
+    -- the device's memory (JAX's fractions are of it)
+    local n = advise.parse_size(opts.device_memory)
+    if not n or n <= 0 then
+      raise("cupola.advise: option 'device_memory' must be a size above 0 (bytes, or a string such as " ..
+        "\"80GiB\"), not " .. typed(opts.device_memory))
+    end
+    o.device_memory = n
+  end
   return o
 end
 
@@ -1117,6 +1127,8 @@ local usage_options = [[
   --no-pools        no rows for cupola's pools
   --search          the least-memory search without a limit
   --device N        only device N of a recording of several (default: each)
+  --device-memory SIZE  the device's memory, for JAX's XLA_CLIENT_MEM_FRACTION
+                    (default: what the profile says of it, where it does)
   --threads N       replay threads (default: one per core)
   --json            the result as JSON on stdout instead of the table
   --html PAGE       also write PAGE: the table and the timelines of the
@@ -1188,6 +1200,11 @@ function advise.parse_args(argv)
       opts.pools = false
     elseif a == "--search" then
       opts.search = true
+    elseif a == "--device-memory" then
+      opts.device_memory = value(a)
+      if opts.device_memory:match "^%d+$" then
+        opts.device_memory = math.tointeger(tonumber(opts.device_memory)) or opts.device_memory
+      end
     elseif a == "--device" or a == "--threads" then
       local v = value(a)
       local n = v:match "^%d+$" and math.tointeger(tonumber(v))

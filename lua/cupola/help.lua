@@ -157,7 +157,7 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   kind      "tlsf" (default) | "freelist" | "caching" | "arena"; and "vmm",
-            "torch", "cub", "plugin": each has its own topic
+            "torch", "cub", "bfc", "plugin": each has its own topic
   upstream  "device" (default) | "async" | "managed" | "pinned" | "virtual"
             (addresses only, no memory: for replaying traces)
   initial=0 bytes reserved at creation   grow=true may reserve more
@@ -173,7 +173,7 @@ p:reset()         arena only: frees every block (its buffers become closed)
 p:empty_cache()  p:settings()   torch only: help "torch"
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers, live_raw,
-  device_allocs, device_frees; vmm, cub and torch add their own
+  device_allocs, device_frees; vmm, cub, torch and bfc add their own
 p:time() -> s     the pool's clock; p:set_time(t), p:advance(dt): manual only
 p:close() -> n    raises while buffers are live; n: raw blocks freed with it
 Fields: p.kind, p.upstream, p.reuse, p.alignment, p.device, p.clock, p.closed.]],
@@ -264,6 +264,35 @@ cupola.pool{kind="cub", bin_growth=8, min_bin=3, max_bin=7,
   retried when the upstream refuses.
 stats() adds device_alloc_failures, retries, cached_bytes, cached_blocks,
   live_bytes (device_allocs, device_frees: CUB's cudaMalloc/cudaFree calls).]],
+  },
+  {
+    name = "bfc",
+    section = "XLA's BFC allocator (`kind = \"bfc\"`) and JAX profiles",
+    names = { "bfc", "jax", "memory_limit", "allow_growth", "jax_memory", "xplane" },
+    overview = {
+      { "cupola.pool{kind=\"bfc\", memory_limit=, ...}", "XLA's BFC allocator (JAX), exactly" },
+    },
+    page = [[
+cupola.pool{kind="bfc", memory_limit=B, allow_growth=false,
+  garbage_collection=false, fragmentation_fraction=0, spatial_partitioning=,
+  upstream=}: XLA's
+  best-fit-with-coalescing allocator as JAX's GPU client sets it up: 256-byte
+  chunks, 21 bins, best fit by size then address, split at twice the
+  request or a remainder of 128 MiB, coalescing, regions of 2 MiB doubling
+  with allow_growth (JAX: XLA_PYTHON_CLIENT_PREALLOCATE=false), else the whole
+  limit at the first allocation; memory_limit is required over "virtual"
+  (JAX: device memory x XLA_CLIENT_MEM_FRACTION, 0.75 by default).
+stats() adds num_allocs, bytes_in_use, peak_bytes_in_use, pool_bytes,
+  peak_pool_bytes, largest_alloc_size, largest_free_block_bytes, bytes_limit,
+  regions, region_frees.
+cupola.trace.load reads JAX's memory events (format "jax_memory"): the
+  profile jax.profiler.trace writes (*.xplane.pb or its directory) or JSON
+  lines of its MemoryAllocation/MemoryDeallocation events, gzip or not;
+  {allocator="GPU_1_bfc"} picks one (default: the first GPU_<n>_bfc).
+  Replayed with {addresses="recorded"}: BFC's own figures, to the byte
+  (r.address_mismatches, r.chunk_mismatches: allocations unlike JAX's).
+cupola.advise on a JAX profile: growth against preallocated, the least
+  memory, XLA_CLIENT_MEM_FRACTION of {device_memory=} (--device-memory).]],
   },
   {
     name = "plugin",

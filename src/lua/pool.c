@@ -241,6 +241,62 @@ static void cub_options(lua_State *L, l_pool *p)
     p->opts.cub_given = 1;
 }
 
+/* kind = "bfc": tsl::BFCAllocator's limit and Options (pool/bfc.c checks
+ * what depends on the upstream); absent ones take JAX's defaults. */
+static void bfc_options(lua_State *L, l_pool *p)
+{
+    static const char *const own[] = {"memory_limit", "allow_growth", "garbage_collection",
+                                      "fragmentation_fraction", "spatial_partitioning", NULL};
+    int i;
+    if (strcmp(p->kind, "bfc") != 0) {
+        for (i = 0; own[i]; i++) {
+            int given = lua_getfield(L, 1, own[i]) != LUA_TNIL;
+            lua_pop(L, 1);
+            if (given)
+                luaL_error(L, "cupola.pool: option '%s' is for kind 'bfc', not '%s'", own[i],
+                           p->kind);
+        }
+        return;
+    }
+    if (p->opts.upstream != CP_UP_DEVICE && p->opts.upstream != CP_UP_VIRTUAL)
+        luaL_error(L, "cupola.pool: kind 'bfc' takes upstream \"device\" or \"virtual\", not "
+                      "\"%s\"", cp_upstream_name(p->opts.upstream));
+    p->opts.bfc_memory_limit = l_optsize_field(L, 1, "memory_limit", 0);
+    if (lua_getfield(L, 1, "memory_limit") != LUA_TNIL && p->opts.bfc_memory_limit < 256)
+        luaL_error(L, "cupola.pool: option 'memory_limit' must be at least 256 bytes "
+                      "(BFC's kMinAllocationSize), not %I", (lua_Integer)p->opts.bfc_memory_limit);
+    lua_pop(L, 1);
+    if (p->opts.upstream == CP_UP_VIRTUAL && !p->opts.bfc_memory_limit)
+        luaL_error(L, "cupola.pool: kind 'bfc' over the \"virtual\" upstream needs option "
+                      "'memory_limit' (bytes: JAX's is the device's memory times "
+                      "XLA_CLIENT_MEM_FRACTION, 0.75 by default)");
+    p->opts.bfc_allow_growth = l_optbool_field(L, 1, "allow_growth", 0);
+    /* jaxlib 0.11.2's default: partitioned when preallocated */
+    p->opts.bfc_spatial = -1;
+    if (lua_getfield(L, 1, "spatial_partitioning") != LUA_TNIL)
+        p->opts.bfc_spatial = l_optbool_field(L, 1, "spatial_partitioning", 0);
+    lua_pop(L, 1);
+    p->opts.bfc_garbage_collection = l_optbool_field(L, 1, "garbage_collection", 0);
+    if (lua_getfield(L, 1, "fragmentation_fraction") != LUA_TNIL) {
+        int isnum;
+        lua_Number f = lua_tonumberx(L, -1, &isnum);
+        if (!isnum || !(f >= 0 && f <= 1))
+            luaL_error(L, "cupola.pool: option 'fragmentation_fraction' must be a number from 0 "
+                          "to 1, not %s", l_pushshown(L, -1));
+        p->opts.bfc_fragmentation_fraction = (double)f;
+    }
+    lua_pop(L, 1);
+    for (i = 0; i < 4; i++) {
+        static const char *const foreign[] = {"initial", "max", "release_threshold", "grow"};
+        int given = lua_getfield(L, 1, foreign[i]) != LUA_TNIL;
+        lua_pop(L, 1);
+        if (given)
+            luaL_error(L, "cupola.pool: option '%s' does not apply to kind 'bfc' (BFC's settings "
+                          "are memory_limit, allow_growth, garbage_collection and "
+                          "fragmentation_fraction)", foreign[i]);
+    }
+}
+
 /* Each Pool gets a metatable of its own whose __index is a table: the
  * methods and the pool's fields, all constant but `closed` (which
  * pool_mark_closed updates).  `p:alloc` then costs the VM one table lookup
@@ -309,7 +365,9 @@ static int pool_new(lua_State *L)
                                        "release_threshold", "reuse", "fallback", "limit", "log",
                                        "path", "source", "symbol", "options", "device", "clock",
                                        "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
-                                       "conf", "device_memory", "address_model", NULL};
+                                       "conf", "device_memory", "address_model",
+                                       "memory_limit", "allow_growth", "garbage_collection",
+                                       "fragmentation_fraction", "spatial_partitioning", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;
@@ -354,6 +412,7 @@ static int pool_new(lua_State *L)
     plugin_options(L, p);
     torch_options(L, p);
     cub_options(L, p);
+    bfc_options(L, p);
 
     p->ref = (l_poolref *)calloc(1, sizeof *p->ref);
     if (!p->ref)

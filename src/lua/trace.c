@@ -37,8 +37,9 @@ static l_trace *totrace(lua_State *L, int arg)
 
 static int trace_load(lua_State *L)
 {
-    static const char *const opts[] = {"device", NULL};
+    static const char *const opts[] = {"device", "allocator", NULL};
     size_t plen;
+    const char *allocator;
     const char *path = l_checklstring(L, 1, &plen);
     l_trace *tr;
     cp_trace *t = NULL;
@@ -49,14 +50,19 @@ static int trace_load(lua_State *L)
         return luaL_argerror(L, 1, lua_pushfstring(L, "path contains a NUL byte, got %s", l_pushshown(L, 1)));
     l_checkoptions(L, 2, "cupola.trace.load", opts);
     device = l_optint_field(L, 2, "device", -1);
-    if (lua_istable(L, 2) && (device < 0 || device > 65535))
-        return luaL_argerror(L, 2, lua_pushfstring(L, "option 'device' must be in 0..65535, got %I",
-                                                    (LUAI_UACINT)device));
+    if (lua_istable(L, 2)) {
+        int given = lua_getfield(L, 2, "device") != LUA_TNIL;
+        lua_pop(L, 1);
+        if (given && (device < 0 || device > 65535))
+            return luaL_argerror(L, 2, lua_pushfstring(L, "option 'device' must be in 0..65535, "
+                                                        "got %I", (LUAI_UACINT)device));
+    }
+    allocator = l_optstring_field(L, 2, "allocator", NULL);
     tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
     tr->t = NULL;
     tr->busy = 0;
     luaL_setmetatable(L, L_TRACE);
-    st = cp_trace_load_device(path, (int)device, &t);
+    st = cp_trace_load_opts(path, (int)device, allocator, &t);
     if (st == CP_ERR_OOM)
         return l_alloc_result(L, st);
     l_check(L, st);
@@ -123,6 +129,14 @@ static void push_info(lua_State *L, const cp_trace *t)
             lua_setfield(L, -2, "torch_conf");
             lua_pushstring(L, set);
             lua_setfield(L, -2, "torch_settings");
+        }
+    }
+    if (cp_trace_allocator(t)) {
+        lua_pushstring(L, cp_trace_allocator(t));
+        lua_setfield(L, -2, "allocator");
+        SETI(reordered);
+        if (in.bfc_peak_bytes_in_use) {
+            SETI(bfc_peak_bytes_in_use);
         }
     }
     if (in.torch_reserved) {
@@ -193,6 +207,20 @@ static int trace_event(lua_State *L)
     lua_setfield(L, -2, "device");
     if (row.label)
         push_label(L, row.label, lua_gettop(L));
+    {
+        /* JAX: BFC's chunk and its bytes_in_use after the event, as recorded */
+        uint64_t chunk, in_use;
+        if (cp_trace_jax_row(tr->t, (size_t)(i - 1), &chunk, &in_use)) {
+            if (chunk != UINT64_MAX) {
+                lua_pushinteger(L, (lua_Integer)chunk);
+                lua_setfield(L, -2, "allocation_bytes");
+            }
+            if (in_use != UINT64_MAX) {
+                lua_pushinteger(L, (lua_Integer)in_use);
+                lua_setfield(L, -2, "bytes_in_use");
+            }
+        }
+    }
     return 1;
 }
 
@@ -389,7 +417,29 @@ static void push_replay_result(lua_State *L, int trace_arg, const cp_trace *t,
         lua_pushinteger(L, (lua_Integer)res->segments);
         lua_setfield(L, -2, "segments");
     }
-    if (res->recorded)
+    if (res->bfc) {
+        /* BFC: the recording's addresses, and frees it wrote late */
+        lua_pushinteger(L, (lua_Integer)res->reordered_frees);
+        lua_setfield(L, -2, "reordered_frees");
+        if (res->recorded) {
+            lua_pushboolean(L, 1);
+            lua_setfield(L, -2, "recorded");
+            lua_pushinteger(L, (lua_Integer)res->addr_mismatches);
+            lua_setfield(L, -2, "address_mismatches");
+            if (res->addr_mismatches) {
+                lua_pushinteger(L, (lua_Integer)res->first_mismatch + 1);
+                lua_setfield(L, -2, "first_mismatch");
+            }
+            if (res->checked_chunks) {
+                lua_pushinteger(L, (lua_Integer)res->chunk_mismatches);
+                lua_setfield(L, -2, "chunk_mismatches");
+                if (res->chunk_mismatches) {
+                    lua_pushinteger(L, (lua_Integer)res->first_chunk_mismatch + 1);
+                    lua_setfield(L, -2, "first_chunk_mismatch");
+                }
+            }
+        }
+    } else if (res->recorded)
         push_divergence(L, res);
     if (res->stopped) {
         /* stop_at_oom: where the program would have raised */
@@ -544,8 +594,8 @@ static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
             luaL_error(L, "advise_run: job %d: kind '%s' is not one a spec can name here", k,
                        j->kind_buf);
         j->pool.kind = j->kind_buf;
-        if (j->recorded)
-            luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch'", k);
+        if (j->recorded && strcmp(j->kind_buf, "bfc") != 0)
+            luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch' or 'bfc'", k);
     } else {
         const char *kind = l_optstring_field(L, idx, "kind", NULL), *conf;
         cp_torch_conf c;

@@ -186,6 +186,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         EXPECT(s.used == 0, "the replay left %llu bytes in use", (unsigned long long)s.used);
         cp_resource_trim(pool, 0);
     }
+    /* XLA's BFC model with the recorded addresses, as JAX profiles replay */
+    if (n <= 4096) {
+        cp_pool_opts bo;
+        cp_resource *bp = NULL;
+        memset(&bo, 0, sizeof bo);
+        bo.kind = "bfc";
+        bo.upstream = CP_UP_VIRTUAL;
+        bo.grow = 1;
+        bo.alignment = 256;
+        bo.bfc_memory_limit = (uint64_t)1 << 40;
+        bo.bfc_allow_growth = (int)(n & 1); /* preallocated (and partitioned) or growing */
+        bo.bfc_spatial = -1;
+        if (cp_pool_create(&bp, &bo) == CP_OK) {
+            cp_replay_opts o;
+            cp_replay_result res;
+            cp_stats s;
+            memset(&o, 0, sizeof o);
+            o.single_stream = 1;
+            o.recorded_addresses = 1;
+            memset(&res, 0, sizeof res);
+            if (cp_trace_replay(t, bp, &o, &res) == CP_OK)
+                EXPECT(res.events == n, "bfc replayed %llu of %zu events",
+                       (unsigned long long)res.events, n);
+            cp_resource_stats(bp, &s);
+            EXPECT(s.used == 0, "the bfc replay left %llu bytes in use", (unsigned long long)s.used);
+            cp_resource_destroy(bp);
+        }
+    }
     /* cupola.advise's replays (advise.h) on two threads: PyTorch's model
      * under its defaults (with the recorded addresses where the snapshot has
      * PyTorch's device calls), and under a limit with a search for the least

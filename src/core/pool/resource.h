@@ -120,6 +120,14 @@ typedef struct cp_pool_opts {
     int cub_given;
     uint64_t cub_bin_growth, cub_min_bin, cub_max_bin;
     uint64_t cub_max_cached_bytes;
+    /* kind "bfc" (pool/bfc.c): tsl::BFCAllocator's total_memory and
+     * Options (0 / false: JAX's defaults; memory_limit 0 over the device
+     * upstream: 0.75 of the device's memory) */
+    uint64_t bfc_memory_limit;
+    int bfc_allow_growth, bfc_garbage_collection;
+    double bfc_fragmentation_fraction;
+    int bfc_spatial;          /* enable_spatial_partitioning: -1 JAX's (on without growth),
+                                 0 off, 1 on */
 } cp_pool_opts;
 
 /* A pool described in one string, "KIND[,KEY=VALUE]..." (pool/spec.c says

@@ -9,8 +9,10 @@
  * symbol, which a spec does not carry).  KEYs, as cupola.pool's options:
  * upstream (device, async, managed, pinned, virtual), initial, max,
  * alignment, release_threshold (sizes: 4096, 64KiB, 1.5GiB), grow, fallback
- * (true, false), reuse (stream, event, wait), and for cub bin_growth,
- * min_bin, max_bin (integers) and max_cached_bytes (a size).  Blanks around
+ * (true, false), reuse (stream, event, wait), for cub bin_growth,
+ * min_bin, max_bin (integers) and max_cached_bytes (a size), and for bfc
+ * memory_limit (a size), allow_growth, garbage_collection and
+ * spatial_partitioning (true, false).  Blanks around
  * names and values are ignored; a key given twice, an unknown key or a bad
  * value is an error naming it.
  */
@@ -25,6 +27,7 @@
 static const char *const spec_keys[] = {
     "upstream", "initial", "max", "alignment", "release_threshold", "grow", "fallback", "reuse",
     "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
+    "memory_limit", "allow_growth", "garbage_collection", "spatial_partitioning",
 };
 #define NKEYS (sizeof spec_keys / sizeof spec_keys[0])
 
@@ -95,6 +98,7 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
     o->cub_min_bin = 3;
     o->cub_max_bin = 7;
     o->cub_max_cached_bytes = 6291455; /* 3 * 8^7 - 1: CUB's default constructor */
+    o->bfc_spatial = -1; /* kind "bfc": JAX's (partitioned when preallocated) */
     if (!spec)
         return cp_error_set(CP_ERR_INVALID, "pool spec missing");
     b = spec;
@@ -143,11 +147,16 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
         if (k < 0)
             return bad(spec, "unknown option '%s' (upstream, initial, max, alignment, "
                        "release_threshold, grow, fallback, reuse%s)", key,
-                       o->cub_given ? ", bin_growth, min_bin, max_bin, max_cached_bytes" : "");
+                       o->cub_given ? ", bin_growth, min_bin, max_bin, max_cached_bytes"
+                       : strcmp(kind, "bfc") == 0 ? ", memory_limit, allow_growth, "
+                                                    "garbage_collection, spatial_partitioning"
+                                                  : "");
         if (seen[k]++)
             return bad(spec, "option '%s' is given twice%s", key, "");
-        if (k >= 8 && !o->cub_given)
+        if (k >= 8 && k < 12 && !o->cub_given)
             return bad(spec, "option '%s' is for kind 'cub', not '%s'", key, kind);
+        if (k >= 12 && strcmp(kind, "bfc") != 0)
+            return bad(spec, "option '%s' is for kind 'bfc', not '%s'", key, kind);
         switch (k) {
         case 0:
             if ((k = choice(val, cp_upstream_name)) < 0)
@@ -156,15 +165,24 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
             o->upstream = (cp_upstream_kind)k;
             break;
         case 5:
-        case 6: {
+        case 6:
+        case 13:
+        case 14:
+        case 15: {
             int v = strcmp(val, "true") == 0 || strcmp(val, "1") == 0 ? 1
                     : strcmp(val, "false") == 0 || strcmp(val, "0") == 0 ? 0 : -1;
             if (v < 0)
                 return bad(spec, "option '%s' must be true or false, not '%s'", key, val);
             if (k == 5)
                 o->grow = v;
-            else
+            else if (k == 6)
                 o->fallback = v;
+            else if (k == 13)
+                o->bfc_allow_growth = v;
+            else if (k == 14)
+                o->bfc_garbage_collection = v;
+            else
+                o->bfc_spatial = v;
             break;
         }
         case 7:
@@ -201,7 +219,8 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
             else if (k == 4) {
                 o->release_threshold = u;
                 o->release_threshold_set = 1; /* as cupola.pool: vmm keeps it, not by time */
-            }
+            } else if (k == 12)
+                o->bfc_memory_limit = u;
             else
                 o->cub_max_cached_bytes = u;
             break;

@@ -45,6 +45,13 @@ static cp_status replay_once(const cp_trace *t, cp_advise_job *j, uint64_t limit
 
     o.upstream = CP_UP_VIRTUAL;
     o.max = limit;
+    if (o.kind && strcmp(o.kind, "bfc") == 0) {
+        /* BFC's limit is its memory_limit: the job's own (a fraction's
+         * limit), or the run's limit where that is less */
+        if (limit && (!o.bfc_memory_limit || limit < o.bfc_memory_limit))
+            o.bfc_memory_limit = limit;
+        o.max = 0;
+    }
     memset(&ro, 0, sizeof ro);
     ro.repeat = 1;
     ro.synchronize = 1;

@@ -13,6 +13,7 @@
 
 #include "replay_lock.h"
 #include "trace_torch.h"
+#include "pool/bfc.h"
 #include "replay_time.h"
 
 /* What the walk keeps for each allocation, by ordinal: the pool's block
@@ -206,6 +207,7 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     uint64_t live = 0;
     double t0;
     cp_stats stats;
+    uint64_t *rec_addr = NULL, bfc_regions0 = 0;
 
     memset(out, 0, sizeof *out);
     replay_clock_init(&rclock);
@@ -218,10 +220,20 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
      * two-step frees, empty_cache, the recorded addresses): replay_torch.c */
     if (cp_torch_of(r))
         return cp_trace_replay_torch(t, r, o, out);
-    if (o->recorded_addresses)
+    if (o->recorded_addresses && !cp_bfc_is(r))
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind "
-                            "\"torch\" (the addresses are PyTorch's segments), not \"%s\"",
-                            cp_resource_kind(r));
+                            "\"torch\" or \"bfc\" (the addresses are the recording's), not "
+                            "\"%s\"", cp_resource_kind(r));
+    if (o->recorded_addresses && !cp_bfc_virtual(r))
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a bfc pool over "
+                            "the \"virtual\" upstream (the device gives its own addresses)");
+    if (cp_bfc_is(r)) {
+        cp_bfc_stats bs;
+        cp_bfc_figures(r, &bs);
+        out->bfc = 1;
+        bfc_regions0 = bs.regions;
+        out->reordered_frees = t->info.reordered;
+    }
     reps = o->repeat > 1 ? o->repeat : 1;
     total_events = (uint64_t)t->n * (uint64_t)reps;
     sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
@@ -263,6 +275,29 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     for (i = 0; i < (size_t)stats.nextra; i++)
         if (strcmp(stats.extra[i].name, "retries") == 0)
             out->retries = stats.extra[i].value; /* subtracted at the end */
+    if (o->recorded_addresses) {
+        /* each allocation's recorded address, by ordinal: a BFC region is
+         * placed where the recording's request that made it landed; a JAX
+         * recording's chunk and bytes_in_use after it are checked too */
+        int jax = t->jax_chunk != NULL;
+        rec_addr = calloc((t->nallocs ? t->nallocs : 1) * (jax ? 3 : 1), sizeof *rec_addr);
+        if (!rec_addr) {
+            st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+            goto done;
+        }
+        for (i = 0; i < t->n; i++)
+            if (!t->is_free[i]) {
+                rec_addr[t->ord[i]] = t->ptr[i];
+                if (jax) {
+                    rec_addr[t->nallocs + t->ord[i]] = t->jax_chunk[t->ord[i]];
+                    rec_addr[2 * t->nallocs + t->ord[i]] = t->jax_in_use[i];
+                }
+            }
+        cp_bfc_use_recorded(r, rec_addr, jax ? rec_addr + t->nallocs : NULL,
+                            jax ? rec_addr + 2 * t->nallocs : NULL, t->nallocs);
+        out->recorded = 1;
+        out->checked_chunks = jax;
+    }
     t0 = replay_now();
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep, .last_alloc = last_alloc};
@@ -283,6 +318,14 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
         fs = free_live(t, r, sv, &b, &live);
         if (st == CP_OK)
             st = fs;
+        if (rep == 0 && rec_addr) {
+            cp_bfc_recorded rr;
+            cp_bfc_end_recorded(r, &rr);
+            out->addr_mismatches = rr.mismatches;
+            out->first_mismatch = rr.first_mismatch;
+            out->chunk_mismatches = rr.chunk_mismatches;
+            out->first_chunk_mismatch = rr.first_chunk_mismatch;
+        }
         if (out->stopped)
             break;
     }
@@ -308,6 +351,13 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
     for (i = 0; i < (size_t)stats.nextra; i++)
         if (strcmp(stats.extra[i].name, "retries") == 0)
             out->retries = stats.extra[i].value - out->retries;
+    if (out->bfc) {
+        /* BFC's figures: the peak of its chunk bytes, the regions made */
+        cp_bfc_stats bs;
+        cp_bfc_figures(r, &bs);
+        out->peak_allocated = bs.peak_bytes_in_use;
+        out->device_allocs = bs.regions - bfc_regions0;
+    }
     out->reserved_over_live =
         out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
     if (o->synchronize && cp_be) {
@@ -325,6 +375,11 @@ done:
     free(b.blk);
     free(b.size);
     free(b.stream);
+    if (rec_addr && cp_bfc_is(r)) {
+        cp_bfc_recorded rr;
+        cp_bfc_end_recorded(r, &rr); /* a failure before the end of the walk */
+    }
+    free(rec_addr);
     if (st != CP_OK)
         cp_replay_result_fini(out);
     return st;

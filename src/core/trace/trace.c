@@ -23,6 +23,8 @@
 #include "record.h"
 #include "snapshot.h"
 #include "trace_torch.h"
+#include "jax.h"
+#include <sys/stat.h>
 
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
@@ -79,6 +81,8 @@ void cp_trace_free(cp_trace *t)
     free(t->oom_row);
     free(t->oom_size);
     free(t->oom_stream);
+    free(t->jax_chunk);
+    free(t->jax_in_use);
     free(t);
 }
 
@@ -148,6 +152,7 @@ typedef struct loader {
     int device;         /* snapshots: the one device to read (-1: all) */
     int record_header;  /* `cupola record` files: the column line was read */
     int record_end;     /* ... and the end line (record.h) */
+    const char *allocator; /* JAX: the allocator to read (NULL: the first GPU_<n>_bfc) */
 } loader;
 
 /* Where the current row came from: "path:line" (CSV) or
@@ -651,6 +656,140 @@ static cp_status load(loader *ld)
 /* A file named *.pickle or *.pkl is read as a pickle whatever it holds, so
  * one that is not a pickle is called that (it used to be read as a CSV and
  * refused for its header). */
+/* A JAX memory profile (jax.h): kind 1 JSON lines, 2 an XSpace.  Events
+ * in time order (stable: the file's order among equal times); a free of a
+ * chunk not live is of a block allocated before the profile began, skipped
+ * (counted in unmatched); an allocation at an address still live means
+ * the free of the old chunk reached the profile late (another thread):
+ * that free is done before it and its own event skipped (reordered). */
+static int cmp_jax(const void *a, const void *b)
+{
+    const cp_jax_event *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* BFC's own order, where times tie or come from several threads' clocks:
+ * each event's bytes_allocated is BFC's bytes_in_use after it, taken under
+ * BFC's lock, so in BFC's order each is the one before it plus or minus the
+ * event's chunk.  An event that breaks that chain is followed, within the
+ * next RESEQ_WINDOW events, by the one that continues it: that one is moved
+ * up (counted in *moved).  Recordings without the two stats stay as they
+ * are. */
+#define RESEQ_WINDOW 16
+static void resequence(cp_jax_events *e, size_t *moved)
+{
+    size_t i, j;
+    uint64_t run;
+    for (i = 0; i < e->n; i++)
+        if (e->ev[i].in_use == CP_JAX_NONE || e->ev[i].chunk == CP_JAX_NONE)
+            return;
+    if (e->n < 2)
+        return;
+    run = e->ev[0].in_use;
+    for (i = 1; i < e->n; i++) {
+        for (j = i; j < e->n && j <= i + RESEQ_WINDOW; j++) {
+            const cp_jax_event *x = &e->ev[j];
+            uint64_t want = x->is_free ? run - x->chunk : run + x->chunk;
+            if (x->in_use == want)
+                break;
+        }
+        if (j > i && j < e->n && j <= i + RESEQ_WINDOW) {
+            cp_jax_event x = e->ev[j];
+            memmove(&e->ev[i + 1], &e->ev[i], (j - i) * sizeof *e->ev);
+            e->ev[i] = x;
+            (*moved)++;
+        }
+        run = e->ev[i].in_use;
+    }
+}
+
+static cp_status load_jax(loader *ld, int kind)
+{
+    cp_trace *t = ld->t;
+    cp_jax_events e;
+    cp_ptrmap late;
+    cp_status st;
+    size_t i;
+
+    st = kind == 1 ? cp_jax_read_jsonl(ld->gz, ld->path, ld->allocator, &e)
+                   : cp_jax_read_xplane(ld->gz, ld->path, ld->allocator, &e);
+    if (st != CP_OK)
+        return st;
+    t->format = 2;
+    snprintf(t->allocator, sizeof t->allocator, "%s", e.allocator);
+    if (e.has_ts)
+        qsort(e.ev, e.n, sizeof *e.ev, cmp_jax);
+    resequence(&e, &t->info.reordered);
+    /* rows: at most two an event (a free moved early, whose own event never
+     * comes, adds one) */
+    t->jax_chunk = malloc((e.n ? e.n : 1) * sizeof *t->jax_chunk);
+    t->jax_in_use = malloc((e.n ? 2 * e.n : 1) * sizeof *t->jax_in_use);
+    if (!t->jax_chunk || !t->jax_in_use || cp_ptrmap_init(&late, 64) != 0) {
+        cp_jax_events_free(&e);
+        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+    }
+    for (i = 0; i < e.n && st == CP_OK; i++) {
+        const cp_jax_event *ev = &e.ev[i];
+        /* microseconds from the first event (relative, so no precision is lost) */
+        double us = e.has_ts ? (double)((ev->ts - e.ev[0].ts) / 1000.0L) : (double)i;
+        uint64_t addr = ev->addr;
+        ld->line = i + 1;
+        if (addr == 0) {
+            st = cp_error_set(CP_ERR_INVALID, "%s: event %zu: address 0 (BFC never hands out "
+                              "a null chunk)", ld->path, i + 1);
+            break;
+        }
+        if (ev->peak != CP_JAX_NONE && ev->peak > t->info.bfc_peak_bytes_in_use)
+            t->info.bfc_peak_bytes_in_use = ev->peak;
+        if (ev->is_free) {
+            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr);
+            if (n) {
+                /* done already, before the allocation that reused it */
+                if (n == 1)
+                    (void)cp_ptrmap_del(&late, addr);
+                else
+                    (void)cp_ptrmap_put(&late, addr, (void *)(n - 1));
+                continue;
+            }
+            if (!cp_ptrmap_get(&ld->live, addr)) {
+                t->info.unmatched++;
+                continue;
+            }
+            st = add_row(ld, 1, addr, 0, 0, 0, us);
+            if (st == CP_OK)
+                t->jax_in_use[t->n - 1] = ev->in_use;
+            continue;
+        }
+        if (cp_ptrmap_get(&ld->live, addr)) {
+            uintptr_t n = (uintptr_t)cp_ptrmap_get(&late, addr);
+            st = add_row(ld, 1, addr, 0, 0, 0, us);
+            if (st != CP_OK)
+                break;
+            t->jax_in_use[t->n - 1] = CP_JAX_NONE;
+            if (cp_ptrmap_put(&late, addr, (void *)(n + 1)) != 0)
+                st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
+            t->info.reordered++;
+        }
+        if (st == CP_OK && ev->requested == 0)
+            st = cp_error_set(CP_ERR_INVALID, "%s: event %zu: an allocation of 0 bytes (BFC "
+                              "records none)", ld->path, i + 1);
+        if (st == CP_OK)
+            st = add_row(ld, 0, addr, ev->requested, 0, 0, us);
+        if (st == CP_OK) {
+            t->jax_in_use[t->n - 1] = ev->in_use;
+            t->jax_chunk[t->ord[t->n - 1]] = ev->chunk;
+        }
+    }
+    cp_ptrmap_fini(&late);
+    cp_jax_events_free(&e);
+    if (st == CP_OK && t->n == 0)
+        st = cp_error_set(CP_ERR_INVALID, "%s: no memory events of %s left once frees of blocks "
+                          "allocated before the profile are skipped", ld->path, t->allocator);
+    return st;
+}
+
 static int named_pickle(const char *path)
 {
     size_t n = strlen(path);
@@ -665,29 +804,52 @@ cp_status cp_trace_load(const char *path, cp_trace **out)
 
 cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
 {
+    return cp_trace_load_opts(path, device, NULL, out);
+}
+
+cp_status cp_trace_load_opts(const char *path, int device, const char *allocator,
+                             cp_trace **out)
+{
     loader ld;
     cp_trace *t;
     cp_status st;
+    char *found = NULL;
+    struct stat sb;
 
     *out = NULL;
     memset(&ld, 0, sizeof ld);
     ld.device = device;
+    ld.allocator = allocator;
+    /* the directory jax.profiler.trace wrote: its profile */
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        found = cp_jax_find_profile(path);
+        if (!found)
+            return cp_error_set(CP_ERR_INVALID, "%s: cannot read: Is a directory, and no JAX "
+                                "profile in it (*.xplane.pb, or plugins/profile/<run>/"
+                                "*.xplane.pb)", path);
+        path = found;
+    }
     t = calloc(1, sizeof *t);
-    if (!t)
-        return cp_error_set(CP_ERR_OOM, "out of host memory");
-    t->path = malloc(strlen(path) + 1);
-    if (!t->path) {
+    if (t)
+        t->path = malloc(strlen(path) + 1);
+    if (!t || !t->path) {
         free(t);
+        free(found);
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     }
     strcpy(t->path, path);
+    free(found);
+    /* path may have been found's: from here on the trace's own copy, which
+     * lives until the messages below are made (cp_trace_free comes after) */
+    path = t->path;
     ld.t = t;
     ld.path = path;
     ld.gz = gzopen(path, "rb");
     if (!ld.gz) {
+        st = cp_error_set(CP_ERR_BACKEND, "%s: cannot open: %s", path,
+                          errno ? strerror(errno) : "out of memory");
         cp_trace_free(t);
-        return cp_error_set(CP_ERR_BACKEND, "%s: cannot open: %s", path,
-                            errno ? strerror(errno) : "out of memory");
+        return st;
     }
     gzbuffer(ld.gz, 1 << 17);
     if (cp_ptrmap_init(&ld.live, 4096) != 0 || cp_ptrmap_init(&ld.streams, 16) != 0 ||
@@ -715,6 +877,10 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
         else if (!is_pickle && device > 0)
             st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,
                               device);
+        else if (!is_pickle && got > 0 && cp_jax_sniff(head, (size_t)got, path))
+            st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a JAX profile is "
+                                           "read by allocator (option 'allocator')", path, device)
+                            : load_jax(&ld, cp_jax_sniff(head, (size_t)got, path));
         else
             st = is_pickle ? load_snapshot(&ld, got == 8 && cp_snapshot_is_compact(head, 8))
                            : load(&ld);
@@ -734,8 +900,8 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
             t->ops[i].is_free = t->is_free[i];
         }
     }
-    if (st == CP_OK && !t->format) {
-        /* CSV: the torch model allocates and frees as the rows do */
+    if (st == CP_OK && t->format != 1) {
+        /* CSV and JAX: the torch model allocates and frees as the rows do */
         size_t i;
         t->top = malloc((t->n ? t->n : 1) * sizeof *t->top);
         t->top_row = malloc((t->n ? t->n : 1) * sizeof *t->top_row);
@@ -822,7 +988,8 @@ cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t 
 
 const char *cp_trace_format(const cp_trace *t)
 {
-    return t->format ? "torch_snapshot" : t->record ? "cupola_record" : "rmm_csv";
+    return t->format == 2 ? "jax_memory" : t->format ? "torch_snapshot"
+         : t->record ? "cupola_record" : "rmm_csv";
 }
 
 void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
@@ -856,4 +1023,18 @@ size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uin
 const char *cp_trace_warning(const cp_trace *t)
 {
     return t->cut ? t->warning : NULL;
+}
+
+const char *cp_trace_allocator(const cp_trace *t)
+{
+    return t->format == 2 ? t->allocator : NULL;
+}
+
+int cp_trace_jax_row(const cp_trace *t, size_t i, uint64_t *chunk, uint64_t *in_use)
+{
+    if (t->format != 2 || i >= t->n)
+        return 0;
+    *chunk = t->jax_chunk[t->ord[i]];
+    *in_use = t->jax_in_use[i];
+    return 1;
 }

@@ -78,6 +78,11 @@ typedef struct cp_trace_info {
     int torch_reserved;  /* the snapshot had `segments`: the two figures below hold */
     uint64_t torch_reserved_end;  /* PyTorch's reserved bytes when the snapshot was taken */
     uint64_t torch_peak_reserved; /* PyTorch's largest reserved figure over the trace */
+    /* JAX memory profiles (format "jax_memory"; 0 otherwise): */
+    uint64_t bfc_peak_bytes_in_use; /* the largest peak_bytes_in_use the events recorded */
+    size_t reordered;    /* events moved to BFC's own order: frees written after the
+                            allocation that reused their chunk (moved before it), and events
+                            out of the chain of BFC's bytes_in_use (jax.c, trace.c) */
     size_t ooms;         /* requests PyTorch refused (`oom` entries): a replay attempts
                             them, and frees at once what a pool serves */
 } cp_trace_info;
@@ -160,6 +165,14 @@ typedef struct cp_replay_result {
     uint64_t oom_served;        /* ... that the pool served (freed at once) */
     int torch;                  /* the fields below hold */
     int recorded;               /* replayed with the recorded addresses */
+    int bfc;                    /* kind "bfc": the two fields below hold */
+    uint64_t addr_mismatches;   /* recorded: allocations the model placed elsewhere */
+    uint64_t first_mismatch;    /* ... the first of them (allocation ordinal, 0-based) */
+    int checked_chunks;         /* the recording had BFC's chunks: the two below hold */
+    uint64_t chunk_mismatches;  /* allocations whose chunk or bytes_in_use after it differ */
+    uint64_t first_chunk_mismatch;
+    uint64_t reordered_frees;   /* frees the recording wrote after an allocation that
+                                   reused their memory, moved before it (the trace's) */
     cp_torch_divergence divergence;
     size_t divergence_event;    /* the operation (0-based) running when the calls differed */
     uint64_t segments;          /* segments (or mapped ranges) held at the end */
@@ -187,6 +200,16 @@ cp_status cp_trace_load(const char *path, cp_trace **out);
  * are that device's, and the torch model's operations are of it.
  * CP_ERR_INVALID when the file has no such device. */
 cp_status cp_trace_load_device(const char *path, int device, cp_trace **out);
+/* The same, of one allocator of a JAX memory profile (NULL: the first
+ * GPU_<n>_bfc; ignored for other formats). */
+cp_status cp_trace_load_opts(const char *path, int device, const char *allocator,
+                             cp_trace **out);
+/* JAX memory profiles: the allocator read (NULL for other formats). */
+const char *cp_trace_allocator(const cp_trace *t);
+/* JAX: row i's BFC chunk bytes (allocation_bytes; its allocation's for a
+ * free) and bytes_in_use after it as recorded (UINT64_MAX: not recorded);
+ * 0 when the trace is not JAX's. */
+int cp_trace_jax_row(const cp_trace *t, size_t i, uint64_t *chunk, uint64_t *in_use);
 void cp_trace_free(cp_trace *t);
 
 size_t cp_trace_events(const cp_trace *t);

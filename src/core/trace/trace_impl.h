@@ -57,6 +57,12 @@ struct cp_trace {
     uint64_t *oom_size;
     uint32_t *oom_stream;
     size_t nooms;
+    /* JAX memory profiles (jax.c): per allocation ordinal, BFC's chunk
+     * bytes (allocation_bytes); per row, its bytes_in_use after the event
+     * (bytes_allocated; UINT64_MAX: not recorded) */
+    uint64_t *jax_chunk;
+    uint64_t *jax_in_use;
+    char allocator[128];
     int has_settings;
     char torch_env[256];
     char torch_settings[1024];
