@@ -811,7 +811,7 @@ function advise.html(res, src, path)
             end
           end
           c.max = res.limit
-          return c
+          return core.trace.serving(c) -- as the library serves it (src/core/pool/spec.c)
         end)())
       local x = t:replay(p, { record = true, progress = false,
         addresses = r.kind == "torch" and r.replay and r.replay.recorded and "recorded" or nil })

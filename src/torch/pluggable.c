@@ -141,6 +141,8 @@ static cpt_status configure_locked(void)
         G.config_st = CPT_CONFIG;
         return CPT_CONFIG;
     }
+    /* memory once taken is kept for the framework's next steps (pool/spec.c) */
+    cp_pool_spec_serve(&G.opts);
     if (G.opts.upstream == CP_UP_PINNED || G.opts.upstream == CP_UP_VIRTUAL) {
         snprintf(G.config_msg, sizeof G.config_msg, "%s=\"%s\": upstream '%s' "
                  "cannot serve device arrays (device, async or managed); every "
