@@ -566,6 +566,8 @@ int cpt_stats_json(char *buf, size_t len)
     jstr(&j, G.config_st == CPT_CONFIG && !*G.kind ? "" : G.kind);
     jput(&j, ",\"backend\":");
     jstr(&j, cp_be ? cp_be->name : "");
+    /* the pool's release_threshold as it serves (cp_pool_spec_serve) */
+    jput(&j, ",\"release_threshold\":%" PRIu64, G.opts.release_threshold);
     jput(&j, ",\"streams_mode\":\"%s\",\"error\":", G.safe ? "safe" : "trust");
     if (G.config_st == CPT_OK)
         jput(&j, "null");

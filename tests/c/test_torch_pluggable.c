@@ -149,6 +149,8 @@ static void test_serving(void)
 {
     long long n = step_calls("tlsf", 4);
     ok(n == 0, "tlsf serving PyTorch: no upstream call once warm (%lld)", n);
+    ok(stat("release_threshold") == (long long)CP_SERVE_KEEP_ALL,
+       "the stats say it keeps every idle chunk (%lld)", stat("release_threshold"));
     ok(stat("reserved") == (100 << 20),
        "the 70 MiB block takes the idle 100 MiB chunk rather than grow (reserved %lld)",
        stat("reserved"));
@@ -157,6 +159,7 @@ static void test_serving(void)
     n = step_calls("caching", 4);
     ok(n == 0, "caching too (%lld)", n);
     n = step_calls("tlsf,release_threshold=0", 4);
+    ok(stat("release_threshold") == 0, "a spec's release_threshold is kept");
     ok(n == 4 * 4, "tlsf,release_threshold=0: each step returns a chunk and takes one, twice "
        "(%lld calls in 4 steps)", n);
     ok(stat("reserved_peak") == (100 << 20), "within its peak (%lld)", stat("reserved_peak"));
