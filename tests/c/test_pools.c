@@ -754,6 +754,37 @@ static void test_refusal_retry(void)
            "beyond the device: out of memory (reserved %llu)", (unsigned long long)st.reserved);
         cp_resource_destroy(r);
         ok(cap_used == 0, "everything back to the device");
+
+        /* the same with the chunks freed on two streams whose work is
+         * still queued: settled (the device synchronized) and returned */
+        {
+            cp_stream *s1 = NULL, *s2 = NULL;
+            o.reuse = CP_REUSE_EVENT;
+            capped.stream_create(&s1, 0, 0);
+            capped.stream_create(&s2, 0, 0);
+            if (cp_pool_create(&r, &o) == CP_OK) {
+                a = b = c = NULL;
+                cp_resource_alloc(r, 40u << 20, s1, &a);
+                cp_resource_alloc(r, 40u << 20, s2, &b);
+                capped.k_spin(10, s1);
+                capped.k_spin(10, s2);
+                cp_resource_free(r, a, 40u << 20, s1);
+                cp_resource_free(r, b, 40u << 20, s2);
+                s = cp_resource_alloc(r, 70u << 20, s1, &c);
+                cp_resource_stats(r, &st);
+                ok(s == CP_OK && st.reserved == (70u << 20) && st.device_frees == 2,
+                   "two streams, work queued: served after the idle chunks went back (%s; "
+                   "reserved %llu)", s == CP_OK ? "ok" : cp_error_msg(),
+                   (unsigned long long)st.reserved);
+                if (s == CP_OK)
+                    cp_resource_free(r, c, 70u << 20, s1);
+                cp_resource_destroy(r);
+            } else {
+                ok(0, "create: %s", cp_error_msg());
+            }
+            capped.stream_destroy(s1);
+            capped.stream_destroy(s2);
+        }
     }
     cp_be = saved;
     {

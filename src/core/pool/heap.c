@@ -413,21 +413,20 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
         else
             h->desperate = 0;
     }
-    if (st == CP_ERR_OOM && !b && h->empty && !h->keep_chunks && !beyond_max(h, size)) {
+    if (st == CP_ERR_OOM && !b && !h->keep_chunks && (h->empty || h->so.multi) &&
+        !beyond_max(h, size)) {
         /* Still nothing: the idle chunks (which serve no fit for this
          * request) go back to the upstream and the growth is tried once
          * more, as PyTorch frees its cached blocks and retries when
          * cudaMalloc fails.  A pool that keeps idle chunks (release_threshold)
-         * so loses no request that returning them would have served.  Not
-         * when even that could not fit under max (beyond_max). */
-        cp_status again;
+         * so loses no request that returning them would have served.  After
+         * several streams, settling first makes whole the chunks whose
+         * frees are complete (as trim does).  Not when even that could not
+         * fit under max (beyond_max). */
         if (h->so.multi)
             settle(h);
-        if (release_empty(h, 0) > 0) {
-            again = chunk_add(h, size, want, cpool, s, &b);
-            if (again == CP_OK || again != CP_ERR_OOM)
-                st = again;
-        }
+        if (release_empty(h, 0) > 0)
+            st = chunk_add(h, size, want, cpool, s, &b);
     }
     *out = b;
     return st;
