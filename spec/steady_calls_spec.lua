@@ -63,6 +63,19 @@ describe("a warm pool's upstream calls (step time inside PyTorch)", function()
     end
   end)
 
+  it("cupola advise reports the pool as the library serves it: its CUPOLA_TORCH_POOL=tlsf row is the served replay", function()
+    local res = cupola.advise("gpt2_train", { pools = { "tlsf", "tlsf,release_threshold=0" }, progress = false })
+    local rows = {}
+    for _, r in ipairs(res.rows) do rows[r.setting] = r end
+    local served, before = rows["CUPOLA_TORCH_POOL=tlsf"], rows["CUPOLA_TORCH_POOL=tlsf,release_threshold=0"]
+    local _, _, first = warm_calls("gpt2_train", { kind = "tlsf" }, true)
+    assert.equals(first.peak_reserved, served.peak_reserved)
+    assert.equals(8432 * 2 ^ 20, served.peak_reserved)
+    assert.equals(0, served.device_frees)
+    assert.equals(7906 * 2 ^ 20, before.peak_reserved)
+    assert.is_true(before.device_frees > 0)
+  end)
+
   it("vmm makes none on fixed-shape training: it remaps its cached pages", function()
     for _, name in ipairs { "gpt2_train", "resnet50_train" } do
       local n, r = warm_calls(name, { kind = "vmm" }, true)
