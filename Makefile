@@ -9,6 +9,7 @@
 #   make torch-allocator  build/libcupola_torch.so: cupola's pools in PyTorch (CUDA only)
 #   make cupy-allocator   build/libcupola_cupy.so: cupola's pools in CuPy (CUDA only;
 #                         python/cupola_cupy.py installs it, CUPOLA_CUPY_POOL=vmm)
+#   make record     build/libcupola_record.so: the recorder of `bin/cupola record` (CUPTI only)
 #   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR; alone: PREFIX=/usr/local)
 #   make test-install  only spec/install_spec.lua: `luarocks make` into a temporary tree, used
 #                      from another directory (make test runs it too)
@@ -74,7 +75,7 @@ DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
-.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator cupy-allocator test-cupy-wrapper FORCE
+.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator cupy-allocator test-cupy-wrapper record FORCE
 all: $(MODULE)
 
 # The build's configuration, rewritten only when it changes: objects depend
@@ -162,6 +163,36 @@ endif
 # library as CFunctionAllocator does); also builds without nvcc.
 test-cupy-wrapper: $(CUPY_LIB)
 	CUPOLA_BACKEND=host python3 tests/cupy/test_wrapper.py $(CUPY_LIB)
+# ---- make record: the recorder behind `bin/cupola record` -----------------
+# build/libcupola_record.so, a CUDA injection library (CUDA_INJECTION64_PATH)
+# over CUPTI's callback API: src/record/inject.c (the callbacks) over
+# src/record/record.c (buffers, files; plain C, also linked into
+# tests/c/test_record.c, which runs anywhere).  Built where the toolkit has
+# CUPTI (its headers in include/ or extras/CUPTI/include); libcupti is found
+# at run time through the rpath of the folder it was linked from.
+RECORD_LIB := $(BUILD)/libcupola_record.so
+RECORD_C_OBJ := $(OBJ)/record/record.o
+CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h))
+CUPTI_SO := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so))
+$(RECORD_C_OBJ): src/record/record.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+$(OBJ)/record/inject.o: src/record/inject.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) -Isrc/core -Isrc/record -isystem $(CUDA_HOME)/include -isystem $(dir $(CUPTI_H)) \
+	    $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+$(RECORD_LIB): $(RECORD_C_OBJ) $(OBJ)/record/inject.o src/record/exports.map
+	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(RECORD_C_OBJ) $(OBJ)/record/inject.o \
+	    -Wl,--version-script=src/record/exports.map -Wl,--no-undefined \
+	    -L$(dir $(CUPTI_SO)) -Wl,-rpath,$(abspath $(dir $(CUPTI_SO))) -lcupti \
+	    -L$(CUDA_HOME)/lib64/stubs -lcuda -lz -lpthread
+ifneq ($(and $(CUPTI_H),$(CUPTI_SO)),)
+record: $(RECORD_LIB)
+else
+record:
+	@echo "record: no CUPTI in $(CUDA_HOME) (cupti.h, libcupti.so): skipped"
+endif
+-include $(RECORD_C_OBJ:.o=.d) $(OBJ)/record/inject.d
 
 # C-level tests of the core (no Lua): each tests/c/test_*.c is a program.
 # (test_torch_pluggable also links the torch allocator's C logic.)
@@ -170,9 +201,11 @@ $(BUILD)/tests/test_torch_pluggable: $(TORCH_C_OBJ)
 $(BUILD)/tests/test_torch_pluggable: TEST_EXTRA_OBJ := $(TORCH_C_OBJ)
 $(BUILD)/tests/test_cupy_entry: $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o
 $(BUILD)/tests/test_cupy_entry: TEST_EXTRA_OBJ := $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o
+$(BUILD)/tests/test_record: $(RECORD_C_OBJ)
+$(BUILD)/tests/test_record: TEST_EXTRA_OBJ := $(RECORD_C_OBJ)
 $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -Isrc/record -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
 # The stream-ordered allocation benchmark written directly in CUDA C
@@ -258,11 +291,14 @@ PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
 TRACE_FILES    := $(filter-out examples/traces/torch,$(wildcard examples/traces/*))
 # PyTorch's allocator's ground truth (snapshots and figures), in a folder of its own
 TORCH_TRACES   := $(wildcard examples/traces/torch/*)
-install: all torch-allocator
+install: all torch-allocator record
 	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces/torch $(DESTDIR)$(BINDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	if [ -f $(TORCH_LIB) ]; then install -m 755 $(TORCH_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_torch.so; fi
+	if [ -f $(RECORD_LIB) ]; then install -m 755 $(RECORD_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_record.so; fi
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
+	install -d $(DESTDIR)$(LUADIR)/cupola/advise
+	install -m 644 lua/cupola/advise/*.lua $(DESTDIR)$(LUADIR)/cupola/advise/
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
 	install -m 644 $(TORCH_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/
 	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \

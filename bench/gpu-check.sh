@@ -57,7 +57,7 @@ export CUPOLA_SPEC_ALONE="${CUPOLA_SPEC_ALONE:-soak_spec.lua vmm_spec.lua torch_
 for stage in $stages; do
     case $stage in
     build)
-        run_stage build make -j8 all $C_TESTS build/bench/seed000 build/bench/speed build/bench_floor.so build/testmod/cupola_testposix.so LUA_INCDIR="$LUA_INC" \
+        run_stage build make -j8 all $C_TESTS build/bench/seed000 record build/bench/speed build/bench_floor.so build/testmod/cupola_testposix.so LUA_INCDIR="$LUA_INC" \
             EXTRA_CFLAGS="-Werror $ZFLAGS" EXTRA_LDFLAGS="$ZLD" || { cat "$LOGS/build.log" | tail -30; exit 1; }
         ;;
     test)

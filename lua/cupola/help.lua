@@ -486,9 +486,51 @@ cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
   cupola.pool (plus name=); each row is replay's table plus kind, upstream, name.
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
   peak_live, total_bytes, max_size, duration_us, path, format, devices,
-  torch_peak_reserved, torch_conf; t:info() -> all of them;
-  t:event(i) -> {action, pointer, size, stream, thread, time_us, label};
+  torch_peak_reserved, torch_conf, cut, warning (a cupola_record file);
+  t:info() -> all of them;
+  t:event(i) -> {action, pointer, size, stream, thread, time_us, label,
+  python_frame, stack};
   t:replay(pool, opts); t:close().]],
+  },
+  {
+    name = "record",
+    section = "Recording any CUDA program: `bin/cupola record`",
+    names = { "record", "cupti", "injection" },
+    overview = {
+      { "bin/cupola record [-o FILE] -- COMMAND", "a program's CUDA allocations as a trace" },
+    },
+    page = [[
+bin/cupola record [-o FILE] [--flush-ms N] -- COMMAND...: runs COMMAND with
+  CUDA_INJECTION64_PATH set to build/libcupola_record.so (make record; CUPTI's
+  callbacks on the allocation calls), so every allocation and free of the
+  program and its children is written as it happens; prints the device
+  allocations, the peak and the file(s); exits with the command's status.
+  No command: usage, status 2.  Host backend, library or CUPTI missing: one
+  line, status 1.
+Files: one per process and device, FILE's stem + .pPID.dDEV + extension
+  (gzip when FILE ends in .gz); a lone file is renamed to FILE.  Flushed every
+  N ms (CUPOLA_RECORD_FLUSH_MS, default 50): a killed program keeps what is
+  older; "# end" is the last line of a whole file.
+Format "cupola_record": # cupola record 1: pid, device, start_unix_ns ...;
+  Thread,Time,Action,Pointer,Size,Stream,Device,Kind,Pool,Call (the first six
+  are RMM's).  Kinds device, managed, pinned, vmm: only device memory becomes
+  rows; the rest, failures included, counts in t.ignored.  A cut file loads
+  what is whole: t.cut, t.warning.
+What is recorded, and what is not: cudaMalloc*, cudaFree*, cudaMallocAsync /
+  FreeAsync (stream), cudaMallocFromPoolAsync (pool), cuMemAlloc*, cuMemCreate /
+  Release / Map / Unmap; not in-kernel malloc, arrays, cudaHostRegister, a
+  native pool's reserved memory, graph memory nodes.
+A program that uses CUPTI itself (a profiler started later) gets
+  CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED; a tool holding CUPTI first
+  (Nsight, compute-sanitizer) leaves the process unrecorded, said in one line.
+The request-level stream of a framework that caches: record with
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 (replay kind "torch"),
+  XLA_PYTHON_CLIENT_ALLOCATOR=platform (kind "bfc"), or
+  cupy.cuda.set_allocator(None) (kind "cupy"); compare with max_memory_reserved,
+  memory_stats(), total_bytes() of a run with caching on; file format and
+  files per process and device in docs/API.md.
+Variables: CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS,
+  CUPOLA_RECORD_LIB, CUPOLA_RECORD_LEVEL=driver (the driver's callbacks only).]],
   },
   {
     name = "advise",
@@ -498,8 +540,8 @@ Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
       { "cupola.advise(snapshot, {limit=}) -> result", "the PYTORCH_CUDA_ALLOC_CONF to use" },
     },
     page = [[
-cupola.advise(trace_or_path, {limit=, conf={...}, recorded=, pools={...},
-  search=, threads=, device=, progress=}) -> {rows, recommended, paste,
+cupola.advise(trace_or_path [, {limit=, conf={...}, recorded=, pools={...},
+  search=, threads=, device=, progress=}]) -> {rows, recommended, paste,
   warnings, notes, ...}: a PyTorch snapshot (torch.cuda.memory._dump_snapshot,
   either pickle writer, plain or gzip; or an RMM log) replayed through the
   model of PyTorch's allocator under a grid of settings (the recorded one,
@@ -507,11 +549,14 @@ cupola.advise(trace_or_path, {limit=, conf={...}, recorded=, pools={...},
   sizes, roundup_power2_divisions 1..16, garbage_collection_threshold under
   a limit, the best combined, yours) and through cupola's pools (tlsf, vmm,
   caching: the pluggable allocator), in C threads.  Each row: setting,
-  kind, peak_reserved, unused_at_peak, device_allocs, retries, change_pct;
-  with limit: fits, fails_at, min_memory (the least memory it runs in).
+  kind, peak_reserved, overhead, device_allocs, retries, change_pct;
+  with limit: fits, fails_at (with the frames: label, python_frame,
+  stack), min_memory (the least memory it runs in).  limit: bytes or
+  "24GiB", "24G" (2^30 a GiB), "24GB" (10^9 a GB).
   res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py.
 bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
-  prints the same (bin/cupola advise --help).]],
+  prints the same, the answer first, in $COLUMNS (100) columns
+  (bin/cupola advise --help).]],
   },
   {
     name = "timeline",
@@ -623,6 +668,7 @@ cupola.help() -> the overview; cupola.help(topic) -> one topic's page, where
     page = [[
 bin/cupola script.lua [args...]   runs a script; `cupola` is a global
 bin/cupola -e 'print(cupola.backend())'   any lua5.4 options
+bin/cupola --help                 what bin/cupola does
 bin/cupola                        the REPL: Lua 5.4's own with cupola loaded;
   it names the backend and device, and help(topic) prints cupola.help.
 In a source tree it uses the tree's build (run make first); installed, the
@@ -654,6 +700,11 @@ CUPOLA_CUPY_POOL, CUPOLA_CUPY_STREAMS, CUPOLA_CUPY_LOG   the same for CuPy
 CUPOLA_CUPY_LIB=path       the library python/cupola_cupy.py loads
 CUPOLA_LUA                 the interpreter bin/cupola runs (lua5.4)
 CUPOLA_BIN_LUADIR, CUPOLA_BIN_LIBDIR      set by bin/cupola itself
+CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS   set by
+                           bin/cupola record for libcupola_record.so
+CUPOLA_RECORD_LIB          the library bin/cupola record injects
+CUPOLA_RECORD_LEVEL=driver the recorder's driver callbacks only
+CUPOLA_RECORD_ASSUME_DEVICE=1  bin/cupola record skips its backend check
 CUPOLA_COMMIT              the commit cupola.survey records
 PWD                        makes cupola.include_dir absolute]],
   },

@@ -20,6 +20,7 @@
 
 #include "ptrmap.h"
 #include "pickle.h"
+#include "record.h"
 #include "snapshot.h"
 #include "trace_torch.h"
 
@@ -145,6 +146,8 @@ typedef struct loader {
     unsigned sdev;      /* ... device_traces[sdev][sentry] */
     size_t sentry;
     int device;         /* snapshots: the one device to read (-1: all) */
+    int record_header;  /* `cupola record` files: the column line was read */
+    int record_end;     /* ... and the end line (record.h) */
 } loader;
 
 /* Where the current row came from: "path:line" (CSV) or
@@ -514,6 +517,53 @@ decoded:
     return st;
 }
 
+/* A `cupola record` file ends early (record.h): what came before loads,
+ * with a warning; a file cut before its column line is refused. */
+static cp_status record_cut(loader *ld, const char *gzmsg)
+{
+    cp_trace *t = ld->t;
+    if (!ld->record_header)
+        return cp_error_set(CP_ERR_INVALID, "%s:%zu: a cupola record file cut before its "
+                            "column line", ld->path, ld->line);
+    t->cut = 1;
+    snprintf(t->warning, sizeof t->warning, "%s:%zu: the recording is cut here (%s; the "
+             "program was stopped while recording?): the %zu events before it were loaded",
+             ld->path, ld->line, gzmsg ? gzmsg : "a last line without its newline",
+             t->n);
+    return CP_OK;
+}
+
+/* One line of a `cupola record` file after its first (record.h). */
+static cp_status record_line(loader *ld, char *buf)
+{
+    cp_record_row row;
+    const char *why, *detail;
+    if (strcmp(buf, CP_RECORD_END) == 0)
+        ld->record_end = 1;
+    if (buf[0] == '#' || buf[0] == '\0')
+        return CP_OK;
+    if (!ld->record_header) {
+        if (strcmp(buf, CP_RECORD_HEADER) != 0)
+            return cp_error_set(CP_ERR_INVALID, "%s:%zu: expected the column line '"
+                                CP_RECORD_HEADER "', found '%.80s'", ld->path, ld->line, buf);
+        ld->record_header = 1;
+        return CP_OK;
+    }
+    if (cp_record_parse(buf, &row, &why, &detail) != 0)
+        return bad(ld, why, detail);
+    if (!row.replayed) {
+        ld->t->info.ignored++;
+        return CP_OK;
+    }
+    {
+        cp_status st = add_row(ld, row.is_free, row.ptr, row.size, row.stream, row.thread,
+                               row.time_us);
+        if (st == CP_OK && ld->t->nallocs >= UINT32_MAX)
+            return bad(ld, "too many allocations (more than 2^32)", NULL);
+        return st;
+    }
+}
+
 static cp_status load(loader *ld)
 {
     char buf[1024];
@@ -525,6 +575,13 @@ static cp_status load(loader *ld)
             break;
         ld->line++;
         len = strlen(buf);
+        if (len && buf[len - 1] != '\n' && ld->t->record) {
+            /* A recording cut by a killed program: the line is a prefix of
+             * one the recorder wrote whole, so it is dropped (record.h). */
+            const char *msg = gzerror(ld->gz, &err);
+            if ((err != Z_OK && err != Z_STREAM_END) || gzeof(ld->gz))
+                return record_cut(ld, err != Z_OK && err != Z_STREAM_END ? msg : NULL);
+        }
         if (len && buf[len - 1] != '\n') {
             /* A last line without its newline: complete only if the stream
              * ended cleanly (a truncated gzip member hands out its partial
@@ -544,6 +601,16 @@ static cp_status load(loader *ld)
         ld->offset += len;
         while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
             buf[--len] = '\0';
+        if (ld->line == 1 && cp_record_is_magic(buf)) {
+            ld->t->record = 1;
+            continue;
+        }
+        if (ld->t->record) {
+            cp_status st2 = record_line(ld, buf);
+            if (st2 != CP_OK)
+                return st2;
+            continue;
+        }
         if (ld->line == 1) {
             if (strcmp(buf, HEADER) != 0)
                 return cp_error_set(CP_ERR_INVALID, "%s:1: header must be '" HEADER "', "
@@ -560,9 +627,20 @@ static cp_status load(loader *ld)
     }
     {
         const char *msg = gzerror(ld->gz, &err);
+        if (err != Z_OK && err != Z_STREAM_END && ld->t->record)
+            return record_cut(ld, msg);
         if (err != Z_OK && err != Z_STREAM_END)
             return cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data (%s)",
                                 ld->path, ld->line + 1, msg);
+    }
+    if (ld->t->record && !ld->record_header)
+        return cp_error_set(CP_ERR_INVALID, "%s: a cupola record file without its column "
+                            "line ('" CP_RECORD_HEADER "')", ld->path);
+    if (ld->t->record && !ld->record_end) {
+        ld->t->cut = 1;
+        snprintf(ld->t->warning, sizeof ld->t->warning, "%s: no '" CP_RECORD_END "' line: the "
+                 "recording stopped before its process ended (killed, or still running): the "
+                 "%zu events in it were loaded", ld->path, ld->t->n);
     }
     if (ld->line == 0)
         return cp_error_set(CP_ERR_INVALID, "%s:1: empty file (expected the header '" HEADER
@@ -744,7 +822,7 @@ cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t 
 
 const char *cp_trace_format(const cp_trace *t)
 {
-    return t->format ? "torch_snapshot" : "rmm_csv";
+    return t->format ? "torch_snapshot" : t->record ? "cupola_record" : "rmm_csv";
 }
 
 void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
@@ -773,4 +851,9 @@ size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uin
     *time = t->seg_time;
     *reserved = t->seg_reserved;
     return t->nseg;
+}
+
+const char *cp_trace_warning(const cp_trace *t)
+{
+    return t->cut ? t->warning : NULL;
 }

@@ -26,6 +26,9 @@
  * counted in `failed`, the replay goes on, and the later free of that pointer
  * is skipped.  Time is measured with clock_gettime around the whole loop.
  *
+ * `cupola record` files (record.h) load too, recognised by their first line;
+ * only their device memory becomes rows, and a cut file loads with a warning.
+ *
  * PyTorch memory snapshots (the pickle torch.cuda.memory._dump_snapshot
  * writes, plain or gzip) load too, recognised by their first bytes; how
  * their events become rows is in snapshot.h.
@@ -88,7 +91,8 @@ typedef struct cp_trace_row {
     uint32_t thread;
     double time_us;
     uint32_t device;   /* snapshots: the device_traces index */
-    const char *label; /* snapshots: "file:line name" of the allocation's frame, or NULL */
+    const char *label; /* snapshots: the allocation's frames (snapshot.h: lines, the first
+                        * "file:line name" of the frame people recognise), or NULL */
 } cp_trace_row;
 
 enum { CP_STOP_NONE = 0, CP_STOP_ANY = 1, CP_STOP_NEEDED = 2 };
@@ -190,8 +194,11 @@ void cp_trace_info_get(const cp_trace *t, cp_trace_info *out);
 /* Row i (0-based, < cp_trace_events); CP_ERR_INVALID when out of range. */
 cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out);
 const char *cp_trace_path(const cp_trace *t);
-/* "rmm_csv" or "torch_snapshot". */
+/* "rmm_csv", "torch_snapshot" or "cupola_record". */
 const char *cp_trace_format(const cp_trace *t);
+/* A recording that loaded although it was cut (record.h): where, and how
+ * many events were read; NULL for a whole file. */
+const char *cp_trace_warning(const cp_trace *t);
 /* PyTorch's own reserved bytes over time (snapshots): the points' count, and
  * the arrays through time/reserved (NULL and 0 for CSV). */
 size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uint64_t **reserved);

@@ -33,6 +33,9 @@ struct cp_trace {
     size_t nstreams;
     cp_trace_info info;
     int format;         /* 0: RMM CSV, 1: PyTorch snapshot */
+    int record;         /* format 0 read from a `cupola record` file (record.h) */
+    int cut;            /* ... that ended early: warning says where */
+    char warning[640];
     /* PyTorch snapshots only (NULL / 0 for CSV): */
     uint32_t *label;    /* per row: index + 1 into labels, 0 for none */
     uint16_t *device;   /* per row */

@@ -1,0 +1,223 @@
+-- `cupola record`: its files as cupola.trace.load reads them (whole, cut,
+-- plain, gzip) and bin/cupola record's command line, on the host.  The
+-- recording itself (CUPTI, on a GPU) is checked by bench/record_check.sh.
+local cupola = require "cupola"
+
+local HEAD = "# cupola record 1: pid 42, device 0, start_unix_ns 1, flush_ms 50, cupti 130000\n" ..
+  "Thread,Time,Action,Pointer,Size,Stream,Device,Kind,Pool,Call\n"
+local ROWS = {
+  "42,1.000,allocate,0x7f0000000000,4194304,0x0,0,device,0x0,cudaMalloc",
+  "42,2.000,allocate,0x7f0000400000,1024,0x5a,0,device,0x0,cudaMallocAsync",
+  "42,3.000,allocate,0x7e0000000000,1048576,0x0,0,managed,0x0,cudaMallocManaged",
+  "42,4.000,allocate,0x600000,4096,0x0,0,pinned,0x0,cudaHostAlloc",
+  "42,5.000,allocate failure,0x0,1099511627776,0x0,0,device,0x0,cudaMalloc",
+  "42,6.000,allocate,0x5555000,2097152,0x0,0,vmm,0x0,cuMemCreate",
+  "42,7.000,map,0x7d0000000000,2097152,0x0,0,vmm,0x5555000,cuMemMap",
+  "42,8.000,free,0x7f0000000000,4194304,0x0,0,device,0x0,cudaFree",
+  "42,9.000,free,0x7f0000400000,1024,0x5a,0,device,0x0,cudaFreeAsync",
+  "42,10.000,free,0x7e0000000000,1048576,0x0,0,managed,0x0,cudaFree",
+}
+
+local tmp = os.tmpname()
+os.remove(tmp)
+os.execute("mkdir -p " .. tmp)
+
+local function write(name, text)
+  local path = tmp .. "/" .. name
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+  return path
+end
+
+local function run(cmd)
+  local p = io.popen(cmd .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read "a"
+  p:close()
+  local rc = tonumber(out:match "rc=(%d+)%s*$")
+  return out:gsub("rc=%d+%s*$", ""), rc
+end
+
+describe("cupola record files", function()
+  it("load as a trace of device memory, the rest kept apart", function()
+    local path = write("whole.csv", HEAD .. table.concat(ROWS, "\n") .. "\n# end\n")
+    local t <close> = cupola.trace.load(path)
+    assert.equals("cupola_record", t.format)
+    assert.equals(2, t.allocs)
+    assert.equals(2, t.frees)
+    assert.equals(4194304 + 1024, t.peak_live)
+    assert.equals(6, t.ignored) -- managed (2), pinned, failure, vmm create and map
+    assert.equals(2, t.streams)
+    assert.is_false(t.cut)
+    assert.is_nil(t.warning)
+    local e = t:event(2)
+    assert.equals(0x5a, e.stream)
+  end)
+
+  it("replay through a pool like any trace", function()
+    local path = write("replay.csv", HEAD .. table.concat(ROWS, "\n") .. "\n# end\n")
+    local t <close> = cupola.trace.load(path)
+    local p <close> = cupola.pool {kind = "torch"}
+    local r = cupola.trace.replay(t, p)
+    assert.equals(0, r.failed)
+    assert.is_true(r.peak_reserved >= 4194304 + 1024)
+  end)
+
+  it("cut by a killed program: what is whole loads, with a warning", function()
+    -- no end line, and a last line without its newline (a prefix of a longer one)
+    local text = HEAD .. table.concat(ROWS, "\n", 1, 8) .. "\n" .. ROWS[9]:sub(1, 20)
+    local t <close> = cupola.trace.load(write("cut.csv", text))
+    assert.is_true(t.cut)
+    assert.matches("cut here", t.warning, 1, true)
+    assert.equals(2, t.allocs)
+    assert.equals(1, t.frees)
+    -- cut between two lines: no end line says so
+    local t2 <close> = cupola.trace.load(write("cut2.csv", HEAD .. ROWS[1] .. "\n"))
+    assert.is_true(t2.cut)
+    assert.matches("no '# end' line", t2.warning, 1, true)
+    assert.equals(1, t2.leaked)
+  end)
+
+  it("cut inside a gzip block: what is whole loads, with a warning", function()
+    local path = write("g.csv", HEAD .. table.concat(ROWS, "\n") .. "\n# end\n")
+    assert.is_true(os.execute("gzip -f " .. path))
+    local f = assert(io.open(path .. ".gz", "rb"))
+    local gz = f:read "a"
+    f:close()
+    local whole <close> = cupola.trace.load(path .. ".gz")
+    assert.is_false(whole.cut)
+    local cut = write("gcut.csv.gz", gz:sub(1, #gz - 12))
+    local t <close> = cupola.trace.load(cut)
+    assert.is_true(t.cut)
+    assert.is_true(t.allocs <= 2)
+  end)
+
+  it("refuse what is not a recording, naming the line", function()
+    local bad = write("bad.csv", HEAD .. "42,1.0,allocate,0x10,8,0x0,0,gpu,0x0,cudaMalloc\n")
+    local ok, err = pcall(cupola.trace.load, bad)
+    assert.is_false(ok)
+    assert.matches("bad.csv:3: kind must be", err, 1, true)
+    local nohead = write("nohead.csv", "# cupola record 1: pid 1\n42,1.0\n")
+    ok, err = pcall(cupola.trace.load, nohead)
+    assert.is_false(ok)
+    assert.matches("nohead.csv:2: expected the column line", err, 1, true)
+  end)
+end)
+
+describe("bin/cupola record", function()
+  it("prints its usage and fails without a command", function()
+    local out, rc = run "bin/cupola record"
+    assert.equals(2, rc)
+    assert.matches("usage: cupola record", out, 1, true)
+    out, rc = run "bin/cupola record -o x.csv.gz --"
+    assert.equals(2, rc)
+    assert.matches("usage: cupola record", out, 1, true)
+  end)
+
+  it("says a bad option in one line", function()
+    local out, rc = run "bin/cupola record --frob -- true"
+    assert.equals(2, rc)
+    assert.equals("cupola record: unknown option --frob (cupola record --help for the usage)\n", out)
+    out, rc = run "bin/cupola record --flush-ms 0 -- true"
+    assert.equals(2, rc)
+    assert.matches("^cupola record: %-%-flush%-ms needs", out)
+  end)
+
+  it("says in one line that the host backend has nothing to record", function()
+    local lib = write("fake.so", "")
+    local out, rc = run("CUPOLA_RECORD_LIB=" .. lib .. " CUPOLA_BACKEND=host bin/cupola record -- true")
+    assert.equals(1, rc)
+    assert.equals("cupola record: cupola runs on its host backend here (no usable CUDA device): " ..
+      "there is nothing to record\n", out)
+  end)
+
+  it("says in one line that the output's folder cannot be written", function()
+    local lib = write("fake.so", "")
+    local out, rc = run("CUPOLA_RECORD_LIB=" .. lib ..
+      " CUPOLA_RECORD_ASSUME_DEVICE=1 bin/cupola record -o /nonexistent/dir/t.csv.gz -- true")
+    assert.equals(2, rc)
+    assert.equals("cupola record: -o /nonexistent/dir/t.csv.gz: /nonexistent/dir is not a folder this " ..
+      "user can write to\n", out)
+  end)
+
+  it("says in one line that the library is missing", function()
+    local out, rc = run "CUPOLA_RECORD_LIB=/nonexistent/lib.so bin/cupola record -- true"
+    assert.equals(1, rc)
+    assert.equals("cupola record: CUPOLA_RECORD_LIB names /nonexistent/lib.so, which is not a file\n", out)
+  end)
+
+  -- The run itself, with a command that writes a recording as the injected
+  -- library would (its path in CUPOLA_RECORD_LIST): names, the summary, the
+  -- command's status.
+  local function fake(script, o)
+    local lib = write("fake.so", "")
+    local sh = write("fake.sh", script)
+    return run(("CUPOLA_RECORD_LIB=%s CUPOLA_RECORD_ASSUME_DEVICE=1 bin/cupola record -o %s -- sh %s")
+      :format(lib, o, sh))
+  end
+
+  it("runs the command with the injection set and summarises the one file", function()
+    local o = tmp .. "/one.csv"
+    local script = ([[
+[ -n "$CUDA_INJECTION64_PATH" ] || exit 9
+f="${CUPOLA_RECORD_OUT%%.csv}.p$$.d0.csv"
+printf '%%s' '%s' > "$f"
+echo "$f" >> "$CUPOLA_RECORD_LIST"
+exit 3
+]]):format(HEAD .. table.concat(ROWS, "\n") .. "\n# end\n")
+    local out, rc = fake(script, o)
+    assert.equals(3, rc) -- the command's own status
+    assert.matches("cupola record: 2 device allocations, peak 4.00 MiB live", out, 1, true)
+    assert.matches(o .. ": 2 device allocations, 2 frees", out, 1, true)
+    local t <close> = cupola.trace.load(o) -- renamed to -o's name
+    assert.equals(2, t.allocs)
+  end)
+
+  it("keeps a file per process and reports a killed command's status and its cut file", function()
+    local o = tmp .. "/two.csv"
+    local script = ([[
+for i in 1 2; do
+  f="${CUPOLA_RECORD_OUT%%.csv}.p$$$i.d0.csv"
+  printf '%%s' '%s' > "$f"
+  echo "$f" >> "$CUPOLA_RECORD_LIST"
+done
+kill -9 $$
+]]):format(HEAD .. ROWS[1] .. "\n")
+    local out, rc = fake(script, o)
+    assert.equals(137, rc)
+    assert.matches("2 files:", out, 1, true)
+    assert.matches("warning: .-no '# end' line", out)
+  end)
+
+  it("says so when nothing was recorded", function()
+    local out, rc = fake("exit 0\n", tmp .. "/none.csv")
+    assert.equals(0, rc)
+    assert.matches("^cupola record: no allocation was recorded", out)
+  end)
+end)
+
+-- On a GPU (make gpu-check builds the library): the recorder against a
+-- program whose allocations are known; bench/record_check.sh does the
+-- rest (a killed program, the cost, the frameworks).
+describe("cupola record on the GPU", function()
+  local lib = io.open("build/libcupola_record.so", "rb")
+  if lib then lib:close() end
+  local nvcc = (os.getenv "CUDA_HOME" or "/usr/local/cuda") .. "/bin/nvcc"
+  if cupola.backend() ~= "cuda" or not lib then
+    pending("records every event of a program whose allocations are known #gpu (needs a CUDA device and make record)")
+    return
+  end
+  it("records every event of a program whose allocations are known #gpu", function()
+    local prog = tmp .. "/record_known"
+    local _, rc = run(("%s -O2 -arch=sm_90 -o %s bench/record_known.cu -lcuda"):format(nvcc, prog))
+    assert.equals(0, rc)
+    local out
+    out, rc = run(("bin/cupola record -o %s/known.csv -- %s known %s/known.log"):format(tmp, prog, tmp))
+    assert.equals(0, rc, out)
+    assert.matches("device allocations", out, 1, true)
+    out, rc = run(("bin/cupola bench/record_check.lua known %s/known.csv %s/known.log"):format(tmp, tmp))
+    assert.equals(0, rc, out)
+    assert.matches("PASS known program", out, 1, true)
+  end)
+end)
+
