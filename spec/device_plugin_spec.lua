@@ -217,3 +217,166 @@ extern "C" __global__ void use(cupola_device_pool *pool, unsigned long long *out
     out:free()
   end)
 end)
+
+-- Plugins created and destroyed on the host (cupola/plugin.h's
+-- cupola_plugin_create / cupola_plugin_destroy), the interface the peers'
+-- adapters (bench/peers/) are written against: a small bump allocator whose
+-- host part notes each call in a file.
+describe("plugins created on the host", function()
+  local LOG = os.tmpname()
+  local HOSTED = ([[
+#include <cupola/plugin.h>
+struct hb_state { unsigned long long top, cap; unsigned char *base; };
+#if CUPOLA_PLUGIN_HOST_PART
+#include <stdio.h>
+#include <stdlib.h>
+#if !CUPOLA_ON_HOST
+#include <cuda_runtime.h>
+#endif
+static void hb_note(const char *what, unsigned long long v)
+{
+    FILE *f = fopen("%s", "a");
+    if (f) { fprintf(f, "%%s %%llu\n", what, v); fclose(f); }
+}
+CUPOLA_PLUGIN_HOST int cupola_plugin_create(unsigned long long cap, void **dev, void **host)
+{
+    hb_note("create", cap);
+    if (cap < 4096) return 7;
+    hb_state *s = NULL;
+    /* memory both the host part and the kernels reach (on the GPU: managed) */
+#if CUPOLA_ON_HOST
+    s = (hb_state *)aligned_alloc(256, 256 + cap);
+#else
+    if (cudaMallocManaged((void **)&s, 256 + cap) != cudaSuccess) s = NULL;
+#endif
+    if (!s) return 8;
+    s->top = 0; s->cap = cap; s->base = (unsigned char *)s + 256;
+    *dev = s; *host = s;
+    return 0;
+}
+CUPOLA_PLUGIN_HOST void cupola_plugin_destroy(void *dev, void *host)
+{
+    hb_note("destroy", dev == host);
+#if CUPOLA_ON_HOST
+    free(host);
+#else
+    cudaFree(host);
+#endif
+}
+#endif
+__device__ void cupola_plugin_init(cupola_device_pool *, unsigned long long, unsigned long long) {}
+__device__ void *cupola_plugin_alloc(cupola_device_pool *pool, unsigned long long bytes)
+{
+    hb_state *s = (hb_state *)cupola_pool_peer(pool);
+    unsigned long long r = (bytes + 15) & ~15ull;
+    unsigned long long off = atomicAdd(&s->top, r);
+    return off + r <= s->cap ? s->base + off : nullptr;
+}
+__device__ void cupola_plugin_free(cupola_device_pool *, void *) {}
+]]):format(LOG)
+  local KERNEL = [[
+extern "C" __global__ void take(cupola_device_pool *pool, unsigned long long *out, unsigned long long n,
+                                unsigned long long bytes)
+{
+    unsigned long long i = cupola_global_index();
+    if (i >= n)
+        return;
+    unsigned long long *p = (unsigned long long *)cupola_alloc(pool, bytes);
+    if (!p) {
+        atomicAdd(&out[1], 1ull);
+        return;
+    }
+    p[0] = i;
+    if (p[0] == i)
+        atomicAdd(&out[0], 1ull);
+}
+]]
+  local function log()
+    local f = io.open(LOG)
+    if not f then return "" end
+    local s = f:read "a"
+    f:close()
+    return s
+  end
+  before_each(function() os.remove(LOG) end)
+  teardown(function() os.remove(LOG) end)
+
+  -- n allocations of bytes from dp in a kernel of one's own: served, NULLs
+  local function take(dp, n, bytes)
+    local m = cupola.module { name = "take.cu", source = HOSTED .. KERNEL }
+    local k = m:kernel("take", { "device_pool", "ptr", "u64", "u64" })
+    local out <close> = cupola.malloc(16)
+    out:memset(0)
+    k:launch({ threads = n }, dp, out, n, bytes)
+    return string.unpack("<I8I8", out:read(0, 16))
+  end
+
+  it("creates the peer with the pool's capacity, serves from its memory, destroys it on close", function()
+    local dp = cupola.device_pool { kind = "plugin", source = HOSTED, name = "hb.cu", capacity = 64 * 1024 }
+    assert.equal("create 65536\n", log())
+    assert.equal(64 * 1024, dp:stats().capacity)
+    -- 64 KiB of 64-byte blocks: 1024 served, the rest NULL
+    local ok, failed = take(dp, 2000, 64)
+    assert.equal(1024, ok)
+    assert.equal(976, failed)
+    dp:close()
+    dp:close()
+    assert.equal("create 65536\ndestroy 1\n", log())
+  end)
+
+  it("dp:reset destroys and creates the peer again (a fresh allocator)", function()
+    local dp <close> = cupola.device_pool { kind = "plugin", source = HOSTED, name = "hb.cu", capacity = 8192 }
+    assert.equal(128, (take(dp, 200, 64)))
+    assert.equal(0, (take(dp, 10, 64)))
+    dp:reset()
+    assert.equal("create 8192\ndestroy 1\ncreate 8192\n", log())
+    assert.equal(128, (take(dp, 200, 64)))
+  end)
+
+  it("a create that fails is out of memory: nil, the message, 'out_of_memory'", function()
+    local dp, msg, code = cupola.device_pool { kind = "plugin", source = HOSTED, name = "hb.cu", capacity = 1024 }
+    assert.is_nil(dp)
+    assert.matches("cupola_plugin_create%(1024%) failed %(returned 7%)", msg)
+    assert.equal("out_of_memory", code)
+    assert.equal("create 1024\n", log())
+  end)
+
+  it("dp:run is refused (the blocks lie outside cupola's claim map): the survey measures it", function()
+    local dp <close> = cupola.device_pool { kind = "plugin", source = HOSTED, name = "hb.cu", capacity = 8192 }
+    assert.has_error(function() dp:run { threads = 10, bytes = 16 } end,
+      "dp:run checks blocks against the claim map of the pool's own bytes, and a plugin created on the host " ..
+      "keeps its blocks in its own memory: measure it with cupola.survey")
+  end)
+
+  it("a plugin that names create but lacks destroy is refused, naming both", function()
+    local src = HOSTED:gsub("CUPOLA_PLUGIN_HOST void cupola_plugin_destroy", "void hb_unused_destroy")
+    local ok, err = pcall(cupola.device_pool, { kind = "plugin", source = src, name = "half.cu", capacity = 8192 })
+    assert.is_false(ok)
+    assert.matches("half.cu names cupola_plugin_create but does not define both", err, 1, true)
+  end)
+
+  it("takes include folders and a compiler, and refuses bad ones, naming the option", function()
+    local dp <close> = cupola.device_pool { kind = "plugin", path = "examples/plugins/hostslots.cu",
+      capacity = 1 * MiB, include = { "examples/plugins" }, compiler = "nvcc", options = { "-DHS_SLOT=256" } }
+    assert.equal("nvcc", dp.compiler)
+    assert.same({ "-DHS_SLOT=256", "-Iexamples/plugins" }, dp.options)
+    assert.has_error(function()
+      cupola.device_pool { kind = "plugin", path = EXAMPLE, capacity = 1 * MiB, include = { "/nonexistent/dir" } }
+    end, "cupola.device_pool: option 'include': '/nonexistent/dir' is not a folder")
+    assert.has_error(function()
+      cupola.device_pool { kind = "plugin", path = EXAMPLE, capacity = 1 * MiB, include = "examples" }
+    end, "cupola.device_pool: option 'include' must be a list of folders, not string 'examples'")
+    assert.has_error(function()
+      cupola.device_pool { kind = "plugin", path = EXAMPLE, capacity = 1 * MiB, include = { 3 } }
+    end)
+    assert.has_error(function()
+      cupola.device_pool { kind = "plugin", path = EXAMPLE, capacity = 1 * MiB, compiler = "clang" }
+    end, "cupola.device_pool: option 'compiler' must be \"nvrtc\" or \"nvcc\", not 'clang'")
+    assert.has_error(function()
+      cupola.module { source = "", compiler = "gcc" }
+    end, "cupola.module: option 'compiler' must be \"nvrtc\" or \"nvcc\", not 'gcc'")
+    assert.has_error(function()
+      cupola.module { ptx = ".version 8.0", compiler = "nvcc" }
+    end, "cupola.module: option 'compiler' applies to source= and path= only")
+  end)
+end)

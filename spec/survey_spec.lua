@@ -156,6 +156,29 @@ describe("cupola.survey", function()
     assert.equal(0, r.rows[1].failed)
   end)
 
+  -- The interface the peers' adapters (bench/peers/) are written against: a
+  -- plugin created on the host, with an include folder and compiler = "nvcc"
+  -- (the host backend compiles it with its own compiler), beside the heap.
+  it("measures a plugin created on the host beside the heap, include and compiler passed through", function()
+    local hs = { kind = "plugin", path = "examples/plugins/hostslots.cu", name = "hostslots",
+      include = { "examples/plugins" }, compiler = "nvcc" }
+    local r = run_small({ "init", "thread", "warp", "pairs", "frag", "oom" }, { "heap", hs },
+      { sizes = { 16, 1024 }, pair_sizes = { 16, 1024 }, frag_sizes = { 16, 1024 }, oom_sizes = { 1024 } })
+    for _, t in ipairs { "init", "thread", "warp", "pairs", "frag", "oom" } do
+      assert.is_true(#rows(r, t, "hostslots") > 0, t)
+    end
+    -- blocks up to its slot (1 KiB) are all served, intact, and in its own memory
+    for _, t in ipairs { "thread", "warp", "pairs" } do
+      for _, x in ipairs(rows(r, t, "hostslots")) do
+        assert.equal(0, x.failed, t .. " " .. x.size)
+        assert.equal(0, x.corrupt, t .. " " .. x.size)
+      end
+    end
+    -- 1 KiB blocks fill every slot of the pool's capacity
+    assert.is_true(rows(r, "oom", "hostslots")[1].fraction > 0.9)
+    for _, x in ipairs(rows(r, "frag", "hostslots")) do assert.equal(0, x.failed) end
+  end)
+
   it("refuses unknown options, tests and kinds", function()
     assert.has_error(function() survey.run { nope = 1 } end, "cupola.survey.run: unknown option 'nope'")
     assert.has_error(function() survey.run { tests = { "speed" } } end, "cupola.survey.run: unknown test 'speed'")

@@ -398,8 +398,11 @@ cupola.device_pool{kind="bump"|"warp_bump"|"slab"|"malloc"|"heap", capacity=} ->
   DevicePool: an allocator that runs inside kernels (malloc: CUDA's own; heap:
   16 B up to the pool, free from any thread, no reset needed).
 cupola.device_pool{kind="plugin", source=SRC | path="mine.cu", capacity=,
-  name=, options=, init_threads=1024}: your own allocator (cupola/plugin.h:
-  cupola_plugin_init/alloc/free), run and checked as cupola's pools are.
+  name=, options=, init_threads=1024, include={DIR}, compiler="nvrtc"|"nvcc"}:
+  your own allocator (cupola/plugin.h: cupola_plugin_init/alloc/free), run
+  and checked as cupola's pools are; one that defines cupola_plugin_create/
+  destroy is made on the host (a peer's adapter: bench/peers/, from your
+  checkout on include=, compiler="nvcc"; sh bench/device_peers.sh).
 dp:run(opts) with opts = {threads=N, bytes=B or {min, max}, stream=,
   free=false, block=256, verify=true, reset=, hold_us=, seed=, children=}
   (written dp:run{...}) -> {ok=, failed=, overlaps=, misaligned=, threads=,
@@ -678,7 +681,7 @@ module installed with it.  CUPOLA_LUA names the interpreter (lua5.4).]],
     name = "env",
     section = "Environment variables",
     names = { "environment", "CUPOLA_BACKEND", "CUPOLA_HOST_THREADS", "CUPOLA_TRACES", "CUPOLA_CACHE_DIR", "CUPOLA_CC",
-      "CUPOLA_CXX", "CUPOLA_INCLUDE", "CUPOLA_COMMIT", "CUDA_HOME", "CUDA_PATH" },
+      "CUPOLA_CXX", "CUPOLA_NVCC", "CUPOLA_INCLUDE", "CUPOLA_COMMIT", "CUDA_HOME", "CUDA_PATH" },
     overview = {
       { "CUPOLA_BACKEND  CUPOLA_HOST_DEVICES  ...", "environment variables cupola reads" },
     },
@@ -692,6 +695,8 @@ CUPOLA_TRACES=dir          searched first by cupola.trace.find
 CUPOLA_CACHE_DIR=dir       compile cache ($XDG_CACHE_HOME/cupola, $HOME/.cache)
 TMPDIR                     where compiles get a scratch folder (/tmp)
 CUPOLA_CC, CUPOLA_CXX      compilers for C plugins / host kernels (cc, c++)
+CUPOLA_NVCC                nvcc for compiler="nvcc" (else CUDA_HOME/CUDA_PATH/
+                           /usr/local/cuda bin/nvcc, then PATH)
 CUPOLA_INCLUDE=dir:dir     a module's include path instead of cupola's
 CUDA_HOME, CUDA_PATH       where NVRTC and nvJitLink are looked for first
 CUPOLA_TORCH_POOL, CUPOLA_TORCH_STREAMS   libcupola_torch.so's pool, streams

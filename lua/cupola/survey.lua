@@ -67,7 +67,9 @@ end
 local KINDS = { bump = 0, warp_bump = 1, slab = 2, malloc = 3, heap = 4 }
 
 -- An allocator spec: a kind name, or {kind=, name=, capacity=, ...} (a
--- plugin takes source/path/options/init_threads as cupola.device_pool does).
+-- plugin takes source/path/options/init_threads/include/compiler as
+-- cupola.device_pool does: a peer's adapter, bench/peers/, with the peer's
+-- checkout on include and compiler = "nvcc").
 local function spec_of(a, i)
   if type(a) == "string" then a = { kind = a } end
   if type(a) ~= "table" or type(a.kind) ~= "string" then
@@ -89,6 +91,7 @@ local function make_pool(spec, cap)
   if spec.kind == "plugin" then
     o.source, o.path, o.name, o.options, o.init_threads = spec.source, spec.path, spec.plugin_name,
       spec.options, spec.init_threads
+    o.include, o.compiler = spec.include, spec.compiler
   end
   return cupola.device_pool(o)
 end
@@ -102,7 +105,7 @@ local function module_for(spec, dp)
       "\n#include <cupola/survey.cuh>\n"
     local opts = { "-DCUPOLA_POOL_KIND=5" }
     for _, o in ipairs(dp.options or {}) do opts[#opts + 1] = o end
-    return cupola.module { name = "survey_" .. dp.name, source = src, options = opts }
+    return cupola.module { name = "survey_" .. dp.name, source = src, options = opts, compiler = dp.compiler }
   end
   -- (spec.options: more compile options for the allocator's module, e.g.
   -- -lineinfo for a profiler, or -D settings an allocator's header reads)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "binding.h"
 #include "kernel/compile.h"
@@ -107,12 +108,13 @@ static const char *plugin_source(lua_State *L, size_t *len, const char **name)
 }
 
 /* cupola.device_pool{kind=, capacity=} and, for kind = "plugin",
- * source= | path=, name=, options=, init_threads= */
+ * source= | path=, name=, options=, init_threads=, include= (folders: -I
+ * options after the user's), compiler= ("nvrtc" or "nvcc") */
 static int devpool_new(lua_State *L)
 {
     static const char *const opts[] = {"kind", "capacity", NULL};
     static const char *const plugin_opts[] = {"kind", "capacity", "source", "path", "name",
-                                              "options", "init_threads", NULL};
+                                              "options", "init_threads", "include", "compiler", NULL};
     const char *kname;
     lua_Integer cap;
     int k;
@@ -155,7 +157,8 @@ static int devpool_new(lua_State *L)
 
     if (k == KIND_PLUGIN) {
         cp_dplugin_desc pd;
-        const char *options[65];
+        const char *options[65 + 16];
+        int nopt = 0, optpos;
         lua_Integer nthreads = 1024;
         char *log = NULL;
         int top;
@@ -190,8 +193,48 @@ static int devpool_new(lua_State *L)
                     return luaL_error(L, "cupola.device_pool: %s", cp_error_msg());
                 lua_pop(L, 1);
             }
-            options[n] = NULL;
+            nopt = (int)n;
+        }
+        luaL_checkstack(L, 24, "include folders");
+        optpos = lua_gettop(L);
+        /* include: folders of the user's (a peer's checkout), as -I options */
+        lua_getfield(L, 1, "include");
+        if (!lua_isnil(L, -1)) {
+            lua_Integer n;
+            if (!lua_istable(L, -1))
+                return luaL_error(L, "cupola.device_pool: option 'include' must be a list of folders, not %s",
+                                  l_pushtyped(L, -1));
+            n = luaL_len(L, -1);
+            if (n > 16)
+                return luaL_error(L, "cupola.device_pool: option 'include': at most 16 folders");
+            for (lua_Integer i = 1; i <= n; i++) {
+                const char *dir;
+                struct stat sb;
+                lua_geti(L, -1, i);
+                if (lua_type(L, -1) != LUA_TSTRING)
+                    return luaL_error(L, "cupola.device_pool: option 'include': item %d is a %s, not a string%s",
+                                      (int)i, luaL_typename(L, -1), l_pushgot(L, -1));
+                dir = lua_tostring(L, -1);
+                if (!*dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+                    return luaL_error(L, "cupola.device_pool: option 'include': '%s' is not a folder", dir);
+                lua_pushfstring(L, "-I%s", dir); /* kept on the stack */
+                options[nopt++] = lua_tostring(L, -1);
+                lua_remove(L, -2);
+                lua_insert(L, optpos); /* below the include table */
+                optpos++;
+            }
+        }
+        lua_pop(L, 1);
+        if (nopt > 0) {
+            options[nopt] = NULL;
             pd.options = options;
+        }
+        {
+            const char *c = l_optstring_field(L, 1, "compiler", "nvrtc");
+            if (strcmp(c, "nvcc") == 0)
+                pd.nvcc = 1;
+            else if (strcmp(c, "nvrtc") != 0)
+                return luaL_error(L, "cupola.device_pool: option 'compiler' must be \"nvrtc\" or \"nvcc\", not '%s'", c);
         }
         pd.include_dirs = l_include_dirs();
         pd.capacity = (size_t)cap;
@@ -200,13 +243,20 @@ static int devpool_new(lua_State *L)
         memset(d, 0, sizeof *d);
         luaL_setmetatable(L, L_DEVPOOL);
         /* what the survey needs to compile the plugin into its kernels */
-        lua_createtable(L, 0, 3);
+        lua_createtable(L, 0, 4);
         lua_pushvalue(L, top);
         lua_setfield(L, -2, "source");
         lua_pushstring(L, pd.name);
         lua_setfield(L, -2, "name");
-        lua_getfield(L, 1, "options");
+        /* the options as compiled: the user's, then the include folders' -I */
+        lua_createtable(L, nopt, 0);
+        for (int i = 0; i < nopt; i++) {
+            lua_pushstring(L, options[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
         lua_setfield(L, -2, "options");
+        lua_pushstring(L, pd.nvcc ? "nvcc" : "nvrtc");
+        lua_setfield(L, -2, "compiler");
         lua_setiuservalue(L, -2, 1);
         st = cp_dplugin_create(&pd, &d->pl, &log);
         if (st == CP_ERR_INVALID && log)
@@ -558,7 +608,8 @@ static int devpool_index(lua_State *L)
     else if (strcmp(k, "closed") == 0)
         lua_pushboolean(L, d->p == NULL && d->pl == NULL);
     else if (d->kind == KIND_PLUGIN &&
-             (strcmp(k, "source") == 0 || strcmp(k, "name") == 0 || strcmp(k, "options") == 0)) {
+             (strcmp(k, "source") == 0 || strcmp(k, "name") == 0 || strcmp(k, "options") == 0 ||
+              strcmp(k, "compiler") == 0)) {
         lua_getiuservalue(L, 1, 1);
         lua_getfield(L, -1, k);
     } else if (!l_getmethod(L, 1, k))

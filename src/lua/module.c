@@ -158,7 +158,7 @@ static const char *push_file(lua_State *L, const char *path, size_t *len)
 /* cupola.module{source=, name=, options=} / {path=} / {ptx=} / {cubin=path} */
 static int module_new(lua_State *L)
 {
-    static const char *const opts[] = {"source", "path", "ptx", "cubin", "name", "options", NULL};
+    static const char *const opts[] = {"source", "path", "ptx", "cubin", "name", "options", "compiler", NULL};
     const char *options[65];
     cp_kmodule_desc d;
     l_module *m;
@@ -243,6 +243,17 @@ static int module_new(lua_State *L)
         d.options = options;
     }
     d.include_dirs = (const char *const *)include_dirs;
+    {
+        /* compiler: "nvrtc" (the default) or "nvcc" (the toolkit's, for
+         * sources NVRTC cannot take; CUDA backend) */
+        const char *c = l_optstring_field(L, 1, "compiler", "nvrtc");
+        if (strcmp(c, "nvcc") == 0)
+            d.nvcc = 1;
+        else if (strcmp(c, "nvrtc") != 0)
+            return luaL_error(L, "cupola.module: option 'compiler' must be \"nvrtc\" or \"nvcc\", not '%s'", c);
+        if (d.nvcc && d.kind != CP_KSRC_SOURCE)
+            return luaL_error(L, "cupola.module: option 'compiler' applies to source= and path= only");
+    }
 
     m = (l_module *)lua_newuserdatauv(L, sizeof *m, 0);
     m->m = NULL;

@@ -210,7 +210,7 @@ static void test_nvrtc(void)
     static const char nest[] = "extern \"C\" __global__ void child(int *x) { atomicAdd(x, 1); }\n"
                                "extern \"C\" __global__ void parent(int *x) { child<<<1, 32>>>(x); }\n";
     static const char bad[] = "extern \"C\" __global__ void f(int *x)\n{\n    x[0] = nope;\n}\n";
-    cp_kmodule_desc d = {CP_KSRC_SOURCE, "f.cu", src, sizeof src - 1, NULL, inc};
+    cp_kmodule_desc d = {CP_KSRC_SOURCE, "f.cu", src, sizeof src - 1, NULL, inc, 0};
     void *img = NULL;
     size_t len = 0;
     int where = -1;
@@ -253,7 +253,7 @@ static cp_status nvrtc_builds(const char *name, const char *src, size_t len, con
 {
     static const char *const inc[] = {"cuda/include", NULL};
     const char *opts[2] = {opt, NULL};
-    cp_kmodule_desc d = {CP_KSRC_SOURCE, name, src, len, opt ? opts : NULL, inc};
+    cp_kmodule_desc d = {CP_KSRC_SOURCE, name, src, len, opt ? opts : NULL, inc, 0};
     void *img = NULL;
     size_t n = 0;
     int where = -1;
@@ -317,6 +317,142 @@ static void test_nvrtc_device_pools(void)
     free(plugin);
 }
 
+/* A file's contents (malloc'd), or NULL. */
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* compiler = "nvcc": the toolkit's nvcc builds a plugin pool's module (the
+ * harness after a plugin created on the host) into an image for sm_90,
+ * through the cache, and its host part into a shared object that exports
+ * cupola_plugin_create and cupola_plugin_destroy (what dp_plugin.c does on
+ * the GPU machine, checked here where there is no device).  With
+ * CUPOLA_PEERS (the folder of the peers' checkouts, docs/API.md), each
+ * adapter of bench/peers/ builds too. */
+static void test_nvcc(void)
+{
+    static const char *const inc[] = {"cuda/include", NULL};
+    static const char bad[] = "#include <cupola/plugin.h>\n__device__ int f() { return nope; }\n";
+    static const struct {
+        const char *file, *dir, *opt;
+    } peers[] = {{"bench/peers/gallatin.cu", "gallatin/include", NULL},
+                 {"bench/peers/ouroboros.cu", "ouroboros/include", NULL},
+                 {"bench/peers/ouroboros.cu", "ouroboros/include", "-DOURO_CHUNKS"},
+                 {"bench/peers/fdgmalloc.cu", "survey/frameworks/fdg", NULL}};
+    const char *peerdir = getenv("CUPOLA_PEERS");
+    char *plugin, *src;
+    size_t plen = 0, n;
+    void *img = NULL;
+    size_t len = 0;
+    int where = -1;
+    char *log = NULL;
+    cp_status st;
+    char path[4096];
+
+    if (cp_cc_find(CP_CC_NVCC, path, sizeof path, NULL) != CP_OK) {
+        tap_skip("nvcc", cp_error_msg());
+        return;
+    }
+    if (!(plugin = slurp("examples/plugins/hostslots.cu", &plen))) {
+        tap_ok(0, "examples/plugins/hostslots.cu is readable");
+        return;
+    }
+    n = plen + 200;
+    src = malloc(n);
+    n = (size_t)snprintf(src, n, "#include <cupola/plugin.h>\n%s\n#include <cupola/dp_harness.cuh>\n", plugin);
+    {
+        cp_kmodule_desc d = {CP_KSRC_SOURCE, "hostslots.cu", src, n, NULL, inc, 1};
+        st = cp_nvcc_build(&d, 90, &img, &len, &where, &log);
+        tap_ok(st == CP_OK && where == 0 && len > 64 && memcmp(img, "\177ELF", 4) == 0,
+               "nvcc builds a plugin pool's module into an ELF image%s%s", st ? ": " : "", st ? cp_error_msg() : "");
+        free(img);
+        free(log);
+        st = cp_nvcc_build(&d, 90, &img, &len, &where, &log);
+        tap_ok(st == CP_OK && where == 1, "the second nvcc build is a memory hit");
+        /* the image is the ELF file's own bytes, the cache's trailer cut off */
+        {
+            unsigned long long shoff = 0;
+            unsigned shnum = 0, shsize = 0;
+            if (len > 64) {
+                memcpy(&shoff, (char *)img + 40, 8);
+                shsize = (unsigned)((unsigned char *)img)[58] | (unsigned)((unsigned char *)img)[59] << 8;
+                shnum = (unsigned)((unsigned char *)img)[60] | (unsigned)((unsigned char *)img)[61] << 8;
+            }
+            tap_ok(len >= shoff + (unsigned long long)shnum * shsize && len < shoff + (unsigned long long)shnum * shsize + 4096,
+                   "the image ends with the ELF file (%zu bytes, section table ends at %llu)", len,
+                   shoff + (unsigned long long)shnum * shsize);
+        }
+        free(img);
+        free(log);
+        d.name = "bad.cu";
+        d.data = bad;
+        d.len = sizeof bad - 1;
+        st = cp_nvcc_build(&d, 90, &img, &len, &where, &log);
+        tap_ok(st == CP_ERR_INVALID && strstr(cp_error_msg(), "bad.cu") != NULL, "an nvcc compile error names the file");
+        free(log);
+    }
+    /* NVRTC takes the same module (the host part is #if'd out): a hosted
+     * plugin need not name compiler = "nvcc" when its device code is plain */
+    nvrtc_builds("hostslots.cu", src, n, NULL, "a hosted plugin's module, its host part left out");
+    {
+        static const char *const args[] = {"-shared", "-Xcompiler", "-fPIC", "-arch=sm_90", "-std=c++17", "-w",
+                                           "--expt-relaxed-constexpr", "-DCUPOLA_PLUGIN_HOST_PART=1",
+                                           "-Icuda/include", NULL};
+        cp_cc_job job = {.lang = CP_CC_NVCC, .name = "hostslots.cu", .source = src, .source_len = n,
+                         .args = args, .salt = "test-nvcc-host-1"};
+        cp_cc_result r;
+        void *dl;
+        st = cp_cc_shared_object(&job, &r);
+        dl = st == CP_OK ? dlopen(r.path, RTLD_NOW | RTLD_LOCAL) : NULL;
+        tap_ok(dl && dlsym(dl, "cupola_plugin_create") && dlsym(dl, "cupola_plugin_destroy"),
+               "nvcc builds a plugin's host part that exports create and destroy%s%s", st ? ": " : "",
+               st ? cp_error_msg() : (dl ? "" : dlerror()));
+        free(r.log);
+        /* not closed: the CUDA runtime inside stays loaded, as dp_plugin.c keeps it */
+    }
+    free(src);
+    free(plugin);
+    for (size_t i = 0; peerdir && i < sizeof peers / sizeof peers[0]; i++) {
+        char dir[4200], opt[4300];
+        const char *opts[4] = {opt, "-DCUPOLA_POOL_KIND=5", peers[i].opt, NULL};
+        snprintf(dir, sizeof dir, "%s/%s", peerdir, peers[i].dir);
+        snprintf(opt, sizeof opt, "-I%s", dir);
+        if (!(plugin = slurp(peers[i].file, &plen))) {
+            tap_ok(0, "%s is readable", peers[i].file);
+            continue;
+        }
+        n = plen + 200;
+        src = malloc(n);
+        n = (size_t)snprintf(src, n, "#include <cupola/plugin.h>\n%s\n#include <cupola/survey.cuh>\n", plugin);
+        {
+            cp_kmodule_desc d = {CP_KSRC_SOURCE, peers[i].file, src, n, opts, inc, 1};
+            st = cp_nvcc_build(&d, 90, &img, &len, &where, &log);
+            tap_ok(st == CP_OK && len > 64 && memcmp(img, "\177ELF", 4) == 0, "nvcc builds %s%s%s with %s for sm_90%s%s",
+                   peers[i].file, peers[i].opt ? " " : "", peers[i].opt ? peers[i].opt : "", dir,
+                   st ? ": " : "", st ? (log ? log : cp_error_msg()) : "");
+            free(img);
+            free(log);
+        }
+        free(src);
+        free(plugin);
+    }
+}
+
 int main(void)
 {
     char dir[] = "/tmp/cupola-test-cache-XXXXXX";
@@ -341,6 +477,7 @@ int main(void)
     test_shared_object();
     test_nvrtc();
     test_nvrtc_device_pools();
+    test_nvcc();
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

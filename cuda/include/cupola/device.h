@@ -81,4 +81,11 @@ CPD_FN unsigned long long cupola_pool_capacity(const cupola_device_pool *pool)
     return pool->capacity;
 }
 
+/* A plugin created on the host (cupola/plugin.h): the device state its
+ * cupola_plugin_create returned (NULL for every other pool). */
+CPD_FN void *cupola_pool_peer(const cupola_device_pool *pool)
+{
+    return pool->peer;
+}
+
 #endif /* CUPOLA_DEVICE_H */

@@ -111,6 +111,9 @@ typedef struct cupola_device_pool {
     cpd_u64 chunks_live, chunks_peak;
     cpd_u32 slot_base[CPD_HEAP_CLASSES + 1]; /* class c's slots: hslots[slot_base[c] .. slot_base[c+1]) */
     cpd_u32 exhausted_epoch[CPD_HEAP_CLASSES];
+    /* plugin created on the host: what its cupola_plugin_create gave for
+     * the device (cupola/plugin.h) */
+    void *peer;
 } cupola_device_pool;
 
 /* ---- the shim -------------------------------------------------------------- */

@@ -40,6 +40,36 @@
  * exhausted (never a block that is not there); the survey
  * (cupola.survey) measures it beside cupola's pools and CUDA's malloc.
  *
+ * A plugin may instead be created and destroyed on the host, as allocators
+ * that set themselves up with host code do (Gallatin, Ouroboros, the
+ * managers of Winter et al.'s survey: bench/peers/).  It then defines,
+ * inside #if CUPOLA_PLUGIN_HOST_PART (cupola defines it to 1 where host code
+ * is compiled, and 0 elsewhere):
+ *
+ *   CUPOLA_PLUGIN_HOST int cupola_plugin_create(unsigned long long capacity,
+ *                                               void **device_state,
+ *                                               void **host_handle);
+ *       Sets up an allocator of `capacity` bytes (the pool's capacity,
+ *       handed to the peer, which takes its own memory), returns 0 and
+ *       stores what the device functions need (a device pointer, reached
+ *       there as cupola_pool_peer(pool)) and what destroy needs; nonzero
+ *       when it cannot (out of memory: the pool is not made).
+ *   CUPOLA_PLUGIN_HOST void cupola_plugin_destroy(void *device_state,
+ *                                                  void *host_handle);
+ *       Gives everything back (the device is idle).
+ *
+ * cupola calls create when the pool is made and destroy when it is closed;
+ * dp:reset destroys and creates again (after the reset's stream is idle),
+ * then runs cupola_plugin_init's grid as for any plugin.  The pool's own
+ * bytes (cupola_pool_base) are then 256 for the plugin's use and
+ * cupola_pool_capacity is the capacity handed to the peer.  dp:run is
+ * refused (its claim map covers only cupola's bytes): the survey
+ * (cupola.survey) measures such a pool.  On the CUDA backend the host part
+ * is built by nvcc into a shared object of its own (with the CUDA runtime),
+ * so it shares no __device__ variable with the kernels: keep the device
+ * state behind the pointer.  On the host backend it is the module's own
+ * code ("device" memory is host memory there).
+ *
  * In a kernel of your own: put the plugin's source before the kernel (so
  * that this header defines CUPOLA_PLUGIN before <cupola/device.h>), and
  * cupola_alloc / cupola_free on a plugin pool reach your allocator.
@@ -50,6 +80,13 @@
 #ifndef CUPOLA_PLUGIN
 #define CUPOLA_PLUGIN 1
 #endif
+
+#ifndef CUPOLA_PLUGIN_HOST_PART
+#define CUPOLA_PLUGIN_HOST_PART 0
+#endif
+
+/* A host function cupola finds by name in the plugin's code. */
+#define CUPOLA_PLUGIN_HOST extern "C" __attribute__((visibility("default")))
 
 #include "cupola/device.h"
 

@@ -793,14 +793,30 @@ static struct {
     char path[4096];
     char env_seen[4096];
     unsigned char id[32];
-} ccs[2];
+} ccs[3];
+
+/* nvcc where the toolkit usually is: $CUDA_HOME, $CUDA_PATH, /usr/local/cuda,
+ * then PATH (the CUDA backend's libraries are looked for in the same order). */
+static int find_nvcc(char *out, size_t outlen)
+{
+    const char *homes[3] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), "/usr/local/cuda"};
+    for (int i = 0; i < 3; i++) {
+        char cand[4200];
+        if (!homes[i] || homes[i][0] != '/')
+            continue;
+        snprintf(cand, sizeof cand, "%s/bin/nvcc", homes[i]);
+        if (find_in_path(cand, out, outlen))
+            return 1;
+    }
+    return find_in_path("nvcc", out, outlen);
+}
 
 cp_status cp_cc_find(cp_cc_lang lang, char *path, size_t pathlen, cp_sha256 *h)
 {
     static const char *const cands[2][3] = {{"cc", "gcc", "clang"}, {"c++", "g++", "clang++"}};
-    const char *envname = lang == CP_CC_C ? "CUPOLA_CC" : "CUPOLA_CXX";
+    const char *envname = lang == CP_CC_C ? "CUPOLA_CC" : lang == CP_CC_CXX ? "CUPOLA_CXX" : "CUPOLA_NVCC";
     const char *env = getenv(envname);
-    int k = lang == CP_CC_C ? 0 : 1;
+    int k = lang == CP_CC_C ? 0 : lang == CP_CC_CXX ? 1 : 2;
     char p[4096];
 
     pthread_mutex_lock(&cache_mu);
@@ -813,7 +829,12 @@ cp_status cp_cc_find(cp_cc_lang lang, char *path, size_t pathlen, cp_sha256 *h)
     }
     pthread_mutex_unlock(&cache_mu);
 
-    if (env && *env) {
+    if (k == 2 && !(env && *env)) {
+        if (!find_nvcc(p, sizeof p))
+            return cp_error_set(CP_ERR_UNSUPPORTED,
+                                "no nvcc found (tried $CUDA_HOME/bin, $CUDA_PATH/bin, "
+                                "/usr/local/cuda/bin and PATH; set CUPOLA_NVCC)");
+    } else if (env && *env) {
         if (!find_in_path(env, p, sizeof p))
             return cp_error_set(CP_ERR_UNSUPPORTED, "%s=%s: no such executable", envname, env);
     } else {
@@ -973,7 +994,8 @@ cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out)
     if (st != CP_OK)
         return st;
 
-    snprintf(srcpath, sizeof srcpath, "%s/%s", srcdir, job->lang == CP_CC_C ? "source.c" : "source.cc");
+    snprintf(srcpath, sizeof srcpath, "%s/%s", srcdir,
+             job->lang == CP_CC_C ? "source.c" : job->lang == CP_CC_CXX ? "source.cc" : "source.cu");
     st = write_source(srcpath, job->prologue, job->name, job->source, job->source_len);
     if (st == CP_OK) {
         argv[argc++] = cc;
@@ -997,7 +1019,7 @@ cp_status cp_cc_shared_object(const cp_cc_job *job, cp_cc_result *out)
             argv[argc++] = objtmp;
         }
         argv[argc++] = "-x";
-        argv[argc++] = job->lang == CP_CC_C ? "c" : "c++";
+        argv[argc++] = job->lang == CP_CC_C ? "c" : job->lang == CP_CC_CXX ? "c++" : "cu";
         argv[argc++] = srcpath;
         argv[argc] = NULL;
         st = cp_cc_run(argv, &log, &code);

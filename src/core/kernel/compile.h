@@ -106,7 +106,11 @@ void cp_cache_forget_memory(void);
 
 typedef enum cp_cc_lang {
     CP_CC_C = 0, /* CUPOLA_CC, else cc, gcc, clang */
-    CP_CC_CXX    /* CUPOLA_CXX, else c++, g++, clang++ */
+    CP_CC_CXX,   /* CUPOLA_CXX, else c++, g++, clang++ */
+    CP_CC_NVCC   /* CUDA C through nvcc: CUPOLA_NVCC, else $CUDA_HOME/bin/nvcc,
+                  * $CUDA_PATH/bin/nvcc, /usr/local/cuda/bin/nvcc, nvcc on PATH
+                  * (plugins whose peers need the whole toolkit: host code,
+                  * host headers, -I folders of the user's) */
 } cp_cc_lang;
 
 /* Finds the compiler for lang: the absolute path into path (PATH_MAX bytes),
@@ -119,7 +123,9 @@ cp_status cp_cc_find(cp_cc_lang lang, char *path, size_t pathlen, cp_sha256 *h);
  * ran, whatever its status. */
 cp_status cp_cc_run(const char *const argv[], char **log, int *exit_code);
 
-/* A shared object built from one source file, through the cache. */
+/* A shared object built from one source file, through the cache (with
+ * CP_CC_NVCC and "-cubin" among args, the payload is a CUDA image instead:
+ * the cache does not look inside). */
 typedef struct cp_cc_job {
     cp_cc_lang lang;
     const char *name;      /* what messages and the compiler's log call the source */

@@ -574,6 +574,127 @@ cp_status cp_nvrtc_build(const cp_kmodule_desc *d, int arch, void **image, size_
     return CP_OK;
 }
 
+static char *read_path(const char *path, size_t *len);
+
+/* The bytes an ELF64 file spans (headers, sections, the tables), at most n. */
+static size_t elf_extent(const unsigned char *p, size_t n)
+{
+    uint64_t end = 64, shoff, phoff;
+    unsigned shnum, shsize, phnum, phsize;
+    if (n < 64 || memcmp(p, "\177ELF", 4) != 0 || p[4] != 2)
+        return n;
+    memcpy(&phoff, p + 32, 8);
+    memcpy(&shoff, p + 40, 8);
+    phsize = (unsigned)p[54] | (unsigned)p[55] << 8;
+    phnum = (unsigned)p[56] | (unsigned)p[57] << 8;
+    shsize = (unsigned)p[58] | (unsigned)p[59] << 8;
+    shnum = (unsigned)p[60] | (unsigned)p[61] << 8;
+    if (phoff + (uint64_t)phnum * phsize > end)
+        end = phoff + (uint64_t)phnum * phsize;
+    if (shoff + (uint64_t)shnum * shsize > end)
+        end = shoff + (uint64_t)shnum * shsize;
+    for (unsigned i = 0; i < shnum && shsize >= 40 && shoff + (uint64_t)(i + 1) * shsize <= n; i++) {
+        const unsigned char *sh = p + shoff + (uint64_t)i * shsize;
+        uint32_t type;
+        uint64_t off, size;
+        memcpy(&type, sh + 4, 4);
+        memcpy(&off, sh + 24, 8);
+        memcpy(&size, sh + 32, 8);
+        if (type != 8 /* SHT_NOBITS */ && off + size > end)
+            end = off + size;
+    }
+    return end < n ? (size_t)end : n;
+}
+
+/* Whether the user's options name a language standard. */
+static int user_std(const char *const *opts)
+{
+    for (const char *const *o = opts; o && *o; o++)
+        if (strncmp(*o, "-std=", 5) == 0 || strncmp(*o, "--std=", 6) == 0)
+            return 1;
+    return 0;
+}
+
+/* nvcc -cubin: the same source, options and include folders as NVRTC would
+ * take, for sources NVRTC cannot compile (a peer allocator's headers include
+ * host headers and use the whole toolkit).  The user's -I folders are not
+ * part of the cache key (compile.h): a changed checkout needs a cleared
+ * cache, or another commit's path. */
+cp_status cp_nvcc_build(const cp_kmodule_desc *d, int arch, void **image, size_t *len, int *where,
+                        char **log)
+{
+    enum { MAXI = 16 };
+    const char *args[12 + MAXI];
+    char archopt[48], incs[MAXI][4200];
+    int na = 0, ni = 0;
+    cp_cc_job job;
+    cp_cc_result res;
+    cp_status st;
+    char hdr[4300];
+    const char *deps[CP_DEVICE_ALLOC_NHEADERS + 2];
+    char paths[CP_DEVICE_ALLOC_NHEADERS + 1][4300];
+    static const char *const hnames[] = CP_DEVICE_ALLOC_HEADERS;
+    int nd = 0;
+
+    *image = NULL;
+    *len = 0;
+    *where = 0;
+    if (log)
+        *log = NULL;
+    snprintf(archopt, sizeof archopt, "-arch=sm_%d", arch);
+    args[na++] = "-cubin";
+    args[na++] = archopt;
+    /* C++17 unless the user names a standard (nvcc refuses two) */
+    if (!user_std(d->options))
+        args[na++] = "-std=c++17";
+    /* peers print from device code and warn loudly: their warnings are not the user's */
+    args[na++] = "-w";
+    /* peers call constexpr host functions from device code (Ouroboros) */
+    args[na++] = "--expt-relaxed-constexpr";
+    for (const char *const *i = d->include_dirs; i && *i && ni < MAXI; i++, ni++) {
+        snprintf(incs[ni], sizeof incs[ni], "-I%s", *i);
+        args[na++] = incs[ni];
+    }
+    args[na] = NULL;
+    /* cupola's own headers (from the first include folder that has device.h) */
+    for (const char *const *i = d->include_dirs; i && *i && nd == 0; i++) {
+        struct stat sb;
+        snprintf(hdr, sizeof hdr, "%.4100s/cupola/device.h", *i);
+        if (stat(hdr, &sb) == 0) {
+            snprintf(paths[0], sizeof paths[0], "%s", hdr);
+            deps[nd++] = paths[0];
+            for (int k = 0; k < CP_DEVICE_ALLOC_NHEADERS; k++) {
+                snprintf(paths[k + 1], sizeof paths[k + 1], "%.4100s/cupola/%s", *i, hnames[k]);
+                deps[nd++] = paths[k + 1];
+            }
+        }
+    }
+    deps[nd] = NULL;
+    memset(&job, 0, sizeof job);
+    job.lang = CP_CC_NVCC;
+    job.name = d->name && *d->name ? d->name : "module.cu";
+    job.source = d->data;
+    job.source_len = d->len;
+    job.options = d->options;
+    job.args = args;
+    job.depends = deps;
+    job.salt = "cupola-nvcc-cubin-1";
+    st = cp_cc_shared_object(&job, &res);
+    if (log)
+        *log = res.log;
+    else
+        free(res.log);
+    if (st != CP_OK)
+        return st;
+    if (!(*image = read_path(res.path, len)))
+        return cp_error_set(CP_ERR_BACKEND, "%s: cannot read nvcc's image %s", job.name, res.path);
+    /* the cache's entry ends in its trailer (compile.h): the image is the ELF
+     * file's own extent */
+    *len = elf_extent(*image, *len);
+    *where = res.where;
+    return CP_OK;
+}
+
 /* ---- modules and kernels ------------------------------------------------------------ */
 
 typedef struct cmod {
@@ -666,7 +787,8 @@ static cp_status c_load(const cp_kmodule_desc *d, void **impl, int *where, char 
     if (d->kind == CP_KSRC_SOURCE) {
         if ((st = cp_be->device_info(&info)) != CP_OK)
             return st;
-        st = cp_nvrtc_build(d, info.cc_major * 10 + info.cc_minor, &image, &len, where, log);
+        st = (d->nvcc ? cp_nvcc_build : cp_nvrtc_build)(d, info.cc_major * 10 + info.cc_minor, &image, &len,
+                                                        where, log);
         if (st != CP_OK)
             return st;
     } else if (d->kind == CP_KSRC_PTX) {

@@ -23,11 +23,29 @@
  *  - children (nested launches) and hold_us are refused: the harness has no
  *    parent kernel, and a hold needs the two-pass run the host backend's own
  *    pools have.
+ *  - With nvcc set, the CUDA backend compiles with the toolkit's nvcc
+ *    (-cubin) instead of NVRTC (module.h), so a peer's headers may include
+ *    host headers.
+ *  - A plugin whose source names cupola_plugin_create is created on the host
+ *    (cupola/plugin.h): on the CUDA backend its source is built a second
+ *    time, by nvcc, into a shared object (-DCUPOLA_PLUGIN_HOST_PART=1, the
+ *    CUDA runtime linked in), loaded with dlopen and never closed (a CUDA
+ *    runtime inside it may not be unloaded while the process runs); on the
+ *    host backend the module itself is built with CUPOLA_PLUGIN_HOST_PART=1
+ *    and the functions are its own.  cupola's allocation then holds the
+ *    state and 256 bytes for the plugin, the peer gets the capacity, and the
+ *    state's peer field what create returned for the device.  Reset waits
+ *    for its stream, destroys, creates, and runs the init grid on it.
  */
 #include "kernel/dp_plugin.h"
 
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernel/compile.h"
 
 #include "devpool_layout.h"
 #include "cupola/dp_body.cuh"
@@ -41,7 +59,108 @@ struct cp_dplugin {
     cpd_layout L;
     size_t capacity;
     uint64_t init_threads;
+    /* created on the host (cupola/plugin.h) */
+    int (*create)(unsigned long long, void **, void **);
+    void (*destroy)(void *, void *);
+    void *peer, *handle; /* what create gave */
 };
+
+/* The bytes of cupola's own for a plugin created on the host. */
+#define HOSTED_BYTES 256u
+
+typedef int (*create_fn)(unsigned long long, void **, void **);
+typedef void (*destroy_fn)(void *, void *);
+
+/* A function pointer from dlsym's object pointer (ISO C has no cast
+ * between them; POSIX gives them one representation). */
+static void fn_of(void *sym, void *fn, size_t n)
+{
+    memcpy(fn, &sym, n);
+}
+
+/* The host part of a hosted plugin on the CUDA backend: the plugin's source
+ * built by nvcc into a shared object, loaded. */
+static cp_status build_host_part(const cp_dplugin_desc *d, const char *src, size_t len,
+                                 create_fn *cr, destroy_fn *de, char **log)
+{
+    enum { MAXI = 16 };
+    const char *args[16 + MAXI];
+    char archopt[48], incs[MAXI][4200];
+    cp_device_info info;
+    cp_cc_job job;
+    cp_cc_result res;
+    cp_status st;
+    void *dl;
+    int na = 0;
+
+    if ((st = cp_be->device_info(&info)) != CP_OK)
+        return st;
+    snprintf(archopt, sizeof archopt, "-arch=sm_%d", info.cc_major * 10 + info.cc_minor);
+    args[na++] = "-shared";
+    args[na++] = "-Xcompiler";
+    args[na++] = "-fPIC";
+    args[na++] = archopt;
+    /* C++17 unless the user names a standard (nvcc refuses two) */
+    {
+        int has = 0;
+        for (const char *const *o = d->options; o && *o; o++)
+            has |= strncmp(*o, "-std=", 5) == 0 || strncmp(*o, "--std=", 6) == 0;
+        if (!has)
+            args[na++] = "-std=c++17";
+    }
+    args[na++] = "-w";
+    args[na++] = "--expt-relaxed-constexpr";
+    args[na++] = "-DCUPOLA_PLUGIN_HOST_PART=1";
+    for (int i = 0; d->include_dirs && d->include_dirs[i] && i < MAXI; i++) {
+        snprintf(incs[i], sizeof incs[i], "-I%s", d->include_dirs[i]);
+        args[na++] = incs[i];
+    }
+    args[na] = NULL;
+    memset(&job, 0, sizeof job);
+    job.lang = CP_CC_NVCC;
+    job.name = d->name && *d->name ? d->name : "plugin.cu";
+    job.source = src;
+    job.source_len = len;
+    job.options = d->options;
+    job.args = args;
+    job.salt = "cupola-plugin-host-part-1";
+    st = cp_cc_shared_object(&job, &res);
+    if (log && !*log) {
+        *log = res.log;
+        res.log = NULL;
+    }
+    free(res.log);
+    if (st != CP_OK)
+        return st;
+    if (!(dl = dlopen(res.path, RTLD_NOW | RTLD_LOCAL))) {
+        const char *e = dlerror();
+        return cp_error_set(CP_ERR_BACKEND, "%s: cannot load the plugin's host part: %s", job.name,
+                            e ? e : "dlopen failed");
+    }
+    fn_of(dlsym(dl, "cupola_plugin_create"), cr, sizeof *cr);
+    fn_of(dlsym(dl, "cupola_plugin_destroy"), de, sizeof *de);
+    return CP_OK;
+}
+
+/* create on the host, the device state's peer field set (synchronously). */
+static cp_status hosted_create(cp_dplugin *p)
+{
+    int rc;
+    p->peer = p->handle = NULL;
+    if ((rc = p->create((unsigned long long)p->capacity, &p->peer, &p->handle)) != 0) {
+        p->peer = p->handle = NULL;
+        return cp_error_set(CP_ERR_OOM, "plugin device pool: the plugin's cupola_plugin_create(%zu) "
+                            "failed (returned %d)", p->capacity, rc);
+    }
+    return CP_OK;
+}
+
+static void hosted_destroy(cp_dplugin *p)
+{
+    if (p->create && (p->peer || p->handle))
+        p->destroy(p->peer, p->handle);
+    p->peer = p->handle = NULL;
+}
 
 struct cp_dplugin_run {
     cp_stream *s;
@@ -87,6 +206,7 @@ cp_status cp_dplugin_create(const cp_dplugin_desc *d, cp_dplugin **out, char **l
     static const cp_ktype init_t[] = {CP_KT_DEVICE_POOL, CP_KT_U64};
     static const cp_ktype run_t[] = {CP_KT_DEVICE_POOL, CP_KT_PTR, CP_KT_PTR, CP_KT_PTR, CP_KT_PTR};
     static const char head[] = "#include <cupola/plugin.h>\n#line 1 \"";
+    static const char head_hosted[] = "#define CUPOLA_PLUGIN_HOST_PART 1\n#include <cupola/plugin.h>\n#line 1 \"";
     static const char tail[] = "\n#include <cupola/dp_harness.cuh>\n";
     const char *name = d->name && *d->name ? d->name : "plugin.cu";
     cp_kmodule_desc md;
@@ -96,6 +216,11 @@ cp_status cp_dplugin_create(const cp_dplugin_desc *d, cp_dplugin **out, char **l
     size_t n, nlen = strlen(name);
     cp_status st;
     void *mem = NULL;
+    int hosted, on_host = strcmp(cp_be->name, "host") == 0;
+    const char *h;
+    size_t hlen;
+    create_fn cr = NULL;
+    destroy_fn de = NULL;
 
     *out = NULL;
     if (log)
@@ -104,18 +229,28 @@ cp_status cp_dplugin_create(const cp_dplugin_desc *d, cp_dplugin **out, char **l
         return cp_error_set(CP_ERR_INVALID, "plugin device pool: capacity and init_threads must be >= 1");
     if (strpbrk(name, "\"\\\n"))
         return cp_error_set(CP_ERR_INVALID, "plugin device pool: a name holds no quote, backslash or newline");
+    /* a plugin set up by host code names its create function */
+    hosted = memmem(d->source, d->len, "cupola_plugin_create", 20) != NULL;
+    h = hosted && on_host ? head_hosted : head;
+    hlen = strlen(h);
     if (!(p = calloc(1, sizeof *p)))
         return cp_error_set(CP_ERR_OOM, "plugin device pool: out of host memory");
-    n = sizeof head - 1 + nlen + 2 + d->len + sizeof tail;
+    n = hlen + nlen + 2 + d->len + sizeof tail;
     if (!(src = malloc(n))) {
         free(p);
         return cp_error_set(CP_ERR_OOM, "plugin device pool: out of host memory");
     }
-    memcpy(src, head, sizeof head - 1);
-    memcpy(src + sizeof head - 1, name, nlen);
-    memcpy(src + sizeof head - 1 + nlen, "\"\n", 2);
-    memcpy(src + sizeof head + 1 + nlen, d->source, d->len);
-    memcpy(src + sizeof head + 1 + nlen + d->len, tail, sizeof tail);
+    memcpy(src, h, hlen);
+    memcpy(src + hlen, name, nlen);
+    memcpy(src + hlen + nlen, "\"\n", 2);
+    memcpy(src + hlen + 2 + nlen, d->source, d->len);
+    memcpy(src + hlen + 2 + nlen + d->len, tail, sizeof tail);
+    if (hosted && !on_host &&
+        (st = build_host_part(d, src, hlen + 2 + nlen + d->len, &cr, &de, log)) != CP_OK) {
+        free(src);
+        free(p);
+        return st;
+    }
     memset(&md, 0, sizeof md);
     md.kind = CP_KSRC_SOURCE;
     md.name = name;
@@ -123,6 +258,11 @@ cp_status cp_dplugin_create(const cp_dplugin_desc *d, cp_dplugin **out, char **l
     md.len = n - 1;
     md.options = d->options;
     md.include_dirs = d->include_dirs;
+    md.nvcc = d->nvcc;
+    if (log && *log) {
+        free(*log);
+        *log = NULL;
+    }
     st = cp_kmodule_load(&md, &p->m, NULL, log);
     free(src);
     if (st != CP_OK) {
@@ -135,10 +275,27 @@ cp_status cp_dplugin_create(const cp_dplugin_desc *d, cp_dplugin **out, char **l
         cp_dplugin_destroy(p);
         return st;
     }
+    if (hosted && on_host) {
+        fn_of(cp_kmodule_symbol(p->m, "cupola_plugin_create"), &cr, sizeof cr);
+        fn_of(cp_kmodule_symbol(p->m, "cupola_plugin_destroy"), &de, sizeof de);
+    }
+    if (hosted && (!cr || !de)) {
+        cp_dplugin_destroy(p);
+        if (log && *log) {
+            /* the message is this, not the compiler's (clean) log */
+            free(*log);
+            *log = NULL;
+        }
+        return cp_error_set(CP_ERR_INVALID, "plugin device pool: %s names cupola_plugin_create but does not "
+                            "define both cupola_plugin_create and cupola_plugin_destroy as CUPOLA_PLUGIN_HOST "
+                            "functions inside #if CUPOLA_PLUGIN_HOST_PART (cupola/plugin.h)", name);
+    }
+    p->create = cr;
+    p->destroy = de;
     p->capacity = d->capacity;
     p->init_threads = d->init_threads;
-    cpd_layout_make(CPD_KIND_PLUGIN, d->capacity, &p->L);
-    if (p->L.total < d->capacity) {
+    cpd_layout_make(CPD_KIND_PLUGIN, hosted ? HOSTED_BYTES : d->capacity, &p->L);
+    if (p->L.total < (hosted ? HOSTED_BYTES : d->capacity)) {
         cp_dplugin_destroy(p);
         return cp_error_set(CP_ERR_OOM, "plugin device pool: capacity too large");
     }
@@ -148,6 +305,13 @@ cp_status cp_dplugin_create(const cp_dplugin_desc *d, cp_dplugin **out, char **l
     }
     p->mem = mem;
     cpd_state_init(&state, CPD_KIND_PLUGIN, d->capacity, &p->L, p->mem);
+    if (p->create) {
+        if ((st = hosted_create(p)) != CP_OK) {
+            cp_dplugin_destroy(p);
+            return st;
+        }
+        state.peer = p->peer;
+    }
     if ((st = cp_be->memcpy_async(p->mem, &state, sizeof state, NULL)) != CP_OK ||
         (st = enqueue_init(p, NULL)) != CP_OK || (st = cp_be->stream_synchronize(NULL)) != CP_OK) {
         cp_dplugin_destroy(p);
@@ -165,6 +329,7 @@ cp_status cp_dplugin_destroy(cp_dplugin *p)
     if (p->mem) {
         /* no queued run may still use the memory */
         cp_be->device_synchronize();
+        hosted_destroy(p);
         st = cp_be->mem_free(p->mem, CP_MEM_DEVICE);
     }
     for (int i = 0; i < K_COUNT; i++)
@@ -177,6 +342,11 @@ cp_status cp_dplugin_destroy(cp_dplugin *p)
 void *cp_dplugin_state(cp_dplugin *p)
 {
     return p->mem;
+}
+
+int cp_dplugin_hosted(const cp_dplugin *p)
+{
+    return p->create != NULL;
 }
 
 cp_status cp_dplugin_launch(cp_dplugin *p, const cp_dp_run_args *a, cp_stream *s,
@@ -197,6 +367,11 @@ cp_status cp_dplugin_launch(cp_dplugin *p, const cp_dp_run_args *a, cp_stream *s
                             "plugin device pools run no nested launches (children=%u)", a->children);
     if (a->hold_us)
         return cp_error_set(CP_ERR_UNSUPPORTED, "plugin device pools take no hold_us");
+    if (p->create)
+        return cp_error_set(CP_ERR_UNSUPPORTED,
+                            "dp:run checks blocks against the claim map of the pool's own bytes, and a "
+                            "plugin created on the host keeps its blocks in its own memory: measure it "
+                            "with cupola.survey");
     if (a->threads == 0 || a->min_bytes == 0 || a->min_bytes > a->max_bytes || a->block == 0 ||
         a->block > 1024)
         return cp_error_set(CP_ERR_INVALID, "device pool run: bad arguments");
@@ -295,6 +470,25 @@ cp_status cp_dplugin_finish(cp_dplugin_run *r, cp_dp_run_result *out)
 
 cp_status cp_dplugin_reset(cp_dplugin *p, cp_stream *s)
 {
+    cp_status st;
+    if (p->create) {
+        /* the peer is set up again from scratch, once nothing queued uses it */
+        if ((st = cp_be->stream_synchronize(s)) != CP_OK || (st = cp_be->device_synchronize()) != CP_OK)
+            return st;
+        hosted_destroy(p);
+        if ((st = hosted_create(p)) != CP_OK) {
+            /* the pool gives NULL from now on (a plugin checks its peer) */
+            char msg[512];
+            strncpy(msg, cp_error_msg(), sizeof msg - 1);
+            msg[sizeof msg - 1] = '\0';
+            (void)cp_be->memcpy_async(p->mem + offsetof(cupola_device_pool, peer), &p->peer, sizeof p->peer, s);
+            (void)cp_be->stream_synchronize(s);
+            return cp_error_set(st, "%s", msg);
+        }
+        if ((st = cp_be->memcpy_async(p->mem + offsetof(cupola_device_pool, peer), &p->peer,
+                                      sizeof p->peer, s)) != CP_OK)
+            return st;
+    }
     return enqueue_init(p, s);
 }
 

@@ -36,6 +36,7 @@ typedef struct cp_dplugin_desc {
     const char *const *include_dirs; /* where cupola/plugin.h is */
     size_t capacity;                 /* bytes of pool memory, > 0 */
     uint64_t init_threads;           /* threads of the init grid, >= 1 */
+    int nvcc;                        /* CUDA backend: compile with nvcc, not NVRTC */
 } cp_dplugin_desc;
 
 /* Compiles the plugin (or finds it in the cache), allocates and initializes
@@ -49,7 +50,12 @@ cp_status cp_dplugin_destroy(cp_dplugin *p);
 /* The device address of the pool's cupola_device_pool. */
 void *cp_dplugin_state(cp_dplugin *p);
 
-/* children and hold_us are refused (CP_ERR_UNSUPPORTED). */
+/* Whether the plugin is created on the host (it defines cupola_plugin_create). */
+int cp_dplugin_hosted(const cp_dplugin *p);
+
+/* children and hold_us are refused (CP_ERR_UNSUPPORTED), and so is any run
+ * of a plugin created on the host (its blocks lie in its own memory, outside
+ * the claim map). */
 cp_status cp_dplugin_launch(cp_dplugin *p, const cp_dp_run_args *a, cp_stream *s,
                             cp_dplugin_run **out);
 cp_status cp_dplugin_finish(cp_dplugin_run *r, cp_dp_run_result *out);

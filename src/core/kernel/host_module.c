@@ -882,7 +882,13 @@ static cp_status h_registers(void *kimpl, int *out)
     return cp_error_set(CP_ERR_UNSUPPORTED, "a kernel on the host backend has no registers to count");
 }
 
+static void *h_symbol(void *impl, const char *name)
+{
+    return dlsym(((hmod *)impl)->dl, name);
+}
+
 const cp_kimpl_ops cp_kimpl_host = {
+    .symbol = h_symbol,
     .load = h_load,
     .unload = h_unload,
     .get = h_get,

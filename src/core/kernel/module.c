@@ -84,6 +84,11 @@ const char *cp_kmodule_name(const cp_kmodule *m)
     return m->name;
 }
 
+void *cp_kmodule_symbol(cp_kmodule *m, const char *name)
+{
+    return m->ops->symbol ? m->ops->symbol(m->impl, name) : NULL;
+}
+
 cp_status cp_kernel_get(cp_kmodule *m, const char *name, const cp_ktype *types, unsigned n,
                         cp_kernel **out)
 {

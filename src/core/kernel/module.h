@@ -67,6 +67,10 @@ typedef struct cp_kmodule_desc {
     size_t len;
     const char *const *options;      /* user options, NULL-terminated or NULL */
     const char *const *include_dirs; /* where cupola/device.h and the prelude are */
+    /* CUDA C on the CUDA backend: 0 NVRTC; 1 the toolkit's nvcc (-cubin), for
+     * sources NVRTC cannot take (host headers, a peer allocator's checkout on
+     * -I).  The host backend compiles either with its C++ compiler. */
+    int nvcc;
 } cp_kmodule_desc;
 
 typedef struct cp_kmodule cp_kmodule;
@@ -82,6 +86,9 @@ void cp_kmodule_release(cp_kmodule *m);
 /* The names of the kernels the module defines (host: all; CUDA: those the
  * source scan found), for messages. */
 const char *cp_kmodule_name(const cp_kmodule *m);
+/* A host function defined by the module's source (extern "C"), or NULL: on
+ * the host backend, whose modules are shared objects; always NULL on CUDA. */
+void *cp_kmodule_symbol(cp_kmodule *m, const char *name);
 
 /* Finds kernel name and checks the declared parameter types against what
  * the compiled code takes (host: the signature; CUDA: the sizes, where the
@@ -117,6 +124,9 @@ typedef struct cp_kimpl_ops {
     /* registers per thread of the compiled kernel (CP_ERR_UNSUPPORTED on
      * the host, which has none to count) */
     cp_status (*registers)(void *kimpl, int *out);
+    /* a host function the module's code defines (host backend: dlsym on the
+     * module's shared object); NULL where modules hold no host code (CUDA) */
+    void *(*symbol)(void *impl, const char *name);
 } cp_kimpl_ops;
 
 extern const cp_kimpl_ops cp_kimpl_cuda;
@@ -128,6 +138,11 @@ extern const cp_kimpl_ops cp_kimpl_host;
  * Used by cuda_module.c and by the C tests. */
 cp_status cp_nvrtc_build(const cp_kmodule_desc *d, int arch, void **image, size_t *len,
                          int *where, char **log);
+
+/* nvcc (compile.h's CP_CC_NVCC) through the cache: the image of d's source
+ * for sm_<arch>, malloc'd, as cp_nvrtc_build gives it. */
+cp_status cp_nvcc_build(const cp_kmodule_desc *d, int arch, void **image, size_t *len, int *where,
+                        char **log);
 
 /* Checks a launch shape against limits; messages name the option. */
 typedef struct cp_klimits {
