@@ -43,7 +43,8 @@ local function pool_options(spec, upstream)
     end
   end
   o.upstream = upstream
-  return o
+  -- as libcupola_cupy.so makes it: the serving policy (src/core/pool/spec.c)
+  return require("cupola.core").trace.serving(o)
 end
 
 local function mib(n) return n and ("%.1f MiB"):format(n / 2 ^ 20) or "-" end

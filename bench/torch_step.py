@@ -21,8 +21,15 @@ medians, the ratio to PyTorch's default, and the device calls per timed step
 (cudaMalloc/cudaFree: PyTorch's num_device_alloc/free; cupola: its pool's
 upstream calls, vmm's page maps included).
 
+The cupola rows are the pools as `cupola advise` recommends them and the
+library serves them: CUPOLA_TORCH_POOL=tlsf, vmm, caching, with the serving
+policy (src/core/pool/spec.c: tlsf and caching keep their idle chunks, no
+upstream call once warm).  `tlsf,release_threshold=0` is tlsf before that
+policy (cupola.pool's default: idle chunks returned whenever the pool grows,
+taken back the next step), kept to show the cause on the GPU.
+
   python3 bench/torch_step.py OUTDIR LIB [SPEC ...]   (default SPECs: tlsf vmm caching
-                                                       tlsf,release_threshold=1TiB)
+                                                       tlsf,release_threshold=0)
   python3 bench/torch_step.py --one ALLOC OUTFILE [LIB]   (one process; ALLOC: default,
                                                        expandable or cupola:SPEC)
 Environment: ROUNDS (3), STEPS (8), WARMUP (3), WORKLOADS (gpt2,resnet50,varshape),
@@ -174,6 +181,8 @@ def one(alloc, outfile, lib=None):
     torch.backends.cudnn.benchmark = False
     out = {"alloc": alloc, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "workloads": {}}
+    if cdll:  # the policy the library serves with (src/core/pool/spec.c)
+        out["release_threshold"] = cupola_stats().get("release_threshold")
     for name in names:
         torch.manual_seed(0)
         step = WORKLOADS[name](torch)
@@ -209,7 +218,10 @@ def label(alloc):
         return "PyTorch"
     if alloc == "expandable":
         return "PyTorch expandable_segments"
-    return "cupola `%s`" % alloc[len("cupola:"):]
+    spec = alloc[len("cupola:"):]
+    if "release_threshold=0" in spec.replace(" ", ""):
+        return "cupola `%s` (before: idle chunks returned)" % spec
+    return "cupola `%s`" % spec
 
 
 def main(outdir, lib, specs):
@@ -301,6 +313,6 @@ if __name__ == "__main__":
         one(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
     elif len(sys.argv) >= 3:
         sys.exit(main(sys.argv[1], os.path.abspath(sys.argv[2]),
-                      sys.argv[3:] or ["tlsf", "vmm", "caching", "tlsf,release_threshold=1TiB"]))
+                      sys.argv[3:] or ["tlsf", "vmm", "caching", "tlsf,release_threshold=0"]))
     else:
         sys.exit(__doc__)

@@ -6,6 +6,9 @@
 # (ROUNDS=3 STEPS=8 WARMUP=3; no round starts after BUDGET_S=150 seconds).
 #   sh bench/torch_step.sh            (OUT=/tmp/torch-step by default)
 #   TORCH_STEP_SPECS="vmm tlsf" sh bench/torch_step.sh
+# The default rows: tlsf, vmm, caching as advise recommends them (served with
+# the library's policy: no upstream call once warm), and tlsf,release_threshold=0,
+# the pool before that policy (the cause of the gap issue 34 measured).
 # Writes $OUT/torch_step.md (the table, for bench/results/) and
 # $OUT/torch_step.json; each process's figures stay in $WORK.
 set -u
@@ -21,7 +24,7 @@ make -j16 torch-allocator >"$WORK/make.txt" 2>&1 ||
 [ -f build/libcupola_torch.so ] || { echo "torch_step: no build/libcupola_torch.so"; tail -5 "$WORK/make.txt"; exit 1; }
 # shellcheck disable=SC2086
 python3 bench/torch_step.py "$WORK" build/libcupola_torch.so \
-    ${TORCH_STEP_SPECS:-tlsf vmm caching tlsf,release_threshold=1TiB}
+    ${TORCH_STEP_SPECS:-tlsf vmm caching tlsf,release_threshold=0}
 rc=$?
 cp "$WORK/torch_step.md" "$WORK/torch_step.json" "$OUT/" 2>/dev/null
 exit $rc

@@ -1066,7 +1066,8 @@ function advise.html(res, src, path)
     local panels, names = {}, {}
     local function replay(r, name)
       local c = r.pool
-      if type(c) == "string" then c = pool_spec(c) else c = util.pool_config(c) end
+      -- a cupola pool as the library serves it (src/core/pool/spec.c)
+      if type(c) == "string" then c = core.trace.serving(pool_spec(c)) else c = util.pool_config(c) end
       c.upstream, c.max = "virtual", res.limit
       local p <close> = core.pool(c)
       local x = t:replay(p, { record = true, progress = false,

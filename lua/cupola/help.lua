@@ -635,8 +635,10 @@ Predicting it offline: replay a snapshot of the workload through the same
 CUPOLA_TORCH_LOG=path writes every request (RMM CSV) to replay the run.
 Step time: bench/torch_step.sh (GPU) times training steps per allocator;
   a pool's upstream calls once warm (device_allocs, device_frees in the
-  stats; bench/steady_calls.lua offline) are what slows a step: tlsf and
-  caching return and retake chunks every step, vmm remaps cached pages.]],
+  stats; bench/steady_calls.lua offline) are what slows a step.  Serving,
+  tlsf, caching and freelist keep every idle chunk unless the spec sets
+  release_threshold (no call once warm; a refused cudaMalloc frees them
+  and retries; cupola_torch_trim returns them); vmm remaps cached pages.]],
   },
   {
     name = "cupy",

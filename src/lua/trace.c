@@ -594,6 +594,7 @@ static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
             luaL_error(L, "advise_run: job %d: kind '%s' is not one a spec can name here", k,
                        j->kind_buf);
         j->pool.kind = j->kind_buf;
+        cp_pool_spec_serve(&j->pool); /* what the library runs (pool/spec.c) */
         if (j->recorded && strcmp(j->kind_buf, "bfc") != 0)
             luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch' or 'bfc'", k);
     } else {
@@ -706,6 +707,32 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* cupola.core.trace.serving(opts) -> opts: cupola.pool options (a table
+ * with `kind`) given the policy of a pool serving a framework, the one
+ * libcupola_torch.so, libcupola_cupy.so and advise's replays apply
+ * (cp_pool_spec_serve, pool/spec.c): where the table has no
+ * release_threshold and the kind keeps its idle memory when serving, sets
+ * it.  For replays of CUPOLA_TORCH_POOL rows built from Lua. */
+static int trace_serving(lua_State *L)
+{
+    cp_pool_opts o;
+    luaL_checktype(L, 1, LUA_TTABLE);
+    memset(&o, 0, sizeof o);
+    if (lua_getfield(L, 1, "kind") != LUA_TSTRING)
+        luaL_argerror(L, 1, "field 'kind' must be a pool kind (a string)");
+    o.kind = lua_tostring(L, -1);
+    o.release_threshold_set = lua_getfield(L, 1, "release_threshold") != LUA_TNIL;
+    lua_pop(L, 1);
+    cp_pool_spec_serve(&o);
+    if (o.release_threshold) {
+        lua_pushinteger(L, (lua_Integer)o.release_threshold);
+        lua_setfield(L, 1, "release_threshold");
+    }
+    lua_pop(L, 1);
+    lua_settop(L, 1);
+    return 1;
 }
 
 /* cupola.core.trace.advise_facts(t, min_size) -> what cupola.advise reads
@@ -994,6 +1021,7 @@ void l_open_trace(lua_State *L)
                                      {"timeline_data", trace_timeline_data},
                                      {"advise_run", trace_advise_run},
                                      {"advise_facts", trace_advise_facts},
+                                     {"serving", trace_serving},
                                      {"alloc_event", trace_alloc_event},
                                      {NULL, NULL}};
     l_newclass(L, L_TRACE, meta, methods);

@@ -141,6 +141,8 @@ static cpt_status configure_locked(void)
         G.config_st = CPT_CONFIG;
         return CPT_CONFIG;
     }
+    /* memory once taken is kept for the framework's next steps (pool/spec.c) */
+    cp_pool_spec_serve(&G.opts);
     if (G.opts.upstream == CP_UP_PINNED || G.opts.upstream == CP_UP_VIRTUAL) {
         snprintf(G.config_msg, sizeof G.config_msg, "%s=\"%s\": upstream '%s' "
                  "cannot serve device arrays (device, async or managed); every "
@@ -564,6 +566,8 @@ int cpt_stats_json(char *buf, size_t len)
     jstr(&j, G.config_st == CPT_CONFIG && !*G.kind ? "" : G.kind);
     jput(&j, ",\"backend\":");
     jstr(&j, cp_be ? cp_be->name : "");
+    /* the pool's release_threshold as it serves (cp_pool_spec_serve) */
+    jput(&j, ",\"release_threshold\":%" PRIu64, G.opts.release_threshold);
     jput(&j, ",\"streams_mode\":\"%s\",\"error\":", G.safe ? "safe" : "trust");
     if (G.config_st == CPT_OK)
         jput(&j, "null");

@@ -201,6 +201,32 @@ static void test_log(void)
     unlink(path);
 }
 
+/* The serving policy holds for CuPy as for PyTorch (one configure path):
+ * tlsf keeps its idle chunks, so steps of a 100 MiB then a 70 MiB array
+ * make no upstream call once warm; a spec's release_threshold=0 does. */
+static void test_serving(void)
+{
+    long long warm[2];
+    int k, i;
+    for (k = 0; k < 2; k++) {
+        config(k ? "tlsf,release_threshold=0" : "tlsf", NULL, NULL);
+        for (i = 0; i < 4; i++) {
+            void *a, *b;
+            if (i == 1)
+                warm[k] = stat("device_allocs") + stat("device_frees");
+            a = cupola_cupy_malloc(NULL, 100u << 20, 0);
+            cupola_cupy_free(NULL, a, 0);
+            b = cupola_cupy_malloc(NULL, 70u << 20, 0);
+            cupola_cupy_free(NULL, b, 0);
+        }
+        warm[k] = stat("device_allocs") + stat("device_frees") - warm[k];
+    }
+    ok(warm[0] == 0 && warm[1] == 3 * 4,
+       "CUPOLA_CUPY_POOL=tlsf: no upstream call once warm (%lld); release_threshold=0: %lld",
+       warm[0], warm[1]);
+    cupola_cupy_trim(-1, 0);
+}
+
 int main(void)
 {
     setenv("CUPOLA_BACKEND", "host", 1);
@@ -208,6 +234,7 @@ int main(void)
     test_refusals();
     test_streams();
     test_log();
+    test_serving();
     cpt_reset();
     return tap_finish();
 }

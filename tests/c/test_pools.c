@@ -652,6 +652,174 @@ static void test_misc(const char *kind, cp_upstream_kind up)
     }
 }
 
+/* ---- a device that refuses: free-idle-and-retry ---- */
+
+/* The fake backend's memory, capped at cap_limit bytes: what a GPU whose
+ * memory is taken does (cudaMalloc refuses). */
+static uint64_t cap_limit, cap_used;
+static struct {
+    void *p;
+    size_t n;
+} cap_live[64];
+
+static cp_status capped_alloc(void **out, size_t bytes, cp_memkind kind)
+{
+    size_t i;
+    cp_status st;
+    if (cap_used + bytes > cap_limit)
+        return cp_error_set(CP_ERR_OOM, "capped: out of memory");
+    for (i = 0; i < 64 && cap_live[i].p; i++)
+        ;
+    if (i == 64)
+        return cp_error_set(CP_ERR_OOM, "capped: too many blocks");
+    st = fake_mem_alloc(out, bytes, kind);
+    if (st == CP_OK) {
+        cap_live[i].p = *out;
+        cap_live[i].n = bytes;
+        cap_used += bytes;
+    }
+    return st;
+}
+
+static cp_status capped_free(void *p, cp_memkind kind)
+{
+    size_t i;
+    for (i = 0; i < 64; i++)
+        if (cap_live[i].p == p) {
+            cap_used -= cap_live[i].n;
+            cap_live[i].p = NULL;
+        }
+    return fake_mem_free(p, kind);
+}
+
+/* A pool serving a framework (cp_pool_spec_serve: its idle chunks kept)
+ * over a device of 100 MiB: two 40 MiB chunks, both freed and kept; a
+ * 70 MiB request fits in neither and the device refuses it beside them, so
+ * the pool returns both and retries: served, with the device's memory
+ * given back first.  And the policy itself: which specs it changes. */
+static void test_refusal_retry(void)
+{
+    static const char *const heaps[] = {"freelist", "tlsf", "caching"};
+    const cp_backend *saved = cp_be;
+    static cp_backend capped;
+    size_t k;
+    capped = fake_backend;
+    capped.mem_alloc = capped_alloc;
+    capped.mem_free = capped_free;
+    cp_be = &capped;
+    cap_limit = UINT64_C(100) << 20;
+    for (k = 0; k < sizeof heaps / sizeof heaps[0]; k++) {
+        cp_pool_opts o;
+        char kind[16];
+        cp_resource *r = NULL;
+        cp_stats st;
+        void *a = NULL, *b = NULL, *c = NULL;
+        cp_status s;
+        snprintf(tap_group, sizeof tap_group, "refusal %s", heaps[k]);
+        cap_used = 0;
+        memset(cap_live, 0, sizeof cap_live);
+        if (cp_pool_spec_parse(heaps[k], &o, kind, sizeof kind) != CP_OK) {
+            ok(0, "spec: %s", cp_error_msg());
+            continue;
+        }
+        cp_pool_spec_serve(&o);
+        ok(o.release_threshold == CP_SERVE_KEEP_ALL, "serving: every idle chunk kept");
+        if (cp_pool_create(&r, &o) != CP_OK) {
+            ok(0, "create: %s", cp_error_msg());
+            continue;
+        }
+        cp_resource_alloc(r, 40u << 20, NULL, &a);
+        cp_resource_alloc(r, 40u << 20, NULL, &b);
+        cp_resource_free(r, a, 40u << 20, NULL);
+        cp_resource_free(r, b, 40u << 20, NULL);
+        cp_resource_stats(r, &st);
+        ok(a && b && st.reserved == (80u << 20) && st.device_frees == 0,
+           "two 40 MiB chunks freed and kept (reserved %llu, frees %llu)",
+           (unsigned long long)st.reserved, (unsigned long long)st.device_frees);
+        s = cp_resource_alloc(r, 70u << 20, NULL, &c);
+        cp_resource_stats(r, &st);
+        ok(s == CP_OK && st.reserved == (70u << 20) && st.device_frees == 2 &&
+               st.device_allocs == 3 && st.failed == 0,
+           "a refused growth frees the idle chunks and retries: served (%s; reserved %llu, "
+           "allocs %llu, frees %llu)", s == CP_OK ? "ok" : cp_error_msg(),
+           (unsigned long long)st.reserved, (unsigned long long)st.device_allocs,
+           (unsigned long long)st.device_frees);
+        if (s == CP_OK)
+            cp_resource_free(r, c, 70u << 20, NULL);
+        /* what cannot fit even then is still refused, the pool consistent
+         * (its idle chunk given back in the attempt, as PyTorch's cache) */
+        s = cp_resource_alloc(r, 120u << 20, NULL, &c);
+        cp_resource_stats(r, &st);
+        ok(s == CP_ERR_OOM && st.used == 0 && st.reserved <= cap_limit,
+           "beyond the device: out of memory (reserved %llu)", (unsigned long long)st.reserved);
+        cp_resource_destroy(r);
+        ok(cap_used == 0, "everything back to the device");
+
+        /* the same with the chunks freed on two streams whose work is
+         * still queued: settled (the device synchronized) and returned */
+        {
+            cp_stream *s1 = NULL, *s2 = NULL;
+            o.reuse = CP_REUSE_EVENT;
+            capped.stream_create(&s1, 0, 0);
+            capped.stream_create(&s2, 0, 0);
+            if (cp_pool_create(&r, &o) == CP_OK) {
+                a = b = c = NULL;
+                cp_resource_alloc(r, 40u << 20, s1, &a);
+                cp_resource_alloc(r, 40u << 20, s2, &b);
+                capped.k_spin(10, s1);
+                capped.k_spin(10, s2);
+                cp_resource_free(r, a, 40u << 20, s1);
+                cp_resource_free(r, b, 40u << 20, s2);
+                s = cp_resource_alloc(r, 70u << 20, s1, &c);
+                cp_resource_stats(r, &st);
+                ok(s == CP_OK && st.reserved == (70u << 20) && st.device_frees == 2,
+                   "two streams, work queued: served after the idle chunks went back (%s; "
+                   "reserved %llu)", s == CP_OK ? "ok" : cp_error_msg(),
+                   (unsigned long long)st.reserved);
+                if (s == CP_OK)
+                    cp_resource_free(r, c, 70u << 20, s1);
+                cp_resource_destroy(r);
+            } else {
+                ok(0, "create: %s", cp_error_msg());
+            }
+            capped.stream_destroy(s1);
+            capped.stream_destroy(s2);
+        }
+    }
+    cp_be = saved;
+    {
+        /* the policy: only where release_threshold is not given, only the
+         * kinds over the block heap */
+        static const struct {
+            const char *spec;
+            uint64_t want;
+        } cases[] = {
+            {"tlsf", CP_SERVE_KEEP_ALL},      {"caching", CP_SERVE_KEEP_ALL},
+            {"freelist", CP_SERVE_KEEP_ALL},  {"tlsf,release_threshold=0", 0},
+            {"caching,release_threshold=1GiB", UINT64_C(1) << 30},
+            {"vmm", 0},  {"arena", 0},  {"cub", 0},
+        };
+        int good = 1;
+        snprintf(tap_group, sizeof tap_group, "serving policy");
+        for (k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            cp_pool_opts o;
+            char kind[16];
+            if (cp_pool_spec_parse(cases[k].spec, &o, kind, sizeof kind) != CP_OK)
+                good = 0;
+            cp_pool_spec_serve(&o);
+            if (o.release_threshold != cases[k].want) {
+                good = 0;
+                printf("# %s: release_threshold %llu\n", cases[k].spec,
+                       (unsigned long long)o.release_threshold);
+            }
+            if (strcmp(cases[k].spec, "vmm") == 0 && o.release_threshold_set)
+                good = 0; /* vmm keeps its policy by time */
+        }
+        ok(good, "cp_pool_spec_serve sets release_threshold only where the spec leaves it, "
+           "for freelist, tlsf and caching");
+    }
+}
+
 static void run_all(const char *backend, int real)
 {
     size_t k;
@@ -714,6 +882,7 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows even when piped */
     test_bfc_huge_limit();
     cp_be = &fake_backend;
+    test_refusal_retry();
     run_all("fake", 0);
 #ifndef TEST_NO_HOST
     cp_be = NULL;

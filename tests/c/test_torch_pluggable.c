@@ -121,6 +121,50 @@ static void test_basic(void)
        "a device out of range is an error (%s)", cpt_last_error());
 }
 
+/* The serving policy (src/core/pool/spec.c): a training step that needs a
+ * 100 MiB and then a 70 MiB block (neither fits the other's chunk) makes
+ * no upstream call once warm with tlsf and caching as CUPOLA_TORCH_POOL
+ * names them; with release_threshold=0 (cupola.pool's default) each step
+ * returns one chunk and takes the other back.  Trim still returns them. */
+static long long step_calls(const char *pool, int steps)
+{
+    long long before = 0;
+    int i;
+    config(pool, NULL);
+    for (i = 0; i < steps + 1; i++) {
+        void *a = NULL, *b = NULL;
+        if (i == 1)
+            before = stat("device_allocs") + stat("device_frees");
+        if (cpt_alloc(100u << 20, 0, NULL, &a) != CPT_OK)
+            return -1;
+        cpt_free(a, 100u << 20, 0, NULL);
+        if (cpt_alloc(70u << 20, 0, NULL, &b) != CPT_OK)
+            return -1;
+        cpt_free(b, 70u << 20, 0, NULL);
+    }
+    return stat("device_allocs") + stat("device_frees") - before;
+}
+
+static void test_serving(void)
+{
+    long long n = step_calls("tlsf", 4);
+    ok(n == 0, "tlsf serving PyTorch: no upstream call once warm (%lld)", n);
+    ok(stat("release_threshold") == (long long)CP_SERVE_KEEP_ALL,
+       "the stats say it keeps every idle chunk (%lld)", stat("release_threshold"));
+    ok(stat("reserved") == (100 << 20),
+       "the 70 MiB block takes the idle 100 MiB chunk rather than grow (reserved %lld)",
+       stat("reserved"));
+    cpt_trim(-1, 0);
+    ok(stat("reserved") == 0, "cupola_torch_trim returns it");
+    n = step_calls("caching", 4);
+    ok(n == 0, "caching too (%lld)", n);
+    n = step_calls("tlsf,release_threshold=0", 4);
+    ok(stat("release_threshold") == 0, "a spec's release_threshold is kept");
+    ok(n == 4 * 4, "tlsf,release_threshold=0: each step returns a chunk and takes one, twice "
+       "(%lld calls in 4 steps)", n);
+    ok(stat("reserved_peak") == (100 << 20), "within its peak (%lld)", stat("reserved_peak"));
+}
+
 static void test_safe(void)
 {
     void *x = NULL, *y = NULL, *x2 = NULL;
@@ -268,6 +312,7 @@ int main(void)
     setenv("CUPOLA_BACKEND", "host", 1);
     test_spec();
     test_basic();
+    test_serving();
     test_safe();
     test_errors();
     test_log();

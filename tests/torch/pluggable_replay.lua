@@ -31,7 +31,8 @@ local function pool_options(spec, upstream)
     end
   end
   o.upstream = upstream
-  return o
+  -- as libcupola_torch.so makes it: the serving policy (src/core/pool/spec.c)
+  return require("cupola.core").trace.serving(o)
 end
 
 -- measured.tsv: workload, tag, spec, rc, losses_equal, max_rel_diff,

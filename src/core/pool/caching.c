@@ -29,11 +29,16 @@
  *    return rather than a hole that the next big request cannot use.  When
  *    nothing fits, entirely free segments are returned before a new one is
  *    taken, as far as needed to keep reserved within its peak so far
- *    (PyTorch returns cached segments only after the device has refused),
+ *    (PyTorch returns cached segments only after the device has refused;
+ *    so does this pool when it serves PyTorch or CuPy, where its spec
+ *    leaves release_threshold unset: pool/spec.c, cp_pool_spec_serve),
  *    except that small and large requests in turn do not trade segments
  *    (the second growth in a row that needs the segment of the other kind
  *    the growth before returned keeps it: pool/heap.h).  That rule follows
  *    from the pool's own history of returns, not from a size.
+ *  - When the upstream refuses a segment and no free block of either
+ *    sub-pool fits, every entirely free segment is returned and the growth
+ *    retried once (PyTorch's free-and-retry; pool/heap.h).
  *  - The segment sizes and the 1 MiB small/large cut are PyTorch's (the
  *    shape this pool reproduces, not values chosen on a trace).
  */

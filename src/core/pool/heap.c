@@ -49,6 +49,8 @@ static void chunk_release(cp_heap *h, cp_blk *b)
     cp_blk_put(h, b);
 }
 
+static void settle(cp_heap *h);
+
 static int release_empty(cp_heap *h, uint64_t keep)
 {
     int n = 0;
@@ -410,6 +412,21 @@ cp_status cp_heap_grow(cp_heap *h, size_t bytes, uint64_t size, uint8_t pool, ui
             st = CP_OK;
         else
             h->desperate = 0;
+    }
+    if (st == CP_ERR_OOM && !b && !h->keep_chunks && (h->empty || h->so.multi) &&
+        !beyond_max(h, size)) {
+        /* Still nothing: the idle chunks (which serve no fit for this
+         * request) go back to the upstream and the growth is tried once
+         * more, as PyTorch frees its cached blocks and retries when
+         * cudaMalloc fails.  A pool that keeps idle chunks (release_threshold)
+         * so loses no request that returning them would have served.  After
+         * several streams, settling first makes whole the chunks whose
+         * frees are complete (as trim does).  Not when even that could not
+         * fit under max (beyond_max). */
+        if (h->so.multi)
+            settle(h);
+        if (release_empty(h, 0) > 0)
+            st = chunk_add(h, size, want, cpool, s, &b);
     }
     *out = b;
     return st;

@@ -30,7 +30,11 @@
  *    the `initial` reservation only for max),
  *    then a new chunk of policy->chunk_size bytes is taken (or just the
  *    request, when that would pass max or the upstream refuses the larger
- *    size); if even that fails, any fit anywhere is taken.  Exception: when
+ *    size); if even that fails, any fit anywhere is taken; if none, the
+ *    entirely free chunks are returned to the upstream (all of them, the
+ *    `initial` reservation too, after settling stream tags) and the growth
+ *    is tried once more (PyTorch's free-and-retry after a refused
+ *    cudaMalloc; not when even that could not fit under max).  Exception: when
  *    two growths in a row each needed a chunk of another sub-pool that the
  *    growth before had returned (the caching pool's small and large
  *    segments, requests of the two kinds in turn), the second keeps what
@@ -40,7 +44,9 @@
  *    all (PyTorch's choice, for a higher peak), and idle chunks are then fit
  *    (any fit) before the pool grows; with 0 (the default) growth returns
  *    whatever idle chunks it needs to stay within the peak.  Frees never
- *    return memory; trim does;
+ *    return memory; trim does.  A pool serving a framework (the libraries
+ *    in src/torch/, advise's CUPOLA_TORCH_POOL rows) keeps every idle chunk
+ *    unless its spec says otherwise (cp_pool_spec_serve, pool/spec.c);
  *  - trim(keep) returns entirely free chunks while more than keep bytes are
  *    free (after settling stream tags, synchronizing the device if blocks
  *    freed on other streams have no event).

@@ -137,6 +137,14 @@ typedef struct cp_pool_opts {
  * are checked by cp_pool_create. */
 cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen);
 
+/* The policy of a pool serving a framework (pool/spec.c states it): where
+ * o's kind is freelist, tlsf or caching and release_threshold was not
+ * given, release_threshold = CP_SERVE_KEEP_ALL (memory once taken is kept;
+ * the upstream's refusal frees the idle chunks and retries; trim returns
+ * them).  Anything else is left as it is. */
+#define CP_SERVE_KEEP_ALL (UINT64_MAX >> 1) /* the largest a spec or cupola.pool takes */
+void cp_pool_spec_serve(cp_pool_opts *o);
+
 /* Creates a pool; CP_ERR_INVALID for an unknown kind or impossible options,
  * CP_ERR_OOM when the initial reservation cannot be had. */
 cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);

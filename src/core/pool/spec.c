@@ -15,6 +15,9 @@
  * spatial_partitioning (true, false).  Blanks around
  * names and values are ignored; a key given twice, an unknown key or a bad
  * value is an error naming it.
+ *
+ * cp_pool_spec_serve (below) is the policy a spec's pool has when it serves a
+ * framework.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -230,4 +233,44 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
         return cp_error_set(CP_ERR_INVALID, "pool spec \"%.200s\": option 'alignment' must be a "
                             "power of two, not %llu", spec, (unsigned long long)o->alignment);
     return CP_OK;
+}
+
+/* The policy of a pool serving a framework: libcupola_torch.so and
+ * libcupola_cupy.so apply it to the spec they read, and cupola advise to
+ * its CUPOLA_TORCH_POOL rows, so that what advise replays is what the
+ * library runs.
+ *
+ * A framework's caching allocator (PyTorch's, CuPy's) keeps the memory it
+ * takes for reuse: it gives it back only when the device refuses a request
+ * (then it frees what is idle and retries) or when the program asks
+ * (empty_cache, free_all_blocks; here cupola_torch_trim, cupola_cupy_trim,
+ * since neither reaches a pluggable allocator).  So, where the spec does not
+ * set release_threshold, the pools whose release_threshold is the idle
+ * chunks they keep when they grow (freelist, tlsf, caching: the block heap,
+ * pool/heap.h) get CP_SERVE_KEEP_ALL: no chunk is returned to make room, so
+ * a warm pool makes no upstream call on steps that repeat (cupola.pool's
+ * default, 0, returns idle chunks to stay within the peak so far, and a
+ * training loop takes them back the next step: a cudaFree, which waits for
+ * the whole device, and a cudaMalloc in the middle of every step).  The
+ * heap frees its idle chunks and retries when the upstream refuses
+ * (pool/heap.h), so keeping them costs no request that would fit without
+ * them.  The peak is then the most the pool holds at once with nothing
+ * returned (higher than with 0; advise shows it).
+ *
+ * The other kinds keep their own rules: vmm's page moves and releases are
+ * paid from a time budget (at most 1/32 of the time; none on fixed-shape
+ * training), and a release_threshold would stop it moving idle pages, so
+ * that it maps a page under every address it ever hands out; arena reuses
+ * an emptied chunk before it grows; cub and torch are models of CUB's and
+ * PyTorch's own allocators.  A spec that sets release_threshold (0
+ * included) keeps it: the user chose. */
+void cp_pool_spec_serve(cp_pool_opts *o)
+{
+    static const char *const keep_all[] = {"freelist", "tlsf", "caching"};
+    size_t i;
+    if (!o->kind || o->release_threshold_set)
+        return;
+    for (i = 0; i < sizeof keep_all / sizeof keep_all[0]; i++)
+        if (strcmp(o->kind, keep_all[i]) == 0)
+            o->release_threshold = CP_SERVE_KEEP_ALL;
 }

@@ -29,7 +29,10 @@
  *  - Growth (pool/heap.h): whole 2 MiB granules, with room for up to 8
  *    requests of the size when one would waste much of its last granule;
  *    entirely free chunks are returned first as far as needed to keep
- *    reserved within its peak.  Chunks are what reserved counts.
+ *    reserved within its peak (none with release_threshold above what is
+ *    idle: a pool serving PyTorch or CuPy, pool/spec.c); when the upstream
+ *    refuses and no free block fits at all, every entirely free chunk is
+ *    returned and the growth retried once.  Chunks are what reserved counts.
  */
 #include "heap.h"
 
