@@ -3,7 +3,17 @@
 # machine, in one command.
 #
 #   sh bench/gpu-check.sh [stage ...]     stages: build test sanitize examples bench speed torch
+#                                         record torch-step cupy-inside peers
 #                                         (default: build test sanitize examples bench)
+#
+# The stages of this round's framework work, each its own script (which says
+# what it checks) writing its figures beside the summary:
+#   record       bench/record_check.sh: `cupola record` against a known program,
+#                a killed one, its cost, the three frameworks, a second CUPTI user
+#   torch-step   bench/torch_step.sh: step time inside PyTorch, each allocator
+#   cupy-inside  bench/cupy_inside.sh: cupola's pools serving CuPy
+#   peers        bench/device_peers.sh: the device heap beside Gallatin and
+#                Ouroboros from their checkouts in .peers/ (into $OUT/peers)
 #
 # The GPU machine has CUDA but no Lua and no network: Lua 5.4, busted and
 # their modules travel as Debian packages in .deps/ (see README, "Running on
@@ -141,6 +151,20 @@ for stage in $stages; do
         done
         CUPOLA_BACKEND=cuda run_stage multistream-cuda lua5.4 bench/multistream.lua ${MULTISTREAM_ARGS:-}
         cp "$LOGS/multistream-cuda.log" "$OUT/multistream-cuda.md"
+        ;;
+    record | torch-step | cupy-inside | peers)
+        # Each its own script with its own limit; STAGE_TIMEOUT is put back
+        # after it (an assignment before a function call may outlive it).
+        st=${STAGE_TIMEOUT:-300}
+        case $stage in
+        record) STAGE_TIMEOUT=${RECORD_TIMEOUT:-420} script=record_check.sh dir=$OUT ;;
+        torch-step) STAGE_TIMEOUT=${TORCH_STEP_TIMEOUT:-300} script=torch_step.sh dir=$OUT ;;
+        cupy-inside) STAGE_TIMEOUT=120 script=cupy_inside.sh dir=$OUT ;;
+        peers) STAGE_TIMEOUT=$((${DEADLINE:-390} + 30)) script=device_peers.sh dir=$OUT/peers ;;
+        esac
+        mkdir -p "$dir"
+        run_stage "$stage" env OUT="$dir" sh "bench/$script"
+        STAGE_TIMEOUT=$st
         ;;
     *)
         note "unknown stage $stage"

@@ -84,7 +84,7 @@ killed_line=$(grep -E '^(PASS|FAIL)' "$WORK/killed.txt" | head -1)
 log "== overhead"
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)]}'; }
 : >"$WORK/seed_plain"; : >"$WORK/seed_rec"; : >"$WORK/seed_drv"
-for k in 1 2 3 4 5; do
+for k in $(seq "${RECORD_REPS:-5}"); do
     build/bench/seed000 | grep '^seed000_c' >>"$WORK/seed_plain"
     $R record -o "$WORK/seed$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_rec.err" | grep '^seed000_c' >>"$WORK/seed_rec"
     CUPOLA_RECORD_LEVEL=driver $R record -o "$WORK/seedd$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_drv.err" |
@@ -101,7 +101,7 @@ seed_events=$(tail -n 3 "$WORK/seed_rec.err" | grep -o '[0-9]* device allocation
 
 torch_time() { # $1: plain|rec  $2: extra env
     : >"$WORK/tt_$1_$3"
-    for k in 1 2 3; do
+    for k in $(seq "${RECORD_TORCH_REPS:-3}"); do
         if [ "$1" = rec ]; then
             env $2 timeout 120 $R record -o "$WORK/tt$k.csv.gz" -- python3 bench/record_frameworks.py torch run 200 \
                 2>>"$WORK/tt.err" | sed -n 's/^RESULT //p' >>"$WORK/tt_$1_$3"
@@ -185,7 +185,7 @@ echo "  1 PiB cudaMalloc; \`record_known.csv\` beside this file is the recording
 echo "- with the driver's callbacks only (CUPOLA_RECORD_LEVEL=driver): $known_drv_line"
 echo "- $killed_line"
 echo
-echo "## Cost (median of 5; PyTorch: of 3)"
+echo "## Cost (median of ${RECORD_REPS:-5}; PyTorch: of ${RECORD_TORCH_REPS:-3})"
 echo
 echo "| run | without | with the recorder | change |"
 echo "| --- | --- | --- | --- |"
