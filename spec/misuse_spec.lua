@@ -83,7 +83,7 @@ end)
 describe("misuse: pools", function()
   it("an unknown kind lists the kinds", function()
     raises(function() cupola.pool { kind = "buddy" } end,
-      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, not 'buddy'")
+      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, cupy, not 'buddy'")
   end)
 
   it("an unknown upstream lists the upstreams", function()
@@ -718,6 +718,7 @@ describe("misuse: torch pools", function()
     local p <close> = cupola.pool { kind = "tlsf" }
     raises(function() p:empty_cache() end, "only pools of kind 'torch' have it")
     raises(function() p:settings() end, "only pools of kind 'torch' have it")
+    raises(function() p:free_all_blocks() end, "only pools of kind 'cupy' have it")
   end)
 
   it("a request past the limit is out of memory and the pool stays usable", function()
@@ -2174,6 +2175,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Pool:close", function() F.pool.close(F.b) end, "cupola.Pool expected", "got cupola.Buffer" },
     { "cupola.Pool:time", function() F.pool.time(5) end, "cupola.Pool expected", "got number 5" },
     { "cupola.Pool:empty_cache", function() F.pool.empty_cache(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:free_all_blocks", function() F.pool.free_all_blocks(5) end, "cupola.Pool expected", "got number 5" },
     { "cupola.Pool:empty_cache", function() F.pool:empty_cache() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },
     { "cupola.Pool:settings", function() F.pool.settings "p" end, "cupola.Pool expected", "got string 'p'" },
     { "cupola.Pool:settings", function() F.pool:settings() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },

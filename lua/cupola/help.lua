@@ -171,6 +171,7 @@ p:alloc_raw(size, s) -> address, p:free_raw(a, s), p:buffer(a): help "raw"
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
 p:empty_cache()  p:settings()   torch only: help "torch"
+p:free_all_blocks() -> bytes   cupy only: help "cupy"
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers, live_raw,
   device_allocs, device_frees; vmm, cub and torch add their own

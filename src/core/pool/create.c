@@ -24,6 +24,7 @@ static const struct {
     {"plugin", cp_plugin_create},
     {"cub", cp_cub_create},
     {"torch", cp_torch_create},
+    {"cupy", cp_cupy_create},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

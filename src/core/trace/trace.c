@@ -22,6 +22,7 @@
 #include "pickle.h"
 #include "snapshot.h"
 #include "trace_torch.h"
+#include "trace_cupy.h"
 
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
@@ -78,6 +79,7 @@ void cp_trace_free(cp_trace *t)
     free(t->oom_row);
     free(t->oom_size);
     free(t->oom_stream);
+    cp_cupy_hook_free(t->cupy);
     free(t);
 }
 
@@ -637,6 +639,10 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
         else if (!is_pickle && device > 0)
             st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,
                               device);
+        else if (!is_pickle && got > 0 && cp_cupy_hook_sniff(head, (size_t)got))
+            st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a CuPy hook log "
+                                           "holds one device", path, device)
+                            : cp_cupy_hook_load(ld.gz, path, t); /* JSON lines */
         else
             st = is_pickle ? load_snapshot(&ld, got == 8 && cp_snapshot_is_compact(head, 8))
                            : load(&ld);
@@ -644,7 +650,7 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
     gzclose(ld.gz);
     if (st == CP_OK && ld.t->nstreams > UINT16_MAX)
         st = cp_error_set(CP_ERR_INVALID, "%s: more than 65535 distinct streams", path);
-    if (st == CP_OK) {
+    if (st == CP_OK && !t->ops) {
         size_t i;
         t->ops = malloc((t->n ? t->n : 1) * sizeof *t->ops);
         if (!t->ops)
@@ -656,8 +662,8 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
             t->ops[i].is_free = t->is_free[i];
         }
     }
-    if (st == CP_OK && !t->format) {
-        /* CSV: the torch model allocates and frees as the rows do */
+    if (st == CP_OK && t->format != 1) {
+        /* CSV, CuPy logs: the torch model allocates and frees as the rows do */
         size_t i;
         t->top = malloc((t->n ? t->n : 1) * sizeof *t->top);
         t->top_row = malloc((t->n ? t->n : 1) * sizeof *t->top_row);
@@ -675,7 +681,7 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
         if (st == CP_OK)
             t->ntop = t->n;
     }
-    if (st == CP_OK) {
+    if (st == CP_OK && t->format != 2) { /* a CuPy log's loader sets them */
         t->info.ooms = t->nooms;
         t->info.events = t->n;
         t->info.streams = t->nstreams;
@@ -744,7 +750,7 @@ cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t 
 
 const char *cp_trace_format(const cp_trace *t)
 {
-    return t->format ? "torch_snapshot" : "rmm_csv";
+    return t->format == 2 ? "cupy_hook" : t->format ? "torch_snapshot" : "rmm_csv";
 }
 
 void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)

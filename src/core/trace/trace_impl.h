@@ -32,7 +32,7 @@ struct cp_trace {
     uint64_t *streams;  /* distinct Stream values, in order of appearance */
     size_t nstreams;
     cp_trace_info info;
-    int format;         /* 0: RMM CSV, 1: PyTorch snapshot */
+    int format;         /* 0: RMM CSV, 1: PyTorch snapshot, 2: CuPy hook log */
     /* PyTorch snapshots only (NULL / 0 for CSV): */
     uint32_t *label;    /* per row: index + 1 into labels, 0 for none */
     uint16_t *device;   /* per row */
@@ -54,6 +54,8 @@ struct cp_trace {
     uint64_t *oom_size;
     uint32_t *oom_stream;
     size_t nooms;
+    /* CuPy hook logs only (trace_cupy.h): the model's operations */
+    struct cp_trace_cupy *cupy;
     int has_settings;
     char torch_env[256];
     char torch_settings[1024];
