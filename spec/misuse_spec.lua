@@ -783,6 +783,33 @@ describe("misuse: traces", function()
     raises(function() t:info() end, "attempt to use a closed cupola.Trace")
     consistent(p)
   end)
+
+  it("CuPy's pool: options it has not, a CuPy log replayed as it cannot be, a bad log line", function()
+    raises(function() cupola.pool { kind = "cupy", initial = 4096 } end, "kind 'cupy': option 'initial' is not supported")
+    raises(function() cupola.pool { kind = "cupy", grow = false } end, "kind 'cupy': option 'grow' = false is not supported")
+    raises(function() cupola.pool { kind = "cupy", release_threshold = 1 } end, "kind 'cupy': option 'release_threshold' is not supported")
+    raises(function() cupola.pool { kind = "cupy", alignment = 4096 } end, "kind 'cupy': option 'alignment' = 4096")
+    local csv = tmpfile "Thread,Time,Action,Pointer,Size,Stream\n0,1.0,allocate,0x10,100,0x0\n"
+    local tc <close> = cupola.trace.load(csv)
+    os.remove(csv)
+    local p <close> = cupola.pool { kind = "cupy", upstream = "virtual" }
+    raises(function() tc:replay(p, { addresses = "recorded" }) end, "with a pool of kind \"cupy\" needs a CuPy hook log")
+    local log = tmpfile '{"hook":"alloc","mem_size":512,"mem_ptr":4096}\n{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":4096}\n'
+    local t <close> = cupola.trace.load(log)
+    raises(function() t:replay(p, { record = true }) end, "takes neither record nor clock")
+    local used <close> = cupola.pool { kind = "cupy", upstream = "virtual" }
+    local b = used:alloc(10)
+    raises(function() t:replay(used, { addresses = "recorded" }) end, "needs a fresh cupy pool")
+    b:free()
+    local d <close> = cupola.pool { kind = "cupy", upstream = "device" }
+    raises(function() t:replay(d, { addresses = "recorded" }) end, "over the \"virtual\" upstream")
+    local bad = tmpfile '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":"x"}\n'
+    raises(function() cupola.trace.load(bad) end, bad .. ":1: key 'mem_ptr' must be an integer")
+    os.remove(bad)
+    os.remove(log)
+    consistent(p)
+    consistent(used)
+  end)
 end)
 
 describe("misuse: cupola.help and the REPL's topics", function()
