@@ -227,9 +227,11 @@ LUADIR ?= $(PREFIX)/share/lua/5.4
 LIBDIR ?= $(PREFIX)/lib/lua/5.4
 BINDIR ?= $(PREFIX)/bin
 PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
-TRACE_FILES    := $(filter-out examples/traces/torch,$(wildcard examples/traces/*))
+TRACE_FILES    := $(filter-out examples/traces/torch examples/traces/cupy,$(wildcard examples/traces/*))
 # PyTorch's allocator's ground truth (snapshots and figures), in a folder of its own
 TORCH_TRACES   := $(wildcard examples/traces/torch/*)
+# CuPy's pool's ground truth (hook logs recorded on the GPU), likewise
+CUPY_TRACES    := $(wildcard examples/traces/cupy/*)
 install: all torch-allocator
 	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces/torch $(DESTDIR)$(BINDIR)
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
@@ -237,6 +239,8 @@ install: all torch-allocator
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
 	install -m 644 $(TORCH_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/
+	$(if $(CUPY_TRACES),install -d $(DESTDIR)$(LUADIR)/cupola/traces/cupy && \
+	    install -m 644 $(CUPY_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/cupy/)
 	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \
 	    install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(LUADIR)/cupola/include/cupola/)
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola
