@@ -327,3 +327,45 @@ describe("CuPy hook logs that are wrong", function()
     assert.matches("gzip", err)
   end)
 end)
+
+-- CuPy 14.2.0's own runs on an H100 (examples/traces/cupy/README.md): the
+-- recording hook's logs (stream, malloc_preprocess, free_all_blocks and
+-- total_bytes on every line) and one DebugPrintHook log.  CuPy's figures:
+-- its cudaMallocs are the logs' alloc lines; peak and end of total_bytes and
+-- the line of the refused malloc from the run (NAME.json, the log).
+describe("CuPy's recordings", function()
+  local runs = {
+    { "fft.unlimited", nil, 86784000, 86784000, nil },
+    { "fft.limit68089128", 68089128, 61618176, 61265408, 449 },
+    { "linalg.limit310806958", 310806958, 201326592, 201326592, 59 },
+    { "twostream.limit188319744", 188319744, 186247680, 173215232, 1785 },
+    { "elementwise.limit174690846", 174690846, 168253952, 134223872, 612 },
+    { "fft.limit68089128.debug", 68089128, 61618176, 61265408, 295 },
+  }
+  for _, run in ipairs(runs) do
+    local name, limit, peak, end_total, oom_line = table.unpack(run)
+    for _, up in ipairs { "virtual", "device" } do
+      local recorded = up == "virtual"
+      it(string.format("%s: every cudaMalloc, the peak of total_bytes and where it ran out, as CuPy (%s)", name, up), function()
+        local t <close> = cupola.trace.load("cupy/" .. name .. ".jsonl.gz")
+        assert.equals("cupy_hook", t.format)
+        local p <close> = cupy { upstream = up, max = limit }
+        local r = cupola.trace.replay(t, p, { addresses = recorded and "recorded" or nil, stop_at_oom = true })
+        assert.equals(recorded, r.recorded)
+        if recorded or name:match "^fft" or name:match "^linalg" then
+          -- (without the recorded addresses the address rule breaks ties:
+          -- fft and linalg have none that matter; bench/results/cupy_model.md)
+          assert.is_true(r.cupy.exact, r.cupy.mismatch and (r.cupy.mismatch.what .. " at line " .. r.cupy.mismatch.line))
+          assert.equals(t:info().cupy.device_allocs, r.device_allocs)
+          assert.equals(peak, r.peak_reserved)
+          assert.equals(end_total, p:stats().total_bytes)
+          if oom_line then
+            assert.equals(oom_line, r.stopped.line)
+          else
+            assert.is_nil(r.stopped)
+          end
+        end
+      end)
+    end
+  end
+end)

@@ -157,7 +157,7 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   kind      "tlsf" (default) | "freelist" | "caching" | "arena"; and "vmm",
-            "torch", "cub", "plugin": each has its own topic
+            "torch", "cub", "cupy", "plugin": each has its own topic
   upstream  "device" (default) | "async" | "managed" | "pinned" | "virtual"
             (addresses only, no memory: for replaying traces)
   initial=0 bytes reserved at creation   grow=true may reserve more
@@ -265,6 +265,35 @@ cupola.pool{kind="cub", bin_growth=8, min_bin=3, max_bin=7,
   retried when the upstream refuses.
 stats() adds device_alloc_failures, retries, cached_bytes, cached_blocks,
   live_bytes (device_allocs, device_frees: CUB's cudaMalloc/cudaFree calls).]],
+  },
+  {
+    name = "cupy",
+    section = "CuPy's memory pool (`kind = \"cupy\"`)",
+    names = { "cupy", "free_all_blocks", "cupy_hook", "DebugPrintHook", "set_limit" },
+    overview = {
+      { "cupola.pool{kind=\"cupy\", max=}", "CuPy 14.2's MemoryPool, exactly" },
+      { "cupola.trace.load \"cupy.jsonl\"", "CuPy's hook logs (DebugPrintHook)" },
+    },
+    page = [[
+cupola.pool{kind="cupy", upstream="virtual"|"device", max=}: CuPy 14.1-14.2's
+  MemoryPool rule for rule: 512-byte rounding, an arena per stream, the
+  smallest free chunk that fits split always, merged back with free
+  neighbours (never across cudaMalloc blocks); at the limit (max, CuPy's
+  set_limit) or a refused cudaMalloc: free_all_blocks and a retry, then a
+  gc.collect() round, then out of memory.  Equal free chunks: lowest address
+  (CuPy: a Python object's address); addresses="recorded" follows the log.
+p:free_all_blocks() -> bytes given back (whole free blocks only)
+p:stats() adds used_bytes, total_bytes, free_bytes, n_free_blocks,
+  device_alloc_failures, free_all_blocks_calls, gc_rounds, ooms, tie_choices.
+cupola.trace.load reads DebugPrintHook's JSON lines (t.format "cupy_hook",
+  gzip or not), plus the keys stream, total_bytes and the lines
+  malloc_preprocess and free_all_blocks (arena_stream) a recording hook adds;
+  t.cupy: device_allocs, gc_frees, peak_total_bytes, ...
+cupola.trace.replay(t, cupola.pool{kind="cupy", upstream="virtual", max=L},
+  {addresses="recorded", stop_at_oom=true}) -> r.peak_reserved (peak
+  total_bytes), r.device_allocs, r.stopped.line, r.cupy.exact,
+  r.cupy.mismatch, r.cupy.divergence.  Shipped: "cupy/fft.unlimited", ...
+  (examples/traces/cupy); bench/cupy_check.lua checks recordings.]],
   },
   {
     name = "plugin",
