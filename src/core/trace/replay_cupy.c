@@ -31,6 +31,7 @@
 
 typedef struct gcstate {
     cp_cupy *m;
+    cp_resource *r;
     const cp_trace_cupy *c;
     uint64_t *h;          /* by ordinal: the model's address, 0 when not live */
     const uint64_t *osize;
@@ -56,7 +57,6 @@ static void apply_free(gcstate *g, size_t i)
 {
     const cp_cupy_op *op = &g->c->op[i];
     uint64_t *x = &g->h[op->ord];
-    cp_cupy_stats s;
     if (*x) {
         (void)cp_cupy_free(g->m, *x);
         *x = 0;
@@ -64,10 +64,11 @@ static void apply_free(gcstate *g, size_t i)
     } else {
         g->out->skipped_frees++;
     }
-    if (op->total != CP_CUPY_NO_TOTAL) {
-        cp_cupy_get_stats(g->m, &s);
-        if (s.total_bytes != op->total)
-            mismatch(g->out, i, op->line, CP_CUPY_MISMATCH_TOTAL, s.total_bytes, op->total);
+    /* total_bytes is the pool's reserved figure (a field read) */
+    if (op->total != CP_CUPY_NO_TOTAL && !g->out->cupy_mismatch) {
+        uint64_t tb = cp_resource_reserved_locked(g->r);
+        if (tb != op->total)
+            mismatch(g->out, i, op->line, CP_CUPY_MISMATCH_TOTAL, tb, op->total);
     }
 }
 
@@ -128,6 +129,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
     out->cupy = 1;
     memset(&gs, 0, sizeof gs);
     gs.m = m;
+    gs.r = r;
     gs.c = c;
     gs.h = h;
     gs.osize = osize;
@@ -207,12 +209,10 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                     g.peak_seen = cp_resource_reserved_locked(r);
                     g.live_at_peak = live;
                 }
-                if (check && op->total != CP_CUPY_NO_TOTAL) {
-                    cp_cupy_get_stats(m, &s1);
-                    if (s1.total_bytes != op->total)
-                        mismatch(out, i, op->line, CP_CUPY_MISMATCH_TOTAL, s1.total_bytes,
-                                 op->total);
-                }
+                if (check && op->total != CP_CUPY_NO_TOTAL &&
+                    cp_resource_reserved_locked(r) != op->total)
+                    mismatch(out, i, op->line, CP_CUPY_MISMATCH_TOTAL,
+                             cp_resource_reserved_locked(r), op->total);
                 i = gs.end - 1;
                 break;
             case CP_CUPY_FREE:
@@ -222,12 +222,10 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
             case CP_CUPY_FREE_ALL:
                 user_fab++;
                 (void)cp_cupy_free_all_blocks(m, !op->flag, op->arena);
-                if (check && op->total != CP_CUPY_NO_TOTAL) {
-                    cp_cupy_get_stats(m, &s1);
-                    if (s1.total_bytes != op->total)
-                        mismatch(out, i, op->line, CP_CUPY_MISMATCH_TOTAL, s1.total_bytes,
-                                 op->total);
-                }
+                if (check && op->total != CP_CUPY_NO_TOTAL &&
+                    cp_resource_reserved_locked(r) != op->total)
+                    mismatch(out, i, op->line, CP_CUPY_MISMATCH_TOTAL,
+                             cp_resource_reserved_locked(r), op->total);
                 break;
             default:
                 break;
