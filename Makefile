@@ -237,6 +237,8 @@ install: all torch-allocator
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	if [ -f $(TORCH_LIB) ]; then install -m 755 $(TORCH_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_torch.so; fi
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
+	install -d $(DESTDIR)$(LUADIR)/cupola/advise
+	install -m 644 lua/cupola/advise/*.lua $(DESTDIR)$(LUADIR)/cupola/advise/
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
 	install -m 644 $(TORCH_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/
 	$(if $(CUPY_TRACES),install -d $(DESTDIR)$(LUADIR)/cupola/traces/cupy && \

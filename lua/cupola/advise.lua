@@ -1,22 +1,59 @@
---- cupola.advise: a PyTorch memory snapshot in, the allocator setting to use
--- out.  Replays the snapshot through cupola's model of PyTorch's caching
--- allocator (pool kind "torch") under a grid of PYTORCH_CUDA_ALLOC_CONF
--- settings, and through cupola's own pools as PyTorch's pluggable
--- allocator would serve them, all in C on threads of their own
--- (cupola.core.trace.advise_run), and returns one row per setting and the
--- one to use.
+--- cupola.advise: a recording of a program's allocations in, the allocator
+-- setting to use out.  One engine (this file: options, the replays on
+-- threads through cupola.core.trace.advise_run, scoring, the least-memory
+-- search, text / JSON / HTML, the command line) and one small module per
+-- framework (lua/cupola/advise/NAME.lua) that names the framework's
+-- settings, its rows and its paste line.  The engine knows no framework's
+-- words: everything it prints about one comes from its module.
 --
---   cupola.advise(trace_or_path, {limit =, conf =, recorded =, pools =,
---                 search =, threads =, progress =, device =}) -> result
+--   cupola.advise(trace_or_path [, {limit =, conf =, recorded =, pools =,
+--                 search =, threads =, progress =, device =}]) -> result
 --   bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf CONF]... [--recorded CONF]
 --                     [--json] [--html PAGE]                (advise.main)
 --
--- The grid (advise.grid says how each family is chosen): the recorded
--- setting, PyTorch's defaults, expandable_segments:True, max_split_size_mb
--- at the snapshot's own large request sizes, roundup_power2_divisions 1 to
--- 16, garbage_collection_threshold under a limit, the combinations of the
--- best of each family that did better than the defaults, every conf given,
--- and cupola's pools (tlsf, vmm, caching).
+-- ---- the framework module interface -------------------------------------
+-- A framework module is a table returned by require("cupola.advise." .. name),
+-- for each name in advise.frameworks.  Fields (optional ones marked "opt"):
+--
+--   name            the framework's name ("torch"): result.framework
+--   formats         the trace formats it reads (t:info().format), e.g.
+--                   {"torch_snapshot"}; the engine offers a trace to the
+--                   first module whose detect (or formats) claims it
+--   detect(info)    opt: true when the module reads this trace (info =
+--                   t:info()); without it, info.format in formats
+--   title(info)     what the trace is, for the report's head ("PyTorch snapshot")
+--   check(o)        opt: raises (util.raise) for settings in the options it
+--                   does not read (o.conf, o.recorded are its settings)
+--   setup(ctx)      reads what it needs of the trace once; may set result
+--                   fields (recorded_setting, ...), warnings and notes
+--   rows(ctx)       -> the first row specs, replayed together
+--   more(ctx, rows) opt -> further row specs after the first rows' figures
+--                   are in (combinations of the best), replayed together
+--   baseline(ctx)   opt -> bytes, text: what "vs recorded" compares with
+--                   (default: the recorded row's peak reserved)
+--   fill(row, x, ctx) opt: the module's own fields of a replayed row (x is
+--                   the row's advise_run result)
+--   describe(row)   -> the row's name in the table
+--   paste(row, ctx) -> the line that runs the user's program with the row's setting
+--   summary(res)    opt -> lines for the report's head (what was recorded)
+--   notes(res, ctx) opt: adds sentences to res.warnings and res.notes
+--   frame(res, fails_at) opt -> how a location in the user's program reads
+--
+-- A row spec is a table the engine fills with the row's figures:
+--   setting       the setting as the user writes it (its identity)
+--   job           the advise_run job (kind/conf/spec/...; the engine adds
+--                 limit and search)
+--   pool          cupola.pool options (or a CUPOLA pool spec string) that
+--                 replay it for the HTML page (the engine adds upstream, max)
+--   family        a name for its kind of setting ("default", "recorded", ...)
+--   keys          how many settings it changes: the simpler wins a tie
+--   recorded      true for the setting the trace was recorded under
+--   aside         true: shown after the others and never recommended
+--   same_as       another row whose replay serves for this one
+--   via           the environment variable (or the like) that carries it
+-- ctx, which every function gets: t (the cupola.Trace), info (t:info()),
+-- o (the checked options), result, limited (a limit was given), and the
+-- engine's metric(row) and better(a, b) (the scoring below).
 local core = require "cupola.core"
 local util = require "cupola.util"
 local report = require "cupola.report"
@@ -24,16 +61,53 @@ local raise, shown, typed, at_caller = util.raise, util.shown, util.typed, util.
 
 local advise = {}
 
-local MiB = 1024 * 1024
-local SMALL = MiB                  -- PyTorch's small pool: requests up to 1 MiB
-local SPLIT_MIN = 20 * MiB         -- max_split_size_mb's least value (20)
 local TIE = 0.005                  -- within 0.5 %: a simpler setting is preferred
+local SAME_GAIN = 0.01             -- less than 1 % better than the recorded setting: no gain
 
 advise.default_pools = { "tlsf", "vmm", "caching" }
-advise.roundup = { 1, 2, 4, 8, 16 }
-advise.gc = { 0.6, 0.8 }
+-- the framework modules, asked in this order (one that is not installed is skipped)
+advise.frameworks = { "torch", "jax", "cupy" }
 
 local bytes = report.bytes
+
+-- ---- the framework modules ----------------------------------------------
+
+local modules = {}
+
+--- advise.module(name) -> the framework module, or nil where none is installed.
+function advise.module(name)
+  if modules[name] == nil then
+    local ok, m = pcall(require, "cupola.advise." .. name)
+    if ok then
+      modules[name] = m
+    elseif tostring(m):find("module 'cupola.advise." .. name .. "' not found", 1, true) then
+      modules[name] = false
+    else
+      error(m, 0)
+    end
+  end
+  return modules[name] or nil
+end
+
+--- advise.module_for(info) -> the module that reads a trace of this info.
+function advise.module_for(info)
+  local names = {}
+  for _, name in ipairs(advise.frameworks) do
+    local m = advise.module(name)
+    if m then
+      local claims
+      if m.detect then
+        claims = m.detect(info)
+      else
+        for _, f in ipairs(m.formats or {}) do if f == info.format then claims = true end end
+      end
+      if claims then return m end
+      names[#names + 1] = name
+    end
+  end
+  raise(("cupola.advise: no advice for traces of format %s (the framework modules: %s)"):format(
+    shown(info.format), table.concat(names, ", ")))
+end
 
 -- ---- arguments --------------------------------------------------------
 
@@ -42,24 +116,49 @@ local function is_trace(v)
   return type(mt) == "table" and mt.__name == "cupola.Trace"
 end
 
--- A conf string checked as cupola.pool checks it (kind torch), raising
--- with what names it; returns its canonical form (the settings that differ
--- from PyTorch's defaults, in cupola's order).
-local function canonical(conf, what)
-  local ok, p = pcall(core.pool, { kind = "torch", upstream = "virtual", conf = conf })
-  if not ok then
-    local why = tostring(p):gsub("^.-cupola%.pool: option 'conf': ", "")
-    raise(("cupola.advise: %s %s: %s"):format(what, shown(conf), why))
+-- Units of sizes as people write them on a command line, as dd(1) reads
+-- them: K, M, G, T and KiB ... TiB are powers of 1024; KB, MB, GB, TB
+-- powers of 1000 (what disk and GPU makers print); any case.
+local units = {
+  [""] = { 1 }, b = { 1 },
+  k = { 2 ^ 10, "2^10" }, ki = { 2 ^ 10, "2^10" }, kib = { 2 ^ 10, "2^10" }, kb = { 1e3, "10^3" },
+  m = { 2 ^ 20, "2^20" }, mi = { 2 ^ 20, "2^20" }, mib = { 2 ^ 20, "2^20" }, mb = { 1e6, "10^6" },
+  g = { 2 ^ 30, "2^30" }, gi = { 2 ^ 30, "2^30" }, gib = { 2 ^ 30, "2^30" }, gb = { 1e9, "10^9" },
+  t = { 2 ^ 40, "2^40" }, ti = { 2 ^ 40, "2^40" }, tib = { 2 ^ 40, "2^40" }, tb = { 1e12, "10^12" },
+}
+
+--- advise.parse_size(v) -> bytes, how it was read (a sentence), or nil:
+-- a whole number of bytes, or a string "6GiB", "6G", "6gib", "6 GB",
+-- "1.5T" (GB is 10^9 bytes, G and GiB 2^30; a fraction of a byte is
+-- dropped).
+function advise.parse_size(v)
+  if math.type(v) == "integer" then return v, ("%d bytes"):format(v) end
+  if math.type(v) == "float" then
+    local n = math.tointeger(v)
+    if n then return n, ("%d bytes"):format(n) end
+    return nil
   end
-  local c = p:settings().conf
-  p:close()
-  return c
+  if type(v) ~= "string" then return nil end
+  local num, unit = v:match "^%s*(%d+%.?%d*)%s*(%a*)%s*$"
+  if not num then num, unit = v:match "^%s*(%.%d+)%s*(%a*)%s*$" end
+  local u = unit and units[unit:lower()]
+  if not u then return nil end
+  local x = tonumber(num) * u[1]
+  if x >= 2 ^ 63 then return nil end
+  local n = math.tointeger(math.floor(x))
+  if not n then return nil end
+  if not u[2] then return n, ("%d bytes"):format(n) end
+  local si = u[2]:sub(1, 2) == "10"
+  return n, ("%s read as %s x %s = %d bytes%s"):format(shown(v), num, u[2], n,
+    si and ("; %s is 10^%s bytes, %siB or %s 2^%d"):format(unit:upper(), u[2]:match "%^(%d+)",
+      unit:sub(1, 1):upper(), unit:sub(1, 1):upper(), ({ k = 10, m = 20, g = 30, t = 40 })[unit:sub(1, 1):lower()])
+      or "")
 end
 
 local option_names = { "limit", "conf", "recorded", "pools", "search", "threads", "progress", "device" }
 
 local function check_options(opts)
-  if opts == nil then return {} end
+  if opts == nil then opts = {} end
   if type(opts) ~= "table" then
     raise("bad argument #2 to 'advise' (options table expected, got " .. typed(opts) .. ")")
   end
@@ -72,12 +171,12 @@ local function check_options(opts)
   end
   local o = {}
   if opts.limit ~= nil then
-    local ok, n = pcall(core.bytes, opts.limit)
-    if not ok or n <= 0 then
-      raise("cupola.advise: option 'limit' must be a size above 0 (bytes, or a string such as \"24GiB\"), not "
-        .. typed(opts.limit))
+    local n, how = advise.parse_size(opts.limit)
+    if not n or n <= 0 then
+      raise("cupola.advise: option 'limit' must be a size above 0 (bytes, or a string such as \"24GiB\", " ..
+        "\"24G\", \"24GB\"), not " .. typed(opts.limit))
     end
-    o.limit = n
+    o.limit, o.limit_read = n, how
   end
   local confs = opts.conf
   if type(confs) == "string" then confs = { confs } end
@@ -89,14 +188,12 @@ local function check_options(opts)
     if type(c) ~= "string" then
       raise(("cupola.advise: option 'conf': item %d must be a string, not %s"):format(i, typed(c)))
     end
-    canonical(c, "option 'conf': item " .. i)
     o.conf[i] = c
   end
   if opts.recorded ~= nil then
     if type(opts.recorded) ~= "string" then
       raise("cupola.advise: option 'recorded' must be a conf string, not " .. typed(opts.recorded))
     end
-    canonical(opts.recorded, "option 'recorded'")
     o.recorded = opts.recorded
   end
   local pools = opts.pools
@@ -132,33 +229,7 @@ local function check_options(opts)
   return o
 end
 
--- ---- the grid ---------------------------------------------------------
-
-local function nkeys(conf)
-  local n = 0
-  for _ in conf:gmatch "[^,%[%]]+:" do n = n + 1 end
-  return n
-end
-
--- max_split_size_mb values from the snapshot's own requests: blocks of the
--- value's size and more are never split, so the value decides which
--- requests get blocks of their own.  Taken at the 50th, 75th, 90th and
--- 99th percentile of the requests of 20 MiB or more (the least value
--- PyTorch takes), by count, rounded up to MiB: the largest half, quarter,
--- tenth and hundredth of those requests become such blocks.
-local function split_values(facts)
-  local s = facts.sizes
-  local out, seen = {}, {}
-  if s.count == 0 then return out end
-  for _, q in ipairs { "q50", "q75", "q90", "q99" } do
-    local mb = math.max(20, (s[q] + MiB - 1) // MiB)
-    if not seen[mb] and mb * MiB <= s.max then
-      seen[mb] = true
-      out[#out + 1] = { mb = mb, q = q }
-    end
-  end
-  return out
-end
+-- ---- scoring ----------------------------------------------------------
 
 -- The score of a row: lower is better, compared key by key.
 local function score(r, limited)
@@ -186,22 +257,20 @@ local function metric(r, limited)
   return r.complete and r.peak_reserved or nil
 end
 
--- ---- running the grid ---------------------------------------------------
+-- ---- running the rows ---------------------------------------------------
 
 local function run_rows(t, rows, o, progress_state)
   local jobs = {}
   for i, r in ipairs(rows) do
-    if r.kind == "torch" then
-      jobs[i] = { kind = "torch", conf = r.setting, limit = o.limit, recorded = o.recorded_addresses,
-        search = o.search }
-    else
-      jobs[i] = { spec = r.pool, limit = o.limit, search = o.search }
-    end
+    local j = {}
+    for k, v in pairs(r.job) do j[k] = v end
+    j.limit, j.search = o.limit, o.search
+    jobs[i] = j
   end
   local t0 = core.clock()
   local progress
   if o.progress then
-    progress = function(done, total)
+    progress = function(done)
       report.progress("cupola advise", progress_state.done + done, progress_state.total, t0)
     end
   end
@@ -211,7 +280,8 @@ local function run_rows(t, rows, o, progress_state)
 end
 
 -- The figures of a replayed row, from its replay result.
-local function fill(r, x, o, baseline, t)
+local function fill(r, x, ctx)
+  local o, t, baseline, mod = ctx.o, ctx.t, ctx.baseline, ctx.module
   if x.error then
     r.error = x.error
     r.complete = false
@@ -221,6 +291,7 @@ local function fill(r, x, o, baseline, t)
   r.peak_allocated = x.peak_allocated
   r.live_at_peak = x.live_at_peak
   r.unused_at_peak = x.peak_reserved - x.live_at_peak
+  if ctx.info.peak_live then r.overhead = math.max(x.peak_reserved - ctx.info.peak_live, 0) end
   r.device_allocs = x.device_allocs
   r.device_frees = x.device_frees
   r.retries = x.retries
@@ -231,31 +302,17 @@ local function fill(r, x, o, baseline, t)
     r.change = x.peak_reserved - baseline
     r.change_pct = 100 * r.change / baseline
   end
-  if r.kind == "torch" then
-    if x.recorded then
-      r.divergence = x.divergence and x.divergence.event or false
-      if r.recorded and not x.divergence then
-        r.prediction = "exact"
-      elseif x.divergence then
-        r.prediction = ("recorded addresses to operation %d, then the driver model"):format(x.divergence.event)
-      else
-        r.prediction = "recorded addresses"
-      end
-    else
-      r.prediction = "driver model"
-    end
-  else
-    r.prediction = "cupola's pool, replayed"
-  end
+  if mod.fill then mod.fill(r, x, ctx) end
   if o.limit then
     r.fits = x.complete
     if not x.complete then
       local s = x.stopped or {}
       local f = { event = s.event, size = s.size, allocation = s.allocation, message = x.oom_message }
       if s.allocation then
-        local ev, label = core.trace.alloc_event(t, s.allocation)
+        local ev, label, frames = core.trace.alloc_event(t, s.allocation)
         f.label = label
         f.trace_event = ev
+        if frames then f.python_frame, f.stack = frames.python_frame, frames.stack end
       end
       r.fails_at = f
     end
@@ -268,150 +325,70 @@ end
 
 -- ---- the advice for one trace -------------------------------------------
 
-local function describe(r)
-  if r.kind ~= "torch" then return "cupola " .. r.pool .. " (pluggable allocator)" end
-  if r.setting == "" then return "PyTorch's defaults" end
-  return r.setting
-end
-
-local function paste_line(r)
-  if r.kind ~= "torch" then
-    return "CUPOLA_TORCH_POOL=" .. r.pool .. " python train.py   # after make torch-allocator, with "
-      .. "torch.cuda.memory.CUDAPluggableAllocator (docs/API.md)"
-  end
-  local v = r.setting
-  -- PyTorch's defaults: the variable unset (an empty one is read as no
-  -- keys, but a run that set it elsewhere must drop it)
-  if v == "" then return "env -u PYTORCH_CUDA_ALLOC_CONF python train.py   # PyTorch's defaults" end
-  if v:find "[^%w_:,.%-]" then v = "'" .. v:gsub("'", "'\\''") .. "'" end
-  return "PYTORCH_CUDA_ALLOC_CONF=" .. v .. " python train.py"
-end
-
-local function advise_trace(t, o, state)
+local function advise_trace(t, o, state, mod)
   local info = t:info()
   local result = {
-    trace = info.path, format = info.format, events = info.events, allocations = info.allocs,
-    streams = info.streams, devices = info.devices, device = o.device or 0, limit = o.limit,
-    warnings = {}, notes = {},
+    trace = info.path, format = info.format, framework = mod.name, title = mod.title(info),
+    events = info.events, allocations = info.allocs, streams = info.streams, devices = info.devices,
+    device = o.device or 0, limit = o.limit, warnings = {}, notes = {},
+    limit_read = o.limit and ("%s (%s)"):format(bytes(o.limit), o.limit_read) or nil,
   }
-  local W, N = result.warnings, result.notes
-  local facts = core.trace.advise_facts(t, SPLIT_MIN)
-  local snapshot = info.format == "torch_snapshot"
-  -- the setting the snapshot was recorded under
-  local recorded, recorded_from = nil, nil
-  if info.torch_conf then
-    recorded, recorded_from = info.torch_conf, "the snapshot's allocator_settings"
-    if o.recorded and canonical(o.recorded, "option 'recorded'") ~= canonical(recorded, "the snapshot's setting") then
-      W[#W + 1] = ("--recorded %s is not what the snapshot says it was recorded under (%s): the snapshot's is used")
-        :format(shown(o.recorded), shown(recorded))
-    end
-  elseif o.recorded then
-    recorded, recorded_from = o.recorded, "--recorded"
-  end
-  result.recorded_setting = recorded
-  result.recorded_from = recorded_from
-  if not recorded then
-    W[#W + 1] = "the setting the snapshot was recorded under is unknown (it has no allocator_settings: " ..
-      "PyTorch before 2.4, or not a snapshot); give it with --recorded CONF (option 'recorded') for a " ..
-      "row replaying it exactly"
-  end
-  -- recorded addresses where the snapshot has PyTorch's device calls
-  o.recorded_addresses = facts.torch_calls > 0
-  result.torch_peak_reserved = info.torch_peak_reserved
-  result.peak_live = info.peak_live
+  local limited = o.limit ~= nil
+  local ctx = { t = t, info = info, o = o, result = result, limited = limited, module = mod,
+    metric = function(r) return metric(r, limited) end,
+    better = function(a, b) return better(a, b, limited) end }
+  mod.setup(ctx)
 
-  -- phase 1: the single settings
-  local rows, seen = {}, {}
-  local function add(setting, family, extra)
-    local c = canonical(setting, "setting")
-    if seen[c] then
-      local r = seen[c]
-      if extra and extra.recorded then r.recorded = true end
-      if extra and extra.yours then r.yours = true end
-      return r
+  -- the first rows
+  local rows = {}
+  local function replay(list)
+    local run = {}
+    for _, r in ipairs(list) do
+      rows[#rows + 1] = r
+      if not r.same_as then run[#run + 1] = r end
     end
-    local r = { setting = setting, kind = "torch", family = family, keys = nkeys(c), canonical = c }
-    for k, v in pairs(extra or {}) do r[k] = v end
-    seen[c] = r
-    rows[#rows + 1] = r
-    return r
+    state.total = state.total + #run
+    if #run > 0 then run_rows(t, run, o, state) end
+    return run
   end
-  if recorded then add(recorded, "recorded", { recorded = true }) end
-  local default = add("", "default")
-  add("expandable_segments:True", "expandable")
-  local splits = split_values(facts)
-  for _, v in ipairs(splits) do add("max_split_size_mb:" .. v.mb, "split", { quantile = v.q }) end
-  for _, d in ipairs(advise.roundup) do
-    -- 1 division rounds nothing (PyTorch rounds only with 2 or more): the
-    -- defaults' replay serves for it
-    add("roundup_power2_divisions:" .. d, "roundup", d == 1 and { same_as = default } or nil)
-  end
-  if o.limit then
-    for _, g in ipairs(advise.gc) do add("garbage_collection_threshold:" .. g, "gc") end
-  end
-  for _, c in ipairs(o.conf) do add(c, "yours", { yours = true }) end
-  local pools = {}
-  for _, spec in ipairs(o.pools) do
-    pools[#pools + 1] = { setting = "CUPOLA_TORCH_POOL=" .. spec, kind = spec:match "^%s*([^,%s]+)" or spec,
-      pool = spec, family = "pool" }
-  end
-  local first = {}
-  for _, r in ipairs(rows) do if not r.same_as then first[#first + 1] = r end end
-  for _, r in ipairs(pools) do first[#first + 1] = r end
-  state.total = state.total + #first
-  run_rows(t, first, o, state)
-  -- the baseline: PyTorch's own peak where the snapshot has it
-  local baseline, baseline_from = info.torch_peak_reserved, "PyTorch's own peak reserved in the recording"
-  if not baseline or baseline == 0 then
-    local b = seen[canonical(recorded or "", "setting")] or default
-    baseline = not b.replay.error and b.replay.peak_reserved or nil
-    baseline_from = recorded and "the recorded setting's replay" or "PyTorch's defaults, replayed"
+  local first = mod.rows(ctx)
+  replay(first)
+  local baseline, baseline_from
+  if mod.baseline then
+    baseline, baseline_from = mod.baseline(ctx)
+  else
+    for _, r in ipairs(first) do
+      if r.recorded and not r.replay.error then baseline = r.replay.peak_reserved end
+    end
+    baseline_from = baseline and "the recorded setting's replay" or nil
   end
   result.baseline, result.baseline_from = baseline, baseline_from
-  for _, r in ipairs(first) do fill(r, r.replay, o, baseline, t) end
-  for _, r in ipairs(rows) do
-    if r.same_as then
-      r.replay = r.same_as.replay
-      fill(r, r.replay, o, baseline, t)
+  ctx.baseline = baseline
+  local function fill_all(list)
+    for _, r in ipairs(list) do if not r.same_as then fill(r, r.replay, ctx) end end
+    for _, r in ipairs(list) do
+      if r.same_as then
+        r.replay = r.same_as.replay
+        fill(r, r.replay, ctx)
+      end
+    end
+  end
+  fill_all(first)
+
+  -- the further rows (combinations of the best)
+  if mod.more then
+    local extra = mod.more(ctx, rows)
+    if extra and #extra > 0 then
+      replay(extra)
+      fill_all(extra)
     end
   end
 
-  -- phase 2: the best of each family that beat the defaults, combined
-  local limited = o.limit ~= nil
-  local best = {}
-  local dm = metric(default, limited)
+  -- the recommendation: the best row not set aside; a simpler one within TIE of it wins
+  local order, aside = {}, {}
   for _, r in ipairs(rows) do
-    local f = r.family
-    if (f == "expandable" or f == "split" or f == "roundup" or f == "gc") and not r.error then
-      local m = metric(r, limited)
-      if m and dm and m < dm * (1 - 0.001) and (not best[f] or better(r, best[f], limited)) then best[f] = r end
-    end
+    if r.aside then aside[#aside + 1] = r else order[#order + 1] = r end
   end
-  local fams = {}
-  for _, f in ipairs { "expandable", "split", "roundup", "gc" } do
-    if best[f] then fams[#fams + 1] = best[f] end
-  end
-  local combos = {}
-  for mask = 1, (1 << #fams) - 1 do
-    local parts, n = {}, 0
-    for i, r in ipairs(fams) do
-      if mask & (1 << (i - 1)) ~= 0 then parts[#parts + 1] = r.setting; n = n + 1 end
-    end
-    if n >= 2 then
-      local before = #rows
-      local r = add(table.concat(parts, ","), "combination")
-      if #rows > before then combos[#combos + 1] = r end
-    end
-  end
-  if #combos > 0 then
-    state.total = state.total + #combos
-    run_rows(t, combos, o, state)
-    for _, r in ipairs(combos) do fill(r, r.replay, o, baseline, t) end
-  end
-
-  -- the recommendation: the best torch row; a simpler one within TIE of it wins
-  local order = {}
-  for _, r in ipairs(rows) do order[#order + 1] = r end
   table.sort(order, function(a, b) return better(a, b, limited) end)
   local rec = order[1]
   if rec and not rec.error then
@@ -423,100 +400,36 @@ local function advise_trace(t, o, state)
         rec = r
       end
     end
+    -- a gain under 1 % is none: the recorded setting stays
+    for _, r in ipairs(order) do
+      local rm = metric(r, limited)
+      if r.recorded and r ~= rec and rm and m and m >= rm * (1 - SAME_GAIN) and
+          (not limited or r.fits == rec.fits) then
+        rec = r
+      end
+    end
   end
-  -- the table: the recorded row first, then the torch rows best first, then the pools
+  -- the table: the recorded row first, then the others best first, then those set aside
   local out = {}
   for _, r in ipairs(order) do if r.recorded then out[#out + 1] = r end end
   for _, r in ipairs(order) do if not r.recorded then out[#out + 1] = r end end
-  table.sort(pools, function(a, b) return better(a, b, limited) end)
-  for _, r in ipairs(pools) do out[#out + 1] = r end
+  table.sort(aside, function(a, b) return better(a, b, limited) end)
+  for _, r in ipairs(aside) do out[#out + 1] = r end
   for _, r in ipairs(out) do
-    r.description = describe(r)
-    r.via = r.kind == "torch" and "PYTORCH_CUDA_ALLOC_CONF" or "CUPOLA_TORCH_POOL"
+    r.description = mod.describe(r)
     r.recommended = r == rec or nil
   end
   result.rows = out
   result.recommended = rec
   if rec then
-    result.paste = paste_line(rec)
+    result.paste = mod.paste(rec, ctx)
     result.conf = rec.setting
   end
+  for _, r in ipairs(out) do if r.aside and r.fits then r.paste = mod.paste(r, ctx) end end
 
   -- what the figures mean, and what to watch
-  local rrow = recorded and seen[canonical(recorded, "setting")]
-  if rrow and not rrow.error and o.recorded_addresses then
-    if rrow.divergence then
-      W[#W + 1] = ("the model's device calls differ from PyTorch's in the recorded run from operation %d on: "
-        .. "even the recorded setting's figures are a prediction%s"):format(rrow.divergence,
-        (info.torch_peak_reserved and rrow.peak_reserved ~= info.torch_peak_reserved and not o.limit)
-          and " (was the run under a memory limit, torch.cuda.set_per_process_memory_fraction? give it with --limit)" or "")
-    else
-      N[#N + 1] = ("the recorded setting replays exactly: every cudaMalloc / map PyTorch made, at the same addresses "
-        .. "(peak reserved %s, PyTorch's own %s)"):format(bytes(rrow.peak_reserved),
-        info.torch_peak_reserved and bytes(info.torch_peak_reserved) or "not in the snapshot")
-    end
-  end
-  if o.recorded_addresses then
-    N[#N + 1] = "figures: cupola's model of PyTorch 2.11's caching allocator, replayed offline; each setting with the " ..
-      "addresses CUDA gave PyTorch in the recording while its device calls match PyTorch's, then the driver's " ..
-      "placement (the most accurate prediction the model offers: exact for the recorded setting on every " ..
-      "recording cupola ships, and from their default runs within 0.11 % of PyTorch's own runs of the other " ..
-      "settings, 1.6 % where the program freed its tensors in another order under a limit)"
-  else
-    N[#N + 1] = "figures: cupola's model of PyTorch 2.11's caching allocator, replayed offline with the driver's " ..
-      "placement of segments (the trace has no segment entries of PyTorch's: within 3 % of PyTorch's own runs " ..
-      "on cupola's recordings)"
-  end
-  if #splits > 0 then
-    local parts = {}
-    for _, v in ipairs(splits) do parts[#parts + 1] = ("%d (%s)"):format(v.mb, v.q) end
-    N[#N + 1] = ("max_split_size_mb values from this snapshot's requests of 20 MiB or more (%d of them, the "
-      .. "largest %s): %s: the 50th, 75th, 90th and 99th percentile of their sizes (q50 ... q99), rounded up to "
-      .. "MiB, where one is below the largest; blocks of the value's size and more are never split, so the "
-      .. "largest half, quarter, tenth or hundredth of those requests get blocks of their own"):format(
-      facts.sizes.count, bytes(facts.sizes.max), table.concat(parts, ", "))
-  else
-    N[#N + 1] = "no max_split_size_mb rows: no request of 20 MiB or more (the least value PyTorch takes), so it " ..
-      "would only keep 20 MiB segments from the smaller requests they serve"
-  end
-  if #pools > 0 then
-    N[#N + 1] = "cupola rows: cupola's pools serving PyTorch through its pluggable allocator (make torch-allocator, " ..
-      "CUPOLA_TORCH_POOL=SPEC); device calls are their upstream calls (vmm: pages mapped); vmm's default " ..
-      "policy decides by time on the replay's clock, so its row can move a little from run to run"
-  end
-  if o.search then
-    N[#N + 1] = "least memory: the smallest limit (to 2 MiB) under which the recorded requests all run, found by " ..
-      "bisection on the limit; it holds for the requests as recorded: libraries such as cuDNN try a smaller " ..
-      "workspace when an allocation fails, so a real run under pressure can ask for less (on an H100, " ..
-      "resnet50 still ran 0.5 % below the minimum its recording implies), and the CUDA context and other " ..
-      "libraries need device memory beside what PyTorch's allocator reserves"
-  end
-  local tentative, fatal = {}, {}
-  for _, e in ipairs(facts.ooms) do
-    if e.survived then tentative[#tentative + 1] = e else fatal[#fatal + 1] = e end
-  end
-  result.tentative = tentative
-  if #tentative > 0 then
-    local parts = {}
-    for i, e in ipairs(tentative) do
-      if i > 5 then parts[#parts + 1] = "..." break end
-      parts[#parts + 1] = ("%s before event %d"):format(bytes(e.size), e.event)
-    end
-    W[#W + 1] = ("the snapshot shows %d request%s PyTorch refused that the program survived (%s): tentative "
-      .. "allocations, such as a library trying a large workspace first; each setting attempts them, and one "
-      .. "it refuses does not count against it"):format(#tentative, #tentative > 1 and "s" or "",
-      table.concat(parts, ", "))
-  end
-  if #fatal > 0 then
-    W[#W + 1] = ("the recording ends in an out-of-memory error: PyTorch refused %s before event %d and the program "
-      .. "made no allocation after it; the figures cover the run up to there, and a setting fits only if it "
-      .. "serves that request too"):format(bytes(fatal[1].size), fatal[1].event)
-  end
-  if info.unmatched and info.unmatched > 0 then
-    W[#W + 1] = ("%d frees of blocks allocated before the snapshot's trace began were skipped (PyTorch keeps the "
-      .. "last max_entries entries: record with a larger max_entries): the figures cover only what the trace "
-      .. "shows"):format(info.unmatched)
-  end
+  if mod.notes then mod.notes(result, ctx) end
+  local W = result.warnings
   for _, r in ipairs(out) do
     if r.error then
       W[#W + 1] = ("%s: the replay failed: %s"):format(r.description, r.error)
@@ -524,11 +437,33 @@ local function advise_trace(t, o, state)
       W[#W + 1] = ("%s: %s"):format(r.description, r.warning or "incomplete replay")
     end
   end
-  if o.limit and rec and not rec.fits then
-    W[#W + 1] = ("no setting runs the recorded requests within %s; the one that needs the least memory is shown")
-      :format(bytes(o.limit))
-  end
   return result
+end
+
+--- advise.formats() -> what each framework module reads, as phrases.
+function advise.formats()
+  local out = {}
+  for _, name in ipairs(advise.frameworks) do
+    local m = advise.module(name)
+    for _, f in ipairs(m and m.reads or {}) do out[#out + 1] = f end
+  end
+  return out
+end
+
+-- cupola.trace.load, its refusal of a file of no format it reads saying
+-- which formats were tried (the last reader's complaint, an RMM log's
+-- header, means nothing to someone who has a PyTorch snapshot).
+local function load_trace(path)
+  local ok, t = pcall(require("cupola.trace").load, path)
+  if ok then return t end
+  local e = tostring(t)
+  if e:find(":1: header must be", 1, true) then
+    local shown_path = e:match "^(.-):1: header must be"
+    shown_path = shown_path and shown_path:gsub("^.*%.lua:%d+: ", ""):gsub("^%(command line%):%d+: ", "") or path
+    error(("%s: not a recording cupola advise reads; it tried %s"):format(shown_path,
+      table.concat(advise.formats(), "; ")), 0)
+  end
+  error(t, 0)
 end
 
 --- advise.run(trace_or_path, opts) -> result (cupola.advise).
@@ -542,7 +477,7 @@ function advise.run(src, opts)
     end
     traces[1] = { t = src, device = #src > 0 and src:event(1).device or 0 }
   elseif type(src) == "string" then
-    local t = at_caller(require("cupola.trace").load, src)
+    local t = at_caller(load_trace, src)
     local n = t.devices or 1
     src = t.path -- a name of a trace cupola ships, found
     if o.device then
@@ -571,10 +506,12 @@ function advise.run(src, opts)
   local results = {}
   local ok, err = pcall(function()
     for i, x in ipairs(traces) do
+      local mod = advise.module_for(x.t:info())
+      if mod.check then mod.check(o) end
       local oo = {}
       for k, v in pairs(o) do oo[k] = v end
       oo.device = x.device
-      results[i] = advise_trace(x.t, oo, state)
+      results[i] = advise_trace(x.t, oo, state, mod)
       results[i].device = x.device
     end
   end)
@@ -588,143 +525,444 @@ end
 
 -- ---- text ------------------------------------------------------------------
 
+local SAME = 1                     -- a change under 1 % is none
+
+-- A change against the recorded run, as a cell: "same" under 1 %.
 local function pct(x)
   if not x then return "" end
+  if math.abs(x) < SAME then return "same" end
   return ("%+.1f %%"):format(x)
 end
 
--- Rows of strings, right-aligned where right[c] is set.
-local function align(rows, right)
-  local w = {}
-  for _, row in ipairs(rows) do
-    for c, s in ipairs(row) do w[c] = math.max(w[c] or 0, utf8.len(s) or #s) end
-  end
-  local out = {}
-  for _, row in ipairs(rows) do
-    local parts = {}
-    for c, s in ipairs(row) do
-      local pad = string.rep(" ", w[c] - (utf8.len(s) or #s))
-      parts[c] = right[c] and pad .. s or s .. pad
-    end
-    out[#out + 1] = (table.concat(parts, "  "):gsub("%s+$", ""))
-  end
-  return out
+--- advise.width() -> the width advise's text fits: $COLUMNS where it is a
+-- number (at least 40), else 100.
+function advise.width()
+  local c = math.tointeger(tonumber(os.getenv "COLUMNS" or ""))
+  if c and c >= 40 then return c end
+  if c and c > 0 then return 40 end
+  return 100
 end
 
---- advise.columns(result) -> headers, rows of strings, right-aligned columns:
--- the table as text and HTML show it.
-function advise.columns(res)
-  local limited = res.limit ~= nil
-  local searched = false
-  for _, r in ipairs(res.rows) do if r.min_memory or r.search_steps then searched = true end end
-  local head = { "setting", "peak reserved", "unused at peak", "device calls", "vs recorded" }
-  local right = { false, true, true, true, true }
-  if limited then
-    head[#head + 1] = "fits"; right[#right + 1] = false
-    head[#head + 1] = "retries"; right[#right + 1] = true
-  end
-  if searched then head[#head + 1] = "least memory"; right[#right + 1] = true end
-  local rows = {}
-  for _, r in ipairs(res.rows) do
-    local name = r.description
-    if r.recorded then name = name .. " (recorded)" end
-    if r.recommended then name = "-> " .. name else name = "   " .. name end
-    local row
-    if r.error then
-      row = { name, "error", "", "", "" }
-      if limited then row[#row + 1] = ""; row[#row + 1] = "" end
-      if searched then row[#row + 1] = "" end
-    else
-      row = { name, bytes(r.peak_reserved) .. (r.complete and "" or "*"), bytes(r.unused_at_peak),
-        tostring(r.device_allocs), pct(r.change_pct) }
-      if limited then
-        row[#row + 1] = r.fits and "yes" or "no"
-        row[#row + 1] = tostring(r.retries)
-      end
-      if searched then row[#row + 1] = r.min_memory and bytes(r.min_memory) or "-" end
-    end
-    rows[#rows + 1] = row
-  end
-  return head, rows, right
-end
+local function len(s) return utf8.len(s) or #s end
 
 -- s in lines of at most width characters, the first after lead, the others
--- after as many spaces.
-local function wrap(lead, s, width)
+-- after as many spaces; a word longer than a line is cut.
+local function wrap(lead, s, width, indent)
   local lines, line = {}, lead
-  local indent = string.rep(" ", #lead)
+  indent = indent or string.rep(" ", len(lead))
+  local room = math.max(width - len(indent), 10)
+  local words = {}
+  -- a size stays on one line with its unit ("678.00 MiB")
+  s = s:gsub("(%d) ([KMGT]?i?B%f[^%w])", "%1\1%2")
   for word in s:gmatch "%S+" do
-    if #line > #indent and #line + 1 + #word > width then
+    word = word:gsub("\1", " ")
+    while len(word) > room do
+      words[#words + 1] = word:sub(1, room)
+      word = word:sub(room + 1)
+    end
+    words[#words + 1] = word
+  end
+  local fresh = true
+  for _, word in ipairs(words) do
+    if not fresh and len(line) + 1 + len(word) > width then
       lines[#lines + 1] = line
       line = indent .. word
-    elseif #line == #lead and line == lead then
+    elseif fresh then
       line = line .. word
     else
-      line = line .. (line:sub(-1) == " " and "" or " ") .. word
+      line = line .. " " .. word
+    end
+    fresh = false
+  end
+  lines[#lines + 1] = line
+  return table.concat(lines, "\n")
+end
+advise.wrap = wrap
+
+-- A command line in lines of at most width characters, continued with
+-- " \\" as a shell reads it; where it cannot fit after lead, at column 0;
+-- a word longer than a line is cut after a comma with a backslash at the
+-- end of the line and goes on at column 0, which a POSIX shell reads as
+-- one word (the line must still run when pasted).
+local command_lines
+function command_lines(lead, s, width)
+  -- a comment after the command goes above it: a backslash in a comment
+  -- continues nothing, so its second line would run as a command
+  local cmd, comment = s:match "^(.-)%s+#%s+(.*)$"
+  if cmd then
+    return wrap(lead .. "# ", comment, width, lead .. "# ") .. "\n" .. command_lines(lead, cmd, width)
+  end
+  local words = {}
+  for word in s:gmatch "%S+" do words[#words + 1] = word end
+  for _, w in ipairs(words) do
+    if len(lead) + len(w) + 2 > width then lead = "" end
+  end
+  local lines, line = {}, lead
+  local fresh = true
+  for _, word in ipairs(words) do
+    if not fresh and len(line) + 1 + len(word) + 2 > width then
+      lines[#lines + 1] = line .. " \\"
+      line = lead .. "  " .. word
+    else
+      line = fresh and line .. word or line .. " " .. word
+    end
+    fresh = false
+    while len(line) + 2 > width do
+      local cut = line:sub(1, width - 2):match "^.*,()"
+      if not cut or cut <= len(lead) + 1 then break end
+      lines[#lines + 1] = line:sub(1, cut - 1) .. "\\"
+      line = line:sub(cut)
     end
   end
   lines[#lines + 1] = line
   return table.concat(lines, "\n")
 end
 
---- advise.text(result) -> the report as text (what bin/cupola advise prints).
-function advise.text(res)
+-- A setting's name in lines of at most w characters: cut after its commas
+-- where it can be, else anywhere.
+local function name_lines(name, w)
+  if len(name) <= w then return { name } end
+  local out, line = {}, ""
+  for part in name:gmatch "[^,]+,?" do
+    if line ~= "" and len(line) + len(part) > w then
+      out[#out + 1] = line
+      line = ""
+    end
+    line = line .. part
+    while len(line) > w do
+      out[#out + 1] = line:sub(1, w)
+      line = line:sub(w + 1)
+    end
+  end
+  if line ~= "" then out[#out + 1] = line end
+  return out
+end
+
+-- The columns: key, header lines, right-aligned, and the cell of a row.
+local function column_set(res)
+  local limited = res.limit ~= nil
+  local searched = false
+  for _, r in ipairs(res.rows) do if r.min_memory or r.search_steps then searched = true end end
+  -- under a limit, the figures of a run that stopped say nothing
+  local function stopped(r) return r.error or (limited and not r.fits) end
+  local cols = {}
+  local function col(key, head, f) cols[#cols + 1] = { key = key, head = head, right = true, cell = f } end
+  if limited then
+    if searched then
+      col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
+    end
+    col("fits", { "fits" }, function(r) return r.error and "error" or r.fits and "yes" or "no" end)
+    local any = false
+    for _, r in ipairs(res.rows) do if r.fits then any = true end end
+    -- where nothing fits, no run has figures to show
+    if any then
+      col("retries", { "retries" }, function(r) return stopped(r) and "-" or tostring(r.retries) end)
+      col("reserved", { "peak", "reserved" }, function(r) return stopped(r) and "-" or bytes(r.peak_reserved) end)
+      col("change", { "vs", "recorded" }, function(r) return stopped(r) and "-" or pct(r.change_pct) end)
+    end
+  else
+    col("reserved", { "peak", "reserved" }, function(r)
+      return r.error and "error" or bytes(r.peak_reserved) .. (r.complete and "" or "*")
+    end)
+    col("overhead", { "overhead" }, function(r) return r.error and "-" or bytes(r.overhead) end)
+    col("calls", { "device", "calls" }, function(r) return r.error and "-" or tostring(r.device_allocs) end)
+    col("change", { "vs", "recorded" }, function(r) return r.error and "-" or pct(r.change_pct) end)
+    if searched then
+      col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
+    end
+  end
+  return cols
+end
+
+--- advise.columns(result) -> headers, rows of strings, right-aligned columns:
+-- the table as the HTML page shows it (one line a header and a row).
+function advise.columns(res)
+  local cols = column_set(res)
+  local head, right = { "setting" }, { false }
+  for _, c in ipairs(cols) do head[#head + 1] = table.concat(c.head, " "); right[#right + 1] = true end
+  local rows = {}
+  for _, r in ipairs(res.rows) do
+    local row = { (r.recommended and "-> " or "   ") .. r.description .. (r.recorded and " (recorded)" or "") }
+    for _, c in ipairs(cols) do row[#row + 1] = c.cell(r) end
+    rows[#rows + 1] = row
+  end
+  return head, rows, right
+end
+
+-- The table as text, lines of at most width characters.
+local function table_lines(res, width, mod)
+  local cols = column_set(res)
+  local cells = {}
+  local w = {}
+  for i, c in ipairs(cols) do
+    w[i] = 0
+    for _, h in ipairs(c.head) do w[i] = math.max(w[i], len(h)) end
+  end
+  for k, r in ipairs(res.rows) do
+    cells[k] = {}
+    for i, c in ipairs(cols) do
+      cells[k][i] = c.cell(r)
+      w[i] = math.max(w[i], len(cells[k][i]))
+    end
+  end
+  local figures = 0
+  for i = 1, #cols do figures = figures + 2 + w[i] end
+  -- a terminal too narrow for every column: the last ones are left out
+  local dropped = {}
+  while #cols > 2 and 5 + 16 + figures > width do
+    figures = figures - 2 - w[#cols]
+    table.insert(dropped, 1, table.concat(cols[#cols].head, " "))
+    cols[#cols], w[#cols] = nil, nil
+  end
+  local names = {}
+  local longest = len "setting"
+  for k, r in ipairs(res.rows) do
+    names[k] = r.description .. (r.recorded and " (recorded)" or "")
+    longest = math.max(longest, len(names[k]))
+  end
+  -- "  " indent, "-> " marker, the name, the figures
+  local nw = math.max(math.min(longest, width - 5 - figures), 12)
+  local out = {}
+  local function line(name, mark, row)
+    local parts = { "  " .. mark .. name .. string.rep(" ", nw - len(name)) }
+    for i = 1, #cols do
+      local s = row and row[i] or ""
+      parts[#parts + 1] = string.rep(" ", w[i] - len(s) + 2) .. s
+    end
+    out[#out + 1] = (table.concat(parts):gsub("%s+$", ""))
+  end
+  local hl = 0
+  for _, c in ipairs(cols) do hl = math.max(hl, #c.head) end
+  for j = 1, hl do
+    local row = {}
+    for i, c in ipairs(cols) do
+      -- headers of fewer lines sit on the last
+      row[i] = c.head[j - (hl - #c.head)] or ""
+    end
+    line(j == hl and "setting" or "", "   ", row)
+  end
+  local dash = {}
+  for i = 1, #cols do dash[i] = string.rep("-", w[i]) end
+  line(string.rep("-", math.min(nw, 7)), "   ", dash)
+  local aside_done = false
+  for k, r in ipairs(res.rows) do
+    if r.aside and not aside_done then
+      aside_done = true
+      if mod and mod.aside_title then out[#out + 1] = wrap("  ", mod.aside_title, width) end
+    end
+    local nl = name_lines(names[k], nw)
+    local cut = false
+    for _, l in ipairs(nl) do if not l:find(",$") and l ~= nl[#nl] then cut = true end end
+    if cut then
+      -- a name that would be cut mid-word: on lines of its own, the figures below
+      local whole = name_lines(names[k], width - 5)
+      for j, l in ipairs(whole) do
+        out[#out + 1] = "  " .. (j == 1 and (r.recommended and "-> " or "   ") or "     ") .. l
+      end
+      line("", "   ", cells[k])
+    else
+      line(nl[1], r.recommended and "-> " or "   ", cells[k])
+      for j = 2, #nl do line("  " .. nl[j], "   ") end
+    end
+  end
+  if #dropped > 0 then
+    out[#out + 1] = wrap("  ", ("(left out to fit %d columns: %s)"):format(width, table.concat(dropped, ", ")), width)
+  end
+  return out, cols
+end
+
+-- The definitions of the columns shown, as sentences.
+local function column_notes(res, cols, mod)
+  local terms = mod and mod.terms or {}
+  local def = {
+    least = "least memory: the smallest limit (to 2 MiB) under which the setting serves every recorded " ..
+      "request, found by replaying under limits",
+    fits = ("fits: whether it serves every recorded request within the limit, %s"):format(
+      res.limit and bytes(res.limit) or ""),
+    retries = "retries: how often the allocator ran out under the limit, freed what it had cached and " ..
+      "tried again (each costs time)",
+    reserved = "peak reserved: the most device memory the allocator held at once: what the GPU must have " ..
+      "for it" .. (res.limit and "" or " (* the replay stopped early)"),
+    overhead = ("overhead: peak reserved less the most the program had in use at once (%s): memory held " ..
+      "but not in use then, from rounding, split blocks and the cache"):format(
+      res.peak_live and bytes(res.peak_live) or "?"),
+    calls = terms.calls or "device calls: how many times the allocator asked the device for memory",
+    change = ("vs recorded: peak reserved against %s (%s); \"same\": less than 1 %% apart"):format(
+      res.baseline_from or "the recorded run", res.baseline and bytes(res.baseline) or "unknown"),
+  }
+  local out = {}
+  for _, c in ipairs(cols) do out[#out + 1] = def[c.key] end
+  if res.limit and #cols > 2 then
+    out[#out + 1] = "a \"-\": the run stopped when it ran out, so its figures are not the setting's"
+  end
+  return out
+end
+
+-- Where a location in the program reads: its frame, and the innermost
+-- Python frame where that is another.
+local function frame_text(f)
+  if not f or not f.label then return nil end
+  if f.python_frame then return f.label .. " (in " .. f.python_frame .. ")" end
+  return f.label
+end
+
+-- Where a row ran out, in a few words.
+local function ran_out(f)
+  local where = f.allocation and ("allocation %d (%s)"):format(f.allocation, bytes(f.size or 0))
+    or ("a request of %s"):format(bytes(f.size or 0))
+  if f.trace_event then where = where .. (", event %d"):format(f.trace_event) end
+  return where
+end
+
+-- The answer: what to run, or that nothing fits and what it needs.
+local function verdict(d, put, para, width)
+  local rec = d.recommended
+  if not rec or rec.error then
+    para("  ", "no setting could be replayed: see the warnings below")
+    return
+  end
+  local limit = d.limit
+  if limit and not rec.fits then
+    -- a row set aside (never recommended) may fit where no setting does
+    local aside
+    for _, r in ipairs(d.rows) do
+      if r.aside and r.fits and (not aside or (r.min_memory or 0) < (aside.min_memory or 0)) then aside = r end
+    end
+    if aside then
+      para("  ", ("No setting runs the recorded requests in %s; %s does%s:"):format(bytes(limit),
+        aside.description, aside.min_memory and (" (it needs %s)"):format(bytes(aside.min_memory)) or ""))
+      put(command_lines("    ", aside.paste, width))
+      put("")
+    else
+      para("  ", ("Nothing fits: no setting runs the recorded requests in %s."):format(bytes(limit)))
+    end
+    if d.peak_live and limit < d.peak_live then
+      para("  ", ("The program had %s in use at once as it ran: no allocator runs it in less, whatever its "
+        .. "setting."):format(bytes(d.peak_live)))
+    end
+    -- the least memory: the best of all rows, and the recommended one
+    local best
+    for _, r in ipairs(d.rows) do
+      if r.min_memory and (not best or r.min_memory < best.min_memory) then best = r end
+    end
+    if rec.min_memory then
+      local s = ("Least memory: %s with %s"):format(bytes(rec.min_memory), rec.description)
+      if best and best ~= rec and best.min_memory < rec.min_memory then
+        s = ("Least memory: %s with %s; %s with %s"):format(bytes(best.min_memory), best.description,
+          bytes(rec.min_memory), rec.description)
+      end
+      -- and the setting it ran under (or the defaults, where that is unknown)
+      local ref
+      for _, r in ipairs(d.rows) do if r.recorded then ref = r end end
+      if not ref then for _, r in ipairs(d.rows) do if r.family == "default" then ref = r end end end
+      if ref and ref ~= rec and ref ~= best and ref.min_memory then
+        s = s .. (" (%s%s: %s)"):format(ref.description, ref.recorded and ", as recorded" or "",
+          bytes(ref.min_memory))
+      end
+      para("  ", s .. ".")
+    end
+    local f = rec.fails_at
+    if f then
+      local where = frame_text(f)
+      para("  ", ("In %s, %s runs out at %s%s."):format(bytes(limit), rec.description, ran_out(f),
+        where and (": " .. where) or ""))
+      if f.message then para("    ", f.message) end
+    end
+    if rec.min_memory then
+      put("")
+      para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
+      put(command_lines("    ", d.paste, width))
+    end
+    return
+  end
+  para("  ", "recommended: " .. rec.description)
+  local facts = {}
+  if rec.change_pct and d.baseline then
+    if math.abs(rec.change_pct) < SAME then
+      facts[#facts + 1] = ("peak reserved %s, the same as the recorded run (%s): no setting reserves 1 %% less")
+        :format(bytes(rec.peak_reserved), bytes(d.baseline))
+    else
+      facts[#facts + 1] = ("peak reserved %s, %.1f %% %s than the recorded run (%s)"):format(
+        bytes(rec.peak_reserved), math.abs(rec.change_pct), rec.change_pct < 0 and "less" or "more",
+        bytes(d.baseline))
+    end
+  else
+    facts[#facts + 1] = ("peak reserved %s"):format(bytes(rec.peak_reserved))
+  end
+  if limit then facts[#facts + 1] = ("fits in %s"):format(bytes(limit)) end
+  if rec.min_memory then facts[#facts + 1] = ("runs in %s or more"):format(bytes(rec.min_memory)) end
+  para("    ", table.concat(facts, "; "))
+  put(command_lines("    ", d.paste, width))
+  -- under a limit, the settings that do not fit, and where they run out, once
+  if limit then
+    local groups, order, n = {}, {}, 0
+    for _, r in ipairs(d.rows) do
+      local f = r.fails_at
+      if f then
+        n = n + 1
+        local key = f.allocation or f.size or 0
+        if not groups[key] then groups[key] = { f = f, rows = {} }; order[#order + 1] = key end
+        table.insert(groups[key].rows, r.description)
+      end
+    end
+    if n > 0 then
+      put("")
+      para("  ", ("%d of %d settings %s not fit in %s; where %s out:"):format(n, #d.rows,
+        n == 1 and "does" or "do", bytes(limit), n == 1 and "it runs" or "they run"))
+      for i, key in ipairs(order) do
+        if i > 3 then
+          para("    ", ("(and %d more places)"):format(#order - 3))
+          break
+        end
+        local g = groups[key]
+        local where = frame_text(g.f)
+        para("    - ", ("%s%s: %s"):format(ran_out(g.f), where and (", " .. where) or "",
+          #g.rows <= 2 and table.concat(g.rows, ", ") or ("%s and %d more"):format(g.rows[1], #g.rows - 1)))
+      end
+    end
+  end
+end
+
+-- A path as people read it: "dir/../" taken out, and relative to the
+-- working directory where it lies under it.
+local function display_path(p)
+  if type(p) ~= "string" then return tostring(p) end
+  local n
+  repeat p, n = p:gsub("/[^/]+/%.%./", "/", 1) until n == 0 or p:find("/../", 1, true) == nil
+  p = p:gsub("/%./", "/")
+  local cwd = os.getenv "PWD"
+  if cwd and cwd ~= "" and p:sub(1, #cwd + 1) == cwd .. "/" then p = p:sub(#cwd + 2) end
+  return p
+end
+advise.display_path = display_path
+
+--- advise.text(result [, width]) -> the report as text (what bin/cupola
+-- advise prints), every line at most width characters (advise.width()).
+function advise.text(res, width)
+  width = width or advise.width()
   local out = {}
   local function put(s) out[#out + 1] = s end
-  local function para(lead, s) put(wrap(lead, s, 100)) end
+  local function para(lead, s) put(wrap(lead, s, width)) end
   local results = res.per_device or { res }
   for di, d in ipairs(results) do
     if di > 1 then put("") end
-    put(("cupola advise: %s%s"):format(d.trace, #results > 1 and (" (device %d)"):format(d.device) or ""))
-    put(("  %s: %d events (%d allocations), %d stream%s%s"):format(
-      d.format == "torch_snapshot" and "PyTorch snapshot" or "RMM log", d.events, d.allocations, d.streams,
+    local mod = advise.module(d.framework)
+    para("", ("cupola advise: %s%s"):format(display_path(d.trace), #results > 1 and (" (device %d)"):format(d.device) or ""))
+    para("  ", ("%s: %d events (%d allocations), %d stream%s%s"):format(
+      d.title, d.events, d.allocations, d.streams,
       d.streams == 1 and "" or "s", d.devices and d.devices > 1 and (", %d devices"):format(d.devices) or ""))
-    if d.recorded_setting then
-      put(("  recorded under: %s (from %s)"):format(d.recorded_setting == "" and "PyTorch's defaults" or d.recorded_setting,
-        d.recorded_from))
-    else
-      put("  recorded under: unknown")
+    if mod and mod.summary then
+      for _, l in ipairs(mod.summary(d)) do put(wrap("  ", l, width, "    ")) end
     end
-    if d.torch_peak_reserved then
-      put(("  PyTorch's own peak reserved: %s; most in use at once: %s (as requested)"):format(
-        bytes(d.torch_peak_reserved), bytes(d.peak_live)))
-    else
-      put(("  most in use at once: %s (as requested)"):format(bytes(d.peak_live)))
-    end
-    if d.limit then put(("  limit: %s"):format(bytes(d.limit))) end
+    if d.limit then put(wrap("  ", "limit: " .. (d.limit_read or bytes(d.limit)), width, "    ")) end
     put("")
-    local head, rows, right = advise.columns(d)
-    local all = { head }
-    local dash = {}
-    for c, h in ipairs(head) do dash[c] = string.rep("-", #h) end
-    all[2] = dash
-    for _, r in ipairs(rows) do all[#all + 1] = r end
-    for _, l in ipairs(align(all, right)) do put("  " .. l) end
-    put(("  (vs recorded: against %s, %s; * incomplete replay)"):format(d.baseline_from or "-",
-      d.baseline and bytes(d.baseline) or "-"))
-    local rec = d.recommended
+    verdict(d, put, para, width)
     put("")
-    if rec and not rec.error then
-      put("  recommended: " .. rec.description)
-      put(("    peak reserved %s%s, %d device calls%s"):format(bytes(rec.peak_reserved),
-        rec.change_pct and (" (%s against the recorded run)"):format(pct(rec.change_pct)) or "",
-        rec.device_allocs, rec.min_memory and (", runs in %s"):format(bytes(rec.min_memory)) or ""))
-      put("    " .. d.paste)
-    end
-    local fails = {}
-    for _, r in ipairs(d.rows) do if r.fails_at then fails[#fails + 1] = r end end
-    if #fails > 0 then
-      put("")
-      put(("  where the settings that do not fit run out under %s:"):format(bytes(d.limit)))
-      for _, r in ipairs(fails) do
-        local f = r.fails_at
-        para("    ", ("%s: %s%s%s: %s"):format(r.description,
-          f.allocation and ("allocation %d (%s)"):format(f.allocation, bytes(f.size or 0))
-            or ("the refused request of %s"):format(bytes(f.size or 0)),
-          f.trace_event and (" at event %d"):format(f.trace_event) or "",
-          f.label and (", " .. f.label) or "", f.message or "out of memory"))
-      end
-    end
+    local lines, cols = table_lines(d, width, mod)
+    for _, l in ipairs(lines) do put(l) end
+    put("")
+    put("  columns:")
+    for _, n in ipairs(column_notes(d, cols, mod)) do para("    - ", n) end
     if #d.warnings > 0 then
       put("")
       put("  warnings:")
@@ -742,15 +980,15 @@ end
 -- ---- JSON --------------------------------------------------------------------
 
 local json_order = { "rows", "recommended", "paste", "setting", "kind", "via", "description",
-  "peak_reserved", "unused_at_peak", "live_at_peak", "peak_allocated", "device_allocs", "device_frees",
+  "peak_reserved", "overhead", "unused_at_peak", "live_at_peak", "peak_allocated", "device_allocs", "device_frees",
   "retries", "change", "change_pct", "fits", "min_memory", "fails_at", "complete", "warning" }
 
 local function plain_row(r)
   local o = {}
   for _, k in ipairs { "setting", "kind", "via", "description", "family", "recorded", "recommended",
-    "peak_reserved", "peak_allocated", "live_at_peak", "unused_at_peak", "device_allocs", "device_frees",
+    "peak_reserved", "peak_allocated", "live_at_peak", "unused_at_peak", "overhead", "device_allocs", "device_frees",
     "retries", "change", "change_pct", "complete", "warning", "prediction", "divergence", "fits",
-    "fails_at", "min_memory", "search_steps", "error", "pool", "seconds" } do
+    "fails_at", "min_memory", "search_steps", "error", "pool", "seconds", "paste" } do
     o[k] = r[k]
   end
   return o
@@ -759,10 +997,14 @@ end
 local function plain_result(res)
   local o = {}
   for _, k in ipairs { "trace", "format", "events", "allocations", "streams", "devices", "device", "limit",
-    "recorded_setting", "recorded_from", "torch_peak_reserved", "peak_live", "baseline", "baseline_from",
-    "paste", "conf", "warnings", "notes", "tentative" } do
+    "limit_read",
+    "framework", "title", "recorded_setting", "recorded_from", "baseline", "baseline_from",
+    "paste", "conf", "warnings", "notes" } do
     o[k] = res[k]
   end
+  -- the framework's own fields
+  local mod = advise.module(res.framework)
+  for _, k in ipairs(mod and mod.json_fields or {}) do o[k] = res[k] end
   o.rows = {}
   for i, r in ipairs(res.rows) do o.rows[i] = plain_row(r) end
   o.recommended = res.recommended and plain_row(res.recommended) or nil
@@ -785,6 +1027,24 @@ end
 
 -- ---- HTML ----------------------------------------------------------------------
 
+-- A pool spec as CUPOLA_TORCH_POOL and advise_run name it ("tlsf,reuse=stream")
+-- as cupola.pool options.
+local function pool_spec(spec)
+  local c = {}
+  local first = true
+  for item in spec:gmatch "[^,]+" do
+    item = item:match "^%s*(.-)%s*$"
+    if first then c.kind, first = item, false
+    else
+      local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
+      if v == "true" or v == "false" then c[k] = v == "true"
+      elseif tonumber(v) and (k == "bin_growth" or k == "min_bin" or k == "max_bin") then c[k] = tonumber(v)
+      elseif k and k ~= "upstream" then c[k] = v end
+    end
+  end
+  return c
+end
+
 --- advise.html(result, trace_or_path, path) -> path: one page with the table and
 -- the timelines of the recorded and the recommended settings (cupola.timeline).
 function advise.html(res, src, path)
@@ -795,26 +1055,12 @@ function advise.html(res, src, path)
   local ok, a, b = pcall(function()
     local panels, names = {}, {}
     local function replay(r, name)
-      local p <close> = core.pool(r.kind == "torch"
-        and { kind = "torch", upstream = "virtual", conf = r.setting, max = res.limit }
-        or (function()
-          local c = { upstream = "virtual" }
-          local first = true
-          for item in r.pool:gmatch "[^,]+" do
-            item = item:match "^%s*(.-)%s*$"
-            if first then c.kind, first = item, false
-            else
-              local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
-              if v == "true" or v == "false" then c[k] = v == "true"
-              elseif tonumber(v) and (k == "bin_growth" or k == "min_bin" or k == "max_bin") then c[k] = tonumber(v)
-              elseif k ~= "upstream" then c[k] = v end
-            end
-          end
-          c.max = res.limit
-          return c
-        end)())
+      local c = r.pool
+      if type(c) == "string" then c = pool_spec(c) else c = util.pool_config(c) end
+      c.upstream, c.max = "virtual", res.limit
+      local p <close> = core.pool(c)
       local x = t:replay(p, { record = true, progress = false,
-        addresses = r.kind == "torch" and r.replay and r.replay.recorded and "recorded" or nil })
+        addresses = r.job and r.job.recorded and r.replay and r.replay.recorded and "recorded" or nil })
       panels[#panels + 1] = x
       names[#names + 1] = name
     end
@@ -841,36 +1087,67 @@ end
 
 -- ---- the command line ----------------------------------------------------------
 
-advise.usage = [[
+-- The command line's help: the engine's options; what each framework
+-- module reads, and its words for --conf, --recorded and --pool (its
+-- usage table: reads, conf, recorded, pool, example).
+local usage_head = [[
 usage: cupola advise SNAPSHOT [--limit SIZE] [--conf CONF]... [--recorded CONF]
                      [--pool SPEC]... [--no-pools] [--search] [--device N]
                      [--threads N] [--json] [--html PAGE]
 
-Replays a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, plain or
-gzip; or an RMM log) through cupola's model of PyTorch's caching allocator
-under a grid of PYTORCH_CUDA_ALLOC_CONF settings and cupola's own pools, and
-says which setting to use and how much memory it needs.  Offline: no GPU.
+Replays a recording of a program's allocations offline (no GPU) through
+cupola's model of its framework's allocator under a grid of settings, and
+cupola's own pools, and says which setting to use and how much memory it
+needs.  It reads:
+]]
 
-  --limit SIZE      the memory the run may use (24GiB, 81920MiB, bytes): each
-                    setting's fit, retries, where it runs out, and the least
-                    memory it needs (a search on the limit)
-  --conf CONF       a setting of yours to add to the grid (repeatable)
-  --recorded CONF   the setting the snapshot was recorded under, where the
-                    snapshot does not say (PyTorch before 2.4)
-  --pool SPEC       a cupola pool to add, as CUPOLA_TORCH_POOL names it
-                    (repeatable; the default rows are tlsf, vmm, caching)
+local usage_options = [[
+
+
+  --limit SIZE      the memory the run may use: each setting's fit, retries,
+                    where it runs out, and the least memory it needs (a search
+                    on the limit).  24GiB, 24gib or 24G: 24 x 2^30 bytes;
+                    24GB: 24 x 10^9 bytes; also KiB/K/KB, MiB/M/MB, TiB/T/TB,
+                    or a number of bytes
+  --conf CONF       a setting of yours to add to the grid (repeatable)%s
+  --recorded CONF   the setting the recording was made under, where it does
+                    not say%s
+  --pool SPEC       a cupola pool to add (repeatable; the default rows are
+                    tlsf, vmm, caching)%s
   --no-pools        no rows for cupola's pools
   --search          the least-memory search without a limit
-  --device N        only device N of a snapshot of several (default: each)
+  --device N        only device N of a recording of several (default: each)
   --threads N       replay threads (default: one per core)
   --json            the result as JSON on stdout instead of the table
   --html PAGE       also write PAGE: the table and the timelines of the
                     recorded and the recommended settings
   -h, --help        this text
 
-Then run your program with the line it prints, e.g.
-  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py
+Lines fit $COLUMNS (default 100).  Then run your program with the line it
+prints, e.g.
 ]]
+
+--- advise.usage_text() -> the command line's help.
+function advise.usage_text()
+  local reads, conf, recorded, pool, example = {}, {}, {}, {}, {}
+  for _, name in ipairs(advise.frameworks) do
+    local m = advise.module(name)
+    local u = m and m.usage
+    if u then
+      for _, r in ipairs(u.reads or {}) do reads[#reads + 1] = wrap("  - ", r, 78) end
+      if u.conf then conf[#conf + 1] = u.conf end
+      if u.recorded then recorded[#recorded + 1] = u.recorded end
+      if u.pool then pool[#pool + 1] = u.pool end
+      if u.example then example[#example + 1] = "  " .. u.example end
+    end
+  end
+  local function more(list)
+    if #list == 0 then return "" end
+    return "\n" .. wrap("                    ", "(" .. table.concat(list, "; ") .. ")", 78)
+  end
+  return usage_head .. table.concat(reads, "\n") ..
+    usage_options:format(more(conf), more(recorded), more(pool)) .. table.concat(example, "\n") .. "\n"
+end
 
 local function fail(msg)
   error({ advise_usage = msg }, 0)
@@ -937,10 +1214,17 @@ function advise.parse_args(argv)
   return src, opts, out
 end
 
--- A message without the position Lua puts before errors ("file:12: ").
+-- A message without the positions Lua puts before errors ("file.lua:12: ",
+-- "(command line):1: ": on the command line there is no line of the user's
+-- to point at), however many there are.
 local function clean(e)
   e = tostring(e)
-  e = e:gsub("^[^\n]-%.lua:%d+: ", "", 1)
+  while true do
+    local n1, n2
+    e, n1 = e:gsub("^[^\n]-%.lua:%d+: ", "", 1)
+    e, n2 = e:gsub("^%(command line%):%d+: ", "", 1)
+    if n1 + n2 == 0 then break end
+  end
   return (e:gsub("^bad argument #1 to 'advise' ", "the snapshot: "))
 end
 
@@ -949,35 +1233,41 @@ end
 function advise.main(argv)
   local args = {}
   for i = 1, #(argv or {}) do args[i] = argv[i] end
+  local width = advise.width()
+  -- one message, in the command line's words, in lines that fit
+  local function complain(msg)
+    msg = msg:gsub("^cupola%.advise: ", ""):gsub("option '(%w+)'", "--%1")
+    io.stderr:write(wrap("cupola advise: ", msg, width, "  "), "\n")
+  end
   local ok, src, opts, out = pcall(advise.parse_args, args)
   if not ok then
     local e = src
-    io.stderr:write("cupola advise: ", type(e) == "table" and e.advise_usage or clean(e), "\n")
+    complain(type(e) == "table" and e.advise_usage or clean(e))
     io.stderr:write("(cupola advise --help for the options)\n")
     return 1
   end
   if out.help then
-    io.stdout:write(advise.usage)
+    io.stdout:write(advise.usage_text())
     return 0
   end
   opts.progress = not out.json or nil
   local okr, res = pcall(advise.run, src, opts)
   if not okr then
-    io.stderr:write("cupola advise: ", clean(res), "\n")
+    complain(clean(res))
     return 2
   end
   if out.html then
     local okh, err = pcall(advise.html, res, src, out.html)
     if not okh then
-      io.stderr:write("cupola advise: --html ", out.html, ": ", clean(err), "\n")
+      complain("--html " .. out.html .. ": " .. clean(err))
       return 2
     end
   end
   if out.json then
     io.stdout:write(advise.json(res))
   else
-    io.stdout:write(advise.text(res))
-    if out.html then io.stdout:write("\n  page: ", out.html, "\n") end
+    io.stdout:write(advise.text(res, width))
+    if out.html then io.stdout:write(wrap("\n  page: ", out.html, width), "\n") end
   end
   return 0
 end

@@ -517,7 +517,8 @@ cupola.trace.compare(t, configs, opts) -> rows: configs are tables for
 Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
   peak_live, total_bytes, max_size, duration_us, path, format, devices,
   torch_peak_reserved, torch_conf; t:info() -> all of them;
-  t:event(i) -> {action, pointer, size, stream, thread, time_us, label};
+  t:event(i) -> {action, pointer, size, stream, thread, time_us, label,
+  python_frame, stack};
   t:replay(pool, opts); t:close().]],
   },
   {
@@ -528,8 +529,8 @@ Trace: #t events; fields events, allocs, frees, streams, threads, leaked,
       { "cupola.advise(snapshot, {limit=}) -> result", "the PYTORCH_CUDA_ALLOC_CONF to use" },
     },
     page = [[
-cupola.advise(trace_or_path, {limit=, conf={...}, recorded=, pools={...},
-  search=, threads=, device=, progress=}) -> {rows, recommended, paste,
+cupola.advise(trace_or_path [, {limit=, conf={...}, recorded=, pools={...},
+  search=, threads=, device=, progress=}]) -> {rows, recommended, paste,
   warnings, notes, ...}: a PyTorch snapshot (torch.cuda.memory._dump_snapshot,
   either pickle writer, plain or gzip; or an RMM log) replayed through the
   model of PyTorch's allocator under a grid of settings (the recorded one,
@@ -537,11 +538,14 @@ cupola.advise(trace_or_path, {limit=, conf={...}, recorded=, pools={...},
   sizes, roundup_power2_divisions 1..16, garbage_collection_threshold under
   a limit, the best combined, yours) and through cupola's pools (tlsf, vmm,
   caching: the pluggable allocator), in C threads.  Each row: setting,
-  kind, peak_reserved, unused_at_peak, device_allocs, retries, change_pct;
-  with limit: fits, fails_at, min_memory (the least memory it runs in).
+  kind, peak_reserved, overhead, device_allocs, retries, change_pct;
+  with limit: fits, fails_at (with the frames: label, python_frame,
+  stack), min_memory (the least memory it runs in).  limit: bytes or
+  "24GiB", "24G" (2^30 a GiB), "24GB" (10^9 a GB).
   res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py.
 bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
-  prints the same (bin/cupola advise --help).]],
+  prints the same, the answer first, in $COLUMNS (100) columns
+  (bin/cupola advise --help).]],
   },
   {
     name = "timeline",
@@ -623,6 +627,7 @@ cupola.help() -> the overview; cupola.help(topic) -> one topic's page, where
     page = [[
 bin/cupola script.lua [args...]   runs a script; `cupola` is a global
 bin/cupola -e 'print(cupola.backend())'   any lua5.4 options
+bin/cupola --help                 what bin/cupola does
 bin/cupola                        the REPL: Lua 5.4's own with cupola loaded;
   it names the backend and device, and help(topic) prints cupola.help.
 In a source tree it uses the tree's build (run make first); installed, the

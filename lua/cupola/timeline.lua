@@ -323,7 +323,8 @@ canvas { display: block; width: 100%; border: 1px solid #ccc; cursor: crosshair;
 .k { display: inline-block; width: 14px; height: 8px; margin: 0 4px 0 10px; }
 .k.live { background: #3a7bd5; } .k.reserved { background: #e07b00; }
 #tip { position: fixed; display: none; pointer-events: none; background: #fffff4; border: 1px solid #999;
-  padding: 4px 6px; font: 12px/1.35 ui-monospace, monospace; white-space: pre; z-index: 9; }
+  padding: 4px 6px; font: 12px/1.35 ui-monospace, monospace; white-space: pre; z-index: 9;
+  max-height: 96vh; overflow: hidden; }
 ]]
 
 timeline.script = [==[
@@ -471,7 +472,14 @@ for (const p of panels) {
     const i = hit(p, ev);
     if (i < 0) { tip.style.display = "none"; return; }
     const d = p.d, s = p.bs[i], e = p.be[i];
-    const lab = p.bl && p.bl[i] ? "\n" + d.labels[p.bl[i] - 1] : "";
+    // a snapshot's label: the frame people recognise, the innermost Python
+    // frame where it is another, then the whole stack (snapshot.h)
+    let lab = "";
+    if (p.bl && p.bl[i]) {
+      const l = d.labels[p.bl[i] - 1].split("\n");
+      lab = "\nframe    " + l[0] + (l[1] ? "\nin       " + l[1] : "") +
+        (l.length > 2 ? "\nstack\n  " + l.slice(2).join("\n  ") : "");
+    }
     showTip(ev, "size     " + human(p.bz[i]) + " (" + p.bz[i] + " B)\naddress  0x" + p.ba[i].toString(16) +
       "\nstream   " + d.streams[p.bst[i]] + "\nallocated event " + (s + 1) + " at " + secs(p.time[s]) +
       "\n" + (e < d.n ? "freed     event " + (e + 1) + " at " + secs(p.time[e]) : "never freed") + lab);

@@ -157,6 +157,34 @@ static int trace_info(lua_State *L)
 }
 
 /* t:event(i) -> {action=, pointer=, size=, stream=, thread=, time_us=}, 1-based */
+/* A label of the trace's (trace.h: its first line the frame people
+ * recognise, its second the innermost Python frame where that is another,
+ * then the whole stack, one frame a line; other formats' labels are one
+ * line) into the table at index t: label, python_frame, stack = {...}. */
+static void push_label(lua_State *L, const char *label, int t)
+{
+    const char *nl = strchr(label, '\n'), *p;
+    lua_Integer k = 0;
+    lua_pushlstring(L, label, nl ? (size_t)(nl - label) : strlen(label));
+    lua_setfield(L, t, "label");
+    if (!nl)
+        return;
+    p = nl + 1;
+    nl = strchr(p, '\n');
+    if ((nl ? (size_t)(nl - p) : strlen(p)) > 0) {
+        lua_pushlstring(L, p, nl ? (size_t)(nl - p) : strlen(p));
+        lua_setfield(L, t, "python_frame");
+    }
+    lua_newtable(L);
+    while (nl) {
+        p = nl + 1;
+        nl = strchr(p, '\n');
+        lua_pushlstring(L, p, nl ? (size_t)(nl - p) : strlen(p));
+        lua_rawseti(L, -2, ++k);
+    }
+    lua_setfield(L, t, "stack");
+}
+
 static int trace_event(lua_State *L)
 {
     l_trace *tr = totrace(L, 1);
@@ -181,10 +209,8 @@ static int trace_event(lua_State *L)
     lua_setfield(L, -2, "time_us");
     lua_pushinteger(L, (lua_Integer)row.device);
     lua_setfield(L, -2, "device");
-    if (row.label) {
-        lua_pushstring(L, row.label);
-        lua_setfield(L, -2, "label");
-    }
+    if (row.label)
+        push_label(L, row.label, lua_gettop(L));
     return 1;
 }
 
@@ -783,11 +809,13 @@ static int trace_alloc_event(lua_State *L)
             continue;
         if (++seen == k) {
             lua_pushinteger(L, (lua_Integer)i + 1);
-            if (row.label)
-                lua_pushstring(L, row.label);
-            else
-                lua_pushnil(L);
-            return 2;
+            if (!row.label)
+                return 1;
+            lua_createtable(L, 0, 3);
+            push_label(L, row.label, lua_gettop(L));
+            lua_getfield(L, -1, "label");
+            lua_insert(L, -2);
+            return 3; /* event, label, {label =, python_frame =, stack =} */
         }
     }
     lua_pushnil(L);

@@ -216,9 +216,19 @@ static void snapshots(void)
     load_counts(path, 563, 283, 280, 238129156ull, 1, 264241152ull);
     if (cp_trace_load(path, &t) == CP_OK) {
         cp_status rs = cp_trace_event(t, 0, &row); /* before ok(): arguments have no order */
-        ok(rs == CP_OK && row.label &&
-               strcmp(row.label, "gen_snapshots.py:9 mlp_train") == 0,
-           "the first allocation's label is its frame outside torch: %s",
+        /* lines (snapshot.h): the user's frame, the innermost Python frame
+         * (the library's), then the whole stack with full paths */
+        static const char want[] =
+            "gen_snapshots.py:9 mlp_train\n"
+            "torch/nn/modules/module.py:1370 convert\n"
+            "/usr/lib/python3/site-packages/torch/nn/modules/module.py:1370 convert\n"
+            "/usr/lib/python3/site-packages/torch/nn/modules/module.py:965 _apply\n"
+            "/usr/lib/python3/site-packages/torch/nn/modules/module.py:934 _apply\n"
+            "/usr/lib/python3/site-packages/torch/nn/modules/module.py:1384 to\n"
+            "gen_snapshots.py:9 mlp_train\n"
+            "gen_snapshots.py:28 <module>";
+        ok(rs == CP_OK && row.label && strcmp(row.label, want) == 0,
+           "the first allocation's label: its own frame, the innermost Python one, the stack: %s",
            row.label ? row.label : "(none)");
         cp_trace_free(t);
     }

@@ -28,9 +28,23 @@
  *     beyond that range, fails the load naming device_traces[d][k].
  *   - `oom` entries (requests PyTorch refused) and `allocator_settings`
  *     (PyTorch's own view of its settings) are read for the torch model.
- *   - Frames: the label of an event is "file:line name" of its innermost frame
- *     outside PyTorch's own sources (a path containing "/torch/"), else of
- *     the innermost frame; events without frames have no label.
+ *   - Frames (an entry's `frames`, innermost first; with PyTorch's default
+ *     stacks C++ frames come first, then Python's): the label of an event is
+ *     lines of text.  Line 1, the frame people recognise, "file.py:LINE
+ *     name": their own code's innermost frame (a Python file outside the
+ *     Python installation's packages and PyTorch: no "site-packages/",
+ *     "dist-packages/" or "/lib/python" in its path, nor "/torch/" followed
+ *     by one of PyTorch's modules, "nn/", "_...", "autograd/", ...), else the
+ *     innermost Python frame, else the innermost frame outside those with a
+ *     known file, else the first one that is not the unwinder's own
+ *     (torch::unwind::unwind, CapturedTraceback); its path shortened to
+ *     what follows "site-packages/" or to the file's name.  Line 2: the
+ *     innermost Python frame, shortened alike, where it is not line 1's (a
+ *     library's: the operation that allocated), else empty.  Then the
+ *     whole stack, innermost first, one "path:line name" a line with the
+ *     full path (at most 96 frames, then "... N more frames"; names and
+ *     paths cut at 200 and 400 bytes).  Events without frames have no
+ *     label.  Identical labels are stored once.
  *
  * Plain C: never includes lua.h.
  */

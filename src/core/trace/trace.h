@@ -88,7 +88,8 @@ typedef struct cp_trace_row {
     uint32_t thread;
     double time_us;
     uint32_t device;   /* snapshots: the device_traces index */
-    const char *label; /* snapshots: "file:line name" of the allocation's frame, or NULL */
+    const char *label; /* snapshots: the allocation's frames (snapshot.h: lines, the first
+                        * "file:line name" of the frame people recognise), or NULL */
 } cp_trace_row;
 
 enum { CP_STOP_NONE = 0, CP_STOP_ANY = 1, CP_STOP_NEEDED = 2 };
