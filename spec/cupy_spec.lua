@@ -369,3 +369,42 @@ describe("CuPy's recordings", function()
     end
   end
 end)
+
+describe("cupola.advise on a CuPy log", function()
+  it("gives the pool's peak beside the peak in use, the least set_limit, free_all_blocks at the peak and cupola's pools", function()
+    local res = cupola.advise("cupy/fft.unlimited.jsonl.gz", { pools = { "tlsf" }, progress = false })
+    assert.equals("cupy", res.framework)
+    assert.equals("cupy_hook", res.format)
+    local rec = res.recommended
+    assert.equals("CuPy's MemoryPool", rec.description)
+    assert.is_true(rec.exact)
+    assert.equals(86784000, rec.peak_reserved)
+    assert.equals(86784000, res.cupy_log_peak_total_bytes)
+    assert.equals(66754048, res.peak_used_bytes)
+    assert.equals(12239360, res.free_all_blocks_at_peak)
+    -- CuPy ran out under set_limit(76769024) and ran under none: the least is between
+    assert.is_true(res.least_limit > 76769024 and res.least_limit <= 86784000)
+    assert.matches("CUPY_GPU_MEMORY_LIMIT=" .. res.least_limit, res.paste, 1, true)
+    local tl
+    for _, r in ipairs(res.rows) do if r.pool == "tlsf" then tl = r end end
+    assert.is_true(tl.aside)
+    local advise = require "cupola.advise"
+    assert.matches("CUPOLA_CUPY_POOL=tlsf", advise.module("cupy").paste(tl), 1, true)
+    local text = advise.text(res, 100)
+    assert.matches("free_all_blocks() at that peak would have given back", text, 1, true)
+    assert.matches("the least set_limit that runs it", text, 1, true)
+  end)
+
+  it("replays the recorded run under its limit, says to give it when CuPy refused, and takes no conf", function()
+    local res = cupola.advise("cupy/fft.limit68089128.jsonl.gz", { limit = 68089128, pools = {}, progress = false })
+    local rec = res.rows[1]
+    assert.is_true(rec.exact)
+    assert.is_false(rec.fits)
+    local res2 = cupola.advise("cupy/fft.limit68089128.jsonl.gz", { pools = {}, progress = false })
+    local warned = false
+    for _, w in ipairs(res2.warnings) do if w:find("give the run's limit with --limit", 1, true) then warned = true end end
+    assert.is_true(warned)
+    assert.has_error(function() cupola.advise("cupy/fft.unlimited.jsonl.gz", { conf = { "x:1" } }) end,
+      "cupola.advise: option 'conf': CuPy's memory pool has no settings (its one setting is its limit: option 'limit', CuPy's set_limit)")
+  end)
+end)

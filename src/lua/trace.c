@@ -304,7 +304,8 @@ static void push_divergence(lua_State *L, const cp_replay_result *res)
 
 /* A CuPy log replayed through kind "cupy": result.recorded, and
  * result.cupy = {exact = bool, mismatch = false | {line=, what=, model=,
- * log=}, divergence = false | {call=, line=, model=, log=}}: the first
+ * log=}, divergence = false | {call=, line=, model=, log=}, peak_used_bytes,
+ * used_bytes_at_peak, free_all_blocks_at_peak}: the first
  * disagreement with the log (a malloc served or refused the other way, or
  * total_bytes) and the first cudaMalloc that differed from its alloc line. */
 static void push_cupy(lua_State *L, const cp_replay_result *res)
@@ -345,6 +346,12 @@ static void push_cupy(lua_State *L, const cp_replay_result *res)
         lua_pushboolean(L, 0);
     }
     lua_setfield(L, -2, "divergence");
+    lua_pushinteger(L, (lua_Integer)res->cupy_used_peak);
+    lua_setfield(L, -2, "peak_used_bytes");
+    lua_pushinteger(L, (lua_Integer)res->cupy_used_at_peak);
+    lua_setfield(L, -2, "used_bytes_at_peak");
+    lua_pushinteger(L, (lua_Integer)res->cupy_free_all_at_peak);
+    lua_setfield(L, -2, "free_all_blocks_at_peak");
     lua_setfield(L, -2, "cupy");
 }
 
@@ -614,8 +621,10 @@ static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
             luaL_error(L, "advise_run: job %d: kind '%s' is not one a spec can name here", k,
                        j->kind_buf);
         j->pool.kind = j->kind_buf;
-        if (j->recorded)
-            luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch'", k);
+        /* (kind cupy replays a CuPy log's own addresses) */
+        if (j->recorded && strcmp(j->kind_buf, "cupy") != 0)
+            luaL_error(L, "advise_run: job %d: recorded addresses are for kinds 'torch' and 'cupy'",
+                       k);
     } else {
         const char *kind = l_optstring_field(L, idx, "kind", NULL), *conf;
         cp_torch_conf c;

@@ -98,7 +98,9 @@ struct cp_cupy {
     size_t narenas, carenas;
     cupy_arena *last;          /* the arena found last (streams are few) */
     cp_ptrmap live;            /* ptr -> chunk in use */
-    uint64_t used, total_peak, nfree;
+    uint64_t used, used_peak, total_peak, nfree;
+    uint64_t whole_free;       /* bytes of free chunks that are whole blocks: what
+                                  free_all_blocks() would give back now */
     uint64_t up_allocs, up_frees, up_fail, fab_calls, gc_rounds, ooms, ties;
     cupy_chunk *spare;
     /* recorded addresses (cp_cupy_use_recorded) */
@@ -164,6 +166,12 @@ static void idx_insert(cp_cupy *m, cupy_chunk *c)
     c->is_free = 1;
     a->nfree++;
     m->nfree++;
+    /* no two free chunks are ever neighbours (a free merges with free
+     * neighbours; a split's remainder borders the chunk taken and what
+     * bordered the free chunk), so whether an indexed chunk is a whole
+     * block does not change while it is indexed */
+    if (!c->prev && !c->next)
+        m->whole_free += c->size;
 }
 
 static void idx_erase(cp_cupy *m, cupy_chunk *c)
@@ -172,6 +180,8 @@ static void idx_erase(cp_cupy *m, cupy_chunk *c)
     c->is_free = 0;
     c->arena->nfree--;
     m->nfree--;
+    if (!c->prev && !c->next)
+        m->whole_free -= c->size;
 }
 
 /* lower_bound((size, ptr)) */
@@ -350,6 +360,11 @@ static uint64_t arena_free_all(cp_cupy *m, cupy_arena *a)
     return freed;
 }
 
+uint64_t cp_cupy_whole_free(const cp_cupy *m)
+{
+    return m->whole_free;
+}
+
 uint64_t cp_cupy_free_all_blocks(cp_cupy *m, int all, uint64_t arena)
 {
     uint64_t freed = 0;
@@ -478,6 +493,8 @@ cp_status cp_cupy_malloc(cp_cupy *m, uint64_t size, uint64_t arena, uint64_t wan
         return cp_error_set(CP_ERR_OOM, "out of host memory for the live chunks");
     }
     m->used += size;
+    if (m->used > m->used_peak)
+        m->used_peak = m->used;
     *out = c->ptr;
     return CP_OK;
 }
@@ -501,6 +518,8 @@ void cp_cupy_get_stats(cp_cupy *m, cp_cupy_stats *o)
     o->free_bytes = m->base.reserved - m->used;
     o->n_free_blocks = m->nfree;
     o->total_bytes_peak = m->total_peak;
+    o->used_bytes_peak = m->used_peak;
+    o->whole_free_bytes = m->whole_free;
     o->device_allocs = m->up_allocs;
     o->device_frees = m->up_frees;
     o->device_alloc_failures = m->up_fail;

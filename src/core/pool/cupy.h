@@ -29,6 +29,8 @@ uint64_t cp_cupy_round(uint64_t bytes);
 typedef struct cp_cupy_stats {
     uint64_t used_bytes, total_bytes, free_bytes, n_free_blocks;
     uint64_t total_bytes_peak;       /* the highest total_bytes so far */
+    uint64_t used_bytes_peak;        /* the highest used_bytes so far */
+    uint64_t whole_free_bytes;       /* what free_all_blocks() would give back now */
     uint64_t device_allocs;          /* cudaMalloc calls that succeeded */
     uint64_t device_frees;           /* cudaFree calls (free_all_blocks) */
     uint64_t device_alloc_failures;  /* cudaMalloc calls refused */
@@ -38,6 +40,8 @@ typedef struct cp_cupy_stats {
     uint64_t tie_choices;            /* mallocs that had equal free chunks to choose from */
 } cp_cupy_stats;
 void cp_cupy_get_stats(cp_cupy *m, cp_cupy_stats *out);
+/* What free_all_blocks() would give back now (cheap: a counter). */
+uint64_t cp_cupy_whole_free(const cp_cupy *m);
 
 /* Python's gc.collect() inside a malloc: the frees it causes, given by the
  * caller (a replay: the frees the log wrote inside this malloc). */

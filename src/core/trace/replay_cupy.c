@@ -208,6 +208,11 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                 if (cp_resource_reserved_locked(r) > g.peak_seen) {
                     g.peak_seen = cp_resource_reserved_locked(r);
                     g.live_at_peak = live;
+                    if (check) {
+                        cp_cupy_get_stats(m, &s1);
+                        out->cupy_used_at_peak = s1.used_bytes;
+                        out->cupy_free_all_at_peak = s1.whole_free_bytes;
+                    }
                 }
                 if (check && op->total != CP_CUPY_NO_TOTAL &&
                     cp_resource_reserved_locked(r) != op->total)
@@ -261,7 +266,8 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
     out->failed = failed;
     out->peak_reserved = s1.total_bytes_peak;
     out->live_at_peak = g.live_at_peak;
-    out->peak_allocated = peak;
+    out->peak_allocated = s1.used_bytes_peak; /* CuPy's rounded sizes */
+    out->cupy_used_peak = s1.used_bytes_peak;
     out->device_allocs = s1.device_allocs - s0.device_allocs;
     out->device_frees = s1.device_frees - s0.device_frees;
     /* the pool's own free-and-retry rounds: the user's calls are not retries */

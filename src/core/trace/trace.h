@@ -187,6 +187,9 @@ typedef struct cp_replay_result {
     uint32_t cupy_div_line;
     uint64_t cupy_div_model, cupy_div_log;
     uint32_t cupy_stop_line;
+    /* ... CuPy's used_bytes at its peak, and used_bytes and what
+     * free_all_blocks() would have given back when total_bytes peaked */
+    uint64_t cupy_used_peak, cupy_used_at_peak, cupy_free_all_at_peak;
 } cp_replay_result;
 
 enum {
