@@ -408,3 +408,27 @@ describe("cupola.advise on a CuPy log", function()
       "cupola.advise: option 'conf': CuPy's memory pool has no settings (its one setting is its limit: option 'limit', CuPy's set_limit)")
   end)
 end)
+
+describe("CuPy logs in timelines", function()
+  it("record the pool's total_bytes by the log's rows, and every block's address", function()
+    local t <close> = cupola.trace.load "cupy/fft.limit68089128.jsonl.gz"
+    local p <close> = cupy { max = 68089128 }
+    local r = cupola.trace.replay(t, p, { addresses = "recorded", record = true })
+    assert.is_true(r.cupy.exact)
+    local rec = r.recording
+    assert.is_table(rec)
+    local top = 0
+    for _, v in ipairs(rec.reserved) do if v > top then top = v end end
+    assert.equals(61618176, top)
+    local path = os.tmpname() .. ".html"
+    cupola.timeline(r, path)
+    local f = assert(io.open(path))
+    assert.is_true(#f:read "a" > 1000)
+    f:close()
+    os.remove(path)
+    local huge <close> = cupy()
+    local x, _, kind = huge:alloc(math.maxinteger)
+    assert.is_nil(x)
+    assert.equals("out_of_memory", kind)
+  end)
+end)

@@ -598,8 +598,11 @@ static cp_status cupy_alloc(cp_resource *r, size_t bytes, cp_stream *s, void **o
 {
     cp_cupy *m = (cp_cupy *)r;
     uint64_t p = 0;
-    cp_status st = cp_cupy_malloc(m, cp_cupy_round(bytes ? bytes : 1), sid_of(s), 0, NULL, NULL,
-                                  &p);
+    cp_status st;
+    /* within 511 bytes of 2^64 no 512-byte multiple holds the request */
+    if ((uint64_t)bytes > UINT64_MAX - (UNIT - 1))
+        return oom(m, (uint64_t)bytes, "no 512-byte multiple holds the request");
+    st = cp_cupy_malloc(m, cp_cupy_round(bytes ? bytes : 1), sid_of(s), 0, NULL, NULL, &p);
     if (st == CP_OK)
         *out = (void *)(uintptr_t)p;
     return st;

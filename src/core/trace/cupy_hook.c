@@ -467,6 +467,7 @@ static cp_status add_op(cld *l, int kind, uint64_t size, uint64_t ptr, uint64_t 
     o->total = total;
     o->ord = ord;
     o->line = l->line > UINT32_MAX ? UINT32_MAX : (uint32_t)l->line;
+    o->row = l->t->n ? (uint32_t)(l->t->n - 1) : 0;
     return CP_OK;
 }
 

@@ -41,6 +41,29 @@ typedef struct gcstate {
     cp_replay_result *out;
 } gcstate;
 
+/* opts.record: the pool's total_bytes where they changed, by the trace's
+ * row (what timelines draw against). */
+static cp_status rec_point(cp_replay_result *out, size_t *cap, uint64_t row, uint64_t reserved)
+{
+    if (out->nrec && out->rec_reserved[out->nrec - 1] == reserved)
+        return CP_OK;
+    if (out->nrec == *cap) {
+        size_t nc = *cap ? 2 * *cap : 1024;
+        uint64_t *a = (uint64_t *)realloc(out->rec_event, nc * sizeof *a), *b;
+        if (!a)
+            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
+        out->rec_event = a;
+        b = (uint64_t *)realloc(out->rec_reserved, nc * sizeof *b);
+        if (!b)
+            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
+        out->rec_reserved = b;
+        *cap = nc;
+    }
+    out->rec_event[out->nrec] = row;
+    out->rec_reserved[out->nrec++] = reserved;
+    return CP_OK;
+}
+
 static void mismatch(cp_replay_result *out, size_t op, uint32_t line, int what, uint64_t model,
                      uint64_t logged)
 {
@@ -90,6 +113,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
     cp_status st = CP_OK;
     int rep, reps = o->repeat > 1 ? o->repeat : 1;
     uint64_t live = 0, peak = 0, failed = 0, user_fab = 0;
+    size_t rcap = 0;
     double t0;
     size_t i, last_malloc = SIZE_MAX;
     replay_clock rclock;
@@ -98,10 +122,8 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
 
     replay_clock_init(&rclock);
     replay_integral_init(&g);
-    if (o->record || o->trace_clock)
-        return cp_error_set(CP_ERR_INVALID, "a CuPy log replayed through kind \"cupy\" takes "
-                            "neither record nor clock = \"trace\" (replay it through another "
-                            "pool for a timeline)");
+    /* (clock = "trace": a CuPy log has no times, and the model decides by
+     * none: nothing to follow) */
     h = calloc(t->nallocs ? t->nallocs : 1, sizeof *h);
     osize = calloc(t->nallocs ? t->nallocs : 1, sizeof *osize);
     if (!h || !osize) {
@@ -125,6 +147,18 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
         return st;
     }
     out->recorded = o->recorded_addresses;
+    if (o->record) {
+        out->rec_addr = calloc(t->nallocs ? t->nallocs : 1, sizeof *out->rec_addr);
+        out->naddr = t->nallocs;
+        st = out->rec_addr ? rec_point(out, &rcap, 0, cp_resource_reserved(r))
+                           : cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+        if (st != CP_OK) {
+            cp_replay_result_fini(out);
+            free(h);
+            free(osize);
+            return st;
+        }
+    }
     cp_cupy_get_stats(m, &s0);
     out->cupy = 1;
     memset(&gs, 0, sizeof gs);
@@ -185,6 +219,8 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                     }
                 } else if (ms == CP_OK) {
                     h[op->ord] = addr;
+                    if (__builtin_expect(o->record && rep == 0, 0))
+                        out->rec_addr[op->ord] = addr;
                     live += osize[op->ord];
                     if (live > peak)
                         peak = live;
@@ -234,6 +270,13 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                 break;
             default:
                 break;
+            }
+            if (__builtin_expect(o->record && rep == 0, 0)) {
+                st = rec_point(out, &rcap, op->row, cp_resource_reserved_locked(r));
+                if (st != CP_OK) {
+                    i++;
+                    goto stop;
+                }
             }
         }
     stop:

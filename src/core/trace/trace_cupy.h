@@ -40,6 +40,7 @@ typedef struct cp_cupy_op {
     uint64_t total;   /* total_bytes logged on the line, or CP_CUPY_NO_TOTAL */
     uint32_t ord;
     uint32_t line;    /* the log's line (from 1) */
+    uint32_t row;     /* the trace's row it is (or the latest before it), for timelines */
     uint8_t kind;
     uint8_t flag;     /* MALLOC, OOM: how many GCFREE operations follow */
 } cp_cupy_op;
