@@ -796,7 +796,7 @@ describe("misuse: traces", function()
     raises(function() tc:replay(p, { addresses = "recorded" }) end, "with a pool of kind \"cupy\" needs a CuPy hook log")
     local log = tmpfile '{"hook":"alloc","mem_size":512,"mem_ptr":4096}\n{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":4096}\n'
     local t <close> = cupola.trace.load(log)
-    raises(function() t:replay(p, { record = true }) end, "takes neither record nor clock")
+    raises(function() t:replay(p, { addresses = "cupy" }) end, "option 'addresses' must be one of model, recorded, not 'cupy'")
     local used <close> = cupola.pool { kind = "cupy", upstream = "virtual" }
     local b = used:alloc(10)
     raises(function() t:replay(used, { addresses = "recorded" }) end, "needs a fresh cupy pool")
