@@ -492,7 +492,7 @@ IPC: mp:export() -> text (a pool created with handle="posix_fd");
     section = "Traces",
     names = { "trace", "find", "load", "replay", "compare", "cupola.Trace" },
     overview = {
-      { "cupola.trace.load(path or name) -> Trace", "RMM CSV, PyTorch snapshot; .find(name)" },
+      { "cupola.trace.load(path or name) -> Trace", "RMM CSV, torch snapshot, CuPy log" },
       { "cupola.trace.replay(t, pool, opts) -> figures", "replayed in C, stream-ordered" },
       { "cupola.trace.compare(t, {cfg, ...}) -> rows", "one replay per pool configuration" },
     },
@@ -543,6 +543,10 @@ cupola.advise(trace_or_path [, {limit=, conf={...}, recorded=, pools={...},
   stack), min_memory (the least memory it runs in).  limit: bytes or
   "24GiB", "24G" (2^30 a GiB), "24GB" (10^9 a GB).
   res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py.
+A CuPy memory-hook log (help "cupy"): CuPy's MemoryPool replayed, the
+  least set_limit that runs it (res.least_limit; paste:
+  CUPY_GPU_MEMORY_LIMIT=N), res.peak_used_bytes, res.free_all_blocks_at_peak,
+  and cupola's pools beside it (CUPOLA_CUPY_POOL).
 bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
   prints the same, the answer first, in $COLUMNS (100) columns
   (bin/cupola advise --help).]],
