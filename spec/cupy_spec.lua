@@ -432,3 +432,26 @@ describe("CuPy logs in timelines", function()
     assert.equals("out_of_memory", kind)
   end)
 end)
+
+describe("CuPy logs of many streams", function()
+  it("keep an arena per stream, negative identifiers (per-thread default streams) included, without a scan per malloc", function()
+    local lines = {}
+    local n = 3000
+    for i = 1, n do
+      local s = i == n and -1 or i * 16
+      local ptr = i * 4096
+      lines[#lines + 1] = alloc(1024, ptr, ',"stream":' .. s)
+      lines[#lines + 1] = malloc(1000, ptr, ',"stream":' .. s)
+      lines[#lines + 1] = free(1000, ptr, ',"stream":' .. s)
+    end
+    -- each stream's block is its own: stream 16 asks again and gets its old one
+    lines[#lines + 1] = malloc(1000, 4096, ',"stream":16')
+    local t <close> = cupola.trace.load(log(lines))
+    assert.equals(n, t.streams)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.cupy.exact)
+    assert.equals(n, r.device_allocs)
+    assert.equals(n, p:stats().n_free_blocks) -- (the replay frees what is live at the end)
+  end)
+end)

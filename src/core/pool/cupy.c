@@ -96,7 +96,9 @@ struct cp_cupy {
     uint64_t limit;            /* set_limit (0: none) */
     cupy_arena **arenas;       /* creation order (the dict's order) */
     size_t narenas, carenas;
-    cupy_arena *last;          /* the arena found last (streams are few) */
+    cupy_arena *last;          /* the arena found last */
+    cp_ptrmap arena_map;       /* stream identifier + 1 -> arena */
+    cupy_arena *arena_max;     /* the arena of identifier UINT64_MAX */
     cp_ptrmap live;            /* ptr -> chunk in use */
     uint64_t used, used_peak, total_peak, nfree;
     uint64_t whole_free;       /* bytes of free chunks that are whole blocks: what
@@ -225,15 +227,17 @@ static void insert_merged(cp_cupy *m, cupy_chunk *c)
     idx_insert(m, c);
 }
 
+/* The arena of a stream identifier: the last one asked, else the map
+ * (keys are id + 1; the one id that wraps to 0 has a field of its own), so
+ * a log of many streams costs no scan per malloc. */
 static cupy_arena *arena_of(cp_cupy *m, uint64_t id)
 {
-    size_t i;
     cupy_arena *a;
     if (m->last && m->last->id == id)
         return m->last;
-    for (i = 0; i < m->narenas; i++)
-        if (m->arenas[i]->id == id)
-            return m->last = m->arenas[i];
+    a = id == UINT64_MAX ? m->arena_max : cp_ptrmap_get(&m->arena_map, id + 1);
+    if (a)
+        return m->last = a;
     if (m->narenas == m->carenas) {
         size_t nc = m->carenas ? 2 * m->carenas : 4;
         cupy_arena **na = realloc(m->arenas, nc * sizeof *na);
@@ -246,6 +250,12 @@ static cupy_arena *arena_of(cp_cupy *m, uint64_t id)
     if (!a)
         return NULL;
     a->id = id;
+    if (id == UINT64_MAX) {
+        m->arena_max = a;
+    } else if (cp_ptrmap_put(&m->arena_map, id + 1, a) != 0) {
+        free(a);
+        return NULL;
+    }
     m->arenas[m->narenas++] = a;
     return m->last = a;
 }
@@ -702,6 +712,7 @@ static void cupy_destroy(cp_resource *r)
         free(a);
     }
     free(m->arenas);
+    cp_ptrmap_fini(&m->arena_map);
     cp_ptrmap_fini(&m->rec_blocks);
     while ((c = m->spare) != NULL) {
         m->spare = c->next;
@@ -748,7 +759,9 @@ cp_status cp_cupy_create(cp_resource **out, cp_resource *up, const cp_pool_opts 
         return st;
     }
     m = calloc(1, sizeof *m);
-    if (!m || cp_ptrmap_init(&m->live, 64) != 0) {
+    if (!m || cp_ptrmap_init(&m->live, 64) != 0 || cp_ptrmap_init(&m->arena_map, 16) != 0) {
+        if (m)
+            cp_ptrmap_fini(&m->live);
         free(m);
         cp_resource_destroy(up);
         return cp_error_set(CP_ERR_OOM, "out of host memory");
