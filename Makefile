@@ -288,11 +288,14 @@ LUADIR ?= $(PREFIX)/share/lua/5.4
 LIBDIR ?= $(PREFIX)/lib/lua/5.4
 BINDIR ?= $(PREFIX)/bin
 PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
-TRACE_FILES    := $(filter-out examples/traces/torch examples/traces/jax,$(wildcard examples/traces/*))
+TRACE_FILES    := $(filter-out examples/traces/torch examples/traces/jax examples/traces/cupy,\
+                    $(wildcard examples/traces/*))
 # PyTorch's allocator's ground truth (snapshots and figures), in a folder of its own
 TORCH_TRACES   := $(wildcard examples/traces/torch/*)
 # JAX's (XLA's BFC allocator): recordings and JAX's figures
 JAX_TRACES     := $(wildcard examples/traces/jax/*)
+# CuPy's pool's ground truth (hook logs recorded on the GPU), likewise
+CUPY_TRACES    := $(wildcard examples/traces/cupy/*)
 install: all torch-allocator record
 	install -d $(DESTDIR)$(LIBDIR)/cupola $(DESTDIR)$(LUADIR)/cupola/traces/torch $(DESTDIR)$(BINDIR)
 	install -d $(DESTDIR)$(LUADIR)/cupola/traces/jax
@@ -305,6 +308,8 @@ install: all torch-allocator record
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
 	install -m 644 $(TORCH_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/
 	install -m 644 $(JAX_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/jax/
+	$(if $(CUPY_TRACES),install -d $(DESTDIR)$(LUADIR)/cupola/traces/cupy && \
+	    install -m 644 $(CUPY_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/cupy/)
 	$(if $(PUBLIC_HEADERS),install -d $(DESTDIR)$(LUADIR)/cupola/include/cupola && \
 	    install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(LUADIR)/cupola/include/cupola/)
 	install -m 755 bin/cupola $(DESTDIR)$(BINDIR)/cupola

@@ -83,7 +83,7 @@ end)
 describe("misuse: pools", function()
   it("an unknown kind lists the kinds", function()
     raises(function() cupola.pool { kind = "buddy" } end,
-      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, bfc, not 'buddy'")
+      "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, bfc, cupy, not 'buddy'")
   end)
 
   it("an unknown upstream lists the upstreams", function()
@@ -718,6 +718,7 @@ describe("misuse: torch pools", function()
     local p <close> = cupola.pool { kind = "tlsf" }
     raises(function() p:empty_cache() end, "only pools of kind 'torch' have it")
     raises(function() p:settings() end, "only pools of kind 'torch' have it")
+    raises(function() p:free_all_blocks() end, "only pools of kind 'cupy' have it")
   end)
 
   it("a request past the limit is out of memory and the pool stays usable", function()
@@ -812,6 +813,33 @@ describe("misuse: traces", function()
     raises(function() return #t end, "attempt to use a closed cupola.Trace")
     raises(function() t:info() end, "attempt to use a closed cupola.Trace")
     consistent(p)
+  end)
+
+  it("CuPy's pool: options it has not, a CuPy log replayed as it cannot be, a bad log line", function()
+    raises(function() cupola.pool { kind = "cupy", initial = 4096 } end, "kind 'cupy': option 'initial' is not supported")
+    raises(function() cupola.pool { kind = "cupy", grow = false } end, "kind 'cupy': option 'grow' = false is not supported")
+    raises(function() cupola.pool { kind = "cupy", release_threshold = 1 } end, "kind 'cupy': option 'release_threshold' is not supported")
+    raises(function() cupola.pool { kind = "cupy", alignment = 4096 } end, "kind 'cupy': option 'alignment' = 4096")
+    local csv = tmpfile "Thread,Time,Action,Pointer,Size,Stream\n0,1.0,allocate,0x10,100,0x0\n"
+    local tc <close> = cupola.trace.load(csv)
+    os.remove(csv)
+    local p <close> = cupola.pool { kind = "cupy", upstream = "virtual" }
+    raises(function() tc:replay(p, { addresses = "recorded" }) end, "with a pool of kind \"cupy\" needs a CuPy hook log")
+    local log = tmpfile '{"hook":"alloc","mem_size":512,"mem_ptr":4096}\n{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":4096}\n'
+    local t <close> = cupola.trace.load(log)
+    raises(function() t:replay(p, { addresses = "cupy" }) end, "option 'addresses' must be one of model, recorded, not 'cupy'")
+    local used <close> = cupola.pool { kind = "cupy", upstream = "virtual" }
+    local b = used:alloc(10)
+    raises(function() t:replay(used, { addresses = "recorded" }) end, "needs a fresh cupy pool")
+    b:free()
+    local d <close> = cupola.pool { kind = "cupy", upstream = "device" }
+    raises(function() t:replay(d, { addresses = "recorded" }) end, "over the \"virtual\" upstream")
+    local bad = tmpfile '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":"x"}\n'
+    raises(function() cupola.trace.load(bad) end, bad .. ":1: key 'mem_ptr' must be an integer")
+    os.remove(bad)
+    os.remove(log)
+    consistent(p)
+    consistent(used)
   end)
 end)
 
@@ -2213,6 +2241,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
     { "cupola.Pool:close", function() F.pool.close(F.b) end, "cupola.Pool expected", "got cupola.Buffer" },
     { "cupola.Pool:time", function() F.pool.time(5) end, "cupola.Pool expected", "got number 5" },
     { "cupola.Pool:empty_cache", function() F.pool.empty_cache(5) end, "cupola.Pool expected", "got number 5" },
+    { "cupola.Pool:free_all_blocks", function() F.pool.free_all_blocks(5) end, "cupola.Pool expected", "got number 5" },
     { "cupola.Pool:empty_cache", function() F.pool:empty_cache() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },
     { "cupola.Pool:settings", function() F.pool.settings "p" end, "cupola.Pool expected", "got string 'p'" },
     { "cupola.Pool:settings", function() F.pool:settings() end, "only pools of kind 'torch' have it", "this one is 'tlsf'" },

@@ -12,7 +12,7 @@ local K = cupola.kernels
 
 -- The kinds held to the battery: a new allocator is one more entry (with its
 -- stream-safety cases below, if it reuses blocks across streams).
-local kinds = { "arena", "freelist", "tlsf", "caching", "vmm", "cub" }
+local kinds = { "arena", "freelist", "tlsf", "caching", "vmm", "cub", "cupy" }
 local upstreams = { "device", "async", "managed", "pinned", "virtual" }
 -- vmm maps device memory itself: no async, managed or pinned upstream
 local function serves(kind, up)
@@ -27,7 +27,7 @@ local function factory(base)
     local t = {}
     for k, v in pairs(base) do t[k] = v end
     for k, v in pairs(o) do t[k] = v end
-    if t.kind == "cub" then t.initial = nil end
+    if t.kind == "cub" or t.kind == "cupy" then t.initial = nil end
     return cupola.pool(t)
   end
 end
@@ -101,7 +101,7 @@ end
 for _, case in ipairs { { "freelist", "device", "4MiB" }, { "tlsf", "device", "4MiB" },
   { "caching", "device", "4MiB" }, { "freelist", "async", "4MiB" }, { "tlsf", "async", "4MiB" },
   { "caching", "async", "4MiB" }, { "tlsf", "async", 0 }, { "tlsf", "device", 0 },
-  { "vmm", "device", "4MiB" }, { "vmm", "device", 0 }, { "cub", "device", 0 }, { "cub", "async", 0 } } do
+  { "vmm", "device", "4MiB" }, { "vmm", "device", 0 }, { "cub", "device", 0 }, { "cub", "async", 0 }, { "cupy", "device", 0 } } do
   local kind, upstream, initial = case[1], case[2], case[3]
   describe(kind .. " over " .. upstream .. " (initial " .. initial .. ")", function()
     it("never hands a block to another stream before it is safe, under each reuse policy", function()

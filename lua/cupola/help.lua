@@ -157,7 +157,7 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
     page = [[
 cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   kind      "tlsf" (default) | "freelist" | "caching" | "arena"; and "vmm",
-            "torch", "cub", "bfc", "plugin": each has its own topic
+            "torch", "cub", "bfc", "cupy", "plugin": each has its own topic
   upstream  "device" (default) | "async" | "managed" | "pinned" | "virtual"
             (addresses only, no memory: for replaying traces)
   initial=0 bytes reserved at creation   grow=true may reserve more
@@ -171,6 +171,7 @@ p:alloc_raw(size, s) -> address, p:free_raw(a, s), p:buffer(a): help "raw"
 p:trim(keep=0)    returns free chunks to the upstream
 p:reset()         arena only: frees every block (its buffers become closed)
 p:empty_cache()  p:settings()   torch only: help "torch"
+p:free_all_blocks() -> bytes   cupy only: help "cupy"
 p:stats() -> used, used_peak, reserved, reserved_peak, allocs, frees, failed,
   largest_free, free_bytes, fragmentation, live_buffers, live_raw,
   device_allocs, device_frees; vmm, cub, torch and bfc add their own
@@ -293,6 +294,33 @@ cupola.trace.load reads JAX's memory events (format "jax_memory"): the
   (r.address_mismatches, r.chunk_mismatches: allocations unlike JAX's).
 cupola.advise on a JAX profile: growth against preallocated, the least
   memory, XLA_CLIENT_MEM_FRACTION of {device_memory=} (--device-memory).]],
+    name = "cupy",
+    section = "CuPy's memory pool (`kind = \"cupy\"`)",
+    names = { "cupy", "free_all_blocks", "cupy_hook", "DebugPrintHook", "set_limit" },
+    overview = {
+      { "cupola.pool{kind=\"cupy\", max=}", "CuPy 14.2's MemoryPool, exactly" },
+      { "cupola.trace.load \"cupy.jsonl\"", "CuPy's hook logs (DebugPrintHook)" },
+    },
+    page = [[
+cupola.pool{kind="cupy", upstream="virtual"|"device", max=}: CuPy 14.1-14.2's
+  MemoryPool rule for rule: 512-byte rounding, an arena per stream, the
+  smallest free chunk that fits split always, merged back with free
+  neighbours (never across cudaMalloc blocks); at the limit (max, CuPy's
+  set_limit) or a refused cudaMalloc: free_all_blocks and a retry, then a
+  gc.collect() round, then out of memory.  Equal free chunks: lowest address
+  (CuPy: a Python object's address); addresses="recorded" follows the log.
+p:free_all_blocks() -> bytes given back (whole free blocks only)
+p:stats() adds used_bytes, total_bytes, free_bytes, n_free_blocks,
+  device_alloc_failures, free_all_blocks_calls, gc_rounds, ooms, tie_choices.
+cupola.trace.load reads DebugPrintHook's JSON lines (t.format "cupy_hook",
+  gzip or not), plus the keys stream, total_bytes and the lines
+  malloc_preprocess and free_all_blocks (arena_stream) a recording hook adds;
+  t.cupy: device_allocs, gc_frees, peak_total_bytes, ...
+cupola.trace.replay(t, cupola.pool{kind="cupy", upstream="virtual", max=L},
+  {addresses="recorded", stop_at_oom=true}) -> r.peak_reserved (peak
+  total_bytes), r.device_allocs, r.stopped.line, r.cupy.exact,
+  r.cupy.mismatch, r.cupy.divergence.  Shipped: "cupy/fft.unlimited", ...
+  (examples/traces/cupy); bench/cupy_check.lua checks recordings.]],
   },
   {
     name = "plugin",
@@ -494,7 +522,7 @@ IPC: mp:export() -> text (a pool created with handle="posix_fd");
     section = "Traces",
     names = { "trace", "find", "load", "replay", "compare", "cupola.Trace" },
     overview = {
-      { "cupola.trace.load(path or name) -> Trace", "RMM CSV, PyTorch snapshot; .find(name)" },
+      { "cupola.trace.load(path or name) -> Trace", "RMM CSV, torch snapshot, CuPy log" },
       { "cupola.trace.replay(t, pool, opts) -> figures", "replayed in C, stream-ordered" },
       { "cupola.trace.compare(t, {cfg, ...}) -> rows", "one replay per pool configuration" },
     },
@@ -586,6 +614,10 @@ cupola.advise(trace_or_path [, {limit=, conf={...}, recorded=, pools={...},
   stack), min_memory (the least memory it runs in).  limit: bytes or
   "24GiB", "24G" (2^30 a GiB), "24GB" (10^9 a GB).
   res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py.
+A CuPy memory-hook log (help "cupy"): CuPy's MemoryPool replayed, the
+  least set_limit that runs it (res.least_limit; paste:
+  CUPY_GPU_MEMORY_LIMIT=N), res.peak_used_bytes, res.free_all_blocks_at_peak,
+  and cupola's pools beside it (CUPOLA_CUPY_POOL).
 bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
   prints the same, the answer first, in $COLUMNS (100) columns
   (bin/cupola advise --help).]],

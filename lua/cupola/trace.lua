@@ -55,14 +55,17 @@ trace.replay = core.trace.replay
 local here = (debug.getinfo(1, "S").source:match "^@(.*)[/\\][^/\\]*$") or "."
 
 --- trace.find(name) -> path of a trace that ships with cupola
--- ("gpt2_train", "gpt2_train.csv.gz" or "torch_snapshot_mlp.pickle"), looked
+-- ("gpt2_train", "gpt2_train.csv.gz", "torch_snapshot_mlp.pickle", or a CuPy
+-- log: "cupy/NAME", its .jsonl.gz or .jsonl), looked
 -- up in $CUPOLA_TRACES, then beside the installed module, then in the source
 -- tree's examples/traces; nil, message if absent.
 function trace.find(name)
   -- a number used to fail inside (attempt to index a number value)
   if type(name) ~= "string" then raise("bad argument #1 to 'find' (string expected, got " .. typed(name) .. ")") end
   local names = { name }
-  if not name:find "%." then names = { name .. ".csv.gz", name .. ".csv", name .. ".pickle" } end
+  if not name:find "%." then
+    names = { name .. ".csv.gz", name .. ".csv", name .. ".pickle", name .. ".jsonl.gz", name .. ".jsonl" }
+  end
   local dirs = {}
   if os.getenv "CUPOLA_TRACES" then dirs[#dirs + 1] = os.getenv "CUPOLA_TRACES" end
   dirs[#dirs + 1] = here .. "/traces"

@@ -18,6 +18,7 @@
 
 #include "binding.h"
 #include "kernel/compile.h"
+#include "pool/cupy.h"
 #include "pool/torch.h"
 
 typedef struct l_pool {
@@ -918,6 +919,24 @@ static int pool_empty_cache(lua_State *L)
     return 0;
 }
 
+/* p:free_all_blocks(): CuPy's MemoryPool.free_all_blocks() (kind "cupy"):
+ * every free chunk that is a whole cudaMalloc block goes back; returns the
+ * bytes given back (CuPy returns nothing). */
+static int pool_free_all_blocks(lua_State *L)
+{
+    l_pool *p = topool(L, 1);
+    cp_cupy *m = cp_cupy_of(p->ref->r);
+    uint64_t freed;
+    if (!m)
+        return luaL_error(L, L_POOL ":free_all_blocks: only pools of kind 'cupy' have it (this "
+                             "one is '%s'; trim(0) returns what any pool caches)", p->kind);
+    cp_resource_lock(p->ref->r);
+    freed = cp_cupy_free_all_blocks(m, 1, 0);
+    cp_resource_unlock(p->ref->r);
+    lua_pushinteger(L, (lua_Integer)freed);
+    return 1;
+}
+
 /* p:settings(): PyTorch's allocator_settings, as its snapshots report them,
  * with the conf string and the host-side keys named. */
 static int pool_settings(lua_State *L)
@@ -1051,6 +1070,7 @@ void l_open_pool(lua_State *L)
                                        {"free_raw", pool_free_raw},
                                        {"buffer", pool_buffer},
                                        {"trim", pool_trim},
+                                       {"free_all_blocks", pool_free_all_blocks},
                                        {"reset", pool_reset},
                                        {"stats", pool_stats},
                                        {"empty_cache", pool_empty_cache},

@@ -144,6 +144,33 @@ static void push_info(lua_State *L, const cp_trace *t)
         SETI(torch_peak_reserved);
     }
 #undef SETI
+    {
+        /* a CuPy hook log: what it says beyond its rows */
+        cp_trace_cupy_info ci;
+        if (cp_trace_cupy_info_get(t, &ci)) {
+            lua_createtable(L, 0, 9);
+#define SETC(f, name)                          \
+    do {                                       \
+        lua_pushinteger(L, (lua_Integer)ci.f); \
+        lua_setfield(L, -2, name);             \
+    } while (0)
+            SETC(device_allocs, "device_allocs");
+            SETC(device_alloc_failures, "device_alloc_failures");
+            SETC(zero_mallocs, "zero_mallocs");
+            SETC(gc_frees, "gc_frees");
+            SETC(free_all_blocks, "free_all_blocks");
+            if (ci.total_bytes)
+                SETC(peak_total_bytes, "peak_total_bytes");
+#undef SETC
+            lua_pushboolean(L, ci.stream);
+            lua_setfield(L, -2, "has_stream");
+            lua_pushboolean(L, ci.malloc_preprocess);
+            lua_setfield(L, -2, "has_malloc_preprocess");
+            lua_pushboolean(L, ci.total_bytes);
+            lua_setfield(L, -2, "has_total_bytes");
+            lua_setfield(L, -2, "cupy");
+        }
+    }
 }
 
 static int trace_info(lua_State *L)
@@ -312,6 +339,59 @@ static void push_divergence(lua_State *L, const cp_replay_result *res)
     lua_setfield(L, -2, "divergence");
 }
 
+/* A CuPy log replayed through kind "cupy": result.recorded, and
+ * result.cupy = {exact = bool, mismatch = false | {line=, what=, model=,
+ * log=}, divergence = false | {call=, line=, model=, log=}, peak_used_bytes,
+ * used_bytes_at_peak, free_all_blocks_at_peak}: the first
+ * disagreement with the log (a malloc served or refused the other way, or
+ * total_bytes) and the first cudaMalloc that differed from its alloc line. */
+static void push_cupy(lua_State *L, const cp_replay_result *res)
+{
+    static const char *const what[] = {"", "served", "refused", "total_bytes"};
+    lua_pushboolean(L, res->recorded);
+    lua_setfield(L, -2, "recorded");
+    lua_createtable(L, 0, 3);
+    lua_pushboolean(L, !res->cupy_mismatch && !res->cupy_diverged);
+    lua_setfield(L, -2, "exact");
+    if (res->cupy_mismatch) {
+        lua_createtable(L, 0, 5);
+        lua_pushinteger(L, (lua_Integer)res->cupy_mismatch_line);
+        lua_setfield(L, -2, "line");
+        lua_pushinteger(L, (lua_Integer)res->cupy_mismatch_op + 1);
+        lua_setfield(L, -2, "operation");
+        lua_pushstring(L, what[res->cupy_mismatch < 4 ? res->cupy_mismatch : 0]);
+        lua_setfield(L, -2, "what");
+        lua_pushinteger(L, (lua_Integer)res->cupy_mismatch_model);
+        lua_setfield(L, -2, "model");
+        lua_pushinteger(L, (lua_Integer)res->cupy_mismatch_log);
+        lua_setfield(L, -2, "log");
+    } else {
+        lua_pushboolean(L, 0);
+    }
+    lua_setfield(L, -2, "mismatch");
+    if (res->cupy_diverged) {
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, (lua_Integer)res->cupy_div_call + 1);
+        lua_setfield(L, -2, "call");
+        lua_pushinteger(L, (lua_Integer)res->cupy_div_line);
+        lua_setfield(L, -2, "line");
+        lua_pushinteger(L, (lua_Integer)res->cupy_div_model);
+        lua_setfield(L, -2, "model");
+        lua_pushinteger(L, (lua_Integer)res->cupy_div_log);
+        lua_setfield(L, -2, "log");
+    } else {
+        lua_pushboolean(L, 0);
+    }
+    lua_setfield(L, -2, "divergence");
+    lua_pushinteger(L, (lua_Integer)res->cupy_used_peak);
+    lua_setfield(L, -2, "peak_used_bytes");
+    lua_pushinteger(L, (lua_Integer)res->cupy_used_at_peak);
+    lua_setfield(L, -2, "used_bytes_at_peak");
+    lua_pushinteger(L, (lua_Integer)res->cupy_free_all_at_peak);
+    lua_setfield(L, -2, "free_all_blocks_at_peak");
+    lua_setfield(L, -2, "cupy");
+}
+
 /* A replay's result as the table cupola.trace.replay returns (its
  * recording with record; the Trace at trace_arg is then registered as the
  * result's source).  The same function serves every replay, so a figure
@@ -439,8 +519,10 @@ static void push_replay_result(lua_State *L, int trace_arg, const cp_trace *t,
                 }
             }
         }
-    } else if (res->recorded)
+    } else if (res->recorded && !res->cupy)
         push_divergence(L, res);
+    if (res->cupy)
+        push_cupy(L, res);
     if (res->stopped) {
         /* stop_at_oom: where the program would have raised */
         lua_createtable(L, 0, 3);
@@ -452,6 +534,10 @@ static void push_replay_result(lua_State *L, int trace_arg, const cp_trace *t,
         }
         lua_pushinteger(L, (lua_Integer)res->stop_size);
         lua_setfield(L, -2, "size");
+        if (res->cupy_stop_line) {
+            lua_pushinteger(L, (lua_Integer)res->cupy_stop_line);
+            lua_setfield(L, -2, "line");
+        }
         lua_setfield(L, -2, "stopped");
     }
     lua_pushnumber(L, res->reserved_byte_seconds);
@@ -595,8 +681,10 @@ static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
                        j->kind_buf);
         j->pool.kind = j->kind_buf;
         cp_pool_spec_serve(&j->pool); /* what the library runs (pool/spec.c) */
-        if (j->recorded && strcmp(j->kind_buf, "bfc") != 0)
-            luaL_error(L, "advise_run: job %d: recorded addresses are for kind 'torch' or 'bfc'", k);
+        /* (kinds bfc and cupy replay the recording's own addresses) */
+        if (j->recorded && strcmp(j->kind_buf, "bfc") != 0 && strcmp(j->kind_buf, "cupy") != 0)
+            luaL_error(L, "advise_run: job %d: recorded addresses are for kinds 'torch', 'bfc' "
+                       "and 'cupy'", k);
     } else {
         const char *kind = l_optstring_field(L, idx, "kind", NULL), *conf;
         cp_torch_conf c;

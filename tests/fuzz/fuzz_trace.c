@@ -214,6 +214,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             cp_resource_destroy(bp);
         }
     }
+    /* A CuPy hook log through CuPy's pool, with the recorded addresses
+     * and without, under a limit that makes it free and retry. */
+    if (n <= 4096 && strcmp(cp_trace_format(t), "cupy_hook") == 0) {
+        int k;
+        for (k = 0; k < 2; k++) {
+            cp_pool_opts po;
+            cp_resource *cp = NULL;
+            cp_replay_opts o;
+            cp_replay_result res;
+            memset(&po, 0, sizeof po);
+            po.kind = "cupy";
+            po.upstream = CP_UP_VIRTUAL;
+            po.grow = 1;
+            po.alignment = 256;
+            po.max = k ? in.peak_live / 2 + 4096 : 0;
+            EXPECT(cp_pool_create(&cp, &po) == CP_OK, "cupy pool: %s", cp_error_msg());
+            memset(&o, 0, sizeof o);
+            o.recorded_addresses = !k;
+            memset(&res, 0, sizeof res);
+            if (cp_trace_replay(t, cp, &o, &res) == CP_OK)
+                EXPECT(res.cupy, "a CuPy log's replay through kind cupy is not the model's");
+            cp_replay_result_fini(&res);
+            cp_resource_destroy(cp);
+        }
+    }
     /* cupola.advise's replays (advise.h) on two threads: PyTorch's model
      * under its defaults (with the recorded addresses where the snapshot has
      * PyTorch's device calls), and under a limit with a search for the least

@@ -25,6 +25,7 @@ static const struct {
     {"cub", cp_cub_create},
     {"torch", cp_torch_create},
     {"bfc", cp_bfc_create},
+    {"cupy", cp_cupy_create},
 };
 #define NKINDS (sizeof kinds / sizeof kinds[0])
 

@@ -108,6 +108,7 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
 cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 cp_status cp_cub_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
+cp_status cp_cupy_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
 
 /* reserved bytes of any resource (locks it briefly) */
 uint64_t cp_resource_reserved(cp_resource *r);

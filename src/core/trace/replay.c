@@ -14,6 +14,8 @@
 #include "replay_lock.h"
 #include "trace_torch.h"
 #include "pool/bfc.h"
+#include "trace_cupy.h"
+#include "pool/cupy.h"
 #include "replay_time.h"
 
 /* What the walk keeps for each allocation, by ordinal: the pool's block
@@ -220,10 +222,17 @@ cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opt
      * two-step frees, empty_cache, the recorded addresses): replay_torch.c */
     if (cp_torch_of(r))
         return cp_trace_replay_torch(t, r, o, out);
+    /* CuPy's pool replays a CuPy log's own operations: replay_cupy.c */
+    if (cp_cupy_of(r) && t->cupy)
+        return cp_trace_replay_cupy(t, r, o, out);
+    if (o->recorded_addresses && cp_cupy_of(r))
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" with a pool of kind "
+                            "\"cupy\" needs a CuPy hook log (%s is a %s trace)",
+                            cp_trace_path(t), cp_trace_format(t));
     if (o->recorded_addresses && !cp_bfc_is(r))
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind "
-                            "\"torch\" or \"bfc\" (the addresses are the recording's), not "
-                            "\"%s\"", cp_resource_kind(r));
+                            "\"torch\", \"bfc\" or \"cupy\" (the addresses are the "
+                            "recording's), not \"%s\"", cp_resource_kind(r));
     if (o->recorded_addresses && !cp_bfc_virtual(r))
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a bfc pool over "
                             "the \"virtual\" upstream (the device gives its own addresses)");

@@ -25,6 +25,7 @@
 #include "trace_torch.h"
 #include "jax.h"
 #include <sys/stat.h>
+#include "trace_cupy.h"
 
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
@@ -83,6 +84,7 @@ void cp_trace_free(cp_trace *t)
     free(t->oom_stream);
     free(t->jax_chunk);
     free(t->jax_in_use);
+    cp_cupy_hook_free(t->cupy);
     free(t);
 }
 
@@ -481,7 +483,7 @@ decoded:
         snprintf(why, sizeof why, "%s", cp_error_msg());
         return cp_error_set(st, "%s: PyTorch snapshot: %s", ld->path, why);
     }
-    t->format = 1;
+    t->format = TRACE_SNAPSHOT;
     t->label = malloc((snap.n ? snap.n : 1) * sizeof *t->label);
     t->device = malloc((snap.n ? snap.n : 1) * sizeof *t->device);
     if (!t->label || !t->device)
@@ -717,7 +719,7 @@ static cp_status load_jax(loader *ld, int kind)
                    : cp_jax_read_xplane(ld->gz, ld->path, ld->allocator, &e);
     if (st != CP_OK)
         return st;
-    t->format = 2;
+    t->format = TRACE_JAX;
     snprintf(t->allocator, sizeof t->allocator, "%s", e.allocator);
     if (e.has_ts)
         qsort(e.ev, e.n, sizeof *e.ev, cmp_jax);
@@ -881,6 +883,10 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
             st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a JAX profile is "
                                            "read by allocator (option 'allocator')", path, device)
                             : load_jax(&ld, cp_jax_sniff(head, (size_t)got, path));
+        else if (!is_pickle && got > 0 && cp_cupy_hook_sniff(head, (size_t)got))
+            st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a CuPy hook log "
+                                           "holds one device", path, device)
+                            : cp_cupy_hook_load(ld.gz, path, t); /* JSON lines */
         else
             st = is_pickle ? load_snapshot(&ld, got == 8 && cp_snapshot_is_compact(head, 8))
                            : load(&ld);
@@ -888,7 +894,7 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
     gzclose(ld.gz);
     if (st == CP_OK && ld.t->nstreams > UINT16_MAX)
         st = cp_error_set(CP_ERR_INVALID, "%s: more than 65535 distinct streams", path);
-    if (st == CP_OK) {
+    if (st == CP_OK && !t->ops) {
         size_t i;
         t->ops = malloc((t->n ? t->n : 1) * sizeof *t->ops);
         if (!t->ops)
@@ -900,8 +906,9 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
             t->ops[i].is_free = t->is_free[i];
         }
     }
-    if (st == CP_OK && t->format != 1) {
+    if (st == CP_OK && t->format != TRACE_SNAPSHOT) {
         /* CSV and JAX: the torch model allocates and frees as the rows do */
+        /* CSV, CuPy logs: the torch model allocates and frees as the rows do */
         size_t i;
         t->top = malloc((t->n ? t->n : 1) * sizeof *t->top);
         t->top_row = malloc((t->n ? t->n : 1) * sizeof *t->top_row);
@@ -919,7 +926,7 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
         if (st == CP_OK)
             t->ntop = t->n;
     }
-    if (st == CP_OK) {
+    if (st == CP_OK && t->format != TRACE_CUPY) { /* a CuPy log's loader sets them */
         t->info.ooms = t->nooms;
         t->info.events = t->n;
         t->info.streams = t->nstreams;
@@ -988,8 +995,12 @@ cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t 
 
 const char *cp_trace_format(const cp_trace *t)
 {
-    return t->format == 2 ? "jax_memory" : t->format ? "torch_snapshot"
-         : t->record ? "cupola_record" : "rmm_csv";
+    switch (t->format) {
+    case TRACE_SNAPSHOT: return "torch_snapshot";
+    case TRACE_JAX: return "jax_memory";
+    case TRACE_CUPY: return "cupy_hook";
+    default: return t->record ? "cupola_record" : "rmm_csv";
+    }
 }
 
 void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
@@ -1027,12 +1038,12 @@ const char *cp_trace_warning(const cp_trace *t)
 
 const char *cp_trace_allocator(const cp_trace *t)
 {
-    return t->format == 2 ? t->allocator : NULL;
+    return t->format == TRACE_JAX ? t->allocator : NULL;
 }
 
 int cp_trace_jax_row(const cp_trace *t, size_t i, uint64_t *chunk, uint64_t *in_use)
 {
-    if (t->format != 2 || i >= t->n)
+    if (t->format != TRACE_JAX || i >= t->n)
         return 0;
     *chunk = t->jax_chunk[t->ord[i]];
     *in_use = t->jax_in_use[i];

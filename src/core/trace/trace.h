@@ -187,7 +187,32 @@ typedef struct cp_replay_result {
      * the repetitions: a pool that holds memory longer shows it even when
      * its peak is the same. */
     double reserved_byte_seconds, live_byte_seconds;
+    /* A CuPy hook log replayed through kind "cupy" (replay_cupy.c): the
+     * first operation where the model disagreed with the log (0: none; a
+     * CP_CUPY_MISMATCH_*), at the log's line, the model's and the log's
+     * figures (sizes, or total_bytes); with recorded addresses, the first
+     * cudaMalloc (from 0) whose size differed from the log's alloc line
+     * (sizes 0: that side made no more calls); the log line a stop came at. */
+    int cupy;
+    int cupy_mismatch;
+    size_t cupy_mismatch_op;
+    uint32_t cupy_mismatch_line;
+    uint64_t cupy_mismatch_model, cupy_mismatch_log;
+    int cupy_diverged;
+    size_t cupy_div_call;
+    uint32_t cupy_div_line;
+    uint64_t cupy_div_model, cupy_div_log;
+    uint32_t cupy_stop_line;
+    /* ... CuPy's used_bytes at its peak, and used_bytes and what
+     * free_all_blocks() would have given back when total_bytes peaked */
+    uint64_t cupy_used_peak, cupy_used_at_peak, cupy_free_all_at_peak;
 } cp_replay_result;
+
+enum {
+    CP_CUPY_MISMATCH_SERVED = 1, /* the model served a malloc CuPy refused */
+    CP_CUPY_MISMATCH_REFUSED,    /* the model refused a malloc CuPy served */
+    CP_CUPY_MISMATCH_TOTAL       /* total_bytes differs from the logged value */
+};
 
 /* Frees what a replay with opts.record allocated (safe on any result). */
 void cp_replay_result_fini(cp_replay_result *res);
@@ -217,7 +242,7 @@ void cp_trace_info_get(const cp_trace *t, cp_trace_info *out);
 /* Row i (0-based, < cp_trace_events); CP_ERR_INVALID when out of range. */
 cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out);
 const char *cp_trace_path(const cp_trace *t);
-/* "rmm_csv", "torch_snapshot" or "cupola_record". */
+/* "rmm_csv", "torch_snapshot", "jax_memory", "cupy_hook" or "cupola_record". */
 const char *cp_trace_format(const cp_trace *t);
 /* A recording that loaded although it was cut (record.h): where, and how
  * many events were read; NULL for a whole file. */
@@ -229,6 +254,18 @@ size_t cp_trace_torch_reserved(const cp_trace *t, const double **time, const uin
  * PYTORCH_CUDA_ALLOC_CONF as PyTorch read it; 1, the effective settings as a
  * conf string (the pool option conf reads both). */
 const char *cp_trace_torch_conf(const cp_trace *t, int settings);
+
+/* What a CuPy hook log says beyond its rows (0 returned for other traces):
+ * the pool's cudaMallocs (alloc lines) that succeeded and that the device
+ * refused, mallocs of size 0, frees inside a malloc (its gc.collect()),
+ * the user's free_all_blocks() lines, whether the lines carried stream,
+ * malloc_preprocess and total_bytes, and the highest total_bytes logged. */
+typedef struct cp_trace_cupy_info {
+    size_t device_allocs, device_alloc_failures, zero_mallocs, gc_frees, free_all_blocks;
+    int stream, malloc_preprocess, total_bytes;
+    uint64_t peak_total_bytes;
+} cp_trace_cupy_info;
+int cp_trace_cupy_info_get(const cp_trace *t, cp_trace_cupy_info *out);
 
 /* PyTorch's device calls in a snapshot (segment_alloc / free / map / unmap
  * entries of the device its operations were read for): what a replay with

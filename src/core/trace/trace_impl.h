@@ -17,6 +17,9 @@ typedef struct replay_op {
     uint16_t is_free;
 } replay_op;
 
+/* What a trace was read from (cp_trace.format): each reader sets its own. */
+enum { TRACE_CSV = 0, TRACE_SNAPSHOT = 1, TRACE_JAX = 2, TRACE_CUPY = 3 };
+
 struct cp_trace {
     char *path;
     replay_op *ops;     /* built once loading succeeds */
@@ -32,7 +35,7 @@ struct cp_trace {
     uint64_t *streams;  /* distinct Stream values, in order of appearance */
     size_t nstreams;
     cp_trace_info info;
-    int format;         /* 0: RMM CSV, 1: PyTorch snapshot */
+    int format;         /* TRACE_CSV, TRACE_SNAPSHOT, TRACE_JAX or TRACE_CUPY */
     int record;         /* format 0 read from a `cupola record` file (record.h) */
     int cut;            /* ... that ended early: warning says where */
     char warning[640];
@@ -63,6 +66,8 @@ struct cp_trace {
     uint64_t *jax_chunk;
     uint64_t *jax_in_use;
     char allocator[128];
+    /* CuPy hook logs only (trace_cupy.h): the model's operations */
+    struct cp_trace_cupy *cupy;
     int has_settings;
     char torch_env[256];
     char torch_settings[1024];

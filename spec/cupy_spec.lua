@@ -1,0 +1,457 @@
+-- kind = "cupy": CuPy 14.2's MemoryPool modelled exactly (src/core/pool/
+-- cupy.c states the rules), and CuPy's memory-hook logs read and replayed
+-- (src/core/trace/cupy_hook.c, replay_cupy.c).  Each rule has a case; then
+-- logs written by a second statement of the rules in Lua
+-- (spec/support/cupy_sim.lua) are replayed and the model held to them;
+-- then the recordings shipped under examples/traces/cupy.
+local cupola = require "cupola"
+local sim = require "spec.support.cupy_sim"
+
+local function cupy(o)
+  o = o or {}
+  o.kind = "cupy"
+  o.upstream = o.upstream or "virtual"
+  return cupola.pool(o)
+end
+
+local tmpdir = os.tmpname()
+os.remove(tmpdir)
+assert(os.execute("mkdir -p " .. tmpdir))
+local nfile = 0
+local function log(lines)
+  nfile = nfile + 1
+  local path = string.format("%s/log%d.jsonl", tmpdir, nfile)
+  local f = assert(io.open(path, "w"))
+  f:write(type(lines) == "table" and table.concat(lines, "\n") or lines, "\n")
+  f:close()
+  return path
+end
+local function alloc(size, ptr, extra)
+  return string.format('{"hook":"alloc","device_id":0,"mem_size":%d,"mem_ptr":%d%s}', size, ptr, extra or "")
+end
+local function malloc(size, ptr, extra)
+  return string.format('{"hook":"malloc","device_id":0,"size":%d,"mem_size":%d,"mem_ptr":%d,"pmem_id":"0x%x"%s}',
+    size, (size + 511) // 512 * 512, ptr, ptr + 1, extra or "")
+end
+local function free(size, ptr, extra)
+  return string.format('{"hook":"free","device_id":0,"mem_size":%d,"mem_ptr":%d,"pmem_id":"0x%x"%s}',
+    (size + 511) // 512 * 512, ptr, ptr + 1, extra or "")
+end
+
+describe("cupy pool", function()
+  for _, up in ipairs { "virtual", "device" } do
+    it("rounds to 512 bytes, splits always and merges a freed chunk with its free neighbours (" .. up .. ")", function()
+      local p <close> = cupy { upstream = up }
+      local a, b = p:alloc(1000), p:alloc(100)
+      local st = p:stats()
+      assert.equals(1536, st.total_bytes)
+      assert.equals(1536, st.used_bytes)
+      assert.equals(2, st.device_allocs)
+      local aa = a.address
+      a:free()
+      local c = p:alloc(512) -- the 1024-byte chunk, split: 512 in use, 512 free
+      assert.equals(aa, c.address)
+      st = p:stats()
+      assert.equals(1024, st.used_bytes)
+      assert.equals(1, st.n_free_blocks)
+      assert.equals(512, st.free_bytes)
+      c:free() -- merges with the remainder: one whole block again
+      b:free()
+      st = p:stats()
+      assert.equals(2, st.n_free_blocks)
+      assert.equals(1536, p:free_all_blocks())
+      assert.equals(0, p:stats().total_bytes)
+      assert.equals(2, p:stats().device_frees)
+    end)
+  end
+
+  it("takes the smallest free chunk that fits, the lowest address among equal ones", function()
+    local p <close> = cupy()
+    local x1, s1, x2, s2, x3 = p:alloc(4096), p:alloc(512), p:alloc(2048), p:alloc(512), p:alloc(2048)
+    local a2, a3 = x2.address, x3.address
+    x3:free(); x2:free(); x1:free()
+    local y = p:alloc(1500) -- 2048 fits best; two of them: the lower address
+    assert.equals(math.min(a2, a3), y.address)
+    assert.equals(5, p:stats().device_allocs)
+    y:free(); s1:free(); s2:free()
+  end)
+
+  it("keeps one arena per stream: a chunk goes back to its own", function()
+    local p <close> = cupy()
+    local s1 <close> = cupola.stream()
+    local s2 <close> = cupola.stream()
+    local a = p:alloc(1024, s1)
+    a:free(s2) -- freed on another stream: back to s1's arena
+    local b = p:alloc(1024, s2)
+    assert.equals(2, p:stats().device_allocs)
+    local c = p:alloc(1024, s1)
+    assert.equals(2, p:stats().device_allocs)
+    b:free(s2); c:free(s1)
+  end)
+
+  it("never merges chunks of separate cudaMalloc blocks", function()
+    local p <close> = cupy()
+    local a, b = p:alloc(1024), p:alloc(1024)
+    a:free(); b:free()
+    assert.equals(2, p:stats().n_free_blocks)
+    local c = p:alloc(2048)
+    assert.equals(3, p:stats().device_allocs)
+    c:free()
+  end)
+
+  it("at the limit frees whole free blocks, never split ones, then raises out of memory", function()
+    local p <close> = cupy { max = 4096 }
+    local a = p:alloc(2048)                -- block A
+    local b1 = p:alloc(1024)               -- block B ...
+    b1:free()
+    local big = p:alloc(1024)              -- reuses B whole
+    big:free()
+    local part = p:alloc(512)              -- B split: 512 in use, 512 free
+    local c = p:alloc(1024)                -- block C: total 4096
+    assert.equals(4096, p:stats().total_bytes)
+    c:free()
+    -- 1536 more: C is whole and free (it goes), B's free half is split
+    -- (it stays); 3072 + 1536 still passes the limit: gc round, then
+    -- out of memory
+    local d, msg, kind = p:alloc(1536)
+    assert.is_nil(d)
+    assert.equals("out_of_memory", kind)
+    assert.matches("limit", msg)
+    local st = p:stats()
+    assert.equals(3072, st.total_bytes)
+    assert.equals(1, st.n_free_blocks)
+    assert.equals(1, st.ooms)
+    assert.equals(1, st.gc_rounds)
+    assert.equals(2, st.free_all_blocks_calls)
+    assert.equals(1, st.device_frees)
+    -- 1024 more fits the limit exactly: a new block
+    local e = p:alloc(1024)
+    assert.equals(4096, p:stats().total_bytes)
+    a:free(); part:free(); e:free()
+  end)
+
+  it("refuses a request above the limit at once and options CuPy has not", function()
+    local p <close> = cupy { max = 1024 }
+    local x, _, kind = p:alloc(2048)
+    assert.is_nil(x)
+    assert.equals("out_of_memory", kind)
+    assert.equals(0, p:stats().free_all_blocks_calls)
+    assert.has_error(function() cupy { initial = 4096 } end)
+    assert.has_error(function() cupy { grow = false } end)
+    assert.has_error(function() cupy { release_threshold = 1 } end)
+  end)
+
+end)
+
+describe("CuPy hook logs", function()
+  it("load by content: DebugPrintHook's lines, gzip or plain", function()
+    local path = log { alloc(1024, 4096 * 1024), malloc(1000, 4096 * 1024), malloc(0, 0),
+      free(1000, 4096 * 1024) }
+    local t <close> = cupola.trace.load(path)
+    assert.equals("cupy_hook", t.format)
+    local i = t:info()
+    assert.equals(1, i.allocs)
+    assert.equals(1, i.frees)
+    assert.equals(1, i.cupy.device_allocs)
+    assert.equals(1, i.cupy.zero_mallocs)
+    assert.is_false(i.cupy.has_stream)
+    assert.is_true(os.execute("gzip -kf " .. path))
+    local tz <close> = cupola.trace.load(path .. ".gz")
+    assert.equals("cupy_hook", tz.format)
+    assert.equals(1, tz:info().allocs)
+  end)
+
+  it("reads pmem_id as a hex string or an integer, ignores unknown keys and hooks", function()
+    local t <close> = cupola.trace.load(log {
+      '{"hook":"alloc","device_id":0,"mem_size":512,"mem_ptr":8192,"extra":[1,{"a":null}],"f":1.5e3}',
+      '{"hook":"malloc","device_id":0,"size":5,"mem_size":512,"mem_ptr":8192,"pmem_id":140234,"stream":null}',
+      '{"hook":"free_preprocess","device_id":0}',
+      '{"hook":"free","device_id":0,"mem_size":512,"mem_ptr":8192,"pmem_id":"0x7F"}' })
+    local i = t:info()
+    assert.equals(1, i.allocs)
+    assert.equals(1, i.ignored)
+  end)
+
+  it("replays with the recorded addresses: the chunk CuPy took among equal ones", function()
+    -- two equal free chunks; CuPy took the one at the higher address
+    local A, B = 1 << 30, 2 << 30
+    local path = log { alloc(1024, A), malloc(1024, A), alloc(1024, B), malloc(1024, B),
+      free(1024, A), free(1024, B), malloc(512, B, ',"total_bytes":2048'), malloc(512, B + 512) }
+    local t <close> = cupola.trace.load(path)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.recorded)
+    assert.is_true(r.cupy.exact)
+    assert.equals(2, r.device_allocs)
+    assert.equals(2048, r.peak_reserved)
+    -- the address rule takes A: B's second half then is no longer free
+    -- where the log says it was taken
+    local q <close> = cupy()
+    local r2 = cupola.trace.replay(t, q)
+    assert.is_false(r2.recorded)
+    assert.equals(2, r2.device_allocs)
+  end)
+
+  it("says where a malloc's outcome or total_bytes first differ from the log", function()
+    local path = log { alloc(1024, 4096), malloc(1024, 4096, ',"total_bytes":1024'),
+      free(1024, 4096, ',"total_bytes":1024'), malloc(1024, 4096, ',"total_bytes":9999') }
+    local t <close> = cupola.trace.load(path)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_false(r.cupy.exact)
+    assert.equals("total_bytes", r.cupy.mismatch.what)
+    assert.equals(4, r.cupy.mismatch.line)
+    assert.equals(1024, r.cupy.mismatch.model)
+    assert.equals(9999, r.cupy.mismatch.log)
+  end)
+
+  it("replays a refused malloc as CuPy's OutOfMemoryError and stops there when asked", function()
+    local path = log { alloc(2048, 4096), malloc(2048, 4096), malloc(4096, 0), free(2048, 4096) }
+    local t <close> = cupola.trace.load(path)
+    assert.equals(1, t:info().ooms)
+    local p <close> = cupy { max = 4096 }
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.cupy.exact)
+    assert.equals(1, r.oom_attempts)
+    assert.equals(0, r.oom_served)
+    local q <close> = cupy { max = 4096 }
+    local r2 = cupola.trace.replay(t, q, { addresses = "recorded", stop_at_oom = true })
+    assert.equals(3, r2.stopped.line)
+    -- without the limit the model serves it: not what CuPy did
+    local u <close> = cupy()
+    local r3 = cupola.trace.replay(t, u, { addresses = "recorded" })
+    assert.equals("served", r3.cupy.mismatch.what)
+  end)
+
+  it("replays through any pool as rows", function()
+    local s = sim.run { seed = 7, ops = 400, streams = { 0, 5555 } }
+    local t <close> = cupola.trace.load(log(s.lines))
+    for _, kind in ipairs { "tlsf", "caching", "torch", "cub" } do
+      local p <close> = cupola.pool { kind = kind, upstream = "virtual" }
+      local r = cupola.trace.replay(t, p)
+      assert.equals(0, r.failed, kind)
+      assert.is_nil(r.cupy, kind)
+    end
+  end)
+
+  -- Logs the Lua statement of the rules wrote (random "object addresses"
+  -- break ties): with the recorded addresses every figure must match.
+  local cases = {
+    { seed = 1, ops = 1500 },
+    { seed = 2, ops = 1500, streams = { 0, 93824992236000 }, limit = 40000, garbage = 30, user_free_all = 20 },
+    { seed = 3, ops = 2000, streams = { 0, 777 }, device = 60000, garbage = 20 },
+    { seed = 4, ops = 2000, limit = 30000, device = 25000, garbage = 50, user_free_all = 50,
+      sizes = { 512, 512, 1024, 2048, 3000 } },
+    { seed = 5, ops = 2000, streams = { 0, 1, 2 }, limit = 200000, garbage = 10,
+      sizes = { 1, 513, 4096, 65536, 70000, 100000 } },
+  }
+  for _, o in ipairs(cases) do
+    it(string.format("replays a simulated log exactly with the recorded addresses (seed %d)", o.seed), function()
+      local s = sim.run(o)
+      local t <close> = cupola.trace.load(log(s.lines))
+      local p <close> = cupy { max = o.limit }
+      local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+      local f = s.figures
+      assert.is_true(r.cupy.exact, r.cupy.mismatch and r.cupy.mismatch.what)
+      assert.equals(f.device_allocs, r.device_allocs)
+      assert.equals(f.peak_total, r.peak_reserved)
+      assert.equals(f.ooms, r.oom_attempts - r.oom_served)
+      assert.equals(t:info().cupy.device_allocs, r.device_allocs)
+    end)
+  end
+
+  it("replays over the device upstream too, its cudaMallocs compared with the log's", function()
+    local A = 1 << 30
+    local t <close> = cupola.trace.load(log { alloc(1024, A), malloc(1024, A), free(1024, A),
+      malloc(512, A), malloc(512, A + 512), alloc(4096, 2 * A), malloc(4000, 2 * A) })
+    local p <close> = cupy { upstream = "device" }
+    local r = cupola.trace.replay(t, p)
+    assert.is_false(r.recorded)
+    assert.is_true(r.cupy.exact)
+    assert.equals(2, r.device_allocs)
+    assert.equals(5120, r.peak_reserved)
+    -- a log whose second cudaMalloc was of another size: said where
+    local t2 <close> = cupola.trace.load(log { alloc(1024, A), malloc(1024, A), alloc(8192, 2 * A),
+      malloc(4000, 2 * A) })
+    local q <close> = cupy { upstream = "device" }
+    local r2 = cupola.trace.replay(t2, q)
+    assert.same({ call = 2, line = 3, model = 4096, log = 8192 }, r2.cupy.divergence)
+    assert.has_error(function()
+      local q <close> = cupy { upstream = "device" }
+      cupola.trace.replay(t, q, { addresses = "recorded" })
+    end, "addresses = \"recorded\" needs a cupy pool over the \"virtual\" upstream (the device gives its own addresses)")
+  end)
+end)
+
+describe("CuPy hook logs that are wrong", function()
+  local bad = {
+    { "{not json", "malformed JSON" },
+    { '{"device_id":0}', 'no "hook" key' },
+    { '{"hook":"malloc","size":10,"mem_size":1024,"mem_ptr":5}', "not its size rounded up to 512" },
+    { '{"hook":"malloc","size":-1,"mem_size":512,"mem_ptr":5}', "key 'size' must be an integer" },
+    { '{"hook":"malloc","size":1.5,"mem_size":512,"mem_ptr":5}', "key 'size' must be an integer" },
+    { '{"hook":"malloc","size":10,"mem_ptr":5}', "needs size, mem_size and mem_ptr" },
+    { '{"hook":"alloc","mem_size":0,"mem_ptr":5}', "mem_size 0" },
+    { '{"hook":"free"}', "needs mem_ptr" },
+    { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512,"pmem_id":"zz"}', "pmem_id" },
+    { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512} trailing', "text after the JSON object" },
+    { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512,"device_id":0}\n{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":1024,"device_id":1}', "a second device" },
+    { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512}\n{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512}', "already live" },
+    { '{"hook":"malloc_preprocess"}\n{"hook":"malloc_preprocess"}', "inside another malloc" },
+    { '{"hook":"malloc","size":99999999999999999999,"mem_size":512,"mem_ptr":512}', "key 'size' must be an integer" },
+    { '{"hook":"x","a":' .. string.rep("[", 100) .. string.rep("]", 100) .. '}', "malformed JSON value" },
+  }
+  for i, c in ipairs(bad) do
+    it("refuses line " .. i .. " naming the line: " .. c[2], function()
+      local path = log(c[1])
+      local ok, err = pcall(cupola.trace.load, path)
+      assert.is_false(ok)
+      assert.matches(path:gsub("%p", "%%%0") .. ":%d+: ", err)
+      assert.matches(c[2], err, 1, true)
+    end)
+  end
+
+  it("counts frees of pointers it never saw, and refuses a truncated gzip", function()
+    local path = log { free(512, 12345), alloc(512, 4096), malloc(1, 4096) }
+    local t <close> = cupola.trace.load(path)
+    assert.equals(1, t:info().unmatched)
+    assert.is_true(os.execute("gzip -kf " .. path))
+    local f = assert(io.open(path .. ".gz", "rb"))
+    local data = f:read "a"
+    f:close()
+    f = assert(io.open(path .. ".cut.gz", "wb"))
+    f:write(data:sub(1, #data - 12))
+    f:close()
+    local ok, err = pcall(cupola.trace.load, path .. ".cut.gz")
+    assert.is_false(ok)
+    assert.matches("gzip", err)
+  end)
+end)
+
+-- CuPy 14.2.0's own runs on an H100 (examples/traces/cupy/README.md): the
+-- recording hook's logs (stream, malloc_preprocess, free_all_blocks and
+-- total_bytes on every line) and one DebugPrintHook log.  CuPy's figures:
+-- its cudaMallocs are the logs' alloc lines; peak and end of total_bytes and
+-- the line of the refused malloc from the run (NAME.json, the log).
+describe("CuPy's recordings", function()
+  local runs = {
+    { "fft.unlimited", nil, 86784000, 86784000, nil },
+    { "fft.limit68089128", 68089128, 61618176, 61265408, 449 },
+    { "linalg.limit310806958", 310806958, 201326592, 201326592, 59 },
+    { "twostream.limit188319744", 188319744, 186247680, 173215232, 1785 },
+    { "elementwise.limit174690846", 174690846, 168253952, 134223872, 612 },
+    { "fft.limit68089128.debug", 68089128, 61618176, 61265408, 295 },
+  }
+  for _, run in ipairs(runs) do
+    local name, limit, peak, end_total, oom_line = table.unpack(run)
+    for _, up in ipairs { "virtual", "device" } do
+      local recorded = up == "virtual"
+      it(string.format("%s: every cudaMalloc, the peak of total_bytes and where it ran out, as CuPy (%s)", name, up), function()
+        local t <close> = cupola.trace.load("cupy/" .. name .. ".jsonl.gz")
+        assert.equals("cupy_hook", t.format)
+        local p <close> = cupy { upstream = up, max = limit }
+        local r = cupola.trace.replay(t, p, { addresses = recorded and "recorded" or nil, stop_at_oom = true })
+        assert.equals(recorded, r.recorded)
+        if recorded or name:match "^fft" or name:match "^linalg" then
+          -- (without the recorded addresses the address rule breaks ties:
+          -- fft and linalg have none that matter; bench/results/cupy_model.md)
+          assert.is_true(r.cupy.exact, r.cupy.mismatch and (r.cupy.mismatch.what .. " at line " .. r.cupy.mismatch.line))
+          assert.equals(t:info().cupy.device_allocs, r.device_allocs)
+          assert.equals(peak, r.peak_reserved)
+          assert.equals(end_total, p:stats().total_bytes)
+          if oom_line then
+            assert.equals(oom_line, r.stopped.line)
+          else
+            assert.is_nil(r.stopped)
+          end
+        end
+      end)
+    end
+  end
+end)
+
+describe("cupola.advise on a CuPy log", function()
+  it("gives the pool's peak beside the peak in use, the least set_limit, free_all_blocks at the peak and cupola's pools", function()
+    local res = cupola.advise("cupy/fft.unlimited.jsonl.gz", { pools = { "tlsf" }, progress = false })
+    assert.equals("cupy", res.framework)
+    assert.equals("cupy_hook", res.format)
+    local rec = res.recommended
+    assert.equals("CuPy's MemoryPool", rec.description)
+    assert.is_true(rec.exact)
+    assert.equals(86784000, rec.peak_reserved)
+    assert.equals(86784000, res.cupy_log_peak_total_bytes)
+    assert.equals(66754048, res.peak_used_bytes)
+    assert.equals(12239360, res.free_all_blocks_at_peak)
+    -- CuPy ran out under set_limit(76769024) and ran under none: the least is between
+    assert.is_true(res.least_limit > 76769024 and res.least_limit <= 86784000)
+    assert.matches("CUPY_GPU_MEMORY_LIMIT=" .. res.least_limit, res.paste, 1, true)
+    local tl
+    for _, r in ipairs(res.rows) do if r.pool == "tlsf" then tl = r end end
+    assert.is_true(tl.aside)
+    local advise = require "cupola.advise"
+    assert.matches("CUPOLA_CUPY_POOL=tlsf", advise.module("cupy").paste(tl), 1, true)
+    local text = advise.text(res, 100)
+    assert.matches("free_all_blocks() at that peak would have given back", text, 1, true)
+    assert.matches("the least set_limit that runs it", text, 1, true)
+  end)
+
+  it("replays the recorded run under its limit, says to give it when CuPy refused, and takes no conf", function()
+    local res = cupola.advise("cupy/fft.limit68089128.jsonl.gz", { limit = 68089128, pools = {}, progress = false })
+    local rec = res.rows[1]
+    assert.is_true(rec.exact)
+    assert.is_false(rec.fits)
+    local res2 = cupola.advise("cupy/fft.limit68089128.jsonl.gz", { pools = {}, progress = false })
+    local warned = false
+    for _, w in ipairs(res2.warnings) do if w:find("give the run's limit with --limit", 1, true) then warned = true end end
+    assert.is_true(warned)
+    assert.has_error(function() cupola.advise("cupy/fft.unlimited.jsonl.gz", { conf = { "x:1" } }) end,
+      "cupola.advise: option 'conf': CuPy's memory pool has no settings (its one setting is its limit: option 'limit', CuPy's set_limit)")
+  end)
+end)
+
+describe("CuPy logs in timelines", function()
+  it("record the pool's total_bytes by the log's rows, and every block's address", function()
+    local t <close> = cupola.trace.load "cupy/fft.limit68089128.jsonl.gz"
+    local p <close> = cupy { max = 68089128 }
+    local r = cupola.trace.replay(t, p, { addresses = "recorded", record = true })
+    assert.is_true(r.cupy.exact)
+    local rec = r.recording
+    assert.is_table(rec)
+    local top = 0
+    for _, v in ipairs(rec.reserved) do if v > top then top = v end end
+    assert.equals(61618176, top)
+    local path = os.tmpname() .. ".html"
+    cupola.timeline(r, path)
+    local f = assert(io.open(path))
+    assert.is_true(#f:read "a" > 1000)
+    f:close()
+    os.remove(path)
+    local huge <close> = cupy()
+    local x, _, kind = huge:alloc(math.maxinteger)
+    assert.is_nil(x)
+    assert.equals("out_of_memory", kind)
+  end)
+end)
+
+describe("CuPy logs of many streams", function()
+  it("keep an arena per stream, negative identifiers (per-thread default streams) included, without a scan per malloc", function()
+    local lines = {}
+    local n = 3000
+    for i = 1, n do
+      local s = i == n and -1 or i * 16
+      local ptr = i * 4096
+      lines[#lines + 1] = alloc(1024, ptr, ',"stream":' .. s)
+      lines[#lines + 1] = malloc(1000, ptr, ',"stream":' .. s)
+      lines[#lines + 1] = free(1000, ptr, ',"stream":' .. s)
+    end
+    -- each stream's block is its own: stream 16 asks again and gets its old one
+    lines[#lines + 1] = malloc(1000, 4096, ',"stream":16')
+    local t <close> = cupola.trace.load(log(lines))
+    assert.equals(n, t.streams)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.cupy.exact)
+    assert.equals(n, r.device_allocs)
+    assert.equals(n, p:stats().n_free_blocks) -- (the replay frees what is live at the end)
+  end)
+end)
