@@ -285,8 +285,10 @@ end)
 
 describe("CuPy hook logs that are wrong", function()
   local bad = {
-    { "{not json", "malformed JSON" },
-    { '{"device_id":0}', 'no "hook" key' },
+    -- JSON lines whose first line names neither format's key: which formats were looked for
+    { "{not json", 'neither a JAX memory event (key "event") nor a CuPy hook line (key "hook")' },
+    { '{"device_id":0}', 'neither a JAX memory event (key "event") nor a CuPy hook line (key "hook")' },
+    { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512}\n{"device_id":0}', 'no "hook" key' },
     { '{"hook":"malloc","size":10,"mem_size":1024,"mem_ptr":5}', "not its size rounded up to 512" },
     { '{"hook":"malloc","size":-1,"mem_size":512,"mem_ptr":5}', "key 'size' must be an integer" },
     { '{"hook":"malloc","size":1.5,"mem_size":512,"mem_ptr":5}', "key 'size' must be an integer" },

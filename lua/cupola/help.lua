@@ -294,12 +294,13 @@ cupola.trace.load reads JAX's memory events (format "jax_memory"): the
   (r.address_mismatches, r.chunk_mismatches: allocations unlike JAX's).
 cupola.advise on a JAX profile: growth against preallocated, the least
   memory, XLA_CLIENT_MEM_FRACTION of {device_memory=} (--device-memory).]],
+  },
+  {
     name = "cupy",
     section = "CuPy's memory pool (`kind = \"cupy\"`)",
     names = { "cupy", "free_all_blocks", "cupy_hook", "DebugPrintHook", "set_limit" },
     overview = {
       { "cupola.pool{kind=\"cupy\", max=}", "CuPy 14.2's MemoryPool, exactly" },
-      { "cupola.trace.load \"cupy.jsonl\"", "CuPy's hook logs (DebugPrintHook)" },
     },
     page = [[
 cupola.pool{kind="cupy", upstream="virtual"|"device", max=}: CuPy 14.1-14.2's
@@ -522,7 +523,7 @@ IPC: mp:export() -> text (a pool created with handle="posix_fd");
     section = "Traces",
     names = { "trace", "find", "load", "replay", "compare", "cupola.Trace" },
     overview = {
-      { "cupola.trace.load(path or name) -> Trace", "RMM CSV, torch snapshot, CuPy log" },
+      { "cupola.trace.load(path or name) -> Trace", "RMM CSV, PyTorch, JAX, CuPy, record" },
       { "cupola.trace.replay(t, pool, opts) -> figures", "replayed in C, stream-ordered" },
       { "cupola.trace.compare(t, {cfg, ...}) -> rows", "one replay per pool configuration" },
     },
@@ -673,7 +674,7 @@ Step time: bench/torch_step.sh (GPU) times training steps per allocator;
   and retries; cupola_torch_trim returns them); vmm remaps cached pages.]],
   },
   {
-    name = "cupy",
+    name = "cupyalloc",
     section = "cupola's pools inside CuPy (`make cupy-allocator`)",
     names = { "cupy-allocator", "cupy_allocator", "libcupola_cupy", "cupola_cupy", "CUPOLA_CUPY_POOL",
       "CUPOLA_CUPY_STREAMS", "CUPOLA_CUPY_LOG", "CUPOLA_CUPY_LIB" },
@@ -702,7 +703,6 @@ Streams: the wrapper passes cupy.cuda.get_current_stream().ptr in a param of
       "format_bytes", "csv", "json", "records", "columns", "progress", "help" },
     overview = {
       { "cupola.bench.device_ms(fn, {stream=}) -> ms", "median device time; .host_ns(fn, n)" },
-      { "cupola.report.records(rows)  .csv(rows, path)", "results as tables, CSV, JSON" },
       { "cupola.help(topic) -> string", "this; a topic, function or handle" },
     },
     page = [[

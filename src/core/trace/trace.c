@@ -809,6 +809,39 @@ cp_status cp_trace_load_device(const char *path, int device, cp_trace **out)
     return cp_trace_load_opts(path, device, NULL, out);
 }
 
+/* JSON lines are JAX's memory events (jax.c) or CuPy's hook lines
+ * (cupy_hook.c): which, by the keys of the first line ("event" or "hook"
+ * followed by a colon), read from the start and rewound after. */
+enum { JSONL_NONE, JSONL_UNKNOWN, JSONL_JAX, JSONL_CUPY };
+static int has_key(const char *line, const char *key)
+{
+    const char *p = line;
+    size_t k = strlen(key);
+    while ((p = strstr(p, key)) != NULL) {
+        p += k;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == ':')
+            return 1;
+    }
+    return 0;
+}
+
+static int json_lines_kind(gzFile gz, const char *path)
+{
+    char line[65536];
+    int kind = JSONL_UNKNOWN;
+    (void)path;
+    if (gzgets(gz, line, (int)sizeof line) != NULL) {
+        if (has_key(line, "\"hook\""))
+            kind = JSONL_CUPY;
+        else if (has_key(line, "\"event\"") || has_key(line, "\"allocator_name\""))
+            kind = JSONL_JAX;
+    }
+    gzrewind(gz);
+    return kind;
+}
+
 cp_status cp_trace_load_opts(const char *path, int device, const char *allocator,
                              cp_trace **out)
 {
@@ -860,6 +893,7 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
     } else {
         /* A pickle starts with PROTO (0x80, version); a CSV with its header. */
         unsigned char head[8];
+        int jl = JSONL_NONE;
         int got;
         int is_pickle;
         errno = 0;
@@ -879,11 +913,15 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
         else if (!is_pickle && device > 0)
             st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,
                               device);
-        else if (!is_pickle && got > 0 && cp_jax_sniff(head, (size_t)got, path))
+        else if (!is_pickle && got > 0 && cp_cupy_hook_sniff(head, (size_t)got) &&
+                 (jl = json_lines_kind(ld.gz, path)) == JSONL_UNKNOWN)
+            st = cp_error_set(CP_ERR_INVALID, "%s:1: JSON lines, but neither a JAX memory event "
+                              "(key \"event\") nor a CuPy hook line (key \"hook\")", path);
+        else if (!is_pickle && got > 0 && (jl == JSONL_JAX || cp_jax_sniff(head, (size_t)got, path) == 2))
             st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a JAX profile is "
                                            "read by allocator (option 'allocator')", path, device)
-                            : load_jax(&ld, cp_jax_sniff(head, (size_t)got, path));
-        else if (!is_pickle && got > 0 && cp_cupy_hook_sniff(head, (size_t)got))
+                            : load_jax(&ld, jl == JSONL_JAX ? 1 : 2);
+        else if (!is_pickle && got > 0 && jl == JSONL_CUPY)
             st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a CuPy hook log "
                                            "holds one device", path, device)
                             : cp_cupy_hook_load(ld.gz, path, t); /* JSON lines */
