@@ -502,6 +502,9 @@ $(FUZZ_BUILD)/fuzz_rawmap: tests/fuzz/fuzz_rawmap.c src/lua/rawmap.h
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -Isrc/lua -o $@ tests/fuzz/fuzz_rawmap.c
 
+# Every harness writes its findings beside its binary unless told otherwise.
+$(addprefix $(FUZZ_BUILD)/fuzz_,trace pickle scan option rawmap): tests/fuzz/artifact.h
+
 # $(call run_fuzzer,name,seconds,max_len,dict): a bounded run with its own
 # "N passed, N failed" line; the corpus grows under $(FUZZ_BUILD).
 define run_fuzzer
