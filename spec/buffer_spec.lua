@@ -83,7 +83,8 @@ describe("buffers", function()
     local b = cupola.malloc(16)
     b:free()
     assert.error_matches(function() b:free() end, "double free")
-    assert.has_error(function() b:read() end, "attempt to use a closed cupola.Buffer")
+    assert.has_error(function() b:read() end,
+      "attempt to use a closed cupola.Buffer: it was freed (free(), close() or the end of its <close> scope)")
     b:close() -- close is safe twice
     local c = cupola.malloc_async(16)
     c:close()
