@@ -182,19 +182,21 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&G.mu);
     for (;;) {
         hwork *w;
-        while (!s->head && !s->destroyed && !s->stop)
+        while ((!s->head || G.forking) && !s->destroyed && !s->stop)
             pthread_cond_wait(&s->work_cv, &G.mu);
         w = s->head;
         if (!w)
             break;
-        while (!deps_done_locked(w))
-            pthread_cond_wait(&G.done, &G.mu);
+        while (!deps_done_locked(w) || G.forking)
+            pthread_cond_wait(G.forking ? &s->work_cv : &G.done, &G.mu);
+        G.running++;
         pthread_mutex_unlock(&G.mu);
         /* after a fault nothing more runs on the stream (its tasks are
          * cancelled by run_task); the items still complete in order */
         if (w->run && (!s->fault_set || w->always_run))
             w->run(w);
         pthread_mutex_lock(&G.mu);
+        G.running--;
         if (w->done_locked)
             w->done_locked(w);
         s->head = w->next;
@@ -215,16 +217,46 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* fork(): the child must not inherit the scheduler's lock held by a worker
- * (cp_forked then refuses every entry point; backend.h).  Registered when the
- * first worker starts. */
+/* fork(): the child has only the forking thread, and inherits every lock
+ * as it was.  A worker (or a kernel thread serving it) stopped by the fork
+ * in the middle of an item may hold any lock: the scheduler's, the memory
+ * registry's, a pool's, the C library's or a sanitizer's allocator (GCC
+ * 12's AddressSanitizer does not take its own around fork), and the child
+ * then waits for ever the first time it needs that lock, at the latest at
+ * exit (LeakSanitizer's check locks the allocator): the child of a
+ * `make test-asan` run printed its last line and never exited.  So before
+ * the fork no worker takes a new item and the running ones finish (the
+ * kernel threads only run blocks for a running item); the scheduler's lock
+ * is then held across the fork, and released in both processes (cp_forked
+ * then refuses every entry point in the child; backend.h).  A running item
+ * that would not finish (a user kernel that loops) is waited for at most
+ * FORK_WAIT_S seconds, then the fork goes ahead as before.  Registered when
+ * the first worker starts. */
+#define FORK_WAIT_S 10
+
 static void fork_prepare(void)
 {
+    struct timespec until;
     pthread_mutex_lock(&G.mu);
+    G.forking = 1;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FORK_WAIT_S;
+    while (G.running > 0)
+        if (pthread_cond_timedwait(&G.done, &G.mu, &until) != 0)
+            break;
 }
 
-static void fork_release(void)
+static void fork_release_parent(void)
 {
+    G.forking = 0;
+    for (cp_stream *s = G.streams; s; s = s->next)
+        pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&G.mu);
+}
+
+static void fork_release_child(void)
+{
+    G.forking = 0;
     pthread_mutex_unlock(&G.mu);
 }
 
@@ -232,7 +264,7 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void fork_register(void)
 {
-    pthread_atfork(fork_prepare, fork_release, fork_release);
+    pthread_atfork(fork_prepare, fork_release_parent, fork_release_child);
 }
 
 cp_status cp_host_start_worker_locked(cp_stream *s)
