@@ -180,6 +180,8 @@ static void *worker_main(void *arg)
 
     tl_worker = s;
     pthread_mutex_lock(&G.mu);
+    G.starting--; /* the thread's start-up is over (fork_prepare) */
+    pthread_cond_broadcast(&G.done);
     for (;;) {
         hwork *w;
         while ((!s->head || G.forking) && !s->destroyed && !s->stop)
@@ -228,22 +230,44 @@ static void *worker_main(void *arg)
  * the fork no worker takes a new item and the running ones finish (the
  * kernel threads only run blocks for a running item); the scheduler's lock
  * is then held across the fork, and released in both processes (cp_forked
- * then refuses every entry point in the child; backend.h).  A running item
- * that would not finish (a user kernel that loops) is waited for at most
- * FORK_WAIT_S seconds, then the fork goes ahead as before.  Registered when
- * the first worker starts. */
+ * then refuses every entry point in the child; backend.h).  Threads starting
+ * or ending hold the allocator's locks too (a new thread fills its caches,
+ * an exiting one gives them back): workers just created are waited for
+ * until they run, workers that exited are joined, and the kernel threads
+ * are waited for by the launch that starts them (kernel/host_module.c).  A
+ * running item that would not finish (a user kernel that loops) is waited
+ * for at most FORK_WAIT_S seconds, then the fork goes ahead as before.
+ * Registered when the first worker starts. */
 #define FORK_WAIT_S 10
+
+static int time_left(const struct timespec *until)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return now.tv_sec < until->tv_sec || (now.tv_sec == until->tv_sec && now.tv_nsec < until->tv_nsec);
+}
 
 static void fork_prepare(void)
 {
     struct timespec until;
-    pthread_mutex_lock(&G.mu);
-    G.forking = 1;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += FORK_WAIT_S;
-    while (G.running > 0)
-        if (pthread_cond_timedwait(&G.done, &G.mu, &until) != 0)
-            break;
+    for (;;) {
+        /* workers of destroyed streams that exited: joined, so their exit
+         * (which gives their allocator caches back) is over */
+        cp_host_reap_zombies();
+        pthread_mutex_lock(&G.mu);
+        G.forking = 1;
+        while (G.running > 0 || G.starting > 0)
+            if (pthread_cond_timedwait(&G.done, &G.mu, &until) != 0)
+                break;
+        /* a worker that exits adds itself to the zombies under mu: with mu
+         * held and none there, no worker is between its last unlock and
+         * its end */
+        if (!G.zombies || !time_left(&until))
+            return;
+        pthread_mutex_unlock(&G.mu);
+    }
 }
 
 static void fork_release_parent(void)
@@ -276,6 +300,7 @@ cp_status cp_host_start_worker_locked(cp_stream *s)
         return cp_error_set(CP_ERR_BACKEND, "host backend: cannot start a stream worker: %s",
                             strerror(rc));
     G.nworkers++;
+    G.starting++;
     G.used = 1;
     return CP_OK;
 }
