@@ -208,6 +208,16 @@ local function read(prompt)
   return io.read "l"
 end
 
+-- Ctrl-C: Lua's interpreter (which runs this loop) turns it into the error
+-- "interrupted!" at the next Lua instruction; while reading a line, that
+-- drops the line being typed instead of ending the REPL.
+local function read_line(prompt)
+  local ok, line = pcall(read, prompt)
+  if ok then return line end
+  io.write "\n"
+  return false
+end
+
 local function incomplete(err)
   return type(err) == "string" and err:find("<eof>$") ~= nil
 end
@@ -231,21 +241,26 @@ function repl.run()
   local p1 = function() return rawget(_G, "_PROMPT") or "> " end
   local p2 = function() return rawget(_G, "_PROMPT2") or ">> " end
   while true do
-    local line = read(p1())
+    local line = read_line(p1())
     if line == nil then
       if tty then io.write "\n" end
       return
     end
-    local source = line:gsub("^=", "return ")
+    local source = line and line:gsub("^=", "return ")
     local f, expr_or_err
-    while true do
+    while source do
       f, expr_or_err = compile(source)
       if f or expr_or_err ~= "incomplete" then break end
-      local more = read(p2())
-      if more == nil then break end
+      local more = read_line(p2())
+      if not more then
+        if more == false then f, expr_or_err = nil, "incomplete" end
+        break
+      end
       source = source .. "\n" .. more
     end
-    if not f then
+    if not source then
+      -- Ctrl-C at the prompt: a new line
+    elseif not f then
       io.stdout:flush()
       if expr_or_err ~= "incomplete" then io.stderr:write(expr_or_err, "\n") end
     else
