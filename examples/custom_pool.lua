@@ -24,9 +24,20 @@ for i, b in ipairs(parts) do
 end
 print(R.table({ "block", "address", "offset", "value" }, rows))
 
--- 10M floats do not fit in 32 MiB: out of memory is data.
+-- 10M floats do not fit in 32 MiB: out of memory is data, three values
+-- (nil, the message, the kind "out_of_memory"), not an error.
 local big, msg, why = arena:alloc(10000000 * 4, s)
-print(string.format("40 MB more from a 32 MiB arena: %s (%s: %s)", tostring(big), why, msg))
+print(string.format("40 MB more from a 32 MiB arena: %s, kind %q, message:", tostring(big), why))
+-- the message, cut at 100 columns
+local line = " "
+for word in msg:gmatch "%S+" do
+  if #line + 1 + #word > 100 then
+    print(line)
+    line = " "
+  end
+  line = line .. " " .. word
+end
+print(line)
 local st = arena:stats()
 print(string.format("arena: used %s of %s reserved, %d failed", R.bytes(st.used), R.bytes(st.reserved), st.failed))
 

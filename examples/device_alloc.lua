@@ -39,11 +39,11 @@ local shared <close> = cupola.device_pool { kind = "bump", capacity = 4 * MiB }
 local other <close> = cupola.device_pool { kind = "bump", capacity = 4 * MiB }
 local slab <close> = cupola.device_pool { kind = "slab", capacity = 4 * MiB }
 local T, B = 4096, 256
-local function race(name, a, b)
+local function race(name, a, b, hold_us)
   for _, t in ipairs { a, b } do
     t.threads = t.threads or T
     t.bytes = B
-    t.hold_us = 20000
+    t.hold_us = hold_us or 20000
     if t.reset == nil then t.reset = true end
   end
   a.stream, b.stream = s1, s2
@@ -53,8 +53,18 @@ local function race(name, a, b)
     r[1].failed + r[2].failed))
   return r
 end
-local bad = race("shared pool, reset per launch", { pool = shared }, { pool = shared })
-shared:reset()
+-- The race needs the two kernels to overlap in time; a machine busy with
+-- other work may run them one after the other: then it is run again with
+-- the blocks held longer (up to three times), and said if it never showed.
+local bad
+for try = 1, 3 do
+  bad = race("shared pool, reset per launch", { pool = shared }, { pool = shared }, 20000 << (2 * (try - 1)))
+  shared:reset()
+  if bad[1].overlaps + bad[2].overlaps > 0 then break end
+  if try == 3 then
+    print("  (the race did not show: the streams ran one after the other each time on this machine)")
+  end
+end
 local lost = race("shared pool, no reset: lost space", { pool = shared, reset = false, threads = 3 * T },
   { pool = shared, reset = false, threads = 3 * T })
 local own = race("remedy: a pool per stream", { pool = shared }, { pool = other })

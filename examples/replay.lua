@@ -6,7 +6,9 @@ local R = cupola.report
 
 local path = arg and arg[1] or assert(cupola.trace.find "gpt2_train")
 local t <close> = cupola.trace.load(path)
-print(string.format("trace %s: %d events, %d streams, peak live %s, on backend %s", path, #t, t.streams,
+-- a shipped trace by its name; a path of the user's as given
+local shown = (arg and arg[1]) or path:match "[^/]+$"
+print(string.format("trace %s: %d events, %d streams, peak live %s, on backend %s", shown, #t, t.streams,
   R.bytes(t.peak_live), cupola.backend()))
 
 local configs = {}

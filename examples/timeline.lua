@@ -10,6 +10,11 @@ local R = cupola.report
 
 local src = arg and arg[1] or "torch_snapshot_mlp" -- examples/traces/torch_snapshot_mlp.pickle
 local out = arg and arg[2] or (os.getenv "TMPDIR" or "/tmp") .. "/cupola_timeline.html"
+if not (arg and arg[2]) then
+  -- where the files go, said before anything is written (and where to say otherwise)
+  print(string.format("no out.html given: the page goes to %s, its figures beside it (.csv, .json)", out))
+  print("(bin/cupola examples/timeline.lua [snapshot or trace] [out.html] writes them elsewhere)")
+end
 local t <close> = cupola.trace.load(src)
 print(string.format("%s (%s): %d events, %d allocations, peak live %s", t.path:match "[^/]*$", t.format, #t,
   t.allocs, R.bytes(t.peak_live)))

@@ -37,7 +37,7 @@ end)
 -- reserved fell to 2 MiB and the reservation asked for was gone.
 describe("the initial reservation", function()
   local MiB = 1024 * 1024
-  for _, kind in ipairs { "tlsf", "freelist", "arena" } do
+  for _, kind in ipairs { "tlsf", "freelist", "arena", "caching" } do
     it("serves small requests and stays reserved (" .. kind .. ")", function()
       local p <close> = cupola.pool { kind = kind, initial = "64MiB" }
       local live = {}
@@ -60,5 +60,35 @@ describe("the initial reservation", function()
     local b = assert(p:alloc("64MiB"))
     b:free()
     assert.equals(64 * MiB, p:stats().reserved)
+  end)
+
+  -- Bug fixed with this spec: the caching pool put the chunk `initial`
+  -- reserved among its large segments, so with initial = max = 64 MiB a
+  -- 1 KiB request (small: its own 2 MiB segments) found nothing it could
+  -- take and was refused with 64 MiB free ("1536 more bytes would pass the
+  -- pool's max"); without max it grew by 2 MiB beside the idle 64 MiB.
+  for _, kind in ipairs { "caching", "tlsf", "freelist", "arena" } do
+    it("serves every size under a max it fills (" .. kind .. ")", function()
+      local p <close> = cupola.pool { kind = kind, upstream = "device", initial = "64MiB", max = "64MiB" }
+      local live = {}
+      for i, size in ipairs { 1, 1024, 512, 4096, 1024 * 1024, 1024 * 1024 + 1, 3 * MiB, 20 * MiB } do
+        live[i] = assert(p:alloc(size), "a request of " .. size .. " bytes")
+        assert.equals(64 * MiB, p:stats().reserved)
+      end
+      for i = 1, #live do live[i]:free() end
+      if kind ~= "arena" then
+        -- the whole reservation again, for one request
+        local all = assert(p:alloc(60 * MiB))
+        all:free()
+      end
+      assert.equals(64 * MiB, p:stats().reserved)
+    end)
+  end
+  it("does not grow past it for a small request (caching)", function()
+    local p <close> = cupola.pool { kind = "caching", initial = "64MiB" }
+    local a = assert(p:alloc("1KiB"))
+    local b = assert(p:alloc("3MiB"))
+    assert.equals(64 * MiB, p:stats().reserved)
+    a:free(); b:free()
   end)
 end)

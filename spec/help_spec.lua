@@ -141,6 +141,66 @@ describe("the REPL (bin/cupola with no script)", function()
     assert.matches("no topic 'nosuch'", out, 1, true)
     assert.matches("still here", out, 1, true)
   end)
+
+  -- Bug fixed with this spec: Lua's own REPL printed p:stats() as
+  -- "table: 0x55d4...".
+  it_repl("prints tables readably, byte counts also in MiB", function()
+    local ok, out = repl('p = cupola.pool { kind = "tlsf" }\nb = p:alloc(1000)\np:stats()\n' ..
+      '{ 1, 2, { a = 1, ["x y"] = "s" } }\n= 3\nreturn 4, 5\n')
+    assert(ok, out)
+    assert.not_matches("table: 0x", out, 1, true)
+    assert.matches("\n  reserved = 2097152,  -- 2.00 MiB\n", out, 1, true)
+    assert.matches("\n  used = 1000,\n", out, 1, true)
+    assert.matches('\n{ 1, 2, { a = 1, ["x y"] = "s" } }\n', out, 1, true)
+    assert.matches("\n3\n4\t5\n", out, 1, true)
+  end)
+
+  -- Bug fixed with this spec: help "nonexistent" named bin/cupola's own
+  -- chunk ("(command line):1:") and cupola.trace.load of a missing file no
+  -- line at all (the REPL ran each line as `return expr`, a tail call that
+  -- took the user's line off the stack), both with cupola's own frames under
+  -- the message.
+  it_repl("errors name the user's line, without cupola's own frames", function()
+    local ok, out = repl('help "nonexistent"\ncupola.trace.load("/nonexistent/x.csv")\n' ..
+      'p = cupola.pool { kind = "tlsf" } b = p:alloc(10) b:free()\nb:write "x"\n' ..
+      'function f() error("boom") end\nf()\nprint("still here")\n')
+    assert(ok, out)
+    assert.matches("stdin:1: cupola.help: no topic 'nonexistent'", out, 1, true)
+    assert.matches("stdin:1: [^\n]*/nonexistent/x%.csv[^\n]*cannot open", out)
+    assert.matches("stdin:1: attempt to use a closed cupola.Buffer: it was freed", out, 1, true)
+    assert.not_matches("(command line)", out, 1, true)
+    assert.not_matches("lua/cupola/", out, 1, true)
+    assert.not_matches("[C]:", out, 1, true)
+    -- the user's own frames are shown where there are some
+    assert.matches("stdin:1: boom\nstack traceback:\n\tstdin:1: in function 'f'\n", out, 1, true)
+    assert.matches("still here", out, 1, true)
+  end)
+end)
+
+describe("cupola.repl.show", function()
+  local show = require("cupola.repl").show
+  it("writes a table's fields sorted, list items first, on one line when short", function()
+    assert.equals('{ 1, 2, a = 1, b = "x", [true] = false }', show { 1, 2, b = "x", a = 1, [true] = false })
+    assert.equals("{}", show {})
+    assert.equals("{ 1.0, 0.5 }", show { 1.0, 0.5 })
+  end)
+  it("writes a long table one field a line, byte counts also in KiB/MiB/GiB", function()
+    local text = show { reserved = 64 * 1024 * 1024, used = 1000, allocs = 3, free_bytes = 1536,
+      name = string.rep("n", 60) }
+    assert.equals("{\n  allocs = 3,\n  free_bytes = 1536,  -- 1.50 KiB\n  name = \"" .. string.rep("n", 60)
+      .. "\",\n  reserved = 67108864,  -- 64.0 MiB\n  used = 1000,\n}", text)
+  end)
+  it("names a table met again on the way down instead of looping", function()
+    local t = { a = 1 }
+    t.self = t
+    assert.matches("self = <table: 0x%x+: seen above>", show(t))
+  end)
+  it("uses a table's __tostring, and a handle's", function()
+    assert.equals("T", show(setmetatable({}, { __tostring = function() return "T" end })))
+    local s <close> = cupola.stream()
+    assert.equals(tostring(s), show(s))
+    assert.equals("{ s = " .. tostring(s) .. " }", show { s = s })
+  end)
 end)
 
 -- Every `##` section of docs/API.md is a topic, and each topic's page

@@ -74,6 +74,7 @@ describe("kernels", function()
   it("refuse freed buffers", function()
     local b = cupola.malloc_async(64, s)
     b:free()
-    assert.has_error(function() K.fill(b, 1) end, "attempt to use a closed cupola.Buffer")
+    assert.has_error(function() K.fill(b, 1) end,
+      "attempt to use a closed cupola.Buffer: it was freed (free(), close() or the end of its <close> scope)")
   end)
 end)

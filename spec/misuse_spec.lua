@@ -46,9 +46,20 @@ describe("misuse: sizes", function()
 
   it("a malformed size string names the string", function()
     raises(function() cupola.bytes "12XB" end, "malformed size '12XB'")
-    raises(function() cupola.bytes "-4MiB" end, "malformed size '-4MiB'")
     raises(function() cupola.bytes "4MB" end, "malformed size '4MB'") -- decimal units are not sizes
     raises(function() cupola.bytes "1.3B" end, "malformed size '1.3B'")
+  end)
+
+  -- Bug fixed with this spec: a negative size written as a string was
+  -- "malformed" (max = "-1MiB" read "bad size '-1MiB' (malformed size ...)").
+  it("a negative size string says it is negative", function()
+    raises(function() cupola.bytes "-4MiB" end, "size must not be negative, got '-4MiB'")
+    raises(function() cupola.bytes " -1" end, "size must not be negative, got ' -1'")
+    raises(function() cupola.pool { kind = "tlsf", max = "-1MiB" } end,
+      "option 'max': bad size '-1MiB' (size must not be negative)")
+    raises(function() cupola.pool { kind = "tlsf", initial = -1 } end,
+      "option 'initial': bad size '-1' (size must not be negative)")
+    raises(function() cupola.bytes "--1" end, "malformed size '--1'")
   end)
 
   -- Bug fixed with this spec: strtod read hex, so "0x10" was 16 bytes.
@@ -392,6 +403,9 @@ describe("misuse: buffers", function()
   it("a freed buffer cannot be read, written or launched on", function()
     local b = pool:alloc(100)
     b:free()
+    -- Bug fixed with this: the message said "closed" only; a user who
+    -- called free() reads that it was freed
+    raises(function() b:write "x" end, "attempt to use a closed cupola.Buffer: it was freed (free(), close()")
     raises(function() b:read() end, "attempt to use a closed cupola.Buffer")
     raises(function() b:write "x" end, "attempt to use a closed cupola.Buffer")
     raises(function() K.fill(b, 1) end, "attempt to use a closed cupola.Buffer")

@@ -16,6 +16,19 @@ describe("trace", function()
     assert.equals(cupola.trace.find "resnet50_train", t.path)
   end)
 
+  -- Bug fixed with this spec: examples/replay.lua printed the path found as
+  -- ".../lua/cupola/../../examples/traces/gpt2_train.csv.gz" (138 columns).
+  it("finds a shipped trace under a path without '..' or '.' in it", function()
+    for _, name in ipairs { "gpt2_train", "resnet50_train.csv.gz", "torch/varlen.default.cpsnap.gz" } do
+      local path = assert(cupola.trace.find(name))
+      assert.not_matches("/%.%./", path)
+      assert.not_matches("/%./", path)
+      assert.not_matches("^%.%./", path)
+      local f = assert(io.open(path, "rb"))
+      f:close()
+    end
+  end)
+
   it("loads a shipped trace in a folder of the traces by its path there", function()
     local t <close> = cupola.trace.load "torch/varlen.default.cpsnap.gz"
     assert.equals(cupola.trace.find "torch/varlen.default.cpsnap.gz", t.path)

@@ -733,8 +733,10 @@ cupola.help() -> the overview; cupola.help(topic) -> one topic's page, where
 bin/cupola script.lua [args...]   runs a script; `cupola` is a global
 bin/cupola -e 'print(cupola.backend())'   any lua5.4 options
 bin/cupola --help                 what bin/cupola does
-bin/cupola                        the REPL: Lua 5.4's own with cupola loaded;
+bin/cupola                        the REPL: Lua 5.4 with cupola loaded;
   it names the backend and device, and help(topic) prints cupola.help.
+  Tables print readably (show(v) too), errors at your line.  Each line
+  runs on its own: a `local` is gone at the next line; use globals.
 In a source tree it uses the tree's build (run make first); installed, the
 module installed with it.  CUPOLA_LUA names the interpreter (lua5.4).]],
   },

@@ -54,6 +54,23 @@ trace.replay = core.trace.replay
 -- (LUADIR/cupola/traces) and in examples/traces of a source tree.
 local here = (debug.getinfo(1, "S").source:match "^@(.*)[/\\][^/\\]*$") or "."
 
+-- path with "." and "dir/.." taken out ("lua/cupola/../../examples/x" is
+-- "examples/x"): trace.find's paths are printed.
+local function tidy(path)
+  local abs = path:sub(1, 1) == "/"
+  local out = {}
+  for part in path:gmatch "[^/]+" do
+    if part == ".." and #out > 0 and out[#out] ~= ".." then
+      out[#out] = nil
+    elseif part ~= "." and not (part == ".." and abs and #out == 0) then
+      out[#out + 1] = part
+    end
+  end
+  local s = table.concat(out, "/")
+  if abs then return "/" .. s end
+  return s ~= "" and s or "."
+end
+
 --- trace.find(name) -> path of a trace that ships with cupola
 -- ("gpt2_train", "gpt2_train.csv.gz", "torch_snapshot_mlp.pickle", or a CuPy
 -- log: "cupy/NAME", its .jsonl.gz or .jsonl), looked
@@ -77,6 +94,14 @@ function trace.find(name)
       local f = io.open(path, "rb")
       if f then
         f:close()
+        -- the tidy path, unless a symbolic link makes it another (dir/.. is
+        -- then not dir's parent)
+        local tp = tidy(path)
+        local g = tp ~= path and io.open(tp, "rb")
+        if g then
+          g:close()
+          return tp
+        end
         return path
       end
     end

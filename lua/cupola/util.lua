@@ -15,6 +15,12 @@ local function internal(info)
   return (source_dir and src:sub(1, #source_dir) == source_dir) or src:find("/luassert/", 1, true) ~= nil
 end
 
+--- util.internal_source(source) -> whether a frame's source (debug.getinfo's
+-- `source`) is one of cupola's Lua files.
+function util.internal_source(source)
+  return source_dir ~= nil and source:sub(1, #source_dir) == source_dir
+end
+
 --- util.raise(msg): raises msg at the first function on the stack outside
 -- cupola (the user's line that called into cupola, however many of
 -- cupola's own functions lie between), as luaL_error does for a C

@@ -37,6 +37,28 @@ function _G.assert_fast(seconds, limit, what)
   end
 end
 
+--- while_spinning(us, run) -> run's results.  run(us) queues a spin of us
+-- microseconds and observes what must hold while it runs (a stream not
+-- idle, an event not complete, a call that returns before the work ends);
+-- its results count only if run returned sooner than the spin could have
+-- ended.  A machine busy with other work can deschedule this process past a
+-- short spin, and a "still pending" check failed then by load alone: so
+-- when run took too long, everything queued is waited for and run is tried
+-- again with a spin four times longer (4 tries; a call that waits for the
+-- spin never returns sooner, and fails after the last).
+function _G.while_spinning(us, run)
+  local cupola = require "cupola"
+  if SLOW then us = us * 10 end -- a sanitizer or valgrind slows every call
+  for _ = 1, 4 do
+    local t0 = cupola.clock()
+    local r = table.pack(run(us))
+    if cupola.clock() - t0 < 0.8 * us / 1e6 then return table.unpack(r, 1, r.n) end
+    cupola.synchronize()
+    us = us * 4
+  end
+  error(string.format("while_spinning: the checks never ran before a spin of %d us ended", us // 4), 2)
+end
+
 -- CUPOLA_SERIALIZED=1: a tool (compute-sanitizer) runs kernels one at a
 -- time, so work on different streams cannot overlap and assertions that
 -- two streams run concurrently do not apply.

@@ -199,9 +199,12 @@ l_buffer *l_checkbuffer(lua_State *L, int arg)
 {
     l_buffer *b = l_udbuffer(L, arg);
     if (!l_buffer_live(b)) {
+        /* "closed" as every handle says; "freed" because that is what a
+         * buffer's close does, and what the user did */
         if (b->ptr)
-            luaL_error(L, "attempt to use a closed " L_BUFFER " (freed by its pool's reset())");
-        luaL_error(L, "attempt to use a closed " L_BUFFER);
+            luaL_error(L, "attempt to use a closed " L_BUFFER ": it was freed by its pool's reset()");
+        luaL_error(L, "attempt to use a closed " L_BUFFER
+                      ": it was freed (free(), close() or the end of its <close> scope)");
     }
     return b;
 }

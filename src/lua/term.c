@@ -1,8 +1,13 @@
 /*
  * term.c: cupola.core.isatty(fd): whether a standard stream is a terminal,
  * so progress lines (trace.replay, cupola.bench) appear only where a person
- * watches and never in logs or pipes.
+ * watches and never in logs or pipes.  cupola.core._readline(prompt): the
+ * REPL's line reader (lua/cupola/repl.lua), GNU readline's where the
+ * interpreter has it (Lua 5.4's lua.c links it for its own REPL), found at
+ * run time: cupola neither links nor needs it.
  */
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "binding.h"
@@ -15,8 +20,40 @@ static int term_isatty(lua_State *L)
     return 1;
 }
 
+/* readline(prompt) -> line (nil at the end of input), or nil, false when
+ * the process has no readline.  A line that is not empty goes into its
+ * history. */
+static int term_readline(lua_State *L)
+{
+    typedef char *(*readline_fn)(const char *);
+    typedef void (*add_history_fn)(const char *);
+    const char *prompt = luaL_checkstring(L, 1);
+    readline_fn rl;
+    add_history_fn ah;
+    char *line;
+    *(void **)&rl = dlsym(RTLD_DEFAULT, "readline");
+    *(void **)&ah = dlsym(RTLD_DEFAULT, "add_history");
+    if (!rl) {
+        lua_pushnil(L);
+        lua_pushboolean(L, 0);
+        return 2;
+    }
+    line = rl(prompt);
+    if (!line) {
+        lua_pushnil(L);
+        return 1;
+    }
+    if (line[0] && ah)
+        ah(line);
+    lua_pushstring(L, line); /* (out of memory here would leak one line) */
+    free(line);
+    return 1;
+}
+
 void l_open_term(lua_State *L)
 {
     lua_pushcfunction(L, term_isatty);
     lua_setfield(L, -2, "_isatty"); /* private: the Lua layer's progress line */
+    lua_pushcfunction(L, term_readline);
+    lua_setfield(L, -2, "_readline"); /* private: the REPL's (repl.lua) */
 }

@@ -307,6 +307,17 @@ int l_parsesize(const char *s, uint64_t *out)
     return cp_parse_size(s, out);
 }
 
+/* Why a string is not a size: "-1MiB" is a negative size, which a user
+ * reads as such, not as a malformed one. */
+static const char *size_why(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '-' && (isdigit((unsigned char)s[1]) || s[1] == '.'))
+        return "size must not be negative";
+    return "malformed size (expected e.g. 4096, \"64KiB\", \"4MiB\")";
+}
+
 size_t l_checksize(lua_State *L, int arg)
 {
     if (lua_type(L, arg) == LUA_TNUMBER) {
@@ -324,7 +335,11 @@ size_t l_checksize(lua_State *L, int arg)
         size_t len;
         const char *s = lua_tolstring(L, arg, &len);
         if (strlen(s) != len || l_parsesize(s, &v) != 0) {
+            const char *why = size_why(s);
             l_pushcut(L, s, len);
+            if (why[0] == 's') /* negative */
+                return (size_t)luaL_argerror(
+                    L, arg, lua_pushfstring(L, "%s, got '%s'", why, lua_tostring(L, -1)));
             return (size_t)luaL_argerror(
                 L, arg,
                 lua_pushfstring(L, "malformed size '%s' (expected e.g. 4096, \"64KiB\", \"4MiB\")",
@@ -424,7 +439,7 @@ size_t l_checksize_named(lua_State *L, int idx, const char *what)
         size_t len;
         const char *s = lua_tolstring(L, idx, &len);
         if (strlen(s) != len || l_parsesize(s, &u) != 0)
-            why = "malformed size (expected e.g. 4096, \"64KiB\", \"4MiB\")";
+            why = size_why(s);
         else if (u > (uint64_t)SIZE_MAX / 2)
             why = "size too large";
         else

@@ -19,11 +19,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifact.h"
+
 #include "error.h"
 #include "kernel/compile.h"
 #include "pool/torch.h"
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    fuzz_artifacts_beside(argc, argv);
+    return 0;
+}
 
 #define EXPECT(cond, ...)                                   \
     do {                                                    \

@@ -14,11 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifact.h"
+
 #include "error.h"
 #include "trace/pickle.h"
 #include "trace/snapshot.h"
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    fuzz_artifacts_beside(argc, argv);
+    return 0;
+}
 
 /* The input again as a stream that hands out a few bytes at a time (the
  * window's refills and slides), its chunk sizes drawn from the input. */

@@ -21,9 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rawmap.h"
+#include "artifact.h"
 
+#ifndef CUPOLA_RAWMAP_H /* tests/c/test_rawmap.c includes it by its path */
+#include "rawmap.h"
+#endif
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    fuzz_artifacts_beside(argc, argv);
+    return 0;
+}
 
 #define EXPECT(cond, ...)                                  \
     do {                                                   \

@@ -17,10 +17,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifact.h"
+
 #include "error.h"
 #include "kernel/scan.h"
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    fuzz_artifacts_beside(argc, argv);
+    return 0;
+}
 
 #define EXPECT(cond, ...)                                 \
     do {                                                  \

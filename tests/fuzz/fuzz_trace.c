@@ -25,6 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "artifact.h"
+
 #include "backend/backend.h"
 #include "error.h"
 #include "pool/resource.h"
@@ -52,8 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     cp_pool_opts o;
     int fd;
-    (void)argc;
-    (void)argv;
+    fuzz_artifacts_beside(argc, argv);
     snprintf(path, sizeof path, "/tmp/cupola-fuzz-trace-XXXXXX");
     fd = mkstemp(path);
     if (fd < 0 || cp_backend_select("host") != CP_OK) {

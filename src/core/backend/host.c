@@ -73,9 +73,11 @@
  *    does, with the host's explanation after it (cp_cuda_error, backend.h).
  *    Misuse of the C interface (NULL arguments), out of memory and the
  *    host's own conditions (the process shutting down, OS failures) do not.
- *  - fork(): the scheduler's lock is taken around fork (pthread_atfork) so
- *    the child never inherits it held; in the child every entry point fails
- *    at once (CP_GUARD, backend.h) and the exit destructors do nothing.
+ *  - fork(): before the fork, the items running finish (at most 10 s) and
+ *    no worker takes a new one; the scheduler's lock is held across it
+ *    (pthread_atfork), so the child inherits no lock a worker or kernel
+ *    thread held (host_sched.c); in the child every entry point fails at
+ *    once (CP_GUARD, backend.h) and the exit destructors do nothing.
  *  - mem_alloc memory is mapped from the OS (mmap, whole pages), so that the
  *    legacy IPC path can later turn it into a shared file mapping at the same
  *    address (ipc_get_handle: the bytes are copied into a memfd which is

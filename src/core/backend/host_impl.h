@@ -125,6 +125,14 @@ typedef struct host_sched_state {
      * legacy stream looks for them only when there are some (it walked
      * every stream for each item). */
     int nblocking;
+    /* fork(): workers between taking an item and retiring it (running),
+     * whether a fork is under way (no worker takes an item then), and
+     * workers still starting, so that the fork happens with every worker
+     * and kernel thread idle, holding no lock of anyone's (host_sched.c,
+     * fork_prepare). */
+    int running;
+    int forking;
+    int starting; /* workers created that have not yet taken mu once */
 } host_sched_state;
 
 /* What mem_alloc handed out: the mapping's length, its device and kind, and

@@ -180,21 +180,25 @@ static void *worker_main(void *arg)
 
     tl_worker = s;
     pthread_mutex_lock(&G.mu);
+    G.starting--; /* the thread's start-up is over (fork_prepare) */
+    pthread_cond_broadcast(&G.done);
     for (;;) {
         hwork *w;
-        while (!s->head && !s->destroyed && !s->stop)
+        while ((!s->head || G.forking) && !s->destroyed && !s->stop)
             pthread_cond_wait(&s->work_cv, &G.mu);
         w = s->head;
         if (!w)
             break;
-        while (!deps_done_locked(w))
-            pthread_cond_wait(&G.done, &G.mu);
+        while (!deps_done_locked(w) || G.forking)
+            pthread_cond_wait(G.forking ? &s->work_cv : &G.done, &G.mu);
+        G.running++;
         pthread_mutex_unlock(&G.mu);
         /* after a fault nothing more runs on the stream (its tasks are
          * cancelled by run_task); the items still complete in order */
         if (w->run && (!s->fault_set || w->always_run))
             w->run(w);
         pthread_mutex_lock(&G.mu);
+        G.running--;
         if (w->done_locked)
             w->done_locked(w);
         s->head = w->next;
@@ -215,16 +219,68 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* fork(): the child must not inherit the scheduler's lock held by a worker
- * (cp_forked then refuses every entry point; backend.h).  Registered when the
- * first worker starts. */
-static void fork_prepare(void)
+/* fork(): the child has only the forking thread, and inherits every lock
+ * as it was.  A worker (or a kernel thread serving it) stopped by the fork
+ * in the middle of an item may hold any lock: the scheduler's, the memory
+ * registry's, a pool's, the C library's or a sanitizer's allocator (GCC
+ * 12's AddressSanitizer does not take its own around fork), and the child
+ * then waits for ever the first time it needs that lock, at the latest at
+ * exit (LeakSanitizer's check locks the allocator): the child of a
+ * `make test-asan` run printed its last line and never exited.  So before
+ * the fork no worker takes a new item and the running ones finish (the
+ * kernel threads only run blocks for a running item); the scheduler's lock
+ * is then held across the fork, and released in both processes (cp_forked
+ * then refuses every entry point in the child; backend.h).  Threads starting
+ * or ending hold the allocator's locks too (a new thread fills its caches,
+ * an exiting one gives them back): workers just created are waited for
+ * until they run, workers that exited are joined, and the kernel threads
+ * are waited for by the launch that starts them (kernel/host_module.c).  A
+ * running item that would not finish (a user kernel that loops) is waited
+ * for at most FORK_WAIT_S seconds, then the fork goes ahead as before.
+ * Registered when the first worker starts. */
+#define FORK_WAIT_S 10
+
+static int time_left(const struct timespec *until)
 {
-    pthread_mutex_lock(&G.mu);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return now.tv_sec < until->tv_sec || (now.tv_sec == until->tv_sec && now.tv_nsec < until->tv_nsec);
 }
 
-static void fork_release(void)
+static void fork_prepare(void)
 {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FORK_WAIT_S;
+    for (;;) {
+        /* workers of destroyed streams that exited: joined, so their exit
+         * (which gives their allocator caches back) is over */
+        cp_host_reap_zombies();
+        pthread_mutex_lock(&G.mu);
+        G.forking = 1;
+        while (G.running > 0 || G.starting > 0)
+            if (pthread_cond_timedwait(&G.done, &G.mu, &until) != 0)
+                break;
+        /* a worker that exits adds itself to the zombies under mu: with mu
+         * held and none there, no worker is between its last unlock and
+         * its end */
+        if (!G.zombies || !time_left(&until))
+            return;
+        pthread_mutex_unlock(&G.mu);
+    }
+}
+
+static void fork_release_parent(void)
+{
+    G.forking = 0;
+    for (cp_stream *s = G.streams; s; s = s->next)
+        pthread_cond_signal(&s->work_cv);
+    pthread_mutex_unlock(&G.mu);
+}
+
+static void fork_release_child(void)
+{
+    G.forking = 0;
     pthread_mutex_unlock(&G.mu);
 }
 
@@ -232,7 +288,7 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void fork_register(void)
 {
-    pthread_atfork(fork_prepare, fork_release, fork_release);
+    pthread_atfork(fork_prepare, fork_release_parent, fork_release_child);
 }
 
 cp_status cp_host_start_worker_locked(cp_stream *s)
@@ -244,6 +300,7 @@ cp_status cp_host_start_worker_locked(cp_stream *s)
         return cp_error_set(CP_ERR_BACKEND, "host backend: cannot start a stream worker: %s",
                             strerror(rc));
     G.nworkers++;
+    G.starting++;
     G.used = 1;
     return CP_OK;
 }

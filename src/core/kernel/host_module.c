@@ -626,6 +626,7 @@ static struct {
     pthread_cond_t work, done;
     pthread_t *threads;
     int n, started, stop;
+    int ready; /* threads past their start-up, in pool_main (under mu) */
     hjob *jobs;
 } P = {.mu = PTHREAD_MUTEX_INITIALIZER,
        .work = PTHREAD_COND_INITIALIZER,
@@ -702,6 +703,8 @@ static void *pool_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&P.mu);
+    P.ready++;
+    pthread_cond_broadcast(&P.done);
     for (;;) {
         hjob *j = NULL;
         uint64_t k;
@@ -754,6 +757,13 @@ static void pool_start_locked(void)
             break;
         P.n++;
     }
+    /* The threads' start-up (the C library's and a sanitizer's: their
+     * allocator caches, thread registries) is over before the launch that
+     * started them completes: a fork() waits for the running items only
+     * (host_sched.c), and a thread still starting then could hold a lock of
+     * the allocator's that the child would wait for at exit. */
+    while (P.ready < P.n)
+        pthread_cond_wait(&P.done, &P.mu);
 }
 
 __attribute__((destructor)) static void pool_shutdown(void)

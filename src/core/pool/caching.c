@@ -39,6 +39,11 @@
  *  - When the upstream refuses a segment and no free block of either
  *    sub-pool fits, every entirely free segment is returned and the growth
  *    retried once (PyTorch's free-and-retry; pool/heap.h).
+ *  - The chunk reserved by `initial` is a sub-pool of its own that serves
+ *    small and large requests alike (a small request is split from it when
+ *    at least 512 bytes remain, a large one when more than 1 MiB remains);
+ *    a request looks there after its own sub-pool's free blocks.  So a pool
+ *    made with initial = max serves every size from what it reserved.
  *  - The segment sizes and the 1 MiB small/large cut are PyTorch's (the
  *    shape this pool reproduces, not values chosen on a trace).
  */
@@ -54,9 +59,14 @@
 #define LARGE_CUT (10 * MIB)
 #define ROUND_LARGE (2 * MIB)
 
+/* The sub-pools: a block's cp_blk.pool. */
+#define SMALL 0
+#define LARGE 1
+#define INITIAL 2 /* the blocks of the chunk `initial` reserved: any size */
+
 typedef struct caching {
     cp_heap h;
-    cp_sfit ix[2]; /* 0: small, 1: large */
+    cp_sfit ix[3]; /* indexed by SMALL, LARGE, INITIAL */
 } caching;
 
 static uint64_t c_round(cp_heap *h, uint64_t bytes)
@@ -85,8 +95,9 @@ static uint64_t c_chunk(cp_heap *h, uint64_t size, uint8_t *pool)
 static int c_split(cp_heap *h, const cp_blk *b, uint64_t size)
 {
     uint64_t rem = b->size - size;
+    int large = b->pool == INITIAL ? size > SMALL_MAX : b->pool == LARGE;
     (void)h;
-    return b->pool ? rem > SMALL_MAX : rem >= MIN_BLOCK;
+    return large ? rem > SMALL_MAX : rem >= MIN_BLOCK;
 }
 
 static void c_insert(cp_heap *h, cp_blk *b)
@@ -99,16 +110,27 @@ static void c_remove(cp_heap *h, cp_blk *b)
     cp_sfit_remove(&((caching *)h)->ix[b->pool], b);
 }
 
+/* Its own sub-pool first, then what `initial` reserved (reserved for every
+ * size: a small request must not grow the pool past it, nor be refused under
+ * a max it fills). */
 static cp_blk *c_find(cp_heap *h, uint64_t size, uint8_t pool, uint64_t sid, cp_stream *s)
 {
-    return cp_sfit_find(h, &((caching *)h)->ix[pool], size, sid, s);
+    caching *c = (caching *)h;
+    cp_blk *b = cp_sfit_find(h, &c->ix[pool], size, sid, s);
+    if (!b && c->ix[INITIAL].fl_map)
+        b = cp_sfit_find(h, &c->ix[INITIAL], size, sid, s);
+    return b;
 }
 
 static uint64_t c_largest(cp_heap *h)
 {
     caching *c = (caching *)h;
-    uint64_t a = cp_sfit_max(&c->ix[0]), b = cp_sfit_max(&c->ix[1]);
-    return a > b ? a : b;
+    uint64_t m = 0;
+    int i;
+    for (i = 0; i < 3; i++)
+        if (cp_sfit_max(&c->ix[i]) > m)
+            m = cp_sfit_max(&c->ix[i]);
+    return m;
 }
 
 static const cp_heap_policy caching_policy = {
@@ -154,11 +176,18 @@ cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_op
     }
     cp_resource_init(&c->h.base, &caching_ops);
     c->h.big = CP_HEAP_BIG;
-    c->ix[0].shift = c->ix[1].shift = 9; /* sizes are multiples of 512 */
+    c->ix[SMALL].shift = c->ix[LARGE].shift = c->ix[INITIAL].shift = 9; /* multiples of 512 */
     st = cp_heap_init(&c->h, up, o, &caching_policy);
     if (st != CP_OK) {
         cp_heap_destroy(&c->h.base);
         return st;
+    }
+    if (c->h.empty) {
+        /* the chunk `initial` reserved (the only one yet): its own sub-pool */
+        cp_blk *b = c->h.empty;
+        c_remove(&c->h, b);
+        b->pool = INITIAL;
+        c_insert(&c->h, b);
     }
     *out = &c->h.base;
     return CP_OK;
