@@ -120,6 +120,12 @@ local function options(limit)
     synth_writes = GPU and 10 or 2,
     time_limit = limit,
   }
+  -- PEERS_TESTS=a,b,...: only those tests (a run narrowed to what a peer survives)
+  local only = os.getenv "PEERS_TESTS"
+  if only and only ~= "" then
+    o.tests = {}
+    for t in only:gmatch "[^,%s]+" do o.tests[#o.tests + 1] = t end
+  end
   return o
 end
 

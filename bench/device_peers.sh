@@ -133,7 +133,7 @@ report() {
 }
 
 # --- build ---------------------------------------------------------------------
-step build 240 make -j16 $MAKE_FLAGS || { tail -30 "$LOGS/build.log"; report; exit 1; }
+step build 240 make -j16 $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" || { tail -30 "$LOGS/build.log"; report; exit 1; }
 names=$(lua5.4 bench/device_peers.lua "$PEERS" "$LOGS" list)
 [ "$CUPOLA_BACKEND" = host ] && names=heap
 echo "allocators: $(echo $names)"

@@ -114,7 +114,14 @@ class Allocator:
 
     def malloc(self, size):
         cfa, param = self._thread()
-        param.stream = self._cupy.cuda.get_current_stream().ptr or None
+        stream = self._cupy.cuda.get_current_stream()
+        param.stream = stream.ptr or None
+        if stream.ptr and stream.ptr not in _streams:
+            # A CuPy Stream destroys its CUDA stream when Python drops it, and
+            # the library may still record on that stream when it frees or
+            # reuses the stream's blocks: the stream lives as long as they may.
+            with _streams_lock:
+                _streams.setdefault(stream.ptr, stream)
         mp = cfa.malloc(size)
         if size > 0 and mp.ptr == 0:
             status, msg = self.lib.cupola_cupy_status(), self.error()
@@ -135,6 +142,10 @@ class Allocator:
 
 
 _installed = None
+# Every CuPy Stream an allocation was made on, by its pointer, for the life of
+# the process (see Allocator.malloc): its blocks may be freed at any time.
+_streams = {}
+_streams_lock = threading.Lock()
 
 
 def install(lib=None):

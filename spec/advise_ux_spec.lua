@@ -189,6 +189,27 @@ describe("advise (2): only a row set aside fits", function()
   end)
 end)
 
+describe("advise (2b): a pool measured slower inside PyTorch is offered last", function()
+  -- vmm ran 5-18 % slower steps than PyTorch's allocator on an H100
+  -- (bench/results/torch_step.md): where another pool fits it is offered
+  -- instead, though vmm needs less; where only vmm fits, it comes with that
+  it("a pool without a step-time cost first", function()
+    local res = cupola.advise(DIR .. "gpt2_train.default.cpsnap.gz", { limit = "7.85GiB", progress = false,
+      pools = { "vmm", "tlsf,release_threshold=0" } })
+    local text = advise.text(res):gsub("\n +", " ")
+    assert.matches("; cupola tlsf,release_threshold=0 inside PyTorch does (it needs 7.83 GiB)", text, 1, true)
+    assert.is_nil(text:find("but: inside PyTorch", 1, true))
+  end)
+  it("vmm alone: offered, with what it costs", function()
+    local res = cupola.advise(DIR .. "gpt2_train.default.cpsnap.gz", { limit = "7.85GiB", progress = false,
+      pools = { "vmm" } })
+    local text = advise.text(res):gsub("\n +", " ")
+    assert.matches("; cupola vmm inside PyTorch does (it needs 7.67 GiB)", text, 1, true)
+    assert.matches("but: inside PyTorch its steps ran 5 % slower than PyTorch's own allocator", text, 1, true)
+    assert.is_true(lines_fit(advise.text(res), 100))
+  end)
+end)
+
 describe("advise (3): every line fits the terminal", function()
   it("100 columns, and $COLUMNS: the table, the paste line, the notes", function()
     for _, args in ipairs {

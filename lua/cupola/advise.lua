@@ -49,6 +49,9 @@
 --   keys          how many settings it changes: the simpler wins a tie
 --   recorded      true for the setting the trace was recorded under
 --   aside         true: shown after the others and never recommended
+--   caveat        a row set aside that costs something its figures do not show (a
+--                 pool measured slower inside the framework): said beside its line,
+--                 and a row without one that fits is offered first
 --   same_as       another row whose replay serves for this one
 --   via           the environment variable (or the like) that carries it
 -- ctx, which every function gets: t (the cupola.Trace), info (t:info()),
@@ -834,14 +837,21 @@ local function verdict(d, put, para, width)
   local limit = d.limit
   if limit and not rec.fits then
     -- a row set aside (never recommended) may fit where no setting does
+    -- (one without a caveat first, then the least memory)
     local aside
     for _, r in ipairs(d.rows) do
-      if r.aside and r.fits and (not aside or (r.min_memory or 0) < (aside.min_memory or 0)) then aside = r end
+      if r.aside and r.fits then
+        if not aside or (aside.caveat and not r.caveat)
+          or (not aside.caveat == not r.caveat and (r.min_memory or 0) < (aside.min_memory or 0)) then
+          aside = r
+        end
+      end
     end
     if aside then
       para("  ", ("No setting runs the recorded requests in %s; %s does%s:"):format(bytes(limit),
         aside.description, aside.min_memory and (" (it needs %s)"):format(bytes(aside.min_memory)) or ""))
       put(command_lines("    ", aside.paste, width))
+      if aside.caveat then para("    ", "but: " .. aside.caveat) end
       put("")
     else
       para("  ", ("Nothing fits: no setting runs the recorded requests in %s."):format(bytes(limit)))

@@ -687,14 +687,15 @@ python/cupola_cupy.py installs it:
   import cupola_cupy; alloc = cupola_cupy.install()   # cupy.cuda.set_allocator
   alloc.stats(), alloc.trim(), cupola_cupy.uninstall()
 CUPOLA_CUPY_POOL="vmm" (default "tlsf", CUPOLA_TORCH_POOL's syntax) picks the
-  pool; CUPOLA_CUPY_STREAMS="safe" (default) or "trust"; CUPOLA_CUPY_LOG=path
+  pool; CUPOLA_CUPY_STREAMS="trust" (default) or "safe"; CUPOLA_CUPY_LOG=path
   logs every request (RMM CSV); CUPOLA_CUPY_LIB: the library install() loads.
 A refusal raises cupy.cuda.memory.OutOfMemoryError (a bad spec RuntimeError):
   the library returns NULL and the wrapper checks every pointer.
 Streams: the wrapper passes cupy.cuda.get_current_stream().ptr in a param of
   each thread's own; a block goes back on the stream it was allocated on,
   and another stream reuses it once that stream passed the free (safe mode
-  also waits for every other stream seen).]],
+  also waits for every other stream seen); every Stream an allocation was
+  made on is kept alive (the pool may record on it when it frees).]],
   },
   {
     name = "bench",

@@ -20,18 +20,21 @@
  *    the block goes back to the pool on the stream it was allocated on, the
  *    stream whose arena CuPy's own pool returns a chunk to.  Free never
  *    reads param (CuPy keeps only its address, which may be gone by then).
- *  - Reuse across streams (the policy): a freed block is reused on its own
- *    stream in stream order, and by another stream only once the first
- *    stream's work up to the free has completed (the pool's reuse=event).
+ *  - Reuse across streams (the policy): a freed block goes back on the
+ *    stream it was allocated on and is reused by that stream in stream
+ *    order, and by another stream only once the pool knows the first
+ *    stream's work up to the free has completed (the pool's stream-ordered
+ *    layer, pool/streamorder.h): CuPy's own guarantee, its arena per stream.
  *    An array used on a second stream and dropped by Python while that
- *    stream still reads it is what CuPy's own pool leaves to the user; here,
- *    by default (CUPOLA_CUPY_STREAMS=safe), once a device has seen two
- *    streams every free is held back until events recorded on all the other
- *    streams have completed, as for PyTorch (pluggable.h).  "trust" hands
- *    frees to the pool at once.  The per-thread default stream (handle 2,
+ *    stream still reads it is what CuPy's own pool leaves to the user, and so
+ *    does this library by default (CUPOLA_CUPY_STREAMS=trust).  "safe" holds
+ *    every free back until events recorded on all the other streams seen
+ *    have completed, as for PyTorch (pluggable.h); it records on streams the
+ *    program may have destroyed since (a CuPy Stream destroys its stream
+ *    when Python drops it), so it is only for programs whose streams outlive
+ *    their arrays.  The per-thread default stream (handle 2,
  *    cudaStreamPerThread) is one handle for every thread, so it counts as
- *    one stream here: threads that each use their own per-thread default
- *    stream must use explicit streams or stay in safe mode.
+ *    one stream here.
  *  - Refusals.  CuPy wraps whatever pointer malloc returns (14.2 also
  *    turns a C++ exception into a RuntimeError, earlier versions
  *    terminate), so malloc returns NULL and keeps why: cupola_cupy_status()
@@ -56,7 +59,7 @@ typedef struct cupola_cupy_param {
 } cupola_cupy_param;
 
 static const cpt_frontend cupy_frontend = {
-    "CUPOLA_CUPY_POOL", "CUPOLA_CUPY_STREAMS", "CUPOLA_CUPY_LOG", "cupola cupy allocator", 1,
+    "CUPOLA_CUPY_POOL", "CUPOLA_CUPY_STREAMS", "CUPOLA_CUPY_LOG", "cupola cupy allocator", 1, 0,
 };
 
 /* At load, before CuPy or ctypes can call anything. */

@@ -38,7 +38,7 @@ typedef struct dev_state {
 
 /* PyTorch's names; libcupola_cupy.so sets its own (cpt_set_frontend). */
 static const cpt_frontend torch_frontend = {
-    "CUPOLA_TORCH_POOL", "CUPOLA_TORCH_STREAMS", "CUPOLA_TORCH_LOG", "cupola torch allocator", 0,
+    "CUPOLA_TORCH_POOL", "CUPOLA_TORCH_STREAMS", "CUPOLA_TORCH_LOG", "cupola torch allocator", 0, 1,
 };
 
 static struct {
@@ -117,7 +117,9 @@ static cpt_status configure_locked(void)
         spec = "tlsf";
     snprintf(G.spec, sizeof G.spec, "%s", spec);
     mode = getenv(fe()->streams_env);
-    if (!mode || !*mode || strcmp(mode, "safe") == 0) {
+    if (!mode || !*mode) {
+        G.safe = fe()->safe_default;
+    } else if (strcmp(mode, "safe") == 0) {
         G.safe = 1;
     } else if (strcmp(mode, "trust") == 0) {
         G.safe = 0;

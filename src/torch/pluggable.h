@@ -79,6 +79,11 @@ typedef struct cpt_frontend {
     const char *log_env;     /* "CUPOLA_TORCH_LOG" */
     const char *who;         /* "cupola torch allocator" */
     int track;
+    /* The streams mode when streams_env is unset: 1 safe (PyTorch, whose
+     * streams live as long as the program), 0 trust (CuPy, whose Stream
+     * objects destroy their streams when Python drops them: safe mode's
+     * events recorded on every stream seen would reach a destroyed one). */
+    int safe_default;
 } cpt_frontend;
 
 /* Before the first call (a library's constructor); f must outlive the

@@ -142,7 +142,13 @@ static void test_streams(void)
     pa.magic = pb.magic = cupola_cupy_param_magic();
     pa.stream = 0x1000;
     pb.stream = 0x2000;
+    /* unset, the mode is trust: CuPy destroys a Stream when Python drops it,
+     * and safe mode records events on every stream it has seen */
     config("tlsf,reuse=event", NULL, NULL);
+    x = cupola_cupy_malloc(&pa, 4096, 0);
+    ok(x && strstr(stats(), "\"streams_mode\":\"trust\""), "CuPy's default streams mode is trust (%s)", js);
+    cupola_cupy_free(&pa, x, 0);
+    config("tlsf,reuse=event", "safe", NULL);
     x = cupola_cupy_malloc(&pa, 4096, 0);
     y = cupola_cupy_malloc(&pb, 4096, 0);
     ok(x && y && stat("foreign_streams") == 2, "two streams from the params");

@@ -106,16 +106,14 @@ def main(lib):
     st = a.stats()
     ok(p.ptr != 0 and st["foreign_streams"] == 1, "the current stream reaches the library")
     del p
-    # two streams seen (the legacy one and this): safe mode holds the free
-    # until an event on the legacy stream completes (polled at each call)
-    for _ in range(100):
-        st = a.stats()
-        if not st["held_now"]:
-            break
-        time.sleep(0.01)
-    ok(st["devices"][0]["used"] == 0 and st["free_errors"] == 0 and st["held_frees"] == 1,
-       "freed on its stream without a size (held back until the legacy stream passed it) (%s)"
-       % st)
+    # CuPy's default is trust: the free goes back on its stream at once (no
+    # event on a stream Python may have destroyed), and the wrapper keeps the
+    # Stream object alive for the library
+    st = a.stats()
+    ok(st["devices"][0]["used"] == 0 and st["free_errors"] == 0 and st["held_frees"] == 0
+       and st["streams_mode"] == "trust",
+       "freed on its stream without a size, at once (trust, CuPy's default) (%s)" % st)
+    ok(0x1000 in cupola_cupy._streams, "the Stream an allocation was made on is kept alive")
     a.trim()
     ok(a.stats()["devices"][0]["reserved"] == 0, "trim returns the cached memory")
     print("1..%d\n# %d passed, %d failed" % (n, n - failed, failed))

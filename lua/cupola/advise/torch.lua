@@ -182,12 +182,23 @@ function torch.rows(ctx)
   for _, c in ipairs(o.conf) do add(ctx, rows, c, "yours", { yours = true }) end
   ctx.npools = 0
   for _, spec in ipairs(o.pools) do
-    rows[#rows + 1] = { setting = "CUPOLA_TORCH_POOL=" .. spec, kind = spec:match "^%s*([^,%s]+)" or spec,
+    local kind = spec:match "^%s*([^,%s]+)" or spec
+    rows[#rows + 1] = { setting = "CUPOLA_TORCH_POOL=" .. spec, kind = kind, caveat = torch.step_cost[kind],
       pool = spec, family = "pool", aside = true, via = "CUPOLA_TORCH_POOL", job = { spec = spec } }
     ctx.npools = ctx.npools + 1
   end
   return rows
 end
+
+--- What a pool costs in step time inside PyTorch, where it was measured to
+-- cost more than 2 % (bench/torch_step.py on an H100, 2026-11-28: tlsf and
+-- caching, which keep what they take once warm, ran at PyTorch's speed or
+-- faster on all three workloads; vmm maps and unmaps pages as shapes change).
+-- A pool named here is offered only where none without a cost fits.
+torch.step_cost = {
+  vmm = "inside PyTorch its steps ran 5 % slower than PyTorch's own allocator on a GPT-2 step and 18 % "
+    .. "on a workload of varying shapes (H100; tlsf and caching ran at PyTorch's speed)",
+}
 
 --- torch.baseline(ctx) -> bytes, from: PyTorch's own peak where the
 -- snapshot has it, else the recorded setting's (or the defaults') replay.
@@ -326,7 +337,9 @@ function torch.notes(result, ctx)
   if ctx.npools > 0 then
     N[#N + 1] = "cupola rows: cupola's pools serving PyTorch through its pluggable allocator (make torch-allocator, " ..
       "CUPOLA_TORCH_POOL=SPEC); device calls are their upstream calls (vmm: pages mapped); vmm's default " ..
-      "policy decides by time on the replay's clock, so its row can move a little from run to run"
+      "policy decides by time on the replay's clock, so its row can move a little from run to run; step time: " ..
+      "tlsf and caching keep what they take once warm and ran at PyTorch's speed on an H100, vmm 5-18 % slower " ..
+      "(it is offered only where neither fits)"
   end
   if o.search then
     N[#N + 1] = "least memory: the smallest limit (to 2 MiB) under which the recorded requests all run, found by " ..
