@@ -115,7 +115,14 @@ elseif cmd == "killed" then
 elseif cmd == "replay" then
   local t = cupola.trace.load(arg[2])
   local kind = arg[3]
-  local ok, p = pcall(cupola.pool, {kind = kind, upstream = "virtual"})
+  local opts = {kind = kind, upstream = "virtual"}
+  if kind == "bfc" then
+    -- as the caching run's JAX set it up: growing regions (its run had
+    -- XLA_PYTHON_CLIENT_PREALLOCATE=false) under its bytes_limit (arg 4)
+    opts.allow_growth = true
+    opts.memory_limit = math.tointeger(tonumber(arg[4] or "")) or 64 * 2^30 // 1
+  end
+  local ok, p = pcall(cupola.pool, opts)
   if not ok then
     print(("replay_%s=unavailable (%s)"):format(kind, tostring(p):gsub("\n.*", "")))
     os.exit(0)

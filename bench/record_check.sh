@@ -55,9 +55,9 @@ timeout 60 $R bench/record_check.lua known "$WORK/known.csv" "$WORK/known.log" >
 cat "$WORK/known.txt" >>"$LOG"
 known_line=$(grep -E '^(PASS|FAIL)' "$WORK/known.txt" | head -1)
 grep -c '' "$WORK/known.csv" >/dev/null 2>&1 && cp "$WORK/known.csv" "$OUT/record_known.csv"
-# the same with the driver's callbacks only (CUPOLA_RECORD_LEVEL=driver):
+# the same with the runtime's callbacks too (CUPOLA_RECORD_LEVEL=runtime):
 # whether CUPTI reports the driver calls the runtime makes
-CUPOLA_RECORD_LEVEL=driver timeout 120 $R record -o "$WORK/known_drv.csv" -- build/bench/record_known known "$WORK/known_drv.log" \
+CUPOLA_RECORD_LEVEL=runtime timeout 120 $R record -o "$WORK/known_drv.csv" -- build/bench/record_known known "$WORK/known_drv.log" \
     >>"$LOG" 2>&1
 timeout 60 $R bench/record_check.lua known "$WORK/known_drv.csv" "$WORK/known_drv.log" >"$WORK/known_drv.txt" 2>&1
 cat "$WORK/known_drv.txt" >>"$LOG"
@@ -87,7 +87,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print a
 for k in $(seq "${RECORD_REPS:-5}"); do
     build/bench/seed000 | grep '^seed000_c' >>"$WORK/seed_plain"
     $R record -o "$WORK/seed$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_rec.err" | grep '^seed000_c' >>"$WORK/seed_rec"
-    CUPOLA_RECORD_LEVEL=driver $R record -o "$WORK/seedd$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_drv.err" |
+    CUPOLA_RECORD_LEVEL=runtime $R record -o "$WORK/seedd$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_drv.err" |
         grep '^seed000_c' >>"$WORK/seed_drv"
 done
 cat "$WORK/seed_plain" "$WORK/seed_rec" "$WORK/seed_drv" >>"$LOG"
@@ -140,11 +140,12 @@ trace_of() {
 }
 replay() {
     f=$(trace_of $1)
-    if [ -n "$f" ]; then timeout 120 $R bench/record_check.lua replay "$f" $2 2>&1
+    if [ -n "$f" ]; then timeout 120 $R bench/record_check.lua replay "$f" $2 ${3:-} 2>&1
     else echo "replay_$2=unavailable (no recording of $1)"; fi
 }
 replay torch torch >"$WORK/torch_replay.txt"
-replay jax bfc >"$WORK/jax_replay.txt"
+replay jax bfc "$(sed -n 's/.*"bytes_limit": \([0-9]*\).*/\1/p' "$WORK/jax_cache.out" | head -1)" \
+    >"$WORK/jax_replay.txt"
 replay cupy cupy >"$WORK/cupy_replay.txt"
 cat "$WORK"/*_replay.txt >>"$LOG"
 val() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | head -1; }
@@ -182,7 +183,7 @@ echo
 echo "- $known_line (bench/record_known.cu: cudaMalloc, cudaMallocAsync on a stream, cudaMallocFromPoolAsync,"
 echo "  managed, cudaMallocHost, cudaHostAlloc, cuMemAlloc, cuMemAllocAsync, cuMemCreate/Map/Unmap/Release, a failed"
 echo "  1 PiB cudaMalloc; \`record_known.csv\` beside this file is the recording)"
-echo "- with the driver's callbacks only (CUPOLA_RECORD_LEVEL=driver): $known_drv_line"
+echo "- with the runtime's callbacks too (CUPOLA_RECORD_LEVEL=runtime): $known_drv_line"
 echo "- $killed_line"
 echo
 echo "## Cost (median of ${RECORD_REPS:-5}; PyTorch: of ${RECORD_TORCH_REPS:-3})"
@@ -192,8 +193,8 @@ echo "| --- | --- | --- | --- |"
 echo "| seeds' benchmark, cudaMalloc (ms) | $sm_p | $sm_r | $(pct "$sm_p" "$sm_r") |"
 echo "| seeds' benchmark, cudaMallocAsync (ms) | $sa_p | $sa_r | $(pct "$sa_p" "$sa_r") |"
 echo "| seeds' benchmark, kernels only (ms) | $sk_p | $sk_r | $(pct "$sk_p" "$sk_r") |"
-echo "| seeds' benchmark, cudaMalloc, CUPOLA_RECORD_LEVEL=driver (ms) | $sm_p | $sm_d | $(pct "$sm_p" "$sm_d") |"
-echo "| seeds' benchmark, cudaMallocAsync, CUPOLA_RECORD_LEVEL=driver (ms) | $sa_p | $sa_d | $(pct "$sa_p" "$sa_d") |"
+echo "| seeds' benchmark, cudaMalloc, CUPOLA_RECORD_LEVEL=runtime (ms) | $sm_p | $sm_d | $(pct "$sm_p" "$sm_d") |"
+echo "| seeds' benchmark, cudaMallocAsync, CUPOLA_RECORD_LEVEL=runtime (ms) | $sa_p | $sa_d | $(pct "$sa_p" "$sa_d") |"
 echo "| PyTorch MLP, 199 steps, caching on (s) | $tc_p | $tc_r | $(pct "$tc_p" "$tc_r") |"
 echo "| PyTorch MLP, 199 steps, PYTORCH_NO_CUDA_MEMORY_CACHING=1 (s) | $tn_p | $tn_r | $(pct "$tn_p" "$tn_r") |"
 echo

@@ -591,7 +591,7 @@ The request-level stream of a framework that caches: record with
   memory_stats(), total_bytes() of a run with caching on; file format and
   files per process and device in docs/API.md.
 Variables: CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS,
-  CUPOLA_RECORD_LIB, CUPOLA_RECORD_LEVEL=driver (the driver's callbacks only).]],
+  CUPOLA_RECORD_LIB, CUPOLA_RECORD_LEVEL=runtime (the runtime's callbacks too).]],
   },
   {
     name = "advise",
@@ -772,7 +772,7 @@ CUPOLA_BIN_LUADIR, CUPOLA_BIN_LIBDIR      set by bin/cupola itself
 CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS   set by
                            bin/cupola record for libcupola_record.so
 CUPOLA_RECORD_LIB          the library bin/cupola record injects
-CUPOLA_RECORD_LEVEL=driver the recorder's driver callbacks only
+CUPOLA_RECORD_LEVEL=runtime the recorder's runtime callbacks too
 CUPOLA_RECORD_ASSUME_DEVICE=1  bin/cupola record skips its backend check
 CUPOLA_COMMIT              the commit cupola.survey records
 PWD                        makes cupola.include_dir absolute]],
