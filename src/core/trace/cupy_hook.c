@@ -406,28 +406,6 @@ static int grow(void **p, size_t *cap, size_t n, size_t elem, size_t first)
     return 0;
 }
 
-static int grow_rows(cp_trace *t)
-{
-    size_t cap = t->cap ? 2 * t->cap : 4096;
-#define RE(f)                                                   \
-    do {                                                        \
-        void *np = realloc(t->f, cap * sizeof *t->f);           \
-        if (!np)                                                \
-            return -1;                                          \
-        t->f = np;                                              \
-    } while (0)
-    RE(is_free);
-    RE(ord);
-    RE(ptr);
-    RE(size);
-    RE(stream);
-    RE(thread);
-    RE(time);
-#undef RE
-    t->cap = cap;
-    return 0;
-}
-
 static cp_status stream_index(cld *l, uint64_t stream, uint32_t *out)
 {
     cp_trace *t = l->t;
@@ -476,7 +454,7 @@ static cp_status add_row(cld *l, int is_free, uint64_t ptr, uint64_t size, uint3
 {
     cp_trace *t = l->t;
     size_t i = t->n;
-    if (t->n == t->cap && grow_rows(t) != 0)
+    if (t->n == t->cap && cp_trace_grow_rows(t) != 0)
         return loom(l);
     t->is_free[i] = (uint8_t)is_free;
     t->ord[i] = ord;

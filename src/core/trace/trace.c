@@ -30,7 +30,7 @@
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
 
-static int grow_rows(cp_trace *t)
+int cp_trace_grow_rows(cp_trace *t)
 {
     size_t cap = t->cap ? 2 * t->cap : 4096;
 #define RE(f)                                                   \
@@ -215,7 +215,7 @@ static cp_status add_row(loader *ld, int is_free, uint64_t ptr, uint64_t size, u
     size_t i = t->n;
     char w[512];
 
-    if (t->n == t->cap && grow_rows(t) != 0)
+    if (t->n == t->cap && cp_trace_grow_rows(t) != 0)
         return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", ld->path);
     if (size > CP_TRACE_BYTES_MAX)
         return cp_error_set(CP_ERR_INVALID, "%s: size %llu is above 2^63-1, the largest byte "

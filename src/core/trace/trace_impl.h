@@ -73,4 +73,9 @@ struct cp_trace {
     char torch_settings[1024];
 };
 
+/* Room for one more row in every per-row array (cap doubles, from 4096):
+ * the readers that append rows share it (trace.c, cupy_hook.c); -1 when
+ * out of host memory. */
+int cp_trace_grow_rows(cp_trace *t);
+
 #endif /* CUPOLA_TRACE_IMPL_H */
