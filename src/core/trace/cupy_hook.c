@@ -243,32 +243,6 @@ static int jskip(const char **p, int depth)
     }
 }
 
-static int hexval(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    int n = 0;
-    if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
-        s += 2;
-    for (; *s; s++, n++) {
-        unsigned d;
-        if (*s >= '0' && *s <= '9')
-            d = (unsigned)(*s - '0');
-        else if (*s >= 'a' && *s <= 'f')
-            d = (unsigned)(*s - 'a' + 10);
-        else if (*s >= 'A' && *s <= 'F')
-            d = (unsigned)(*s - 'A' + 10);
-        else
-            return -1;
-        if (n >= 16)
-            return -1;
-        v = v * 16 + d;
-    }
-    if (!n)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int jparse(const char *s, jline *j)
 {
     const char *p = s;
@@ -317,7 +291,7 @@ static int jparse(const char *s, jline *j)
                 p += 4; /* no stream given: as if absent */
             } else if (k == K_PMEM && *p == '"') {
                 char hx[40];
-                if (jstring(&p, hx, sizeof hx) != 0 || hexval(hx, &j->v[k]) != 0) {
+                if (jstring(&p, hx, sizeof hx) != 0 || cp_trace_parse_hex(hx, &j->v[k]) != 0) {
                     j->err = "key 'pmem_id' must be an integer or a hexadecimal string";
                     return -1;
                 }

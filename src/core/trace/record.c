@@ -3,6 +3,7 @@
  * in record.h; trace.c reads the lines and keeps the rows).
  */
 #include "record.h"
+#include "trace_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -19,28 +20,9 @@ int cp_record_is_magic(const char *line)
 /* Hexadecimal with its 0x, as the recorder writes it: at most 16 digits. */
 static int hex(const char *s, uint64_t *out)
 {
-    uint64_t v = 0;
-    int n = 0;
     if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X'))
         return -1;
-    for (s += 2; *s; s++, n++) {
-        int d;
-        if (*s >= '0' && *s <= '9')
-            d = *s - '0';
-        else if (*s >= 'a' && *s <= 'f')
-            d = *s - 'a' + 10;
-        else if (*s >= 'A' && *s <= 'F')
-            d = *s - 'A' + 10;
-        else
-            return -1;
-        if (n == 16)
-            return -1;
-        v = v << 4 | (uint64_t)d;
-    }
-    if (n == 0)
-        return -1;
-    *out = v;
-    return 0;
+    return cp_trace_parse_hex(s, out);
 }
 
 static int dec(const char *s, uint64_t *out, uint64_t max)

@@ -55,6 +55,12 @@ typedef struct replay_recorder {
     size_t cap; /* of rec_event and rec_reserved */
 } replay_recorder;
 
+/* Appends (event, reserved) to the result's rec_* arrays when reserved
+ * changed since the last point (cap: their room, grown by doubling);
+ * CP_ERR_OOM.  Also the replays of kinds torch and cupy, which walk their
+ * own operations, record through it. */
+cp_status replay_record_point(cp_replay_result *out, size_t *cap, uint64_t ev, uint64_t reserved);
+
 /* Sets up the recorder and the result's address table; CP_ERR_OOM. */
 cp_status replay_recorder_init(replay_recorder *rec, const cp_trace *t, cp_replay_result *out);
 replay_hook replay_recorder_hook(replay_recorder *rec);

@@ -26,6 +26,7 @@
 #include "trace_impl.h"
 #include "trace_cupy.h"
 #include "pool/cupy.h"
+#include "replay.h"
 #include "replay_lock.h"
 #include "replay_time.h"
 
@@ -40,29 +41,6 @@ typedef struct gcstate {
     uint64_t *live;
     cp_replay_result *out;
 } gcstate;
-
-/* opts.record: the pool's total_bytes where they changed, by the trace's
- * row (what timelines draw against). */
-static cp_status rec_point(cp_replay_result *out, size_t *cap, uint64_t row, uint64_t reserved)
-{
-    if (out->nrec && out->rec_reserved[out->nrec - 1] == reserved)
-        return CP_OK;
-    if (out->nrec == *cap) {
-        size_t nc = *cap ? 2 * *cap : 1024;
-        uint64_t *a = (uint64_t *)realloc(out->rec_event, nc * sizeof *a), *b;
-        if (!a)
-            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
-        out->rec_event = a;
-        b = (uint64_t *)realloc(out->rec_reserved, nc * sizeof *b);
-        if (!b)
-            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
-        out->rec_reserved = b;
-        *cap = nc;
-    }
-    out->rec_event[out->nrec] = row;
-    out->rec_reserved[out->nrec++] = reserved;
-    return CP_OK;
-}
 
 static void mismatch(cp_replay_result *out, size_t op, uint32_t line, int what, uint64_t model,
                      uint64_t logged)
@@ -150,7 +128,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
     if (o->record) {
         out->rec_addr = calloc(t->nallocs ? t->nallocs : 1, sizeof *out->rec_addr);
         out->naddr = t->nallocs;
-        st = out->rec_addr ? rec_point(out, &rcap, 0, cp_resource_reserved(r))
+        st = out->rec_addr ? replay_record_point(out, &rcap, 0, cp_resource_reserved(r))
                            : cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
         if (st != CP_OK) {
             cp_replay_result_fini(out);
@@ -272,7 +250,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                 break;
             }
             if (__builtin_expect(o->record && rep == 0, 0)) {
-                st = rec_point(out, &rcap, op->row, cp_resource_reserved_locked(r));
+                st = replay_record_point(out, &rcap, op->row, cp_resource_reserved_locked(r));
                 if (st != CP_OK) {
                     i++;
                     goto stop;

@@ -21,7 +21,7 @@ void cp_replay_result_fini(cp_replay_result *res)
 }
 
 /* Appends a (event, reserved) point when reserved changed. */
-static cp_status record_point(cp_replay_result *out, size_t *cap, uint64_t ev, uint64_t reserved)
+cp_status replay_record_point(cp_replay_result *out, size_t *cap, uint64_t ev, uint64_t reserved)
 {
     if (out->nrec && out->rec_reserved[out->nrec - 1] == reserved)
         return CP_OK;
@@ -52,7 +52,7 @@ static cp_status rec_begin(void *self, const replay_walk *w, int *follow)
         *follow = 0;
         return CP_OK;
     }
-    return record_point(w->out, &rec->cap, 0, cp_resource_reserved(w->r));
+    return replay_record_point(w->out, &rec->cap, 0, cp_resource_reserved(w->r));
 }
 
 static cp_status rec_event(void *self, const replay_walk *w, size_t i, const replay_op *op,
@@ -61,7 +61,7 @@ static cp_status rec_event(void *self, const replay_walk *w, size_t i, const rep
     replay_recorder *rec = self;
     if (!op->is_free && addr)
         w->out->rec_addr[op->ord] = (uint64_t)(uintptr_t)addr;
-    return record_point(w->out, &rec->cap, i, cp_resource_reserved_locked(w->r));
+    return replay_record_point(w->out, &rec->cap, i, cp_resource_reserved_locked(w->r));
 }
 
 cp_status replay_recorder_init(replay_recorder *rec, const cp_trace *t, cp_replay_result *out)

@@ -29,6 +29,7 @@
 #include "snapshot.h"
 #include "trace_impl.h"
 #include "trace_torch.h"
+#include "replay.h"
 #include "replay_lock.h"
 #include "replay_time.h"
 
@@ -50,23 +51,7 @@ typedef struct recorder {
 
 static cp_status rec_point(cp_replay_result *out, recorder *rc, uint64_t reserved)
 {
-    if (out->nrec && out->rec_reserved[out->nrec - 1] == reserved)
-        return CP_OK;
-    if (out->nrec == rc->cap) {
-        size_t nc = rc->cap ? 2 * rc->cap : 1024;
-        uint64_t *a = (uint64_t *)realloc(out->rec_event, nc * sizeof *a), *b;
-        if (!a)
-            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
-        out->rec_event = a;
-        b = (uint64_t *)realloc(out->rec_reserved, nc * sizeof *b);
-        if (!b)
-            return cp_error_set(CP_ERR_OOM, "out of host memory recording the replay");
-        out->rec_reserved = b;
-        rc->cap = nc;
-    }
-    out->rec_event[out->nrec] = rc->row;
-    out->rec_reserved[out->nrec++] = reserved;
-    return CP_OK;
+    return replay_record_point(out, &rc->cap, rc->row, reserved);
 }
 
 static cp_status rec_init(recorder *rc, const cp_trace *t)

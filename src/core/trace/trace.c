@@ -88,7 +88,7 @@ void cp_trace_free(cp_trace *t)
     free(t);
 }
 
-static int parse_hex(const char *s, uint64_t *out)
+int cp_trace_parse_hex(const char *s, uint64_t *out)
 {
     uint64_t v = 0;
     int n = 0;
@@ -328,7 +328,7 @@ static cp_status parse_row(loader *ld, char *line)
         return CP_OK; /* RMM logs refused requests; they did not change the heap */
     else
         return bad(ld, "action must be 'allocate' or 'free'", col[2]);
-    if (parse_hex(col[3], &ptr) != 0)
+    if (cp_trace_parse_hex(col[3], &ptr) != 0)
         return bad(ld, "pointer is not a hexadecimal number", col[3]);
     if (ptr == 0)
         return bad(ld, "pointer is 0", NULL);
@@ -343,7 +343,7 @@ static cp_status parse_row(loader *ld, char *line)
                                        "largest byte count a trace holds", ld->path, ld->line,
                                        col[4])
                         : bad(ld, "size is not a number", col[4]);
-    if (parse_hex(col[5], &stream) != 0)
+    if (cp_trace_parse_hex(col[5], &stream) != 0)
         return bad(ld, "stream is not a hexadecimal number", col[5]);
 
     return add_row(ld, is_free, ptr, size, stream, thread, time);

@@ -78,4 +78,8 @@ struct cp_trace {
  * out of host memory. */
 int cp_trace_grow_rows(cp_trace *t);
 
+/* A hexadecimal number of 1 to 16 digits, "0x" or not (RMM's pointers,
+ * CuPy's pmem_id): 0, or -1 for anything else. */
+int cp_trace_parse_hex(const char *s, uint64_t *out);
+
 #endif /* CUPOLA_TRACE_IMPL_H */
