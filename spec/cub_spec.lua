@@ -157,14 +157,24 @@ describe("cub pool", function()
     it("over the device upstream hands a block to another stream only once its ready event completed", function()
       local A <close> = cupola.stream()
       local B <close> = cupola.stream()
-      local p <close> = cub { upstream = "device" }
-      local x = p:alloc(1000, A)
-      local addr = x.address
-      K.spin(50000, { stream = A })
-      x:free(A)
-      local y = p:alloc(1000, B) -- A is still spinning: not reusable by B
+      -- (a pool of its own for each try of while_spinning: a try that ran
+      -- past the spin leaves its blocks in the pool it used)
+      local p <close>, addr, y, z = while_spinning(50000, function(us)
+        local p = cub { upstream = "device" }
+        local x = p:alloc(1000, A)
+        local addr = x.address
+        -- B's own block, cached after x's: y is served from the cache, not
+        -- by a cudaMalloc, which would wait for the device (the spin)
+        local v = p:alloc(1000, B)
+        K.spin(us, { stream = A })
+        x:free(A)
+        v:free(B)
+        -- the bin is searched oldest first: x's block, then B's own
+        local y = p:alloc(1000, B) -- A is still spinning: not reusable by B
+        local z = p:alloc(1000, A) -- its own stream: at once
+        return p, addr, y, z
+      end)
       assert.not_equals(addr, y.address)
-      local z = p:alloc(1000, A) -- its own stream: at once
       assert.equals(addr, z.address)
       z:free(A)
       A:synchronize()

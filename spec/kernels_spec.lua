@@ -53,9 +53,11 @@ describe("kernels", function()
 
   it("run on the buffer's own stream unless told", function()
     local b = cupola.malloc_async(1024, s)
-    K.spin(30000, { stream = s })
-    K.fill(b, 9, { type = "u8" }) -- queued behind the spin on s
-    assert.is_false(s:query())
+    assert.is_false(while_spinning(30000, function(us)
+      K.spin(us, { stream = s })
+      K.fill(b, 9, { type = "u8" }) -- queued behind the spin on s
+      return s:query()
+    end))
     assert.equals(9 * 1024, K.checksum(b, { type = "u8" }))
     b:free()
   end)

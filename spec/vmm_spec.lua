@@ -328,17 +328,22 @@ describe("vmm pool", function()
   end)
 
   it("never unmaps a page under pending work, and unmaps it once the work is done", function()
-    local p <close> = cupola.pool { kind = "vmm", upstream = "device", release_threshold = 0 }
     local a <close> = cupola.stream()
-    local G = p:stats().page_bytes
-    local x = p:alloc(3 * G, a)
-    local keep = p:alloc("1KiB", a)
-    K.spin(200000, { stream = a })
-    K.fill(x, 7, { type = "u8", stream = a }) -- runs after the spin
-    x:free(a)
-    local y = p:alloc("1KiB", a) -- on x's first page; two idle, their free pending
-    assert.equals(0, p:stats().unmaps, "the fill may still write there")
-    assert.equals(4 * G, p:stats().reserved)
+    -- (a pool of its own for each try of while_spinning: a try that ran past
+    -- the spin leaves the pool it used with its pages unmapped)
+    local p <close>, G, keep, y, st = while_spinning(200000, function(us)
+      local p = cupola.pool { kind = "vmm", upstream = "device", release_threshold = 0 }
+      local G = p:stats().page_bytes
+      local x = p:alloc(3 * G, a)
+      local keep = p:alloc("1KiB", a)
+      K.spin(us, { stream = a })
+      K.fill(x, 7, { type = "u8", stream = a }) -- runs after the spin
+      x:free(a)
+      local y = p:alloc("1KiB", a) -- on x's first page; two idle, their free pending
+      return p, G, keep, y, p:stats()
+    end)
+    assert.equals(0, st.unmaps, "the fill may still write there")
+    assert.equals(4 * G, st.reserved)
     a:synchronize()
     local z = p:alloc("1KiB", a)
     assert.equals(2, p:stats().unmaps, "complete now: unmapped at the next allocation")
