@@ -14,6 +14,7 @@
  * most of it.
  */
 #include "backend/backend.h"
+#include "hold.h"
 #include "tap.h"
 
 #include <inttypes.h>
@@ -37,48 +38,17 @@ static double now_ms(void)
 #define BE cp_be
 #define MiB ((size_t)1 << 20)
 
-/* A hold: a task that keeps its stream busy until release().  A check that
- * work is still pending (a stream not idle, an event not complete, a free
- * not done, a call that returns without waiting) holds the stream instead
- * of queueing a spin before it: on a machine busy with other work a 50 ms
- * spin could be over before the next line ran, and the check failed by load
- * alone.  Durations are checked from release() on, as lower bounds.  A call
- * that waited for held work would hang: main's alarm makes that a failure. */
-static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
-static unsigned hold_epoch;
-
-static int hold_task(void *data, char *err, size_t errlen)
-{
-    unsigned e;
-    (void)errlen;
-    if (!err)
-        return 0;
-    memcpy(&e, data, sizeof e);
-    pthread_mutex_lock(&hold_mu);
-    while (hold_epoch == e)
-        pthread_cond_wait(&hold_cv, &hold_mu);
-    pthread_mutex_unlock(&hold_mu);
-    return 0;
-}
-
+/* hold(s) keeps s busy until release() (hold.h says why checks of pending
+ * work hold a stream rather than queue a spin before them). */
 static void hold(cp_stream *s)
 {
-    unsigned e;
-    pthread_mutex_lock(&hold_mu);
-    e = hold_epoch;
-    pthread_mutex_unlock(&hold_mu);
-    if (BE->host_task(s, hold_task, &e, sizeof e) != CP_OK)
+    if (hold_stream(s, 0) != CP_OK)
         tap_ok(0, "hold: host_task");
 }
 
-/* Lets every hold go. */
 static void release(void)
 {
-    pthread_mutex_lock(&hold_mu);
-    hold_epoch++;
-    pthread_cond_broadcast(&hold_cv);
-    pthread_mutex_unlock(&hold_mu);
+    hold_release();
 }
 
 static uint64_t attr(cp_mempool *p, cp_pool_attr a)
