@@ -1047,24 +1047,6 @@ end
 
 -- ---- HTML ----------------------------------------------------------------------
 
--- A pool spec as CUPOLA_TORCH_POOL and advise_run name it ("tlsf,reuse=stream")
--- as cupola.pool options.
-local function pool_spec(spec)
-  local c = {}
-  local first = true
-  for item in spec:gmatch "[^,]+" do
-    item = item:match "^%s*(.-)%s*$"
-    if first then c.kind, first = item, false
-    else
-      local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
-      if v == "true" or v == "false" then c[k] = v == "true"
-      elseif tonumber(v) and (k == "bin_growth" or k == "min_bin" or k == "max_bin") then c[k] = tonumber(v)
-      elseif k and k ~= "upstream" then c[k] = v end
-    end
-  end
-  return c
-end
-
 --- advise.html(result, trace_or_path, path) -> path: one page with the table and
 -- the timelines of the recorded and the recommended settings (cupola.timeline).
 function advise.html(res, src, path)
@@ -1077,7 +1059,7 @@ function advise.html(res, src, path)
     local function replay(r, name)
       local c = r.pool
       -- a cupola pool as the library serves it (src/core/pool/spec.c)
-      if type(c) == "string" then c = core.trace.serving(pool_spec(c)) else c = util.pool_config(c) end
+      if type(c) == "string" then c = core.trace.serving(util.pool_spec(c)) else c = util.pool_config(c) end
       c.upstream, c.max = "virtual", res.limit
       local p <close> = core.pool(c)
       local x = t:replay(p, { record = true, progress = false,

@@ -106,4 +106,26 @@ function util.pool_config(cfg)
   return c
 end
 
+--- util.pool_spec(spec) -> cupola.pool options: a pool spec as
+-- CUPOLA_TORCH_POOL, CUPOLA_CUPY_POOL and advise's rows write it
+-- ("tlsf,reuse=stream,max=4GiB": the kind, then key=value items).  Sizes stay
+-- strings (cupola.pool reads them); true and false are booleans; cub's bin
+-- counts are integers.
+function util.pool_spec(spec)
+  local c, first = {}, true
+  for item in spec:gmatch "[^,]+" do
+    item = item:match "^%s*(.-)%s*$"
+    if first then
+      c.kind, first = item, false
+    else
+      local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
+      if not k then util.raise(("pool spec %q: item %q is not key=value"):format(spec, item)) end
+      if v == "true" or v == "false" then c[k] = v == "true"
+      elseif tonumber(v) and (k == "bin_growth" or k == "min_bin" or k == "max_bin") then c[k] = tonumber(v)
+      else c[k] = v end
+    end
+  end
+  return c
+end
+
 return util

@@ -17,19 +17,7 @@ assert(dir, "usage: pluggable_replay.lua DIR [COMMIT]")
 -- A pool spec ("tlsf,initial=1GiB,reuse=wait": CUPOLA_TORCH_POOL's syntax)
 -- as cupola.pool options over the given upstream.
 local function pool_options(spec, upstream)
-  local o, first = {}, true
-  for item in spec:gmatch "[^,]+" do
-    item = item:match "^%s*(.-)%s*$"
-    if first then
-      o.kind, first = item, false
-    else
-      local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
-      assert(k, "bad spec item " .. item)
-      if v == "true" or v == "false" then o[k] = v == "true"
-      elseif k == "bin_growth" or k == "min_bin" or k == "max_bin" then o[k] = tonumber(v)
-      else o[k] = v end
-    end
-  end
+  local o = require("cupola.util").pool_spec(spec)
   o.upstream = upstream
   -- as libcupola_torch.so makes it: the serving policy (src/core/pool/spec.c)
   return require("cupola.core").trace.serving(o)
