@@ -472,3 +472,19 @@ describe("bin/cupola advise", function()
     end
   end)
 end)
+
+describe("a pool spec as CUPOLA_TORCH_POOL and advise's rows write it", function()
+  local util = require "cupola.util"
+  it("reads as cupola.pool options, the way the library serves it", function()
+    local o = util.pool_spec "tlsf, reuse=stream,max=4GiB,grow=false"
+    assert.same({ kind = "tlsf", reuse = "stream", max = "4GiB", grow = false }, o)
+    assert.same({ kind = "cub", bin_growth = 8, min_bin = 3 }, util.pool_spec "cub,bin_growth=8,min_bin=3")
+    local served = require("cupola.core").trace.serving(util.pool_spec "tlsf")
+    assert.equals(math.maxinteger, served.release_threshold, "a served tlsf keeps its idle chunks")
+    local p <close> = cupola.pool(served)
+    assert.equals("tlsf", p.kind)
+  end)
+  it("refuses an item that is not key=value", function()
+    assert.error_matches(function() util.pool_spec "tlsf,max" end, 'item "max" is not key=value')
+  end)
+end)
