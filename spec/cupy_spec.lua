@@ -457,3 +457,56 @@ describe("CuPy logs of many streams", function()
     assert.equals(n, p:stats().n_free_blocks) -- (the replay frees what is live at the end)
   end)
 end)
+
+-- Logs at the edges of what CuPy writes: each case failed before its fix.
+describe("CuPy hook logs at the edges", function()
+  local function pre(size, extra)
+    return string.format('{"hook":"malloc_preprocess","device_id":0,"size":%d,"mem_size":%d%s}',
+      size, (size + 511) // 512 * 512, extra or "")
+  end
+
+  it("never takes a recorded block that overlaps one the model still holds", function()
+    -- CuPy freed A (a free_all_blocks() the log does not show); its next
+    -- cudaMalloc lands across A, which the model still holds
+    local M = 4 << 20
+    local A, B = 4 * M, 16 * M
+    local t <close> = cupola.trace.load(log { alloc(M, A), malloc(M, A), free(M, A),
+      alloc(2 * M, A - M), malloc(2 * M, A - M), free(2 * M, A - M),
+      malloc(M, A - M), malloc(M, A), alloc(M, B), malloc(M, B),
+      free(M, A - M), free(M, A), free(M, B) })
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.same({ call = 2, line = 4, model = 2 * M, log = 2 * M }, r.cupy.divergence)
+    assert.equals(0, r.skipped_frees)
+    assert.equals(0, p:stats().used_bytes) -- every chunk came back
+    assert.equals(3 * M, p:free_all_blocks())
+    assert.equals(0, p:stats().total_bytes)
+  end)
+
+  it("makes no chunk at address 0 and lets no address wrap past 2^64", function()
+    local top = "18446744073709551104" -- 2^64 - 512: a 1024-byte block there wraps
+    local t <close> = cupola.trace.load(log {
+      '{"hook":"alloc","device_id":0,"mem_size":1024,"mem_ptr":' .. top .. '}',
+      '{"hook":"malloc","device_id":0,"size":1024,"mem_size":1024,"mem_ptr":' .. top .. ',"pmem_id":1}',
+      '{"hook":"free","device_id":0,"mem_size":1024,"mem_ptr":' .. top .. ',"pmem_id":1}',
+      malloc(512, 4096), malloc(512, 8192), free(512, 8192), free(512, 4096) })
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.equals(1, r.cupy.divergence.line)
+    assert.equals(0, r.skipped_frees)
+    assert.equals(0, p:stats().used_bytes)
+    -- the pool's own addresses (after a divergence) start above the log's:
+    -- with the log's at the top of the space none are left, so refused
+    local hi = "18446744072635809792" -- 2^64 - 2^30
+    local t2 <close> = cupola.trace.load(log {
+      '{"hook":"alloc","device_id":0,"mem_size":1024,"mem_ptr":' .. hi .. '}',
+      '{"hook":"malloc","device_id":0,"size":1024,"mem_size":1024,"mem_ptr":' .. hi .. ',"pmem_id":1}',
+      alloc(4096, 8192), malloc(2048, 8192), malloc(8192, 1 << 20), free(8192, 1 << 20) })
+    local q <close> = cupy()
+    local r2 = cupola.trace.replay(t2, q, { addresses = "recorded" })
+    assert.equals("refused", r2.cupy.mismatch.what)
+    assert.equals(1, r2.skipped_frees) -- (the free of what the model refused)
+    assert.equals(0, q:stats().used_bytes)
+    assert.equals(1024, q:stats().total_bytes)
+  end)
+end)

@@ -110,8 +110,17 @@ struct cp_cupy {
     const uint64_t *rec_size, *rec_addr;
     size_t rec_n, rec_next, div_call;
     uint64_t div_model, div_log, own_next;
-    cp_ptrmap rec_blocks;      /* ptr -> 1: blocks handed out from the log */
+    cp_rbn *rec_blocks;        /* blocks handed out from the log, by address */
 };
+
+/* A block the pool holds at an address the log gave (the recorded
+ * addresses): kept by address so that a recorded cudaMalloc overlapping one
+ * the model still holds (CuPy had freed it) is seen, not only one at the
+ * same start. */
+typedef struct rec_block {
+    cp_rbn node; /* first: a node is its block */
+    uint64_t start, end;
+} rec_block;
 
 static const cp_resource_ops cupy_ops;
 
@@ -262,6 +271,61 @@ static cupy_arena *arena_of(cp_cupy *m, uint64_t id)
 
 /* ---- the device ------------------------------------------------------- */
 
+/* The held recorded block with the highest start below end, or NULL. */
+static rec_block *rec_below(cp_cupy *m, uint64_t end)
+{
+    cp_rbn *n = m->rec_blocks, *best = NULL;
+    while (n) {
+        if (((rec_block *)n)->start < end) {
+            best = n;
+            n = n->r;
+        } else {
+            n = n->l;
+        }
+    }
+    return (rec_block *)best;
+}
+
+/* Whether [a, a + size) meets a block the pool holds from the log (the
+ * caller checked that the range does not wrap).  Held blocks never overlap
+ * each other, so the one starting last below the range's end is the only
+ * one that can reach into it. */
+static int rec_overlaps(cp_cupy *m, uint64_t a, uint64_t size)
+{
+    rec_block *b = rec_below(m, a + size);
+    return b && b->end > a;
+}
+
+static int rec_add(cp_cupy *m, uint64_t a, uint64_t size)
+{
+    cp_rbn **link = &m->rec_blocks, *parent = NULL;
+    rec_block *b = malloc(sizeof *b);
+    if (!b)
+        return -1;
+    b->start = a;
+    b->end = a + size;
+    while (*link) {
+        parent = *link;
+        link = ((rec_block *)parent)->start < a ? &parent->r : &parent->l;
+    }
+    b->node.l = b->node.r = NULL;
+    b->node.p = parent;
+    *link = &b->node;
+    cp_rb_fix_insert(&m->rec_blocks, &b->node);
+    return 0;
+}
+
+/* A block given back: the recorded one starting at a, if it is one (the
+ * pool's own addresses, above the log's, are not kept). */
+static void rec_drop(cp_cupy *m, uint64_t a)
+{
+    rec_block *b = rec_below(m, a + 1);
+    if (b && b->start == a) {
+        cp_rb_erase(&m->rec_blocks, &b->node);
+        free(b);
+    }
+}
+
 static void note_total(cp_cupy *m)
 {
     if (m->base.reserved > m->total_peak)
@@ -320,8 +384,10 @@ static cp_status device_malloc(cp_cupy *m, uint64_t size, uint64_t *out)
                 return cp_error_set(CP_ERR_OOM, "out of memory: cudaMalloc(%llu) refused, "
                                     "as in the recording", (unsigned long long)size);
             }
-            if (!cp_ptrmap_get(&m->rec_blocks, a)) {
-                if (cp_ptrmap_put(&m->rec_blocks, a, (void *)1) != 0)
+            /* an address the model still holds (CuPy had freed that block,
+             * the model not) cannot be this call's: a divergence */
+            if (a <= UINT64_MAX - size && !rec_overlaps(m, a, size)) {
+                if (rec_add(m, a, size) != 0)
                     return cp_error_set(CP_ERR_OOM, "out of host memory for the pool's blocks");
                 m->rec_next++;
                 m->up_allocs++;
@@ -332,7 +398,15 @@ static cp_status device_malloc(cp_cupy *m, uint64_t size, uint64_t *out)
         diverge(m, size);
     }
     if (m->rec_take) {
-        /* after a divergence: addresses of the pool's own, above the log's */
+        /* after a divergence: addresses of the pool's own, above the log's
+         * (never reused); with none left below 2^64 the call is refused, as
+         * a device out of addresses would refuse it, rather than wrap to
+         * addresses the pool holds or to 0 */
+        if (size > UINT64_MAX - m->own_next) {
+            m->up_fail++;
+            return cp_error_set(CP_ERR_OOM, "out of memory: no addresses left for cudaMalloc(%llu) "
+                                "above the recording's", (unsigned long long)size);
+        }
         *out = m->own_next;
         m->own_next += size;
         m->up_allocs++;
@@ -344,7 +418,7 @@ static cp_status device_malloc(cp_cupy *m, uint64_t size, uint64_t *out)
 static void device_free(cp_cupy *m, cupy_chunk *c)
 {
     if (m->rec_take) {
-        (void)cp_ptrmap_del(&m->rec_blocks, c->ptr);
+        rec_drop(m, c->ptr);
         m->up_frees++;
         return;
     }
@@ -553,12 +627,11 @@ cp_status cp_cupy_use_recorded(cp_cupy *m, const uint64_t *size, const uint64_t 
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a fresh cupy pool "
                             "(this one holds %llu bytes)", (unsigned long long)m->base.reserved);
     }
-    if (take && !m->rec_blocks.slots && cp_ptrmap_init(&m->rec_blocks, 64) != 0)
-        return cp_error_set(CP_ERR_OOM, "out of host memory");
     for (i = 0; i < n; i++)
         if (addr[i] && addr[i] + size[i] > top && addr[i] + size[i] >= addr[i])
             top = addr[i] + size[i];
-    m->own_next = ((top >> 30) + 1) << 30;
+    /* the pool's own addresses start at the next GiB above the log's */
+    m->own_next = top >= UINT64_MAX - (UINT64_C(1) << 31) ? UINT64_MAX : ((top >> 30) + 1) << 30;
     m->rec_on = 1;
     m->rec_take = take;
     m->rec_div = 0;
@@ -713,7 +786,11 @@ static void cupy_destroy(cp_resource *r)
     }
     free(m->arenas);
     cp_ptrmap_fini(&m->arena_map);
-    cp_ptrmap_fini(&m->rec_blocks);
+    while (m->rec_blocks) {
+        cp_rbn *n = m->rec_blocks;
+        cp_rb_erase(&m->rec_blocks, n);
+        free(n);
+    }
     while ((c = m->spare) != NULL) {
         m->spare = c->next;
         free(c);

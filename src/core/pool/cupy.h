@@ -64,8 +64,10 @@ uint64_t cp_cupy_free_all_blocks(cp_cupy *m, int all, uint64_t arena);
 /* Holding the pool's cudaMallocs to a log's `alloc` lines (sizes, in
  * order; addr 0: the device refused), on a fresh pool.  take = 1 (the
  * recorded addresses, virtual upstream only): each call takes the line's
- * address or refusal while the sizes agree; from the first that differs the
- * pool makes addresses of its own, above every recorded one.  take = 0:
+ * address or refusal while the sizes agree and the line's block meets none
+ * the pool still holds; from the first that differs the pool makes
+ * addresses of its own, above every recorded one (refused where none are
+ * left below 2^64).  take = 0:
  * the upstream answers and the pool only compares.  The arrays must live
  * until cp_cupy_end_recorded. */
 cp_status cp_cupy_use_recorded(cp_cupy *m, const uint64_t *size, const uint64_t *addr, size_t n,
