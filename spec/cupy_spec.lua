@@ -509,4 +509,72 @@ describe("CuPy hook logs at the edges", function()
     assert.equals(0, q:stats().used_bytes)
     assert.equals(1024, q:stats().total_bytes)
   end)
+
+  it("holds total_bytes where the pool changes it, not on a free logged under another device", function()
+    -- device 1's log; the array freed after its `with Device(1)` block: the
+    -- recording hook logs device 0's pool there
+    local t <close> = cupola.trace.load(log {
+      '{"hook":"malloc_preprocess","device_id":1,"size":1000,"mem_size":1024,"stream":0,"total_bytes":0}',
+      '{"hook":"alloc","device_id":1,"mem_size":1024,"mem_ptr":4096,"stream":0,"total_bytes":1024}',
+      '{"hook":"malloc","device_id":1,"size":1000,"mem_size":1024,"mem_ptr":4096,"pmem_id":5,"stream":0,"total_bytes":1024}',
+      '{"hook":"free","device_id":1,"mem_size":1024,"mem_ptr":4096,"pmem_id":5,"stream":0,"total_bytes":7340032}',
+      '{"hook":"malloc_preprocess","device_id":1,"size":1000,"mem_size":1024,"stream":0,"total_bytes":1024}',
+      '{"hook":"malloc","device_id":1,"size":1000,"mem_size":1024,"mem_ptr":4096,"pmem_id":6,"stream":0,"total_bytes":1024}' })
+    assert.equals(1024, t:info().cupy.peak_total_bytes)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.cupy.exact, r.cupy.mismatch and r.cupy.mismatch.what)
+  end)
+
+  it("does not hold a free Python's collector did inside a malloc, applied after it, to the figure before it", function()
+    -- (the collector ran in the hook, before the pool looked; the freed
+    -- chunk is too small, so CuPy called cudaMalloc)
+    local A, B = 1 << 20, 2 << 20
+    local t <close> = cupola.trace.load(log {
+      pre(1024, ',"total_bytes":0'), alloc(1024, A, ',"total_bytes":1024'), malloc(1024, A, ',"total_bytes":1024'),
+      pre(4096, ',"total_bytes":1024'), free(1024, A, ',"total_bytes":1024'),
+      alloc(4096, B, ',"total_bytes":5120'), malloc(4096, B, ',"total_bytes":5120') })
+    assert.equals(1, t:info().cupy.gc_frees)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.cupy.exact, r.cupy.mismatch and (r.cupy.mismatch.what .. " at line " .. r.cupy.mismatch.line))
+  end)
+
+  it("checks only the first repetition against the log", function()
+    local o = { seed = 4, ops = 2000, limit = 30000, device = 25000, garbage = 50, user_free_all = 50,
+      sizes = { 512, 512, 1024, 2048, 3000 } }
+    local t <close> = cupola.trace.load(log(sim.run(o).lines))
+    local p <close> = cupy { max = o.limit }
+    local r = cupola.trace.replay(t, p, { addresses = "recorded", ["repeat"] = 3 })
+    assert.is_true(r.cupy.exact, r.cupy.mismatch and (r.cupy.mismatch.what .. " at line " .. r.cupy.mismatch.line))
+  end)
+
+  it("reads frees inside a malloc of size 0 as plain frees, and 2^64-1", function()
+    local t <close> = cupola.trace.load(log { alloc(1024, 4096), malloc(1024, 4096),
+      pre(0), free(1024, 4096, ',"stream":18446744073709551615'), malloc(0, 0), malloc(5, 4096) })
+    local i = t:info()
+    assert.equals(0, i.cupy.gc_frees)
+    assert.equals(1, i.frees)
+    assert.equals(1, i.cupy.zero_mallocs)
+    assert.equals(2, i.streams)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.cupy.exact)
+    assert.equals(1, r.device_allocs)
+  end)
+
+  it("leaves a refused cudaMalloc's blocked bytes out of the log's peak", function()
+    -- CuPy counts the bytes of a cudaMalloc in total_bytes until the call fails
+    local t <close> = cupola.trace.load(log {
+      pre(1024, ',"total_bytes":0'), alloc(1024, 4096, ',"total_bytes":1024'), malloc(1024, 4096, ',"total_bytes":1024'),
+      pre(1 << 30, ',"total_bytes":1024'), alloc(1 << 30, 0, ',"total_bytes":1073742848'),
+      alloc(1 << 30, 0, ',"total_bytes":1073742848'), alloc(1 << 30, 0, ',"total_bytes":1073742848'),
+      malloc(1 << 30, 0, ',"total_bytes":1024') })
+    assert.equals(1024, t:info().cupy.peak_total_bytes)
+    assert.equals(3, t:info().cupy.device_alloc_failures)
+    local p <close> = cupy()
+    local r = cupola.trace.replay(t, p, { addresses = "recorded" })
+    assert.is_true(r.cupy.exact, r.cupy.mismatch and r.cupy.mismatch.what)
+    assert.equals(1024, r.peak_reserved)
+  end)
 end)

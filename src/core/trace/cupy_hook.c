@@ -18,10 +18,12 @@
  * Any line may carry device_id (one device a log), stream (the current
  * stream's pointer: the arena CuPy uses; 0 when absent, the legacy default
  * stream) and total_bytes (the pool's total_bytes() after the event: the
- * replay checks the model against it).  Other keys, and lines of other
- * hooks, are ignored.  A malloc of size 0 never reaches the pool (CuPy
- * hands out Memory(0)) and is ignored; a free of a pointer not live in
- * the log (a hook installed while arrays lived) is counted as unmatched.
+ * replay checks the model against it; the peak leaves out free lines and
+ * refused alloc lines, below).  Other keys, and lines of other hooks, are
+ * ignored.  A malloc of size 0 never reaches the pool (CuPy hands out
+ * Memory(0)) and is ignored, and frees logged inside it are plain frees; a
+ * free of a pointer not live in the log (a hook installed while arrays
+ * lived) is counted as unmatched.
  *
  * Errors name the line: not a JSON object, a known key of the wrong type,
  * a line without "hook", mem_size not size rounded to 512 (not CuPy's
@@ -143,10 +145,11 @@ static int jnumber(const char **p, uint64_t *v, int *neg, int *isint)
         s++;
     }
     while (*s >= '0' && *s <= '9') {
-        if (x > (UINT64_MAX - 9) / 10)
-            big = 1;
+        uint64_t d = (uint64_t)(*s - '0');
+        if (big || x > (UINT64_MAX - d) / 10)
+            big = 1; /* past 2^64-1 (which itself is read) */
         else
-            x = x * 10 + (uint64_t)(*s - '0');
+            x = x * 10 + d;
         s++;
         digits++;
     }
@@ -476,7 +479,14 @@ static cp_status event(cld *l, jline *j)
         if (total > CP_TRACE_BYTES_MAX)
             return lbad(l, "must be at most 2^63-1", "total_bytes");
         c->has_total = 1;
-        if (total > c->peak_total)
+        /* CuPy's peak: what it held.  Not a refused alloc line's (CuPy
+         * counts the bytes of a cudaMalloc in flight in total_bytes, the
+         * refused ones too, until the call fails), nor a free line's (a
+         * free never changes total_bytes, and the recording hook logs the
+         * current device's pool: for an array freed outside its device's
+         * `with Device(d)` block, another device's) */
+        if (total > c->peak_total && strcmp(j->hook, "free") != 0 &&
+            !(strcmp(j->hook, "alloc") == 0 && j->has[K_MEMPTR] && j->v[K_MEMPTR] == 0))
             c->peak_total = total;
     }
     if (j->has[K_DEVICE]) {
@@ -556,8 +566,13 @@ static cp_status event(cld *l, jline *j)
             c->zero_mallocs++;
             t->info.ignored++;
             if (l->in_malloc) {
-                if (c->nop > l->gc_first)
-                    return lbad(l, "frees inside a malloc of size 0", NULL);
+                /* CuPy returns Memory(0) before it looks at the pool: frees
+                 * logged inside (Python's collector, run by the objects the
+                 * hooks or the call make) are plain frees, in order */
+                size_t i;
+                for (i = l->gc_first; i < c->nop; i++)
+                    if (c->op[i].kind == CP_CUPY_GCFREE)
+                        c->op[i].kind = CP_CUPY_FREE;
                 l->in_malloc = 0;
             }
             return CP_OK;

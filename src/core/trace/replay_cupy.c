@@ -14,11 +14,14 @@
  * alloc lines while their sizes agree, and each malloc's tie between equal
  * free chunks goes to the chunk CuPy handed out.
  *
- * Exactness is checked as the replay goes (result.cupy): the first
- * operation where the model served what CuPy refused or the reverse, or
- * (logs with total_bytes) where the model's total_bytes differs from the
- * logged one; with recorded addresses the first cudaMalloc whose size
- * differs.  Blocks still in use at the end are freed after the timed loop.
+ * Exactness is checked as the replay goes (result.cupy), in the first
+ * repetition only (the later ones start from the pool the first left): the
+ * first operation where the model served what CuPy refused or the reverse,
+ * or (logs with total_bytes) where the model's total_bytes differs from the
+ * logged one after a malloc, a free_all_blocks() or a free of the model's
+ * gc round (apply_free says why not after other frees); with recorded
+ * addresses the first cudaMalloc whose size differs.  Blocks still in use
+ * at the end are freed after the timed loop.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,7 @@ typedef struct gcstate {
     size_t end;           /* one past the last of this malloc's */
     uint64_t *live;
     cp_replay_result *out;
+    int check;            /* the first repetition: the one held to the log */
 } gcstate;
 
 static void mismatch(cp_replay_result *out, size_t op, uint32_t line, int what, uint64_t model,
@@ -54,7 +58,15 @@ static void mismatch(cp_replay_result *out, size_t op, uint32_t line, int what, 
     out->cupy_mismatch_log = logged;
 }
 
-static void apply_free(gcstate *g, size_t i)
+/* One of the log's frees; with check, the model's total_bytes is held to
+ * the line's.  Only a gc round's frees are checked: a free never changes
+ * total_bytes, so a plain free line's figure is the line's before it
+ * (checked there), or, from the recording hook, another device's (it logs
+ * the current device's pool, and an array freed outside its device's `with
+ * Device(d)` block is freed under another); and a free applied after its
+ * malloc (the model ran no gc round there) logged CuPy's figure from before
+ * the malloc had its memory. */
+static void apply_free(gcstate *g, size_t i, int check)
 {
     const cp_cupy_op *op = &g->c->op[i];
     uint64_t *x = &g->h[op->ord];
@@ -66,7 +78,7 @@ static void apply_free(gcstate *g, size_t i)
         g->out->skipped_frees++;
     }
     /* total_bytes is the pool's reserved figure (a field read) */
-    if (op->total != CP_CUPY_NO_TOTAL && !g->out->cupy_mismatch) {
+    if (check && g->check && op->total != CP_CUPY_NO_TOTAL && !g->out->cupy_mismatch) {
         uint64_t tb = cp_resource_reserved_locked(g->r);
         if (tb != op->total)
             mismatch(g->out, i, op->line, CP_CUPY_MISMATCH_TOTAL, tb, op->total);
@@ -78,7 +90,14 @@ static void gc_frees(void *ud)
 {
     gcstate *g = ud;
     for (; g->next < g->end; g->next++)
-        apply_free(g, g->next);
+        apply_free(g, g->next, 1);
+}
+
+/* The malloc's frees its model never collected: they happened all the same. */
+static void late_frees(gcstate *g)
+{
+    for (; g->next < g->end; g->next++)
+        apply_free(g, g->next, 0);
 }
 
 cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
@@ -151,6 +170,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
     for (rep = 0; rep < reps && st == CP_OK; rep++) {
         replay_lock lk;
         int single = o->single_stream, check = rep == 0;
+        gs.check = check;
         void (*progress)(void *, uint64_t, uint64_t) = o->progress;
         uint64_t total_events = (uint64_t)c->nop * (uint64_t)reps;
         replay_integral_begin(&g, r);
@@ -185,7 +205,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                     } else if (o->stop_at_oom == CP_STOP_ANY ||
                                (o->stop_at_oom == CP_STOP_NEEDED &&
                                 (last_malloc == SIZE_MAX || i > last_malloc))) {
-                        gc_frees(&gs);
+                        late_frees(&gs);
                         out->stopped = 1;
                         out->stop_oom_entry = 1;
                         out->stop_event = i;
@@ -207,7 +227,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                     if (check)
                         mismatch(out, i, op->line, CP_CUPY_MISMATCH_REFUSED, op->size, op->size);
                     if (o->stop_at_oom) {
-                        gc_frees(&gs);
+                        late_frees(&gs);
                         out->stopped = 1;
                         out->stop_event = i;
                         out->stop_alloc = op->ord;
@@ -218,7 +238,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                     }
                 }
                 /* frees the model's gc.collect() did not reach happened all the same */
-                gc_frees(&gs);
+                late_frees(&gs);
                 if (cp_resource_reserved_locked(r) > g.peak_seen) {
                     g.peak_seen = cp_resource_reserved_locked(r);
                     g.live_at_peak = live;
@@ -236,7 +256,7 @@ cp_status cp_trace_replay_cupy(const cp_trace *t, cp_resource *r, const cp_repla
                 break;
             case CP_CUPY_FREE:
             case CP_CUPY_GCFREE: /* (more than the malloc's gc round: in order) */
-                apply_free(&gs, i);
+                apply_free(&gs, i, 0);
                 break;
             case CP_CUPY_FREE_ALL:
                 user_fab++;
