@@ -334,7 +334,7 @@ describe("cupola.advise: hostile arguments", function()
     { function() cupola.advise(path, { pools = 3 }) end, "option 'pools' must be a list of pool specs" },
     { function() cupola.advise(path, { threads = -1 }) end, "option 'threads' must be an integer in 0..256" },
     { function() cupola.advise(path, { search = "yes" }) end, "option 'search' must be a boolean" },
-    { function() cupola.advise(path, { device = 3 }) end, "the snapshot has 1 device (0..0), not 3" },
+    { function() cupola.advise(path, { device = 3 }) end, "the recording has 1 device (0..0), not 3" },
   }
   for i, c in ipairs(cases) do
     it("case " .. i .. ": " .. c[2], function()

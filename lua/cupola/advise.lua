@@ -38,6 +38,9 @@
 --   summary(res)    opt -> lines for the report's head (what was recorded)
 --   notes(res, ctx) opt: adds sentences to res.warnings and res.notes
 --   frame(res, fails_at) opt -> how a location in the user's program reads
+--   terms           opt: {calls =, least =}: the definitions of those columns
+-- o.pools_given is true where the user asked for pools (not the default
+-- rows): a module that has none refuses them in check.
 --
 -- A row spec is a table the engine fills with the row's figures:
 --   setting       the setting as the user writes it (its identity)
@@ -53,6 +56,9 @@
 --                 pool measured slower inside the framework): said beside its line,
 --                 and a row without one that fits is offered first
 --   same_as       another row whose replay serves for this one
+--   reserved_text (set by fill) the peak reserved cell where the replay's
+--                 figure is not the setting's (JAX's default on a device of
+--                 unknown size: "75 % of GPU")
 --   via           the environment variable (or the like) that carries it
 -- ctx, which every function gets: t (the cupola.Trace), info (t:info()),
 -- o (the checked options), result, limited (a limit was given), and the
@@ -201,6 +207,8 @@ local function check_options(opts)
     o.recorded = opts.recorded
   end
   local pools = opts.pools
+  -- pools asked for, not the default rows (a module without pools refuses them)
+  o.pools_given = type(pools) == "table" and #pools > 0 or nil
   if pools == nil then pools = advise.default_pools end
   if pools == false then pools = {} end
   if type(pools) ~= "table" then
@@ -465,19 +473,30 @@ end
 
 -- cupola.trace.load, its refusal of a file of no format it reads saying
 -- which formats were tried (the last reader's complaint, an RMM log's
--- header, means nothing to someone who has a PyTorch snapshot).
+-- header, means nothing to someone who has a PyTorch snapshot), and of an
+-- empty file saying that.  Its errors already point at the user's line
+-- (cupola.trace.load raises there): they go on as they are, and the ones
+-- made here are raised there too.
 local function load_trace(path)
   local ok, t = pcall(require("cupola.trace").load, path)
   if ok then return t end
   local e = tostring(t)
+  local function shown_path(pattern)
+    local p = e:match(pattern)
+    return p and p:gsub("^.*%.lua:%d+: ", ""):gsub("^%(command line%):%d+: ", "") or path
+  end
+  if e:find(":1: empty file (expected the header", 1, true) then
+    raise(("%s: the file is empty: no recording in it"):format(shown_path "^(.-):1: empty file"))
+  end
   if e:find(":1: header must be", 1, true) then
-    local shown_path = e:match "^(.-):1: header must be"
-    shown_path = shown_path and shown_path:gsub("^.*%.lua:%d+: ", ""):gsub("^%(command line%):%d+: ", "") or path
-    error(("%s: not a recording cupola advise reads; it tried %s"):format(shown_path,
-      table.concat(advise.formats(), "; ")), 0)
+    raise(("%s: not a recording cupola advise reads; it tried %s"):format(shown_path "^(.-):1: header must be",
+      table.concat(advise.formats(), "; ")))
   end
   error(t, 0)
 end
+
+-- A result prints as the report (advise.text, defined below).
+local result_mt = { __tostring = function(res) return advise.text(res) end }
 
 --- advise.run(trace_or_path, opts) -> result (cupola.advise).
 function advise.run(src, opts)
@@ -490,13 +509,13 @@ function advise.run(src, opts)
     end
     traces[1] = { t = src, device = #src > 0 and src:event(1).device or 0 }
   elseif type(src) == "string" then
-    local t = at_caller(load_trace, src)
+    local t = load_trace(src)
     local n = t.devices or 1
     src = t.path -- a name of a trace cupola ships, found
     if o.device then
       if o.device >= n then
         t:close()
-        raise(("cupola.advise: option 'device': the snapshot has %d device%s (0..%d), not %d"):format(n,
+        raise(("cupola.advise: option 'device': the recording has %d device%s (0..%d), not %d"):format(n,
           n > 1 and "s" or "", n - 1, o.device))
       end
       if n > 1 then
@@ -533,7 +552,8 @@ function advise.run(src, opts)
   if o.progress then report.progress("cupola advise", 1, 1, 0) end
   local top = results[1]
   if #results > 1 then top.per_device = results end
-  return top
+  -- print(cupola.advise(path)) and the REPL show the report, not "table: 0x..."
+  return setmetatable(top, result_mt)
 end
 
 -- ---- text ------------------------------------------------------------------
@@ -656,6 +676,10 @@ local function column_set(res)
   local limited = res.limit ~= nil
   local searched = false
   for _, r in ipairs(res.rows) do if r.min_memory or r.search_steps then searched = true end end
+  -- "vs recorded" where there is a recorded run to compare with (a JAX
+  -- profile, a CuPy log without total_bytes have none: a column of blanks)
+  local compared = false
+  for _, r in ipairs(res.rows) do if r.change_pct then compared = true end end
   -- under a limit, the figures of a run that stopped say nothing
   local function stopped(r) return r.error or (limited and not r.fits) end
   local cols = {}
@@ -670,16 +694,24 @@ local function column_set(res)
     -- where nothing fits, no run has figures to show
     if any then
       col("retries", { "retries" }, function(r) return stopped(r) and "-" or tostring(r.retries) end)
-      col("reserved", { "peak", "reserved" }, function(r) return stopped(r) and "-" or bytes(r.peak_reserved) end)
-      col("change", { "vs", "recorded" }, function(r) return stopped(r) and "-" or pct(r.change_pct) end)
+      col("reserved", { "peak", "reserved" }, function(r)
+        return stopped(r) and "-" or r.reserved_text or bytes(r.peak_reserved)
+      end)
+      if compared then
+        col("change", { "vs", "recorded" }, function(r) return stopped(r) and "-" or pct(r.change_pct) end)
+      end
     end
   else
     col("reserved", { "peak", "reserved" }, function(r)
-      return r.error and "error" or bytes(r.peak_reserved) .. (r.complete and "" or "*")
+      return r.error and "error" or r.reserved_text or bytes(r.peak_reserved) .. (r.complete and "" or "*")
     end)
-    col("overhead", { "overhead" }, function(r) return r.error and "-" or bytes(r.overhead) end)
+    col("overhead", { "overhead" }, function(r)
+      return r.error and "-" or r.reserved_text and "" or bytes(r.overhead)
+    end)
     col("calls", { "device", "calls" }, function(r) return r.error and "-" or tostring(r.device_allocs) end)
-    col("change", { "vs", "recorded" }, function(r) return r.error and "-" or pct(r.change_pct) end)
+    if compared then
+      col("change", { "vs", "recorded" }, function(r) return r.error and "-" or pct(r.change_pct) end)
+    end
     if searched then
       col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
     end
@@ -788,8 +820,8 @@ end
 local function column_notes(res, cols, mod)
   local terms = mod and mod.terms or {}
   local def = {
-    least = "least memory: the smallest limit (to 2 MiB) under which the setting serves every recorded " ..
-      "request, found by replaying under limits",
+    least = terms.least or "least memory: the smallest limit (to 2 MiB) under which the setting serves every " ..
+      "recorded request, found by replaying under limits",
     fits = ("fits: whether it serves every recorded request within the limit, %s"):format(
       res.limit and bytes(res.limit) or ""),
     retries = "retries: how often the allocator ran out under the limit, freed what it had cached and " ..
@@ -805,8 +837,17 @@ local function column_notes(res, cols, mod)
   }
   local out = {}
   for _, c in ipairs(cols) do out[#out + 1] = def[c.key] end
-  if res.limit and #cols > 2 then
-    out[#out + 1] = "a \"-\": the run stopped when it ran out, so its figures are not the setting's"
+  -- what a "-" means, where the table shows one
+  local dash = {}
+  for _, c in ipairs(cols) do
+    for _, r in ipairs(res.rows) do if c.cell(r) == "-" then dash[c.key] = true end end
+  end
+  if dash.least then
+    out[#out + 1] = "a \"-\" under least memory: no limit the search tried served every recorded request"
+  end
+  if dash.retries or dash.reserved or dash.change or dash.overhead or dash.calls then
+    out[#out + 1] = res.limit and "a \"-\": the run stopped when it ran out, so its figures are not the setting's"
+      or "a \"-\": the replay failed (see the warnings)"
   end
   return out
 end
@@ -893,6 +934,12 @@ local function verdict(d, put, para, width)
       para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
       put(command_lines("    ", d.paste, width))
     end
+    return
+  end
+  if not limit and not rec.complete then
+    -- every replay stopped (a device too small for the program): nothing to recommend
+    para("  ", "Nothing runs: no setting served every recorded request (each replay was refused memory and " ..
+      "stopped: see the warnings below).")
     return
   end
   para("  ", "recommended: " .. rec.description)
@@ -1246,7 +1293,12 @@ function advise.main(argv)
   local width = advise.width()
   -- one message, in the command line's words, in lines that fit
   local function complain(msg)
-    msg = msg:gsub("^cupola%.advise: ", ""):gsub("option '(%w+)'", "--%1")
+    -- the options by their flags (device_memory: --device-memory, pools: --pool),
+    -- the value as it was typed ("not '0'", not "not number 0")
+    local flags = { pools = "pool" }
+    msg = msg:gsub("^cupola%.advise: ", ""):gsub("option '([%w_]+)'", function(k)
+      return "--" .. (flags[k] or k):gsub("_", "-")
+    end):gsub(", not number (%S+)$", ", not '%1'"):gsub(", not string '", ", not '")
     io.stderr:write(wrap("cupola advise: ", msg, width, "  "), "\n")
   end
   local ok, src, opts, out = pcall(advise.parse_args, args)
@@ -1269,7 +1321,11 @@ function advise.main(argv)
   if out.html then
     local okh, err = pcall(advise.html, res, src, out.html)
     if not okh then
-      complain("--html " .. out.html .. ": " .. clean(err))
+      -- "--html x.html: cannot write: No such file or directory", the path once
+      local msg = clean(err):gsub("^cupola%.[%w.]+: ", "")
+      local head = "cannot write " .. out.html .. ": "
+      if msg:sub(1, #head) == head then msg = "cannot write: " .. msg:sub(#head + 1) end
+      complain("--html " .. out.html .. ": " .. msg)
       return 2
     end
   end

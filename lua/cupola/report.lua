@@ -157,7 +157,7 @@ function report.csv(rows, path, opts)
   local text = table.concat(out, "\n") .. "\n"
   if path then
     local f, err = io.open(path, "w")
-    if not f then raise("cupola.report.csv: cannot write " .. path .. ": " .. tostring(err)) end
+    if not f then raise("cupola.report.csv: cannot write " .. path .. ": " .. util.os_reason(err, path)) end
     f:write(text)
     f:close()
   end
@@ -202,7 +202,7 @@ function report.json(rows, path)
   local text = dkjson.encode(plain(rows, 0), { indent = true }) .. "\n"
   if path then
     local f, err = io.open(path, "w")
-    if not f then raise("cupola.report.json: cannot write " .. path .. ": " .. tostring(err)) end
+    if not f then raise("cupola.report.json: cannot write " .. path .. ": " .. util.os_reason(err, path)) end
     f:write(text)
     f:close()
   end

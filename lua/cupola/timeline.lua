@@ -299,7 +299,7 @@ function timeline.write(src, path, opts)
   w(table.concat(out))
   w(";\n" .. timeline.script .. "</script>\n</body></html>\n")
   local f, err = io.open(path, "wb")
-  if not f then raise("cupola.timeline: cannot write " .. path .. ": " .. tostring(err)) end
+  if not f then raise("cupola.timeline: cannot write " .. path .. ": " .. util.os_reason(err, path)) end
   local body = table.concat(html)
   f:write(body)
   f:close()

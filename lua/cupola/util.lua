@@ -51,6 +51,15 @@ function util.at_caller(f, ...)
   util.raise(e)
 end
 
+--- util.os_reason(err, path) -> the reason of an io.open failure without
+-- the path io.open puts before it ("x.html: No such file or directory" ->
+-- "No such file or directory"), for a message that names the path itself.
+function util.os_reason(err, path)
+  err = tostring(err)
+  if path and err:sub(1, #path + 2) == path .. ": " then return err:sub(#path + 3) end
+  return err
+end
+
 -- A string in a message shows at most this many characters (as in C).
 local SHOWN_MAX = 40
 

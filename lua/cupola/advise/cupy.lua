@@ -36,6 +36,9 @@ local cupy = {
   terms = {
     calls = "device calls: how many times the pool asked CUDA for memory (cudaMalloc; cupola vmm: pages " ..
       "mapped): each is slow",
+    least = "least memory: the smallest set_limit (to 2 MiB) under which the recorded requests all run, " ..
+      "found by bisection; CuPy's pool frees whole free blocks and collects garbage before it refuses, as the " ..
+      "replay does, and the CUDA context and libraries (cuFFT, cuBLAS plans) need device memory beside the pool",
   },
 }
 
@@ -180,9 +183,6 @@ function cupy.notes(result, ctx)
       "cupola's recordings with their stream, malloc_preprocess and free_all_blocks lines; this log's replay " ..
       "differs from it: see the row)"
   end
-  N[#N + 1] = "least memory: the smallest set_limit (to 2 MiB) under which the recorded requests all run, " ..
-    "found by bisection; CuPy's pool frees whole free blocks and collects garbage before it refuses, as the " ..
-    "replay does, and the CUDA context and libraries (cuFFT, cuBLAS plans) need device memory beside the pool"
   if ctx.npools > 0 then
     N[#N + 1] = "cupola rows: cupola's pools serving CuPy's requests (the log's sizes) in place of its pool; " ..
       "device calls are their upstream calls (vmm: pages mapped)"

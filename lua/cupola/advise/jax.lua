@@ -60,6 +60,10 @@ function jax.check(o)
     raise("cupola.advise: options 'conf' and 'recorded' are PyTorch's (PYTORCH_CUDA_ALLOC_CONF); a JAX " ..
       "profile's settings are growth and XLA_CLIENT_MEM_FRACTION, which cupola advise tries itself")
   end
+  if o.pools_given then
+    raise("cupola.advise: option 'pools': a JAX profile gets no rows of cupola's pools (none serves JAX's " ..
+      "allocations): XLA's BFC allocator under growth and XLA_CLIENT_MEM_FRACTION only")
+  end
 end
 
 function jax.setup(ctx)
@@ -71,8 +75,9 @@ function jax.setup(ctx)
   -- the least memory is the point of the advice: always searched
   o.search = true
   if not ctx.device_memory then
-    result.warnings[#result.warnings + 1] = "the device's memory is unknown (JSON lines do not say it): " ..
-      "give --device-memory SIZE (option device_memory) for XLA_CLIENT_MEM_FRACTION"
+    result.warnings[#result.warnings + 1] = "the device's memory is unknown (JSON lines do not say it), and " ..
+      "JAX's default preallocates 75 % of it: give --device-memory SIZE (option device_memory) for its size " ..
+      "and for XLA_CLIENT_MEM_FRACTION"
   end
   if info.unmatched and info.unmatched > 0 then
     result.warnings[#result.warnings + 1] = ("%d frees of blocks allocated before the profile began were " ..
@@ -123,6 +128,8 @@ function jax.fill(r, x, ctx)
   -- the fraction's own row keeps the fraction it replays
   local need = r.min_memory or x.min_limit
   if r.family ~= "fraction" and need and dm then r.fraction, r.fraction_limit = fraction_for(need, dm) end
+  -- JAX's default takes 0.75 of a device of unknown size: no figure to show
+  if not r.growth and not dm and not ctx.limited then r.reserved_text = "75 % of GPU" end
 end
 
 --- jax.more(ctx, rows): the preallocated pool at the fraction advised,
@@ -151,9 +158,19 @@ local function ftext(f)
   return s
 end
 
-function jax.paste(r)
+function jax.paste(r, ctx)
   if r.family == "growth" then return "XLA_PYTHON_CLIENT_PREALLOCATE=false python train.py" end
-  if r.fraction then return ("XLA_CLIENT_MEM_FRACTION=%s python train.py"):format(ftext(r.fraction)) end
+  if r.fraction then
+    local s = ("XLA_CLIENT_MEM_FRACTION=%s python train.py"):format(ftext(r.fraction))
+    -- JAX's default row: the fraction is the least that runs it (the fraction's row)
+    if r.family == "preallocated" and r.fraction_limit then
+      s = s .. ("   # preallocated at the least fraction that runs it: a pool of %s"):format(bytes(r.fraction_limit))
+    end
+    return s
+  end
+  if ctx and ctx.device_memory then
+    return ("python train.py   # no fraction of the device's %s runs it"):format(bytes(ctx.device_memory))
+  end
   return "python train.py   # give --device-memory SIZE for the fraction to set"
 end
 

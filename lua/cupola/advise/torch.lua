@@ -43,6 +43,11 @@ local torch = {
   terms = {
     calls = "device calls: how many times the allocator asked CUDA for memory (cudaMalloc; with " ..
       "expandable segments and cupola vmm, pages mapped): each is slow",
+    least = "least memory: the smallest limit (to 2 MiB) under which the setting serves every recorded " ..
+      "request, found by bisection on the limit; it holds for the requests as recorded: libraries such as " ..
+      "cuDNN try a smaller workspace when an allocation fails, so a real run under pressure can ask for less " ..
+      "(on an H100, resnet50 still ran 0.5 % below the minimum its recording implies), and the CUDA context " ..
+      "and other libraries need device memory beside what PyTorch's allocator reserves",
   },
 }
 
@@ -131,9 +136,10 @@ function torch.setup(ctx)
   result.recorded_setting = recorded
   result.recorded_from = recorded_from
   if not recorded then
-    W[#W + 1] = "the setting the snapshot was recorded under is unknown (it has no allocator_settings: " ..
-      "PyTorch before 2.4, or not a snapshot); give it with --recorded CONF (option 'recorded') for a " ..
-      "row replaying it exactly"
+    W[#W + 1] = (info.format == "torch_snapshot"
+      and "the setting the snapshot was recorded under is unknown (it has no allocator_settings: PyTorch before 2.4)"
+      or "the setting the log was recorded under is unknown (an RMM log does not say it)") ..
+      "; give it with --recorded CONF (option 'recorded') for a row replaying it exactly"
   end
   -- recorded addresses where the snapshot has PyTorch's device calls
   ctx.recorded_addresses = ctx.facts.torch_calls > 0
@@ -325,7 +331,8 @@ function torch.notes(result, ctx)
   if #splits > 0 then
     local parts = {}
     for _, v in ipairs(splits) do parts[#parts + 1] = ("%d (%s)"):format(v.mb, v.q) end
-    N[#N + 1] = ("max_split_size_mb values from this snapshot's requests of 20 MiB or more (%d of them, the "
+    N[#N + 1] = ("max_split_size_mb values from this " .. (ctx.info.format == "torch_snapshot" and "snapshot" or "log")
+      .. "'s requests of 20 MiB or more (%d of them, the "
       .. "largest %s): %s: the 50th, 75th, 90th and 99th percentile of their sizes (q50 ... q99), rounded up to "
       .. "MiB, where one is below the largest; blocks of the value's size and more are never split, so the "
       .. "largest half, quarter, tenth or hundredth of those requests get blocks of their own"):format(
@@ -340,13 +347,6 @@ function torch.notes(result, ctx)
       "policy decides by time on the replay's clock, so its row can move a little from run to run; step time: " ..
       "tlsf and caching keep what they take once warm and ran at PyTorch's speed on an H100, vmm 5-18 % slower " ..
       "(it is offered only where neither fits)"
-  end
-  if o.search then
-    N[#N + 1] = "least memory: the smallest limit (to 2 MiB) under which the recorded requests all run, found by " ..
-      "bisection on the limit; it holds for the requests as recorded: libraries such as cuDNN try a smaller " ..
-      "workspace when an allocation fails, so a real run under pressure can ask for less (on an H100, " ..
-      "resnet50 still ran 0.5 % below the minimum its recording implies), and the CUDA context and other " ..
-      "libraries need device memory beside what PyTorch's allocator reserves"
   end
   local tentative, fatal = {}, {}
   for _, e in ipairs(facts.ooms) do

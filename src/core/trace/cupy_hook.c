@@ -696,7 +696,7 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
             goto out;
         }
         if (len && buf[len - 1] != '\n') {
-            const char *msg = gzerror(gz, &err);
+            const char *msg = cp_gz_reason(gzerror(gz, &err), path);
             if (err != Z_OK && err != Z_STREAM_END) {
                 st = cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data (%s)",
                                   path, l.line, msg);
@@ -724,7 +724,7 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
             goto out;
     }
     {
-        const char *msg = gzerror(gz, &err);
+        const char *msg = cp_gz_reason(gzerror(gz, &err), path);
         if (err != Z_OK && err != Z_STREAM_END) {
             st = cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data (%s)", path,
                               l.line + 1, msg);

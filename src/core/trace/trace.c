@@ -415,7 +415,7 @@ static long gz_source(void *ud, unsigned char *buf, size_t n)
     loader *ld = (loader *)ud;
     int err, got = gzread(ld->gz, buf, (unsigned)(n > (1u << 30) ? (1u << 30) : n));
     if (got < 0 || (got == 0 && (gzerror(ld->gz, &err), err != Z_OK && err != Z_STREAM_END))) {
-        const char *msg = gzerror(ld->gz, &err);
+        const char *msg = cp_gz_reason(gzerror(ld->gz, &err), ld->path);
         cp_error_set(CP_ERR_INVALID, "truncated or corrupt gzip data (%s)", msg);
         return -1;
     }
@@ -456,7 +456,7 @@ static cp_status load_snapshot(loader *ld, int compact)
         }
         got = gzread(ld->gz, buf + len, (unsigned)(cap - len > (1u << 30) ? (1u << 30) : cap - len));
         if (got < 0) {
-            const char *msg = gzerror(ld->gz, &err);
+            const char *msg = cp_gz_reason(gzerror(ld->gz, &err), ld->path);
             st = cp_error_set(CP_ERR_INVALID, "%s: truncated or corrupt gzip data (%s)",
                               ld->path, msg);
             free(buf);
@@ -467,7 +467,7 @@ static cp_status load_snapshot(loader *ld, int compact)
         len += (size_t)got;
     }
     {
-        const char *msg = gzerror(ld->gz, &err);
+        const char *msg = cp_gz_reason(gzerror(ld->gz, &err), ld->path);
         if (err != Z_OK && err != Z_STREAM_END) {
             free(buf);
             return cp_error_set(CP_ERR_INVALID, "%s: truncated or corrupt gzip data (%s)",
@@ -585,7 +585,7 @@ static cp_status load(loader *ld)
         if (len && buf[len - 1] != '\n' && ld->t->record) {
             /* A recording cut by a killed program: the line is a prefix of
              * one the recorder wrote whole, so it is dropped (record.h). */
-            const char *msg = gzerror(ld->gz, &err);
+            const char *msg = cp_gz_reason(gzerror(ld->gz, &err), ld->path);
             if ((err != Z_OK && err != Z_STREAM_END) || gzeof(ld->gz))
                 return record_cut(ld, err != Z_OK && err != Z_STREAM_END ? msg : NULL);
         }
@@ -593,7 +593,7 @@ static cp_status load(loader *ld)
             /* A last line without its newline: complete only if the stream
              * ended cleanly (a truncated gzip member hands out its partial
              * last line before reporting the error). */
-            const char *msg = gzerror(ld->gz, &err);
+            const char *msg = cp_gz_reason(gzerror(ld->gz, &err), ld->path);
             if (err != Z_OK && err != Z_STREAM_END)
                 return cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data "
                                     "(%s)", ld->path, ld->line, msg);
@@ -633,7 +633,7 @@ static cp_status load(loader *ld)
             return bad(ld, "too many allocations (more than 2^32)", NULL);
     }
     {
-        const char *msg = gzerror(ld->gz, &err);
+        const char *msg = cp_gz_reason(gzerror(ld->gz, &err), ld->path);
         if (err != Z_OK && err != Z_STREAM_END && ld->t->record)
             return record_cut(ld, msg);
         if (err != Z_OK && err != Z_STREAM_END)

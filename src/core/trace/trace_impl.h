@@ -8,6 +8,19 @@
 #include "trace.h"
 #include "trace_torch.h"
 
+#include <string.h>
+
+/* zlib's gzerror message without the path zlib puts before it ("f.gz:
+ * unexpected end of file" -> "unexpected end of file"): the loaders'
+ * messages name the path themselves. */
+static inline const char *cp_gz_reason(const char *msg, const char *path)
+{
+    size_t n = strlen(path);
+    if (msg && strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        return msg + n + 2;
+    return msg;
+}
+
 /* One row as the replay needs it, 16 bytes: sizes of frees are those of
  * their allocate, so the replay keeps no size table of its own. */
 typedef struct replay_op {
