@@ -260,21 +260,32 @@ M.varint, M.lfield, M.vfield = varint, lfield, vfield
 
 --- An XSpace holding the events on one host plane (in two lines, as two
 -- threads would write them: allocations on one, frees on the other, both
--- in time order), the allocator name by reference (as XPlaneBuilder interns
--- it), the numbers as int64 and uint64 stats; plus a device plane with an
--- unrelated event.  Metadata come after the lines, as protobuf writes them.
-function M.xplane(evs, allocator)
+-- in time order; an event's own `line`, 1 or 2, where it has one), the
+-- allocator name by reference (as XPlaneBuilder interns it: an event's own
+-- allocator_name where it has one), the numbers as int64 and uint64 stats;
+-- plus a device plane with an unrelated event.  Metadata come after the
+-- lines, as protobuf writes them.  o.names: more allocator names to intern
+-- (no event of theirs); o.nameless: a stat metadata entry without its name.
+function M.xplane(evs, allocator, o)
   allocator = allocator or "GPU_0_bfc"
+  o = o or {}
   local stat_ids = { allocator_name = 1, addr = 2, requested_bytes = 3, allocation_bytes = 4,
     bytes_allocated = 5, peak_bytes_in_use = 6, tf_op = 7 }
-  local ALLOCREF, EV_A, EV_F = 50, 10, 11
+  local EV_A, EV_F = 10, 11
+  local refs, nrefs = {}, 0
+  local function ref_of(name)
+    if not refs[name] then nrefs = nrefs + 1; refs[name] = 49 + nrefs end
+    return refs[name]
+  end
+  ref_of(allocator)
+  for _, name in ipairs(o.names or {}) do ref_of(name) end
   local base = math.huge
   for _, e in ipairs(evs) do base = math.min(base, e.ts) end
   local line_ts = 1700000000000000000 -- ns since 1970: offsets carry the rest
   local lines = { {}, {} }
   for _, e in ipairs(evs) do
     local stats = {
-      lfield(4, vfield(1, stat_ids.allocator_name) .. vfield(7, ALLOCREF)),
+      lfield(4, vfield(1, stat_ids.allocator_name) .. vfield(7, ref_of(e.allocator_name or allocator))),
       lfield(4, vfield(1, stat_ids.addr) .. vfield(3, e.addr)),
       lfield(4, vfield(1, stat_ids.requested_bytes) .. vfield(4, e.requested_bytes)),
       lfield(4, vfield(1, stat_ids.allocation_bytes) .. vfield(4, e.allocation_bytes)),
@@ -285,7 +296,7 @@ function M.xplane(evs, allocator)
     local ps = math.floor((e.ts - base) * 1000)
     local ev = lfield(4, vfield(1, e.event == "MemoryAllocation" and EV_A or EV_F) .. vfield(2, ps) ..
       table.concat(stats))
-    local l = e.event == "MemoryAllocation" and lines[1] or lines[2]
+    local l = lines[e.line or (e.event == "MemoryAllocation" and 1 or 2)]
     l[#l + 1] = ev
   end
   local plane = { vfield(1, 7), lfield(2, "/host:CPU") }
@@ -298,8 +309,9 @@ function M.xplane(evs, allocator)
   end
   plane[#plane + 1] = meta(4, EV_A, "MemoryAllocation")
   plane[#plane + 1] = meta(4, EV_F, "MemoryDeallocation")
+  if o.nameless then plane[#plane + 1] = lfield(5, vfield(1, 98) .. lfield(2, vfield(1, 98))) end
   for name, id in pairs(stat_ids) do plane[#plane + 1] = meta(5, id, name) end
-  plane[#plane + 1] = meta(5, ALLOCREF, allocator)
+  for name, id in pairs(refs) do plane[#plane + 1] = meta(5, id, name) end
   local dev = { vfield(1, 1), lfield(2, "/device:GPU:0"),
     lfield(3, vfield(1, 1) .. vfield(3, line_ts) .. lfield(4, vfield(1, 1) .. vfield(2, 5))),
     meta(4, 1, "fusion.1") }

@@ -20,6 +20,7 @@
 #include "jax.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,20 +32,58 @@ static const char *const knames[K_N] = {"allocator_name", "addr", "requested_byt
                                         "peak_bytes_in_use"};
 
 /* allocator names seen, by index (events carry the index in `seq`'s place
- * until the allocator is chosen) */
+ * until the allocator is chosen), found again through an open-addressing
+ * table: a hostile file of a million distinct names would take hours to read
+ * with a linear search per event. */
 typedef struct names {
     char (*s)[128];
     size_t n, cap;
+    uint32_t *slot; /* index + 1 of the name hashed there, 0: empty */
+    size_t nslot;   /* a power of 2, more than twice n */
 } names;
 
+static size_t name_hash(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    while (len--)
+        h = (h ^ (unsigned char)*s++) * 1099511628211u;
+    return (size_t)h;
+}
+
+static int name_rehash(names *nm, size_t nslot)
+{
+    uint32_t *slot = calloc(nslot, sizeof *slot);
+    size_t k;
+    if (!slot)
+        return -1;
+    for (k = 0; k < nm->n; k++) {
+        size_t i = name_hash(nm->s[k], strlen(nm->s[k])) & (nslot - 1);
+        while (slot[i])
+            i = (i + 1) & (nslot - 1);
+        slot[i] = (uint32_t)(k + 1);
+    }
+    free(nm->slot);
+    nm->slot = slot;
+    nm->nslot = nslot;
+    return 0;
+}
+
+/* The index of name s (cut at 127 bytes), added if new; -1: out of memory. */
 static int name_index(names *nm, const char *s, size_t len)
 {
-    size_t i;
+    size_t i, mask;
     if (len > 127)
         len = 127;
-    for (i = 0; i < nm->n; i++)
-        if (strlen(nm->s[i]) == len && memcmp(nm->s[i], s, len) == 0)
-            return (int)i;
+    if (nm->n >= INT32_MAX - 1)
+        return -1;
+    if (2 * (nm->n + 1) >= nm->nslot && name_rehash(nm, nm->nslot ? 2 * nm->nslot : 64) != 0)
+        return -1;
+    mask = nm->nslot - 1;
+    for (i = name_hash(s, len) & mask; nm->slot[i]; i = (i + 1) & mask) {
+        const char *x = nm->s[nm->slot[i] - 1];
+        if (strlen(x) == len && memcmp(x, s, len) == 0)
+            return (int)(nm->slot[i] - 1);
+    }
     if (nm->n == nm->cap) {
         size_t nc = nm->cap ? 2 * nm->cap : 8;
         void *p = realloc(nm->s, nc * sizeof *nm->s);
@@ -55,17 +94,20 @@ static int name_index(names *nm, const char *s, size_t len)
     }
     memcpy(nm->s[nm->n], s, len);
     nm->s[nm->n][len] = '\0';
+    nm->slot[i] = (uint32_t)(nm->n + 1);
     return (int)nm->n++;
 }
 
-static int is_gpu_bfc(const char *s)
+/* n of a name GPU_<n>_bfc (a device's allocator), or -1 for any other. */
+static long long gpu_bfc_number(const char *s)
 {
     const char *p;
+    long long n = 0;
     if (strncmp(s, "GPU_", 4) != 0)
-        return 0;
+        return -1;
     for (p = s + 4; *p >= '0' && *p <= '9'; p++)
-        ;
-    return p > s + 4 && strcmp(p, "_bfc") == 0;
+        n = n > (LLONG_MAX - 9) / 10 ? LLONG_MAX : n * 10 + (*p - '0');
+    return p > s + 4 && strcmp(p, "_bfc") == 0 ? n : -1;
 }
 
 /* raw events before the allocator is chosen: `alloc` per event */
@@ -98,22 +140,32 @@ static cp_status raw_push(raw *r, const cp_jax_event *ev, int alloc, const char 
     return CP_OK;
 }
 
-/* Keeps the events of the allocator asked (or the first GPU_<n>_bfc). */
+/* Keeps the events of the allocator asked, or of the device allocator of
+ * the lowest number (GPU_0_bfc where it is there): not the first in the
+ * file, whose order among several GPUs' events is the order of the
+ * profiler's threads (an XSpace's lines), not of anything the run did. */
 static cp_status choose(raw *r, const char *path, const char *want)
 {
     cp_jax_events *e = r->e;
     int pick = -1;
+    long long best = -1;
     size_t i, k = 0;
     if (want) {
         for (i = 0; i < r->nm.n; i++)
             if (strcmp(r->nm.s[i], want) == 0)
                 pick = (int)i;
     } else {
-        for (i = 0; i < e->n && pick < 0; i++)
-            if (r->alloc[i] >= 0 && is_gpu_bfc(r->nm.s[r->alloc[i]]))
+        for (i = 0; i < e->n; i++) {
+            long long g = r->alloc[i] >= 0 ? gpu_bfc_number(r->nm.s[r->alloc[i]]) : -1;
+            if (g >= 0 && (best < 0 || g < best)) {
+                best = g;
                 pick = r->alloc[i];
+            }
+        }
     }
-    if (pick < 0) {
+    for (i = 0; pick >= 0 && i < e->n; i++)
+        k += r->alloc[i] == pick;
+    if (pick < 0 || !k) {
         char list[512];
         size_t n = 0;
         list[0] = '\0';
@@ -127,6 +179,7 @@ static cp_status choose(raw *r, const char *path, const char *want)
                             "profile's: %s)", path, want ? want : "GPU_<n>_bfc",
                             "", n ? list : "none named");
     }
+    k = 0;
     for (i = 0; i < e->n; i++)
         if (r->alloc[i] == pick) {
             e->ev[k] = e->ev[i];
@@ -142,6 +195,7 @@ static void raw_fini(raw *r)
 {
     free(r->alloc);
     free(r->nm.s);
+    free(r->nm.slot);
 }
 
 /* ---- JSON lines ------------------------------------------------------- */
@@ -363,6 +417,7 @@ cp_status cp_jax_read_jsonl(gzFile gz, const char *path, const char *allocator,
 {
     raw r;
     size_t cap = 1 << 16, len, line = 0;
+    uint64_t off = 0; /* the bytes of the lines before */
     char *buf = malloc(cap);
     cp_status st = CP_OK;
     memset(&r, 0, sizeof r);
@@ -377,19 +432,21 @@ cp_status cp_jax_read_jsonl(gzFile gz, const char *path, const char *allocator,
         buf[0] = '\0';
         /* one line, however long */
         for (;;) {
+            z_off_t pos;
             if (!gzgets(gz, buf + len, (int)(cap - len)))
                 break;
             len += strlen(buf + len);
-            if (len && buf[len - 1] == '\n')
-                break;
-            if (len + 1 < cap - 1) {
-                if (memchr(buf, '\0', len) != NULL)
-                    break;
-                /* short read without newline: end of file or a NUL byte */
-                if (gzeof(gz))
-                    break;
-                continue;
+            /* gzgets stops at a newline, a full buffer or the end of the
+             * data, so a string shorter than the bytes it read was cut by a
+             * NUL byte: the rest of the line (or all of it) would be lost
+             * unseen, or run into the next line */
+            pos = gztell(gz);
+            if (pos >= 0 && (uint64_t)pos - off != len) {
+                st = jbad(path, line + 1, "a NUL byte in the line");
+                goto out;
             }
+            if (buf[len - 1] == '\n' || len + 1 < cap)
+                break; /* a whole line, or the last one without its newline */
             if (cap > ((size_t)1 << 30)) {
                 st = jbad(path, line + 1, "a line longer than 1 GiB");
                 goto out;
@@ -412,13 +469,10 @@ cp_status cp_jax_read_jsonl(gzFile gz, const char *path, const char *allocator,
         }
         if (!len)
             break;
+        off += len;
         line++;
         if (*ws(buf) == '\0')
             continue;
-        if (!gzeof(gz) && (len == 0 || buf[len - 1] != '\n') && len + 1 < cap - 1) {
-            st = jbad(path, line, "a NUL byte in the line");
-            goto out;
-        }
         st = parse_line(&r, path, line, buf);
         if (st != CP_OK)
             goto out;
@@ -580,10 +634,35 @@ static cp_status pb_value(pb *b, int wt, uint64_t end, uint64_t *v, int skip)
 typedef struct plane_ids {
     uint64_t ev_alloc, ev_free; /* event metadata ids (0: absent) */
     uint64_t stat[K_N];
-    uint64_t *ref_id; /* stat metadata ids naming allocators ... */
-    int *ref_name;    /* ... and the names' indexes */
-    size_t nref;
+    struct pref {
+        uint64_t id;  /* a stat metadata id naming an allocator ... */
+        int name;     /* ... the name's index */
+        uint32_t seq; /* its order in the plane (the last of an id counts) */
+    } *ref;           /* sorted by id once the plane is read */
+    size_t nref, capref;
 } plane_ids;
+
+static int cmp_pref(const void *a, const void *b)
+{
+    const struct pref *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The allocator name a reference stat names (sorted refs, binary search), or -1. */
+static int pref_name(const plane_ids *pi, uint64_t id)
+{
+    size_t lo = 0, hi = pi->nref;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (pi->ref[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < pi->nref && pi->ref[lo].id == id ? pi->ref[lo].name : -1;
+}
 
 /* A metadata map entry {1: key, 2: {1: id, 2: name}}: the id and the name
  * (up to 127 bytes, cut). */
@@ -595,6 +674,7 @@ static cp_status read_meta(pb *b, uint64_t end, uint64_t *id, char *name, size_t
     cp_status st = CP_OK;
     *id = 0;
     *nlen = 0;
+    name[0] = '\0'; /* an entry without its name: the callers compare it */
     while ((r = pb_field(b, end, &num, &wt, &st)) > 0) {
         if (num == 2 && wt == 2) {
             uint64_t vend;
@@ -659,24 +739,40 @@ static cp_status pass1_plane(pb *b, uint64_t end, plane_ids *pi, names *nm)
                         pi->stat[k] = id;
                 if (nlen && ref_allocator(name)) {
                     int ix = name_index(nm, name, nlen);
-                    void *a = realloc(pi->ref_id, (pi->nref + 1) * sizeof *pi->ref_id);
-                    void *c2;
-                    if (ix < 0 || !a)
+                    if (ix >= 0 && pi->nref == pi->capref && pi->nref < UINT32_MAX) {
+                        size_t nc = pi->capref ? 2 * pi->capref : 16;
+                        void *a = realloc(pi->ref, nc * sizeof *pi->ref);
+                        if (a) {
+                            pi->ref = a;
+                            pi->capref = nc;
+                        }
+                    }
+                    if (ix < 0 || pi->nref == pi->capref)
                         return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", b->path);
-                    pi->ref_id = a;
-                    c2 = realloc(pi->ref_name, (pi->nref + 1) * sizeof *pi->ref_name);
-                    if (!c2)
-                        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", b->path);
-                    pi->ref_name = c2;
-                    pi->ref_id[pi->nref] = id;
-                    pi->ref_name[pi->nref++] = ix;
+                    pi->ref[pi->nref].id = id;
+                    pi->ref[pi->nref].name = ix;
+                    pi->ref[pi->nref].seq = (uint32_t)pi->nref;
+                    pi->nref++;
                 }
             }
         } else if ((st = pb_value(b, wt, end, &v, 1)) != CP_OK) {
             return st;
         }
     }
-    return r < 0 ? st : CP_OK;
+    if (r < 0)
+        return st;
+    /* one entry an id, the last of the plane's (as a map keeps it) */
+    if (pi->nref) {
+        size_t i, k = 0;
+        qsort(pi->ref, pi->nref, sizeof *pi->ref, cmp_pref);
+        for (i = 0; i < pi->nref; i++) {
+            if (k && pi->ref[k - 1].id == pi->ref[i].id)
+                k--;
+            pi->ref[k++] = pi->ref[i];
+        }
+        pi->nref = k;
+    }
+    return CP_OK;
 }
 
 static cp_status read_event(pb *b, uint64_t end, const plane_ids *pi, uint64_t line_ts, raw *r,
@@ -711,12 +807,8 @@ static cp_status read_event(pb *b, uint64_t end, const plane_ids *pi, uint64_t l
                 } else if ((num == 3 || num == 4 || num == 7) && wt == 0) {
                     if ((st = pb_value(b, 0, send, &val, 0)) != CP_OK)
                         return st;
-                    if (num == 7) {
-                        size_t i;
-                        for (i = 0; i < pi->nref; i++)
-                            if (pi->ref_id[i] == val)
-                                sref = pi->ref_name[i];
-                    }
+                    if (num == 7)
+                        sref = pref_name(pi, val);
                 } else if (num == 5 && wt == 2) {
                     uint64_t n;
                     char s[128];
@@ -880,8 +972,7 @@ cp_status cp_jax_read_xplane(gzFile gz, const char *path, const char *allocator,
     if (st == CP_OK)
         st = choose(&r, path, allocator);
     for (k = 0; k < npl; k++) {
-        free(pl[k].ref_id);
-        free(pl[k].ref_name);
+        free(pl[k].ref);
     }
     free(pl);
     free(b);

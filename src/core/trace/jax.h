@@ -40,7 +40,7 @@ typedef struct cp_jax_events {
 /* What the first bytes of a file say: 1 JSON lines, 2 an XSpace, 0 neither. */
 int cp_jax_sniff(const unsigned char *head, size_t n, const char *path);
 
-/* Reads the events of allocator (NULL: the first GPU_<n>_bfc) from gz;
+/* Reads the events of allocator (NULL: the GPU_<n>_bfc of the lowest n) from gz;
  * CP_ERR_INVALID "path:line: reason" (JSON) or "path: reason" (xplane) for
  * malformed input, a truncated file, or no memory events of that
  * allocator. */
