@@ -572,6 +572,30 @@ describe("JAX memory profiles", function()
     os.execute("rm -rf " .. d)
   end)
 
+  it("places a region clear of those at recorded bases where the virtual upstream's address falls in one", function()
+    -- the virtual upstream counts up from 2^44: a recording's region there
+    -- (the first request's), then a request the model needs a region for
+    -- whose recorded address lies inside that one (a profile started
+    -- mid-run): its region cannot go there, nor where the upstream says
+    local B = 1 << 44
+    local evx = {
+      { event = "MemoryAllocation", addr = B, requested_bytes = MiB, ts = 1 },
+      { event = "MemoryAllocation", addr = B + MiB, requested_bytes = 8 * MiB, ts = 2 },
+    }
+    local pth = ref.write(tmp("at44.jsonl"), ref.jsonl(evx))
+    local t <close> = cupola.trace.load(pth)
+    local p <close> = bfc { memory_limit = GiB, allow_growth = true }
+    local r = cupola.trace.replay(t, p, { addresses = "recorded", record = true })
+    assert.equals(0, r.failed) -- it was refused, a request JAX served
+    assert.equals(1, r.address_mismatches)
+    local a1, a2 = string.unpack("<I8I8", r.recording.addresses)
+    assert.equals(B, a1)
+    assert.is_true(a2 >= B + 2 * MiB) -- past the first region (2 MiB)
+    assert.equals(2 * MiB + 8 * MiB, p:stats().pool_bytes)
+    assert.equals(2, p:stats().regions)
+    os.remove(pth)
+  end)
+
   it("replays over the device upstream too (a real BFC pool)", function()
     local od = { limit = 512 * MiB, growth = true }
     local evd, md = ref.events(ref.workload(9, 800), od)

@@ -97,7 +97,9 @@
  *    where the upstream would put it: where BFC's choice between chunks of
  *    equal size goes by address, the model then chooses as JAX did.  A
  *    recorded base that is not 256-aligned or would overlap a region held
- *    is not used (the upstream places the region).  The model's address,
+ *    is not used (the upstream places the region; where the virtual
+ *    upstream's address meets a region placed at a recorded base, the
+ *    first place above it clear of the regions held).  The model's address,
  *    chunk and bytes_in_use after each request are compared with the
  *    recording's, and the first that differs noted.
  */
@@ -458,11 +460,37 @@ static int overlaps(const bfc *m, uint64_t base, uint64_t bytes)
     return 0;
 }
 
+/* The first 256-aligned base at or above *base where [base, base + bytes)
+ * meets no region held: 0, or -1 when none lies below 2^64.  Each move
+ * passes one region's end, so there are at most as many as regions. */
+static int place_clear(const bfc *m, uint64_t *base, uint64_t bytes)
+{
+    uint64_t b = (*base + MINSZ - 1) / MINSZ * MINSZ;
+    int moved = 1;
+    if (b < *base)
+        return -1;
+    while (moved) {
+        uint32_t i;
+        moved = 0;
+        for (i = 0; i < m->nreg; i++) {
+            const bregion *r = &m->reg[i];
+            if (r->live && b < r->base + r->size && r->base < b + bytes) {
+                b = r->base + r->size; /* regions are multiples of 256 */
+                if (b > UINT64_MAX - bytes)
+                    return -1;
+                moved = 1;
+            }
+        }
+    }
+    *base = b;
+    return 0;
+}
+
 /* Extend: 1 when a region was added, 0 when none could be had. */
 static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
 {
     uint64_t avail = (m->limit - m->pool) / MINSZ * MINSZ, bytes;
-    int increased = 0;
+    int increased = 0, placed = 0;
     void *p = NULL;
     cp_status st;
     *err = CP_OK;
@@ -505,15 +533,24 @@ static int extend(bfc *m, uint64_t rb, cp_stream *s, cp_status *err)
         }
     }
     if (!m->has_hint && overlaps(m, (uint64_t)(uintptr_t)p, bytes)) {
-        /* only where a recording placed a region where the upstream puts
-         * its own (a hostile trace): refused, never two chunks at one place */
+        /* Where the virtual upstream's address falls in a region placed at
+         * a recorded base (a recording's addresses where the counter runs):
+         * the region goes to the first place above clear of those held, as
+         * the counter's are only addresses; it was refused, a request JAX
+         * served failing for where the replay keeps its address space.
+         * Over memory the device's own block cannot overlap one held: never
+         * two chunks at one place. */
+        uint64_t at = (uint64_t)(uintptr_t)p;
         (void)cp_resource_free(m->up, p, (size_t)bytes, s);
-        return 0;
+        if (!m->virt || place_clear(m, &at, bytes) != 0)
+            return 0;
+        p = (void *)(uintptr_t)at;
+        placed = 1;
     }
     if (!increased && m->curr_region <= UINT64_MAX / 2)
         m->curr_region *= 2;
-    if (add_region(m, (uint64_t)(uintptr_t)p, bytes, !m->has_hint) != 0) {
-        if (!m->has_hint)
+    if (add_region(m, (uint64_t)(uintptr_t)p, bytes, !m->has_hint && !placed) != 0) {
+        if (!m->has_hint && !placed)
             (void)cp_resource_free(m->up, p, (size_t)bytes, s);
         *err = cp_error_set(CP_ERR_OOM, "out of host memory for the pool's regions");
         return 0;
