@@ -140,7 +140,9 @@ describe("bfc pool", function()
     assert.is_not_nil(d)
     local st = p:stats()
     assert.equals(2, st.region_frees)
-    assert.equals(2, st.regions)
+    assert.equals(2, st.regions)      -- held now
+    assert.equals(4, st.device_allocs) -- asked of the upstream
+    assert.equals(2, st.device_frees)
     d:free(); c:free()
   end)
 
