@@ -313,20 +313,76 @@ describe("CuPy hook logs that are wrong", function()
     end)
   end
 
-  it("counts frees of pointers it never saw, and refuses a truncated gzip", function()
+  it("counts frees of pointers it never saw", function()
     local path = log { free(512, 12345), alloc(512, 4096), malloc(1, 4096) }
     local t <close> = cupola.trace.load(path)
     assert.equals(1, t:info().unmatched)
-    assert.is_true(os.execute("gzip -kf " .. path))
-    local f = assert(io.open(path .. ".gz", "rb"))
-    local data = f:read "a"
-    f:close()
-    f = assert(io.open(path .. ".cut.gz", "wb"))
-    f:write(data:sub(1, #data - 12))
-    f:close()
-    local ok, err = pcall(cupola.trace.load, path .. ".cut.gz")
-    assert.is_false(ok)
-    assert.matches("gzip", err)
+    assert.is_false(t:info().cut)
+    assert.is_nil(t:info().warning)
+  end)
+
+  -- A program killed while it writes its log (kill -9, a crash) leaves a
+  -- last line without its newline, or a gzip stream without its end: what
+  -- is whole loads, and the trace says where it stops.
+  describe("a log its program stopped writing", function()
+    local lines = { alloc(512, 4096), malloc(1, 4096), free(512, 4096), alloc(1024, 8192), malloc(600, 8192) }
+    local whole = read_file(log(lines))
+    local function written(bytes, gz)
+      local path = tmpdir .. "/cut" .. (gz and ".jsonl.gz" or ".jsonl")
+      local f = assert(io.open(path, "wb"))
+      f:write(bytes)
+      f:close()
+      return path
+    end
+
+    it("a last line cut inside its object: the lines before it load, with a warning", function()
+      local t <close> = cupola.trace.load(written(whole:sub(1, #whole - 10)))
+      assert.is_true(t:info().cut)
+      assert.matches(":5: the log is cut here %(a last line without its newline", t:info().warning)
+      assert.equals(2, t:info().allocs + t:info().frees, "the first malloc and its free")
+      -- a whole last object without its newline is a whole line
+      local u <close> = cupola.trace.load(written(whole:sub(1, #whole - 1)))
+      assert.is_false(u:info().cut)
+      assert.equals(3, u:info().allocs + u:info().frees)
+    end)
+
+    it("a gzip stream that ends early: the whole lines load, with zlib's reason", function()
+      local many = { alloc(512, 4096) }
+      for i = 1, 400 do
+        many[#many + 1] = malloc(i, 4096)
+        many[#many + 1] = free(i, 4096)
+      end
+      local plain = written(table.concat(many, "\n") .. "\n")
+      assert.is_true(os.execute("gzip -kf " .. plain))
+      local data = read_file(plain .. ".gz")
+      local t <close> = cupola.trace.load(written(data:sub(1, #data // 2), true))
+      assert.is_true(t:info().cut)
+      assert.matches("the log is cut here %(unexpected end of file", t:info().warning)
+      assert.is_true(#t > 0)
+      -- corrupt data (not an early end) is still refused
+      local mid = #data // 2
+      local bad = data:sub(1, mid) .. string.rep("\255", 64) .. data:sub(mid + 65)
+      local ok, err = pcall(cupola.trace.load, written(bad, true))
+      assert.is_false(ok)
+      assert.is_nil(err:find("cut here", 1, true), err)
+    end)
+
+    it("cut in its first line: nothing to read, refused; a bad line before the last still refused", function()
+      local ok, err = pcall(cupola.trace.load, written(whole:sub(1, 12)))
+      assert.is_false(ok)
+      assert.matches(":1: the log is cut in its first line", err)
+      local first = whole:find("\n", 1, true)
+      ok, err = pcall(cupola.trace.load, written(whole:sub(1, first) .. "{\"hook\":\n" .. whole:sub(first + 1)))
+      assert.is_false(ok)
+      assert.matches("cut%.jsonl:2: ", err)
+      assert.is_nil(err:find("cut here", 1, true))
+    end)
+
+    it("advise says the figures cover only what was written", function()
+      local res = cupola.advise(written(whole:sub(1, #whole - 10)), { pools = false })
+      local said = table.concat(res.warnings, "\n")
+      assert.matches("the recording ends early", said, 1, true)
+    end)
   end)
 end)
 

@@ -451,6 +451,10 @@ local function advise_trace(t, o, state, mod)
   -- what the figures mean, and what to watch
   if mod.notes then mod.notes(result, ctx) end
   local W = result.warnings
+  if info.cut then
+    -- a log or recording its program stopped writing: the figures are of what was written
+    W[#W + 1] = ("the recording ends early, so these figures cover only its start: %s"):format(info.warning)
+  end
   for _, r in ipairs(out) do
     if r.error then
       W[#W + 1] = ("%s: the replay failed: %s"):format(r.description, r.error)

@@ -107,8 +107,9 @@ static void push_info(lua_State *L, const cp_trace *t)
     lua_setfield(L, -2, "path");
     lua_pushstring(L, cp_trace_format(t));
     lua_setfield(L, -2, "format");
-    if (strcmp(cp_trace_format(t), "cupola_record") == 0) {
-        /* a recording cut by a killed program loaded what was whole */
+    if (strcmp(cp_trace_format(t), "cupola_record") == 0 ||
+        strcmp(cp_trace_format(t), "cupy_hook") == 0) {
+        /* a recording or log cut by a killed program loaded what was whole */
         lua_pushboolean(L, cp_trace_warning(t) != NULL);
         lua_setfield(L, -2, "cut");
         if (cp_trace_warning(t)) {

@@ -662,6 +662,17 @@ static cp_status event(cld *l, jline *j)
     return CP_OK;
 }
 
+/* The log ends early (a program stopped while writing it): what came before
+ * loads, with a warning that says where (t.cut, t.warning). */
+static void cut(cld *l, const char *gzmsg)
+{
+    l->t->cut = 1;
+    snprintf(l->t->warning, sizeof l->t->warning,
+             "%s:%zu: the log is cut here (%s; the program was stopped while writing it?): the "
+             "lines before it were loaded", l->path, l->line,
+             gzmsg ? gzmsg : "a last line without its newline that is no whole object");
+}
+
 cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
 {
     cld l;
@@ -669,7 +680,7 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
     uint64_t offset = 0;
     cp_status st = CP_OK;
     jline j;
-    int err;
+    int err, last;
 
     memset(&l, 0, sizeof l);
     l.t = t;
@@ -695,8 +706,15 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
             st = lbad(&l, "a NUL byte in the line", NULL);
             goto out;
         }
-        if (len && buf[len - 1] != '\n') {
+        last = len && buf[len - 1] != '\n';
+        if (last) {
             const char *msg = cp_gz_reason(gzerror(gz, &err), path);
+            if (err == Z_BUF_ERROR) {
+                /* a gzip stream that ends early: the log of a program that
+                 * was stopped while writing it; its partial line is dropped */
+                cut(&l, msg);
+                break;
+            }
             if (err != Z_OK && err != Z_STREAM_END) {
                 st = cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data (%s)",
                                   path, l.line, msg);
@@ -717,15 +735,24 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
                 continue; /* a blank line */
         }
         if (jparse(buf, &j) != 0) {
+            if (last) {
+                /* the last line, without its newline, and no whole object: a
+                 * line the program was writing when it stopped (Python's
+                 * file buffer is written out in pieces) */
+                cut(&l, NULL);
+                break;
+            }
             st = lbad(&l, j.err, j.errkey);
             goto out;
         }
         if ((st = event(&l, &j)) != CP_OK)
             goto out;
     }
-    {
+    if (!t->cut) {
         const char *msg = cp_gz_reason(gzerror(gz, &err), path);
-        if (err != Z_OK && err != Z_STREAM_END) {
+        if (err == Z_BUF_ERROR) {
+            cut(&l, msg); /* the stream ends early after a whole line */
+        } else if (err != Z_OK && err != Z_STREAM_END) {
             st = cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data (%s)", path,
                               l.line + 1, msg);
             goto out;
@@ -741,6 +768,11 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
     }
     if (l.line == 0) {
         st = cp_error_set(CP_ERR_INVALID, "%s: empty file", path);
+        goto out;
+    }
+    if (t->cut && l.line == 1) {
+        st = cp_error_set(CP_ERR_INVALID, "%s:1: the log is cut in its first line: no whole line "
+                          "to read", path);
         goto out;
     }
     t->ops = malloc((t->n ? t->n : 1) * sizeof *t->ops);
