@@ -910,9 +910,6 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
                               errno ? strerror(errno) : "read error");
         else if (gzrewind(ld.gz) != 0)
             st = cp_error_set(CP_ERR_BACKEND, "%s: cannot rewind", path);
-        else if (!is_pickle && device > 0)
-            st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,
-                              device);
         else if (!is_pickle && got > 0 && cp_cupy_hook_sniff(head, (size_t)got) &&
                  (jl = json_lines_kind(ld.gz, path)) == JSONL_UNKNOWN)
             st = cp_error_set(CP_ERR_INVALID, "%s:1: JSON lines, but neither a JAX memory event "
@@ -925,6 +922,10 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
             st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a CuPy hook log "
                                            "holds one device", path, device)
                             : cp_cupy_hook_load(ld.gz, path, t); /* JSON lines */
+        else if (!is_pickle && device > 0)
+            /* after the JAX and CuPy files, which say what they hold instead */
+            st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,
+                              device);
         else
             st = is_pickle ? load_snapshot(&ld, got == 8 && cp_snapshot_is_compact(head, 8))
                            : load(&ld);
