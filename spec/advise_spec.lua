@@ -488,3 +488,21 @@ describe("a pool spec as CUPOLA_TORCH_POOL and advise's rows write it", function
     assert.error_matches(function() util.pool_spec "tlsf,max" end, 'item "max" is not key=value')
   end)
 end)
+
+-- Bug fixed with this spec: a snapshot of segment entries alone (no
+-- allocation, so no stream in the trace) had the torch replay read its
+-- operations' streams through a null table (UBSan, in fuzz-trace).
+describe("a snapshot with segment entries only", function()
+  it("replays through the torch model and advises", function()
+    local base = 0x7f0000000000
+    local ev = { entry("segment_alloc", base, 20 * MiB, 1), entry("segment_free", base, 20 * MiB, 2) }
+    local path = tmpfile("\128\2" .. dict { "device_traces", list { list(ev) }, "segments", list {} } .. ".")
+    local t <close> = cupola.trace.load(path)
+    assert.equals(0, #t)
+    local r = t:replay(cupola.pool { kind = "torch", upstream = "virtual" })
+    assert.equals(0, r.peak_reserved)
+    local ok, res = pcall(cupola.advise, path, { progress = false, pools = {} })
+    os.remove(path)
+    assert.is_true(ok, res)
+  end)
+end)

@@ -1044,11 +1044,15 @@ const char *cp_trace_format(const cp_trace *t)
 
 void cp_trace_torch_view_get(const cp_trace *t, cp_trace_torch_view *v)
 {
+    /* the operations' stream index 0 where the trace has no stream (a
+     * snapshot of segment entries alone): the replay reads streams[0] for
+     * every operation */
+    static const uint64_t no_stream[1] = {0};
     v->top = t->top;
     v->top_row = t->top_row;
     v->time = t->time;
     v->ntop = t->ntop;
-    v->streams = t->streams;
+    v->streams = t->streams ? t->streams : no_stream;
     v->nstreams = t->nstreams;
     v->nallocs = t->nallocs;
     v->segev = t->segev;
