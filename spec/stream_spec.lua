@@ -146,6 +146,40 @@ describe("events", function()
     e:synchronize()
   end)
 
+  -- The host backend completes a marker on an idle stream as it is
+  -- recorded, as a GPU with nothing queued does within microseconds; it was
+  -- left to the stream's worker thread, so a query right after it said
+  -- false for as long as the host took to wake the thread, and a replay's
+  -- cross-stream reuse (which asks that) followed the host's load.
+  it("recorded on an idle host stream, are done at once (the answer does not wait for a thread)", function()
+    if cupola.backend() ~= "host" then return pending "the host backend's scheduling" end
+    local s <close> = cupola.stream()
+    local e <close> = cupola.event { timing = true }
+    for _ = 1, 200 do
+      e:record(s)
+      assert.is_true(e:query())
+    end
+    e:record()
+    assert.is_true(e:query())
+    -- and after work, only once the work is done
+    assert.is_false(while_spinning(30000, function(us)
+      spin(us, { stream = s })
+      e:record(s)
+      return e:query()
+    end))
+    s:synchronize()
+    assert.is_true(e:query())
+    -- a marker completed as recorded keeps its time
+    local a <close> = cupola.event { timing = true }
+    local b <close> = cupola.event { timing = true }
+    a:record(s)
+    spin(20000, { stream = s })
+    s:synchronize()
+    b:record(s)
+    local ms = a:elapsed(b)
+    assert.is_true(ms >= 15 and ms < 30000, "elapsed " .. ms)
+  end)
+
   it("close safely twice", function()
     local e = cupola.event()
     e:close()

@@ -28,7 +28,11 @@
  *    worker exits and is joined (and the stream freed) by the next
  *    stream_create, stream_destroy or device_synchronize, or at exit.
  *  - Events: record enqueues a marker; when the marker runs it stores the
- *    host's CLOCK_MONOTONIC time.  query/synchronize/stream_wait_event refer
+ *    host's CLOCK_MONOTONIC time.  On a stream with nothing queued the
+ *    marker (like any item with nothing to run and nothing to wait for)
+ *    completes inside the record, so a query right after it is true, as on
+ *    a GPU whose stream is idle, whatever the host's load (a replay's
+ *    cross-stream reuse depends on that answer).  query/synchronize/stream_wait_event refer
  *    to the most recent record at the time of the call; an event never
  *    recorded is complete and waiting on it is a no-op; elapsed needs both
  *    events created with timing, recorded and complete.

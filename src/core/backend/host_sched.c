@@ -385,7 +385,14 @@ cp_status cp_host_enqueue_locked(cp_stream *s, hwork *w, uint64_t *ticket)
     w->ticket = ++s->enqueued;
     if (ticket)
         *ticket = w->ticket;
-    if (!w->run && !w->done_locked && w->ndeps == 0 && !s->head) {
+    if (!w->run && w->ndeps == 0 && !s->head) {
+        /* Nothing to run and nothing before it (an event's marker, a wait
+         * already satisfied, on an idle stream): complete now.  A worker
+         * would do the same at once; doing it here keeps the answer of a
+         * query that follows from depending on when the worker wakes (a
+         * replay's cross-stream reuse was decided by the host's load). */
+        if (w->done_locked)
+            w->done_locked(w);
         s->completed = w->ticket;
         cp_host_work_free(w);
         return CP_OK;

@@ -260,14 +260,20 @@ cp_status cp_host_event_record(cp_event *e, cp_stream *s)
     }
     w->u.mark.e = e;
     w->u.mark.gen = e->gen + 1;
+    /* The marker's reference and generation first: on an idle stream the
+     * enqueue completes it at once (as a GPU whose stream has no work
+     * does), before it returns. */
+    e->refs++;
+    e->gen++;
     st = cp_host_enqueue_locked(hs, w, &ticket);
     if (st == CP_OK) {
-        /* the marker cannot have run yet: we hold the lock */
-        e->refs++;
-        e->gen++;
         e->recorded = 1;
         e->sid = hs->id;
         e->ticket = ticket;
+    } else {
+        /* the item was freed unrun */
+        e->refs--;
+        e->gen--;
     }
     pthread_mutex_unlock(&G.mu);
     return st;
