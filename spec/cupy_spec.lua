@@ -297,7 +297,6 @@ describe("CuPy hook logs that are wrong", function()
     { '{"hook":"free"}', "needs mem_ptr" },
     { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512,"pmem_id":"zz"}', "pmem_id" },
     { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512} trailing', "text after the JSON object" },
-    { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512,"device_id":0}\n{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":1024,"device_id":1}', "a second device" },
     { '{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512}\n{"hook":"malloc","size":1,"mem_size":512,"mem_ptr":512}', "already live" },
     { '{"hook":"malloc_preprocess"}\n{"hook":"malloc_preprocess"}', "inside another malloc" },
     { '{"hook":"malloc","size":99999999999999999999,"mem_size":512,"mem_ptr":512}', "key 'size' must be an integer" },
@@ -632,5 +631,79 @@ describe("CuPy hook logs at the edges", function()
     local r = cupola.trace.replay(t, p, { addresses = "recorded" })
     assert.is_true(r.cupy.exact, r.cupy.mismatch and r.cupy.mismatch.what)
     assert.equals(1024, r.peak_reserved)
+  end)
+end)
+
+-- CuPy keeps a pool a device (MemoryPool's SingleDeviceMemoryPool each) and
+-- its hooks name the pool's device on every line, a free's being its
+-- memory's device whatever device is current.  A log of a program on two
+-- GPUs was refused at its second device's first line; it loads one device
+-- at a time.
+describe("a CuPy log of several devices", function()
+  local function on(d, line) return (line:gsub('"device_id":0', '"device_id":' .. d)) end
+  local lines = {
+    alloc(1024, 4096), malloc(1000, 4096),
+    on(1, alloc(4096, 8192)), on(1, malloc(4000, 8192)),
+    on(1, free(4000, 8192)), -- freed while device 0 is current: the hook names device 1
+    alloc(512, 65536), malloc(100, 65536), free(100, 65536), free(1000, 4096),
+  }
+
+  it("is refused without a device, naming every device it holds and the way to pick one", function()
+    local path = log(lines)
+    local ok, err = pcall(cupola.trace.load, path)
+    assert.is_false(ok)
+    assert.matches("the log holds devices 0 and 1 (line 3 is the first of a second): each device has a "
+      .. "pool of its own; load one device's with {device = n} (cupola advise: --device N)", err, 1, true)
+  end)
+
+  it("loads one device's lines with {device = n}, and each replays exactly", function()
+    local path = log(lines)
+    local want = { [0] = { events = 4, allocs = 2, peak = 1536 }, [1] = { events = 2, allocs = 1, peak = 4096 } }
+    for d = 0, 1 do
+      local t <close> = cupola.trace.load(path, { device = d })
+      assert.equals(want[d].events, #t)
+      assert.equals(2, t.devices)
+      assert.equals(want[d].allocs, t.cupy.device_allocs)
+      local p <close> = cupy { upstream = "virtual" }
+      local r = t:replay(p, { addresses = "recorded" })
+      assert.is_true(r.cupy.exact, d)
+      assert.equals(want[d].peak, r.peak_reserved)
+      assert.equals(want[d].allocs, r.device_allocs)
+    end
+  end)
+
+  it("refuses a device no line names, and a device past 0 in a log that names none", function()
+    local path = log(lines)
+    local ok, err = pcall(cupola.trace.load, path, { device = 2 })
+    assert.is_false(ok)
+    assert.matches("device 2: no line of it (the log's lines are of devices 0 and 1)", err, 1, true)
+    local one = log { on(3, alloc(512, 4096)), on(3, malloc(1, 4096)) }
+    local t <close> = cupola.trace.load(one) -- one device's log, whichever device it was
+    assert.equals(1, #t)
+    assert.equals(1, t.devices)
+    ok, err = pcall(cupola.trace.load, one, { device = 0 })
+    assert.is_false(ok)
+    assert.matches("device 0: no line of it (the log's lines are of device 3)", err, 1, true)
+    local none = log { '{"hook":"alloc","mem_size":512,"mem_ptr":4096}' }
+    ok, err = pcall(cupola.trace.load, none, { device = 1 })
+    assert.is_false(ok)
+    assert.matches("device 1: the log names no device (no device_id key): it is one device's, read as device 0",
+      err, 1, true)
+    local t0 <close> = cupola.trace.load(none, { device = 0 })
+    assert.equals(0, #t0)
+  end)
+
+  it("is advised one device at a time (--device N)", function()
+    local path = log(lines)
+    local res = cupola.advise(path, { device = 1, progress = false })
+    assert.equals("cupy", res.framework)
+    assert.equals(1, res.device)
+    assert.equals(2, res.devices)
+    local ok, err = pcall(cupola.advise, path, { progress = false })
+    assert.is_false(ok)
+    assert.matches("--device N", err, 1, true)
+    ok, err = pcall(cupola.advise, path, { device = 2, progress = false })
+    assert.is_false(ok)
+    assert.matches("device 2", err, 1, true)
   end)
 end)

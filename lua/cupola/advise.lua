@@ -481,8 +481,13 @@ end
 -- empty file saying that.  Its errors already point at the user's line
 -- (cupola.trace.load raises there): they go on as they are, and the ones
 -- made here are raised there too.
-local function load_trace(path)
-  local ok, t = pcall(require("cupola.trace").load, path)
+local function load_trace(path, device)
+  local load = require("cupola.trace").load
+  local ok, t = pcall(load, path)
+  -- a CuPy log of several devices loads one device at a time (a pool each)
+  if not ok and device and tostring(t):find("each device has a pool of its own", 1, true) then
+    ok, t = pcall(load, path, { device = device })
+  end
   if ok then return t end
   local e = tostring(t)
   local function shown_path(pattern)
@@ -513,7 +518,7 @@ function advise.run(src, opts)
     end
     traces[1] = { t = src, device = #src > 0 and src:event(1).device or 0 }
   elseif type(src) == "string" then
-    local t = load_trace(src)
+    local t = load_trace(src, o.device)
     local n = t.devices or 1
     src = t.path -- a name of a trace cupola ships, found
     if o.device then
@@ -1170,7 +1175,8 @@ local usage_options = [[
                     tlsf, vmm, caching)%s
   --no-pools        no rows for cupola's pools
   --search          the least-memory search without a limit
-  --device N        only device N of a recording of several (default: each)
+  --device N        only device N of a recording of several (default: each of
+                    a snapshot's; a CuPy log's devices are advised one by one)
   --device-memory SIZE  the device's memory, for JAX's XLA_CLIENT_MEM_FRACTION
                     (default: what the profile says of it, where it does)
   --threads N       replay threads (default: one per core)

@@ -15,7 +15,8 @@
  *   free_all_blocks    (a hook of the user's) the program called
  *                      free_all_blocks(); with arena_stream, only that
  *                      stream's arena (free_all_blocks(stream=s))
- * Any line may carry device_id (one device a log), stream (the current
+ * Any line may carry device_id (the pool's device: with several in a log,
+ * one is read, the one asked for; without, a second is an error), stream (the current
  * stream's pointer: the arena CuPy uses; 0 when absent, the legacy default
  * stream) and total_bytes (the pool's total_bytes() after the event: the
  * replay checks the model against it; the peak leaves out free lines and
@@ -27,7 +28,7 @@
  *
  * Errors name the line: not a JSON object, a known key of the wrong type,
  * a line without "hook", mem_size not size rounded to 512 (not CuPy's
- * MemoryPool), a second device, sizes past 2^63-1, a NUL byte, a line
+ * MemoryPool), a second device where none was asked for, sizes past 2^63-1, a NUL byte, a line
  * longer than 1 MiB, truncated gzip data.
  */
 #include "trace_impl.h"
@@ -352,8 +353,13 @@ typedef struct cld {
     uint64_t live_bytes;
     int in_malloc;         /* after a malloc_preprocess line, before its malloc */
     size_t gc_first;       /* the first GCFREE operation of that malloc */
-    int have_dev;
-    uint64_t dev;
+    int want;              /* the device asked for (-1: none) */
+    int have_dev;          /* a line of the device read (or, without want, of any) */
+    uint64_t dev;          /* the device read, once have_dev */
+    uint64_t seen[8];      /* the devices of the lines, the first 8 (for the messages) */
+    unsigned nseen;
+    int more_seen;         /* more than 8 */
+    size_t second_line;    /* without want: the first line of a second device (0: none) */
 } cld;
 
 static cp_status lbad(cld *l, const char *why, const char *key)
@@ -462,6 +468,32 @@ static void close_malloc(cld *l)
      * which the replay applies in order, as it does the first 255 */
 }
 
+static void note_device(cld *l, uint64_t d)
+{
+    unsigned i;
+    for (i = 0; i < l->nseen; i++)
+        if (l->seen[i] == d)
+            return;
+    if (l->nseen < sizeof l->seen / sizeof l->seen[0])
+        l->seen[l->nseen++] = d;
+    else
+        l->more_seen = 1;
+}
+
+/* "0, 1 and 3": the devices the log's lines name. */
+static void seen_list(const cld *l, char *out, size_t n)
+{
+    size_t k = 0;
+    unsigned i;
+    out[0] = '\0';
+    for (i = 0; i < l->nseen && k < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%llu",
+                              i == 0 ? "" : i + 1 == l->nseen && !l->more_seen ? " and " : ", ",
+                              (unsigned long long)l->seen[i]);
+    if (l->more_seen && k < n)
+        snprintf(out + k, n - k, ", ...");
+}
+
 static cp_status event(cld *l, jline *j)
 {
     cp_trace *t = l->t;
@@ -473,6 +505,23 @@ static cp_status event(cld *l, jline *j)
     const char *h = j->hook;
     int k;
 
+    /* Each device has a pool of its own (MemoryPool keeps one
+     * SingleDeviceMemoryPool a device), and CuPy's hooks name the pool's
+     * device on every line (a free's is its memory's device, whatever
+     * device is current): a log of several devices is read one device at
+     * a time, the others' lines left out before anything else of them. */
+    if (j->has[K_DEVICE]) {
+        uint64_t d = j->v[K_DEVICE];
+        note_device(l, d);
+        if (l->want >= 0 && d != (uint64_t)l->want)
+            return CP_OK;
+        if (l->want < 0 && l->have_dev && d != l->dev && !l->second_line)
+            l->second_line = l->line; /* refused at the end, naming every device */
+        if (l->second_line)
+            return CP_OK;
+        l->have_dev = 1;
+        l->dev = d;
+    }
     if (j->has[K_STREAM])
         c->has_stream = 1;
     if (j->has[K_TOTAL]) {
@@ -488,17 +537,6 @@ static cp_status event(cld *l, jline *j)
         if (total > c->peak_total && strcmp(j->hook, "free") != 0 &&
             !(strcmp(j->hook, "alloc") == 0 && j->has[K_MEMPTR] && j->v[K_MEMPTR] == 0))
             c->peak_total = total;
-    }
-    if (j->has[K_DEVICE]) {
-        if (l->have_dev && j->v[K_DEVICE] != l->dev) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "a second device (%llu after %llu): cupola reads one "
-                     "device's log (keep the lines of one device_id)",
-                     (unsigned long long)j->v[K_DEVICE], (unsigned long long)l->dev);
-            return lbad(l, msg, NULL);
-        }
-        l->have_dev = 1;
-        l->dev = j->v[K_DEVICE];
     }
     for (k = K_SIZE; k <= K_MEMPTR; k++)
         if (k != K_MEMPTR && j->has[k] && j->v[k] > CP_TRACE_BYTES_MAX)
@@ -673,7 +711,7 @@ static void cut(cld *l, const char *gzmsg)
              gzmsg ? gzmsg : "a last line without its newline that is no whole object");
 }
 
-cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
+cp_status cp_cupy_hook_load(gzFile gz, const char *path, int device, cp_trace *t)
 {
     cld l;
     char *buf;
@@ -685,6 +723,7 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
     memset(&l, 0, sizeof l);
     l.t = t;
     l.path = path;
+    l.want = device;
     t->format = TRACE_CUPY;
     t->info.devices = 1;
     t->info.threads = 1;
@@ -770,6 +809,32 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t)
         st = cp_error_set(CP_ERR_INVALID, "%s: empty file", path);
         goto out;
     }
+    if (l.second_line) {
+        char list[160];
+        seen_list(&l, list, sizeof list);
+        st = cp_error_set(CP_ERR_INVALID, "%s: the log holds devices %s (line %zu is the first "
+                          "of a second): each device has a pool of its own; load one device's "
+                          "with {device = n} (cupola advise: --device N)", path, list,
+                          l.second_line);
+        goto out;
+    }
+    if (device >= 0 && !l.have_dev && l.nseen) {
+        char list[160];
+        seen_list(&l, list, sizeof list);
+        st = cp_error_set(CP_ERR_INVALID, "%s: device %d: no line of it (the log's lines are of "
+                          "device%s %s)", path, device, l.nseen > 1 ? "s" : "", list);
+        goto out;
+    }
+    if (device > 0 && !l.have_dev) {
+        /* (device 0 of a log that names none is the log: one device's) */
+        char list[160];
+        seen_list(&l, list, sizeof list);
+        st = cp_error_set(CP_ERR_INVALID, "%s: device %d: the log names no device (no "
+                          "device_id key): it is one device's, read as device 0%s", path, device,
+                          list);
+        goto out;
+    }
+    t->info.devices = l.nseen > 1 ? l.nseen + (unsigned)l.more_seen : 1;
     if (t->cut && l.line == 1) {
         st = cp_error_set(CP_ERR_INVALID, "%s:1: the log is cut in its first line: no whole line "
                           "to read", path);

@@ -919,9 +919,7 @@ cp_status cp_trace_load_opts(const char *path, int device, const char *allocator
                                            "read by allocator (option 'allocator')", path, device)
                             : load_jax(&ld, jl == JSONL_JAX ? 1 : 2);
         else if (!is_pickle && got > 0 && jl == JSONL_CUPY)
-            st = device > 0 ? cp_error_set(CP_ERR_INVALID, "%s: device %d: a CuPy hook log "
-                                           "holds one device", path, device)
-                            : cp_cupy_hook_load(ld.gz, path, t); /* JSON lines */
+            st = cp_cupy_hook_load(ld.gz, path, device, t); /* JSON lines */
         else if (!is_pickle && device > 0)
             /* after the JAX and CuPy files, which say what they hold instead */
             st = cp_error_set(CP_ERR_INVALID, "%s: device %d: an RMM log holds one device", path,

@@ -60,9 +60,11 @@ typedef struct cp_trace_cupy {
 /* Whether the first bytes of a file look like a CuPy hook log (a JSON
  * object: optional blanks, then '{'). */
 int cp_cupy_hook_sniff(const unsigned char *head, size_t n);
-/* Reads the log from gz into t (rows, streams, info, t->cupy, t->ops);
+/* Reads the log from gz into t (rows, streams, info, t->cupy, t->ops):
+ * device < 0, a log of one device; else the lines of that device (and
+ * those that name none), info.devices the number the log names;
  * CP_ERR_INVALID with "path:line: reason" for malformed input. */
-cp_status cp_cupy_hook_load(gzFile gz, const char *path, cp_trace *t);
+cp_status cp_cupy_hook_load(gzFile gz, const char *path, int device, cp_trace *t);
 void cp_cupy_hook_free(cp_trace_cupy *c);
 
 /* The replay of a CuPy log through the cupy model (cp_trace_replay hands it
