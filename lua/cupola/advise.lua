@@ -1119,6 +1119,7 @@ function advise.html(res, src, path)
       c.upstream, c.max = "virtual", res.limit
       local p <close> = core.pool(c)
       local x = t:replay(p, { record = true, progress = false,
+        clock = (r.kind == "torch" or r.kind == "bfc" or r.kind == "cupy") and "pool" or "trace",
         addresses = r.job and r.job.recorded and r.replay and r.replay.recorded and "recorded" or nil })
       panels[#panels + 1] = x
       names[#names + 1] = name

@@ -555,6 +555,52 @@ static void test_streams(const char *kind, cp_upstream_kind up, int real_backend
 
 /* ---- misuse, fallback, reset, limit ---- */
 
+/* cp_streams_idle (backend.h): on a thread whose streams run no work (an
+ * advise replay), a pool takes every recorded event as complete, whatever
+ * the backend would answer; the fake backend, like CUDA a moment after a
+ * record, says A's free is still pending. */
+static void test_streams_idle(const char *kind)
+{
+    const size_t SZ = 64u << 10;
+    cp_stream *a = NULL, *b = NULL;
+    cp_resource *r;
+    cp_pool_opts o = opts(kind, CP_UP_VIRTUAL, CP_REUSE_EVENT);
+    void *x, *y, *w, *v[16];
+    uint64_t q0;
+    int hits;
+    snprintf(tap_group, sizeof tap_group, "advise's replays (cp_streams_idle)");
+    cp_be->stream_create(&a, 0, 0);
+    cp_be->stream_create(&b, 0, 0);
+    if (cp_pool_create(&r, &o) != CP_OK) {
+        ok(0, "%s: pool: %s", kind, cp_error_msg());
+        return;
+    }
+    cp_resource_alloc(r, SZ, a, &x);
+    cp_resource_alloc(r, SZ, b, &y);
+    cp_be->k_spin(20000, a); /* pending until fake_complete */
+    cp_resource_free(r, x, SZ, a);
+    /* the pool's next operation on A records the free's event */
+    cp_resource_alloc(r, 256, a, &w);
+    cp_resource_free(r, w, 256, a);
+    hits = alloc_many(r, b, SZ, 16, (uintptr_t)x, SZ, v);
+    ok(hits == 0, "%s: A's free pending: not B's (%d)", kind, hits);
+    free_many(r, b, SZ, 16, v);
+    q0 = fake_queries;
+    cp_streams_idle = 1;
+    hits = alloc_many(r, b, SZ, 16, (uintptr_t)x, SZ, v);
+    cp_streams_idle = 0;
+    ok(hits == 1 && fake_queries == q0,
+       "%s: streams idle: B gets A's block at once, the backend unasked (%d; %llu queries)", kind,
+       hits, (unsigned long long)(fake_queries - q0));
+    free_many(r, b, SZ, 16, v);
+    fake_complete(a);
+    cp_resource_free(r, y, SZ, b);
+    cp_be->device_synchronize();
+    cp_resource_destroy(r);
+    cp_be->stream_destroy(a);
+    cp_be->stream_destroy(b);
+}
+
 static void test_misc(const char *kind, cp_upstream_kind up)
 {
     cp_pool_opts o = opts(kind, up, CP_REUSE_STREAM);
@@ -883,6 +929,9 @@ int main(void)
     test_bfc_huge_limit();
     cp_be = &fake_backend;
     test_refusal_retry();
+    test_streams_idle("tlsf");
+    test_streams_idle("freelist");
+    test_streams_idle("caching");
     run_all("fake", 0);
 #ifndef TEST_NO_HOST
     cp_be = NULL;

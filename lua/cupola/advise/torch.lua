@@ -344,7 +344,7 @@ function torch.notes(result, ctx)
   if ctx.npools > 0 then
     N[#N + 1] = "cupola rows: cupola's pools serving PyTorch through its pluggable allocator (make torch-allocator, " ..
       "CUPOLA_TORCH_POOL=SPEC); device calls are their upstream calls (vmm: pages mapped); vmm's default " ..
-      "policy decides by time on the replay's clock, so its row can move a little from run to run; step time: " ..
+      "policy decides by time, and runs on the snapshot's clock (the program's own times); step time: " ..
       "tlsf and caching keep what they take once warm and ran at PyTorch's speed on an H100, vmm 5-18 % slower " ..
       "(it is offered only where neither fits)"
   end

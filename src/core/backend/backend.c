@@ -15,6 +15,7 @@
 const cp_backend *cp_be = NULL;
 
 int cp_forked;
+_Thread_local int cp_streams_idle;
 int cp_unusable;
 static char sticky_msg[768];
 static pid_t parent_pid;

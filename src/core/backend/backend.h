@@ -319,6 +319,26 @@ int cp_backend_cuda_probe(char *why, size_t whylen);
 /* The backend in use, chosen once per process by cp_backend_select(). */
 extern const cp_backend *cp_be;
 
+/* Nonzero on a thread whose streams run no work: cupola.advise's replays,
+ * into pools of their own over the virtual upstream.  Every event recorded
+ * there is complete, and the pools' queries say so at once: CUDA answers
+ * "not ready" for a few microseconds after a record on an idle stream,
+ * which is hundreds of a replay's events, so a block's reuse by another
+ * stream (and the least memory) followed the GPU's timing from run to run;
+ * the host backend completes such a marker as it is recorded (host.c). */
+extern _Thread_local int cp_streams_idle;
+
+/* cp_be->event_query, or done at once under cp_streams_idle: the query of
+ * the pools' stream-ordered reuse. */
+static inline cp_status cp_event_done(cp_event *e, int *done)
+{
+    if (cp_streams_idle) {
+        *done = 1;
+        return CP_OK;
+    }
+    return cp_be->event_query(e, done);
+}
+
 /* ---- a process that can no longer use the backend -----------
  * After fork() the child has no stream workers (host) and no usable CUDA
  * context, and a lock held by a thread that does not exist there would never

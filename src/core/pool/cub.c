@@ -192,7 +192,7 @@ static int reusable(cub *c, cub_blk *b, uint64_t sid, cp_stream *s)
     if (c->reuse == CP_REUSE_WAIT)
         return cp_be->stream_wait_event(s, b->ev) == CP_OK;
     /* CUB takes any answer but "not ready" as complete. */
-    if (cp_be->event_query(b->ev, &done) != CP_OK)
+    if (cp_event_done(b->ev, &done) != CP_OK)
         return 1;
     return done;
 }

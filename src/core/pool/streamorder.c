@@ -256,7 +256,7 @@ int cp_so_settle(cp_so *so, cp_so_tag *t)
             }
             return 0;
         }
-        if (!t->ev->e || cp_be->event_query(t->ev->e, &done) != CP_OK || !done)
+        if (!t->ev->e || cp_event_done(t->ev->e, &done) != CP_OK || !done)
             return 0; /* (an unrecorded legacy event: not known yet) */
         t->ev->done = 1;
     }
@@ -295,7 +295,7 @@ int cp_so_usable_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
     }
     if (so->policy == CP_REUSE_EVENT) {
         int done = 0;
-        if (cp_be->event_query(t->ev->e, &done) != CP_OK || !done)
+        if (cp_event_done(t->ev->e, &done) != CP_OK || !done)
             return 0;
         t->ev->done = 1;
         cp_so_tag_release(so, t);
@@ -311,7 +311,7 @@ int cp_so_usable_slow(cp_so *so, cp_so_tag *t, uint64_t sid, cp_stream *s)
      * 900 MiB against 46-90 MiB under the other policies with 8 streams.) */
     {
         int done = 0;
-        if (cp_be->event_query(t->ev->e, &done) == CP_OK && done) {
+        if (cp_event_done(t->ev->e, &done) == CP_OK && done) {
             t->ev->done = 1;
             cp_so_tag_release(so, t);
             t->sid = CP_SO_ANY;

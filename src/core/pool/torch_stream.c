@@ -41,7 +41,7 @@ void cp_tk_process_events(cp_torch *t)
         int done = 0, i, skip = 0;
         for (i = 0; i < nblocked; i++)
             skip |= blocked[i] == e->sid;
-        if (!skip && cp_be->event_query(e->e, &done) == CP_OK && done) {
+        if (!skip && cp_event_done(e->e, &done) == CP_OK && done) {
             *pp = e->next;
             if (e->b->events && --e->b->events == 0) {
                 pending_unlink(t, e->b);

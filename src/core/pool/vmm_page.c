@@ -25,7 +25,7 @@ void cp_vm_settle_done(vmm *v)
     vgen *g;
     while ((g = v->gq) != NULL) {
         int done = 0;
-        if (cp_be->event_query(g->e, &done) != CP_OK || !done)
+        if (cp_event_done(g->e, &done) != CP_OK || !done)
             return;
         gen_settle(v, g);
         v->gq = g->next;
