@@ -285,7 +285,8 @@ local function run_rows(t, rows, o, progress_state)
   for i, r in ipairs(rows) do
     local j = {}
     for k, v in pairs(r.job) do j[k] = v end
-    j.limit, j.search = o.limit, o.search
+    -- (a row's own limit where none is given: CuPy's recorded set_limit)
+    j.limit, j.search = o.limit or r.job.limit, o.search
     jobs[i] = j
   end
   local t0 = core.clock()
@@ -324,11 +325,13 @@ local function fill(r, x, ctx)
     r.change_pct = 100 * r.change / baseline
   end
   if mod.fill then mod.fill(r, x, ctx) end
-  if o.limit then
-    r.fits = x.complete
-    if not x.complete then
+  if o.limit then r.fits = x.complete end
+  -- where it ran out: under the limit given, or the row's own (a recorded one)
+  if (o.limit or r.job.limit) and not x.complete then
+    do
       local s = x.stopped or {}
-      local f = { event = s.event, size = s.size, allocation = s.allocation, message = x.oom_message }
+      local f = { event = s.event, size = s.size, allocation = s.allocation, line = s.line,
+        message = x.oom_message }
       if s.allocation then
         local ev, label, frames = core.trace.alloc_event(t, s.allocation)
         f.label = label
@@ -458,7 +461,7 @@ local function advise_trace(t, o, state, mod)
   for _, r in ipairs(out) do
     if r.error then
       W[#W + 1] = ("%s: the replay failed: %s"):format(r.description, r.error)
-    elseif not r.complete and not o.limit then
+    elseif not r.complete and not o.limit and not r.job.limit then
       W[#W + 1] = ("%s: %s"):format(r.description, r.warning or "incomplete replay")
     end
   end
@@ -874,7 +877,17 @@ local function ran_out(f)
   local where = f.allocation and ("allocation %d (%s)"):format(f.allocation, bytes(f.size or 0))
     or ("a request of %s"):format(bytes(f.size or 0))
   if f.trace_event then where = where .. (", event %d"):format(f.trace_event) end
+  if f.line then where = where .. (", line %d of the log"):format(f.line) end
   return where
+end
+
+-- The row with the least memory (nil: none searched).
+local function least_row(d)
+  local best
+  for _, r in ipairs(d.rows) do
+    if r.min_memory and (not best or r.min_memory < best.min_memory) then best = r end
+  end
+  return best
 end
 
 -- The answer: what to run, or that nothing fits and what it needs.
@@ -939,6 +952,28 @@ local function verdict(d, put, para, width)
       if f.message then para("    ", f.message) end
     end
     if rec.min_memory then
+      put("")
+      para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
+      put(command_lines("    ", d.paste, width))
+    end
+    return
+  end
+  local rl = d.recorded_limit
+  if not limit and rl and rec.recorded and rec.fails_at then
+    -- the recorded run ran out under its own limit (read from the log), and
+    -- so does its replay: what it needs instead
+    local f = rec.fails_at
+    para("  ", ("The recorded run ran out of memory: under its limit (%s to %s, read from the log) %s "
+      .. "runs out at %s, as the log shows."):format(bytes(rl.low), bytes(rl.high), rec.description, ran_out(f)))
+    if f.message then para("    ", f.message) end
+    local best = least_row(d)
+    if rec.min_memory then
+      local s = ("Least memory: %s with %s"):format(bytes(rec.min_memory), rec.description)
+      if best and best ~= rec and best.min_memory < rec.min_memory then
+        s = ("Least memory: %s with %s; %s with %s"):format(bytes(best.min_memory), best.description,
+          bytes(rec.min_memory), rec.description)
+      end
+      para("  ", s .. ".")
       put("")
       para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
       put(command_lines("    ", d.paste, width))
@@ -1117,9 +1152,11 @@ function advise.html(res, src, path)
       -- a cupola pool as the library serves it (src/core/pool/spec.c)
       if type(c) == "string" then c = core.trace.serving(util.pool_spec(c)) else c = util.pool_config(c) end
       c.upstream, c.max = "virtual", res.limit
+      -- cupola's pools on the recording's clock, from their creation (as advise_run)
+      local framework = r.kind == "torch" or r.kind == "bfc" or r.kind == "cupy"
+      if not framework then c.clock = "manual" end
       local p <close> = core.pool(c)
-      local x = t:replay(p, { record = true, progress = false,
-        clock = (r.kind == "torch" or r.kind == "bfc" or r.kind == "cupy") and "pool" or "trace",
+      local x = t:replay(p, { record = true, progress = false, clock = framework and "pool" or "trace",
         addresses = r.job and r.job.recorded and r.replay and r.replay.recorded and "recorded" or nil })
       panels[#panels + 1] = x
       names[#names + 1] = name

@@ -62,6 +62,10 @@ static cp_status replay_once(const cp_trace *t, cp_advise_job *j, uint64_t limit
      * nothing by time. */
     ro.trace_clock = !o.kind || (strcmp(o.kind, "torch") != 0 && strcmp(o.kind, "bfc") != 0 &&
                                  strcmp(o.kind, "cupy") != 0);
+    /* and from its creation: a wall clock would have run from then to the
+     * replay's start, a time that differs from run to run */
+    if (ro.trace_clock)
+        o.clock = CP_CLOCK_MANUAL;
     ro.stop_at_oom = stop ? CP_STOP_NEEDED : CP_STOP_NONE;
     memset(res, 0, sizeof *res);
     st = cp_pool_create(&r, &o);
