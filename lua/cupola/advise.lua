@@ -881,13 +881,26 @@ local function ran_out(f)
   return where
 end
 
--- The row with the least memory (nil: none searched).
-local function least_row(d)
+-- "Least memory: X with the best row[; Y with the recommended one]" (nil
+-- where the recommended row was not searched), and the best row.
+local function least_memory(d, rec)
   local best
   for _, r in ipairs(d.rows) do
     if r.min_memory and (not best or r.min_memory < best.min_memory) then best = r end
   end
-  return best
+  if not rec.min_memory then return nil, best end
+  if best and best ~= rec and best.min_memory < rec.min_memory then
+    return ("Least memory: %s with %s; %s with %s"):format(bytes(best.min_memory), best.description,
+      bytes(rec.min_memory), rec.description), best
+  end
+  return ("Least memory: %s with %s"):format(bytes(rec.min_memory), rec.description), best
+end
+
+-- "With X or more, run:" and the recommended command.
+local function run_with(d, rec, put, para, width)
+  put("")
+  para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
+  put(command_lines("    ", d.paste, width))
 end
 
 -- The answer: what to run, or that nothing fits and what it needs.
@@ -924,16 +937,8 @@ local function verdict(d, put, para, width)
         .. "setting."):format(bytes(d.peak_live)))
     end
     -- the least memory: the best of all rows, and the recommended one
-    local best
-    for _, r in ipairs(d.rows) do
-      if r.min_memory and (not best or r.min_memory < best.min_memory) then best = r end
-    end
-    if rec.min_memory then
-      local s = ("Least memory: %s with %s"):format(bytes(rec.min_memory), rec.description)
-      if best and best ~= rec and best.min_memory < rec.min_memory then
-        s = ("Least memory: %s with %s; %s with %s"):format(bytes(best.min_memory), best.description,
-          bytes(rec.min_memory), rec.description)
-      end
+    local s, best = least_memory(d, rec)
+    if s then
       -- and the setting it ran under (or the defaults, where that is unknown)
       local ref
       for _, r in ipairs(d.rows) do if r.recorded then ref = r end end
@@ -951,11 +956,7 @@ local function verdict(d, put, para, width)
         where and (": " .. where) or ""))
       if f.message then para("    ", f.message) end
     end
-    if rec.min_memory then
-      put("")
-      para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
-      put(command_lines("    ", d.paste, width))
-    end
+    if rec.min_memory then run_with(d, rec, put, para, width) end
     return
   end
   local rl = d.recorded_limit
@@ -966,17 +967,10 @@ local function verdict(d, put, para, width)
     para("  ", ("The recorded run ran out of memory: under its limit (%s to %s, read from the log) %s "
       .. "runs out at %s, as the log shows."):format(bytes(rl.low), bytes(rl.high), rec.description, ran_out(f)))
     if f.message then para("    ", f.message) end
-    local best = least_row(d)
-    if rec.min_memory then
-      local s = ("Least memory: %s with %s"):format(bytes(rec.min_memory), rec.description)
-      if best and best ~= rec and best.min_memory < rec.min_memory then
-        s = ("Least memory: %s with %s; %s with %s"):format(bytes(best.min_memory), best.description,
-          bytes(rec.min_memory), rec.description)
-      end
+    local s = least_memory(d, rec)
+    if s then
       para("  ", s .. ".")
-      put("")
-      para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
-      put(command_lines("    ", d.paste, width))
+      run_with(d, rec, put, para, width)
     end
     return
   end
