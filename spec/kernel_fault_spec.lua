@@ -150,9 +150,11 @@ out("other", tostring(pcall(s.synchronize, s)), tostring(ok2))
 local s = cupola.stream()
 local ev = cupola.event()
 m:kernel("divz", { "ptr", "i32" }):launch({ grid = 1, block = 1, stream = s }, b, 0)
-local okr = pcall(ev.record, ev, s)
+-- the record itself refuses once the worker has met the fault (as
+-- cudaEventRecord does after it); before that, the synchronize reports it
+local okr, er = pcall(ev.record, ev, s)
 local ok1, e1 = pcall(ev.synchronize, ev)
-out("event", tostring(okr and ok1), tostring(e1))
+out("event", tostring(okr and ok1), tostring(okr and e1 or er))
 ]])
     assert.equals(0, code, o .. e)
     assert.matches("event\tfalse\t.*cupolaErrorDivisionByZero: kernel 'divz'", o)
