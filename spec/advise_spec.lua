@@ -537,3 +537,48 @@ describe("the pools' rows on a trace of several streams", function()
     end
   end)
 end)
+
+-- A snapshot of a run PyTorch refused memory in (set_per_process_memory_
+-- fraction), advised without --limit: every row was replayed without a
+-- limit, the recorded one serving the request PyTorch refused (+7.2 % on
+-- varlen.oom-default), and expandable_segments came out "recommended" at
+-- more than the run had.  The snapshot bounds the limit the run had.
+describe("cupola.advise on a snapshot that ran out under a limit, none given", function()
+  local torch_advise = require "cupola.advise.torch"
+
+  it("reads the run's limit as an interval holding PyTorch's own, and advises under its least", function()
+    local r = nil
+    for _, x in ipairs(truth) do if x.name == "varlen.oom-default" then r = x end end
+    local t <close> = cupola.trace.load(DIR .. "varlen.oom-default.cpsnap.gz")
+    local lim = torch_advise.recorded_limit(t, "")
+    assert.is_truthy(lim)
+    assert.is_true(lim.low <= r.limit and r.limit <= lim.high, ("%d not in [%d, %d]"):format(r.limit, lim.low,
+      lim.high))
+    local res = cupola.advise(t, { progress = false })
+    assert.equals(lim.low, res.limit)
+    assert.equals("snapshot", res.recorded_limit.source)
+    local rec = row_of(res, "")
+    assert.is_true(rec.recorded)
+    assert.is_false(rec.fits)
+    assert.equals(r.reserved, rec.peak_reserved) -- the recorded run, up to its out-of-memory error
+    assert.is_truthy(rec.min_memory)
+    -- PyTorch ran out with expandable segments too, under the same limit: so does the advice
+    local ex = row_of(res, "expandable_segments:True")
+    assert.is_false(ex.fits)
+    assert.is_true(ex.min_memory > r.limit)
+    local text = require("cupola.advise").text(res, 400)
+    assert.matches("Nothing fits: no setting runs the recorded requests in 1.70 GiB.", text, 1, true)
+  end)
+
+  it("is not read where PyTorch refused nothing, or where --limit is given", function()
+    local t <close> = cupola.trace.load(DIR .. "varlen.limit-default.cpsnap.gz")
+    assert.is_nil(torch_advise.recorded_limit(t, ""))
+    local res = cupola.advise(t, { progress = false, pools = false })
+    assert.is_nil(res.limit)
+    assert.is_nil(res.recorded_limit)
+    local given = cupola.advise(DIR .. "varlen.oom-default.cpsnap.gz", { progress = false, pools = false,
+      limit = 1852773580 })
+    assert.is_nil(given.recorded_limit)
+    assert.equals(1852773580, given.limit)
+  end)
+end)

@@ -739,34 +739,42 @@ describe("advise on a CuPy log that ran under a limit, none given", function()
     assert.is_nil(cupy_advise.recorded_limit(t))
   end)
 
-  it("replays CuPy's row under it: the recorded run, exact, the other rows without a limit", function()
+  it("advises under it, as under --limit at its least: CuPy's row is the recorded run, exact", function()
     local res = cupola.advise("cupy/fft.limit68089128.jsonl.gz", { pools = { "tlsf" }, progress = false })
-    assert.is_nil(res.limit)
-    assert.is_true(res.recorded_limit.low <= 68089128 and 68089128 <= res.recorded_limit.high)
+    local lim = res.recorded_limit
+    assert.is_true(lim.low <= 68089128 and 68089128 <= lim.high)
+    assert.equals("log", lim.source)
+    assert.equals(lim.low, res.limit)
     local rec = res.rows[1]
     assert.is_true(rec.recorded)
     assert.is_true(rec.exact)
     local t <close> = cupola.trace.load "cupy/fft.limit68089128.jsonl.gz"
     assert.equals(t.cupy.peak_total_bytes, rec.peak_reserved)
-    assert.is_nil(rec.fits)
-    local note = false
-    for _, n in ipairs(res.notes) do
-      if n:find("its set_limit was between", 1, true) then note = true end
-    end
-    assert.is_true(note)
+    assert.is_boolean(rec.fits)
+    assert.is_truthy(rec.min_memory) -- searched, as with a limit given
+    assert.matches("read from the log: the recorded run's limit was between", res.limit_read, 1, true)
     for _, w in ipairs(res.warnings) do assert.is_nil(w:find("--limit", 1, true), w) end
+    -- and the same figures as --limit at that value
+    local given = cupola.advise("cupy/fft.limit68089128.jsonl.gz", { pools = { "tlsf" }, progress = false,
+      limit = lim.low })
+    for k, r in ipairs(given.rows) do
+      assert.equals(r.peak_reserved, res.rows[k].peak_reserved)
+      assert.equals(r.min_memory, res.rows[k].min_memory)
+      assert.equals(r.fits, res.rows[k].fits)
+    end
   end)
 
   it("says where the recorded run ran out and what it needs", function()
     local advise = require "cupola.advise"
     local res = cupola.advise("cupy/twostream.limit188319744.jsonl.gz", { progress = false })
     local text = advise.text(res, 400)
-    assert.matches("The recorded run ran out of memory: under its limit %(177%.62 MiB to 181%.19 MiB, read from "
-      .. "the log%) CuPy's MemoryPool runs out at a request of 20%.00 MiB, line 1785 of the log", text)
+    assert.matches("limit: 177.62 MiB (read from the log: the recorded run's limit was between 177.62 MiB and "
+      .. "181.19 MiB", text, 1, true)
+    assert.matches("In 177.62 MiB, CuPy's MemoryPool runs out at a request of 20.00 MiB, line 1785 of the log.",
+      text, 1, true)
     assert.matches("With 186.00 MiB or more, run:\n    # the least set_limit(size=...) that runs it (186.00 MiB)\n"
       .. "    CUPY_GPU_MEMORY_LIMIT=195035136 python run.py", text, 1, true)
     assert.is_nil(text:find("Nothing runs", 1, true))
-    assert.is_nil(text:find("incomplete replay", 1, true))
     -- given, the limit is the user's: every row judged in it
     local given = cupola.advise("cupy/twostream.limit188319744.jsonl.gz", { limit = 188319744, progress = false })
     assert.is_nil(given.recorded_limit)

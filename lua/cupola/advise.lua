@@ -227,7 +227,7 @@ local function check_options(opts)
       raise(("cupola.advise: option '%s' must be a boolean, not %s"):format(k, typed(opts[k])))
     end
   end
-  o.search = opts.search
+  o.search, o.search_given = opts.search, opts.search
   if o.search == nil then o.search = o.limit ~= nil end
   o.progress = opts.progress ~= false
   if opts.threads ~= nil and (math.type(opts.threads) ~= "integer" or opts.threads < 0 or opts.threads > 256) then
@@ -285,8 +285,7 @@ local function run_rows(t, rows, o, progress_state)
   for i, r in ipairs(rows) do
     local j = {}
     for k, v in pairs(r.job) do j[k] = v end
-    -- (a row's own limit where none is given: CuPy's recorded set_limit)
-    j.limit, j.search = o.limit or r.job.limit, o.search
+    j.limit, j.search = o.limit, o.search
     jobs[i] = j
   end
   local t0 = core.clock()
@@ -325,10 +324,9 @@ local function fill(r, x, ctx)
     r.change_pct = 100 * r.change / baseline
   end
   if mod.fill then mod.fill(r, x, ctx) end
-  if o.limit then r.fits = x.complete end
-  -- where it ran out: under the limit given, or the row's own (a recorded one)
-  if (o.limit or r.job.limit) and not x.complete then
-    do
+  if o.limit then
+    r.fits = x.complete
+    if not x.complete then
       local s = x.stopped or {}
       local f = { event = s.event, size = s.size, allocation = s.allocation, line = s.line,
         message = x.oom_message }
@@ -347,6 +345,48 @@ local function fill(r, x, ctx)
   end
 end
 
+-- ---- the limit a recorded run had -------------------------------------
+
+--- advise.limit_interval(side, a, b) -> {low =, high =, replays =} or nil:
+-- the limits under which a replay does what the recording shows, where
+-- side(L) says -1 (L too low: the model was refused, or gave memory back,
+-- where the run did not), 0 (the recorded run) or 1 (too high: the model got
+-- what the run was refused, or kept what it gave back); nil: no telling.
+-- A limit only decides comparisons of what is held plus a request against
+-- it, so the limits that give the recorded run make one interval; it is
+-- found by bisection from a (too low, or below anything held) and b (too
+-- high).  Each end is kept only where it replays to the recording (the
+-- decisions need not be monotone everywhere).
+function advise.limit_interval(side, a, b)
+  local replays = 0
+  local function at(L)
+    replays = replays + 1
+    return side(L)
+  end
+  if at(b) ~= 1 then return nil end
+  -- the least L not too low, in (a, b]
+  local lo, hi = a, b
+  while hi - lo > 1 do
+    local mid = (lo + hi) // 2
+    local v = at(mid)
+    if v == nil then return nil end
+    if v >= 0 then hi = mid else lo = mid end
+  end
+  local low = hi
+  if at(low) ~= 0 then return nil end
+  -- the greatest L not too high, in [low, b)
+  lo, hi = low, b
+  while hi - lo > 1 do
+    local mid = (lo + hi) // 2
+    local v = at(mid)
+    if v == nil then return nil end
+    if v <= 0 then lo = mid else hi = mid end
+  end
+  local high = lo
+  if high > low and at(high) ~= 0 then high = low end
+  return { low = low, high = high, replays = replays }
+end
+
 -- ---- the advice for one trace -------------------------------------------
 
 local function advise_trace(t, o, state, mod)
@@ -361,6 +401,20 @@ local function advise_trace(t, o, state, mod)
   local ctx = { t = t, info = info, o = o, result = result, limited = limited, module = mod,
     metric = function(r) return metric(r, limited) end,
     better = function(a, b) return better(a, b, limited) end }
+  -- ctx.set_limit(lim, source): a module that read the limit the recorded
+  -- run had ({low =, high =}, advise.limit_interval) has the advice made
+  -- under it, as if given: at its least value, which every limit of the
+  -- interval exceeds or equals
+  function ctx.set_limit(lim, source)
+    o.limit = lim.low
+    if o.search_given == nil then o.search = true end -- as with a limit given
+    limited, ctx.limited = true, true
+    result.limit = lim.low
+    result.recorded_limit = { low = lim.low, high = lim.high, source = source }
+    result.limit_read = ("%s (read from the %s: the recorded run's limit was between %s and %s, the " ..
+      "limits under which the replay does what the %s shows; the least is taken, and --limit gives yours)")
+      :format(bytes(lim.low), source, bytes(lim.low), bytes(lim.high), source)
+  end
   mod.setup(ctx)
 
   -- the first rows
@@ -461,7 +515,7 @@ local function advise_trace(t, o, state, mod)
   for _, r in ipairs(out) do
     if r.error then
       W[#W + 1] = ("%s: the replay failed: %s"):format(r.description, r.error)
-    elseif not r.complete and not o.limit and not r.job.limit then
+    elseif not r.complete and not o.limit then
       W[#W + 1] = ("%s: %s"):format(r.description, r.warning or "incomplete replay")
     end
   end
@@ -959,21 +1013,6 @@ local function verdict(d, put, para, width)
     if rec.min_memory then run_with(d, rec, put, para, width) end
     return
   end
-  local rl = d.recorded_limit
-  if not limit and rl and rec.recorded and rec.fails_at then
-    -- the recorded run ran out under its own limit (read from the log), and
-    -- so does its replay: what it needs instead
-    local f = rec.fails_at
-    para("  ", ("The recorded run ran out of memory: under its limit (%s to %s, read from the log) %s "
-      .. "runs out at %s, as the log shows."):format(bytes(rl.low), bytes(rl.high), rec.description, ran_out(f)))
-    if f.message then para("    ", f.message) end
-    local s = least_memory(d, rec)
-    if s then
-      para("  ", s .. ".")
-      run_with(d, rec, put, para, width)
-    end
-    return
-  end
   if not limit and not rec.complete then
     -- every replay stopped (a device too small for the program): nothing to recommend
     para("  ", "Nothing runs: no setting served every recorded request (each replay was refused memory and " ..
@@ -1102,7 +1141,7 @@ end
 local function plain_result(res)
   local o = {}
   for _, k in ipairs { "trace", "format", "events", "allocations", "streams", "devices", "device", "limit",
-    "limit_read",
+    "limit_read", "recorded_limit",
     "framework", "title", "recorded_setting", "recorded_from", "baseline", "baseline_from",
     "paste", "conf", "warnings", "notes" } do
     o[k] = res[k]
@@ -1199,7 +1238,8 @@ local usage_options = [[
                     where it runs out, and the least memory it needs (a search
                     on the limit).  24GiB, 24gib or 24G: 24 x 2^30 bytes;
                     24GB: 24 x 10^9 bytes; also KiB/K/KB, MiB/M/MB, TiB/T/TB,
-                    or a number of bytes
+                    or a number of bytes (default: none, or the limit a run
+                    that was refused memory had, read from its recording)
   --conf CONF       a setting of yours to add to the grid (repeatable)%s
   --recorded CONF   the setting the recording was made under, where it does
                     not say%s

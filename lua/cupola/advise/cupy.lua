@@ -19,7 +19,7 @@ local cupy = {
   formats = { "cupy_hook" },
   via = "CUPY_GPU_MEMORY_LIMIT",
   json_fields = { "cupy_log_peak_total_bytes", "peak_live", "peak_used_bytes", "used_bytes_at_peak",
-    "free_all_blocks_at_peak", "least_limit", "exact", "recorded_limit" },
+    "free_all_blocks_at_peak", "least_limit", "exact" },
   reads = {
     "a CuPy memory-hook log (JSON lines, as cupy.cuda.memory_hooks.DebugPrintHook writes them): its " ..
       "first character is not '{'",
@@ -60,27 +60,20 @@ function cupy.check(o)
   end
 end
 
---- cupy.recorded_limit(t) -> {low =, high =, replays =} or nil: the set_limit
--- the recorded run had, from a log in which CuPy refused requests.
---
--- A limit L decides only comparisons of total_bytes plus a request against
--- L, so every L of an interval [low, high] makes CuPy's pool do what the
--- log shows, and no L outside it does: below low a cudaMalloc the run made
--- is refused (or free_all_blocks runs where it did not, holding less than
--- the log's total_bytes), above high a request the run was refused is
--- served (or more is held).  Bisection on the side of the first
--- disagreement finds both ends.  nil where the replay without a limit
--- already agrees (the device refused them: the log's alloc lines carry
--- that), or where no limit makes it agree.
+--- cupy.recorded_limit(t) -> {low =, high =, replays =} or nil: the
+-- set_limit the recorded run had, from a log in which CuPy refused requests
+-- (advise.limit_interval): below it a cudaMalloc the run made is refused,
+-- or free_all_blocks runs where it did not and less is held than the log's
+-- total_bytes; above it a request the run was refused is served, or more
+-- is held.  nil where the replay without a limit already agrees (the device
+-- refused them: the log's alloc lines carry that), or where no limit makes
+-- it agree.
 function cupy.recorded_limit(t)
   local info = t:info()
   local c = info.cupy
   if (info.ooms or 0) == 0 then return nil end
   local recorded = (c.device_allocs + c.device_alloc_failures) > 0 and "recorded" or nil
-  local replays = 0
-  -- -1: L too low, 1: too high, 0: the log's run; and the replay
   local function side(L)
-    replays = replays + 1
     local p <close> = core.pool { kind = "cupy", upstream = "virtual", max = L }
     local r = t:replay(p, { addresses = recorded, progress = false })
     local m = r.cupy.mismatch
@@ -91,26 +84,10 @@ function cupy.recorded_limit(t)
   end
   local v, r0 = side(nil)
   if v ~= 1 then return nil end
-  -- the log's peak total_bytes was held under L; past twice the unlimited
-  -- peak (and 1 GiB) every request fits as without a limit
+  -- the log's peak total_bytes was held under the limit; past twice the
+  -- unlimited peak and 1 GiB every request fits as without one
   local a = c.peak_total_bytes and c.peak_total_bytes > 0 and c.peak_total_bytes - 1 or 0
-  local b = 2 * r0.peak_reserved + (1 << 30)
-  if side(b) ~= 1 then return nil end
-  while b - a > 1 do
-    local mid = (a + b) // 2
-    if side(mid) >= 0 then b = mid else a = mid end
-  end
-  local low = b
-  if side(low) ~= 0 then return nil end
-  a, b = low, 2 * r0.peak_reserved + (1 << 30)
-  while b - a > 1 do
-    local mid = (a + b) // 2
-    if side(mid) <= 0 then a = mid else b = mid end
-  end
-  -- (the pool's decisions need not be monotone in L everywhere: an end
-  -- the bisection found is kept only where it replays to the log)
-  if a > low and side(a) ~= 0 then a = low end
-  return { low = low, high = a, replays = replays }
+  return require("cupola.advise").limit_interval(side, a, 2 * r0.peak_reserved + (1 << 30))
 end
 
 function cupy.setup(ctx)
@@ -138,13 +115,7 @@ function cupy.setup(ctx)
   if (info.ooms or 0) > 0 and not o.limit then
     local lim = cupy.recorded_limit(ctx.t)
     if lim then
-      ctx.recorded_limit = lim
-      result.recorded_limit = { low = lim.low, high = lim.high }
-      N[#N + 1] = ("CuPy refused %d request%s in the recorded run: its set_limit was between %s and %s " ..
-        "(%d and %d bytes: the limits under which CuPy's pool does what the log shows). CuPy's row replays " ..
-        "under %s, the recorded run; the other rows run without a limit: --limit (option 'limit') judges " ..
-        "every row in yours"):format(info.ooms, info.ooms > 1 and "s" or "", bytes(lim.low), bytes(lim.high),
-        lim.low, lim.high, bytes(lim.low))
+      ctx.set_limit(lim, "log")
     else
       W[#W + 1] = ("CuPy refused %d request%s in the recorded run (under set_limit, or with the device full), " ..
         "and no limit makes the replay do what the log shows: give the run's limit with --limit (option " ..
@@ -162,8 +133,7 @@ end
 function cupy.rows(ctx)
   local rows = {
     { setting = "", kind = "cupy", family = "recorded", recorded = true, keys = 0, via = cupy.via,
-      job = { spec = "cupy", recorded = ctx.recorded_addresses or nil,
-        limit = ctx.recorded_limit and ctx.recorded_limit.low or nil }, pool = "cupy" },
+      job = { spec = "cupy", recorded = ctx.recorded_addresses or nil }, pool = "cupy" },
   }
   ctx.npools = 0
   for _, spec in ipairs(ctx.o.pools or {}) do

@@ -117,6 +117,43 @@ function torch.describe(r)
   return r.setting
 end
 
+-- a device call that takes memory
+local function takes(call) return call == "segment_alloc" or call == "segment_map" end
+
+--- torch.recorded_limit(t, conf) -> {low =, high =, replays =} or nil: the
+-- limit a snapshot's run had (torch.cuda.set_per_process_memory_fraction,
+-- or the device's free memory), where PyTorch refused requests
+-- (advise.limit_interval).  The model replays the recorded setting with the
+-- snapshot's addresses, and the first device call that differs from
+-- PyTorch's says which way the limit is off: below it the model takes less
+-- memory than PyTorch did, or gives back (releasing its cache to retry)
+-- where PyTorch did not; above it the model takes memory PyTorch was
+-- refused, or keeps what PyTorch gave back.  nil where the snapshot has no
+-- device calls or no refusal, or no limit replays it.
+function torch.recorded_limit(t, conf)
+  local info = t:info()
+  if (info.ooms or 0) == 0 then return nil end
+  local function side(L)
+    local p <close> = core.pool { kind = "torch", upstream = "virtual", conf = conf, max = L }
+    local r = t:replay(p, { addresses = "recorded", progress = false })
+    local d = r.divergence
+    if not d then return 0, r end
+    local m, pt = d.model.call, d.torch.call
+    if takes(m) and takes(pt) then
+      if m == pt and d.model.size ~= d.torch.size then return d.model.size < d.torch.size and -1 or 1, r end
+      return nil, r
+    end
+    if takes(m) then return 1, r end
+    if takes(pt) then return -1, r end
+    if m ~= "none" and pt == "none" then return -1, r end -- the model released where PyTorch did not
+    if pt ~= "none" and m == "none" then return 1, r end
+    return nil, r
+  end
+  local v, r0 = side(nil)
+  if v ~= 1 then return nil end
+  return require("cupola.advise").limit_interval(side, 0, 2 * r0.peak_reserved + (1 << 30))
+end
+
 --- torch.setup(ctx): the trace's facts, and the setting it was recorded under.
 function torch.setup(ctx)
   local t, info, o, result = ctx.t, ctx.info, ctx.o, ctx.result
@@ -143,6 +180,11 @@ function torch.setup(ctx)
   end
   -- recorded addresses where the snapshot has PyTorch's device calls
   ctx.recorded_addresses = ctx.facts.torch_calls > 0
+  -- a run PyTorch refused memory in, advised without a limit: the limit it had
+  if not o.limit and recorded and ctx.recorded_addresses and (info.ooms or 0) > 0 then
+    local lim = torch.recorded_limit(t, recorded)
+    if lim then ctx.set_limit(lim, "snapshot") end
+  end
   result.torch_peak_reserved = info.torch_peak_reserved
   result.peak_live = info.peak_live
   ctx.seen = {}
