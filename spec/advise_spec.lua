@@ -546,6 +546,18 @@ end)
 describe("cupola.advise on a snapshot that ran out under a limit, none given", function()
   local torch_advise = require "cupola.advise.torch"
 
+  it("reads the limit of both runs PyTorch ran out in as intervals holding the fraction they ran under", function()
+    for _, name in ipairs { "varlen.oom-default", "varlen.oom-expandable" } do
+      local r
+      for _, x in ipairs(truth) do if x.name == name then r = x end end
+      local t <close> = cupola.trace.load(DIR .. name .. ".cpsnap.gz")
+      local lim = torch_advise.recorded_limit(t, t:info().torch_conf)
+      assert.is_truthy(lim, name)
+      assert.is_true(lim.low <= r.limit and r.limit <= lim.high, ("%s: %d not in [%d, %d]"):format(name, r.limit,
+        lim.low, lim.high))
+    end
+  end)
+
   it("reads the run's limit as an interval holding PyTorch's own, and advises under its least", function()
     local r = nil
     for _, x in ipairs(truth) do if x.name == "varlen.oom-default" then r = x end end
@@ -567,7 +579,15 @@ describe("cupola.advise on a snapshot that ran out under a limit, none given", f
     assert.is_false(ex.fits)
     assert.is_true(ex.min_memory > r.limit)
     local text = require("cupola.advise").text(res, 400)
-    assert.matches("Nothing fits: no setting runs the recorded requests in 1.70 GiB.", text, 1, true)
+    assert.matches("limit: between 1.70 GiB and 1.82 GiB (read from the snapshot", text, 1, true)
+    assert.matches("Nothing fits: no setting runs the recorded requests in 1.70 GiB (the least the recorded "
+      .. "run's limit can have been).", text, 1, true)
+  end)
+
+  it("is not read from a snapshot without PyTorch's device calls (it returns nil, it does not raise)", function()
+    local t <close> = cupola.trace.load(DIR .. "varlen.oom-default.cpsnap.gz")
+    local csv <close> = cupola.trace.load "examples/traces/gpt2_train.csv.gz"
+    assert.is_nil(torch_advise.recorded_limit(csv, ""))
   end)
 
   it("is not read where PyTorch refused nothing, or where --limit is given", function()

@@ -347,27 +347,31 @@ end
 
 -- ---- the limit a recorded run had -------------------------------------
 
---- advise.limit_interval(side, a, b) -> {low =, high =, replays =} or nil:
--- the limits under which a replay does what the recording shows, where
+--- advise.limit_interval(side, a, peak) -> {low =, high =, replays =} or
+-- nil: the limits under which a replay does what the recording shows, where
 -- side(L) says -1 (L too low: the model was refused, or gave memory back,
 -- where the run did not), 0 (the recorded run) or 1 (too high: the model got
 -- what the run was refused, or kept what it gave back); nil: no telling.
 -- A limit only decides comparisons of what is held plus a request against
 -- it, so the limits that give the recorded run make one interval; it is
--- found by bisection from a (too low, or below anything held) and b (too
--- high).  Each end is kept only where it replays to the recording (the
--- decisions need not be monotone everywhere).
-function advise.limit_interval(side, a, b)
+-- found by bisection above a (too low, or below anything held), up to
+-- twice the peak of the replay without a limit and 1 GiB, where every
+-- comparison comes out as without one (PyTorch checks an expandable
+-- segment's whole request, not only the pages it maps).  Each end is kept
+-- only where it replays to the recording (the decisions need not be
+-- monotone everywhere).
+function advise.limit_interval(side, a, peak)
   local replays = 0
   local function at(L)
     replays = replays + 1
     return side(L)
   end
+  local b = peak <= (math.maxinteger - (1 << 30)) // 2 and 2 * peak + (1 << 30) or math.maxinteger
   if at(b) ~= 1 then return nil end
   -- the least L not too low, in (a, b]
   local lo, hi = a, b
   while hi - lo > 1 do
-    local mid = (lo + hi) // 2
+    local mid = lo + (hi - lo) // 2
     local v = at(mid)
     if v == nil then return nil end
     if v >= 0 then hi = mid else lo = mid end
@@ -377,7 +381,7 @@ function advise.limit_interval(side, a, b)
   -- the greatest L not too high, in [low, b)
   lo, hi = low, b
   while hi - lo > 1 do
-    local mid = (lo + hi) // 2
+    local mid = lo + (hi - lo) // 2
     local v = at(mid)
     if v == nil then return nil end
     if v <= 0 then lo = mid else hi = mid end
@@ -411,9 +415,9 @@ local function advise_trace(t, o, state, mod)
     limited, ctx.limited = true, true
     result.limit = lim.low
     result.recorded_limit = { low = lim.low, high = lim.high, source = source }
-    result.limit_read = ("%s (read from the %s: the recorded run's limit was between %s and %s, the " ..
-      "limits under which the replay does what the %s shows; the least is taken, and --limit gives yours)")
-      :format(bytes(lim.low), source, bytes(lim.low), bytes(lim.high), source)
+    result.limit_read = ("between %s and %s (read from the %s: the limits under which the replay does " ..
+      "what the %s shows; the advice is made at the least, and --limit gives yours)")
+      :format(bytes(lim.low), bytes(lim.high), source, source)
   end
   mod.setup(ctx)
 
@@ -508,6 +512,22 @@ local function advise_trace(t, o, state, mod)
   -- what the figures mean, and what to watch
   if mod.notes then mod.notes(result, ctx) end
   local W = result.warnings
+  local rl = result.recorded_limit
+  if rl and rl.high > rl.low then
+    -- judged at the least limit the run can have had: the rows that need
+    -- more than that but no more than the most may fit in the run's own
+    local maybe = {}
+    for _, r in ipairs(out) do
+      if r.min_memory and r.min_memory > rl.low and r.min_memory <= rl.high then
+        maybe[#maybe + 1] = ("%s (%s)"):format(r.description, bytes(r.min_memory))
+      end
+    end
+    if #maybe > 0 then
+      W[#W + 1] = ("the recorded run's limit is known to lie between %s and %s, and the rows are judged at " ..
+        "the least; these need more than that and may fit in the run's own: %s; give it with --limit (option " ..
+        "'limit') to judge them"):format(bytes(rl.low), bytes(rl.high), table.concat(maybe, ", "))
+    end
+  end
   if info.cut then
     -- a log or recording its program stopped writing: the figures are of what was written
     W[#W + 1] = ("the recording ends early, so these figures cover only its start: %s"):format(info.warning)
@@ -578,7 +598,13 @@ function advise.run(src, opts)
     local t = load_trace(src, o.device)
     local n = t.devices or 1
     src = t.path -- a name of a trace cupola ships, found
-    if o.device then
+    if o.device and t:info().format == "cupy_hook" then
+      -- a CuPy log names its devices by device_id: the loader takes the one
+      -- asked for, and says which the log has where it has none of it
+      t:close()
+      t = at_caller(core.trace.load, src, { device = o.device })
+      traces[1] = { t = t, device = o.device, own = true }
+    elseif o.device then
       if o.device >= n then
         t:close()
         raise(("cupola.advise: option 'device': the recording has %d device%s (0..%d), not %d"):format(n,
@@ -889,7 +915,8 @@ local function column_notes(res, cols, mod)
     least = terms.least or "least memory: the smallest limit (to 2 MiB) under which the setting serves every " ..
       "recorded request, found by replaying under limits",
     fits = ("fits: whether it serves every recorded request within the limit, %s"):format(
-      res.limit and bytes(res.limit) or ""),
+      res.recorded_limit and ("the least the recorded run's can have been, %s"):format(bytes(res.limit))
+      or res.limit and bytes(res.limit) or ""),
     retries = "retries: how often the allocator ran out under the limit, freed what it had cached and " ..
       "tried again (each costs time)",
     reserved = "peak reserved: the most device memory the allocator held at once: what the GPU must have " ..
@@ -965,6 +992,10 @@ local function verdict(d, put, para, width)
     return
   end
   local limit = d.limit
+  -- the limit as the sentences name it: read from the recording, the run's
+  -- own (the advice is made at the least value it can have been)
+  local lname = limit and (d.recorded_limit and d.recorded_limit.high > d.recorded_limit.low and
+    ("%s (the least the recorded run's limit can have been)"):format(bytes(limit)) or bytes(limit))
   if limit and not rec.fits then
     -- a row set aside (never recommended) may fit where no setting does
     -- (one without a caveat first, then the least memory)
@@ -978,13 +1009,13 @@ local function verdict(d, put, para, width)
       end
     end
     if aside then
-      para("  ", ("No setting runs the recorded requests in %s; %s does%s:"):format(bytes(limit),
+      para("  ", ("No setting runs the recorded requests in %s; %s does%s:"):format(lname,
         aside.description, aside.min_memory and (" (it needs %s)"):format(bytes(aside.min_memory)) or ""))
       put(command_lines("    ", aside.paste, width))
       if aside.caveat then para("    ", "but: " .. aside.caveat) end
       put("")
     else
-      para("  ", ("Nothing fits: no setting runs the recorded requests in %s."):format(bytes(limit)))
+      para("  ", ("Nothing fits: no setting runs the recorded requests in %s."):format(lname))
     end
     if d.peak_live and limit < d.peak_live then
       para("  ", ("The program had %s in use at once as it ran: no allocator runs it in less, whatever its "
@@ -1006,7 +1037,7 @@ local function verdict(d, put, para, width)
     local f = rec.fails_at
     if f then
       local where = frame_text(f)
-      para("  ", ("In %s, %s runs out at %s%s."):format(bytes(limit), rec.description, ran_out(f),
+      para("  ", ("In %s, %s runs out at %s%s."):format(lname, rec.description, ran_out(f),
         where and (": " .. where) or ""))
       if f.message then para("    ", f.message) end
     end
@@ -1033,7 +1064,7 @@ local function verdict(d, put, para, width)
   else
     facts[#facts + 1] = ("peak reserved %s"):format(bytes(rec.peak_reserved))
   end
-  if limit then facts[#facts + 1] = ("fits in %s"):format(bytes(limit)) end
+  if limit then facts[#facts + 1] = ("fits in %s"):format(lname) end
   if rec.min_memory then facts[#facts + 1] = ("runs in %s or more"):format(bytes(rec.min_memory)) end
   para("    ", table.concat(facts, "; "))
   put(command_lines("    ", d.paste, width))
@@ -1052,7 +1083,7 @@ local function verdict(d, put, para, width)
     if n > 0 then
       put("")
       para("  ", ("%d of %d settings %s not fit in %s; where %s out:"):format(n, #d.rows,
-        n == 1 and "does" or "do", bytes(limit), n == 1 and "it runs" or "they run"))
+        n == 1 and "does" or "do", lname, n == 1 and "it runs" or "they run"))
       for i, key in ipairs(order) do
         if i > 3 then
           para("    ", ("(and %d more places)"):format(#order - 3))
@@ -1248,7 +1279,7 @@ local usage_options = [[
   --no-pools        no rows for cupola's pools
   --search          the least-memory search without a limit
   --device N        only device N of a recording of several (default: each of
-                    a snapshot's; a CuPy log's devices are advised one by one)
+                    a snapshot's; a CuPy log's, by device_id, one at a time)
   --device-memory SIZE  the device's memory, for JAX's XLA_CLIENT_MEM_FRACTION
                     (default: what the profile says of it, where it does)
   --threads N       replay threads (default: one per core)

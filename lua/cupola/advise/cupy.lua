@@ -60,34 +60,43 @@ function cupy.check(o)
   end
 end
 
---- cupy.recorded_limit(t) -> {low =, high =, replays =} or nil: the
+--- cupy.recorded_limit(t) -> {low =, high =, replays =}, or nil and why: the
 -- set_limit the recorded run had, from a log in which CuPy refused requests
 -- (advise.limit_interval): below it a cudaMalloc the run made is refused,
--- or free_all_blocks runs where it did not and less is held than the log's
--- total_bytes; above it a request the run was refused is served, or more
--- is held.  nil where the replay without a limit already agrees (the device
--- refused them: the log's alloc lines carry that), or where no limit makes
--- it agree.
+-- or free_all_blocks runs where it did not (less is held than the log's
+-- total_bytes, or more cudaMallocs are made); above it a request the run
+-- was refused is served, or more is held.  A limit counts as the run's only
+-- where the replay is exact (every malloc, refusal, cudaMalloc and
+-- total_bytes as logged).  nil, "exact" where the replay without a limit
+-- already is (the device refused them: the log's alloc lines carry that).
 function cupy.recorded_limit(t)
   local info = t:info()
   local c = info.cupy
-  if (info.ooms or 0) == 0 then return nil end
+  if (info.ooms or 0) == 0 then return nil, "no refusal" end
   local recorded = (c.device_allocs + c.device_alloc_failures) > 0 and "recorded" or nil
   local function side(L)
     local p <close> = core.pool { kind = "cupy", upstream = "virtual", max = L }
-    local r = t:replay(p, { addresses = recorded, progress = false })
-    local m = r.cupy.mismatch
-    if not m then return 0, r end
-    if m.what == "refused" then return -1, r end
-    if m.what == "served" then return 1, r end
-    return m.model < m.log and -1 or 1, r -- total_bytes: less held is a collection the run did not do
+    local r = t:replay(p, { addresses = recorded, progress = false, idle_streams = true })
+    local x = r.cupy
+    if x.exact then return 0, r end
+    local m = x.mismatch
+    if m and m.what == "refused" then return -1, r end
+    if m and m.what == "served" then return 1, r end
+    if m then return m.model < m.log and -1 or 1, r end -- total_bytes: less held is a collection the run did not do
+    -- only the cudaMallocs differ: more of them is a pool that gave its
+    -- blocks back and took them again under too low a limit
+    if r.device_allocs ~= c.device_allocs then return r.device_allocs > c.device_allocs and -1 or 1, r end
+    return nil, r
   end
   local v, r0 = side(nil)
-  if v ~= 1 then return nil end
+  if v == 0 then return nil, "exact" end
+  if v ~= 1 then return nil, "no limit" end
   -- the log's peak total_bytes was held under the limit; past twice the
   -- unlimited peak and 1 GiB every request fits as without one
   local a = c.peak_total_bytes and c.peak_total_bytes > 0 and c.peak_total_bytes - 1 or 0
-  return require("cupola.advise").limit_interval(side, a, 2 * r0.peak_reserved + (1 << 30))
+  local lim = require("cupola.advise").limit_interval(side, a, r0.peak_reserved)
+  if not lim then return nil, "no limit" end
+  return lim
 end
 
 function cupy.setup(ctx)
@@ -113,10 +122,10 @@ function cupy.setup(ctx)
       "(no CuPy hook reports them), so the replay cannot see them"
   end
   if (info.ooms or 0) > 0 and not o.limit then
-    local lim = cupy.recorded_limit(ctx.t)
+    local lim, why = cupy.recorded_limit(ctx.t)
     if lim then
       ctx.set_limit(lim, "log")
-    else
+    elseif why ~= "exact" then
       W[#W + 1] = ("CuPy refused %d request%s in the recorded run (under set_limit, or with the device full), " ..
         "and no limit makes the replay do what the log shows: give the run's limit with --limit (option " ..
         "'limit') for the replay of CuPy's pool to be the recorded run"):format(info.ooms,

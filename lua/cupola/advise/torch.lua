@@ -133,9 +133,12 @@ local function takes(call) return call == "segment_alloc" or call == "segment_ma
 function torch.recorded_limit(t, conf)
   local info = t:info()
   if (info.ooms or 0) == 0 then return nil end
+  if info.format ~= "torch_snapshot" or core.trace.advise_facts(t, SPLIT_MIN).torch_calls == 0 then
+    return nil -- no device calls of PyTorch's to compare with
+  end
   local function side(L)
     local p <close> = core.pool { kind = "torch", upstream = "virtual", conf = conf, max = L }
-    local r = t:replay(p, { addresses = "recorded", progress = false })
+    local r = t:replay(p, { addresses = "recorded", progress = false, idle_streams = true })
     local d = r.divergence
     if not d then return 0, r end
     local m, pt = d.model.call, d.torch.call
@@ -151,7 +154,7 @@ function torch.recorded_limit(t, conf)
   end
   local v, r0 = side(nil)
   if v ~= 1 then return nil end
-  return require("cupola.advise").limit_interval(side, 0, 2 * r0.peak_reserved + (1 << 30))
+  return require("cupola.advise").limit_interval(side, 0, r0.peak_reserved)
 end
 
 --- torch.setup(ctx): the trace's facts, and the setting it was recorded under.

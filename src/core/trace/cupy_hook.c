@@ -356,9 +356,10 @@ typedef struct cld {
     int want;              /* the device asked for (-1: none) */
     int have_dev;          /* a line of the device read (or, without want, of any) */
     uint64_t dev;          /* the device read, once have_dev */
-    uint64_t seen[8];      /* the devices of the lines, the first 8 (for the messages) */
+    uint64_t seen[64];     /* the devices the lines name, the first 64 */
     unsigned nseen;
-    int more_seen;         /* more than 8 */
+    int more_seen;         /* more than 64 */
+    size_t nodev_fab_line; /* the first free_all_blocks line naming no device (0: none) */
     size_t second_line;    /* without want: the first line of a second device (0: none) */
 } cld;
 
@@ -580,6 +581,11 @@ static cp_status event(cld *l, jline *j)
         return CP_OK;
     }
     if (strcmp(h, "free_all_blocks") == 0) {
+        /* CuPy frees the current device's pool: which one, a line that
+         * names no device does not say (refused at the end where the log
+         * holds several) */
+        if (!j->has[K_DEVICE] && !l->nodev_fab_line)
+            l->nodev_fab_line = l->line;
         if (l->in_malloc)
             return lbad(l, "a free_all_blocks line inside a malloc (between its "
                         "malloc_preprocess and malloc lines)", NULL);
@@ -818,6 +824,13 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, int device, cp_trace *t
                           l.second_line);
         goto out;
     }
+    if (l.nodev_fab_line && (l.nseen > 1 || l.more_seen)) {
+        st = cp_error_set(CP_ERR_INVALID, "%s:%zu: a free_all_blocks line without device_id in a "
+                          "log of several devices: CuPy frees the current device's pool, and the "
+                          "line does not say which (the recording hook of docs/API.md writes it)",
+                          path, l.nodev_fab_line);
+        goto out;
+    }
     if (device >= 0 && !l.have_dev && l.nseen) {
         char list[160];
         seen_list(&l, list, sizeof list);
@@ -835,6 +848,25 @@ cp_status cp_cupy_hook_load(gzFile gz, const char *path, int device, cp_trace *t
         goto out;
     }
     t->info.devices = l.nseen > 1 ? l.nseen + (unsigned)l.more_seen : 1;
+    /* the rows say the device they are of (a log of device 3 is device 3's) */
+    {
+        uint64_t d = l.have_dev ? l.dev : device > 0 ? (uint64_t)device : 0;
+        if (d > UINT16_MAX) {
+            st = cp_error_set(CP_ERR_INVALID, "%s: device_id %llu: more than 65535", path,
+                              (unsigned long long)d);
+            goto out;
+        }
+        if (d) {
+            size_t i;
+            t->device = malloc((t->n ? t->n : 1) * sizeof *t->device);
+            if (!t->device) {
+                st = loom(&l);
+                goto out;
+            }
+            for (i = 0; i < t->n; i++)
+                t->device[i] = (uint16_t)d;
+        }
+    }
     if (t->cut && l.line == 1) {
         st = cp_error_set(CP_ERR_INVALID, "%s:1: the log is cut in its first line: no whole line "
                           "to read", path);
