@@ -1221,6 +1221,7 @@ function advise.html(res, src, path)
       if not framework then c.clock = "manual" end
       local p <close> = core.pool(c)
       local x = t:replay(p, { record = true, progress = false, clock = framework and "pool" or "trace",
+        idle_streams = true, -- as advise_run replays the rows
         addresses = r.job and r.job.recorded and r.replay and r.replay.recorded and "recorded" or nil })
       panels[#panels + 1] = x
       names[#names + 1] = name
