@@ -704,6 +704,21 @@ describe("a CuPy log of several devices", function()
   end)
 end)
 
+-- The limit read from log t (name), which ran under `limit`: an interval
+-- that holds it, whose ends both replay to the log exactly.
+local cupy_advise = require "cupola.advise.cupy"
+local function limit_read(t, name, limit)
+  local lim = cupy_advise.recorded_limit(t)
+  assert.is_truthy(lim, name)
+  assert.is_true(lim.low <= limit and limit <= lim.high, ("%s: %d not in [%d, %d]"):format(name, limit,
+    lim.low, lim.high))
+  for _, L in ipairs { lim.low, lim.high } do
+    local p <close> = cupy { upstream = "virtual", max = L }
+    assert.is_true(t:replay(p, { addresses = "recorded" }).cupy.exact, name .. " at " .. L)
+  end
+  return lim
+end
+
 -- A log of a run under set_limit in which CuPy refused requests, advised
 -- without --limit: CuPy's row replayed without a limit was another run
 -- (237.62 MiB where the log held 177.62 on twostream), and a warning asked
@@ -716,20 +731,11 @@ describe("advise on a CuPy log that ran under a limit, none given", function()
     { "linalg.limit310806958.jsonl.gz", 310806958 }, { "twostream.limit188319744.jsonl.gz", 188319744 },
     { "elementwise.limit174690846.jsonl.gz", 174690846 },
   }
-  local cupy_advise = require "cupola.advise.cupy"
-
   it("reads the recorded set_limit as an interval that holds the run's own, on every shipped log", function()
     for _, c in ipairs(shipped) do
       local t <close> = cupola.trace.load("cupy/" .. c[1])
-      local lim = cupy_advise.recorded_limit(t)
-      assert.is_truthy(lim, c[1])
-      assert.is_true(lim.low <= c[2] and c[2] <= lim.high, ("%s: %d not in [%d, %d]"):format(c[1], c[2],
-        lim.low, lim.high))
-      -- both ends replay to the log exactly; one byte outside them does not
-      for _, L in ipairs { lim.low, lim.high } do
-        local p <close> = cupy { upstream = "virtual", max = L }
-        assert.is_true(t:replay(p, { addresses = "recorded" }).cupy.exact, c[1] .. " at " .. L)
-      end
+      local lim = limit_read(t, c[1], c[2])
+      -- one byte outside it the replay is not exact
       for _, L in ipairs { lim.low - 1, lim.high + 1 } do
         local p <close> = cupy { upstream = "virtual", max = L }
         assert.is_false(t:replay(p, { addresses = "recorded" }).cupy.exact, c[1] .. " at " .. L)
@@ -787,7 +793,6 @@ end)
 
 -- What a second read of the limit's reading and of several devices found.
 describe("CuPy logs: the limit read, and several devices (second read)", function()
-  local cupy_advise = require "cupola.advise.cupy"
   local function lines_of(path)
     local f = assert(io.popen("gzip -dc " .. path))
     local out = {}
@@ -806,14 +811,7 @@ describe("CuPy logs: the limit read, and several devices (second read)", functio
       for i, l in ipairs(src) do src[i] = l:gsub(',?"total_bytes":%d+', "") end
       local t <close> = cupola.trace.load(log(src))
       assert.is_false(t.cupy.has_total_bytes)
-      local lim = cupy_advise.recorded_limit(t)
-      assert.is_truthy(lim, c[1])
-      assert.is_true(lim.low <= c[2] and c[2] <= lim.high, ("%s: %d not in [%d, %d]"):format(c[1], c[2],
-        lim.low, lim.high))
-      for _, L in ipairs { lim.low, lim.high } do
-        local p <close> = cupy { upstream = "virtual", max = L }
-        assert.is_true(t:replay(p, { addresses = "recorded" }).cupy.exact, c[1] .. " at " .. L)
-      end
+      limit_read(t, c[1], c[2])
     end
   end)
 
