@@ -537,8 +537,9 @@ cupola.trace.load(path) -> Trace: RMM logging-adaptor CSV
   "path:line: reason".
 cupola.trace.replay(t, pool, {single_stream=false, repeat=1,
   synchronize=true, clock="pool"|"trace", stop_at_oom=false, record=false,
-  progress=true, addresses="model"|"recorded"}) -> {events, ns_per_event,
-  seconds, peak_live, peak_reserved, reserved_over_live, failed,
+  progress=true, addresses="model"|"recorded", idle_streams=false})
+  -> {events, ns_per_event, seconds, peak_live, peak_reserved,
+  reserved_over_live, failed,
   skipped_frees, complete, warning, reserved_byte_seconds, live_byte_seconds,
   maps, unmaps, peak_allocated, device_allocs, device_frees, retries, ooms,
   torch_peak_reserved, torch_reserved_over_live, recording, ...}
