@@ -555,7 +555,6 @@ static int trace_replay(lua_State *L)
     static const char *const opts[] = {"single_stream", "repeat", "synchronize", "record",
                                        "progress", "clock", "addresses", "stop_at_oom",
                                        "idle_streams", NULL};
-    int idle;
     l_trace *tr = totrace(L, 1);
     cp_resource *r = l_checkresource(L, 2);
     cp_replay_opts o;
@@ -609,14 +608,10 @@ static int trace_replay(lua_State *L)
         o.progress = replay_progress;
         o.progress_ud = &ps;
     }
-    /* nothing runs on the replay's streams: the pool's events count as
-     * complete when recorded, whatever the backend would answer a moment
-     * later (backend.h; advise's replays run so) */
-    idle = l_optbool_field(L, 3, "idle_streams", 0);
+    /* nothing runs on the replay's streams (trace.h; advise's replays run so) */
+    o.idle_streams = l_optbool_field(L, 3, "idle_streams", 0);
     memset(&res, 0, sizeof res);
-    cp_streams_idle = idle;
     st = cp_trace_replay(tr->t, r, &o, &res);
-    cp_streams_idle = 0;
     if (st != CP_OK) {
         cp_replay_result_fini(&res);
         l_check(L, st);

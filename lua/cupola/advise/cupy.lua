@@ -91,8 +91,7 @@ function cupy.recorded_limit(t)
   local v, r0 = side(nil)
   if v == 0 then return nil, "exact" end
   if v ~= 1 then return nil, "no limit" end
-  -- the log's peak total_bytes was held under the limit; past twice the
-  -- unlimited peak and 1 GiB every request fits as without one
+  -- the log's peak total_bytes was held under the limit
   local a = c.peak_total_bytes and c.peak_total_bytes > 0 and c.peak_total_bytes - 1 or 0
   local lim = require("cupola.advise").limit_interval(side, a, r0.peak_reserved)
   if not lim then return nil, "no limit" end

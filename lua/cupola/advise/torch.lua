@@ -120,7 +120,7 @@ end
 -- a device call that takes memory
 local function takes(call) return call == "segment_alloc" or call == "segment_map" end
 
---- torch.recorded_limit(t, conf) -> {low =, high =, replays =} or nil: the
+--- torch.recorded_limit(t, conf [, facts]) -> {low =, high =, replays =} or nil: the
 -- limit a snapshot's run had (torch.cuda.set_per_process_memory_fraction,
 -- or the device's free memory), where PyTorch refused requests
 -- (advise.limit_interval).  The model replays the recorded setting with the
@@ -130,10 +130,11 @@ local function takes(call) return call == "segment_alloc" or call == "segment_ma
 -- where PyTorch did not; above it the model takes memory PyTorch was
 -- refused, or keeps what PyTorch gave back.  nil where the snapshot has no
 -- device calls or no refusal, or no limit replays it.
-function torch.recorded_limit(t, conf)
+-- (facts: core.trace.advise_facts's, where the caller has them)
+function torch.recorded_limit(t, conf, facts)
   local info = t:info()
   if (info.ooms or 0) == 0 then return nil end
-  if info.format ~= "torch_snapshot" or core.trace.advise_facts(t, SPLIT_MIN).torch_calls == 0 then
+  if info.format ~= "torch_snapshot" or (facts or core.trace.advise_facts(t, SPLIT_MIN)).torch_calls == 0 then
     return nil -- no device calls of PyTorch's to compare with
   end
   local function side(L)
@@ -185,7 +186,7 @@ function torch.setup(ctx)
   ctx.recorded_addresses = ctx.facts.torch_calls > 0
   -- a run PyTorch refused memory in, advised without a limit: the limit it had
   if not o.limit and recorded and ctx.recorded_addresses and (info.ooms or 0) > 0 then
-    local lim = torch.recorded_limit(t, recorded)
+    local lim = torch.recorded_limit(t, recorded, ctx.facts)
     if lim then ctx.set_limit(lim, "snapshot") end
   end
   result.torch_peak_reserved = info.torch_peak_reserved

@@ -319,8 +319,9 @@ int cp_backend_cuda_probe(char *why, size_t whylen);
 /* The backend in use, chosen once per process by cp_backend_select(). */
 extern const cp_backend *cp_be;
 
-/* Nonzero on a thread whose streams run no work: cupola.advise's replays,
- * into pools of their own over the virtual upstream.  Every event recorded
+/* Nonzero on a thread whose streams run no work: a replay with
+ * idle_streams (trace.h; cupola.advise's, into pools of their own over the
+ * virtual upstream), which sets it for the replay's length.  Every event recorded
  * there is complete, and the pools' queries say so at once: CUDA answers
  * "not ready" for a few microseconds after a record on an idle stream,
  * which is hundreds of a replay's events, so a block's reuse by another

@@ -56,6 +56,9 @@ static cp_status replay_once(const cp_trace *t, cp_advise_job *j, uint64_t limit
     ro.repeat = 1;
     ro.synchronize = 1;
     ro.recorded_addresses = j->recorded;
+    /* the pool is this replay's, over the virtual upstream, and nothing
+     * runs on its streams: every event it records is complete */
+    ro.idle_streams = 1;
     /* cupola's pools decide by time on the recording's clock, the
      * program's (vmm's decay): on the replay's own, a run of milliseconds,
      * their rows followed the host's speed.  The frameworks' models decide
@@ -73,11 +76,7 @@ static cp_status replay_once(const cp_trace *t, cp_advise_job *j, uint64_t limit
         return st;
     if (oom)
         oom[0] = '\0';
-    /* the pool is this replay's, over the virtual upstream, and nothing
-     * runs on its streams: every event it records is complete (backend.h) */
-    cp_streams_idle = 1;
     st = cp_trace_replay(t, r, &ro, res);
-    cp_streams_idle = 0;
     if (st == CP_OK && oom && (res->stopped || res->failed))
         copy_msg(oom, oomlen, cp_error_msg()); /* the refusal's own message */
     cp_resource_destroy(r);

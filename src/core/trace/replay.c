@@ -191,8 +191,8 @@ static cp_status free_live(const cp_trace *t, cp_resource *r, cp_stream *const *
     return st;
 }
 
-cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
-                          cp_replay_result *out)
+static cp_status replay_any(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                            cp_replay_result *out)
 {
     cp_replay_opts def;
     replay_recorder rec;
@@ -391,5 +391,16 @@ done:
     free(rec_addr);
     if (st != CP_OK)
         cp_replay_result_fini(out);
+    return st;
+}
+
+cp_status cp_trace_replay(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                          cp_replay_result *out)
+{
+    int was = cp_streams_idle;
+    cp_status st;
+    cp_streams_idle = o && o->idle_streams;
+    st = replay_any(t, r, o, out);
+    cp_streams_idle = was;
     return st;
 }

@@ -134,6 +134,10 @@ typedef struct cp_replay_opts {
      * the clock is of its own kind again, its reading where the trace left
      * it (replay_time.h) */
     int trace_clock;
+    /* nonzero: nothing runs on the replay's streams, so every event the
+     * pool records counts as complete at once (cp_streams_idle, backend.h):
+     * for a pool of the replay's own over the virtual upstream */
+    int idle_streams;
 } cp_replay_opts;
 
 typedef struct cp_replay_result {
