@@ -35,7 +35,8 @@ while read -r f; do
     mask < "$out/$n.txt" > "$out/$n.txt.m" && mv "$out/$n.txt.m" "$out/$n.txt"
 done
 bin/cupola bench/torch_model.lua 2>&1 | mask |
-    sed -E 's/( [0-9]+ \| [0-9]+)( \| [0-9]+\.[0-9]+){4} \|$/\1 | T | T | T | T |/' > "$out/torch_model.txt"
+    sed -E -e 's/( [0-9]+ \| [0-9]+)( \| [0-9]+\.[0-9]+){4} \|$/\1 | T | T | T | T |/' \
+           -e 's/[0-9]+ instructions, ([0-9]+ operations), [0-9]+ instructions per/I instructions, \1, I instructions per/' > "$out/torch_model.txt"
 bin/cupola bench/jax_truth.lua examples/traces/jax 1 2>&1 | mask |
     sed -E 's/\| [0-9]+\.[0-9] \|$/| T |/'  > "$out/jax_truth.txt"
 bin/cupola bench/cupy_check.lua examples/traces/cupy 2>&1 | mask > "$out/cupy_check.txt"
