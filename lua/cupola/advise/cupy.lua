@@ -1,6 +1,6 @@
 --- cupola.advise.cupy: what cupola.advise knows of CuPy (the framework
 -- module of CuPy's memory-hook logs; the interface is at the top of
--- lua/cupola/advise.lua).  Its rows: CuPy's MemoryPool (pool kind "cupy",
+-- lua/cupola/advise/modules.lua).  Its rows: CuPy's MemoryPool (pool kind "cupy",
 -- the log replayed with its own addresses), and cupola's pools as CuPy
 -- would get them through cupy.cuda.set_allocator (CUPOLA_CUPY_POOL).
 --
@@ -31,6 +31,7 @@ local cupy = {
     conf = "CuPy: none (its pool's one setting is its limit: --limit, or the least one, always searched)",
     recorded = "CuPy: none",
     pool = "CuPy: as CUPOLA_CUPY_POOL names it, e.g. vmm",
+    device = "a CuPy log's, by device_id, one at a time",
     example = "CUPY_GPU_MEMORY_LIMIT=2147483648 python run.py",
   },
   aside_title = "cupola's pools inside CuPy (cupy.cuda.set_allocator, CUPOLA_CUPY_POOL):",
@@ -44,6 +45,13 @@ local cupy = {
 }
 
 local bytes = report.bytes
+
+-- A log names its devices by device_id, and the loader takes one device's
+-- lines at a time (a pool each): it refuses a log of several without one.
+cupy.device_ids = true
+function cupy.needs_device(err)
+  return err:find("each device has a pool of its own", 1, true) ~= nil
+end
 
 function cupy.title()
   return "CuPy memory-hook log"
@@ -62,11 +70,11 @@ end
 
 --- cupy.recorded_limit(t) -> {low =, high =, replays =}, or nil and why: the
 -- set_limit the recorded run had, from a log in which CuPy refused requests
--- (advise.limit_interval): below it a cudaMalloc the run made is refused,
--- or free_all_blocks runs where it did not (less is held than the log's
--- total_bytes, or more cudaMallocs are made); above it a request the run
--- was refused is served, or more is held.  A limit counts as the run's only
--- where the replay is exact (every malloc, refusal, cudaMalloc and
+-- (advise/search.lua's limit_interval): below it a cudaMalloc the run made is
+-- refused, or free_all_blocks runs where it did not (less is held than the
+-- log's total_bytes, or more cudaMallocs are made); above it a request the
+-- run was refused is served, or more is held.  A limit counts as the run's
+-- only where the replay is exact (every malloc, refusal, cudaMalloc and
 -- total_bytes as logged).  nil, "exact" where the replay without a limit
 -- already is (the device refused them: the log's alloc lines carry that).
 function cupy.recorded_limit(t)
@@ -93,7 +101,7 @@ function cupy.recorded_limit(t)
   if v ~= 1 then return nil, "no limit" end
   -- the log's peak total_bytes was held under the limit
   local a = c.peak_total_bytes and c.peak_total_bytes > 0 and c.peak_total_bytes - 1 or 0
-  local lim = require("cupola.advise").limit_interval(side, a, r0.peak_reserved)
+  local lim = require("cupola.advise.search").limit_interval(side, a, r0.peak_reserved)
   if not lim then return nil, "no limit" end
   return lim
 end

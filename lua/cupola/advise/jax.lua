@@ -1,6 +1,6 @@
 --- cupola.advise.jax: what cupola.advise knows of JAX (the framework module
 -- of JAX memory profiles, t.format "jax_memory"; the interface is at the
--- top of lua/cupola/advise.lua).  Its rows: XLA's BFC allocator (pool kind
+-- top of lua/cupola/advise/modules.lua).  Its rows: XLA's BFC allocator (pool kind
 -- "bfc", exact against JAX 0.11.2's recordings) under JAX's two settings:
 --
 --   growth        XLA_PYTHON_CLIENT_PREALLOCATE=false: regions of 2 MiB that
@@ -28,6 +28,12 @@ local jax = {
   formats = { "jax_memory" },
   via = "XLA_CLIENT_MEM_FRACTION",
   json_fields = { "device_memory", "peak_live", "bfc_peak_bytes_in_use" },
+  -- the device's memory, of which JAX's fractions are
+  options = {
+    { key = "device_memory", flag = "--device-memory", arg = "SIZE", type = "size", example = "80GiB",
+      help = "the device's memory, for JAX's XLA_CLIENT_MEM_FRACTION (default: what the profile says of it, " ..
+        "where it does)" },
+  },
   reads = {
     "a JAX memory profile (jax.profiler.trace's *.xplane.pb or its directory) or JSON lines of its " ..
       "MemoryAllocation/MemoryDeallocation events: the file is neither",

@@ -1,6 +1,7 @@
 --- cupola.advise.torch: what cupola.advise knows of PyTorch (the framework
--- module of PyTorch snapshots and RMM logs; the interface is at the top of
--- lua/cupola/advise.lua).  Its rows: PyTorch's caching allocator (pool kind
+-- module of PyTorch snapshots, and of RMM logs, which have no module of
+-- their own: their requests get PyTorch's rows; the interface is at the top
+-- of lua/cupola/advise/modules.lua).  Its rows: PyTorch's caching allocator (pool kind
 -- "torch") under a grid of PYTORCH_CUDA_ALLOC_CONF settings, and cupola's
 -- own pools as PyTorch's pluggable allocator would serve them
 -- (CUPOLA_TORCH_POOL).
@@ -120,16 +121,17 @@ end
 -- a device call that takes memory
 local function takes(call) return call == "segment_alloc" or call == "segment_map" end
 
---- torch.recorded_limit(t, conf [, facts]) -> {low =, high =, replays =} or nil: the
--- limit a snapshot's run had (torch.cuda.set_per_process_memory_fraction,
--- or the device's free memory), where PyTorch refused requests
--- (advise.limit_interval).  The model replays the recorded setting with the
--- snapshot's addresses, and the first device call that differs from
--- PyTorch's says which way the limit is off: below it the model takes less
--- memory than PyTorch did, or gives back (releasing its cache to retry)
--- where PyTorch did not; above it the model takes memory PyTorch was
--- refused, or keeps what PyTorch gave back.  nil where the snapshot has no
--- device calls or no refusal, or no limit replays it.
+--- torch.recorded_limit(t, conf [, facts]) -> {low =, high =, replays =} or
+-- nil: the limit a snapshot's run had
+-- (torch.cuda.set_per_process_memory_fraction, or the device's free memory),
+-- where PyTorch refused requests (advise/search.lua's limit_interval).  The
+-- model replays the recorded setting with the snapshot's addresses, and the
+-- first device call that differs from PyTorch's says which way the limit is
+-- off: below it the model takes less memory than PyTorch did, or gives back
+-- (releasing its cache to retry) where PyTorch did not; above it the model
+-- takes memory PyTorch was refused, or keeps what PyTorch gave back.  nil
+-- where the snapshot has no device calls or no refusal, or no limit replays
+-- it.
 -- (facts: core.trace.advise_facts's, where the caller has them)
 function torch.recorded_limit(t, conf, facts)
   local info = t:info()
@@ -155,7 +157,7 @@ function torch.recorded_limit(t, conf, facts)
   end
   local v, r0 = side(nil)
   if v ~= 1 then return nil end
-  return require("cupola.advise").limit_interval(side, 0, r0.peak_reserved)
+  return require("cupola.advise.search").limit_interval(side, 0, r0.peak_reserved)
 end
 
 --- torch.setup(ctx): the trace's facts, and the setting it was recorded under.
