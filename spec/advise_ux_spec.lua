@@ -3,7 +3,7 @@
 -- fit the terminal, columns defined under the table, sizes as people write
 -- them, cupola.advise without options, bin/cupola --help, and errors as
 -- one message that says what was tried.  Besides the framework module
--- interface the engine offers (lua/cupola/advise.lua's head).
+-- interface the engine offers (lua/cupola/advise/modules.lua's head).
 local cupola = require "cupola"
 local advise = require "cupola.advise"
 local pickle = require "spec.support.pickle"
@@ -371,6 +371,63 @@ describe("advise: the framework module interface", function()
     assert.equals(2, #res.rows)
     assert.matches("^FAKE=[ab] run$", res.paste)
     assert.matches("a log: ", advise.text(res), 1, true)
+  end)
+
+  -- The interface's one statement, the head of lua/cupola/advise/modules.lua:
+  -- the names of the fields it lists, and them as a set.
+  local function interface()
+    local src = read_file "lua/cupola/advise/modules.lua"
+    local block = src:match "%-%- %-%-%-%- the framework module interface %-+\n(.-)\n%-%- A row spec"
+    local names, set = {}, {}
+    for name in (block or ""):gmatch "\n%-%-   ([%a_]+)" do
+      names[#names + 1] = name
+      set[name] = true
+    end
+    return names, set
+  end
+
+  it("the engine, the views and the command line read of a module what the interface states, all of it", function()
+    local names, stated = interface()
+    assert.is_true(#names >= 20, #names .. " fields")
+    -- PyTorch's module, under a name of its own (the views find a result's
+    -- module by it), behind a table that notes each field read of it (its
+    -- own functions reach it directly, not through the table)
+    local torch = require "cupola.advise.torch"
+    local read = {}
+    package.preload["cupola.advise.spec_watch"] = function()
+      return setmetatable({}, { __index = function(_, k)
+        read[k] = true
+        if k == "name" then return "spec_watch" end
+        return torch[k]
+      end })
+    end
+    local saved = advise.frameworks
+    advise.frameworks = { "spec_watch" }
+    local page = os.tmpname()
+    local ok, err = pcall(function()
+      local path = DIR .. "twostream.default.cpsnap.gz"
+      local res = cupola.advise(path, { progress = false, device = 0 })
+      advise.text(res)
+      advise.json(res)
+      advise.html(res, path, page)
+      advise.usage_text()
+      -- a file no module reads, with a device asked for: the loader's refusal goes to every module
+      assert(not pcall(cupola.advise, "/etc/hostname", { progress = false, device = 0 }))
+    end)
+    advise.frameworks = saved
+    package.loaded["cupola.advise.spec_watch"] = nil
+    os.remove(page)
+    assert.is_true(ok, err)
+    for k in pairs(read) do assert.is_true(stated[k], "read of a module but not in the interface: " .. tostring(k)) end
+    for _, k in ipairs(names) do assert.is_true(read[k], "in the interface but never read: " .. k) end
+  end)
+
+  it("docs/API.md lists the fields the interface states, and no hook it does not", function()
+    local names, stated = interface()
+    local para = read_file("docs/API.md"):match "\n%*%*Framework modules%.%*%*(.-)\n\n"
+    assert.is_truthy(para)
+    for _, n in ipairs(names) do assert.is_truthy(para:find("`" .. n .. "[`(]"), n) end
+    for n in para:gmatch "`([%a_]+)%(" do assert.is_true(stated[n], "docs/API.md names a hook the interface does not: " .. n) end
   end)
 
   it("a format no module reads is refused naming it", function()
