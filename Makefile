@@ -9,7 +9,9 @@
 #   make torch-allocator  build/libcupola_torch.so: cupola's pools in PyTorch (CUDA only)
 #   make cupy-allocator   build/libcupola_cupy.so: cupola's pools in CuPy (CUDA only;
 #                         python/cupola_cupy.py installs it, CUPOLA_CUPY_POOL=vmm)
-#   make record     build/libcupola_record.so: the recorder of `bin/cupola record` (CUPTI only)
+#   make record     build/libcupola_record.so: the recorder of `bin/cupola record` (CUPTI only),
+#                   and build/libcupola_record_preload.so, which it preloads
+#   make record-floor  build/libcupola_record_floor.so: its callbacks, empty (bench/record_cost.sh)
 #   make install    used by `luarocks make` (LUADIR, LIBDIR, BINDIR; alone: PREFIX=/usr/local)
 #   make test-install  only spec/install_spec.lua: `luarocks make` into a temporary tree, used
 #                      from another directory (make test runs it too)
@@ -75,7 +77,7 @@ DLINK_OBJ := $(if $(HAVE_CUDA),$(OBJ)/cuda/dlink.o)
 CU_OBJ   := $(if $(HAVE_CUDA),$(CU_SRC:cuda/%.cu=$(OBJ)/cuda/%.o) $(DLINK_OBJ))
 DEPFILES := $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(CU_OBJ:.o=.d)
 
-.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator cupy-allocator test-cupy-wrapper record FORCE
+.PHONY: all deps test test-c test-lua demo bench gpu-check install clean torch-allocator cupy-allocator test-cupy-wrapper record record-floor FORCE
 all: $(MODULE)
 
 # The build's configuration, rewritten only when it changes: objects depend
@@ -186,13 +188,33 @@ $(RECORD_LIB): $(RECORD_C_OBJ) $(OBJ)/record/inject.o src/record/exports.map
 	    -Wl,--version-script=src/record/exports.map -Wl,--no-undefined \
 	    -L$(dir $(CUPTI_SO)) -Wl,-rpath,$(abspath $(dir $(CUPTI_SO))) -lcupti \
 	    -L$(CUDA_HOME)/lib64/stubs -lcuda -lz -lpthread
+# build/libcupola_record_preload.so (src/record/preload.c), which the launcher
+# preloads: a profiler the program starts is told, in one line, that the
+# recorder holds CUPTI.  Links neither libcupti nor CUDA.
+RECORD_PRELOAD := $(BUILD)/libcupola_record_preload.so
+$(RECORD_PRELOAD): src/record/preload.c src/record/preload.map $(CONFIG_STAMP)
+	$(CC) -isystem $(CUDA_HOME)/include -isystem $(dir $(CUPTI_H)) $(CP_CFLAGS) -shared \
+	    $(EXTRA_LDFLAGS) -o $@ $< -Wl,--version-script=src/record/preload.map -ldl
+# build/libcupola_record_floor.so: inject.c with an empty callback and no
+# files (the floor bench/record_cost.sh measures); never installed.
+RECORD_FLOOR := $(BUILD)/libcupola_record_floor.so
+$(OBJ)/record/inject_floor.o: src/record/inject.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) -DCP_RECORD_FLOOR=1 -Isrc/core -Isrc/record -isystem $(CUDA_HOME)/include \
+	    -isystem $(dir $(CUPTI_H)) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+$(RECORD_FLOOR): $(RECORD_C_OBJ) $(OBJ)/record/inject_floor.o src/record/exports.map
+	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(RECORD_C_OBJ) $(OBJ)/record/inject_floor.o \
+	    -Wl,--version-script=src/record/exports.map -Wl,--no-undefined \
+	    -L$(dir $(CUPTI_SO)) -Wl,-rpath,$(abspath $(dir $(CUPTI_SO))) -lcupti \
+	    -L$(CUDA_HOME)/lib64/stubs -lcuda -lz -lpthread
 ifneq ($(and $(CUPTI_H),$(CUPTI_SO)),)
-record: $(RECORD_LIB)
+record: $(RECORD_LIB) $(RECORD_PRELOAD)
+record-floor: $(RECORD_FLOOR)
 else
-record:
-	@echo "record: no CUPTI in $(CUDA_HOME) (cupti.h, libcupti.so): skipped"
+record record-floor:
+	@echo "$@: no CUPTI in $(CUDA_HOME) (cupti.h, libcupti.so): skipped"
 endif
--include $(RECORD_C_OBJ:.o=.d) $(OBJ)/record/inject.d
+-include $(RECORD_C_OBJ:.o=.d) $(OBJ)/record/inject.d $(OBJ)/record/inject_floor.d
 
 # C-level tests of the core (no Lua): each tests/c/test_*.c is a program.
 # (test_torch_pluggable also links the torch allocator's C logic.)
@@ -302,6 +324,7 @@ install: all torch-allocator record
 	install -m 755 $(MODULE) $(DESTDIR)$(LIBDIR)/cupola/core.so
 	if [ -f $(TORCH_LIB) ]; then install -m 755 $(TORCH_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_torch.so; fi
 	if [ -f $(RECORD_LIB) ]; then install -m 755 $(RECORD_LIB) $(DESTDIR)$(LIBDIR)/cupola/libcupola_record.so; fi
+	if [ -f $(RECORD_PRELOAD) ]; then install -m 755 $(RECORD_PRELOAD) $(DESTDIR)$(LIBDIR)/cupola/libcupola_record_preload.so; fi
 	install -m 644 lua/cupola/*.lua $(DESTDIR)$(LUADIR)/cupola/
 	install -d $(DESTDIR)$(LUADIR)/cupola/advise
 	install -m 644 lua/cupola/advise/*.lua $(DESTDIR)$(LUADIR)/cupola/advise/

@@ -221,3 +221,139 @@ describe("cupola record on the GPU", function()
   end)
 end)
 
+
+-- libcupola_record_preload.so (src/record/preload.c) on the host, against a
+-- stand-in libcupti.so.13 that refuses as CUPTI does when another subscriber
+-- holds the process (FAKE_HOLDER names it): a program's profiler refused
+-- because the recorder holds CUPTI is told in one line, once; anything else
+-- passes through unchanged.
+describe("a profiler of the program under cupola record (the preload library)", function()
+  local pre = "build/libcupola_record_preload.so"
+  local cuda = os.getenv "CUDA_HOME" or "/usr/local/cuda"
+  local f = io.open(pre, "rb")
+  local h = io.open(cuda .. "/include/cupti.h", "rb")
+  local _, cc_rc = run "cc --version"
+  if f then f:close() end
+  if h then h:close() end
+  if not f or not h or cc_rc ~= 0 then
+    pending("says in one line that the recorder holds CUPTI (needs make record, cupti.h and cc)")
+    return
+  end
+  local dir = tmp .. "/preload"
+  os.execute("mkdir -p " .. dir)
+  local fake = write("preload/fakecupti.c", [[
+#include <cupti.h>
+#include <stdio.h>
+#include <stdlib.h>
+CUptiResult CUPTIAPI cuptiSubscribe_v2(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud,
+                                       CUpti_SubscriberParams *p)
+{
+    const char *holder = getenv("FAKE_HOLDER");
+    (void)cb; (void)ud;
+    *s = NULL;
+    if (!holder)
+        return CUPTI_SUCCESS;
+    if (p && p->oldSubscriberName && p->oldSubscriberSize)
+        snprintf(p->oldSubscriberName, p->oldSubscriberSize, "%s", holder);
+    return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+}
+CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud)
+{
+    return cuptiSubscribe_v2(s, cb, ud, NULL);
+}
+]])
+  local user = write("preload/user.c", [[
+#include <cupti.h>
+#include <stdio.h>
+#include <string.h>
+/* how: 1 the plain call, 2 _v2 with a name buffer, 3 _v2 as the recorder */
+int user_subscribe(int how)
+{
+    CUpti_SubscriberHandle s;
+    CUpti_SubscriberParams p;
+    char old[256] = "";
+    CUptiResult r;
+    memset(&p, 0, sizeof p);
+    p.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    p.subscriberName = how == 3 ? "cupola record" : "a profiler";
+    p.oldSubscriberName = old;
+    p.oldSubscriberSize = sizeof old;
+    r = how == 1 ? cuptiSubscribe(&s, NULL, NULL) : cuptiSubscribe_v2(&s, NULL, NULL, &p);
+    printf("result %d old '%s'\n", (int)r, old);
+    return (int)r;
+}
+]])
+  local prog = write("preload/prog.c", [[
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv)
+{
+    /* argv[1]: local or global (how libuser.so and its libcupti are opened);
+       then the ways to call, as user_subscribe takes them */
+    void *h = dlopen("libuser.so", RTLD_NOW | (argv[1][0] == 'l' ? RTLD_LOCAL : RTLD_GLOBAL));
+    int (*sub)(int), i;
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+    *(void **)&sub = dlsym(h, "user_subscribe");
+    for (i = 2; i < argc; i++)
+        sub(atoi(argv[i]));
+    return 0;
+}
+]])
+  local inc = "-I" .. cuda .. "/include"
+  local _, rc = run(("cc -shared -fPIC %s -Wl,-soname,libcupti.so.13 -o %s/libcupti.so.13 %s")
+    :format(inc, dir, fake))
+  assert.equals(0, rc)
+  _, rc = run(("cc -shared -fPIC %s -o %s/libuser.so %s %s/libcupti.so.13 -Wl,-rpath,%s")
+    :format(inc, dir, user, dir, dir))
+  assert.equals(0, rc)
+  _, rc = run(("cc -o %s/prog %s -ldl -Wl,-rpath,%s"):format(dir, prog, dir))
+  assert.equals(0, rc)
+
+  -- stdout and stderr apart: the line is the only thing on stderr
+  local function go(holder, args)
+    local errf = dir .. "/err.txt"
+    local p = io.popen(("%sLD_PRELOAD=%s LD_LIBRARY_PATH=%s %s/prog %s 2>%s"):format(
+      holder and ("FAKE_HOLDER='" .. holder .. "' ") or "", pre, dir, dir, args, errf))
+    local out = p:read "a"
+    p:close()
+    local e = io.open(errf):read "a"
+    return out, e
+  end
+  local LINE = "^cupola record: process %d+: libuser%.so asked for CUPTI %(a profiler%?%) and was " ..
+    "refused: cupola record holds it, so that profiler sees no CUDA activity; profile without " ..
+    "cupola record\n$"
+
+  it("says it once, for a library opened with RTLD_LOCAL (libcupti outside the global scope)", function()
+    local out, err = go("CUPTI for cupola record", "local 1 1 2")
+    assert.equals("result 39 old ''\nresult 39 old ''\nresult 39 old 'CUPTI for cupola record'\n", out)
+    assert.matches(LINE, err)
+  end)
+
+  it("says it for the call with parameters, and fills the caller's buffer as CUPTI would", function()
+    local out, err = go("cupola record", "global 2")
+    assert.equals("result 39 old 'cupola record'\n", out)
+    assert.matches(LINE, err)
+  end)
+
+  it("says nothing when another tool holds CUPTI, or when nobody does", function()
+    local out, err = go("Nsight Systems", "local 1 2")
+    assert.equals("result 39 old ''\nresult 39 old 'Nsight Systems'\n", out)
+    assert.equals("", err)
+    out, err = go(nil, "global 1 2")
+    assert.equals("result 0 old ''\nresult 0 old ''\n", out)
+    assert.equals("", err)
+  end)
+
+  it("passes the recorder's own subscribe through untouched", function()
+    local out, err = go("CUPTI for cupola record", "local 3")
+    assert.equals("result 39 old 'CUPTI for cupola record'\n", out)
+    assert.equals("", err)
+  end)
+
+  it("is what the launcher preloads: the library beside the recorder's, when there", function()
+    local record = require "cupola.record"
+    assert.equals("build/libcupola_record_preload.so", record.preload "build/libcupola_record.so")
+    assert.is_nil(record.preload(tmp .. "/nowhere/libcupola_record.so"))
+  end)
+end)

@@ -92,6 +92,20 @@ function record.library()
     "where the CUDA Toolkit with CUPTI is installed"
 end
 
+--- record.preload(lib) -> the LD_PRELOAD the command runs with, or nil:
+-- libcupola_record_preload.so beside the recorder library (it says in one
+-- line when a profiler of the program is refused CUPTI because the recorder
+-- holds it: src/record/preload.c), ahead of the environment's LD_PRELOAD.
+-- nil when it is not there (an older build): the recording is the same.
+function record.preload(lib)
+  local dir = lib:match "^(.*)/[^/]*$" or "."
+  local pre = dir .. "/libcupola_record_preload.so"
+  if not exists(pre) then return nil end
+  local have = os.getenv "LD_PRELOAD"
+  if have and have ~= "" then return pre .. " " .. have end
+  return pre
+end
+
 -- libcupti (and the rest) resolvable for the library, as the dynamic loader
 -- would do it when CUDA loads it.
 local function missing_libs(lib)
@@ -203,6 +217,8 @@ function record.main(argv)
     "CUPOLA_RECORD_OUT=" .. quote(out),
     "CUPOLA_RECORD_LIST=" .. quote(list),
   }
+  local pre = record.preload(lib)
+  if pre then env[#env + 1] = "LD_PRELOAD=" .. quote(pre) end
   if o.flush_ms then env[#env + 1] = "CUPOLA_RECORD_FLUSH_MS=" .. o.flush_ms end
   local words = {}
   for k, w in ipairs(o.command) do words[k] = quote(w) end
