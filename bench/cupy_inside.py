@@ -125,7 +125,8 @@ def one(tag, outdir, lib=None, spec=None):
         fig.update(peak_reserved=d["reserved_peak"], used_peak=d["used_peak"],
                    device_allocs=d["device_allocs"], device_frees=d["device_frees"],
                    held_frees=st["held_frees"], free_errors=st["free_errors"], ooms=st["ooms"],
-                   foreign_streams=st["foreign_streams"])
+                   foreign_streams=st["foreign_streams"], stats=d,
+                   launch_blocking=os.environ.get("CUDA_LAUNCH_BLOCKING", ""))
     np.savez(os.path.join(outdir, tag + ".npz"), **{k: np.array(v) for k, v in res.items()})
     with open(os.path.join(outdir, tag + ".json"), "w") as f:
         json.dump(fig, f)

@@ -43,8 +43,8 @@ local out = {
   ("CuPy %s. Commit %s, %s. CuPy's own MemoryPool reached %s (peak total_bytes, read after each step)."):format(
     base.cupy or "?", commit, os.date "!%Y-%m-%d %H:%MZ", mib(base.peak_reserved)),
   "",
-  "| pool | requests | peak reserved, measured | replay of its log (virtual) | error | peak in use | device calls | held frees |",
-  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+  "| pool | requests | peak reserved, measured | replay of its log (virtual) | error | replay, streams idle | peak in use | device calls | maps / unmaps: measured, replayed | held frees |",
+  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
 }
 local worst = 0
 for i = 3, #arg do
@@ -54,13 +54,26 @@ for i = 3, #arg do
     out[#out + 1] = ("| %s | run failed | | | | | | |"):format(tag)
   else
     local t <close> = cupola.trace.load(dir .. "/" .. tag .. ".csv")
-    local p <close> = cupola.pool(pool_options(fig.spec, "virtual"))
-    local r = t:replay(p, { clock = "trace", progress = false })
+    -- twice: the replay's streams as CUDA answers for them (an event just
+    -- recorded is "not ready" for microseconds), and idle (every event
+    -- complete at once, as advise replays)
+    local function replay(idle)
+      local p <close> = cupola.pool(pool_options(fig.spec, "virtual"))
+      local r = t:replay(p, { clock = "trace", progress = false, idle_streams = idle })
+      local st = p:stats()
+      return r, st
+    end
+    local r, st = replay(false)
+    local ri = replay(true)
     local err = (r.peak_reserved - fig.peak_reserved) / fig.peak_reserved * 100
     if math.abs(err) > worst then worst = math.abs(err) end
-    out[#out + 1] = ("| `%s` | %d | %s | %s | %+.3f %% | %s | %d | %d |"):format(fig.spec, #t // 2,
-      mib(fig.peak_reserved), mib(r.peak_reserved), err, mib(fig.used_peak),
-      (fig.device_allocs or 0) + (fig.device_frees or 0), fig.held_frees or 0)
+    local ms = fig.stats or {}
+    local spec = fig.spec .. ((fig.launch_blocking or "") ~= "" and ", CUDA_LAUNCH_BLOCKING=" ..
+      fig.launch_blocking or "")
+    out[#out + 1] = ("| `%s` | %d | %s | %s | %+.3f %% | %s | %s | %d | %s / %s: %s / %s | %d |"):format(
+      spec, #t // 2, mib(fig.peak_reserved), mib(r.peak_reserved), err, mib(ri.peak_reserved),
+      mib(fig.used_peak), (fig.device_allocs or 0) + (fig.device_frees or 0),
+      ms.maps or "-", ms.unmaps or "-", st.maps or "-", st.unmaps or "-", fig.held_frees or 0)
   end
 end
 out[#out + 1] = ""

@@ -7,7 +7,8 @@ FRAMEWORK torch | jax | cupy; MODE:
             the environment selects (the script sets PYTORCH_NO_CUDA_MEMORY_CACHING=1,
             XLA_PYTHON_CLIENT_ALLOCATOR=platform, or CUPOLA_CUPY_NO_POOL=1 for the
             request-level recording; nothing for the caching run)
-  profile   torch only: torch.profiler with CUDA activity over a few matmuls
+  profile   torch: torch.profiler with CUDA activity over a few matmuls; jax:
+            jax.profiler's trace of a few matmuls, its GPU planes' events counted
             (what a program's own CUPTI use sees under cupola record)
 Prints one line "RESULT {json}": the workload's wall time (after a warm-up
 step) and the allocator's own figures (PyTorch max_memory_reserved and
@@ -19,7 +20,8 @@ import sys
 import time
 
 
-def torch_run(steps):
+def torch_setup():
+    """The MLP and its optimizer on the GPU; returns step(i) (bench/record_cost.py times it)."""
     import torch
     import torch.nn as nn
     torch.manual_seed(0)
@@ -35,7 +37,19 @@ def torch_run(steps):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    return step
 
+
+def torch_run(steps):
+    """RECORD_SNAPSHOT=PATH (caching on): PyTorch's own memory history of the
+    run, from the start, dumped there (what bench/record_explain.py compares
+    the recording with)."""
+    import torch
+    snap = os.environ.get("RECORD_SNAPSHOT")
+    if snap:
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc",
+                                                 stacks="python", max_entries=1000000)
+    step = torch_setup()
     step(0)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -44,6 +58,8 @@ def torch_run(steps):
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     st = torch.cuda.memory_stats()
+    if snap:
+        torch.cuda.memory._dump_snapshot(snap)
     return {"seconds": dt, "max_memory_reserved": torch.cuda.max_memory_reserved(),
             "max_memory_allocated": torch.cuda.max_memory_allocated(),
             "num_device_alloc": st.get("num_device_alloc", 0),
@@ -98,6 +114,32 @@ def jax_run(steps):
     return keep
 
 
+def jax_profile():
+    """jax.profiler around a few steps: whether its device tracer (CUPTI) got GPU events."""
+    import tempfile
+    import jax
+    import jax.numpy as jnp
+    d = tempfile.mkdtemp(prefix="jaxprof")
+    x = jnp.ones((1024, 1024))
+    t0 = time.perf_counter()
+    jax.profiler.start_trace(d)
+    for _ in range(5):
+        x = (x @ x) / 1024
+    x.block_until_ready()
+    jax.profiler.stop_trace()
+    res = {"seconds": time.perf_counter() - t0}
+    try:
+        import glob
+        from jax.profiler import ProfileData
+        f = sorted(glob.glob(os.path.join(d, "**", "*.xplane.pb"), recursive=True))[-1]
+        pd = ProfileData.from_file(f)
+        res["planes"] = {p.name: sum(1 for line in p.lines for _ in line.events)
+                         for p in pd.planes if "GPU" in p.name or "gpu" in p.name}
+    except Exception as e:  # the figures are a courtesy
+        res["planes_error"] = repr(e)[:200]
+    return res
+
+
 def cupy_run(steps):
     import cupy as cp
     if os.environ.get("CUPOLA_CUPY_NO_POOL") == "1":
@@ -131,6 +173,8 @@ def main():
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 40
     if fw == "torch" and mode == "profile":
         res = torch_profile()
+    elif fw == "jax" and mode == "profile":
+        res = jax_profile()
     elif fw == "torch":
         res = torch_run(steps)
     elif fw == "jax":

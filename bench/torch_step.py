@@ -14,26 +14,34 @@ Each process runs the three workloads in turn (the cache emptied between
 them: torch.cuda.empty_cache, or cupola_torch_trim), WARMUP steps each, then
 STEPS timed steps (host wall time from the step's start to a device
 synchronisation at its end, as a loop that reads its loss each step does).
+varshape cycles through SHAPES: its warm-up is at least two whole cycles, so
+that every shape has been seen (kernel selection, lazily loaded modules and
+the allocator's growth happen on a shape's first step, not in the timing),
+and its timed steps are whole cycles, the same shapes in every round.
 Rounds are interleaved: every allocator runs once per round, in an order
-rotated each round.  The table gives, per workload and allocator, the median
-step time over every timed step of every round, the spread of the rounds'
-medians, the ratio to PyTorch's default, and the device calls per timed step
-(cudaMalloc/cudaFree: PyTorch's num_device_alloc/free; cupola: its pool's
-upstream calls, vmm's page maps included).
+rotated each round.  A round's figure is the median of its timed steps
+(varshape: their mean over whole cycles, each cycle the same work); the table
+gives, per workload and allocator, the median of the rounds' figures, their
+spread ((largest - smallest) / median: PyTorch's own must be within 2 % for
+the row to decide anything), the ratio to PyTorch's default, and the device
+calls per timed step (cudaMalloc/cudaFree: PyTorch's num_device_alloc/free;
+cupola: its pool's upstream calls, vmm's page maps included).
 
 The cupola rows are the pools as `cupola advise` recommends them and the
 library serves them: CUPOLA_TORCH_POOL=tlsf, vmm, caching, with the serving
 policy (src/core/pool/spec.c: tlsf and caching keep their idle chunks, no
 upstream call once warm).  `tlsf,release_threshold=0` is tlsf before that
 policy (cupola.pool's default: idle chunks returned whenever the pool grows,
-taken back the next step), kept to show the cause on the GPU.
+taken back the next step), a row when named, to show the cause on the GPU.
 
-  python3 bench/torch_step.py OUTDIR LIB [SPEC ...]   (default SPECs: tlsf vmm caching
-                                                       tlsf,release_threshold=0)
+  python3 bench/torch_step.py OUTDIR LIB [SPEC ...]   (default SPECs: tlsf vmm caching)
   python3 bench/torch_step.py --one ALLOC OUTFILE [LIB]   (one process; ALLOC: default,
                                                        expandable or cupola:SPEC)
-Environment: ROUNDS (3), STEPS (8), WARMUP (3), WORKLOADS (gpt2,resnet50,varshape),
-BUDGET_S (150: no round starts after this many seconds).
+  python3 bench/torch_step.py --table OUTDIR [LIB SPEC ...]   the table again from the
+                                                       processes' files (a run cut short)
+Environment: ROUNDS (3), STEPS (24), WARMUP (10), WORKLOADS (gpt2,resnet50,varshape),
+ALLOCS (default: "default expandable" and cupola:SPEC for each SPEC), BUDGET_S (150: no
+round starts after this many seconds).
 """
 import ctypes
 import json
@@ -176,7 +184,7 @@ def one(alloc, outfile, lib=None):
             return max((x["reserved_peak"] for x in cupola_stats()["devices"]), default=0)
         return torch.cuda.max_memory_reserved()
 
-    steps, warmup = env_int("STEPS", 8), env_int("WARMUP", 3)
+    steps, warmup = env_int("STEPS", 24), env_int("WARMUP", 10)
     names = [w for w in os.environ.get("WORKLOADS", "gpt2,resnet50,varshape").split(",") if w]
     torch.backends.cudnn.benchmark = False
     out = {"alloc": alloc, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
@@ -186,19 +194,29 @@ def one(alloc, outfile, lib=None):
     for name in names:
         torch.manual_seed(0)
         step = WORKLOADS[name](torch)
-        for i in range(warmup):
+        w, n = warmup, steps
+        if name == "varshape":  # whole cycles: every shape seen, the same ones timed
+            c = len(SHAPES)
+            w = max(2 * c, (w + c - 1) // c * c)
+            n = max(c, (n + c - 1) // c * c)
+        warm = []
+        for i in range(w):
+            t0 = time.perf_counter()
             step(i).item()
+            warm.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.synchronize()
         c0, times = device_calls(), []
-        for i in range(warmup, warmup + steps):
+        for i in range(w, w + n):
             t0 = time.perf_counter()
             loss = step(i)
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
             loss.item()
         calls = device_calls() - c0
-        out["workloads"][name] = {"ms": times, "device_calls": calls,
-                                  "reserved_peak": reserved_peak()}
+        out["workloads"][name] = {"ms": times, "warm_ms": warm, "device_calls": calls,
+                                  "reserved_peak": reserved_peak(),
+                                  "figure": statistics.mean(times) if name == "varshape"
+                                  else statistics.median(times)}
         del step
         import gc
         gc.collect()
@@ -224,12 +242,21 @@ def label(alloc):
     return "cupola `%s`" % spec
 
 
+def allocs_of(specs):
+    if os.environ.get("ALLOCS"):
+        return os.environ["ALLOCS"].split()
+    return ["default", "expandable"] + ["cupola:" + s for s in specs]
+
+
+def file_of(outdir, r, a):
+    return os.path.join(outdir, "r%d.%s.json" % (r, "".join(c if c.isalnum() else "_" for c in a)))
+
+
 def main(outdir, lib, specs):
     os.makedirs(outdir, exist_ok=True)
-    allocs = ["default", "expandable"] + ["cupola:" + s for s in specs]
+    allocs = allocs_of(specs)
     rounds, budget = env_int("ROUNDS", 3), env_int("BUDGET_S", 150)
     t_start = time.time()
-    runs = {a: [] for a in allocs}
     failures = []
     done = 0
     for r in range(rounds):
@@ -239,19 +266,37 @@ def main(outdir, lib, specs):
             break
         order = allocs[r % len(allocs):] + allocs[:r % len(allocs)]
         for a in order:
-            path = os.path.join(outdir, "r%d.%s.json" % (r, "".join(c if c.isalnum() else "_" for c in a)))
+            path = file_of(outdir, r, a)
             cmd = [sys.executable, os.path.abspath(__file__), "--one", a, path, lib]
             t0 = time.time()
+            if os.path.exists(path):
+                os.remove(path)
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode != 0 or not os.path.exists(path):
                 failures.append((r, a, p.returncode, (p.stderr or "")[-600:]))
                 print("torch_step: round %d %s failed rc=%d\n%s" % (r, a, p.returncode, p.stderr[-600:]),
                       flush=True)
                 continue
-            with open(path) as f:
-                runs[a].append(json.load(f))
             print("torch_step: round %d %-34s %.1f s" % (r, a, time.time() - t0), flush=True)
         done = r + 1
+    return table(outdir, allocs, done, failures)
+
+
+def spread(xs):
+    return (max(xs) - min(xs)) / statistics.median(xs) if len(xs) > 1 else float("nan")
+
+
+def table(outdir, allocs, done=None, failures=()):
+    """The table from the processes' files in outdir (r<round>.<alloc>.json)."""
+    runs = {a: [] for a in allocs}
+    r = 0
+    while any(os.path.exists(file_of(outdir, r, a)) for a in allocs):
+        for a in allocs:
+            if os.path.exists(file_of(outdir, r, a)):
+                with open(file_of(outdir, r, a)) as f:
+                    runs[a].append(json.load(f))
+        r += 1
+    done = r if done is None else done
     device = next((x[0]["device"] for x in runs.values() if x), "?")
     torch_v = next((x[0]["torch"] for x in runs.values() if x), "?")
     names = []
@@ -262,34 +307,43 @@ def main(outdir, lib, specs):
                     names.append(w)
     lines = ["# Step time under each allocator (bench/torch_step.py)", "",
              "Device: %s, PyTorch %s, %d rounds (interleaved, rotated), %s timed steps after %s "
-             "warm-up per workload and process; commit %s, %s." %
-             (device, torch_v, done, os.environ.get("STEPS", "8"), os.environ.get("WARMUP", "3"),
-              os.environ.get("CUPOLA_COMMIT", "?"), time.strftime("%Y-%m-%d %H:%MZ", time.gmtime())),
+             "warm-up per workload and process (varshape: whole cycles of %d shapes, at least two "
+             "of warm-up); commit %s, %s." %
+             (device, torch_v, done, os.environ.get("STEPS", "24"), os.environ.get("WARMUP", "10"),
+              len(SHAPES), os.environ.get("CUPOLA_COMMIT", "?"),
+              time.strftime("%Y-%m-%d %H:%MZ", time.gmtime())),
              "",
-             "| workload | allocator | ms/step (median) | rounds' medians | vs PyTorch | device calls/step | peak reserved so far |",
-             "| --- | --- | ---: | --- | ---: | ---: | ---: |"]
+             "| workload | allocator | ms/step | rounds' figures | spread | vs PyTorch | device calls/step | peak reserved so far |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     summary = {}
     for w in names:
         base = None
         for a in allocs:
-            ms = [t for run in runs[a] if w in run["workloads"] for t in run["workloads"][w]["ms"]]
-            if not ms:
+            rs = [run["workloads"][w] for run in runs[a] if w in run["workloads"]]
+            if not rs:
                 continue
-            per_round = [statistics.median(run["workloads"][w]["ms"]) for run in runs[a]
-                         if w in run["workloads"]]
-            steps = sum(len(run["workloads"][w]["ms"]) for run in runs[a] if w in run["workloads"])
-            calls = sum(run["workloads"][w]["device_calls"] for run in runs[a] if w in run["workloads"])
-            peak = max(run["workloads"][w]["reserved_peak"] for run in runs[a] if w in run["workloads"])
-            med = statistics.median(ms)
+            figs = [x.get("figure", statistics.median(x["ms"])) for x in rs]
+            steps = sum(len(x["ms"]) for x in rs)
+            calls = sum(x["device_calls"] for x in rs)
+            peak = max(x["reserved_peak"] for x in rs)
+            med = statistics.median(figs)
+            sp = spread(figs)
             if a == "default":
                 base = med
             ratio = "%+.1f %%" % ((med / base - 1) * 100) if base else "-"
-            summary.setdefault(w, {})[a] = {"median_ms": med, "round_medians": per_round,
-                                            "calls_per_step": calls / steps, "reserved_peak": peak}
-            lines.append("| %s | %s | %.2f | %s | %s | %.1f | %.0f MiB |" %
-                         (w, label(a), med, " ".join("%.1f" % m for m in per_round), ratio,
-                          calls / steps, peak / 2**20))
-    lines += ["", "Within 2 % of PyTorch's default is the aim for every pool `cupola advise` "
+            summary.setdefault(w, {})[a] = {"median_ms": med, "round_figures": figs, "spread": sp,
+                                            "calls_per_step": calls / steps, "reserved_peak": peak,
+                                            "vs_default": med / base - 1 if base else None}
+            lines.append("| %s | %s | %.2f | %s | %s | %s | %.1f | %.0f MiB |" %
+                         (w, label(a), med, " ".join("%.1f" % m for m in figs),
+                          "%.1f %%" % (sp * 100) if sp == sp else "-", ratio, calls / steps,
+                          peak / 2**20))
+    decided = {w: summary[w]["default"]["spread"] <= 0.02 for w in summary if "default" in summary[w]
+               and summary[w]["default"]["spread"] == summary[w]["default"]["spread"]}
+    lines += ["", "PyTorch's own rounds agree within 2 %% (the table decides) on: %s; not on: %s." %
+              (", ".join(w for w in decided if decided[w]) or "none",
+               ", ".join(w for w in decided if not decided[w]) or "none"),
+              "", "Within 2 % of PyTorch's default is the aim for every pool `cupola advise` "
               "recommends.  Device calls are cudaMalloc/cudaFree (PyTorch's num_device_alloc + "
               "num_device_free; cupola: its pool's upstream allocations and frees, vmm's page "
               "maps and unmaps) during the timed steps.  Peak reserved is the process's so far: the "
@@ -303,7 +357,8 @@ def main(outdir, lib, specs):
     with open(os.path.join(outdir, "torch_step.md"), "w") as f:
         f.write(text)
     with open(os.path.join(outdir, "torch_step.json"), "w") as f:
-        json.dump({"summary": summary, "failures": len(failures), "rounds": done}, f, indent=1)
+        json.dump({"summary": summary, "decided": decided, "failures": len(failures),
+                   "rounds": done}, f, indent=1)
     print(text)
     return 1 if failures else 0
 
@@ -311,8 +366,10 @@ def main(outdir, lib, specs):
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "--one":
         one(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+    elif len(sys.argv) >= 3 and sys.argv[1] == "--table":
+        sys.exit(table(sys.argv[2], allocs_of(sys.argv[4:] or ["tlsf", "vmm", "caching"])))
     elif len(sys.argv) >= 3:
         sys.exit(main(sys.argv[1], os.path.abspath(sys.argv[2]),
-                      sys.argv[3:] or ["tlsf", "vmm", "caching", "tlsf,release_threshold=0"]))
+                      sys.argv[3:] or ["tlsf", "vmm", "caching"]))
     else:
         sys.exit(__doc__)
