@@ -3,13 +3,14 @@
 # machine, in one command.
 #
 #   sh bench/gpu-check.sh [stage ...]     stages: build test sanitize examples bench speed torch
-#                                         record torch-step cupy-inside peers
+#                                         record record-cost torch-step cupy-inside peers
 #                                         (default: build test sanitize examples bench)
 #
 # The stages of this round's framework work, each its own script (which says
 # what it checks) writing its figures beside the summary:
 #   record       bench/record_check.sh: `cupola record` against a known program,
-#                a killed one, its cost, the three frameworks, a second CUPTI user
+#                a killed one, the three frameworks, a second CUPTI user
+#   record-cost  bench/record_cost.sh: the recorder's cost, alternated runs
 #   torch-step   bench/torch_step.sh: step time inside PyTorch, each allocator
 #   cupy-inside  bench/cupy_inside.sh: cupola's pools serving CuPy
 #   peers        bench/device_peers.sh: the device heap beside Gallatin and
@@ -152,12 +153,13 @@ for stage in $stages; do
         CUPOLA_BACKEND=cuda run_stage multistream-cuda lua5.4 bench/multistream.lua ${MULTISTREAM_ARGS:-}
         cp "$LOGS/multistream-cuda.log" "$OUT/multistream-cuda.md"
         ;;
-    record | torch-step | cupy-inside | peers)
+    record | record-cost | torch-step | cupy-inside | peers)
         # Each its own script with its own limit; STAGE_TIMEOUT is put back
         # after it (an assignment before a function call may outlive it).
         st=${STAGE_TIMEOUT:-300}
         case $stage in
         record) STAGE_TIMEOUT=${RECORD_TIMEOUT:-420} script=record_check.sh dir=$OUT ;;
+        record-cost) STAGE_TIMEOUT=${RECORD_COST_TIMEOUT:-330} script=record_cost.sh dir=$OUT ;;
         torch-step) STAGE_TIMEOUT=${TORCH_STEP_TIMEOUT:-300} script=torch_step.sh dir=$OUT ;;
         cupy-inside) STAGE_TIMEOUT=120 script=cupy_inside.sh dir=$OUT ;;
         peers) STAGE_TIMEOUT=$((${DEADLINE:-390} + 30)) script=device_peers.sh dir=$OUT/peers ;;

@@ -1,17 +1,13 @@
 #!/bin/sh
 # bench/record_check.sh: `cupola record` on the GPU machine, in one command
-# (about 3-5 minutes):
+# (about 2-3 minutes):
 #     OUT=/some/dir sh bench/record_check.sh
-#   1. builds cupola, build/libcupola_record.so (make record), record_known
-#      and the seeds' benchmark (bench/seed000.cu);
+#   1. builds cupola, build/libcupola_record.so (make record) and record_known;
 #   2. the known program (bench/record_known.cu): every event it logged is in
 #      the recording with equal address, size, kind, stream and pool;
 #   3. a program killed mid-run (kill -9): the recording loads, cut, with
 #      every pair made before it said so;
-#   4. the cost: the seeds' benchmark (100 x {alloc 4 MiB, kernel, free},
-#      cudaMalloc and cudaMallocAsync) and a PyTorch run (caching on, and
-#      PYTORCH_NO_CUDA_MEMORY_CACHING=1), each without and with the
-#      recorder, alternating, medians of 5 (3 for PyTorch);
+#   4. (the cost is bench/record_cost.sh's, gpu-check's stage record-cost);
 #   5. the frameworks: PyTorch (PYTORCH_NO_CUDA_MEMORY_CACHING=1), JAX
 #      (XLA_PYTHON_CLIENT_ALLOCATOR=platform), CuPy (set_allocator(None))
 #      recorded, each recording replayed through the framework's model in
@@ -40,8 +36,7 @@ make -j16 $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" >"$WORK/make.txt" 2>&1 &&
     make record $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" >>"$WORK/make.txt" 2>&1 ||
     { tail -30 "$WORK/make.txt" | tee -a "$LOG"; exit 1; }
 mkdir -p build/bench
-nvcc -O2 -arch=sm_90 -o build/bench/record_known bench/record_known.cu -lcuda >>"$WORK/make.txt" 2>&1 &&
-    nvcc -O3 -arch=sm_90 -o build/bench/seed000 bench/seed000.cu >>"$WORK/make.txt" 2>&1 ||
+nvcc -O2 -arch=sm_90 -o build/bench/record_known bench/record_known.cu -lcuda >>"$WORK/make.txt" 2>&1 ||
     { tail -30 "$WORK/make.txt" | tee -a "$LOG"; exit 1; }
 device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 log "device: $device; commit $commit; $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -79,43 +74,6 @@ cat "$WORK/loop.err" >>"$LOG"
 timeout 60 $R bench/record_check.lua killed "$WORK/killed.csv.gz" $N >"$WORK/killed.txt" 2>&1 || fail=1
 cat "$WORK/killed.txt" >>"$LOG"
 killed_line=$(grep -E '^(PASS|FAIL)' "$WORK/killed.txt" | head -1)
-
-# ---- 4. the cost -----------------------------------------------------------------
-log "== overhead"
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)]}'; }
-: >"$WORK/seed_plain"; : >"$WORK/seed_rec"; : >"$WORK/seed_drv"
-for k in $(seq "${RECORD_REPS:-5}"); do
-    build/bench/seed000 | grep '^seed000_c' >>"$WORK/seed_plain"
-    $R record -o "$WORK/seed$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_rec.err" | grep '^seed000_c' >>"$WORK/seed_rec"
-    CUPOLA_RECORD_LEVEL=runtime $R record -o "$WORK/seedd$k.csv.gz" -- build/bench/seed000 2>>"$WORK/seed_drv.err" |
-        grep '^seed000_c' >>"$WORK/seed_drv"
-done
-cat "$WORK/seed_plain" "$WORK/seed_rec" "$WORK/seed_drv" >>"$LOG"
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$2" | median; }
-sm_p=$(field malloc_ms "$WORK/seed_plain"); sm_r=$(field malloc_ms "$WORK/seed_rec")
-sa_p=$(field async_ms "$WORK/seed_plain"); sa_r=$(field async_ms "$WORK/seed_rec")
-sk_p=$(field kernels_only_ms "$WORK/seed_plain"); sk_r=$(field kernels_only_ms "$WORK/seed_rec")
-sm_d=$(field malloc_ms "$WORK/seed_drv"); sa_d=$(field async_ms "$WORK/seed_drv")
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0) printf "%+.1f %%", (b - a) / a * 100; else print "n/a" }'; }
-seed_events=$(tail -n 3 "$WORK/seed_rec.err" | grep -o '[0-9]* device allocations' | head -1)
-
-torch_time() { # $1: plain|rec  $2: extra env
-    : >"$WORK/tt_$1_$3"
-    for k in $(seq "${RECORD_TORCH_REPS:-3}"); do
-        if [ "$1" = rec ]; then
-            env $2 timeout 120 $R record -o "$WORK/tt$k.csv.gz" -- python3 bench/record_frameworks.py torch run 200 \
-                2>>"$WORK/tt.err" | sed -n 's/^RESULT //p' >>"$WORK/tt_$1_$3"
-        else
-            env $2 timeout 120 python3 bench/record_frameworks.py torch run 200 2>>"$WORK/tt.err" |
-                sed -n 's/^RESULT //p' >>"$WORK/tt_$1_$3"
-        fi
-    done
-    sed 's/.*"seconds": \([0-9.e-]*\).*/\1/' "$WORK/tt_$1_$3" | median
-}
-tc_p=$(torch_time plain "X=1" cache); tc_r=$(torch_time rec "X=1" cache)
-tn_p=$(torch_time plain "PYTORCH_NO_CUDA_MEMORY_CACHING=1" nocache)
-tn_r=$(torch_time rec "PYTORCH_NO_CUDA_MEMORY_CACHING=1" nocache)
-log "seed malloc $sm_p -> $sm_r ms; async $sa_p -> $sa_r ms; torch cache $tc_p -> $tc_r s; nocache $tn_p -> $tn_r s"
 
 # ---- 5. the frameworks -----------------------------------------------------------
 log "== frameworks"
@@ -186,19 +144,9 @@ echo "  1 PiB cudaMalloc; \`record_known.csv\` beside this file is the recording
 echo "- with the runtime's callbacks too (CUPOLA_RECORD_LEVEL=runtime): $known_drv_line"
 echo "- $killed_line"
 echo
-echo "## Cost (median of ${RECORD_REPS:-5}; PyTorch: of ${RECORD_TORCH_REPS:-3})"
+echo "## Cost"
 echo
-echo "| run | without | with the recorder | change |"
-echo "| --- | --- | --- | --- |"
-echo "| seeds' benchmark, cudaMalloc (ms) | $sm_p | $sm_r | $(pct "$sm_p" "$sm_r") |"
-echo "| seeds' benchmark, cudaMallocAsync (ms) | $sa_p | $sa_r | $(pct "$sa_p" "$sa_r") |"
-echo "| seeds' benchmark, kernels only (ms) | $sk_p | $sk_r | $(pct "$sk_p" "$sk_r") |"
-echo "| seeds' benchmark, cudaMalloc, CUPOLA_RECORD_LEVEL=runtime (ms) | $sm_p | $sm_d | $(pct "$sm_p" "$sm_d") |"
-echo "| seeds' benchmark, cudaMallocAsync, CUPOLA_RECORD_LEVEL=runtime (ms) | $sa_p | $sa_d | $(pct "$sa_p" "$sa_d") |"
-echo "| PyTorch MLP, 199 steps, caching on (s) | $tc_p | $tc_r | $(pct "$tc_p" "$tc_r") |"
-echo "| PyTorch MLP, 199 steps, PYTORCH_NO_CUDA_MEMORY_CACHING=1 (s) | $tn_p | $tn_r | $(pct "$tn_p" "$tn_r") |"
-echo
-echo "(one recorded seed run: $seed_events)"
+echo "Measured apart, alternated runs of a second each: \`bench/record_cost.sh\` (record_cost.md)."
 echo
 echo "## Frameworks: the request-level stream, replayed through cupola's model, against the framework's own caching run"
 echo
@@ -210,7 +158,7 @@ echo "| CuPy (set_allocator(None); kind cupy) | $(rows cupy) | $c_rep | $c_live 
 echo
 echo "## A second CUPTI user"
 echo
-echo "- torch.profiler under the recorder: exit $prof_rc, $prof_res; its lines: $(tr '\n' ' ' <"$WORK/prof.lines")"
+echo "- torch.profiler under the recorder: exit $prof_rc, $prof_res; the recorder's line: $(grep -m1 'asked for CUPTI' "$WORK/prof.err" || echo none); its lines: $(tr '\n' ' ' <"$WORK/prof.lines")"
 echo "- compute-sanitizer under the recorder: exit $san_rc; $(tr '\n' ' ' <"$WORK/san.lines")"
 } >"$OUT/record.md"
 cat "$OUT/record.md"
