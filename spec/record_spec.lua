@@ -357,3 +357,174 @@ int main(int argc, char **argv)
     assert.is_nil(record.preload(tmp .. "/nowhere/libcupola_record.so"))
   end)
 end)
+
+-- libcupola_record.so itself on the host: a stand-in libcupti.so.13 (and
+-- libcuda.so.1) answers its subscribe as FAKE_SUB says, counts what it
+-- enables, and keeps the callback, which a small program then calls as CUPTI
+-- would at the exit of cuMemAlloc_v2 and cuMemFree_v2: the lines a refused
+-- process gets, the callbacks each setting enables, the census's notes and
+-- the callers' Call column, and the floor library's silence.
+describe("the injection library on a stand-in CUPTI", function()
+  local lib = "build/libcupola_record.so"
+  local cuda = os.getenv "CUDA_HOME" or "/usr/local/cuda"
+  local f = io.open(lib, "rb")
+  local h = io.open(cuda .. "/include/cupti.h", "rb")
+  local _, cc_rc = run "cc --version"
+  if f then f:close() end
+  if h then h:close() end
+  if not f or not h or cc_rc ~= 0 then
+    pending("says why a process is not recorded; census and callers (needs make record, cupti.h and cc)")
+    return
+  end
+  local dir = tmp .. "/inject"
+  os.execute("mkdir -p " .. dir)
+  local fcupti = write("inject/fakecupti.c", [[
+#include <cupti.h>
+#include <stdio.h>
+#include <stdlib.h>
+CUpti_CallbackFunc fake_cb;
+CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *v) { *v = 999; return CUPTI_SUCCESS; }
+CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult r, const char **s)
+{ (void)r; *s = "CUPTI_ERROR_FAKE"; return CUPTI_SUCCESS; }
+CUptiResult CUPTIAPI cuptiSubscribe_v2(CUpti_SubscriberHandle *s, CUpti_CallbackFunc cb, void *ud,
+                                       CUpti_SubscriberParams *p)
+{
+    const char *r = getenv("FAKE_SUB"), *old = getenv("FAKE_OLD");
+    (void)ud;
+    *s = (CUpti_SubscriberHandle)1;
+    fake_cb = cb;
+    if (old && p && p->oldSubscriberName)
+        snprintf(p->oldSubscriberName, p->oldSubscriberSize, "%s", old);
+    return r ? (CUptiResult)atoi(r) : CUPTI_SUCCESS;
+}
+CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle s) { (void)s; return CUPTI_SUCCESS; }
+CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t e, CUpti_SubscriberHandle s, CUpti_CallbackDomain d,
+                                         CUpti_CallbackId id)
+{ (void)e; (void)s; (void)id; printf("callback %d\n", (int)d); return CUPTI_SUCCESS; }
+CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t e, CUpti_SubscriberHandle s, CUpti_CallbackDomain d)
+{ (void)e; (void)s; printf("domain %d\n", (int)d); return CUPTI_SUCCESS; }
+CUptiResult CUPTIAPI cuptiGetDeviceId(CUcontext c, uint32_t *d) { (void)c; *d = 0; return CUPTI_SUCCESS; }
+]])
+  local fcuda = write("inject/fakecuda.c", [[
+#include <cuda.h>
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *d) { *d = 0; return CUDA_SUCCESS; }
+]])
+  local drv = write("inject/drv.c", [[
+#include <cupti.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+/* argv[1]: the library; argv[2]: "fire" calls the kept callback for one
+   allocation and its free, as CUPTI would at their exit */
+int main(int argc, char **argv)
+{
+    void *h = dlopen(argv[1], RTLD_LAZY | RTLD_LOCAL), *c;
+    int (*init)(void);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+    *(void **)&init = dlsym(h, "InitializeInjection");
+    init();
+    fflush(stdout);
+    if (argc > 2 && (c = dlopen("libcupti.so.13", RTLD_LAZY | RTLD_NOLOAD)) != NULL) {
+        CUpti_CallbackFunc cb = *(CUpti_CallbackFunc *)dlsym(c, "fake_cb");
+        CUdeviceptr p = 0x7f0000000000ull;
+        CUresult ok = CUDA_SUCCESS;
+        cuMemAlloc_v2_params a = {&p, 4096};
+        cuMemFree_v2_params fr = {p};
+        CUpti_CallbackData d;
+        memset(&d, 0, sizeof d);
+        d.callbackSite = CUPTI_API_EXIT;
+        d.functionReturnValue = &ok;
+        d.functionName = "cuMemAlloc_v2";
+        d.functionParams = &a;
+        if (cb) cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &d);
+        d.functionName = "cuMemFree_v2";
+        d.functionParams = &fr;
+        if (cb) cb(NULL, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, &d);
+    }
+    return 0;
+}
+]])
+  local ver = write("inject/cupti.map", "libcupti.so.13 { global: *; };\n")
+  local inc = "-I" .. cuda .. "/include"
+  local _, rc = run(("cc -shared -fPIC %s -Wl,-soname,libcupti.so.13 -Wl,--version-script=%s -o %s/libcupti.so.13 %s")
+    :format(inc, ver, dir, fcupti))
+  assert.equals(0, rc)
+  _, rc = run(("cc -shared -fPIC %s -Wl,-soname,libcuda.so.1 -o %s/libcuda.so.1 %s"):format(inc, dir, fcuda))
+  assert.equals(0, rc)
+  _, rc = run(("cc %s -o %s/drv %s -ldl"):format(inc, dir, drv))
+  assert.equals(0, rc)
+
+  -- stdout (what was enabled) and stderr apart
+  local function go(env, which, fire)
+    local errf = dir .. "/err.txt"
+    local p = io.popen(("%s CUPOLA_RECORD_OUT=%s/out.csv LD_LIBRARY_PATH=%s %s/drv %s %s 2>%s"):format(
+      env, dir, dir, dir, which or lib, fire and "fire" or "", errf))
+    local out = p:read "a"
+    p:close()
+    return out, io.open(errf):read "a"
+  end
+  local function count(s, pat)
+    local n = 0
+    for _ in s:gmatch(pat) do n = n + 1 end
+    return n
+  end
+
+  it("says in one line why a process is not recorded, naming the holder or what kind it is", function()
+    local out, err = go("FAKE_SUB=39 FAKE_OLD='CUPTI for Nsight Systems'")
+    assert.equals("", out) -- nothing enabled
+    assert.matches("^cupola record: process %d+ is not recorded: another CUPTI user holds the process " ..
+      "%(CUPTI for Nsight Systems%)\n$", err)
+    _, err = go("FAKE_SUB=39 FAKE_OLD='<not provided>'")
+    assert.matches("^cupola record: process %d+ is not recorded: another CUPTI user holds the process " ..
+      "%(a tool that gave no name: Nsight, compute%-sanitizer, cuda%-gdb or a profiler the program " ..
+      "started%)\n$", err)
+    _, err = go("FAKE_SUB=1")
+    assert.matches("^cupola record: process %d+ is not recorded: CUPTI did not start %(CUPTI_ERROR_FAKE%)\n$", err)
+  end)
+
+  it("enables the driver's allocation calls, the runtime's at level runtime, both domains for the census", function()
+    local out, err = go("X=1")
+    assert.equals("", err)
+    assert.equals(17, count(out, "callback 1\n"))
+    assert.equals(0, count(out, "callback 2\n") + count(out, "domain"))
+    out = go("CUPOLA_RECORD_LEVEL=runtime")
+    assert.equals(17, count(out, "callback 1\n"))
+    assert.equals(13, count(out, "callback 2\n"))
+    out = go("CUPOLA_RECORD_CENSUS=1")
+    assert.equals(17, count(out, "callback 1\n"))
+    assert.equals("domain 1\ndomain 2\n", out:gsub("callback 1\n", ""))
+  end)
+
+  it("writes the census as notes and the callers in the Call column", function()
+    os.remove(dir .. "/out.csv")
+    local _, err = go("CUPOLA_RECORD_CENSUS=1 CUPOLA_RECORD_CALLERS=1", nil, true)
+    assert.equals("", err)
+    local path = io.popen("ls " .. dir .. "/out.p*.d0.csv"):read "l"
+    local text = io.open(path):read "a"
+    os.remove(path)
+    assert.matches("level driver, census, callers", text, 1, true)
+    assert.matches("\n# census driver cuMemAlloc_v2 1\n", text, 1, true)
+    assert.matches("\n# census driver cuMemFree_v2 1\n", text, 1, true)
+    assert.matches(",allocate,0x7f0000000000,4096,0x0,0,device,0x0,cuMemAlloc_v2 < drv[^\n,]*\n", text)
+    assert.matches(",free,0x7f0000000000,4096,0x0,0,device,0x0,cuMemFree_v2 < drv[^\n,]*\n", text)
+    local t <close> = cupola.trace.load(write("inject/again.csv", text)) -- the reader takes it
+    assert.equals(1, t.allocs)
+  end)
+
+  it("the floor library: the same callbacks enabled, nothing written", function()
+    local floor = "build/libcupola_record_floor.so"
+    local fl = io.open(floor, "rb")
+    if not fl then
+      pending "make record-floor"
+      return
+    end
+    fl:close()
+    os.execute("rm -f " .. dir .. "/out.p*")
+    local out, err = go("CUPOLA_RECORD_CENSUS=1", floor, true)
+    assert.equals("", err)
+    assert.equals(17, count(out, "callback 1\n"))
+    assert.equals(0, count(out, "domain")) -- no census in the floor
+    assert.is_nil(io.popen("ls " .. dir .. "/out.p* 2>/dev/null"):read "l")
+  end)
+end)
