@@ -10,7 +10,8 @@
 #   fw     the frameworks through the recorder, in parallel, every recording
 #          with CUPOLA_RECORD_CENSUS=1 CUPOLA_RECORD_CALLERS=1: PyTorch uncached
 #          (the request stream), PyTorch caching with its own snapshot of the
-#          same run, JAX platform allocator (driver level and runtime level),
+#          same run, JAX platform allocator (driver level, and runtime level
+#          without callers),
 #          JAX's default BFC; torch.profiler and jax.profiler under the
 #          recorder (the preload's line) and torch.profiler without it; how
 #          torch and jaxlib link CUPTI.  bench/record_explain.py on each, the
@@ -21,8 +22,8 @@
 #          replayed on its clock with the streams as CUDA answers and idle (45 s)
 #   step   PyTorch's own rounds with the new step-time design (default and
 #          cupola caching, gpt2 and varshape, up to 3 rounds) (60 s)
-#   cost   the recorder's cost, bench/record_cost.sh with COST_RUNS=5 (the
-#          final run: 20) (85 s)
+#   cost   the recorder's cost, bench/record_cost.sh with COST_RUNS=4 (the
+#          final run: 20) and the recorder writing plain text too (85 s)
 # Writes under $OUT (at most 8 files): summary.txt, frameworks.txt,
 # cupy_explore.md, torch_step.md, torch_step.json, record_cost.md, logs.tgz
 # (every log and the small recordings).  The summary is printed last.
@@ -62,7 +63,8 @@ part_fw() {
     fw_rec torch_c "RECORD_SNAPSHOT=$F/torch_c.pickle" python3 $P torch run 40 &
     fw_rec jax_platform "XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false" \
         python3 $P jax run 40 &
-    fw_rec jax_platform_rt "CUPOLA_RECORD_LEVEL=runtime XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false" \
+    # (no callers here: one JAX recording that a backtrace in the callback cannot disturb)
+    fw_rec jax_platform_rt "CUPOLA_RECORD_CALLERS=0 CUPOLA_RECORD_LEVEL=runtime XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false" \
         python3 $P jax run 40 &
     fw_rec jax_bfc "XLA_PYTHON_CLIENT_PREALLOCATE=false" python3 $P jax run 40 &
     fw_rec torch_prof "X=1" python3 $P torch profile &
@@ -162,7 +164,8 @@ part_step() {
 }
 
 part_cost() {
-    COST_RUNS=${COST_RUNS:-5} COST_TORCH_RUNS=${COST_TORCH_RUNS:-4} OUT=$OUT WORK=$W/cost \
+    COST_RUNS=${COST_RUNS:-4} COST_TORCH_RUNS=${COST_TORCH_RUNS:-4} \
+        COST_CONDS=${COST_CONDS:-plain floor rec recplain} OUT=$OUT WORK=$W/cost \
         sh bench/record_cost.sh
 }
 

@@ -118,7 +118,8 @@ def table(paths):
              "async": "seeds' benchmark, cudaMallocAsync/cudaFreeAsync",
              "kernels": "seeds' benchmark, kernels alone",
              "torch": "PyTorch MLP, PYTORCH_NO_CUDA_MEMORY_CACHING=1 (per step)"}
-    cname = {"plain": "without", "rec": "recorder", "floor": "empty callbacks (floor)"}
+    cname = {"plain": "without", "rec": "recorder", "floor": "empty callbacks (floor)",
+             "recplain": "recorder, plain text"}
     out = ["| workload | run | n | median us/iteration | spread: min, quartiles, max | change | 95 % interval |",
            "| --- | --- | ---: | ---: | --- | ---: | --- |"]
     for mode in ("malloc", "async", "kernels", "torch"):
@@ -126,7 +127,7 @@ def table(paths):
         if not conds:
             continue
         base = conds.get("plain")
-        for cond in ("plain", "floor", "rec"):
+        for cond in ("plain", "floor", "rec", "recplain"):
             x = conds.get(cond)
             if not x:
                 continue

@@ -10,7 +10,9 @@
 # the work, after a warm-up (process and CUDA start are not timed):
 #   - the seeds' benchmark (bench/record_cost.cu: 4 MiB alloc, kernel, free),
 #     a window of COST_WINDOW_S seconds (default 1) with cudaMalloc, then one
-#     with cudaMallocAsync, COST_RUNS runs (default 20) of each condition;
+#     with cudaMallocAsync, COST_RUNS runs (default 20) of each condition
+#     (COST_CONDS, default "plain floor rec"; recplain: the recorder writing
+#     plain text, which tells gzip's share);
 #   - PyTorch's MLP (bench/record_frameworks.py) with
 #     PYTORCH_NO_CUDA_MEMORY_CACHING=1, a window of COST_WINDOW_S,
 #     COST_TORCH_RUNS runs (default COST_RUNS) of plain and rec (and floor with
@@ -27,6 +29,7 @@ WORK=${WORK:-/tmp/record-cost-work}
 RUNS=${COST_RUNS:-20}
 WIN=${COST_WINDOW_S:-1}
 TRUNS=${COST_TORCH_RUNS:-$RUNS}
+CONDS=${COST_CONDS:-plain floor rec}
 mkdir -p "$OUT" "$WORK"
 rm -f "$WORK"/cost.txt "$WORK"/seed_rec_*
 commit=${CUPOLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -34,7 +37,8 @@ commit=${CUPOLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown
 # shellcheck disable=SC2086
 make record record-floor $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" >"$WORK/make.txt" 2>&1 &&
     mkdir -p build/bench &&
-    nvcc -O3 -arch=sm_90 -o build/bench/record_cost bench/record_cost.cu >>"$WORK/make.txt" 2>&1 ||
+    { [ build/bench/record_cost -nt bench/record_cost.cu ] ||
+        nvcc -O3 -arch=sm_90 -o build/bench/record_cost bench/record_cost.cu >>"$WORK/make.txt" 2>&1; } ||
     { tail -20 "$WORK/make.txt"; exit 1; }
 REC=$PWD/build/libcupola_record.so
 FLOOR=$PWD/build/libcupola_record_floor.so
@@ -47,19 +51,21 @@ t_start=$(date +%s)
 events=""
 i=1
 while [ "$i" -le "$RUNS" ]; do
-    case $((i % 3)) in
-        0) order="plain floor rec" ;;
-        1) order="floor rec plain" ;;
-        *) order="rec plain floor" ;;
-    esac
-    for c in $order; do
+    # the conditions, rotated by one each run
+    set -- $CONDS
+    k=$((i % $#))
+    while [ "$k" -gt 0 ]; do c=$1; shift; set -- "$@" "$c"; k=$((k - 1)); done
+    for c in "$@"; do
         case $c in
             plain) env -u CUDA_INJECTION64_PATH build/bench/record_cost "$WIN" malloc async ;;
             floor) CUDA_INJECTION64_PATH=$FLOOR build/bench/record_cost "$WIN" malloc async ;;
             rec) CUDA_INJECTION64_PATH=$REC CUPOLA_RECORD_OUT=$WORK/seed_rec_$i.csv.gz \
                      build/bench/record_cost "$WIN" malloc async ;;
+            recplain) CUDA_INJECTION64_PATH=$REC CUPOLA_RECORD_OUT=$WORK/seed_recplain_$i.csv \
+                     build/bench/record_cost "$WIN" malloc async ;;
         esac 2>>"$WORK/seed.err" | sed "s/^cost /cost cond=$c run=$i /" >>"$WORK/cost.txt"
     done
+    rm -f "$WORK"/seed_recplain_"$i".*
     # the recorder recorded: its rows of one run, then the file goes (tens of MB a run)
     if [ -z "$events" ]; then
         events=$(zcat "$WORK"/seed_rec_"$i".p*.csv.gz 2>/dev/null | grep -c ',device,')

@@ -512,6 +512,16 @@ int main(int argc, char **argv)
     assert.equals(1, t.allocs)
   end)
 
+  it("records under the launcher's preload too: its own subscribe passes through it", function()
+    os.execute("rm -f " .. dir .. "/out.p*")
+    local _, err = go("LD_PRELOAD=build/libcupola_record_preload.so", nil, true)
+    assert.equals("", err)
+    local path = io.popen("ls " .. dir .. "/out.p*.d0.csv"):read "l"
+    local text = io.open(path):read "a"
+    os.remove(path)
+    assert.matches(",allocate,0x7f0000000000,4096,0x0,0,device,0x0,cuMemAlloc_v2\n", text, 1, true)
+  end)
+
   it("the floor library: the same callbacks enabled, nothing written", function()
     local floor = "build/libcupola_record_floor.so"
     local fl = io.open(floor, "rb")
