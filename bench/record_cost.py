@@ -55,7 +55,16 @@ def child(cond, run, seconds, out_dir):
     with open("/proc/self/maps") as f:
         injected = int("libcupola_record" in f.read())
     return ("cost cond=%s run=%d mode=torch iters=%d seconds=%.6f us_per_iter=%.4f cpu=%d "
-            "injected=%d" % (cond, run, n, dt, dt * 1e6 / n, os.sched_getcpu(), injected))
+            "injected=%d" % (cond, run, n, dt, dt * 1e6 / n, cpu_now(), injected))
+
+
+def cpu_now():
+    """The CPU this thread runs on (field 39 of /proc/thread-self/stat); -1 if unknown."""
+    try:
+        with open("/proc/thread-self/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def torch_runs(runs, seconds, outfile, conds):
@@ -131,7 +140,7 @@ def table(paths):
             x = conds.get(cond)
             if not x:
                 continue
-            q = statistics.quantiles(x, n=4) if len(x) >= 2 else [x[0]] * 3
+            q = statistics.quantiles(x, n=4, method="inclusive") if len(x) >= 2 else [x[0]] * 3
             med = statistics.median(x)
             if base and cond != "plain":
                 lo, hi = boot_ratio(base, x)
