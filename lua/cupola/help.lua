@@ -583,8 +583,10 @@ What is recorded, and what is not: cudaMalloc*, cudaFree*, cudaMallocAsync /
   Release / Map / Unmap; not in-kernel malloc, arrays, cudaHostRegister, a
   native pool's reserved memory, graph memory nodes.
 A program that uses CUPTI itself (a profiler started later) gets
-  CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED; a tool holding CUPTI first
-  (Nsight, compute-sanitizer) leaves the process unrecorded, said in one line.
+  CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED: one line says so, from
+  libcupola_record_preload.so, which the launcher puts in LD_PRELOAD; a tool
+  holding CUPTI first (Nsight, compute-sanitizer) leaves the process
+  unrecorded, said in one line.
 The request-level stream of a framework that caches: record with
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 (replay kind "torch"),
   XLA_PYTHON_CLIENT_ALLOCATOR=platform (kind "bfc"), or
@@ -592,7 +594,9 @@ The request-level stream of a framework that caches: record with
   memory_stats(), total_bytes() of a run with caching on; file format and
   files per process and device in docs/API.md.
 Variables: CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS,
-  CUPOLA_RECORD_LIB, CUPOLA_RECORD_LEVEL=runtime (the runtime's callbacks too).]],
+  CUPOLA_RECORD_LIB, CUPOLA_RECORD_LEVEL=runtime (the runtime's callbacks too).
+  Diagnoses, costly: CUPOLA_RECORD_CENSUS=1 (every driver and runtime call
+  counted, "# census" notes), CUPOLA_RECORD_CALLERS=1 (who called, in Call).]],
   },
   {
     name = "advise",
@@ -774,6 +778,8 @@ CUPOLA_RECORD_OUT, CUPOLA_RECORD_LIST, CUPOLA_RECORD_FLUSH_MS   set by
                            bin/cupola record for libcupola_record.so
 CUPOLA_RECORD_LIB          the library bin/cupola record injects
 CUPOLA_RECORD_LEVEL=runtime the recorder's runtime callbacks too
+CUPOLA_RECORD_CENSUS=1, CUPOLA_RECORD_CALLERS=1   the recorder's diagnoses
+LD_PRELOAD                 bin/cupola record puts its preload library first
 CUPOLA_RECORD_ASSUME_DEVICE=1  bin/cupola record skips its backend check
 CUPOLA_COMMIT              the commit cupola.survey records
 PWD                        makes cupola.include_dir absolute]],
