@@ -22,8 +22,13 @@ WORK=${WORK:-/tmp/torch-step-work}
 mkdir -p "$OUT" "$WORK"
 CUPOLA_COMMIT=${CUPOLA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export CUPOLA_COMMIT
-# (the library needs no Lua: no .deps to carry for this one)
-make -j16 torch-allocator >"$WORK/make.txt" 2>&1 ||
+# The library needs no Lua; where bench/lua-env.sh can set up the other
+# stages' build flags (MAKE_FLAGS), they are used, so that nothing the other
+# stages built is rebuilt for a flag that differs.
+MAKE_FLAGS="" MAKE_CFLAGS=""
+{ command -v lua5.4 >/dev/null 2>&1 || [ -d .deps ]; } && . bench/lua-env.sh
+# shellcheck disable=SC2086
+make -j16 torch-allocator $MAKE_FLAGS ${MAKE_CFLAGS:+EXTRA_CFLAGS="$MAKE_CFLAGS"} >"$WORK/make.txt" 2>&1 ||
     { tail -30 "$WORK/make.txt"; exit 1; }
 [ -f build/libcupola_torch.so ] || { echo "torch_step: no build/libcupola_torch.so"; tail -5 "$WORK/make.txt"; exit 1; }
 # shellcheck disable=SC2086
