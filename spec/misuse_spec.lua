@@ -2327,7 +2327,7 @@ extern "C" __global__ void set(int *x, int v, unsigned long long n)
   local no_arguments = {
     ["cupola.backend"] = true, ["cupola.clock"] = true, ["cupola.current_device"] = true,
     ["cupola.device_count"] = true, ["cupola.module_cache_forget"] = true,
-    ["cupola.module_cache_stats"] = true, ["cupola.nvtx.depth"] = true,
+    ["cupola.module_cache_stats"] = true, ["cupola.nvtx.depth"] = true, ["cupola.pool_kinds"] = true,
   }
 
   it("cuts a value at 40 characters, never inside a UTF-8 one, and escapes control bytes, in C and in Lua", function()

@@ -149,7 +149,7 @@ Read-only: reserved_current, reserved_high, used_current, used_high; closed.]],
   {
     name = "pool",
     section = "Pools written in C (Pool)",
-    names = { "pool", "cupola.Pool", "arena", "freelist", "tlsf", "caching" },
+    names = { "pool", "cupola.Pool", "arena", "freelist", "tlsf", "caching", "pool_kinds" },
     overview = {
       { "cupola.pool{kind=\"tlsf\", upstream=\"device\", ...}", "-> Pool: allocators written in C" },
       { "p:alloc(size, s)  p:trim(keep)  p:stats()", "Pool methods; p.kind, p.upstream" },
@@ -166,6 +166,8 @@ cupola.pool{...} -> Pool | nil, msg, "out_of_memory" (initial not available)
   fallback=false serve from the upstream what the pool cannot
   limit=size refuse allocations past it  log=path RMM CSV of every call
   clock="wall" | "manual" (seconds since made; manual: set by the script)
+cupola.pool_kinds() -> every kind (also by name): its options (name, type,
+  default) and traits: own_clock, recorded_addresses, keeps_idle, spec
 p:alloc(size, s) -> Buffer | nil, msg, "out_of_memory"; b:free(s) gives it back
 p:alloc_raw(size, s) -> address, p:free_raw(a, s), p:buffer(a): help "raw"
 p:trim(keep=0)    returns free chunks to the upstream

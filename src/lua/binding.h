@@ -22,6 +22,7 @@
 #include <lua.h>
 
 #include "backend/backend.h"
+#include "pool/model.h"
 #include "pool/resource.h"
 #include "rawmap.h"
 
@@ -374,6 +375,11 @@ void l_open_buffer(lua_State *L);
 void l_open_mempool(lua_State *L);
 void l_open_kernels(lua_State *L);
 void l_open_pool(lua_State *L);
+/* cupola.pool{...}'s table at idx read into o through the registry's
+ * descriptors (pool_opts.c), all but limit, log and plugin's source;
+ * returns the kind's model.  Raises naming the option. */
+const cp_model *l_pool_opts(lua_State *L, int idx, cp_pool_opts *o);
+void l_open_pool_kinds(lua_State *L); /* cupola.pool_kinds (pool_opts.c) */
 void l_open_trace(lua_State *L);
 void l_open_module(lua_State *L); /* run-time compiled kernels (module.c) */
 /* The folder of <cupola/allocator.h> that lua/cupola/init.lua found

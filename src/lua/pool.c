@@ -19,6 +19,8 @@
 #include "binding.h"
 #include "kernel/compile.h"
 #include "pool/cupy.h"
+#include "pool/model.h"
+#include "pool/plugin.h"
 #include "pool/torch.h"
 
 typedef struct l_pool {
@@ -40,26 +42,6 @@ static l_pool *topool(lua_State *L, int arg)
     if (!p->ref)
         luaL_error(L, "attempt to use a closed " L_POOL);
     return p;
-}
-
-/* The index of the name (name(0), name(1), ... from the core) that option
- * key of the table at idx names (absent: def). */
-static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
-                       const char *(*name)(int i))
-{
-    const char *v = l_optstring_field(L, idx, key, def);
-    const char *n;
-    int i;
-    for (i = 0; (n = name(i)) != NULL; i++)
-        if (strcmp(v, n) == 0)
-            return i;
-    lua_pushfstring(L, "cupola.pool: option '%s' must be one of ", key);
-    l_pushnames(L, name, ", ");
-    lua_pushliteral(L, ", not '");
-    l_pushcut(L, v, strlen(v));
-    lua_pushliteral(L, "'");
-    lua_concat(L, 5);
-    return l_error_here(L);
 }
 
 /* A plugin's C source, compiled by the system C compiler into a cached
@@ -106,13 +88,12 @@ static const char *compile_source(lua_State *L, const char *src, size_t len)
     return lua_tostring(L, -1);
 }
 
-/* kind = "plugin": path or source, symbol, options.  Strings stay on the
- * stack (or in the option table) until cp_pool_create has returned. */
-static void plugin_options(lua_State *L, l_pool *p)
+/* kind = "plugin": path (read through the registry) or source, which is
+ * compiled into a path here; symbol.  Strings stay on the stack (or in the
+ * option table) until cp_pool_create has returned. */
+static void plugin_source(lua_State *L, l_pool *p)
 {
-    const char *path = l_optstring_field(L, 1, "path", NULL);
-    const char *symbol = l_optstring_field(L, 1, "symbol", NULL);
-    const char *options = l_optstring_field(L, 1, "options", NULL);
+    cp_plugin_opts *po = (cp_plugin_opts *)cp_pool_own(&p->opts);
     size_t len = 0;
     const char *source = NULL;
 
@@ -123,179 +104,13 @@ static void plugin_options(lua_State *L, l_pool *p)
         source = lua_tolstring(L, -1, &len);
     }
     lua_pop(L, 1);
-    if (strcmp(p->kind, "plugin") != 0) {
-        if (path || symbol || options || source)
-            luaL_error(L, "cupola.pool: options 'path', 'source', 'symbol' and 'options' are for "
-                          "kind 'plugin', not '%s'", p->kind);
-        return;
-    }
-    if (!path == !source)
+    if (!po->path == !source)
         luaL_error(L, "cupola.pool: kind 'plugin' needs exactly one of 'path' and 'source'");
-    if (!symbol)
+    if (!po->symbol)
         luaL_error(L, "cupola.pool: kind 'plugin' needs option 'symbol' (the name of the "
                       "exported const cupola_allocator)");
     if (source)
-        path = compile_source(L, source, len); /* leaves the path on the stack */
-    p->opts.plugin_path = path;
-    p->opts.plugin_symbol = symbol;
-    p->opts.plugin_options = options;
-}
-
-/* kind = "torch": conf (PYTORCH_CUDA_ALLOC_CONF, checked here so that the
- * error names the option and the value), device_memory, address_model; the
- * options PyTorch's allocator has no counterpart of are refused. */
-static void torch_options(lua_State *L, l_pool *p)
-{
-    static const char *const foreign[] = {"initial", "grow", "alignment", "release_threshold",
-                                          "reuse", NULL};
-    static const char *const own[] = {"conf", "device_memory", "address_model", NULL};
-    int i;
-    if (strcmp(p->kind, "torch") != 0) {
-        for (i = 0; own[i]; i++) {
-            int given = lua_getfield(L, 1, own[i]) != LUA_TNIL;
-            lua_pop(L, 1);
-            if (given)
-                luaL_error(L, "cupola.pool: option '%s' is for kind 'torch', not '%s'", own[i],
-                           p->kind);
-        }
-        return;
-    }
-    for (i = 0; foreign[i]; i++) {
-        int given = lua_getfield(L, 1, foreign[i]) != LUA_TNIL;
-        lua_pop(L, 1);
-        if (given)
-            luaL_error(L, "cupola.pool: option '%s' does not apply to kind 'torch' (PyTorch's "
-                          "allocator has no such setting; its settings are in 'conf')",
-                       foreign[i]);
-    }
-    if (p->opts.upstream != CP_UP_DEVICE && p->opts.upstream != CP_UP_VIRTUAL)
-        luaL_error(L, "cupola.pool: kind 'torch' takes upstream \"device\" or \"virtual\", not "
-                      "\"%s\"", cp_upstream_name(p->opts.upstream));
-    {
-        size_t len = 0;
-        const char *conf = NULL;
-        cp_torch_conf c;
-        if (lua_getfield(L, 1, "conf") != LUA_TNIL) {
-            if (lua_type(L, -1) != LUA_TSTRING)
-                luaL_error(L, "cupola.pool: option 'conf' must be a string "
-                              "(PYTORCH_CUDA_ALLOC_CONF syntax), not %s", l_pushtyped(L, -1));
-            conf = lua_tolstring(L, -1, &len);
-        }
-        if (conf && memchr(conf, '\0', len))
-            luaL_error(L, "cupola.pool: option 'conf' contains a NUL byte");
-        if (conf && cp_torch_conf_parse(conf, len, &c) != CP_OK) {
-            const char *m = cp_error_msg();
-            if (strncmp(m, "conf: ", 6) == 0)
-                m += 6;
-            luaL_error(L, "cupola.pool: option 'conf': %s", m);
-        }
-        /* the string stays in the option table until the pool is made */
-        p->opts.torch_conf = conf ? conf : "";
-        lua_pop(L, 1);
-    }
-    p->opts.torch_device_memory = l_optsize_field(L, 1, "device_memory", 0);
-    {
-        static const char *const models[] = {"driver", "bump", NULL};
-        const char *am = l_optstring_field(L, 1, "address_model", "driver");
-        for (i = 0; models[i] && strcmp(am, models[i]) != 0; i++)
-            ;
-        if (!models[i])
-            luaL_error(L, "cupola.pool: option 'address_model' must be one of driver, bump, "
-                          "not '%s'", (l_pushcut(L, am, strlen(am)), lua_tostring(L, -1)));
-        if (i && p->opts.upstream != CP_UP_VIRTUAL)
-            luaL_error(L, "cupola.pool: option 'address_model' is for the \"virtual\" upstream "
-                          "(the device places its own segments)");
-        p->opts.torch_bump_addresses = i;
-    }
-}
-
-/* kind = "cub": CachingDeviceAllocator's four settings (pool/cub.c checks
- * their ranges; here only their types and signs).  Absent ones take CUB's
- * defaults. */
-static void cub_options(lua_State *L, l_pool *p)
-{
-    static const char *const names[] = {"bin_growth", "min_bin", "max_bin"};
-    static const lua_Integer defs[] = {8, 3, 7};
-    uint64_t *dst[] = {&p->opts.cub_bin_growth, &p->opts.cub_min_bin, &p->opts.cub_max_bin};
-    int i, any = 0;
-    for (i = 0; i < 3; i++) {
-        int isint;
-        lua_Integer v = defs[i];
-        if (lua_getfield(L, 1, names[i]) != LUA_TNIL) {
-            any = 1;
-            v = lua_tointegerx(L, -1, &isint);
-            if (!isint || v < 0)
-                luaL_error(L, "cupola.pool: option '%s' must be a non-negative integer, not %s",
-                           names[i], l_pushshown(L, -1));
-        }
-        lua_pop(L, 1);
-        *dst[i] = (uint64_t)v;
-    }
-    lua_getfield(L, 1, "max_cached_bytes");
-    any |= !lua_isnil(L, -1);
-    lua_pop(L, 1);
-    if (any && strcmp(p->kind, "cub") != 0)
-        luaL_error(L, "cupola.pool: options 'bin_growth', 'min_bin', 'max_bin' and "
-                      "'max_cached_bytes' are for kind 'cub', not '%s'", p->kind);
-    /* CUB's default constructor's cap: 3 * 8^7 - 1 bytes */
-    p->opts.cub_max_cached_bytes = l_optsize_field(L, 1, "max_cached_bytes", 6291455);
-    p->opts.cub_given = 1;
-}
-
-/* kind = "bfc": tsl::BFCAllocator's limit and Options (pool/bfc.c checks
- * what depends on the upstream); absent ones take JAX's defaults. */
-static void bfc_options(lua_State *L, l_pool *p)
-{
-    static const char *const own[] = {"memory_limit", "allow_growth", "garbage_collection",
-                                      "fragmentation_fraction", "spatial_partitioning", NULL};
-    int i;
-    if (strcmp(p->kind, "bfc") != 0) {
-        for (i = 0; own[i]; i++) {
-            int given = lua_getfield(L, 1, own[i]) != LUA_TNIL;
-            lua_pop(L, 1);
-            if (given)
-                luaL_error(L, "cupola.pool: option '%s' is for kind 'bfc', not '%s'", own[i],
-                           p->kind);
-        }
-        return;
-    }
-    if (p->opts.upstream != CP_UP_DEVICE && p->opts.upstream != CP_UP_VIRTUAL)
-        luaL_error(L, "cupola.pool: kind 'bfc' takes upstream \"device\" or \"virtual\", not "
-                      "\"%s\"", cp_upstream_name(p->opts.upstream));
-    p->opts.bfc_memory_limit = l_optsize_field(L, 1, "memory_limit", 0);
-    if (lua_getfield(L, 1, "memory_limit") != LUA_TNIL && p->opts.bfc_memory_limit < 256)
-        luaL_error(L, "cupola.pool: option 'memory_limit' must be at least 256 bytes "
-                      "(BFC's kMinAllocationSize), not %I", (lua_Integer)p->opts.bfc_memory_limit);
-    lua_pop(L, 1);
-    if (p->opts.upstream == CP_UP_VIRTUAL && !p->opts.bfc_memory_limit)
-        luaL_error(L, "cupola.pool: kind 'bfc' over the \"virtual\" upstream needs option "
-                      "'memory_limit' (bytes: JAX's is the device's memory times "
-                      "XLA_CLIENT_MEM_FRACTION, 0.75 by default)");
-    p->opts.bfc_allow_growth = l_optbool_field(L, 1, "allow_growth", 0);
-    /* jaxlib 0.11.2's default: partitioned when preallocated */
-    p->opts.bfc_spatial = -1;
-    if (lua_getfield(L, 1, "spatial_partitioning") != LUA_TNIL)
-        p->opts.bfc_spatial = l_optbool_field(L, 1, "spatial_partitioning", 0);
-    lua_pop(L, 1);
-    p->opts.bfc_garbage_collection = l_optbool_field(L, 1, "garbage_collection", 0);
-    if (lua_getfield(L, 1, "fragmentation_fraction") != LUA_TNIL) {
-        int isnum;
-        lua_Number f = lua_tonumberx(L, -1, &isnum);
-        if (!isnum || !(f >= 0 && f <= 1))
-            luaL_error(L, "cupola.pool: option 'fragmentation_fraction' must be a number from 0 "
-                          "to 1, not %s", l_pushshown(L, -1));
-        p->opts.bfc_fragmentation_fraction = (double)f;
-    }
-    lua_pop(L, 1);
-    for (i = 0; i < 4; i++) {
-        static const char *const foreign[] = {"initial", "max", "release_threshold", "grow"};
-        int given = lua_getfield(L, 1, foreign[i]) != LUA_TNIL;
-        lua_pop(L, 1);
-        if (given)
-            luaL_error(L, "cupola.pool: option '%s' does not apply to kind 'bfc' (BFC's settings "
-                          "are memory_limit, allow_growth, garbage_collection and "
-                          "fragmentation_fraction)", foreign[i]);
-    }
+        po->path = compile_source(L, source, len); /* leaves the path on the stack */
 }
 
 /* Each Pool gets a metatable of its own whose __index is a table: the
@@ -333,7 +148,8 @@ static void pool_setmeta(lua_State *L, int ud, const l_pool *p)
     lua_pushinteger(L, p->opts.device);
     lua_setfield(L, -2, "device");
     if (strcmp(p->kind, "torch") == 0) {
-        lua_pushstring(L, p->opts.torch_conf ? p->opts.torch_conf : "");
+        const cp_torch_opts *to = (const cp_torch_opts *)cp_pool_own_const(&p->opts);
+        lua_pushstring(L, to->conf ? to->conf : "");
         lua_setfield(L, -2, "conf");
     }
     lua_pushstring(L, cp_clock_name(p->opts.clock));
@@ -362,58 +178,28 @@ static void pool_mark_closed(lua_State *L, int ud)
 
 static int pool_new(lua_State *L)
 {
-    static const char *const opts[] = {"kind", "upstream", "initial", "grow", "max", "alignment",
-                                       "release_threshold", "reuse", "fallback", "limit", "log",
-                                       "path", "source", "symbol", "options", "device", "clock",
-                                       "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
-                                       "conf", "device_memory", "address_model",
-                                       "memory_limit", "allow_growth", "garbage_collection",
-                                       "fragmentation_fraction", "spatial_partitioning", NULL};
     l_pool *p;
     cp_resource *r = NULL, *outer;
     size_t limit;
     const char *log;
-    int k, ud;
+    int ud;
 
     if (lua_isnoneornil(L, 1)) {
         lua_settop(L, 0);
         lua_newtable(L);
     }
-    l_checkoptions(L, 1, "cupola.pool", opts);
+    l_checktable(L, 1);
     p = (l_pool *)lua_newuserdatauv(L, sizeof *p, 0);
     memset(p, 0, sizeof *p);
     p->tag = L_TAG(L_T_POOL);
     luaL_setmetatable(L, L_POOL);
     ud = lua_gettop(L);
 
-    k = checkchoice(L, 1, "kind", "tlsf", cp_pool_kind_name);
-    p->kind = p->opts.kind = cp_pool_kind_name(k);
-    p->opts.upstream = (cp_upstream_kind)checkchoice(L, 1, "upstream", "device", cp_upstream_name);
-    p->opts.reuse = (cp_reuse)checkchoice(L, 1, "reuse", "event", cp_reuse_name);
-    p->opts.initial = l_optsize_field(L, 1, "initial", 0);
-    p->opts.grow = l_optbool_field(L, 1, "grow", 1);
-    p->opts.max = l_optsize_field(L, 1, "max", 0);
-    p->opts.alignment = l_optsize_field(L, 1, "alignment", 256);
-    p->opts.release_threshold = l_optsize_field(L, 1, "release_threshold", 0);
-    /* given at all (0 included): a vmm pool keeps that many idle bytes
-     * instead of deciding by time */
-    p->opts.release_threshold_set = lua_getfield(L, 1, "release_threshold") != LUA_TNIL;
-    lua_pop(L, 1);
-    p->opts.clock = (cp_clock_kind)checkchoice(L, 1, "clock", "wall", cp_clock_name);
-    p->opts.fallback = l_optbool_field(L, 1, "fallback", 0);
-    p->opts.device = l_optdevice_field(L, 1, "cupola.pool");
-    if (p->opts.alignment == 0 || (p->opts.alignment & (p->opts.alignment - 1)) != 0)
-        return luaL_error(L, "cupola.pool: option 'alignment' must be a power of two, not %I",
-                          (lua_Integer)p->opts.alignment);
-    if (p->opts.max && p->opts.initial > p->opts.max)
-        return luaL_error(L, "cupola.pool: option 'initial' is larger than 'max' (%I > %I)",
-                          (LUAI_UACINT)p->opts.initial, (LUAI_UACINT)p->opts.max);
+    p->kind = l_pool_opts(L, 1, &p->opts)->name;
     limit = l_optsize_field(L, 1, "limit", 0);
     log = l_optstring_field(L, 1, "log", NULL);
-    plugin_options(L, p);
-    torch_options(L, p);
-    cub_options(L, p);
-    bfc_options(L, p);
+    if (strcmp(p->kind, "plugin") == 0)
+        plugin_source(L, p);
 
     p->ref = (l_poolref *)calloc(1, sizeof *p->ref);
     if (!p->ref)
@@ -424,8 +210,6 @@ static int pool_new(lua_State *L)
     {
         int nret = l_alloc_result_info(L, cp_pool_create(&r, &p->opts), p->kind, p->opts.initial,
                                        p->opts.device, NULL);
-        /* the strings live on the Lua stack only for the call */
-        p->opts.plugin_path = p->opts.plugin_symbol = p->opts.plugin_options = NULL;
         if (nret) {
             free(p->ref);
             p->ref = NULL;
@@ -450,7 +234,9 @@ static int pool_new(lua_State *L)
     p->ref->r = outer;
     lua_settop(L, ud);
     pool_setmeta(L, ud, p);
-    p->opts.torch_conf = NULL; /* it pointed into the option table */
+    /* the model's strings pointed into the option table (or the stack) */
+    memset(&p->opts.own, 0, sizeof p->opts.own);
+    p->opts.own_kind = NULL;
     return 1;
 }
 
@@ -1083,6 +869,7 @@ void l_open_pool(lua_State *L)
     l_newclass(L, L_POOL, meta, methods);
     lua_pushcfunction(L, pool_new);
     lua_setfield(L, -2, "pool");
+    l_open_pool_kinds(L);
     lua_pushcfunction(L, pair_repeat);
     lua_setfield(L, -2, "_pair_repeat");
 }

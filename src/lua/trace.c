@@ -686,19 +686,20 @@ static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
                        j->kind_buf);
         j->pool.kind = j->kind_buf;
         cp_pool_spec_serve(&j->pool); /* what the library runs (pool/spec.c) */
-        /* (kinds bfc and cupy replay the recording's own addresses) */
-        if (j->recorded && strcmp(j->kind_buf, "bfc") != 0 && strcmp(j->kind_buf, "cupy") != 0)
-            luaL_error(L, "advise_run: job %d: recorded addresses are for kinds 'torch', 'bfc' "
-                       "and 'cupy'", k);
+        /* (the kinds whose row says so replay the recording's own addresses) */
+        if (j->recorded && !(cp_model_find(j->kind_buf)->traits & CP_MODEL_RECORDED)) {
+            char kinds[200];
+            luaL_error(L, "advise_run: job %d: recorded addresses are for kinds %s", k,
+                       cp_model_names(kinds, sizeof kinds, CP_MODEL_RECORDED, '\'', " and "));
+        }
     } else {
         const char *kind = l_optstring_field(L, idx, "kind", NULL), *conf;
         cp_torch_conf c;
+        cp_torch_opts *to;
         if (!kind || strcmp(kind, "torch") != 0)
             luaL_error(L, "advise_run: job %d needs kind = \"torch\" or a spec", k);
-        memset(&j->pool, 0, sizeof j->pool);
-        j->pool.kind = "torch";
-        j->pool.grow = 1;
-        j->pool.alignment = 256;
+        cp_pool_opts_init(&j->pool, "torch");
+        to = (cp_torch_opts *)cp_pool_own(&j->pool);
         conf = l_optstring_field(L, idx, "conf", "");
         if (cp_torch_conf_parse(conf, strlen(conf), &c) != CP_OK) {
             const char *m = cp_error_msg();
@@ -710,8 +711,8 @@ static void advise_job(lua_State *L, int k, cp_advise_job *j, int anchor)
             lua_rawseti(L, anchor, (lua_Integer)lua_rawlen(L, anchor) + 1);
         else
             lua_pop(L, 1);
-        j->pool.torch_conf = conf; /* the anchor keeps the string */
-        j->pool.torch_device_memory = l_optsize_field(L, idx, "device_memory", 0);
+        to->conf = conf; /* the anchor keeps the string */
+        to->device_memory = l_optsize_field(L, idx, "device_memory", 0);
     }
     j->pool.upstream = CP_UP_VIRTUAL;
 }

@@ -49,7 +49,7 @@ static struct {
     char config_msg[512];
     int printed;
     char spec[256];
-    char kind[16];
+    char kind[256];       /* the spec's kind, then its string values (cp_pool_spec_parse) */
     cp_pool_opts opts;
     int safe;
     dev_state dev[CP_MAX_DEVICES];

@@ -30,7 +30,7 @@ static void job_torch(cp_advise_job *j, const char *conf, uint64_t limit, int re
     j->pool.upstream = CP_UP_VIRTUAL;
     j->pool.grow = 1;
     j->pool.alignment = 256;
-    j->pool.torch_conf = conf;
+    ((cp_torch_opts *)cp_pool_own(&j->pool))->conf = conf;
     j->limit = limit;
     j->recorded = recorded;
     j->search = search;

@@ -103,7 +103,8 @@ static int run_pool(long n, const void *arg, long *refused)
     o.grow = 1;
     o.alignment = 256;
     o.reuse = CP_REUSE_EVENT;
-    o.torch_conf = c->conf;
+    if (c->conf)
+        ((cp_torch_opts *)cp_pool_own(&o))->conf = c->conf;
     if (c->two_streams && cp_be->stream_create(&s2, 0, 0) != CP_OK)
         return 1;
     failmalloc_arm(n);
@@ -163,7 +164,8 @@ static int run_replay(long n, const void *arg, long *refused)
     o.grow = 1;
     o.alignment = 256;
     o.max = c->max;
-    o.torch_conf = c->conf;
+    if (c->conf)
+        ((cp_torch_opts *)cp_pool_own(&o))->conf = c->conf;
     memset(&ro, 0, sizeof ro);
     ro.repeat = 1;
     ro.recorded_addresses = c->recorded;
@@ -193,7 +195,9 @@ static int run_advise(long n, const void *arg, long *refused)
         j[i].pool.upstream = CP_UP_VIRTUAL;
         j[i].pool.grow = 1;
         j[i].pool.alignment = 256;
-        j[i].pool.torch_conf = i == 1 ? "expandable_segments:True" : "";
+        if (i < 2)
+            ((cp_torch_opts *)cp_pool_own(&j[i].pool))->conf =
+                i == 1 ? "expandable_segments:True" : "";
         j[i].recorded = i == 0;
         j[i].search = i == 2; /* (a search repeats the replays: one is enough) */
         j[i].limit = i == 0 ? 0 : 900u << 20;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "fake_backend.h"
+#include "pool/bfc.h"
 #include "pool/resource.h"
 #include "tap.h"
 
@@ -905,9 +906,8 @@ static void test_bfc_huge_limit(void)
     o.upstream = CP_UP_VIRTUAL;
     o.grow = 1;
     o.alignment = 256;
-    o.bfc_memory_limit = UINT64_MAX - 255;
-    o.bfc_allow_growth = 1;
-    o.bfc_spatial = -1;
+    ((cp_bfc_opts *)cp_pool_own(&o))->memory_limit = UINT64_MAX - 255;
+    ((cp_bfc_opts *)cp_pool_own(&o))->allow_growth = 1;
     st = cp_pool_create(&r, &o);
     ok(st == CP_OK, "bfc: a pool with memory_limit 2^64 - 256");
     if (st != CP_OK)

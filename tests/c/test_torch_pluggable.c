@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "hold.h"
 #include "pluggable.h"
+#include "pool/cub.h"
 #include "pool/resource.h"
 #include "tap.h"
 #include "trace/trace.h"
@@ -56,6 +57,11 @@ static void config(const char *pool, const char *streams)
         unsetenv("CUPOLA_TORCH_STREAMS");
 }
 
+static const cp_cub_opts *cub(const cp_pool_opts *o)
+{
+    return (const cp_cub_opts *)cp_pool_own_const(o);
+}
+
 static void test_spec(void)
 {
     cp_pool_opts o;
@@ -67,11 +73,11 @@ static void test_spec(void)
        "spec: kind, sizes with units, reuse, grow, blanks");
     ok(cp_pool_spec_parse("cub,bin_growth=4,min_bin=2,max_bin=9,max_cached_bytes=1.5MiB", &o, kind,
                           sizeof kind) == CP_OK &&
-           o.cub_given && o.cub_bin_growth == 4 && o.cub_min_bin == 2 && o.cub_max_bin == 9 &&
-           o.cub_max_cached_bytes == 1572864,
+           cub(&o)->bin_growth == 4 && cub(&o)->min_bin == 2 && cub(&o)->max_bin == 9 &&
+           cub(&o)->max_cached_bytes == 1572864,
        "spec: cub's four settings");
-    ok(cp_pool_spec_parse("cub", &o, kind, sizeof kind) == CP_OK && o.cub_bin_growth == 8 &&
-           o.cub_max_cached_bytes == 6291455,
+    ok(cp_pool_spec_parse("cub", &o, kind, sizeof kind) == CP_OK && cub(&o)->bin_growth == 8 &&
+           cub(&o)->max_cached_bytes == 6291455,
        "spec: cub alone has CUB's defaults");
     ok(cp_pool_spec_parse("tlsf,foo=1", &o, kind, sizeof kind) == CP_ERR_INVALID &&
            strstr(cp_error_msg(), "unknown option 'foo'"),

@@ -29,6 +29,7 @@
 
 #include "backend/backend.h"
 #include "error.h"
+#include "pool/bfc.h"
 #include "pool/resource.h"
 #include "trace/advise.h"
 #include "trace/pickle.h"
@@ -196,9 +197,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         bo.upstream = CP_UP_VIRTUAL;
         bo.grow = 1;
         bo.alignment = 256;
-        bo.bfc_memory_limit = (uint64_t)1 << 40;
-        bo.bfc_allow_growth = (int)(n & 1); /* preallocated (and partitioned) or growing */
-        bo.bfc_spatial = -1;
+        {
+            cp_bfc_opts *b = (cp_bfc_opts *)cp_pool_own(&bo);
+            b->memory_limit = (uint64_t)1 << 40;
+            b->allow_growth = (int)(n & 1); /* preallocated (and partitioned) or growing */
+        }
         if (cp_pool_create(&bp, &bo) == CP_OK) {
             cp_replay_opts o;
             cp_replay_result res;
@@ -253,9 +256,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             jobs[i].pool.grow = 1;
             jobs[i].pool.alignment = 256;
         }
-        jobs[0].pool.torch_conf = "";
+        ((cp_torch_opts *)cp_pool_own(&jobs[0].pool))->conf = "";
         jobs[0].recorded = cp_trace_torch_calls(t) > 0;
-        jobs[1].pool.torch_conf = "expandable_segments:True,garbage_collection_threshold:0.5";
+        ((cp_torch_opts *)cp_pool_own(&jobs[1].pool))->conf =
+            "expandable_segments:True,garbage_collection_threshold:0.5";
         jobs[1].limit = in.peak_live / 2 + (UINT64_C(1) << 20);
         jobs[1].search = 1;
         EXPECT(cp_advise_run(t, jobs, 2, 2, NULL, NULL) == CP_OK, "advise_run failed");

@@ -23,6 +23,7 @@
  *    stream), then empties every chunk: all blocks handed out are free and
  *    must not be freed again.
  */
+#include "model.h"
 #include "resource_impl.h"
 #include "streamorder.h"
 
@@ -314,7 +315,7 @@ static const cp_resource_ops arena_ops = {
     .device_calls = ar_device_calls,
 };
 
-cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
     arena *a = calloc(1, sizeof *a);
     *out = NULL;
@@ -345,3 +346,9 @@ cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts
     *out = &a->base;
     return CP_OK;
 }
+
+/* The registry's row (model.h). */
+const cp_model cp_arena_model = {
+    .name = "arena",
+    .create = arena_create,
+};

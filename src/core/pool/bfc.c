@@ -105,7 +105,9 @@
  */
 #include "resource_impl.h"
 #include "bfc.h"
+#include "model.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -822,11 +824,12 @@ int cp_bfc_virtual(const cp_resource *r)
     return ((const bfc *)r)->virt;
 }
 
-cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
+    const cp_bfc_opts *bo = (const cp_bfc_opts *)cp_pool_own_const(o);
     bfc *m;
     cp_status st = CP_OK;
-    uint64_t limit = o->bfc_memory_limit;
+    uint64_t limit = bo->memory_limit;
     int b;
 
     *out = NULL;
@@ -860,12 +863,12 @@ cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
         st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'alignment' = %llu is more than "
                           "BFC's 256-byte chunks give (JAX asks 64)",
                           (unsigned long long)o->alignment);
-    else if (o->bfc_spatial > 0 && o->bfc_allow_growth)
+    else if (bo->spatial > 0 && bo->allow_growth)
         st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'spatial_partitioning' = true needs "
                           "allow_growth = false (one fixed address range, as XLA requires)");
-    else if (!(o->bfc_fragmentation_fraction >= 0.0 && o->bfc_fragmentation_fraction <= 1.0))
+    else if (!(bo->fragmentation_fraction >= 0.0 && bo->fragmentation_fraction <= 1.0))
         st = cp_error_set(CP_ERR_INVALID, "kind 'bfc': option 'fragmentation_fraction' must be "
-                          "from 0 to 1, not %g", o->bfc_fragmentation_fraction);
+                          "from 0 to 1, not %g", bo->fragmentation_fraction);
     if (st != CP_OK) {
         cp_resource_destroy(up);
         return st;
@@ -880,19 +883,74 @@ cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     m->up = up;
     m->limit = limit;
     m->virt = o->upstream == CP_UP_VIRTUAL;
-    m->growth = o->bfc_allow_growth;
-    m->gc = o->bfc_garbage_collection;
+    m->growth = bo->allow_growth;
+    m->gc = bo->garbage_collection;
     m->curr_region = m->growth ? rounded(limit < (2u << 20) ? limit : (2u << 20)) : rounded(limit);
-    m->max_frag = o->bfc_fragmentation_fraction > 0.0
-                      ? (int64_t)(o->bfc_fragmentation_fraction * (double)limit)
+    m->max_frag = bo->fragmentation_fraction > 0.0
+                      ? (int64_t)(bo->fragmentation_fraction * (double)limit)
                       : MAXFRAG_DEFAULT;
     m->unused = NOCHUNK;
     m->gap = NOCHUNK;
     /* jaxlib 0.11.2 partitions a preallocated pool (its flag
      * --xla_gpu_enable_allocator_spatial_partitioning defaults to true) */
-    m->spatial = o->bfc_spatial < 0 ? !m->growth : o->bfc_spatial;
+    m->spatial = bo->spatial < 0 ? !m->growth : bo->spatial;
     for (b = 0; b < NBINS; b++)
         m->bins[b].e = NULL;
     *out = &m->base;
     return CP_OK;
 }
+
+static cp_status check_memory_limit(const cp_opt *d, const void *v)
+{
+    uint64_t limit;
+    memcpy(&limit, v, sizeof limit);
+    if (limit < MINSZ)
+        return cp_error_set(CP_ERR_INVALID, "option '%s' must be at least 256 bytes (BFC's "
+                            "kMinAllocationSize), not %llu", d->name, (unsigned long long)limit);
+    return CP_OK;
+}
+
+/* What the options say together, checked as they are read (bfc_create
+ * checks the rest once it knows the device). */
+static cp_status bfc_check(const cp_pool_opts *o)
+{
+    const cp_bfc_opts *bo = (const cp_bfc_opts *)cp_pool_own_const(o);
+    if (o->upstream != CP_UP_DEVICE && o->upstream != CP_UP_VIRTUAL)
+        return cp_error_set(CP_ERR_INVALID, "kind 'bfc' takes upstream \"device\" or \"virtual\", "
+                            "not \"%s\"", cp_upstream_name(o->upstream));
+    if (o->upstream == CP_UP_VIRTUAL && !bo->memory_limit)
+        return cp_error_set(CP_ERR_INVALID, "kind 'bfc' over the \"virtual\" upstream needs option "
+                            "'memory_limit' (bytes: JAX's is the device's memory times "
+                            "XLA_CLIENT_MEM_FRACTION, 0.75 by default)");
+    return CP_OK;
+}
+
+static const cp_opt bfc_opts[] = {
+    {.name = "memory_limit", .type = CP_OPT_SIZE, .offset = offsetof(cp_bfc_opts, memory_limit),
+     .check = check_memory_limit},
+    {.name = "allow_growth", .type = CP_OPT_BOOL, .offset = offsetof(cp_bfc_opts, allow_growth)},
+    {.name = "garbage_collection", .type = CP_OPT_BOOL,
+     .offset = offsetof(cp_bfc_opts, garbage_collection)},
+    {.name = "fragmentation_fraction", .type = CP_OPT_NUMBER,
+     .offset = offsetof(cp_bfc_opts, fragmentation_fraction), .lo = 0, .hi = 1},
+    /* jaxlib 0.11.2's default: partitioned when preallocated */
+    {.name = "spatial_partitioning", .type = CP_OPT_BOOL, .offset = offsetof(cp_bfc_opts, spatial),
+     .def = -1},
+    {.name = NULL},
+};
+
+static const char *const bfc_refuses[] = {"initial", "max", "release_threshold", "grow", NULL};
+
+/* The registry's row (model.h): JAX's allocator decides nothing by the
+ * recording's time, and places regions at a recording's addresses. */
+const cp_model cp_bfc_model = {
+    .name = "bfc",
+    .create = bfc_create,
+    .opts = bfc_opts,
+    .opts_size = sizeof(cp_bfc_opts),
+    .foreign = bfc_refuses,
+    .foreign_why = "BFC's settings are memory_limit, allow_growth, garbage_collection and "
+                   "fragmentation_fraction",
+    .check = bfc_check,
+    .traits = CP_MODEL_OWN_CLOCK | CP_MODEL_RECORDED,
+};

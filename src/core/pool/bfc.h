@@ -1,6 +1,7 @@
 /*
  * pool/bfc.h: what the replay (trace/replay.c) and the binding read of a
- * pool of kind "bfc" (pool/bfc.c, XLA's BFC allocator) beyond cp_resource.
+ * pool of kind "bfc" (pool/bfc.c, XLA's BFC allocator) beyond cp_resource,
+ * and its options as cp_pool_own holds them.
  *
  * Plain C: never includes lua.h.
  */
@@ -14,6 +15,15 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* tsl::BFCAllocator's total_memory and Options (0 / false: JAX's defaults;
+ * memory_limit 0 over the device upstream: 0.75 of the device's memory). */
+typedef struct cp_bfc_opts {
+    uint64_t memory_limit;
+    double fragmentation_fraction;
+    int allow_growth, garbage_collection;
+    int spatial; /* enable_spatial_partitioning: -1 JAX's (on without growth), 0 off, 1 on */
+} cp_bfc_opts;
 
 typedef struct cp_bfc_stats {
     uint64_t num_allocs, bytes_in_use, peak_bytes_in_use, pool_bytes, peak_pool_bytes;

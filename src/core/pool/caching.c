@@ -48,6 +48,7 @@
  *    shape this pool reproduces, not values chosen on a trace).
  */
 #include "heap.h"
+#include "model.h"
 
 #include <stdlib.h>
 
@@ -165,7 +166,7 @@ static const cp_resource_ops caching_ops = {
     .device_calls = cp_heap_device_calls,
 };
 
-cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
     caching *c = calloc(1, sizeof *c);
     cp_status st;
@@ -192,3 +193,10 @@ cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_op
     *out = &c->h.base;
     return CP_OK;
 }
+
+/* The registry's row (model.h): serving a framework it keeps its idle chunks. */
+const cp_model cp_caching_model = {
+    .name = "caching",
+    .create = caching_create,
+    .traits = CP_MODEL_KEEPS_IDLE,
+};

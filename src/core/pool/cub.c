@@ -55,9 +55,12 @@
  *    device_alloc_failures, retries (free-the-cache-and-retry rounds),
  *    cached_bytes, cached_blocks and live_bytes (CUB's cached_bytes.live).
  */
+#include "cub.h"
+#include "model.h"
 #include "resource_impl.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -445,19 +448,15 @@ static uint64_t pow32(uint64_t growth, uint64_t k)
     return v;
 }
 
-cp_status cp_cub_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status cub_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
-    uint64_t growth = DEF_GROWTH, min_bin = DEF_MIN, max_bin = DEF_MAX, max_cached, mbb = 0;
+    const cp_cub_opts *co = (const cp_cub_opts *)cp_pool_own_const(o);
+    uint64_t growth = co->bin_growth, min_bin = co->min_bin, max_bin = co->max_bin;
+    uint64_t max_cached = co->max_cached_bytes, mbb = 0;
     cub *c;
     cp_status st = CP_OK;
 
     *out = NULL;
-    if (o->cub_given) {
-        growth = o->cub_bin_growth;
-        min_bin = o->cub_min_bin;
-        max_bin = o->cub_max_bin;
-    }
-    max_cached = o->cub_given ? o->cub_max_cached_bytes : pow32(DEF_GROWTH, DEF_MAX) * 3 - 1;
     if (growth < 2 || growth > UINT_MAX)
         st = cp_error_set(CP_ERR_INVALID, "kind 'cub': option 'bin_growth' must be an integer "
                           "from 2 to 4294967295 (CUB's bins never grow with 1 and put every "
@@ -514,3 +513,26 @@ cp_status cp_cub_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     *out = &c->base;
     return CP_OK;
 }
+
+/* Its options: CUB's constructor's arguments, which go together. */
+static const cp_opt cub_opts[] = {
+    {.name = "bin_growth", .type = CP_OPT_U32, .offset = offsetof(cp_cub_opts, bin_growth),
+     .def = DEF_GROWTH},
+    {.name = "min_bin", .type = CP_OPT_U32, .offset = offsetof(cp_cub_opts, min_bin),
+     .def = DEF_MIN},
+    {.name = "max_bin", .type = CP_OPT_U32, .offset = offsetof(cp_cub_opts, max_bin),
+     .def = DEF_MAX},
+    /* 3 * 8^7 - 1: CUB's default constructor's cap */
+    {.name = "max_cached_bytes", .type = CP_OPT_SIZE,
+     .offset = offsetof(cp_cub_opts, max_cached_bytes), .def = 6291455},
+    {.name = NULL},
+};
+
+/* The registry's row (model.h). */
+const cp_model cp_cub_model = {
+    .name = "cub",
+    .create = cub_create,
+    .opts = cub_opts,
+    .opts_size = sizeof(cp_cub_opts),
+    .traits = CP_MODEL_TOGETHER,
+};

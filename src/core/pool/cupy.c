@@ -64,6 +64,7 @@
  *    has: whole free blocks all go); `initial`, `grow = false` and
  *    `release_threshold` are refused (CuPy's pool has no such thing).
  */
+#include "model.h"
 #include "resource_impl.h"
 #include "cupy.h"
 #include "rbtree.h"
@@ -810,7 +811,7 @@ static const cp_resource_ops cupy_ops = {
     .device_calls = cupy_device_calls,
 };
 
-cp_status cp_cupy_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status cupy_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
     cp_cupy *m;
     cp_status st = CP_OK;
@@ -850,3 +851,11 @@ cp_status cp_cupy_create(cp_resource **out, cp_resource *up, const cp_pool_opts 
     *out = &m->base;
     return CP_OK;
 }
+
+/* The registry's row (model.h): CuPy's model decides nothing by the
+ * recording's time, and replays a CuPy log's own addresses. */
+const cp_model cp_cupy_model = {
+    .name = "cupy",
+    .create = cupy_create,
+    .traits = CP_MODEL_OWN_CLOCK | CP_MODEL_RECORDED,
+};

@@ -24,6 +24,7 @@
  *    reserved within its peak.
  */
 #include "heap.h"
+#include "model.h"
 
 #include <stdlib.h>
 
@@ -104,7 +105,7 @@ static const cp_resource_ops freelist_ops = {
     .device_calls = cp_heap_device_calls,
 };
 
-cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
     freelist *f = calloc(1, sizeof *f);
     cp_status st;
@@ -124,3 +125,10 @@ cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_o
     *out = &f->h.base;
     return CP_OK;
 }
+
+/* The registry's row (model.h): serving a framework it keeps its idle chunks. */
+const cp_model cp_freelist_model = {
+    .name = "freelist",
+    .create = freelist_create,
+    .traits = CP_MODEL_KEEPS_IDLE,
+};

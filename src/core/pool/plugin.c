@@ -60,6 +60,8 @@
  *    thread-safe.  largest_free and free_bytes come from its optional stats
  *    hook (0 without one, so fragmentation reads 0).
  */
+#include "model.h"
+#include "plugin.h"
 #include "resource_impl.h"
 #include "streamorder.h"
 
@@ -672,9 +674,9 @@ static const cp_resource_ops plugin_ops = {
 
 /* ---- loading ------------------------------------------------------------------ */
 
-static cp_status load(plugin *pl, const cp_pool_opts *o)
+static cp_status load(plugin *pl, const cp_plugin_opts *o)
 {
-    const char *path = o->plugin_path, *sym = o->plugin_symbol;
+    const char *path = o->path, *sym = o->symbol;
     const ElfW(Sym) *es;
     void *esp = NULL;
     Dl_info info;
@@ -727,8 +729,9 @@ static cp_status load(plugin *pl, const cp_pool_opts *o)
     return CP_OK;
 }
 
-cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
+    const cp_plugin_opts *po = (const cp_plugin_opts *)cp_pool_own_const(o);
     plugin *pl = calloc(1, sizeof *pl);
     cp_status st;
     *out = NULL;
@@ -747,13 +750,12 @@ cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opt
     pl->grow = o->grow;
     pl->async_up = o->upstream == CP_UP_ASYNC;
     cp_so_init(&pl->so, o->reuse);
-    st = load(pl, o);
+    st = load(pl, po);
     if (st == CP_OK) {
-        pl->state = pl->a->create(&pl->upw.pub, o->plugin_options ? o->plugin_options : "");
+        pl->state = pl->a->create(&pl->upw.pub, po->options ? po->options : "");
         if (!pl->state)
             st = cp_error_set(CP_ERR_INVALID, "plugin pool: create of '%s' returned NULL "
-                              "(options \"%s\")", pl->name,
-                              o->plugin_options ? o->plugin_options : "");
+                              "(options \"%s\")", pl->name, po->options ? po->options : "");
     }
     if (st != CP_OK) {
         p_destroy(&pl->base);
@@ -765,3 +767,26 @@ cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opt
     *out = &pl->base;
     return CP_OK;
 }
+
+/* ---- the registry's row (model.h) --------------------------------------------- */
+
+static const cp_opt plugin_opts[] = {
+    {.name = "path", .type = CP_OPT_STRING, .offset = offsetof(cp_plugin_opts, path),
+     .flags = CP_OPT_NO_SPEC},
+    /* C source instead of path: the binding compiles it (src/lua/pool.c) */
+    {.name = "source", .type = CP_OPT_STRING, .flags = CP_OPT_NO_SPEC | CP_OPT_BINDING},
+    {.name = "symbol", .type = CP_OPT_STRING, .offset = offsetof(cp_plugin_opts, symbol),
+     .flags = CP_OPT_NO_SPEC},
+    {.name = "options", .type = CP_OPT_STRING, .offset = offsetof(cp_plugin_opts, options),
+     .flags = CP_OPT_NO_SPEC},
+    {.name = NULL},
+};
+
+const cp_model cp_plugin_model = {
+    .name = "plugin",
+    .create = plugin_create,
+    .opts = plugin_opts,
+    .opts_size = sizeof(cp_plugin_opts),
+    .no_spec = "needs a path and a symbol, which a spec does not carry",
+    .traits = CP_MODEL_TOGETHER,
+};

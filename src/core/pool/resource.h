@@ -3,8 +3,9 @@
  *
  * A cp_resource hands out blocks of device-visible memory, stream-ordered:
  * alloc(bytes, stream) and free(ptr, bytes, stream).  Pools (one file each
- * in pool/: arena.c, freelist.c, tlsf.c, caching.c, vmm.c, plugin.c; their
- * kinds in create.c) sub-allocate from an upstream resource (upstream.c);
+ * in pool/: arena.c, freelist.c, tlsf.c, caching.c, vmm.c, plugin.c and the
+ * models of other systems' allocators; each registers as one row of the
+ * registry, model.h) sub-allocate from an upstream resource (upstream.c);
  * adaptors wrap any resource and add a limit on the bytes in use (limit.c)
  * or a log in RMM's CSV format (log.c).  The public entry points below
  * (resource.c) take the resource's lock, call its ops and keep the
@@ -81,7 +82,19 @@ typedef enum cp_upstream_kind {
     CP_UP_VIRTUAL     /* addresses only, no memory behind them */
 } cp_upstream_kind;
 
-/* Everything cupola.pool{...} accepts, already validated by the binding. */
+/* Room for one model's own options (its struct: cp_cub_opts in pool/cub.h,
+ * cp_bfc_opts, cp_torch_opts, ...), inside cp_pool_opts so that a copy of
+ * the options is a copy of everything. */
+#define CP_MODEL_OPTS_MAX 64
+typedef union cp_model_opts {
+    unsigned char bytes[CP_MODEL_OPTS_MAX];
+    uint64_t u;     /* (alignment for the structs kept here) */
+    double d;
+    const void *p;
+} cp_model_opts;
+
+/* Everything cupola.pool{...} accepts, already validated by the binding;
+ * made by cp_pool_opts_init (or zeroed, then set field by field). */
 typedef struct cp_pool_opts {
     const char *kind;         /* one of cp_pool_kind_name's */
     cp_upstream_kind upstream;
@@ -95,50 +108,43 @@ typedef struct cp_pool_opts {
                                    UINT64_MAX: never return before trim */
     cp_reuse reuse;
     int fallback;             /* serve what the pool cannot from upstream */
-    /* kind "plugin" (pool/plugin.c): a shared object exporting a const
-     * cupola_allocator (<cupola/allocator.h>) named plugin_symbol, and the
-     * string its create() is given (NULL: "") */
-    const char *plugin_path;
-    const char *plugin_symbol;
-    const char *plugin_options;
     int device;               /* whose memory the upstream takes (multigpu); streams of
                                  any device may use the pool */
-    /* kind "torch" (pool/torch.c): PYTORCH_CUDA_ALLOC_CONF (NULL: PyTorch's
-     * defaults), the device memory the model assumes (0: the device's, or
-     * the H100's over the virtual upstream), and the virtual upstream's
-     * address model (0: the driver's placement, 1: bump) */
-    const char *torch_conf;
-    uint64_t torch_device_memory;
-    int torch_bump_addresses;
     int release_threshold_set; /* nonzero: the caller gave release_threshold (the
                                  vmm pool then keeps exactly that many idle bytes
                                  instead of deciding by time, vmm.c) */
     cp_clock_kind clock;      /* the pool's clock (pool/clock.h): wall or manual */
-    /* kind "cub" (pool/cub.c): CachingDeviceAllocator's constructor
-     * arguments; cub_given 0 means CUB's defaults for all four (8, 3, 7,
-     * 3 * 8^7 - 1), and then the four fields are not read */
-    int cub_given;
-    uint64_t cub_bin_growth, cub_min_bin, cub_max_bin;
-    uint64_t cub_max_cached_bytes;
-    /* kind "bfc" (pool/bfc.c): tsl::BFCAllocator's total_memory and
-     * Options (0 / false: JAX's defaults; memory_limit 0 over the device
-     * upstream: 0.75 of the device's memory) */
-    uint64_t bfc_memory_limit;
-    int bfc_allow_growth, bfc_garbage_collection;
-    double bfc_fragmentation_fraction;
-    int bfc_spatial;          /* enable_spatial_partitioning: -1 JAX's (on without growth),
-                                 0 off, 1 on */
+    /* The model's own options (pool/model.h): the struct of the kind
+     * own_kind names, read through cp_pool_own.  A pool made while
+     * own_kind is not kind (NULL: never set) gets its kind's defaults. */
+    const char *own_kind;
+    cp_model_opts own;
 } cp_pool_opts;
 
+/* o set to cupola.pool's defaults for kind (a static string, or one that
+ * outlives o), its model's options included. */
+void cp_pool_opts_init(cp_pool_opts *o, const char *kind);
+/* o's model options, to read or set as its kind's struct (cp_torch_opts for
+ * kind "torch", ...); where o holds none of its kind yet (a zeroed o whose
+ * kind was set), they are made the kind's defaults first. */
+void *cp_pool_own(cp_pool_opts *o);
+/* The same to read, for the model itself (cp_pool_create made them its). */
+static inline const void *cp_pool_own_const(const cp_pool_opts *o)
+{
+    return o->own.bytes;
+}
+
 /* A pool described in one string, "KIND[,KEY=VALUE]..." (pool/spec.c says
- * which keys): fills *o with cupola.pool's defaults and the spec's values;
- * o->kind points into kind (kindlen bytes).  CP_ERR_INVALID naming the
- * key and value that are wrong.  Ranges a kind checks itself (cub's bins)
- * are checked by cp_pool_create. */
-cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen);
+ * which keys and how a value is quoted): fills *o with cupola.pool's
+ * defaults and the spec's values; o->kind and the string values point into
+ * buf (buflen bytes; as long as the spec is enough).  CP_ERR_INVALID naming
+ * the key and value that are wrong.  Ranges a kind checks itself (cub's
+ * bins) are checked by cp_pool_create. */
+cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *buf, size_t buflen);
 
 /* The policy of a pool serving a framework (pool/spec.c states it): where
- * o's kind is freelist, tlsf or caching and release_threshold was not
+ * o's kind keeps its idle chunks when serving (freelist, tlsf and caching:
+ * the trait CP_MODEL_KEEPS_IDLE, pool/model.h) and release_threshold was not
  * given, release_threshold = CP_SERVE_KEEP_ALL (memory once taken is kept;
  * the upstream's refusal frees the idle chunks and retries; trim returns
  * them).  Anything else is left as it is. */
@@ -150,7 +156,7 @@ void cp_pool_spec_serve(cp_pool_opts *o);
 cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts);
 
 /* The names users choose from, in the order they are listed: the i-th
- * pool kind cp_pool_create knows (create.c holds the one table), upstream
+ * pool kind cp_pool_create knows (cp_model_at's, pool/model.h), upstream
  * (by cp_upstream_kind) and reuse policy (by cp_reuse); NULL past the last. */
 const char *cp_pool_kind_name(int i);
 const char *cp_upstream_name(int kind);

@@ -98,18 +98,6 @@ cp_status cp_upstream_create_internal(cp_resource **out, cp_upstream_kind kind);
 /* The alignment the upstream's addresses have by construction. */
 uint64_t cp_upstream_alignment(cp_upstream_kind kind);
 
-/* Pool constructors (one per pool_*.c); each takes ownership of up. */
-cp_status cp_arena_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_freelist_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_caching_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_plugin_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_cub_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_bfc_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-cp_status cp_cupy_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o);
-
 /* reserved bytes of any resource (locks it briefly) */
 uint64_t cp_resource_reserved(cp_resource *r);
 

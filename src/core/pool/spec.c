@@ -1,43 +1,41 @@
 /*
  * spec.c: a pool described in one string, for C entry points that take their
- * configuration as text (the PyTorch allocator reads CUPOLA_TORCH_POOL).
+ * configuration as text (the PyTorch allocator reads CUPOLA_TORCH_POOL, the
+ * CuPy one CUPOLA_CUPY_POOL, advise's rows name pools so).
  *
  *   KIND[,KEY=VALUE]...     e.g. "vmm", "tlsf,initial=1GiB,release_threshold=4GiB",
- *                           "cub,bin_growth=4,max_cached_bytes=256MiB"
+ *                           "cub,bin_growth=4,max_cached_bytes=256MiB",
+ *                           torch,conf="expandable_segments:True,max_split_size_mb:128"
  *
- * KIND: any of cp_pool_kind_name's but plugin (which needs a path and a
- * symbol, which a spec does not carry).  KEYs, as cupola.pool's options:
- * upstream (device, async, managed, pinned, virtual), initial, max,
- * alignment, release_threshold (sizes: 4096, 64KiB, 1.5GiB), grow, fallback
- * (true, false), reuse (stream, event, wait), for cub bin_growth,
- * min_bin, max_bin (integers) and max_cached_bytes (a size), and for bfc
- * memory_limit (a size), allow_growth, garbage_collection and
- * spatial_partitioning (true, false).  Blanks around
- * names and values are ignored; a key given twice, an unknown key or a bad
- * value is an error naming it.
+ * KIND: any of cp_pool_kind_name's but those whose row says a spec cannot
+ * name them (plugin: it needs a path and a symbol).  KEYs are cupola.pool's
+ * options, read through the registry's descriptors (model.h) as
+ * cupola.pool{...} reads them: the common ones (upstream, initial, max,
+ * alignment, release_threshold, grow, fallback, reuse) and the kind's own
+ * (cub's bin_growth, ..., bfc's memory_limit, ..., torch's conf, ...), with
+ * the same defaults, checks and refusals.  A VALUE is text: a size (4096,
+ * 64KiB, 1.5GiB), an integer, true or false (also 1, 0), a number, a name.
+ * A value that holds a comma (torch's conf) is put in double quotes, which
+ * are not part of it: conf="expandable_segments:True,max_split_size_mb:128";
+ * it then runs to the next double quote (so it cannot hold one).  In a
+ * shell, the spec goes in single quotes:
+ *   CUPOLA_TORCH_POOL='torch,conf="expandable_segments:True"' python train.py
+ * Blanks around names and values (outside the quotes) are ignored; a key
+ * given twice, an unknown key or a bad value is an error naming it.
  *
  * cp_pool_spec_serve (below) is the policy a spec's pool has when it serves a
  * framework.
  */
 #include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model.h"
 #include "resource.h"
 #include "size.h"
-
-static const char *const spec_keys[] = {
-    "upstream", "initial", "max", "alignment", "release_threshold", "grow", "fallback", "reuse",
-    "bin_growth", "min_bin", "max_bin", "max_cached_bytes",
-    "memory_limit", "allow_growth", "garbage_collection", "spatial_partitioning",
-};
-#define NKEYS (sizeof spec_keys / sizeof spec_keys[0])
-
-static const char *key_name(int i)
-{
-    return i >= 0 && (size_t)i < NKEYS ? spec_keys[i] : NULL;
-}
 
 /* [b, e) without the blanks around it. */
 static void trim(const char **b, const char **e)
@@ -48,190 +46,249 @@ static void trim(const char **b, const char **e)
         (*e)--;
 }
 
-/* The index of v among the names name(0), name(1), ... (NULL ends them), or
- * -1: the core keeps each list once (cp_pool_kind_name, cp_upstream_name,
- * cp_reuse_name). */
-static int choice(const char *v, const char *(*name)(int))
+/* The end of the item that starts at p: the next comma outside double
+ * quotes, or the end of the string. */
+static const char *item_end(const char *p)
 {
-    int i;
-    const char *n;
-    for (i = 0; (n = name(i)) != NULL; i++)
-        if (strcmp(v, n) == 0)
-            return i;
-    return -1;
+    int quoted = 0;
+    for (; *p && (quoted || *p != ','); p++)
+        if (*p == '"')
+            quoted = !quoted;
+    return p;
 }
 
-/* "a, b or c" of the names, into buf; skip: a name left out (or NULL). */
-static const char *names(char *buf, size_t len, const char *(*name)(int), const char *skip)
+/* "a, b or c" of the names name(0), name(1), ..., into buf. */
+static const char *names(char *buf, size_t len, const char *(*name)(int))
 {
-    int i, k = 0;
+    int i;
     size_t n = 0;
     const char *v;
     buf[0] = '\0';
-    for (i = 0; (v = name(i)) != NULL; i++) {
-        if (skip && strcmp(v, skip) == 0)
-            continue;
+    for (i = 0; (v = name(i)) != NULL; i++)
         if (n < len)
-            n += (size_t)snprintf(buf + n, len - n, "%s%s", k++ ? ", " : "", v);
-    }
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? ", " : "", v);
     return buf;
 }
 
-static cp_status bad(const char *spec, const char *fmt, const char *a, const char *b)
+/* The kinds a spec may name, "arena, freelist, ...", into buf. */
+static const char *spec_kinds(char *buf, size_t len)
 {
-    char why[256];
-    snprintf(why, sizeof why, fmt, a, b);
+    const cp_model *m;
+    int i, k = 0;
+    size_t n = 0;
+    buf[0] = '\0';
+    for (i = 0; (m = cp_model_at(i)) != NULL; i++)
+        if (!m->no_spec && n < len)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", k++ ? ", " : "", m->name);
+    return buf;
+}
+
+/* The options a spec of kind m takes: the common ones, then m's own. */
+static const char *spec_keys(char *buf, size_t len, const cp_model *m)
+{
+    const cp_opt *lists[2] = {cp_pool_common_opts(), m->opts}, *d;
+    int i, k = 0;
+    size_t n = 0;
+    buf[0] = '\0';
+    for (i = 0; i < 2; i++)
+        for (d = lists[i]; d && d->name; d++)
+            if (!(d->flags & CP_OPT_NO_SPEC) && n < len)
+                n += (size_t)snprintf(buf + n, len - n, "%s%s", k++ ? ", " : "", d->name);
+    return buf;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static cp_status bad(const char *spec, const char *fmt, ...)
+{
+    char why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
     return cp_error_set(CP_ERR_INVALID, "pool spec \"%.200s\": %s", spec, why);
 }
 
-cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size_t kindlen)
+/* The message a check left (cp_error_msg), as the spec's error. */
+static cp_status bad_check(const char *spec)
 {
-    char key[32], val[128], list[160];
-    const char *p, *b, *e, *eq;
-    int seen[NKEYS] = {0};
+    char why[400];
+    snprintf(why, sizeof why, "%s", cp_error_msg());
+    return cp_error_set(CP_ERR_INVALID, "pool spec \"%.200s\": %s", spec, why);
+}
+
+/* The spec's text of option d (val) as its value, stored in o. */
+static cp_status set_value(const char *spec, cp_pool_opts *o, const cp_opt *d, const char *val)
+{
+    char list[200];
+    const char *c, *key = d->name;
+    char *end;
     uint64_t u;
-    int k;
+    double x;
+    int v;
+
+    switch (d->type) {
+    case CP_OPT_SIZE:
+        if (cp_parse_size(val, &u) != 0 || u > UINT64_MAX / 2)
+            return bad(spec, "option '%s' must be a size (4096, 64KiB, 1.5GiB), not '%s'", key,
+                       val);
+        return cp_pool_opt_set(o, d, &u) == CP_OK ? CP_OK : bad_check(spec);
+    case CP_OPT_U32:
+        for (c = val; *c; c++)
+            if (!isdigit((unsigned char)*c))
+                break;
+        u = *val && !*c ? strtoull(val, &end, 10) : UINT64_MAX;
+        if (!*val || *c || u > 0xffffffffu)
+            return bad(spec, "option '%s' must be an integer from 0 to 4294967295, not '%s'",
+                       key, val);
+        return cp_pool_opt_set(o, d, &u) == CP_OK ? CP_OK : bad_check(spec);
+    case CP_OPT_BOOL:
+        v = strcmp(val, "true") == 0 || strcmp(val, "1") == 0     ? 1
+            : strcmp(val, "false") == 0 || strcmp(val, "0") == 0 ? 0
+                                                                  : -1;
+        if (v < 0)
+            return bad(spec, "option '%s' must be true or false, not '%s'", key, val);
+        return cp_pool_opt_set(o, d, &v) == CP_OK ? CP_OK : bad_check(spec);
+    case CP_OPT_NUMBER:
+        x = *val ? strtod(val, &end) : NAN;
+        if (!*val || *end || !(x >= d->lo && x <= d->hi)) {
+            return bad(spec, "option '%s' must be a number from %g to %g, not '%s'", key, d->lo,
+                       d->hi, val);
+        }
+        return cp_pool_opt_set(o, d, &x) == CP_OK ? CP_OK : bad_check(spec);
+    case CP_OPT_CHOICE:
+        for (v = 0; d->choice(v) && strcmp(val, d->choice(v)) != 0; v++)
+            ;
+        if (!d->choice(v)) {
+            return bad(spec, "option '%s' must be one of %s, not '%s'", key,
+                       names(list, sizeof list, d->choice), val);
+        }
+        return cp_pool_opt_set(o, d, &v) == CP_OK ? CP_OK : bad_check(spec);
+    default:
+        return cp_pool_opt_set(o, d, &val) == CP_OK ? CP_OK : bad_check(spec);
+    }
+}
+
+/* The spec's parse: its text, the buffer its strings go to, and what was seen. */
+typedef struct spec_state {
+    const char *spec;
+    char *buf;
+    size_t len, used;
+    const cp_opt *seen[64];
+    int nseen;
+} spec_state;
+
+/* Copies [b, e) into the buffer as a string; NULL when it has no room. */
+static const char *keep(spec_state *ps, const char *b, const char *e)
+{
+    char *s = ps->buf + ps->used;
+    if ((size_t)(e - b) >= ps->len - ps->used)
+        return NULL;
+    memcpy(s, b, (size_t)(e - b));
+    s[e - b] = '\0';
+    ps->used += (size_t)(e - b) + 1;
+    return s;
+}
+
+/* The item [b, e), "KEY=VALUE", into o (of kind m). */
+static cp_status item(spec_state *ps, cp_pool_opts *o, const cp_model *m, const char *b,
+                      const char *e)
+{
+    const char *spec = ps->spec, *eq = memchr(b, '=', (size_t)(e - b));
+    const char *kb = b, *ke = eq, *vb, *ve, *val;
+    char key[32], list[300], vbuf[128];
+    const cp_model *owner;
+    const cp_opt *d;
+    int i;
+
+    if (!eq) {
+        trim(&b, &e);
+        snprintf(key, sizeof key, "%.*s", (int)(e - b), b);
+        return bad(spec, "'%s' is not KEY=VALUE", key);
+    }
+    vb = eq + 1;
+    ve = e;
+    trim(&kb, &ke);
+    trim(&vb, &ve);
+    if ((size_t)(ke - kb) >= sizeof key)
+        return bad(spec, "a key or value is too long");
+    memcpy(key, kb, (size_t)(ke - kb));
+    key[ke - kb] = '\0';
+    if (vb < ve && *vb == '"') {
+        /* a quoted value: what lies between the quotes, as it is */
+        if (ve - vb < 2 || ve[-1] != '"')
+            return bad(spec, "option '%s': the value's opening '\"' has no closing one", key);
+        vb++;
+        ve--;
+    }
+    if (memchr(vb, '"', (size_t)(ve - vb)))
+        return bad(spec, "option '%s': a '\"' may only enclose the whole value", key);
+    d = cp_model_opt(NULL, key);
+    if (!d || (d->flags & CP_OPT_NO_SPEC))
+        d = cp_model_opt(m, key);
+    if (!d || (d->flags & CP_OPT_NO_SPEC)) {
+        owner = cp_pool_opt_owner(key);
+        if (owner && owner != m && !(cp_model_opt(owner, key)->flags & CP_OPT_NO_SPEC))
+            return bad(spec, "option '%s' is for kind '%s', not '%s'", key, owner->name, m->name);
+        return bad(spec, "unknown option '%s' (%s)", key, spec_keys(list, sizeof list, m));
+    }
+    for (i = 0; i < ps->nseen; i++)
+        if (ps->seen[i] == d)
+            return bad(spec, "option '%s' is given twice", key);
+    if (ps->nseen < (int)(sizeof ps->seen / sizeof ps->seen[0]))
+        ps->seen[ps->nseen++] = d;
+    if (cp_model_refuses(m, key))
+        return bad(spec, "option '%s' does not apply to kind '%s' (%s)", key, m->name,
+                   m->foreign_why);
+    if (d->type == CP_OPT_STRING) {
+        if ((val = keep(ps, vb, ve)) == NULL)
+            return bad(spec, "a key or value is too long");
+    } else {
+        if ((size_t)(ve - vb) >= sizeof vbuf)
+            return bad(spec, "a key or value is too long");
+        memcpy(vbuf, vb, (size_t)(ve - vb));
+        vbuf[ve - vb] = '\0';
+        val = vbuf;
+    }
+    return set_value(spec, o, d, val);
+}
+
+cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *buf, size_t buflen)
+{
+    spec_state ps;
+    char list[200];
+    const char *p, *b, *e, *kind;
+    const cp_model *m;
+    cp_status st;
 
     memset(o, 0, sizeof *o);
-    o->upstream = CP_UP_DEVICE;
-    o->grow = 1;
-    o->alignment = 256;
-    o->reuse = CP_REUSE_EVENT;
-    o->cub_bin_growth = 8;
-    o->cub_min_bin = 3;
-    o->cub_max_bin = 7;
-    o->cub_max_cached_bytes = 6291455; /* 3 * 8^7 - 1: CUB's default constructor */
-    o->bfc_spatial = -1; /* kind "bfc": JAX's (partitioned when preallocated) */
     if (!spec)
         return cp_error_set(CP_ERR_INVALID, "pool spec missing");
+    memset(&ps, 0, sizeof ps);
+    ps.spec = spec;
+    ps.buf = buf;
+    ps.len = buflen;
     b = spec;
-    e = strchr(spec, ',');
-    if (!e)
-        e = spec + strlen(spec);
-    p = e;
+    e = p = item_end(spec);
     trim(&b, &e);
-    if ((size_t)(e - b) >= kindlen || e == b)
-        return bad(spec, "the spec starts with the pool's kind (%s)%s",
-                   names(list, sizeof list, cp_pool_kind_name, "plugin"), "");
-    memcpy(kind, b, (size_t)(e - b));
-    kind[e - b] = '\0';
-    if (strcmp(kind, "plugin") == 0)
-        return bad(spec, "kind '%s' needs a path and a symbol, which a spec does not carry "
-                   "(%s)", kind, names(list, sizeof list, cp_pool_kind_name, "plugin"));
-    if (choice(kind, cp_pool_kind_name) < 0)
-        return bad(spec, "unknown pool kind '%s' (%s)", kind,
-                   names(list, sizeof list, cp_pool_kind_name, "plugin"));
-    o->kind = kind;
-    o->cub_given = strcmp(kind, "cub") == 0;
+    if (e == b || (kind = keep(&ps, b, e)) == NULL)
+        return bad(spec, "the spec starts with the pool's kind (%s)",
+                   spec_kinds(list, sizeof list));
+    m = cp_model_find(kind);
+    if (m && m->no_spec)
+        return bad(spec, "kind '%s' %s (%s)", kind, m->no_spec, spec_kinds(list, sizeof list));
+    if (!m)
+        return bad(spec, "unknown pool kind '%s' (%s)", kind, spec_kinds(list, sizeof list));
+    cp_pool_opts_init(o, kind);
     while (*p == ',') {
         b = p + 1;
-        p = strchr(b, ',');
-        if (!p)
-            p = b + strlen(b);
-        e = p;
-        eq = memchr(b, '=', (size_t)(e - b));
-        if (!eq) {
-            trim(&b, &e);
-            snprintf(key, sizeof key, "%.*s", (int)(e - b), b);
-            return bad(spec, "'%s' is not KEY=VALUE%s", key, "");
-        }
-        {
-            const char *kb = b, *ke = eq, *vb = eq + 1, *ve = e;
-            trim(&kb, &ke);
-            trim(&vb, &ve);
-            if ((size_t)(ke - kb) >= sizeof key || (size_t)(ve - vb) >= sizeof val)
-                return bad(spec, "a key or value is too long%s%s", "", "");
-            memcpy(key, kb, (size_t)(ke - kb));
-            key[ke - kb] = '\0';
-            memcpy(val, vb, (size_t)(ve - vb));
-            val[ve - vb] = '\0';
-        }
-        k = choice(key, key_name);
-        if (k < 0)
-            return bad(spec, "unknown option '%s' (upstream, initial, max, alignment, "
-                       "release_threshold, grow, fallback, reuse%s)", key,
-                       o->cub_given ? ", bin_growth, min_bin, max_bin, max_cached_bytes"
-                       : strcmp(kind, "bfc") == 0 ? ", memory_limit, allow_growth, "
-                                                    "garbage_collection, spatial_partitioning"
-                                                  : "");
-        if (seen[k]++)
-            return bad(spec, "option '%s' is given twice%s", key, "");
-        if (k >= 8 && k < 12 && !o->cub_given)
-            return bad(spec, "option '%s' is for kind 'cub', not '%s'", key, kind);
-        if (k >= 12 && strcmp(kind, "bfc") != 0)
-            return bad(spec, "option '%s' is for kind 'bfc', not '%s'", key, kind);
-        switch (k) {
-        case 0:
-            if ((k = choice(val, cp_upstream_name)) < 0)
-                return bad(spec, "option 'upstream' must be one of %s, not '%s'",
-                           names(list, sizeof list, cp_upstream_name, NULL), val);
-            o->upstream = (cp_upstream_kind)k;
-            break;
-        case 5:
-        case 6:
-        case 13:
-        case 14:
-        case 15: {
-            int v = strcmp(val, "true") == 0 || strcmp(val, "1") == 0 ? 1
-                    : strcmp(val, "false") == 0 || strcmp(val, "0") == 0 ? 0 : -1;
-            if (v < 0)
-                return bad(spec, "option '%s' must be true or false, not '%s'", key, val);
-            if (k == 5)
-                o->grow = v;
-            else if (k == 6)
-                o->fallback = v;
-            else if (k == 13)
-                o->bfc_allow_growth = v;
-            else if (k == 14)
-                o->bfc_garbage_collection = v;
-            else
-                o->bfc_spatial = v;
-            break;
-        }
-        case 7:
-            if ((k = choice(val, cp_reuse_name)) < 0)
-                return bad(spec, "option 'reuse' must be one of %s, not '%s'",
-                           names(list, sizeof list, cp_reuse_name, NULL), val);
-            o->reuse = (cp_reuse)k;
-            break;
-        case 8:
-        case 9:
-        case 10: {
-            char *end;
-            const char *c;
-            for (c = val; *c; c++)
-                if (!isdigit((unsigned char)*c))
-                    break;
-            u = *val && !*c ? strtoull(val, &end, 10) : UINT64_MAX;
-            if (!*val || *c || u > 0xffffffffu)
-                return bad(spec, "option '%s' must be an integer from 0 to 4294967295, not '%s'",
-                           key, val);
-            *(k == 8 ? &o->cub_bin_growth : k == 9 ? &o->cub_min_bin : &o->cub_max_bin) = u;
-            break;
-        }
-        default:
-            if (cp_parse_size(val, &u) != 0 || u > UINT64_MAX / 2)
-                return bad(spec, "option '%s' must be a size (4096, 64KiB, 1.5GiB), not '%s'",
-                           key, val);
-            if (k == 1)
-                o->initial = u;
-            else if (k == 2)
-                o->max = u;
-            else if (k == 3)
-                o->alignment = u;
-            else if (k == 4) {
-                o->release_threshold = u;
-                o->release_threshold_set = 1; /* as cupola.pool: vmm keeps it, not by time */
-            } else if (k == 12)
-                o->bfc_memory_limit = u;
-            else
-                o->cub_max_cached_bytes = u;
-            break;
-        }
+        p = item_end(b);
+        if ((st = item(&ps, o, m, b, p)) != CP_OK)
+            return st;
     }
-    if (o->alignment == 0 || (o->alignment & (o->alignment - 1)))
-        return cp_error_set(CP_ERR_INVALID, "pool spec \"%.200s\": option 'alignment' must be a "
-                            "power of two, not %llu", spec, (unsigned long long)o->alignment);
+    if (m->check && m->check(o) != CP_OK)
+        return bad_check(spec);
     return CP_OK;
 }
 
@@ -247,8 +304,9 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
  * since neither reaches a pluggable allocator).  So, where the spec does not
  * set release_threshold, the pools whose release_threshold is the idle
  * chunks they keep when they grow (freelist, tlsf, caching: the block heap,
- * pool/heap.h) get CP_SERVE_KEEP_ALL: no chunk is returned to make room, so
- * a warm pool makes no upstream call on steps that repeat (cupola.pool's
+ * pool/heap.h; their rows carry CP_MODEL_KEEPS_IDLE) get CP_SERVE_KEEP_ALL:
+ * no chunk is returned to make room, so a warm pool makes no upstream call
+ * on steps that repeat (cupola.pool's
  * default, 0, returns idle chunks to stay within the peak so far, and a
  * training loop takes them back the next step: a cudaFree, which waits for
  * the whole device, and a cudaMalloc in the middle of every step).  The
@@ -266,11 +324,7 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *kind, size
  * included) keeps it: the user chose. */
 void cp_pool_spec_serve(cp_pool_opts *o)
 {
-    static const char *const keep_all[] = {"freelist", "tlsf", "caching"};
-    size_t i;
-    if (!o->kind || o->release_threshold_set)
-        return;
-    for (i = 0; i < sizeof keep_all / sizeof keep_all[0]; i++)
-        if (strcmp(o->kind, keep_all[i]) == 0)
-            o->release_threshold = CP_SERVE_KEEP_ALL;
+    const cp_model *m = cp_model_find(o->kind);
+    if (m && (m->traits & CP_MODEL_KEEPS_IDLE) && !o->release_threshold_set)
+        o->release_threshold = CP_SERVE_KEEP_ALL;
 }

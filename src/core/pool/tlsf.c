@@ -35,6 +35,7 @@
  *    returned and the growth retried once.  Chunks are what reserved counts.
  */
 #include "heap.h"
+#include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -198,7 +199,7 @@ static const cp_resource_ops tlsf_ops = {
     .device_calls = cp_heap_device_calls,
 };
 
-cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
     tlsf *t = calloc(1, sizeof *t);
     cp_status st;
@@ -218,3 +219,10 @@ cp_status cp_tlsf_create(cp_resource **out, cp_resource *up, const cp_pool_opts 
     *out = &t->h.base;
     return CP_OK;
 }
+
+/* The registry's row (model.h): serving a framework it keeps its idle chunks. */
+const cp_model cp_tlsf_model = {
+    .name = "tlsf",
+    .create = tlsf_create,
+    .traits = CP_MODEL_KEEPS_IDLE,
+};

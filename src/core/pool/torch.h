@@ -51,6 +51,14 @@ typedef struct cp_torch_conf {
     int set_keys;                       /* how many keys the string set */
 } cp_torch_conf;
 
+/* The options of a pool of kind "torch", as cp_pool_own holds them. */
+typedef struct cp_torch_opts {
+    const char *conf;       /* PYTORCH_CUDA_ALLOC_CONF (NULL: PyTorch's defaults) */
+    uint64_t device_memory; /* the device memory the model assumes (0: the device's, or
+                               the H100's over the virtual upstream) */
+    int address_model;      /* the virtual upstream's addresses: CP_TORCH_ADDR_DRIVER, _BUMP */
+} cp_torch_opts;
+
 /* The names of the host-side keys, in the order of host_keys' bits. */
 extern const char *const cp_torch_host_keys[];
 

@@ -6,8 +6,11 @@
  */
 #include "torch_impl.h"
 
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "model.h"
 #include "streamorder.h"
 
 /* ---- accessors --------------------------------------------------------------- */
@@ -256,8 +259,9 @@ cp_torch *cp_torch_of(cp_resource *r)
     return r && r->ops == &torch_ops ? (cp_torch *)r : NULL;
 }
 
-cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
+    const cp_torch_opts *to = (const cp_torch_opts *)cp_pool_own_const(o);
     cp_torch *t;
     cp_status st;
     cp_upstream_kind kind = o->upstream;
@@ -268,10 +272,10 @@ cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts
     if (!t)
         return cp_error_set(CP_ERR_OOM, "out of host memory");
     cp_resource_init(&t->base, &torch_ops);
-    st = cp_torch_conf_parse(o->torch_conf, o->torch_conf ? strlen(o->torch_conf) : 0, &t->conf);
+    st = cp_torch_conf_parse(to->conf, to->conf ? strlen(to->conf) : 0, &t->conf);
     if (st == CP_OK)
         st = cp_torch_dev_create(&t->dev, kind, o->device,
-                                 o->torch_bump_addresses ? CP_TORCH_ADDR_BUMP : CP_TORCH_ADDR_DRIVER);
+                                 to->address_model ? CP_TORCH_ADDR_BUMP : CP_TORCH_ADDR_DRIVER);
     if (st == CP_OK && cp_ptrmap_init(&t->live, 64) != 0)
         st = cp_error_set(CP_ERR_OOM, "out of host memory");
     if (st != CP_OK) {
@@ -287,7 +291,7 @@ cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts
             t->divisions |= t->conf.roundup_divisions[i] > 1;
     }
     t->small.small = 1;
-    t->device_memory = o->torch_device_memory ? o->torch_device_memory
+    t->device_memory = to->device_memory ? to->device_memory
                        : t->is_virtual        ? VIRTUAL_MEMORY
                                               : cp_torch_dev_memory(t->dev);
     if (!t->device_memory)
@@ -303,3 +307,64 @@ cp_status cp_torch_create(cp_resource **out, cp_resource *up, const cp_pool_opts
     *out = &t->base;
     return CP_OK;
 }
+
+/* ---- the registry's row (model.h) --------------------------------------------- */
+
+/* A conf is checked as it is read, so that the message names the option. */
+static cp_status check_conf(const cp_opt *d, const void *v)
+{
+    const char *conf, *m;
+    cp_torch_conf c;
+    char msg[400];
+    memcpy(&conf, v, sizeof conf);
+    if (!conf || cp_torch_conf_parse(conf, strlen(conf), &c) == CP_OK)
+        return CP_OK;
+    m = cp_error_msg();
+    snprintf(msg, sizeof msg, "%s", strncmp(m, "conf: ", 6) == 0 ? m + 6 : m);
+    return cp_error_set(CP_ERR_INVALID, "option '%s': %s", d->name, msg);
+}
+
+static const char *address_model_name(int i)
+{
+    static const char *const names[] = {"driver", "bump"};
+    return i >= 0 && i < 2 ? names[i] : NULL;
+}
+
+static cp_status torch_check(const cp_pool_opts *o)
+{
+    const cp_torch_opts *to = (const cp_torch_opts *)cp_pool_own_const(o);
+    if (o->upstream != CP_UP_DEVICE && o->upstream != CP_UP_VIRTUAL)
+        return cp_error_set(CP_ERR_INVALID, "kind 'torch' takes upstream \"device\" or "
+                            "\"virtual\", not \"%s\"", cp_upstream_name(o->upstream));
+    if (to->address_model && o->upstream != CP_UP_VIRTUAL)
+        return cp_error_set(CP_ERR_INVALID, "option 'address_model' is for the \"virtual\" "
+                            "upstream (the device places its own segments)");
+    return CP_OK;
+}
+
+static const cp_opt torch_opts[] = {
+    {.name = "conf", .type = CP_OPT_STRING, .offset = offsetof(cp_torch_opts, conf),
+     .what = "PYTORCH_CUDA_ALLOC_CONF syntax", .check = check_conf},
+    {.name = "device_memory", .type = CP_OPT_SIZE,
+     .offset = offsetof(cp_torch_opts, device_memory)},
+    {.name = "address_model", .type = CP_OPT_CHOICE,
+     .offset = offsetof(cp_torch_opts, address_model), .def = CP_TORCH_ADDR_DRIVER,
+     .choice = address_model_name},
+    {.name = NULL},
+};
+
+static const char *const torch_refuses[] = {"initial", "grow", "alignment", "release_threshold",
+                                            "reuse", NULL};
+
+/* PyTorch's allocator decides nothing by the recording's time, and replays
+ * a snapshot's own addresses. */
+const cp_model cp_torch_model = {
+    .name = "torch",
+    .create = torch_create,
+    .opts = torch_opts,
+    .opts_size = sizeof(cp_torch_opts),
+    .foreign = torch_refuses,
+    .foreign_why = "PyTorch's allocator has no such setting; its settings are in 'conf'",
+    .check = torch_check,
+    .traits = CP_MODEL_OWN_CLOCK | CP_MODEL_RECORDED,
+};

@@ -149,6 +149,7 @@
  * only for the pages it touches, so no request is "big".
  */
 #include "vmm_impl.h"
+#include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -532,7 +533,7 @@ static const cp_resource_ops va_ops = {
     .destroy = va_destroy,
 };
 
-cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
+static cp_status vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *o)
 {
     vmm *v;
     cp_pool_opts ho = *o;
@@ -651,3 +652,9 @@ cp_status cp_vmm_create(cp_resource **out, cp_resource *up, const cp_pool_opts *
     *out = &v->h.base;
     return CP_OK;
 }
+
+/* The registry's row (model.h). */
+const cp_model cp_vmm_model = {
+    .name = "vmm",
+    .create = vmm_create,
+};

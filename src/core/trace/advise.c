@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "pool/bfc.h"
+#include "pool/model.h"
 #include "replay_time.h"
 
 typedef struct run_state {
@@ -48,8 +50,9 @@ static cp_status replay_once(const cp_trace *t, cp_advise_job *j, uint64_t limit
     if (o.kind && strcmp(o.kind, "bfc") == 0) {
         /* BFC's limit is its memory_limit: the job's own (a fraction's
          * limit), or the run's limit where that is less */
-        if (limit && (!o.bfc_memory_limit || limit < o.bfc_memory_limit))
-            o.bfc_memory_limit = limit;
+        cp_bfc_opts *bo = (cp_bfc_opts *)cp_pool_own(&o);
+        if (limit && (!bo->memory_limit || limit < bo->memory_limit))
+            bo->memory_limit = limit;
         o.max = 0;
     }
     memset(&ro, 0, sizeof ro);
@@ -62,9 +65,9 @@ static cp_status replay_once(const cp_trace *t, cp_advise_job *j, uint64_t limit
     /* cupola's pools decide by time on the recording's clock, the
      * program's (vmm's decay): on the replay's own, a run of milliseconds,
      * their rows followed the host's speed.  The frameworks' models decide
-     * nothing by time. */
-    ro.trace_clock = !o.kind || (strcmp(o.kind, "torch") != 0 && strcmp(o.kind, "bfc") != 0 &&
-                                 strcmp(o.kind, "cupy") != 0);
+     * nothing by time (their rows' trait, pool/model.h). */
+    ro.trace_clock = !(cp_model_find(o.kind) &&
+                       (cp_model_find(o.kind)->traits & CP_MODEL_OWN_CLOCK));
     /* and from its creation: a wall clock would have run from then to the
      * replay's start, a time that differs from run to run */
     if (ro.trace_clock)
@@ -105,7 +108,8 @@ static cp_status search(const cp_trace *t, cp_advise_job *j, int main_fits)
          * expandable segment's check counts its whole request where only
          * the pages missing are mapped: those two bisect on L itself */
         cp_torch_conf c;
-        const char *conf = j->pool.torch_conf ? j->pool.torch_conf : "";
+        const cp_torch_opts *to = (const cp_torch_opts *)cp_pool_own_const(&j->pool);
+        const char *conf = to->conf ? to->conf : "";
         if (cp_torch_conf_parse(conf, strlen(conf), &c) == CP_OK)
             exact = c.gc_threshold <= 0.0 && !c.expandable_segments;
     }

@@ -14,6 +14,7 @@
 #include "replay_lock.h"
 #include "trace_torch.h"
 #include "pool/bfc.h"
+#include "pool/model.h"
 #include "trace_cupy.h"
 #include "pool/cupy.h"
 #include "replay_time.h"
@@ -229,10 +230,17 @@ static cp_status replay_any(const cp_trace *t, cp_resource *r, const cp_replay_o
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" with a pool of kind "
                             "\"cupy\" needs a CuPy hook log (%s is a %s trace)",
                             cp_trace_path(t), cp_trace_format(t));
+    if (o->recorded_addresses && !(cp_model_traits_of(r) & CP_MODEL_RECORDED)) {
+        char kinds[200];
+        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind %s "
+                            "(the addresses are the recording's), not \"%s\"",
+                            cp_model_names(kinds, sizeof kinds, CP_MODEL_RECORDED, '"', " or "),
+                            cp_resource_kind(r));
+    }
+    /* torch's and cupy's replays (above) and bfc's regions below place them */
     if (o->recorded_addresses && !cp_bfc_is(r))
-        return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a pool of kind "
-                            "\"torch\", \"bfc\" or \"cupy\" (the addresses are the "
-                            "recording's), not \"%s\"", cp_resource_kind(r));
+        return cp_error_set(CP_ERR_UNSUPPORTED, "addresses = \"recorded\": the replay has no "
+                            "way to place kind \"%s\"'s blocks at them", cp_resource_kind(r));
     if (o->recorded_addresses && !cp_bfc_virtual(r))
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a bfc pool over "
                             "the \"virtual\" upstream (the device gives its own addresses)");
