@@ -117,20 +117,36 @@ end
 
 --- util.pool_spec(spec) -> cupola.pool options: a pool spec as
 -- CUPOLA_TORCH_POOL, CUPOLA_CUPY_POOL and advise's rows write it
--- ("tlsf,reuse=stream,max=4GiB": the kind, then key=value items).  Sizes stay
--- strings (cupola.pool reads them); true and false are booleans; cub's bin
--- counts are integers.
+-- ("tlsf,reuse=stream,max=4GiB": the kind, then key=value items; a value in
+-- double quotes may hold commas: torch,conf="expandable_segments:True,...").
+-- Sizes stay strings (cupola.pool reads them); booleans and integers become
+-- Lua's, as the kind's options say (cupola.pool_kinds); cupola.pool checks
+-- the rest.
 function util.pool_spec(spec)
-  local c, first = {}, true
-  for item in spec:gmatch "[^,]+" do
+  local c, types = {}, {}
+  -- items end at commas outside double quotes
+  local items, at, quoted = {}, 1, false
+  for i = 1, #spec + 1 do
+    local ch = spec:sub(i, i)
+    if ch == '"' then
+      quoted = not quoted
+    elseif (ch == "," and not quoted) or i > #spec then
+      items[#items + 1] = spec:sub(at, i - 1)
+      at = i + 1
+    end
+  end
+  for _, item in ipairs(items) do
     item = item:match "^%s*(.-)%s*$"
-    if first then
-      c.kind, first = item, false
-    else
+    if item ~= "" and not c.kind then
+      c.kind = item
+      local kind = require("cupola.core").pool_kinds()[item]
+      for _, o in ipairs(kind and kind.options or {}) do types[o.name] = o.type end
+    elseif item ~= "" then
       local k, v = item:match "^([%w_]+)%s*=%s*(.-)$"
       if not k then util.raise(("pool spec %q: item %q is not key=value"):format(spec, item)) end
-      if v == "true" or v == "false" then c[k] = v == "true"
-      elseif tonumber(v) and (k == "bin_growth" or k == "min_bin" or k == "max_bin") then c[k] = tonumber(v)
+      v = v:match '^"(.*)"$' or v
+      if types[k] == "boolean" and (v == "true" or v == "false") then c[k] = v == "true"
+      elseif (types[k] == "integer" or types[k] == "number") and tonumber(v) then c[k] = tonumber(v)
       else c[k] = v end
     end
   end

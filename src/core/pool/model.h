@@ -89,7 +89,7 @@ typedef struct cp_model {
     unsigned traits;       /* CP_MODEL_* */
 } cp_model;
 
-/* The i-th model (the shipped ones in create.c's order, then those
+/* The i-th model (the shipped ones in model.c's order, then those
  * registered), NULL past the last; a model by name, NULL if none. */
 const cp_model *cp_model_at(int i);
 const cp_model *cp_model_find(const char *kind);
