@@ -230,6 +230,23 @@ $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -Isrc/record -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
+# A pool kind that exists only in the tests (tests/c/model_bump.c), registered
+# when its object loads: linked into test_models, and into a copy of the
+# module that spec/pool_conformance_spec.lua holds to the conformance
+# battery in a child process (the module everyone else loads never has it).
+TEST_MODEL_OBJ := $(BUILD)/tests/model_bump.o
+TEST_MODEL_MOD := $(BUILD)/testmod/models/cupola/core.so
+$(TEST_MODEL_OBJ): tests/c/model_bump.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+-include $(TEST_MODEL_OBJ:.o=.d)
+$(BUILD)/tests/test_models: $(TEST_MODEL_OBJ)
+$(BUILD)/tests/test_models: TEST_EXTRA_OBJ := $(TEST_MODEL_OBJ)
+$(TEST_MODEL_MOD): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) $(TEST_MODEL_OBJ) src/lua/exports.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
+	    $(TEST_MODEL_OBJ) -Wl,--version-script=src/lua/exports.map -Wl,--no-undefined-version $(LDLIBS)
+
 # The stream-ordered allocation benchmark written directly in CUDA C
 # (cudaMalloc against cudaMallocAsync), beside the Lua version.
 $(BUILD)/bench/seed000: bench/seed000.cu
@@ -289,7 +306,7 @@ $(TESTMOD): tests/c/lua_testposix.c
 	@mkdir -p $(dir $@)
 	$(CC) -shared -fPIC -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -I$(LUA_INCDIR) -o $@ $< $(EXTRA_LDFLAGS)
 
-test: deps all $(C_TESTS) $(TESTMOD)
+test: deps all $(C_TESTS) $(TESTMOD) $(TEST_MODEL_MOD)
 	@$(LUA) spec/run.lua $(C_TESTS)
 
 demo: deps all
@@ -425,12 +442,12 @@ FUZZ_TRACE_SECONDS ?= 60
 rel-asan-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(ASAN_BUILD) EXTRA_CFLAGS="$(ASAN_CFLAGS)" \
 	    $(ASAN_BUILD)/cupola/core.so $(addprefix $(ASAN_BUILD)/tests/,$(REL_C_TESTS)) \
-	    $(ASAN_BUILD)/testmod/cupola_testposix.so
+	    $(ASAN_BUILD)/testmod/cupola_testposix.so $(ASAN_BUILD)/testmod/models/cupola/core.so
 
 rel-vg-build:
 	@$(MAKE) --no-print-directory NVCC= BUILD=$(VG_BUILD) EXTRA_CFLAGS="-O1 -g" \
 	    $(VG_BUILD)/cupola/core.so $(addprefix $(VG_BUILD)/tests/,$(VG_C_TESTS)) \
-	    $(VG_BUILD)/testmod/cupola_testposix.so
+	    $(VG_BUILD)/testmod/cupola_testposix.so $(VG_BUILD)/testmod/models/cupola/core.so
 
 test-asan: deps rel-asan-build
 	@echo "== test-asan: AddressSanitizer + UBSan + LeakSanitizer, host backend"

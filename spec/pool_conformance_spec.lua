@@ -326,3 +326,57 @@ describe("cupola.pool options", function()
     assert.matches("free,0x%x+,1048576,", text)
   end)
 end)
+
+-- A kind that exists only in the tests (tests/c/model_bump.c): its own file
+-- and one registry row, nothing in src/.  It lives in a copy of the module
+-- that make test links beside this one (<build>/testmod/models), so the
+-- battery runs in a child process that loads that copy; the module this
+-- process loaded never knows it.
+describe("bump, a kind from the tests alone", function()
+  local child = require "spec.support.child"
+  local here = package.searchpath("cupola.core", package.cpath)
+  local copy = here and here:gsub("cupola/core%.so$", "testmod/models/cupola/core.so")
+  local f = copy and io.open(copy)
+  if f then f:close() end
+  if not f or not child.available then
+    pending("needs " .. tostring(copy) .. " (make test builds it) and child processes")
+    return
+  end
+
+  it("is unknown to the module everyone loads", function()
+    assert.is_nil(cupola.pool_kinds().bump)
+    assert.error_matches(function() cupola.pool { kind = "bump" } end, "not 'bump'")
+  end)
+
+  it("registers once, reads its option in a table and a spec, and passes the battery over every upstream", function()
+    local code, out, err = child(string.format([[
+package.preload["cupola.core"] = assert(package.loadlib(%q, "luaopen_cupola_core"))
+local cupola = require "cupola"
+local util = require "cupola.util"
+local kinds = cupola.pool_kinds()
+assert(kinds.bump and kinds[#kinds] == kinds.bump, "bump is not the last kind")
+local chunk
+for _, o in ipairs(kinds.bump.options) do if o.name == "chunk" then chunk = o end end
+assert(chunk and chunk.type == "size" and chunk.default == 1048576 and chunk.spec, "its option")
+local ok, err = pcall(cupola.pool, { kind = "tlsf", chunk = "1MiB" })
+assert(not ok and err:find("option 'chunk' is for kind 'bump', not 'tlsf'", 1, true), err)
+ok, err = pcall(cupola.pool, { kind = "bump", chunk = 100 })
+assert(not ok and err:find("option 'chunk' must be at least 4096 bytes, not 100", 1, true), err)
+local p = cupola.pool(require("cupola.core").trace.serving(util.pool_spec "bump,chunk=64KiB,upstream=virtual"))
+local a, b = p:alloc(100), p:alloc(100)
+assert(b.address - a.address == 256, "one chunk, bumped")
+a:free(); b:free(); p:close()
+for _, up in ipairs { "device", "async", "managed", "pinned", "virtual" } do
+  local report = cupola.conformance(function(o)
+    return cupola.pool { kind = "bump", upstream = up, reuse = o.reuse, max = o.max,
+      initial = o.initial, chunk = "1MiB" }
+  end, { ops = 300, seed = #up * 100 })
+  print(up, report.ok and "ok" or require("cupola.conformance").describe(report))
+end
+]], copy))
+    assert.equals(0, code, out .. err)
+    for _, up in ipairs { "device", "async", "managed", "pinned", "virtual" } do
+      assert.matches("\n?" .. up .. "\tok\n", out, 1, false)
+    end
+  end)
+end)
