@@ -1,5 +1,5 @@
 /*
- * test_compile.c: kernel/compile.c, the compile-and-cache machinery: SHA-256
+ * test_compile.c: kernel/compile.c and cache.c, the compile-and-cache machinery: SHA-256
  * against FIPS vectors, the option allow-list, disk entries (a truncated or
  * corrupted one is rebuilt, never loaded), the cache directory's checks, and
  * a C shared object built by the system compiler, cached and loaded.

@@ -5,7 +5,9 @@
  * shared objects built by the system C++ compiler on the host backend) and
  * by anything else that turns source text into loadable code (C plugins).
  * Nothing here knows about kernels: a job is source text, a compiler kind,
- * options and the files the result depends on.
+ * options and the files the result depends on.  compile.c hashes, checks
+ * options and runs the compilers; cache.c keeps the cache and builds shared
+ * objects through it.
  *
  * The cache, exactly:
  *  - The key is the SHA-256 of everything that changes the output: the
