@@ -205,47 +205,41 @@ static int file_exists(const char *p)
     return access(p, R_OK) == 0;
 }
 
-static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char **log)
+/* The prelude (cupola/host_prelude.h) from the first include folder that
+ * has it, into out. */
+static cp_status find_prelude(const cp_kmodule_desc *d, char *out, size_t n)
 {
-    cp_kscan sc;
-    cp_status st;
-    char prelude[4096] = "", *src = NULL, *macros;
-    size_t srclen = 0, userlen, cap;
-    const char *args[64], *deps[32];
-    char incargs[16][4200], depbuf[16][4200];
-    static const char *const alloc_headers[] = CP_DEVICE_ALLOC_HEADERS;
-    char allocbuf[CP_DEVICE_ALLOC_NHEADERS][4200];
-    int have_alloc = 0;
-    int na = 0, nd = 0, has_o = 0, direct, oom = 0;
-    cp_cc_job job;
-    cp_cc_result res;
-    hmod *m;
-
-    *impl = NULL;
-    if (d->kind != CP_KSRC_SOURCE)
-        return cp_error_set(CP_ERR_UNSUPPORTED, "%s: %s needs the CUDA backend (this is the host backend)",
-                            d->name, d->kind == CP_KSRC_PTX ? "PTX" : "a cubin image");
+    out[0] = '\0';
     for (int i = 0; d->include_dirs && d->include_dirs[i] && i < 16; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%s/cupola/host_prelude.h", d->include_dirs[i]);
-        if (!prelude[0] && file_exists(p))
-            snprintf(prelude, sizeof prelude, "%.4000s", p);
+        if (!out[0] && file_exists(p))
+            snprintf(out, n, "%.4000s", p);
     }
-    if (!prelude[0])
+    if (!out[0])
         return cp_error_set(CP_ERR_UNSUPPORTED,
                             "%s: cupola/host_prelude.h not found on the include path (set "
                             "CUPOLA_INCLUDE to the folder holding cupola/)",
                             d->name);
-    for (const char *const *o = d->options; o && *o; o++) {
-        if ((st = cp_cc_check_option(*o)) != CP_OK)
-            return st;
-        if (strncmp(*o, "-O", 2) == 0)
-            has_o = 1;
-    }
-    st = cp_kscan_source(d->data, d->len, 1, &sc);
+    return CP_OK;
+}
+
+/* The module's source as compiled: the user's text (scanned: *direct when
+ * no kernel synchronizes, so that kernels run without fibers), then one line
+ * naming the kernels for the prelude's table: those the scan found, and
+ * those cupola's own headers name in CUPOLA_HK_MORE_KERNELS (a header of
+ * kernels a module includes: the survey's, a plugin pool's harness).
+ * *userlen: the length of the user's part. */
+static cp_status module_source(const cp_kmodule_desc *d, char **out, size_t *len, size_t *userlen,
+                               int *direct)
+{
+    cp_kscan sc;
+    char *src;
+    size_t cap, n;
+    cp_status st = cp_kscan_source(d->data, d->len, 1, &sc);
     if (st != CP_OK)
         return st;
-    direct = !sc.uses_sync;
+    *direct = !sc.uses_sync;
     if (sc.launch_line) {
         st = cp_error_set(CP_ERR_INVALID,
                           "%s:%d: compile error: a kernel launches a kernel (<<<...>>>); nested "
@@ -254,10 +248,6 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         cp_kscan_free(&sc);
         return st;
     }
-    /* the source, then one line naming the kernels for the prelude's table:
-     * those the scan found in the source, and those cupola's own headers
-     * name in CUPOLA_HK_MORE_KERNELS (a header of kernels a module includes:
-     * the survey's, a plugin pool's harness) */
     cap = sc.text_len + 300;
     for (size_t i = 0; i < sc.nkernels; i++)
         cap += strlen(sc.kernels[i]) + 24;
@@ -267,94 +257,102 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         return cp_error_set(CP_ERR_OOM, "out of memory for a module's source");
     }
     memcpy(src, sc.text, sc.text_len);
-    srclen = userlen = sc.text_len;
-    srclen += (size_t)snprintf(src + srclen, cap - srclen,
-                               "\n#line 1 \"<cupola: kernel table>\"\n#ifndef CUPOLA_HK_MORE_KERNELS\n"
-                               "#define CUPOLA_HK_MORE_KERNELS\n#endif\nCUPOLA_HK_TABLE(");
+    n = *userlen = sc.text_len;
+    n += (size_t)snprintf(src + n, cap - n,
+                          "\n#line 1 \"<cupola: kernel table>\"\n#ifndef CUPOLA_HK_MORE_KERNELS\n"
+                          "#define CUPOLA_HK_MORE_KERNELS\n#endif\nCUPOLA_HK_TABLE(");
     for (size_t i = 0; i < sc.nkernels; i++)
-        srclen += (size_t)snprintf(src + srclen, cap - srclen, "CUPOLA_HK_KERNEL(%s)", sc.kernels[i]);
-    srclen += (size_t)snprintf(src + srclen, cap - srclen, "CUPOLA_HK_MORE_KERNELS)\n");
+        n += (size_t)snprintf(src + n, cap - n, "CUPOLA_HK_KERNEL(%s)", sc.kernels[i]);
+    n += (size_t)snprintf(src + n, cap - n, "CUPOLA_HK_MORE_KERNELS)\n");
     cp_kscan_free(&sc);
+    *out = src;
+    *len = n;
+    return CP_OK;
+}
 
-    args[na++] = "-std=c++17";
+/* The compiler's arguments and the files the build depends on (its cache
+ * key), and the room their strings need. */
+typedef struct build_args {
+    const char *args[64], *deps[32];
+    int na, nd;
+    char incargs[16][4200], depbuf[16][4200];
+    char allocbuf[CP_DEVICE_ALLOC_NHEADERS][4200];
+    char abi[4200];
+} build_args;
+
+static void make_args(const cp_kmodule_desc *d, const char *prelude, int direct, build_args *b)
+{
+    static const char *const alloc_headers[] = CP_DEVICE_ALLOC_HEADERS;
+    int has_o = 0, have_alloc = 0;
+    char *slash;
+    for (const char *const *o = d->options; o && *o; o++)
+        if (strncmp(*o, "-O", 2) == 0)
+            has_o = 1;
+    b->na = b->nd = 0;
+    b->args[b->na++] = "-std=c++17";
     if (!has_o)
-        args[na++] = "-O2";
-    args[na++] = "-shared";
-    args[na++] = "-fPIC";
-    args[na++] = "-fno-exceptions";
-    args[na++] = "-fvisibility=hidden";
-    args[na++] = "-Wl,-z,defs";
+        b->args[b->na++] = "-O2";
+    b->args[b->na++] = "-shared";
+    b->args[b->na++] = "-fPIC";
+    b->args[b->na++] = "-fno-exceptions";
+    b->args[b->na++] = "-fvisibility=hidden";
+    b->args[b->na++] = "-Wl,-z,defs";
     /* a frame larger than a page touches each page it claims, in order, so
      * that a stack overflow always faults in the guard page below the stack
      * (and is reported as one) instead of jumping past it into the next
      * thread's stack */
-    args[na++] = "-fstack-clash-protection";
-    args[na++] = "-include";
-    args[na++] = prelude;
+    b->args[b->na++] = "-fstack-clash-protection";
+    b->args[b->na++] = "-include";
+    b->args[b->na++] = prelude;
     if (direct)
-        args[na++] = "-DCUPOLA_HK_DIRECT=1";
+        b->args[b->na++] = "-DCUPOLA_HK_DIRECT=1";
     for (int i = 0; d->include_dirs && d->include_dirs[i] && i < 16; i++) {
-        snprintf(incargs[i], sizeof incargs[i], "-I%.4100s", d->include_dirs[i]);
-        args[na++] = incargs[i];
+        snprintf(b->incargs[i], sizeof b->incargs[i], "-I%.4100s", d->include_dirs[i]);
+        b->args[b->na++] = b->incargs[i];
         /* cupola's own headers are part of the key */
-        snprintf(depbuf[i], sizeof depbuf[i], "%.4100s/cupola/device.h", d->include_dirs[i]);
-        if (file_exists(depbuf[i])) {
-            deps[nd++] = depbuf[i];
+        snprintf(b->depbuf[i], sizeof b->depbuf[i], "%.4100s/cupola/device.h", d->include_dirs[i]);
+        if (file_exists(b->depbuf[i])) {
+            b->deps[b->nd++] = b->depbuf[i];
             /* the allocators device.h includes, from the first folder that has it */
             for (int k = 0; !have_alloc && k < CP_DEVICE_ALLOC_NHEADERS; k++) {
-                snprintf(allocbuf[k], sizeof allocbuf[k], "%.4100s/cupola/%s", d->include_dirs[i],
-                         alloc_headers[k]);
-                if (file_exists(allocbuf[k]))
-                    deps[nd++] = allocbuf[k];
+                snprintf(b->allocbuf[k], sizeof b->allocbuf[k], "%.4100s/cupola/%s",
+                         d->include_dirs[i], alloc_headers[k]);
+                if (file_exists(b->allocbuf[k]))
+                    b->deps[b->nd++] = b->allocbuf[k];
             }
             have_alloc = 1;
         }
     }
-    args[na] = NULL;
-    deps[nd++] = prelude;
-    deps[nd] = NULL;
+    b->args[b->na] = NULL;
+    b->deps[b->nd++] = prelude;
     /* host_abi.h sits beside the prelude */
-    {
-        static char abi[4200];
-        char *slash;
-        snprintf(abi, sizeof abi, "%s", prelude);
-        slash = strrchr(abi, '/');
-        if (slash) {
-            snprintf(slash + 1, sizeof abi - (size_t)(slash + 1 - abi), "host_abi.h");
-            deps[nd++] = abi;
-            deps[nd] = NULL;
-        }
+    snprintf(b->abi, sizeof b->abi, "%s", prelude);
+    slash = strrchr(b->abi, '/');
+    if (slash) {
+        snprintf(slash + 1, sizeof b->abi - (size_t)(slash + 1 - b->abi), "host_abi.h");
+        b->deps[b->nd++] = b->abi;
     }
+    b->deps[b->nd] = NULL;
+}
 
-    macros = macro_prologue(d->options, &oom);
-    if (oom) {
-        free(src);
-        return cp_error_set(CP_ERR_OOM, "out of memory for a module's options");
-    }
-    memset(&job, 0, sizeof job);
-    job.prologue = macros;
-    job.lang = CP_CC_CXX;
-    job.name = d->name;
-    job.source = src;
-    job.source_len = srclen;
-    job.options = d->options;
-    job.args = args;
-    job.depends = deps;
-    job.salt = "cupola-host-kernel-1";
-    job.translate = translate;
-    st = cp_cc_shared_object(&job, &res);
-    if (st == CP_ERR_INVALID && direct && res.log && strstr(res.log, "cupola-needs-fibers")) {
-        /* a barrier the scan did not see (in a header): fibers after all */
-        for (int i = 0; i < na; i++)
-            if (strcmp(args[i], "-DCUPOLA_HK_DIRECT=1") == 0) {
-                memmove(&args[i], &args[i + 1], (size_t)(na - i) * sizeof args[0]);
-                na--;
+/* Builds the job: again with fibers when a barrier the scan did not see (in
+ * a header) needs them, and, when the first error is not in the user's
+ * file, checks the user's source alone to name its own file and line. */
+static cp_status build(const cp_kmodule_desc *d, cp_cc_job *job, build_args *b, size_t userlen,
+                       int direct, cp_cc_result *res)
+{
+    cp_status st = cp_cc_shared_object(job, res);
+    if (st == CP_ERR_INVALID && direct && res->log && strstr(res->log, "cupola-needs-fibers")) {
+        for (int i = 0; i < b->na; i++)
+            if (strcmp(b->args[i], "-DCUPOLA_HK_DIRECT=1") == 0) {
+                memmove(&b->args[i], &b->args[i + 1], (size_t)(b->na - i) * sizeof b->args[0]);
+                b->na--;
                 break;
             }
-        free(res.log);
-        st = cp_cc_shared_object(&job, &res);
+        free(res->log);
+        st = cp_cc_shared_object(job, res);
     }
-    if (st == CP_ERR_INVALID && res.log && !first_error_is_users(res.log, d->name)) {
+    if (st == CP_ERR_INVALID && res->log && !first_error_is_users(res->log, d->name)) {
         /* The first error is not in the user's file: a syntax error that ran
          * on into the kernel table cupola appends ("broken(" or an unclosed
          * `{`), or one inside the prelude.  The source alone, checked without
@@ -362,33 +360,30 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
          * clean, the first log stands. */
         cp_cc_result chk;
         cp_status st2;
-        job.source_len = userlen;
-        job.syntax_only = 1;
-        st2 = cp_cc_shared_object(&job, &chk);
+        job->source_len = userlen;
+        job->syntax_only = 1;
+        st2 = cp_cc_shared_object(job, &chk);
         if (st2 == CP_ERR_INVALID && chk.log) {
-            free(res.log);
-            res.log = chk.log;
+            free(res->log);
+            res->log = chk.log;
             st = st2;
         } else {
             free(chk.log);
             /* the first failure's message again */
-            st = cp_error_set(CP_ERR_INVALID, "%s: compile error:\n%s", d->name, res.log);
+            st = cp_error_set(CP_ERR_INVALID, "%s: compile error:\n%s", d->name, res->log);
         }
     }
-    free(macros);
-    free(src);
-    if (log)
-        *log = res.log;
-    else
-        free(res.log);
-    if (st != CP_OK)
-        return st;
+    return st;
+}
 
-    m = calloc(1, sizeof *m);
+/* The compiled module at path, loaded, with its kernel table. */
+static cp_status open_module(const cp_kmodule_desc *d, const char *path, hmod **out)
+{
+    hmod *m = calloc(1, sizeof *m);
     if (!m)
         return cp_error_set(CP_ERR_OOM, "out of memory for a module");
     atomic_init(&m->refs, 1);
-    m->dl = dlopen(res.path, RTLD_NOW | RTLD_LOCAL);
+    m->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!m->dl) {
         const char *e = dlerror();
         free(m);
@@ -402,6 +397,60 @@ static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char 
         return cp_error_set(CP_ERR_BACKEND, "%s: the compiled module has no kernel table of ABI %d",
                             d->name, CUPOLA_HK_ABI);
     }
+    *out = m;
+    return CP_OK;
+}
+
+static cp_status h_load(const cp_kmodule_desc *d, void **impl, int *where, char **log)
+{
+    cp_status st;
+    char prelude[4096], *src = NULL, *macros;
+    size_t srclen = 0, userlen = 0;
+    int direct = 0, oom = 0;
+    build_args b;
+    cp_cc_job job;
+    cp_cc_result res;
+    hmod *m = NULL;
+
+    *impl = NULL;
+    if (d->kind != CP_KSRC_SOURCE)
+        return cp_error_set(CP_ERR_UNSUPPORTED, "%s: %s needs the CUDA backend (this is the host backend)",
+                            d->name, d->kind == CP_KSRC_PTX ? "PTX" : "a cubin image");
+    if ((st = find_prelude(d, prelude, sizeof prelude)) != CP_OK)
+        return st;
+    for (const char *const *o = d->options; o && *o; o++)
+        if ((st = cp_cc_check_option(*o)) != CP_OK)
+            return st;
+    if ((st = module_source(d, &src, &srclen, &userlen, &direct)) != CP_OK)
+        return st;
+    make_args(d, prelude, direct, &b);
+    macros = macro_prologue(d->options, &oom);
+    if (oom) {
+        free(src);
+        return cp_error_set(CP_ERR_OOM, "out of memory for a module's options");
+    }
+    memset(&job, 0, sizeof job);
+    job.prologue = macros;
+    job.lang = CP_CC_CXX;
+    job.name = d->name;
+    job.source = src;
+    job.source_len = srclen;
+    job.options = d->options;
+    job.args = b.args;
+    job.depends = b.deps;
+    job.salt = "cupola-host-kernel-1";
+    job.translate = translate;
+    st = build(d, &job, &b, userlen, direct, &res);
+    free(macros);
+    free(src);
+    if (log)
+        *log = res.log;
+    else
+        free(res.log);
+    if (st != CP_OK)
+        return st;
+    if ((st = open_module(d, res.path, &m)) != CP_OK)
+        return st;
     *where = res.where;
     *impl = m;
     return CP_OK;
