@@ -665,7 +665,8 @@ make torch-allocator builds build/libcupola_torch.so; in PyTorch:
                                                     "cupola_torch_free")
   torch.cuda.memory.change_current_allocator(alloc)  # before the first tensor
 CUPOLA_TORCH_POOL="vmm" (default "tlsf"; "KIND,KEY=VALUE,...": any kind and
-  its options) picks the pool; CUPOLA_TORCH_STREAMS="safe" (default: a free
+  its options, a value with commas in double quotes: 'torch,conf="a:1,b:2"')
+  picks the pool; CUPOLA_TORCH_STREAMS="safe" (default: a free
   is held back until the other streams seen have passed it) or "trust";
   CUPOLA_BACKEND as for the module (PyTorch needs cuda).
 cupola_torch_stats(buf, len) (ctypes) writes the pools' figures as JSON;
