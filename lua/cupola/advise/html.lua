@@ -11,10 +11,10 @@ local html = {}
 
 -- The pool kinds that replay on their own clock (models of a framework's
 -- allocator, which decide by no time; cupola's pools decide by time, on
--- the recording's clock): the list src/core/trace/advise.c keeps too,
--- until the pool registry gives its kinds' traits to Lua.
-local OWN_CLOCK = { torch = true, bfc = true, cupy = true }
-local function own_clock(kind) return OWN_CLOCK[kind] == true end
+-- the recording's clock): the registry's trait, as src/core/trace/advise.c
+-- reads it.
+local kinds = core.pool_kinds()
+local function own_clock(kind) return kinds[kind] ~= nil and kinds[kind].own_clock end
 
 local function is_trace(v)
   local mt = getmetatable(v)
