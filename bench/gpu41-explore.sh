@@ -196,12 +196,12 @@ run_part() { # $1 name, $2 its own timeout
 run_part build 80
 run_part fw 60
 run_part cupy 45
-run_part step 60
+run_part step "${STEP_LIMIT_S:-60}"
 # a step run cut short: the table from the processes that finished
 [ -f "$W/step/torch_step.md" ] || ALLOCS="default cupola:caching" \
     python3 bench/torch_step.py --table "$W/step" >/dev/null 2>&1
 cp "$W/step/torch_step.md" "$W/step/torch_step.json" "$OUT/" 2>/dev/null
-run_part cost 85
+run_part cost "${COST_LIMIT_S:-85}"
 
 {
     echo "gpu41-explore: commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%Y-%m-%dT%H:%MZ)"
