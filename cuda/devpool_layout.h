@@ -24,11 +24,14 @@ typedef struct cpd_layout {
     /* heap: its metadata is one range [heap_off, heap_off + heap_bytes) */
     cpd_u64 heap_off, heap_bytes;
     cpd_u64 cmap_off, cfull_off, cstate_off, runlen_off, hbitmaps_off, partial_off, hslots_off, hcache_off;
+    cpd_u64 hstream_off, hprep_off;
     cpd_u64 base_off, total;
     cpd_u32 slab_shift, nslabs, slots, words;
-    cpd_u32 chunk_shift, nchunks, cwords, nclasses, bwords, nslots_total, nbuckets;
+    cpd_u32 chunk_shift, nchunks, cwords, nclasses, bwords, nslots_total, nbuckets, nstreams_total;
     cpd_u32 slot_base[CPD_HEAP_CLASSES + 1];
+    cpd_u32 stream_base[CPD_HEAP_CLASSES + 1];
 } cpd_layout;
+
 
 static inline cpd_u64 cpd_align256(cpd_u64 x)
 {
@@ -48,18 +51,31 @@ static inline cpd_u64 cpd_layout_heap(cpd_u64 capacity, cpd_layout *L, cpd_u64 a
     L->nclasses = cs - 4u;
     L->bwords = cs >= 9 ? 1u << (cs - 9u) : 1u;
     L->slot_base[0] = 0;
+    L->stream_base[0] = 0;
     for (cpd_u32 c = 0; c < CPD_HEAP_CLASSES; c++) {
-        cpd_u32 a = 0;
+        cpd_u32 a = 0, k = 0;
         if (c < L->nclasses) {
-            a = 32u << (c < 3u ? c : 3u);
+            cpd_u32 nb = 1u << (cs - 4u - c);
+            a = CPD_HEAP_SLOTS_ROOM;
             if (a > nc / 16u)
                 a = nc / 16u;
             if (a < 1u)
                 a = 1u;
+            if (nb >= CPD_HEAP_STREAM_MIN_BLOCKS) {
+                k = 4096u / nb;
+                if (k > CPD_HEAP_STREAMS_ROOM)
+                    k = CPD_HEAP_STREAMS_ROOM;
+                if (k > nc / 16u)
+                    k = nc / 16u;
+                if (k < 1u)
+                    k = 1u;
+            }
         }
         L->slot_base[c + 1] = L->slot_base[c] + a;
+        L->stream_base[c + 1] = L->stream_base[c] + k;
     }
     L->nslots_total = L->slot_base[CPD_HEAP_CLASSES];
+    L->nstreams_total = L->stream_base[CPD_HEAP_CLASSES];
     /* the free-chunk cache: a bucket of 32 entries per 16 chunks, 1 to 16384
      * buckets (2 MiB): room for every chunk of a pool up to 32 GiB, so that
      * the warps of a whole device passing chunks on seldom meet the map */
@@ -83,6 +99,10 @@ static inline cpd_u64 cpd_layout_heap(cpd_u64 capacity, cpd_layout *L, cpd_u64 a
     at = cpd_align256(at + (cpd_u64)L->nclasses * L->cwords * 4u);
     L->hcache_off = at;
     at = cpd_align256(at + (cpd_u64)L->nbuckets * 32u * 4u);
+    L->hstream_off = at;
+    at = cpd_align256(at + (cpd_u64)L->nstreams_total * 8u);
+    L->hprep_off = at;
+    at = cpd_align256(at + (cpd_u64)L->nstreams_total * 4u);
     L->hslots_off = at;
     at = cpd_align256(at + (cpd_u64)L->nslots_total * 4u);
     L->heap_bytes = at - L->heap_off;
@@ -163,6 +183,9 @@ static inline void cpd_state_init(cupola_device_pool *st, cpd_u32 kind, cpd_u64 
         st->bwords = L->bwords;
         st->nslots_total = L->nslots_total;
         memcpy(st->slot_base, L->slot_base, sizeof st->slot_base);
+        memcpy(st->stream_base, L->stream_base, sizeof st->stream_base);
+        st->hstream = (cpd_u64 *)(void *)(mem + L->hstream_off);
+        st->hprep = (cpd_u32 *)(void *)(mem + L->hprep_off);
         st->cmap = (cpd_u32 *)(void *)(mem + L->cmap_off);
         st->cfull = (cpd_u32 *)(void *)(mem + L->cfull_off);
         st->cstate = (cpd_u32 *)(void *)(mem + L->cstate_off);
@@ -221,6 +244,12 @@ static inline void cpd_heap_usage(const cupola_device_pool *st, const cpd_u32 *c
         } else if (tag >= 1 && tag <= st->nclasses) {
             cpd_u32 nb = 1u << (st->chunk_shift - 4u - (tag - 1u));
             cpd_u32 k = cstate[s] & CPD_HEAP_COUNT;
+            /* a stream's chunk counts all its blocks from the start; the
+             * ones not yet handed out are not in use */
+            if (run_len[s] & CPD_HEAP_STREAM_MARK) {
+                cpd_u32 handed = run_len[s] & ~CPD_HEAP_STREAM_MARK;
+                k = k + handed > nb ? k + handed - nb : 0u;
+            }
             u += (cpd_u64)(k < nb ? k : nb) * (CPD_ALIGN << (tag - 1u));
         }
     }

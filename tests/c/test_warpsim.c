@@ -692,6 +692,73 @@ static void case_heap_paths(void)
     heap_case_end(&p, &wk);
 }
 
+#ifdef CPD_HEAP_STREAM
+/* The stream variant (alloc_heap_stream.cuh): a warp's blocks in lane
+ * order from its stream, a class's blocks packed from the lowest chunks,
+ * runs prepared ahead, everything back after the frees, and a sweep that
+ * turns the streams off gives back their runs (the slots serve after it). */
+static void case_heap_stream(void)
+{
+    pool p;
+    work wk = {0};
+    unsigned long long nulls, bad, count = 6000;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    cpd_u64 used = 0, peak = 0;
+    int order = 1, rc;
+    unsigned prepared = 0, swept;
+    if (heap_case_begin(&p, &wk, "heap streams", 1, 64u << 20, (size_t)count) != 0)
+        return;
+    OK(p.st.stream_base[1] - p.st.stream_base[0] == 1 && p.st.stream_base[3] - p.st.stream_base[2] == 4,
+       "one stream for 16 B, four for 64 B (%u, %u)", p.st.stream_base[1] - p.st.stream_base[0],
+       p.st.stream_base[3] - p.st.stream_base[2]);
+    wk.nw = 8;
+    SIM.split = 0;
+    heap_round(&wk, 16, "8 warps of 16 B");
+    free_all(&p, wk.ptrs, 8 * LANES, 8);
+    /* again, the stream's run installed: each warp one add */
+    heap_round(&wk, 16, "8 warps of 16 B again");
+    for (unsigned w = 0; w < 8; w++)
+        for (unsigned l = 1; l < LANES; l++)
+            order &= wk.ptrs[w * LANES + l] == wk.ptrs[w * LANES] + 16u * l;
+    OK(order, "a warp's blocks are consecutive, in lane order");
+    OK(p.st.hev[CPD_HEV_STREAM] == 16 * LANES, "all from the stream (%llu)", p.st.hev[CPD_HEV_STREAM]);
+    free_all(&p, wk.ptrs, 8 * LANES, 8);
+    /* 6000 blocks of 64 B from 16 warps at a time, split warps: packed */
+    SIM.split = 1;
+    wk.nw = MAXW;
+    wk.min = wk.max = 64;
+    rc = alloc_all(&wk, count);
+    check_blocks(&wk, count, &nulls, &bad);
+    OK(rc == 0 && nulls == 0 && bad == 0, "6000 blocks of 64 B served, disjoint, intact (%s)", rc ? SIM.err : "ok");
+    for (unsigned long long i = 0; i < count; i++) {
+        if ((uintptr_t)wk.ptrs[i] < lo)
+            lo = (uintptr_t)wk.ptrs[i];
+        if ((uintptr_t)wk.ptrs[i] + 64u > hi)
+            hi = (uintptr_t)wk.ptrs[i] + 64u;
+    }
+    /* at most the four streams' runs and their prepared ones (a chunk
+     * each here) past the blocks */
+    OK(hi - lo <= count * 64u + 8u * 65536u, "packed: %llu B span %llu B of blocks",
+       (unsigned long long)(hi - lo), count * 64u);
+    for (cpd_u32 i = p.st.stream_base[2]; i < p.st.stream_base[3]; i++)
+        prepared += p.st.hprep[i] != 0u;
+    OK(p.st.hev[CPD_HEV_INSTALLS] >= 4 && p.st.hev[CPD_HEV_PREPARED] >= 1 && prepared >= 1,
+       "runs installed (%llu), prepared ahead (%llu used, %u waiting)", p.st.hev[CPD_HEV_INSTALLS],
+       p.st.hev[CPD_HEV_PREPARED], prepared);
+    rc = free_all(&p, wk.ptrs, count, MAXW);
+    pool_usage(&p, &used, &peak);
+    OK(rc == 0 && used == 0 && p.st.chunks_live > 0, "freed: nothing in use, the current runs kept (%llu live)",
+       p.st.chunks_live);
+    swept = sweep_by_warp(&p);
+    OK(swept > 0 && p.st.chunks_live == 0 && p.st.stream_off[2] && p.st.stream_off[0],
+       "a sweep turns the streams off and gives their runs back (%u; %llu live)", swept, p.st.chunks_live);
+    heap_round(&wk, 64, "64 B after the streams are off");
+    OK(p.st.hev[CPD_HEV_STREAM] == 16 * LANES + count, "served by the slots (%llu from streams)",
+       p.st.hev[CPD_HEV_STREAM]);
+    heap_case_end(&p, &wk);
+}
+#endif
+
 /* The last look before a NULL: a put that raced a class's first sweep
  * (its entry in, the exhausted flag not yet seen: no epoch bump) left a
  * free chunk in the cache; the class's next request must still find it. */
@@ -880,6 +947,9 @@ int main(void)
         case_keep(CPD_KIND_HEAP, 1u << 20, 1, 4096, 250, split); /* 16 KiB chunks: 512 B are 32 a slab */
     }
     case_heap_paths();
+#ifdef CPD_HEAP_STREAM
+    case_heap_stream();
+#endif
     case_heap_cache_full();
     case_heap_last_look();
     for (cpd_u64 size = 16; size <= 65536; size *= 4)

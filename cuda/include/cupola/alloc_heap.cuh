@@ -127,6 +127,26 @@
  *    a slot is BUSY (the filling thread runs on: independent thread
  *    scheduling, sm_70+).  On the host a warp is one lane (the warp paths
  *    run in tests/c/test_warpsim.c, with simulated warps of 32).
+ *
+ * Variants, chosen when a module is compiled (none by default: the policy
+ * above; the survey runs them side by side through its `options`; the pool's
+ * layout has room for every one of them):
+ *  - CPD_HEAP_SLOTS_WIDE: 128 slots a class for 16-64 B, 256 for 128-512 B,
+ *    1024 from 1 KiB (each at most nchunks / 16), where the policy has 32,
+ *    64, 128, then 256: fewer refills of one slot one after another.
+ *  - CPD_HEAP_PROBE=P: a warp that finds its slot BUSY tries the next P
+ *    slots of its class before it pauses.
+ *  - CPD_HEAP_SPREAD_REFILL: a slot's chunk from the map comes from the
+ *    first word with room of the 32 after the first open one, chosen by the
+ *    warp's hash (as whole slabs for a warp do), not from the first open one.
+ *  - CPD_HEAP_BULK_DENSE: whole slabs for a warp from the map's first word
+ *    with room, not spread by the hash.
+ *  - CPD_HEAP_TAKE_LINE: a lone lane filling a slot reads each of its two
+ *    buckets whole (eight loads issued together) before it takes an entry,
+ *    where it reads four entries a load, one load after another.
+ *  - CPD_HEAP_STREAM: classes of 64 blocks a slab or more are served from
+ *    streams first (alloc_heap_stream.cuh states how).
+ *  - CPD_HEAP_COUNTERS: counts of events (CPD_HEV_*) in the pool's state.
  */
 #ifndef CUPOLA_ALLOC_HEAP_CUH
 #define CUPOLA_ALLOC_HEAP_CUH
@@ -145,6 +165,61 @@
 /* A claim of k chunks passes over map words with fewer than min(k, this)
  * free on its passes with the hints. */
 #define CPD_HEAP_ROOM 8u
+/* A chunk's run_len word while a stream hands it out: this bit, and the
+ * count of its blocks handed out so far (alloc_heap_stream.cuh). */
+#define CPD_HEAP_STREAM_MARK 0x80000000u
+/* Room in every heap's layout (cpd_layout_heap) for the variants: slots a
+ * class may use (at most nchunks / 16), and streams of the classes of 64
+ * blocks a slab or more (4096 / nb of them, 1 .. 64, at most nchunks / 16;
+ * alloc_heap_stream.cuh). */
+#define CPD_HEAP_SLOTS_ROOM 1024u
+#define CPD_HEAP_STREAM_MIN_BLOCKS 64u
+#define CPD_HEAP_STREAMS_ROOM 64u
+
+/* ---- variants (the header comment says what each does) -------------------- */
+#ifdef CPD_HEAP_SLOTS_WIDE
+#define CPD_HEAP_SLOTS_WANT(c) ((c) < 3u ? 128u : (c) < 6u ? 256u : 1024u)
+#else
+#define CPD_HEAP_SLOTS_WANT(c) (32u << ((c) < 3u ? (c) : 3u))
+#endif
+#ifndef CPD_HEAP_PROBE
+#define CPD_HEAP_PROBE 0
+#endif
+#ifdef CPD_HEAP_SPREAD_REFILL
+#define CPD_HEAP_REFILL_SPREAD 1
+#else
+#define CPD_HEAP_REFILL_SPREAD 0
+#endif
+#ifdef CPD_HEAP_BULK_DENSE
+#define CPD_HEAP_BULK_SPREAD 0
+#else
+#define CPD_HEAP_BULK_SPREAD 1
+#endif
+
+/* Event counters: the survey's rows carry them per allocation. */
+enum {
+    CPD_HEV_CALLS,       /* lanes asking for a block of a class */
+    CPD_HEV_TAKE_TRIES,  /* atomicOr tries on a slab's bitmap */
+    CPD_HEV_RESERVE_MISS, /* lanes whose reservation found the slab full */
+    CPD_HEV_BUSY,        /* pauses at a BUSY slot */
+    CPD_HEV_PROBES,      /* moves to the next slot past a BUSY one */
+    CPD_HEV_REFILLS,     /* slots filled */
+    CPD_HEV_REFILL_CACHED, /* ... with a chunk from the cache */
+    CPD_HEV_MAP_TRIES,   /* atomicOr tries on chunk map words */
+    CPD_HEV_MAP_WORDS,   /* map words looked at by claims */
+    CPD_HEV_BULK,        /* lanes served whole slabs */
+    CPD_HEV_BORROW,      /* last resorts */
+    CPD_HEV_STREAM,      /* lanes served by a stream */
+    CPD_HEV_STREAM_WAIT, /* pauses waiting for a stream's next run */
+    CPD_HEV_INSTALLS,    /* runs installed in a stream */
+    CPD_HEV_PREPARED,    /* ... that were prepared ahead */
+    CPD_HEV_FREES        /* frees */
+};
+#ifdef CPD_HEAP_COUNTERS
+#define CPD_HEV(pool, e, n) cpd_add64(&(pool)->hev[e], (cpd_u64)(n))
+#else
+#define CPD_HEV(pool, e, n) ((void)0)
+#endif
 
 CPD_FN cpd_u32 cpd_heap_tag(cpd_u32 st) { return st >> CPD_HEAP_TAG_SHIFT; }
 CPD_FN cpd_u32 cpd_heap_count(cpd_u32 st) { return st & CPD_HEAP_COUNT; }
@@ -152,6 +227,13 @@ CPD_FN cpd_u32 cpd_heap_count(cpd_u32 st) { return st & CPD_HEAP_COUNT; }
 CPD_FN cpd_u32 cpd_heap_blocks(const cupola_device_pool *pool, cpd_u32 c)
 {
     return 1u << (pool->chunk_shift - 4u - c);
+}
+
+/* The slots class c uses: hslots[slot_base[c] ..] of them. */
+CPD_FN cpd_u32 cpd_heap_nslots(const cupola_device_pool *pool, cpd_u32 c)
+{
+    cpd_u32 room = pool->slot_base[c + 1u] - pool->slot_base[c], want = CPD_HEAP_SLOTS_WANT(c);
+    return room < want ? room : want;
 }
 
 CPD_FN cpd_u32 cpd_heap_class_of(cpd_u64 bytes)
@@ -359,11 +441,13 @@ CPD_FN cpd_u64 cpd_heap_claim_bits(cupola_device_pool *pool, cpd_u32 k, cpd_u32 
             if (pass < 2 && !(pass == 0 && w == start && !spread) && (w = cpd_heap_open_in(pool, w, end)) >= end)
                 break;
             cur = cpd_load32(&pool->cmap[w]);
+            CPD_HEV(pool, CPD_HEV_MAP_WORDS, 1);
             /* (crumbs are left to smaller claims and the last passes) */
             if (pass < 2 && (cpd_u32)cpd_popc(~cur) < (k < CPD_HEAP_ROOM ? k : CPD_HEAP_ROOM))
                 continue;
             while (cur != 0xffffffffu) {
                 cpd_u32 got = cpd_heap_set_bits(pool, w, cpd_heap_pick_bits(~cur, k, h & 31u), &cur);
+                CPD_HEV(pool, CPD_HEV_MAP_TRIES, 1);
                 if (got)
                     return ((cpd_u64)w << 32) | got;
             }
@@ -428,14 +512,14 @@ CPD_FN cpd_u32 cpd_heap_claim_words(cupola_device_pool *pool, cpd_u32 w, cpd_u32
 }
 
 /* Claims m (>= 2) contiguous chunks; the first, or CPD_HEAP_NONE when the
- * map has no such place.  The search starts at cpd_heap_start (spread)
- * and goes around the map. */
-CPD_FN cpd_u32 cpd_heap_claim_run(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h)
+ * map has no such place.  The search starts at cpd_heap_start (spread as
+ * asked) and goes around the map. */
+CPD_FN cpd_u32 cpd_heap_claim_run(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, int spread)
 {
     cpd_u32 W = pool->cwords, start;
     if (m < 2u || m > pool->nchunks || W == 0)
         return CPD_HEAP_NONE;
-    start = cpd_heap_start(pool, h, 1);
+    start = cpd_heap_start(pool, h, spread);
     if (m <= 32u) {
         /* passes (each from start to the end, then from 0 to start):
          * aligned with the hints, anywhere with the hints, anywhere in
@@ -446,6 +530,7 @@ CPD_FN cpd_u32 cpd_heap_claim_run(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h
                 cpd_u32 got;
                 if (pass < 4 && (w = cpd_heap_open_in(pool, w, end)) >= end)
                     break;
+                CPD_HEV(pool, CPD_HEV_MAP_WORDS, 1);
                 got = cpd_heap_claim_in_word(pool, w, m, pass < 2, h);
                 if (got != CPD_HEAP_NONE)
                     return got;
@@ -480,7 +565,7 @@ CPD_FN cpd_u32 cpd_heap_claim(cupola_device_pool *pool, cpd_u32 m, cpd_u32 h, in
 {
     cpd_u64 got;
     if (m != 1u)
-        return cpd_heap_claim_run(pool, m, h);
+        return cpd_heap_claim_run(pool, m, h, spread);
     got = cpd_heap_claim_bits(pool, 1u, h, spread);
     return got ? (cpd_u32)(got >> 32) * 32u + (cpd_u32)cpd_ffs((cpd_u32)got) - 1u : CPD_HEAP_NONE;
 }
@@ -565,6 +650,18 @@ CPD_FN cpd_u32 cpd_heap_cache_pop(cupola_device_pool *pool, cpd_u32 mask, cpd_u3
  * time.) */
 CPD_FN cpd_u32 cpd_heap_cache_take(cupola_device_pool *pool, cpd_u32 h)
 {
+#ifdef CPD_HEAP_TAKE_LINE
+    /* (quarter-lines in the hash's order, so that the entries' registers
+     * are named by constants once the loops are unrolled) */
+    for (cpd_u32 t = 0; t < CPD_HEAP_TAKE && t < pool->nbuckets; t++) {
+        cpd_u32 *b = cpd_heap_bucket(pool, h, t), v[32], x;
+        for (cpd_u32 q = 0; q < 8u; q++)
+            cpd_load4x32(b + (((q + (h >> 16)) & 7u) << 2), v + 4u * q);
+        for (cpd_u32 k = 0; k < 32u; k++)
+            if (v[k] != 0u && (x = cpd_exch32(b + ((((k >> 2) + (h >> 16)) & 7u) << 2) + (k & 3u), 0u)) != 0u)
+                return x - 1u;
+    }
+#else
     for (cpd_u32 t = 0; t < CPD_HEAP_TAKE && t < pool->nbuckets; t++) {
         cpd_u32 *b = cpd_heap_bucket(pool, h, t);
         for (cpd_u32 q = 0; q < 8u; q++) {
@@ -575,6 +672,7 @@ CPD_FN cpd_u32 cpd_heap_cache_take(cupola_device_pool *pool, cpd_u32 h)
                     return x - 1u;
         }
     }
+#endif
     return CPD_HEAP_NONE;
 }
 
@@ -618,9 +716,13 @@ CPD_FN void cpd_heap_after_drop(cupola_device_pool *pool, cpd_u32 s, cpd_u32 bef
     if (tag == 0u || tag > pool->nclasses || (now & CPD_HEAP_ACTIVE))
         return;
     if (cpd_heap_count(now) == 0u) {
-        if (cpd_cas32(&pool->cstate[s], now, 0u) == now &&
-            !(cpd_heap_cached_class(pool, tag - 1u) && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash()))))
-            cpd_heap_release(pool, s, 1u);
+        if (cpd_cas32(&pool->cstate[s], now, 0u) == now) {
+            /* a stream's chunk loses its mark before anyone may take it */
+            if (cpd_load32(&pool->run_len[s]))
+                cpd_store32(&pool->run_len[s], 0u);
+            if (!(cpd_heap_cached_class(pool, tag - 1u) && cpd_heap_cache_push(pool, s, cpd_hash32(cpd_warp_hash()))))
+                cpd_heap_release(pool, s, 1u);
+        }
         return;
     }
     nb = cpd_heap_blocks(pool, tag - 1u);
@@ -645,8 +747,10 @@ CPD_FN cpd_u32 cpd_heap_reserve(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c, 
     old = (cpd_u32)cpd_shfl64(peers, (cpd_u64)old, cpd_leader(peers));
     cnt = cpd_heap_count(old);
     got = (cpd_heap_tag(old) != c + 1u || cnt >= nb) ? 0u : (nb - cnt < n ? nb - cnt : n);
-    if (rank == 0 && got < n)
+    if (rank == 0 && got < n) {
+        CPD_HEV(pool, CPD_HEV_RESERVE_MISS, n - got);
         cpd_heap_drop(pool, s, n - got);
+    }
     return got;
 }
 
@@ -672,6 +776,7 @@ CPD_FN void *cpd_heap_take(cupola_device_pool *pool, cpd_u32 s, cpd_u32 c, cpd_u
             cpd_u32 f = ~cur & valid;
             cpd_u32 bit = cpd_heap_nth_bit(f, j % (cpd_u32)cpd_popc(f));
             cpd_u32 prev = cpd_or32(&bm[w], 1u << bit);
+            CPD_HEV(pool, CPD_HEV_TAKE_TRIES, 1);
             if (!(prev & (1u << bit)))
                 return pool->base + ((cpd_u64)s << pool->chunk_shift) +
                        ((cpd_u64)(w * 32u + bit) << (4u + c));
@@ -718,6 +823,17 @@ CPD_FN cpd_u32 cpd_heap_take_partial(cupola_device_pool *pool, cpd_u32 c)
     return CPD_HEAP_NONE;
 }
 
+/* The lanes calling with the same pool and the same key. */
+CPD_FN cpd_u32 cpd_heap_peers(const cupola_device_pool *pool, cpd_u32 mask, cpd_u32 key)
+{
+    cpd_u32 same_pool = cpd_match_any64(mask, (cpd_u64)(size_t)pool);
+    return cpd_match_any64(same_pool, (cpd_u64)key);
+}
+
+#ifdef CPD_HEAP_STREAM
+#include "cupola/alloc_heap_stream.cuh"
+#endif
+
 /* Takes back the empty active slabs of every class but `except` (their
  * slots become EMPTY), then gives the cached chunks back to the map.  How
  * many slabs and chunks came back. */
@@ -727,7 +843,7 @@ CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
     for (cpd_u32 c = 0; c < pool->nclasses; c++) {
         if (c == except)
             continue;
-        for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c + 1u]; k++) {
+        for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c] + cpd_heap_nslots(pool, c); k++) {
             cpd_u32 s = cpd_load32(&pool->hslots[k]), before;
             if (s >= CPD_SLOT_SPECIAL || cpd_heap_count(cpd_load32(&pool->cstate[s])) != 0u)
                 continue;
@@ -738,6 +854,9 @@ CPD_FN cpd_u32 cpd_heap_sweep(cupola_device_pool *pool, cpd_u32 except)
             n++;
         }
     }
+#ifdef CPD_HEAP_STREAM
+    n += cpd_heap_stream_sweep(pool);
+#endif
     /* last: the slabs just taken back may have gone to the cache */
     return n + cpd_heap_drain(pool);
 }
@@ -752,7 +871,9 @@ CPD_FN cpd_u32 cpd_heap_fresh(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h, in
         s = cpd_heap_cache_take(pool, h);
     *from_map = s == CPD_HEAP_NONE;
     if (s == CPD_HEAP_NONE)
-        s = cpd_heap_claim(pool, 1u, h, 0);
+        s = cpd_heap_claim(pool, 1u, h, CPD_HEAP_REFILL_SPREAD);
+    else
+        CPD_HEV(pool, CPD_HEV_REFILL_CACHED, 1);
     if (s != CPD_HEAP_NONE)
         cpd_add32(&pool->cstate[s], ((c + 1u) << CPD_HEAP_TAG_SHIFT) | CPD_HEAP_ACTIVE);
     return s;
@@ -790,6 +911,7 @@ CPD_FN void cpd_heap_refill(cupola_device_pool *pool, cpd_u32 *slot, cpd_u32 old
 {
     int fresh;
     cpd_u32 next = cpd_heap_next_slab(pool, c, h, &fresh);
+    CPD_HEV(pool, CPD_HEV_REFILLS, 1);
     cpd_fence();
     cpd_store32(slot, next);
     if (fresh)
@@ -816,9 +938,10 @@ CPD_FN void *cpd_heap_borrow(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
 {
     cpd_u32 me = cpd_lanemask_eq();
     cpd_u32 *list = pool->partial + (cpd_u64)c * pool->cwords;
+    CPD_HEV(pool, CPD_HEV_BORROW, 1);
     for (int round = 0; round < 4096; round++) {
         int seen = 0;
-        for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c + 1u]; k++) {
+        for (cpd_u32 k = pool->slot_base[c]; k < pool->slot_base[c] + cpd_heap_nslots(pool, c); k++) {
             cpd_u32 s = cpd_load32(&pool->hslots[k]);
             if (s < CPD_SLOT_SPECIAL && cpd_heap_has_room(pool, s, c)) {
                 seen = 1;
@@ -845,20 +968,24 @@ CPD_FN void *cpd_heap_borrow(cupola_device_pool *pool, cpd_u32 c, cpd_u32 h)
     return 0;
 }
 
-/* The lanes calling with the same pool and the same key. */
-CPD_FN cpd_u32 cpd_heap_peers(const cupola_device_pool *pool, cpd_u32 mask, cpd_u32 key)
-{
-    cpd_u32 same_pool = cpd_match_any64(mask, (cpd_u64)(size_t)pool);
-    return cpd_match_any64(same_pool, (cpd_u64)key);
-}
-
 CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
 {
     cpd_u32 nb = cpd_heap_blocks(pool, c), h = cpd_hash32(cpd_warp_hash());
-    cpd_u32 nslots = pool->slot_base[c + 1u] - pool->slot_base[c];
-    cpd_u32 *slot = &pool->hslots[pool->slot_base[c] + h % nslots];
+    cpd_u32 nslots = cpd_heap_nslots(pool, c), si = h % nslots;
+    cpd_u32 *slot = &pool->hslots[pool->slot_base[c] + si];
     int bulk = nb <= 32u;
+#if CPD_HEAP_PROBE
+    int probes = 0;
+#endif
 
+    CPD_HEV(pool, CPD_HEV_CALLS, 1);
+#ifdef CPD_HEAP_STREAM
+    if (nb >= CPD_HEAP_STREAM_MIN_BLOCKS && !cpd_load32(&pool->stream_off[c])) {
+        void *p = cpd_heap_stream_alloc(pool, c, h);
+        if (p)
+            return p;
+    }
+#endif
     for (;;) {
         cpd_u32 peers = cpd_heap_peers(pool, cpd_activemask(), c);
         cpd_u32 n = (cpd_u32)cpd_popc(peers), rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
@@ -889,7 +1016,7 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
             }
             hk = (cpd_u32)cpd_popc(have);
             if (rank == 0 && hk < k) {
-                got64 = cpd_heap_claim_bits(pool, k - hk, h, 1);
+                got64 = cpd_heap_claim_bits(pool, k - hk, h, CPD_HEAP_BULK_SPREAD);
                 for (bits = (cpd_u32)got64; bits; bits &= bits - 1u) {
                     t = (cpd_u32)(got64 >> 32) * 32u + (cpd_u32)cpd_ffs(bits) - 1u;
                     cpd_or32(&pool->hbitmaps[(cpd_u64)t * pool->bwords], full);
@@ -907,6 +1034,8 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
             src = j < hk ? cpd_heap_nth_bit(have, j) : (cpd_u32)cpd_leader(peers);
             t = (cpd_u32)cpd_shfl64(peers, (cpd_u64)mine, (int)src);
             if (hk + (cpd_u32)cpd_popc(bits)) {
+                if (j < hk + (cpd_u32)cpd_popc(bits))
+                    CPD_HEV(pool, CPD_HEV_BULK, 1);
                 if (j < hk)
                     return pool->base + ((cpd_u64)t << pool->chunk_shift) + ((cpd_u64)(rank % nb) << (4u + c));
                 if (j - hk < (cpd_u32)cpd_popc(bits))
@@ -919,7 +1048,12 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
         }
 
         s = cpd_load32(slot);
+#if CPD_HEAP_PROBE
+        /* (lanes that probed apart may read one value from two slots) */
+        peers = cpd_match_any64(peers, ((cpd_u64)si << 32) | s);
+#else
         peers = cpd_match_any64(peers, (cpd_u64)s);
+#endif
         n = (cpd_u32)cpd_popc(peers);
         rank = (cpd_u32)cpd_popc(peers & cpd_lanemask_lt());
         got = 0;
@@ -928,6 +1062,16 @@ CPD_FN void *cpd_heap_alloc_small(cupola_device_pool *pool, cpd_u32 c)
             if (rank < got)
                 return cpd_heap_take(pool, s, c, h, rank);
         } else if (s == CPD_SLOT_BUSY) {
+#if CPD_HEAP_PROBE
+            if (probes < CPD_HEAP_PROBE) {
+                probes++;
+                si = si + 1u == nslots ? 0u : si + 1u;
+                slot = &pool->hslots[pool->slot_base[c] + si];
+                CPD_HEV(pool, CPD_HEV_PROBES, 1);
+                continue;
+            }
+#endif
+            CPD_HEV(pool, CPD_HEV_BUSY, 1);
             cpd_pause();
             continue;
         } else if (s == CPD_SLOT_EXHAUSTED &&
@@ -1048,6 +1192,7 @@ CPD_FN void cpd_heap_free(cupola_device_pool *pool, void *ptr)
 
     if (p < pool->base || off >= ((cpd_u64)pool->nchunks << pool->chunk_shift))
         return;
+    CPD_HEV(pool, CPD_HEV_FREES, 1);
     s = (cpd_u32)(off >> pool->chunk_shift);
     within = off & ((1ull << pool->chunk_shift) - 1ull);
     st = cpd_load32(&pool->cstate[s]);

@@ -65,6 +65,7 @@ typedef unsigned long long cpd_u64;
 #define CPD_SLOT_EXHAUSTED 0xfffffffdu /* none had room when last looked for */
 #define CPD_SLOT_SPECIAL 0xfffffffdu   /* values >= this are not slab indices */
 #define CPD_HEAP_CLASSES 12u   /* heap size classes: 16 B .. chunk / 2 (at most 32 KiB) */
+#define CPD_HEAP_EVENTS 16u    /* heap event counters (alloc_heap.cuh, CPD_HEAP_COUNTERS) */
 
 /* The device-side state of one pool; kernels receive a pointer to it (the
  * `device_pool` parameter).  Filled by the host side (cuda/devpool.cu,
@@ -111,6 +112,13 @@ typedef struct cupola_device_pool {
     cpd_u64 chunks_live, chunks_peak;
     cpd_u32 slot_base[CPD_HEAP_CLASSES + 1]; /* class c's slots: hslots[slot_base[c] .. slot_base[c+1]) */
     cpd_u32 exhausted_epoch[CPD_HEAP_CLASSES];
+    /* heap streams (alloc_heap_stream.cuh: a variant, laid out for every
+     * heap): class c's are hstream[stream_base[c] .. stream_base[c+1]) */
+    cpd_u64 *hstream;           /* per stream: its run (hi) and the blocks handed out of it (lo) */
+    cpd_u32 *hprep;             /* per stream: a run prepared for it, or 0 */
+    cpd_u32 stream_base[CPD_HEAP_CLASSES + 1];
+    cpd_u32 stream_off[CPD_HEAP_CLASSES]; /* nonzero: the class's streams found no chunk (until reset) */
+    cpd_u64 hev[CPD_HEAP_EVENTS]; /* event counts (variant CPD_HEAP_COUNTERS; the survey reads them) */
     /* plugin created on the host: what its cupola_plugin_create gave for
      * the device (cupola/plugin.h) */
     void *peer;
@@ -126,6 +134,8 @@ CPD_FN cpd_u32 cpd_and32(cpd_u32 *p, cpd_u32 v) { return atomicAnd(p, v); }
 CPD_FN cpd_u32 cpd_cas32(cpd_u32 *p, cpd_u32 cmp, cpd_u32 v) { return atomicCAS(p, cmp, v); }
 CPD_FN cpd_u32 cpd_exch32(cpd_u32 *p, cpd_u32 v) { return atomicExch(p, v); }
 CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v) { return atomicMax(p, v); }
+CPD_FN cpd_u64 cpd_cas64(cpd_u64 *p, cpd_u64 cmp, cpd_u64 v) { return atomicCAS(p, cmp, v); }
+CPD_FN cpd_u64 cpd_exch64(cpd_u64 *p, cpd_u64 v) { return atomicExch(p, v); }
 CPD_FN cpd_u32 cpd_min32(cpd_u32 *p, cpd_u32 v) { return atomicMin(p, v); }
 CPD_FN cpd_u32 cpd_load32(const cpd_u32 *p) { return *(const volatile cpd_u32 *)p; }
 /* The four words at p (16-byte aligned) in one load, each as a cpd_load32. */
@@ -174,6 +184,12 @@ CPD_FN cpd_u32 cpd_cas32(cpd_u32 *p, cpd_u32 cmp, cpd_u32 v)
     return cmp; /* the value found, as atomicCAS returns */
 }
 CPD_FN cpd_u32 cpd_exch32(cpd_u32 *p, cpd_u32 v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+CPD_FN cpd_u64 cpd_cas64(cpd_u64 *p, cpd_u64 cmp, cpd_u64 v)
+{
+    __atomic_compare_exchange_n(p, &cmp, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+CPD_FN cpd_u64 cpd_exch64(cpd_u64 *p, cpd_u64 v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 CPD_FN cpd_u64 cpd_max64(cpd_u64 *p, cpd_u64 v)
 {
     cpd_u64 cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);

@@ -283,8 +283,12 @@ CPR_FN void cpd_reset_state(cupola_device_pool *st)
         st->exhausted = 0;
         st->sweeping = 0;
         st->low = 0;
-        for (cpd_u32 c = 0; c < CPD_HEAP_CLASSES; c++)
+        for (cpd_u32 c = 0; c < CPD_HEAP_CLASSES; c++) {
             st->exhausted_epoch[c] = 0;
+            st->stream_off[c] = 0;
+        }
+        for (cpd_u32 e = 0; e < CPD_HEAP_EVENTS; e++)
+            st->hev[e] = 0;
     }
 }
 

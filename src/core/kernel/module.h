@@ -50,9 +50,9 @@ extern const unsigned char cp_ktype_sizes[CP_KT_COUNT];
  * (plugin pools, the survey): part of a module's cache key beside device.h. */
 #define CP_DEVICE_ALLOC_HEADERS                                                         \
     {"device_alloc.cuh", "alloc_bump.cuh", "alloc_warp_bump.cuh", "alloc_slab.cuh",     \
-     "alloc_malloc.cuh", "alloc_heap.cuh", "pattern.h", "plugin.h", "dp_body.cuh",     \
-     "dp_harness.cuh", "survey.cuh"}
-#define CP_DEVICE_ALLOC_NHEADERS 11
+     "alloc_malloc.cuh", "alloc_heap.cuh", "alloc_heap_stream.cuh", "pattern.h",       \
+     "plugin.h", "dp_body.cuh", "dp_harness.cuh", "survey.cuh"}
+#define CP_DEVICE_ALLOC_NHEADERS 12
 
 typedef enum cp_ksrc {
     CP_KSRC_SOURCE = 0, /* CUDA C */
