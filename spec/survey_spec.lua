@@ -179,6 +179,88 @@ describe("cupola.survey", function()
     for _, x in ipairs(rows(r, "frag", "hostslots")) do assert.equal(0, x.failed) end
   end)
 
+  -- The heap's variants (alloc_heap.cuh, "Variants"), each a module of its
+  -- own beside the heap: every block served and intact where the memory is
+  -- there, out of memory as the heap, the counters counting.
+  it("runs the heap's variants side by side, each serving every block", function()
+    local V = {
+      { name = "wide", options = { "-DCPD_HEAP_SLOTS_WIDE" } },
+      { name = "probe", options = { "-DCPD_HEAP_PROBE=4" } },
+      { name = "spread", options = { "-DCPD_HEAP_SPREAD_REFILL" } },
+      { name = "dense", options = { "-DCPD_HEAP_BULK_DENSE" } },
+      { name = "line", options = { "-DCPD_HEAP_TAKE_LINE" } },
+      { name = "stream", options = { "-DCPD_HEAP_STREAM", "-DCPD_HEAP_COUNTERS" }, events = true },
+      { name = "stream+", options = { "-DCPD_HEAP_STREAM", "-DCPD_HEAP_SLOTS_WIDE", "-DCPD_HEAP_PROBE=4",
+        "-DCPD_HEAP_TAKE_LINE" } },
+    }
+    local allocs = {}
+    for _, v in ipairs(V) do allocs[#allocs + 1] = { kind = "heap", name = v.name, options = v.options, events = v.events } end
+    local r = run_small({ "thread", "warp", "mixed", "pairs", "oom" }, allocs,
+      { sizes = { 16, 1024, 8192 }, pair_sizes = { 16, 1024, 65536 }, oom_sizes = { 16, 4096 } })
+    for _, v in ipairs(V) do
+      for _, t in ipairs { "thread", "warp", "mixed", "pairs" } do
+        local got = rows(r, t, v.name)
+        assert.is_true(#got > 0, t .. " " .. v.name)
+        for _, x in ipairs(got) do
+          assert.equal(0, x.failed, t .. " " .. v.name .. " " .. x.size)
+          assert.equal(0, x.corrupt, t .. " " .. v.name .. " " .. x.size)
+        end
+      end
+      for _, x in ipairs(rows(r, "oom", v.name)) do
+        assert.is_true(x.fraction >= 0.9, v.name .. " " .. x.size .. " B: " .. x.fraction)
+        assert.equal(0, x.corrupt)
+      end
+    end
+    -- the counted stream: every 16 B block of the per-thread test from a stream
+    local ev = rows(r, "thread", "stream")[1].events
+    assert.equal(1, ev.calls)
+    assert.equal(1, ev.stream)
+    assert.equal(1, ev.frees)
+    assert.is_nil(rows(r, "thread", "wide")[1].events)
+  end)
+
+  -- The stream variant's aim: a class's blocks packed from the lowest
+  -- chunks, the address range at most a tenth above the bytes live at 16 B
+  -- .. 1 KiB (enough blocks that a warp's share of the runs is small).
+  it("the stream variant packs small blocks: fragmentation at most 1.1", function()
+    local frag = survey.run { allocators = { { kind = "heap", name = "stream", options = { "-DCPD_HEAP_STREAM" } } },
+      tests = { "frag" }, frag_sizes = { 16, 64, 256, 1024 }, threads = GPU and 100000 or 131072,
+      frag_capacity = GPU and 2048 * MiB or 512 * MiB, iterations = 3 }
+    assert.equal(4, #frag.rows)
+    for _, x in ipairs(frag.rows) do
+      assert.equal(0, x.failed)
+      assert.is_true(x.ratio >= 1 and x.ratio <= 1.1, x.size .. " B: " .. x.ratio)
+    end
+  end)
+
+  it("shows what an allocator does not run, with the reason, and warms and probes the pairs", function()
+    local starts = {}
+    local r = run_small({ "thread", "pairs", "oom" }, { { kind = "heap", name = "capped",
+      limits = { max_size = 1024, reason = "above its largest class", tests = { oom = "no out-of-memory test" } } } },
+      { sizes = { 16, 4096 }, pair_sizes = { 64, 8192 }, pair_warm = 64, pair_capacity = 32 * MiB,
+        pair_probe = { 100 }, starting = function(t, size) starts[#starts + 1] = t .. " " .. tostring(size) end })
+    local big = rows(r, "thread", "capped")[2]
+    assert.equal(4096, big.size)
+    assert.equal("above its largest class", big.skipped)
+    assert.is_nil(big.alloc_ms)
+    assert.equal("no out-of-memory test", rows(r, "oom", "capped")[1].skipped)
+    local p = rows(r, "pairs", "capped")[1]
+    assert.equal(0, p.failed + p.corrupt)
+    assert.is_true(p.warm)
+    assert.equal(32 * MiB, p.capacity)
+    assert.equal(100, p.probes[1].threads)
+    assert.equal(0, p.probes[1].corrupt)
+    -- only what ran was started
+    assert.same({ "thread 16", "pairs 64" }, starts)
+    local md = survey.markdown(r)
+    assert.matches("| 4096 | n/a [1] |", md, 1, true)
+    assert.matches("[1] capped: not run: above its largest class", md, 1, true)
+    assert.has_error(function() survey.run { allocators = { { kind = "heap", limits = 5 } } } end,
+      "cupola.survey: allocators[1]: 'limits' must be a table")
+    assert.has_error(function() survey.run { pair_warm = "yes" } end,
+      "cupola.survey.run: 'pair_warm' must be true or a count")
+  end)
+
   it("refuses unknown options, tests and kinds", function()
     assert.has_error(function() survey.run { nope = 1 } end, "cupola.survey.run: unknown option 'nope'")
     assert.has_error(function() survey.run { tests = { "speed" } } end, "cupola.survey.run: unknown test 'speed'")

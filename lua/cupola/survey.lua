@@ -53,6 +53,10 @@ local function defaults(gpu)
     -- (tests.pairs says what these do; off by default)
     pair_probe = false,
     pair_budget_ms = false,
+    pair_warm = false,
+    pair_capacity = false,
+    -- a function(test, size, threads) called as each measurement starts
+    starting = false,
     frag_sizes = pow2s(16, 8192),
     oom_sizes = pow2s(16, gpu and 16 * 2^20 or 2^20),
     oom_threads = gpu and 100000 or 4000,
@@ -81,7 +85,22 @@ local function spec_of(a, i)
   local s = {}
   for k, v in pairs(a) do s[k] = v end
   s.name = s.name or (a.kind == "malloc" and "CUDA malloc" or a.kind == "plugin" and "plugin" or a.kind)
+  if s.limits ~= nil and type(s.limits) ~= "table" then
+    error(("cupola.survey: allocators[%d]: 'limits' must be a table"):format(i), 3)
+  end
   return s
+end
+
+-- Why an allocator does not run a measurement (its entry's `limits`:
+-- {max_size = bytes, reason = text, tests = {test = text}}), or nil.
+local function limited(spec, test, size)
+  local l = spec.limits
+  if not l then return nil end
+  if l.tests and l.tests[test] then return l.tests[test] end
+  if l.max_size and size and size > l.max_size then
+    return l.reason or ("above its largest size, " .. l.max_size .. " B")
+  end
+  return nil
 end
 
 -- A pool for spec (its own capacity, or cap).  For "malloc" the pool only
@@ -119,8 +138,8 @@ local function module_for(spec, dp)
   return header_cache[key]
 end
 
-local function kernels_of(m)
-  return {
+local function kernels_of(m, events)
+  local K = {
     alloc = m:kernel("sv_alloc", { "device_pool", "ptr", "u64", "u64", "ptr", "i32" }),
     free = m:kernel("sv_free", { "device_pool", "ptr", "u64", "i32" }),
     write = m:kernel("sv_write", { "ptr", "u64", "u64", "ptr" }),
@@ -131,7 +150,14 @@ local function kernels_of(m)
     write_words = m:kernel("sv_write_words", { "ptr", "ptr", "ptr", "u64" }),
     baseline = m:kernel("sv_baseline", { "ptr", "u64", "u64", "ptr" }),
   }
+  -- (a heap compiled with -DCPD_HEAP_COUNTERS counts its events)
+  if events then K.events = m:kernel("sv_events", { "device_pool", "ptr" }) end
+  return K
 end
+
+local EVENT_NAMES = { "calls", "take_tries", "reserve_miss", "busy", "probes", "refills", "refill_cached",
+  "map_tries", "map_words", "bulk", "borrow", "stream", "stream_wait", "installs", "prepared", "frees" }
+survey.event_names = EVENT_NAMES
 
 local scan_kernel
 local function scan()
@@ -170,6 +196,25 @@ function Ctx:over()
     return true
   end
   return false
+end
+
+-- Tells the run's `starting` function that a measurement starts.
+function Ctx:start(test, size, threads)
+  if self.starting then self.starting(test, size, threads) end
+end
+
+-- The heap's event counts in pool dp (default the allocator's) since the
+-- last read (allocators compiled with its counters), per `per` allocations:
+-- a table by name, or nil.
+function Ctx:events(A, per, dp)
+  if not A.K.events then return nil end
+  self:launch(A.K.events, 1, dp or A.dp, self.out)
+  local raw = self.out:read(0, 8 * 16, self.s)
+  local t = {}
+  for e, name in ipairs(EVENT_NAMES) do
+    t[name] = string.unpack("<I8", raw, 8 * (e - 1) + 1) / math.max(per, 1)
+  end
+  return t
 end
 
 -- Seconds left of the run's time (math.huge without a limit).
@@ -221,8 +266,9 @@ end
 -- Allocation per thread (or per warp) of one size, or of drawn sizes:
 -- alloc and free timed apart, as the survey does, the blocks written and
 -- checked between them.
-local function alloc_free_rounds(ctx, K, dp, n, size, sizes, warp, o)
+local function alloc_free_rounds(ctx, K, dp, n, size, sizes, warp, o, A)
   local ptrs = ctx:ptrs(n)
+  if A then ctx:events(A, 1) end
   local ta, tf, worst = {}, {}, { nulls = 0, bad = 0, misaligned = 0 }
   local threads = warp and 32 * n or n
   local spent = 0
@@ -239,7 +285,18 @@ local function alloc_free_rounds(ctx, K, dp, n, size, sizes, warp, o)
   local fm, fmean, fmin, fmax = stats(tf)
   return { alloc_ms = am, alloc_ms_mean = amean, alloc_ms_min = amin, alloc_ms_max = amax,
     free_ms = fm, free_ms_mean = fmean, free_ms_min = fmin, free_ms_max = fmax,
-    failed = worst.nulls, corrupt = worst.bad, misaligned = worst.misaligned, iterations = #ta }
+    failed = worst.nulls, corrupt = worst.bad, misaligned = worst.misaligned, iterations = #ta,
+    events = A and ctx:events(A, n * #ta) or nil }
+end
+
+-- The row of a measurement an allocator does not run, if its limits say so.
+local function skipped(ctx, A, test, size, threads, extra)
+  local why = limited(A.spec, test, size)
+  if not why then return false end
+  local row = { test = test, allocator = A.name, size = size, threads = threads, skipped = why }
+  for k, v in pairs(extra or {}) do row[k] = v end
+  add(ctx.res, row)
+  return true
 end
 
 local function merge(a, b)
@@ -252,16 +309,22 @@ local tests = {}
 function tests.thread(ctx, A, o)
   for _, size in ipairs(o.sizes) do
     if ctx:over() then return end
-    add(ctx.res, merge({ test = "thread", allocator = A.name, size = size, threads = o.threads },
-      alloc_free_rounds(ctx, A.K, A.dp, o.threads, size, nil, false, o)))
+    if not skipped(ctx, A, "thread", size, o.threads) then
+      ctx:start("thread", size, o.threads)
+      add(ctx.res, merge({ test = "thread", allocator = A.name, size = size, threads = o.threads },
+        alloc_free_rounds(ctx, A.K, A.dp, o.threads, size, nil, false, o, A)))
+    end
   end
 end
 
 function tests.warp(ctx, A, o)
   for _, size in ipairs(o.sizes) do
     if ctx:over() then return end
-    add(ctx.res, merge({ test = "warp", allocator = A.name, size = size, threads = o.warps },
-      alloc_free_rounds(ctx, A.K, A.dp, o.warps, size, nil, true, o)))
+    if not skipped(ctx, A, "warp", size, o.warps) then
+      ctx:start("warp", size, o.warps)
+      add(ctx.res, merge({ test = "warp", allocator = A.name, size = size, threads = o.warps },
+        alloc_free_rounds(ctx, A.K, A.dp, o.warps, size, nil, true, o, A)))
+    end
   end
 end
 
@@ -269,9 +332,12 @@ function tests.mixed(ctx, A, o)
   local sizes = ctx:sizes_buf(o.threads)
   for _, hi in ipairs(o.mixed_ranges) do
     if ctx:over() then return end
-    -- sv_sizes draws in [4, hi] (the size argument is the range's top)
-    add(ctx.res, merge({ test = "mixed", allocator = A.name, size = hi, size_min = 4, threads = o.threads },
-      alloc_free_rounds(ctx, A.K, A.dp, o.threads, hi, sizes, false, o)))
+    if not skipped(ctx, A, "mixed", hi, o.threads, { size_min = 4 }) then
+      ctx:start("mixed", hi, o.threads)
+      -- sv_sizes draws in [4, hi] (the size argument is the range's top)
+      add(ctx.res, merge({ test = "mixed", allocator = A.name, size = hi, size_min = 4, threads = o.threads },
+        alloc_free_rounds(ctx, A.K, A.dp, o.threads, hi, sizes, false, o, A)))
+    end
   end
 end
 
@@ -279,19 +345,36 @@ function tests.scaling(ctx, A, o)
   for _, size in ipairs(o.scaling_sizes) do
     for _, n in ipairs(o.scaling_threads) do
       if ctx:over() then return end
-      add(ctx.res, merge({ test = "scaling", allocator = A.name, size = size, threads = n },
-        alloc_free_rounds(ctx, A.K, A.dp, n, size, nil, false, o)))
+      if not skipped(ctx, A, "scaling", size, n) then
+        ctx:start("scaling", size, n)
+        add(ctx.res, merge({ test = "scaling", allocator = A.name, size = size, threads = n },
+          alloc_free_rounds(ctx, A.K, A.dp, n, size, nil, false, o, A)))
+      end
     end
   end
 end
 
 -- One launch of the pairs kernel with n threads: ms, NULLs, blocks that did
 -- not keep their data.
-local function pair_launch(ctx, A, n, size)
+local function pair_launch(ctx, A, n, size, dp)
+  ctx.launched = (ctx.launched or 0) + n
   ctx.out:write(string.pack("<I8I8", 0, 0), 0, ctx.s)
-  local ms = ctx:timed(function() ctx:launch(A.K.pair, n, A.dp, n, size, ctx.out) end)
+  local ms = ctx:timed(function() ctx:launch(A.K.pair, n, dp, n, size, ctx.out) end)
   local nulls, bad = string.unpack("<I8I8", ctx.out:read(0, 16, ctx.s))
   return ms, nulls, bad
+end
+
+-- The blocks the pairs' warm-up allocates (pair_warm): a count, or with
+-- true as many as the device can hold threads at once (2048 a multiprocessor
+-- on a GPU; 4096 on the host).
+local function warm_count(o, n)
+  local w = o.pair_warm
+  if not w then return 0 end
+  if w == true then
+    local d = cupola.device()
+    w = cupola.backend() == "cuda" and (d.sms or 1) * 2048 or 4096
+  end
+  return math.min(n, math.floor(w))
 end
 
 -- With pair_probe (ascending thread counts below pair_threads), each size
@@ -302,11 +385,36 @@ end
 -- `estimate_ms` for pair_threads): an allocator that takes seconds per
 -- launch (CUDA's malloc at large sizes) cannot overrun the run's time.
 function tests.pairs(ctx, A, o)
+  -- (pair_capacity: a pool of its own for the pairs, made at the first
+  -- size the allocator runs)
+  local own <close> = setmetatable({}, { __close = function(h) if h.pool then h.pool:close() end end })
+  local dp = A.dp
   for k, size in ipairs(o.pair_sizes) do
     if ctx:over() then return end
     local n, t, worst, spent = o.pair_threads, {}, { 0, 0 }, 0
-    local short
+    local short, probes
+    if skipped(ctx, A, "pairs", size, n) then goto next end
+    ctx:start("pairs", size, n)
+    if o.pair_capacity and A.spec.kind ~= "malloc" and not own.pool then
+      own.pool = assert(make_pool(A.spec, o.pair_capacity))
+      dp = own.pool
+    end
+    do
+      -- the warm-up: blocks allocated in one kernel and freed in another,
+      -- untimed (an allocator that builds its structures on first use does
+      -- so before the pairs)
+      local m = warm_count(o, n)
+      if m > 0 then
+        local ptrs = ctx:ptrs(m)
+        ctx:launch(A.K.alloc, m, dp, ptrs, m, size, 0, 0)
+        ctx:launch(A.K.free, m, dp, ptrs, m, 0)
+        ctx.s:synchronize()
+      end
+    end
+    if A.K.events then ctx:events(A, 1, dp) end
+    ctx.launched = 0
     if o.pair_probe then
+      probes = {}
       local allowance = math.min(o.pair_budget_ms or math.huge, 1e3 * ctx:left() / (#o.pair_sizes - k + 1))
       local counts = {}
       for _, c in ipairs(o.pair_probe) do
@@ -316,9 +424,10 @@ function tests.pairs(ctx, A, o)
       local last_n, last_ms
       for _, c in ipairs(counts) do
         if last_ms and last_ms * c / last_n > allowance then break end
-        local ms, nulls, bad = pair_launch(ctx, A, c, size)
+        local ms, nulls, bad = pair_launch(ctx, A, c, size, dp)
         last_n, last_ms = c, ms
         worst[1], worst[2] = nulls, bad
+        probes[#probes + 1] = { threads = c, ms = ms, failed = nulls, corrupt = bad }
       end
       if last_n < n then
         short = { threads = last_n, ms = last_ms, estimate_ms = last_ms * n / last_n }
@@ -330,19 +439,24 @@ function tests.pairs(ctx, A, o)
     if short then
       add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = short.threads, ms = short.ms,
         per_second = short.ms > 0 and short.threads / (short.ms / 1e3) or 0, failed = worst[1], corrupt = worst[2],
-        iterations = 1, probe = true, estimate_ms = short.estimate_ms, of_threads = n })
+        iterations = 1, probe = true, estimate_ms = short.estimate_ms, of_threads = n, probes = probes,
+        warm = warm_count(o, n) > 0 or nil })
     else
       for it = #t + 1, o.iterations do
         if it > 1 and spent > o.budget_ms then break end
-        local ms, nulls, bad = pair_launch(ctx, A, n, size)
+        local ms, nulls, bad = pair_launch(ctx, A, n, size, dp)
         t[#t + 1] = ms
         worst[1], worst[2] = math.max(worst[1], nulls), math.max(worst[2], bad)
         spent = spent + ms
       end
       local ms = median(t)
-      add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = n, ms = ms,
-        per_second = ms > 0 and n / (ms / 1e3) or 0, failed = worst[1], corrupt = worst[2], iterations = #t })
+      local _, _, lo, hi = stats(t)
+      add(ctx.res, { test = "pairs", allocator = A.name, size = size, threads = n, ms = ms, ms_min = lo, ms_max = hi,
+        per_second = ms > 0 and n / (ms / 1e3) or 0, failed = worst[1], corrupt = worst[2], iterations = #t,
+        probes = probes, warm = warm_count(o, n) > 0 or nil, capacity = o.pair_capacity or nil,
+        events = A.K.events and ctx:events(A, ctx.launched, dp) or nil })
     end
+    ::next::
   end
 end
 
@@ -352,7 +466,9 @@ end
 function tests.frag(ctx, A, o)
   for _, size in ipairs(o.frag_sizes) do
     if ctx:over() then return end
-    local dp <close> = make_pool(A.spec, o.frag_capacity)
+    if skipped(ctx, A, "frag", size, o.threads) then goto next end
+    ctx:start("frag", size, o.threads)
+    local dp <close> = assert(make_pool(A.spec, o.frag_capacity))
     local n, ptrs = o.threads, ctx:ptrs(o.threads)
     local lo, hi, worst, live, ranges = -1, 0, 0, 0, {}
     local t0 = cupola.clock()
@@ -373,6 +489,7 @@ function tests.frag(ctx, A, o)
     local range_max = math.ult(lo, hi) and hi - lo or 0
     add(ctx.res, { test = "frag", allocator = A.name, size = size, threads = n, range = range,
       range_max = range_max, live = live, ratio = live > 0 and range_max / live or 0, failed = worst })
+    ::next::
   end
 end
 
@@ -383,7 +500,9 @@ function tests.oom(ctx, A, o)
   local cap = o.oom_capacity
   for _, size in ipairs(o.oom_sizes) do
     if size > cap or ctx:over() then break end
-    local dp <close> = make_pool(A.spec, cap)
+    if skipped(ctx, A, "oom", size, o.oom_threads, { capacity = cap }) then goto next end
+    ctx:start("oom", size, o.oom_threads)
+    local dp <close> = assert(make_pool(A.spec, cap))
     local n = math.max(1, math.min(o.oom_threads, cap // size // 4))
     local served, rounds, bad = 0, 0, 0
     local keep = {}
@@ -403,6 +522,7 @@ function tests.oom(ctx, A, o)
     for _, p in ipairs(keep) do p:free() end
     add(ctx.res, { test = "oom", allocator = A.name, size = size, threads = n, rounds = rounds,
       served = served * size, capacity = cap, fraction = served * size / cap, corrupt = bad })
+    ::next::
   end
 end
 
@@ -412,9 +532,12 @@ end
 -- launches).  The baseline carves the blocks out of one area at the prefix
 -- sum of the sizes.
 local function synth(ctx, A, o, with_writes)
+  local test = with_writes and "synth_write" or "synth"
   for _, hi in ipairs(o.synth_ranges) do
     for _, n in ipairs(o.synth_threads) do
       if ctx:over() then return end
+      if not A.baseline and skipped(ctx, A, test, hi, n, { size_min = 4 }) then goto next end
+      ctx:start(test, hi, n)
       local K = A.K or ctx.anyK
       local sizes, ptrs = ctx:sizes_buf(n), ctx:ptrs(n)
       local offs <close> = assert(cupola.malloc(8 * (n + 1)))
@@ -449,8 +572,9 @@ local function synth(ctx, A, o, with_writes)
         if area then area:free() else ctx:launch(K.free, n, A.dp, ptrs, n, 0) end
       end
       local m, mean, mn, mx = stats(t)
-      add(ctx.res, { test = with_writes and "synth_write" or "synth", allocator = A.name, size = hi,
+      add(ctx.res, { test = test, allocator = A.name, size = hi,
         size_min = 4, threads = n, ms = m, ms_mean = mean, ms_min = mn, ms_max = mx, iterations = #t })
+      ::next::
     end
   end
 end
@@ -476,6 +600,13 @@ local function check_opts(opts)
   o.capacity = cupola.bytes(o.capacity)
   o.frag_capacity = cupola.bytes(o.frag_capacity)
   o.oom_capacity = cupola.bytes(o.oom_capacity)
+  if o.pair_capacity then o.pair_capacity = cupola.bytes(o.pair_capacity) end
+  if o.starting and type(o.starting) ~= "function" then
+    error("cupola.survey.run: 'starting' must be a function", 3)
+  end
+  if o.pair_warm and o.pair_warm ~= true and type(o.pair_warm) ~= "number" then
+    error("cupola.survey.run: 'pair_warm' must be true or a count", 3)
+  end
   o.allocators = opts.allocators or { "heap", "slab", "malloc" }
   o.tests = opts.tests or ALL_TESTS
   for _, t in ipairs(o.tests) do
@@ -501,8 +632,8 @@ function survey.run(opts)
     progress = opts and opts.progress,
   }
   local ctx = setmetatable({ res = res, s = cupola.stream(), e0 = cupola.event(), e1 = cupola.event(),
-    until_ = o.time_limit and cupola.clock() + o.time_limit or nil }, Ctx)
-  ctx.out = assert(cupola.malloc(64))
+    until_ = o.time_limit and cupola.clock() + o.time_limit or nil, starting = o.starting or nil }, Ctx)
+  ctx.out = assert(cupola.malloc(128))
   local want = {}
   for _, t in ipairs(o.tests) do want[t] = true end
 
@@ -530,6 +661,7 @@ function survey.run(opts)
     if ctx:over() then break end
     local A = { spec = spec, name = spec.name }
     if want.init then
+      ctx:start("init", nil, nil)
       -- made twice: the second (the compile of a plugin cached) is timed
       local first = assert(make_pool(spec, o.capacity))
       first:close()
@@ -542,7 +674,7 @@ function survey.run(opts)
     end
     A.dp = spec.heap_pool or assert(make_pool(spec, o.capacity))
     local m = module_for(spec, A.dp)
-    A.K = kernels_of(m)
+    A.K = kernels_of(m, spec.events)
     ctx.anyK = ctx.anyK or A.K
     if want.registers then
       add(res, { test = "registers", allocator = spec.name, alloc_registers = A.K.alloc:registers(),
@@ -614,31 +746,51 @@ local function fmt(v, spec)
   return string.format(spec or "%.4g", v)
 end
 
--- One markdown table: rows keyed by x, one column per allocator.
-local function pivot(rows, xkey, value, title, spec)
+-- One markdown table: rows keyed by x, one column per allocator.  A row an
+-- allocator did not run (`skipped`: its limits) or that faulted (`fault`:
+-- set by whoever ran it) is "n/a [k]" or "fault [k]", its reason in note k
+-- under the table.
+local function pivot(rows, xkey, value, title)
   local allocs = allocators_of(rows)
   local xs, seen, cell = {}, {}, {}
+  local notes, note_of = {}, {}
   for _, r in ipairs(rows) do
     if not seen[r[xkey]] then seen[r[xkey]] = true; xs[#xs + 1] = r[xkey] end
-    cell[r[xkey] .. "\0" .. r.allocator] = r
+    cell[tostring(r[xkey]) .. "\0" .. r.allocator] = r
   end
   local out = { title, "", "| " .. xkey .. " | " .. table.concat(allocs, " | ") .. " |",
     "| ---: |" .. string.rep(" ---: |", #allocs) }
   for _, x in ipairs(xs) do
     local line = { tostring(x) }
     for _, a in ipairs(allocs) do
-      local r = cell[x .. "\0" .. a]
-      line[#line + 1] = r and value(r) or ""
+      local r = cell[tostring(x) .. "\0" .. a]
+      if r and (r.skipped or r.fault) then
+        local text = a .. ": " .. (r.fault and ("fault: " .. r.fault) or ("not run: " .. r.skipped))
+        if not note_of[text] then notes[#notes + 1] = text; note_of[text] = #notes end
+        line[#line + 1] = string.format("%s [%d]", r.fault and "fault" or "n/a", note_of[text])
+      else
+        line[#line + 1] = r and value(r) or ""
+      end
     end
     out[#out + 1] = "| " .. table.concat(line, " | ") .. " |"
   end
   out[#out + 1] = ""
+  for k, text in ipairs(notes) do out[#out + 1] = string.format("[%d] %s  ", k, text) end
+  if #notes > 0 then out[#out + 1] = "" end
   return table.concat(out, "\n")
 end
 
 local function flag(r)
   local bad = (r.failed or 0) + (r.corrupt or 0) + (r.misaligned or 0)
   return bad > 0 and string.format(" (%d failed, %d corrupt)", r.failed or 0, (r.corrupt or 0) + (r.misaligned or 0)) or ""
+end
+
+-- The first value of a field among rows (0 if none has it).
+local function first_of(rows, field)
+  for _, x in ipairs(rows) do
+    if x[field] then return x[field] end
+  end
+  return 0
 end
 
 -- The thread count the pairs rows were asked for.
@@ -678,7 +830,7 @@ function survey.markdown(res)
       local what = test == "thread" and "per thread" or test == "warp" and "per warp (lane 0 of each warp)" or
         "mixed sizes in [4, size]"
       out[#out + 1] = pivot(r, "size", function(x) return fmt(x.alloc_ms, "%.4f") .. " / " .. fmt(x.free_ms, "%.4f") .. flag(x) end,
-        string.format("### Allocation %s, %d allocations: alloc / free ms", what, r[1].threads))
+        string.format("### Allocation %s, %d allocations: alloc / free ms", what, first_of(r, "threads")))
     end
   end
   r = rows_of(res, "scaling")
@@ -712,12 +864,14 @@ function survey.markdown(res)
   r = rows_of(res, "frag")
   if #r > 0 then
     out[#out + 1] = pivot(r, "size", function(x) return fmt(x.ratio, "%.2f") .. flag(x) end,
-      string.format("### Fragmentation, %d allocations: address range over the rounds / bytes live (16 B granules)", r[1].threads))
+      string.format("### Fragmentation, %d allocations: address range over the rounds / bytes live (16 B granules)",
+        first_of(r, "threads")))
   end
   r = rows_of(res, "oom")
   if #r > 0 then
     out[#out + 1] = pivot(r, "size", function(x) return fmt(100 * x.fraction, "%.1f%%") .. flag(x) end,
-      string.format("### Out of memory: bytes served before the first NULL / capacity (%s)", report.bytes(r[1].capacity)))
+      string.format("### Out of memory: bytes served before the first NULL / capacity (%s)",
+        report.bytes(first_of(r, "capacity"))))
   end
   for _, test in ipairs { "synth", "synth_write" } do
     r = rows_of(res, test)
@@ -738,129 +892,10 @@ function survey.markdown(res)
 end
 
 --- survey.html(res, path) -> text: one self-contained page (inline script,
--- no network) with a plot per test, allocators as series.
+-- no network) with a plot per test, allocators as series
+-- (cupola/survey_page.lua holds the page).
 function survey.html(res, path)
-  local json = survey.json(res):gsub("</", "<\\/")
-  local page = [==[<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>cupola survey</title>
-<style>
-body { font: 13px sans-serif; margin: 16px; color: #222; }
-h1 { font-size: 18px; } h2 { font-size: 15px; margin: 18px 0 4px; }
-.plot { display: inline-block; margin: 4px 12px 12px 0; vertical-align: top; }
-.plot svg { border: 1px solid #ddd; background: #fff; }
-.legend span { margin-right: 10px; white-space: nowrap; }
-.legend i { display: inline-block; width: 10px; height: 10px; margin-right: 3px; }
-table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
-</style></head><body>
-<h1>In-kernel allocators: the survey's benchmarks</h1>
-<div id="meta"></div><div id="out"></div>
-<script id="data" type="application/json">]==] .. json .. [==[</script>
-<script>
-"use strict";
-const D = JSON.parse(document.getElementById("data").textContent);
-const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"];
-const allocs = [...new Set(D.rows.map(r => r.allocator))];
-const color = a => COLORS[allocs.indexOf(a) % COLORS.length];
-const m = D.meta;
-document.getElementById("meta").textContent =
-  `${m.device} (${m.backend} backend), ${m.date}, commit ${m.commit || "unknown"}; timing: ${m.timing}`;
-const out = document.getElementById("out");
-function el(tag, attrs, text) {
-  const e = document.createElementNS(tag === "svg" || attrs.svg ? "http://www.w3.org/2000/svg" : "http://www.w3.org/1999/xhtml", tag);
-  for (const k in attrs) if (k !== "svg") e.setAttribute(k, attrs[k]);
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-function fmtv(v) { if (v === 0) return "0"; const a = Math.abs(v); return a >= 1e4 || a < 1e-2 ? v.toExponential(1) : +v.toPrecision(3) + ""; }
-// One plot: series per allocator of rows, x and y from functions, log axes.
-function plot(title, rows, fx, fy, xlab, ylab, logy = true) {
-  const W = 420, H = 260, L = 60, R = 10, T = 24, B = 36;
-  const pts = rows.map(r => [fx(r), fy(r), r.allocator]).filter(p => p[0] > 0 && p[1] !== undefined && p[1] !== null && (!logy || p[1] > 0));
-  const box = el("div", { class: "plot" });
-  if (!pts.length) return box;
-  const lx = v => Math.log2(v), ly = v => logy ? Math.log10(v) : v;
-  let x0 = Math.min(...pts.map(p => lx(p[0]))), x1 = Math.max(...pts.map(p => lx(p[0])));
-  let y0 = Math.min(...pts.map(p => ly(p[1]))), y1 = Math.max(...pts.map(p => ly(p[1])));
-  if (!logy) y0 = Math.min(0, y0);
-  if (x1 === x0) x1 = x0 + 1;
-  if (y1 === y0) y1 = y0 + 1;
-  const X = v => L + (lx(v) - x0) / (x1 - x0) * (W - L - R), Y = v => H - B - (ly(v) - y0) / (y1 - y0) * (H - T - B);
-  const svg = el("svg", { width: W, height: H });
-  svg.appendChild(el("text", { svg: 1, x: L, y: 14, "font-weight": "bold" }, title));
-  for (let i = 0; i <= 4; i++) {
-    const yv = y0 + (y1 - y0) * i / 4, yy = H - B - (H - T - B) * i / 4;
-    svg.appendChild(el("line", { svg: 1, x1: L, x2: W - R, y1: yy, y2: yy, stroke: "#eee" }));
-    svg.appendChild(el("text", { svg: 1, x: L - 4, y: yy + 4, "text-anchor": "end", "font-size": 10 }, fmtv(logy ? 10 ** yv : yv)));
-  }
-  const xs = [...new Set(pts.map(p => p[0]))].sort((a, b) => a - b);
-  const step = Math.ceil(xs.length / 8);
-  xs.forEach((v, i) => { if (i % step === 0) svg.appendChild(el("text", { svg: 1, x: X(v), y: H - B + 14, "text-anchor": "middle", "font-size": 10 }, fmtv(v))); });
-  svg.appendChild(el("text", { svg: 1, x: (L + W) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11 }, xlab));
-  svg.appendChild(el("text", { svg: 1, x: 12, y: (T + H - B) / 2, "font-size": 11, transform: `rotate(-90 12 ${(T + H - B) / 2})`, "text-anchor": "middle" }, ylab));
-  for (const a of allocs) {
-    const s = pts.filter(p => p[2] === a).sort((p, q) => p[0] - q[0]);
-    if (!s.length) continue;
-    svg.appendChild(el("polyline", { svg: 1, fill: "none", stroke: color(a), "stroke-width": 1.5, points: s.map(p => `${X(p[0])},${Y(p[1])}`).join(" ") }));
-    for (const p of s) {
-      const c = el("circle", { svg: 1, cx: X(p[0]), cy: Y(p[1]), r: 2.5, fill: color(a) });
-      c.appendChild(el("title", { svg: 1 }, `${a}: ${xlab} ${p[0]}, ${fmtv(p[1])}`));
-      svg.appendChild(c);
-    }
-  }
-  box.appendChild(svg);
-  return box;
-}
-function section(name, plots) {
-  if (!plots.some(p => p.childNodes.length)) return;
-  out.appendChild(el("h2", {}, name));
-  const lg = el("div", { class: "legend" });
-  for (const a of allocs) { const s = el("span", {}); const i = el("i", {}); i.style.background = color(a); s.appendChild(i); s.appendChild(document.createTextNode(a)); lg.appendChild(s); }
-  out.appendChild(lg);
-  for (const p of plots) out.appendChild(p);
-}
-const rows = t => D.rows.filter(r => r.test === t);
-for (const [t, name] of [["thread", "Allocation per thread"], ["warp", "Allocation per warp"], ["mixed", "Mixed sizes in [4, size]"]]) {
-  const r = rows(t);
-  section(`${name} (${r.length ? r[0].threads : 0} allocations)`, [
-    plot("alloc", r, x => x.size, x => x.alloc_ms, "bytes", "ms"),
-    plot("free", r, x => x.free_ms !== undefined ? x.size : 0, x => x.free_ms, "bytes", "ms")]);
-}
-{
-  const r = rows("scaling");
-  const sizes = [...new Set(r.map(x => x.size))];
-  section("Scaling over threads", sizes.flatMap(s => [
-    plot(`alloc, ${s} B`, r.filter(x => x.size === s), x => x.threads, x => x.alloc_ms, "threads", "ms"),
-    plot(`free, ${s} B`, r.filter(x => x.size === s), x => x.threads, x => x.free_ms, "threads", "ms")]));
-}
-section("Alloc+free pairs in one kernel", [plot("pairs per second", rows("pairs"), x => x.size, x => x.per_second, "bytes", "pairs/s")]);
-section("Fragmentation", [plot("address range / bytes live", rows("frag"), x => x.size, x => x.ratio, "bytes", "ratio"),
-  plot("address range (max over rounds)", rows("frag"), x => x.size, x => x.range_max, "bytes", "bytes")]);
-section("Out of memory", [plot("served / capacity", rows("oom"), x => x.size, x => x.fraction, "bytes", "fraction", false)]);
-{
-  for (const t of ["synth", "synth_write"]) {
-    const r = rows(t);
-    const sizes = [...new Set(r.map(x => x.size))];
-    section(t === "synth" ? "Synthetic workload: allocation" : "Synthetic workload: writes (per launch)",
-      sizes.map(s => plot(`sizes in [4, ${s}]`, r.filter(x => x.size === s), x => x.threads, x => x.ms, "threads", "ms")));
-  }
-}
-{
-  const t = el("table", {}), r = D.rows.filter(x => x.test === "init" || x.test === "registers");
-  if (r.length) {
-    out.appendChild(el("h2", {}, "Initialisation and registers"));
-    t.innerHTML = "<tr><th>allocator</th><th>init ms</th><th>alloc registers</th><th>free registers</th></tr>";
-    for (const a of allocs) {
-      const i = r.find(x => x.allocator === a && x.test === "init"), g = r.find(x => x.allocator === a && x.test === "registers");
-      const tr = el("tr", {});
-      for (const v of [a, i ? i.ms.toFixed(3) : "", g && g.alloc_registers !== undefined ? g.alloc_registers : "n/a", g && g.free_registers !== undefined ? g.free_registers : "n/a"])
-        tr.appendChild(el("td", {}, String(v)));
-      t.appendChild(tr);
-    }
-    out.appendChild(t);
-  }
-}
-</script></body></html>
-]==]
+  local page = require("cupola.survey_page")((survey.json(res):gsub("</", "<\\/")))
   if path then
     local f = assert(io.open(path, "w"))
     f:write(page)

@@ -193,11 +193,28 @@ extern "C" __global__ void sv_baseline(const unsigned long long *offsets, unsign
         ptrs[i] = storage + offsets[i] * 4u;
 }
 
+#ifdef CPD_HEAP_COUNTERS
+/* The heap's event counts (its variant CPD_HEAP_COUNTERS) into out[0..15],
+ * and zeroed: one thread. */
+extern "C" __global__ void sv_events(cupola_device_pool *pool, unsigned long long *out)
+{
+    if (cupola_global_index() == 0)
+        for (unsigned e = 0; e < CPD_HEAP_EVENTS; e++) {
+            out[e] = pool->hev[e];
+            pool->hev[e] = 0;
+        }
+}
+#define SV_EVENTS_KERNEL CUPOLA_HK_KERNEL(sv_events)
+#else
+#define SV_EVENTS_KERNEL
+#endif
+
 #if CUPOLA_ON_HOST
 #define CUPOLA_HK_MORE_KERNELS                                                                    \
     CUPOLA_HK_KERNEL(sv_alloc) CUPOLA_HK_KERNEL(sv_free) CUPOLA_HK_KERNEL(sv_write)             \
     CUPOLA_HK_KERNEL(sv_check) CUPOLA_HK_KERNEL(sv_pair) CUPOLA_HK_KERNEL(sv_sizes)             \
-    CUPOLA_HK_KERNEL(sv_assign) CUPOLA_HK_KERNEL(sv_write_words) CUPOLA_HK_KERNEL(sv_baseline)
+    CUPOLA_HK_KERNEL(sv_assign) CUPOLA_HK_KERNEL(sv_write_words) CUPOLA_HK_KERNEL(sv_baseline)  \
+    SV_EVENTS_KERNEL
 #endif
 
 #else /* CUPOLA_SURVEY_SCAN */
