@@ -9,9 +9,13 @@
 #           Ouroboros's src/main.cu with TEST_PAGES and with TEST_CHUNKS;
 #           and the specs of plugins created on the host run: the
 #           interface on this backend, nothing timed)
-#   run     bench/device_peers.lua run NAME for each allocator in turn, a
-#           process each (a peer that faults takes only its own rows down),
-#           each with its share of the time left
+#   run     bench/device_peers.lua drive NAME for each allocator in turn,
+#           each with its share of the time left: its tests in child
+#           processes, a measurement that faults or hangs (PEERS_MEASURE_LIMIT
+#           seconds, default 30) a `fault` row naming what happened and the
+#           next child going on from the next measurement; what a peer cannot
+#           run (sizes above Ouroboros's largest page, FDGMalloc's pairs and
+#           fragmentation: it frees nothing) is an "n/a" row with the reason
 #   own     one figure of each peer's own benchmark beside the harness's
 #           figure for the same count and size, on the same GPU:
 #             gallatin_test 500 1 4096 (90% of 500 segments of 16 MiB as
@@ -35,6 +39,11 @@
 # device_peers-survey.{csv,json,html} (the html plots each test) and
 # logs.tgz (every log, the rows as they came), rewritten after each stage.
 # SURVEY_BACKEND=host makes a dry run on the host backend (heap alone).
+# HEAP_VARIANTS=1 adds the heap's variants (alloc_heap.cuh, "Variants") as
+# allocators of their own.  PEERS_SANITIZE=1 adds, after the merge,
+# compute-sanitizer memcheck and racecheck side by side over a small run of
+# the heap (2e4 threads: per thread, per warp, mixed sizes, pairs,
+# fragmentation, out of memory), their summaries among the checks.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/device_peers-run}
@@ -80,7 +89,7 @@ step() {
     rc=$?
     [ $rc -eq 124 ] && echo "TIMED OUT after ${limit}s" >>"$LOGS/$name.log"
     printf '| %s | %s | %s s | %s |\n' "$name" "$rc" $(($(date +%s) - t0)) \
-        "$(grep -E '^(warm|run|harness) | successes /' "$LOGS/$name.log" | tail -1 | cut -c1-200)" | tee -a "$checks"
+        "$(grep -E '^(warm|run|harness|drive) | successes /' "$LOGS/$name.log" | tail -1 | cut -c1-200)" | tee -a "$checks"
     [ $rc -eq 0 ] || status=1
     return $rc
 }
@@ -122,20 +131,22 @@ report() {
             echo "## The survey did not merge: the rows as they came"
             echo
             echo '```'
-            cat "$LOGS"/peers-*.rows 2>/dev/null
+            cat "$LOGS"/rows/*.jsonl 2>/dev/null | cut -c1-240
             echo '```'
         fi
     } >"$OUT/device_peers.md"
     for ext in csv json html; do
         [ -f "$LOGS/device_peers-survey.$ext" ] && cp "$LOGS/device_peers-survey.$ext" "$OUT/"
     done
-    tar czf "$OUT/logs.tgz" -C "$LOGS" --exclude='*.json' --exclude='own-bin' . 2>/dev/null
+    tar czf "$OUT/logs.tgz" -C "$LOGS" --exclude='device_peers-survey.json' --exclude='own-bin' . 2>/dev/null
 }
 
 # --- build ---------------------------------------------------------------------
 step build 240 make -j16 $MAKE_FLAGS EXTRA_CFLAGS="$MAKE_CFLAGS" || { tail -30 "$LOGS/build.log"; report; exit 1; }
 names=$(lua5.4 bench/device_peers.lua "$PEERS" "$LOGS" list)
 [ "$CUPOLA_BACKEND" = host ] && names=heap
+[ "${HEAP_VARIANTS:-0}" = 1 ] && names="$names $(lua5.4 bench/device_peers.lua "$PEERS" "$LOGS" list variants | grep '^heap-')"
+names=$(echo $names)
 echo "allocators: $(echo $names)"
 
 # --- warm: the peers' modules and their own benchmarks, side by side -------------
@@ -170,22 +181,23 @@ grep -E "successes|Failure|Error" "$LOGS/specs.log" | head -8 | sed 's/^/    spe
 echo "warm: $(($(date +%s) - t0)) s"
 report
 
-# --- run: each allocator in a process of its own, its share of the time ---------
+# --- run: each allocator in turn, its tests in child processes, its share ------
 count=$(echo $names | wc -w)
 # what is left less the own-benchmark step (60 s) and the merge (10 s)
 i=0
 for n in $names; do
     l=$(($(left) - 70))
     share=$((l / (count - i)))
-    [ $share -gt 90 ] && share=90
+    [ $share -gt ${PEERS_SHARE_MAX:-90} ] && share=${PEERS_SHARE_MAX:-90}
     i=$((i + 1))
     if [ $share -lt 15 ]; then
         printf '| run-%s | skipped | | no time left |\n' "$n" | tee -a "$checks"
         status=1
         continue
     fi
-    # the survey stops starting measurements 20 s before the process's limit
-    PEERS_TIME_LIMIT=$((share - 20)) step "run-$n" "$share" lua5.4 bench/device_peers.lua "$PEERS" "$LOGS" run "$n"
+    # the driver stops starting children past its share; the survey in a
+    # child stops starting measurements at the time it was given
+    step "run-$n" $((share + 20)) lua5.4 bench/device_peers.lua "$PEERS" "$LOGS" drive "$n" "$share"
     report
 done
 
@@ -215,6 +227,21 @@ fi
 # --- merge ------------------------------------------------------------------------
 step merge 20 lua5.4 bench/device_peers.lua "$PEERS" "$LOGS" merge &&
     cp "$LOGS/merge.log" "$LOGS/device_peers-survey.txt"
+
+# --- the heap under compute-sanitizer (PEERS_SANITIZE=1) ----------------------------
+if [ "${PEERS_SANITIZE:-0}" = 1 ] && [ "$CUPOLA_BACKEND" != host ]; then
+    for tool in memcheck racecheck; do
+        (PEERS_PLAN="thread=16,1024,8192;warp=16,8192;mixed=4096;pairs=16,1024,65536;frag=16;oom=4096" \
+            PEERS_SET="capacity=1GiB;threads=20000;warps=2000;pair_threads=20000;iterations=1;pair_probe=false;pair_warm=2048;oom_capacity=64MiB;frag_capacity=256MiB;pair_capacity=2GiB;oom_threads=20000" \
+            PEERS_TIME_LIMIT=150 step "sanitize-$tool" 170 compute-sanitizer --tool $tool --error-exitcode 86 \
+            --print-limit 20 lua5.4 bench/device_peers.lua "$PEERS" "$LOGS/sanitize-$tool" run heap) &
+    done
+    wait
+    for tool in memcheck racecheck; do
+        printf '| sanitize-%s summary | | | %s |\n' "$tool" \
+            "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^run ' "$LOGS/sanitize-$tool.log" | tr '\n' ' ' | cut -c1-200)" >>"$checks"
+    done
+fi
 report
 echo "device_peers: $([ $status -eq 0 ] && echo PASS || echo FAIL) in $(($(date +%s) - start)) s; $OUT/device_peers.md"
 exit $status

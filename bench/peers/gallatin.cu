@@ -6,9 +6,13 @@
  *       include = { "<checkout>/include" }, compiler = "nvcc", capacity = "8GiB" }
  *
  * The mapping, exactly:
- *  - create (out of memory below four segments, 64 MiB): Gallatin<16 MiB segments, 16 B smallest, 4 KiB largest slab
- *    size> (the configuration of Gallatin's own global allocator and
- *    benchmarks) over the pool's capacity, made by its host-side
+ *  - create (out of memory below what Gallatin pins when it boots, and a
+ *    few segments more: its boot takes, for each of its 9 trees t, max(128
+ *    >> t, 4) blocks of 4096 slices of 16 << t bytes, 13 segments of 16 MiB
+ *    in all, and traps when they are not there): Gallatin<16 MiB segments,
+ *    16 B smallest, 4 KiB largest slab size> (the configuration of
+ *    Gallatin's own global allocator and benchmarks) over the pool's
+ *    capacity, made by its host-side
  *    generate_on_device (seed 42, as its tests use, no printing, no calloc
  *    support); the device pointer it returns is the pool's peer.  Nothing of
  *    Gallatin's global_allocator.cuh (its __device__ pointer) is used.
@@ -25,8 +29,15 @@ using cupola_gallatin = gallatin::allocators::Gallatin<16ULL * 1024 * 1024, 16UL
 CUPOLA_PLUGIN_HOST int cupola_plugin_create(unsigned long long capacity, void **device_state,
                                             void **host_handle)
 {
-    /* Gallatin hands out whole 16 MiB segments: a pool needs a few */
-    if (capacity < 4ull * 16 * 1024 * 1024)
+    /* the segments Gallatin's boot pins (boot_shared_block_container:
+     * tree t boots max(128 >> t, 4) blocks of 4096 slices of 16 << t bytes,
+     * each tree in segments of its own), and 4 more to allocate from */
+    unsigned long long seg = 16ull * 1024 * 1024, need = 4;
+    for (int t = 0; t < 9; t++) {
+        unsigned long long blocks = (128ull >> t) > 4 ? (128ull >> t) : 4, bytes = blocks * 4096ull * (16ull << t);
+        need += (bytes + seg - 1) / seg;
+    }
+    if (capacity < need * seg)
         return 2;
     cupola_gallatin *a = cupola_gallatin::generate_on_device(capacity, 42, false, false);
     if (!a || cudaDeviceSynchronize() != cudaSuccess)
