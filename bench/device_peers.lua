@@ -38,6 +38,7 @@
 --          then each peer against the heap)
 --   diag   one table line per row of OUTDIR/rows (a diagnostic run's)
 --   events the counted heap variants' events per allocation, one table
+--   short  a short table: the heap, its best variant, each peer against it
 -- PEERS_SHORT=1 makes the comparison short (the exploration stage: fewer
 -- sizes per test, a smaller budget per measurement); PEERS_SET="k=v;k=v"
 -- sets survey options over the comparison's (v a number, a size such as
@@ -51,7 +52,7 @@ local survey = require "cupola.survey"
 
 local peers, out, mode, name = arg[1], arg[2], arg[3], arg[4]
 if not (peers and out and mode) then
-  io.stderr:write "usage: lua5.4 bench/device_peers.lua PEERS OUTDIR list|warm|drive|run|own|diag|events|merge [NAME ...]\n"
+  io.stderr:write "usage: lua5.4 bench/device_peers.lua PEERS OUTDIR list|warm|drive|run|own|diag|events|short|merge [NAME ...]\n"
   os.exit(2)
 end
 local GiB, MiB = 2^30, 2^20
@@ -630,6 +631,71 @@ local function load_rows()
   res.meta = res.meta or { device = "?", backend = cupola.backend(), date = os.date "!%Y-%m-%d %H:%M UTC",
     timing = "?" }
   return res, missing
+end
+
+-- A short table (the exploration's last words): per test and size the
+-- heap's figure, the variant that did best and by how much (the heap's
+-- cost / its), and each peer's cost / the heap's (above 1: the heap is
+-- ahead); fragmentation and out of memory as their own figures.
+if mode == "short" then
+  local res = load_rows()
+  local by, keys, peers_order, seen = {}, {}, {}, {}
+  for _, r in ipairs(res.rows) do
+    local k = r.test .. " " .. tostring(r.size) .. ((r.test == "synth" or r.test == "synth_write") and
+      (" " .. tostring(r.threads)) or "")
+    if not by[k] then by[k] = {}; keys[#keys + 1] = k end
+    by[k][r.allocator] = r
+    local ok, a = pcall(entry, r.allocator)
+    if ok and not a.variant and r.allocator ~= "heap" and not seen[r.allocator] then
+      seen[r.allocator] = true
+      peers_order[#peers_order + 1] = r.allocator
+    end
+  end
+  local function fig(r)
+    if not r then return "" end
+    if r.fault then return "fault" end
+    if r.skipped then return "n/a" end
+    if r.test == "frag" then return string.format("%.2f", r.ratio or 0) end
+    if r.test == "oom" then return string.format("%.0f%%", 100 * (r.fraction or 0)) end
+    if r.test == "pairs" then return string.format("%.2fG/s", (r.per_second or 0) / 1e9) end
+    local c = cost(r)
+    return c and string.format("%.4f", c) or ""
+  end
+  local head = #peers_order > 0 and (" " .. table.concat(peers_order, " | ") .. " |") or ""
+  print("| test size | heap | best variant |" .. head)
+  print("| --- | ---: | --- |" .. string.rep(" ---: |", #peers_order))
+  for _, k in ipairs(keys) do
+    local t = by[k]
+    local h = t.heap
+    if h and h.test ~= "init" and h.test ~= "registers" then
+      local best, bv
+      for name, r in pairs(t) do
+        local ok, a = pcall(entry, name)
+        if ok and a.variant and not name:find "counted" then
+          local v = r.test == "frag" and r.ratio or r.test == "oom" and r.fraction and -r.fraction or cost(r)
+          if v and (not bv or v < bv) then best, bv = name, v end
+        end
+      end
+      local bcell = ""
+      if best then
+        local hv = h.test == "frag" and h.ratio or h.test == "oom" and h.fraction and -h.fraction or cost(h)
+        bcell = best:gsub("^heap%-", "") .. " " .. ((h.test == "frag" or h.test == "oom") and fig(t[best]) or
+          (hv and bv and bv > 0 and string.format("x%.2f", hv / bv) or ""))
+      end
+      local cells = {}
+      for i, a in ipairs(peers_order) do
+        local x = t[a]
+        if x and not x.fault and not x.skipped and h.test ~= "frag" and h.test ~= "oom" and cost(x) and cost(h) then
+          cells[i] = string.format("%.2f", cost(x) / cost(h)) .. ((x.failed or 0) + (x.corrupt or 0) > 0 and "!" or "")
+        else
+          cells[i] = fig(x)
+        end
+      end
+      print(string.format("| %s | %s | %s |%s", k, fig(h), bcell,
+        #cells > 0 and (" " .. table.concat(cells, " | ") .. " |") or ""))
+    end
+  end
+  return
 end
 
 if mode == "merge" then

@@ -219,11 +219,15 @@ if want pack; then
         [ -f "$LOGS/main/device_peers-survey.$ext" ] && cp "$LOGS/main/device_peers-survey.$ext" "$OUT/explore.$ext"
     done
     tar czf "$OUT/explore-logs.tgz" -C "$LOGS" --exclude='device_peers-survey.json' . 2>/dev/null
-    # the short table: the heap against each variant and peer
+    # the short table: the heap, its best variant, each peer against it
     echo
-    sed -n '/^### heap against each allocator/,$p' "$LOGS/main/device_peers-survey.md" 2>/dev/null | head -80
+    echo "heap: pairs G/s, times ms (alloc+free), fragmentation ratio, share served; variant: x heap's/its;"
+    echo "peers: their time / the heap's (above 1: the heap ahead; ! NULLs or corrupt)"
+    $DP "$LOGS/main" short 2>&1 | tee "$LOGS/short.md"
     echo
-    cat "$checks"
+    grep -vE '^\| (warm|memcheck)-' "$checks" | cut -c1-150
+    grep -E '^\| memcheck-' "$checks" | awk -F'|' '{printf "%s rc %s; ", $2, $3}'
+    echo
 fi
 echo "peers_explore: $([ $status -eq 0 ] && echo PASS || echo FAIL) in $(($(date +%s) - start)) s; $OUT/explore.md"
 exit $status
