@@ -57,6 +57,7 @@
 #include "error.h"
 #include "pickle.h"
 #include "pool/torch.h"
+#include "trace_torch.h"
 
 typedef struct cp_snap_event {
     uint64_t addr, size, stream;
@@ -67,22 +68,9 @@ typedef struct cp_snap_event {
     size_t entry;     /* its index in device_traces[device], for messages */
 } cp_snap_event;
 
-/* The operations PyTorch's allocator performed, for the torch model
- * (pool/torch.h), in order (one device's: op_device):
- *   ALLOC    malloc; ref: the row the allocation became
- *   FREE     free requested; ref: the allocation's row; flag 1: pending (the
- *            block was used on other streams: its free_completed comes later)
- *   DONE     a pending block's free completed; flag 1: "later" (PyTorch
- *            found it while already past the search of the malloc that
- *            follows, which then took a new segment or ran out)
- *   OOM      malloc PyTorch refused (the `oom` entry); size and stream
- *   RELEASE  cached segments freed outside any malloc the model would free
- *            them in: an empty_cache(); flag 1: certainly one, flag 2: one
- *            unless the next malloc releases memory itself (the model
- *            decides: cp_torch_malloc_releases)
- * How the flags are read from the entries around each call: snapshot.c. */
-enum { CP_TOP_ALLOC = 0, CP_TOP_FREE, CP_TOP_DONE, CP_TOP_OOM, CP_TOP_RELEASE };
-
+/* The torch model's operations (their kinds: trace_torch.h), in order (one
+ * device's: op_device); how the flags are read from the entries around each
+ * call: snapshot.c. */
 typedef struct cp_snap_top {
     uint64_t size, stream; /* OOM */
     size_t ref;            /* ALLOC, FREE, DONE */

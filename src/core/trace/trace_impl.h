@@ -72,7 +72,7 @@ struct cp_trace {
     size_t *oom_row;
     uint64_t *oom_size;
     uint32_t *oom_stream;
-    size_t nooms;
+    size_t nooms, oomcap;
     /* JAX memory profiles (jax.c): per allocation ordinal, BFC's chunk
      * bytes (allocation_bytes); per row, its bytes_in_use after the event
      * (bytes_allocated; UINT64_MAX: not recorded) */

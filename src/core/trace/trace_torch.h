@@ -15,7 +15,24 @@
 #include "pool/torch.h"
 #include "trace.h"
 
-/* One operation (snapshot.h's CP_TOP_* kinds), 16 bytes. */
+/* The operations PyTorch's allocator performed, for the torch model
+ * (pool/torch.h), in order (one device's: op_device):
+ *   ALLOC    malloc; ref: the row the allocation became
+ *   FREE     free requested; ref: the allocation's row; flag 1: pending (the
+ *            block was used on other streams: its free_completed comes later)
+ *   DONE     a pending block's free completed; flag 1: "later" (PyTorch
+ *            found it while already past the search of the malloc that
+ *            follows, which then took a new segment or ran out)
+ *   OOM      malloc PyTorch refused (the `oom` entry); size and stream
+ *   RELEASE  cached segments freed outside any malloc the model would free
+ *            them in: an empty_cache(); flag 1: certainly one, flag 2: one
+ *            unless the next malloc releases memory itself (the model
+ *            decides: cp_torch_malloc_releases)
+ * How a snapshot's entries become them: snapshot.c; other traces' rows are
+ * ALLOC and FREE operations (builder.c). */
+enum { CP_TOP_ALLOC = 0, CP_TOP_FREE, CP_TOP_DONE, CP_TOP_OOM, CP_TOP_RELEASE };
+
+/* One operation (a CP_TOP_* kind), 16 bytes. */
 typedef struct cp_trace_top {
     uint64_t size;   /* ALLOC and OOM: the size asked */
     uint32_t ord;    /* ALLOC, FREE, DONE: the allocation's ordinal */
