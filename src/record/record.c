@@ -259,12 +259,12 @@ static gzFile file_of(cp_rec *r, int dev)
         return NULL;
     }
     r->st.files++;
-    gzprintf(r->file[dev], "# cupola record 1: pid %ld, device %d, start_unix_ns %" PRIu64
+    gzprintf(r->file[dev], CP_RECORD_MAGIC CP_RECORD_VERSION ": pid %ld, device %d, start_unix_ns %" PRIu64
              ", flush_ms %d%s%s\n", r->pid, dev, r->start_unix_ns, r->flush_ms,
              r->head_note[0] ? ", " : "", r->head_note);
     if (r->notes[0])
         gzputs(r->file[dev], r->notes);
-    gzputs(r->file[dev], CP_REC_HEADER "\n");
+    gzputs(r->file[dev], CP_RECORD_HEADER "\n");
     if (r->list_path) {
         /* One short write with O_APPEND: lines of several processes never
          * mix. */
@@ -410,7 +410,7 @@ void cp_rec_close(cp_rec *r)
     for (dev = 0; dev < CP_REC_MAX_DEVICES; dev++)
         if (r->file[dev]) {
             /* the mark of a whole file: one without it was cut */
-            gzputs(r->file[dev], CP_REC_END "\n");
+            gzputs(r->file[dev], CP_RECORD_END "\n");
             gzclose(r->file[dev]);
             r->file[dev] = NULL;
         }

@@ -22,7 +22,8 @@
  *  - After fork() the child writes nothing (its copy of the buffers and files
  *    belongs to the parent); a child that execs records afresh.
  *
- * The format (documented in docs/API.md, read by src/core/trace/record.c):
+ * The format (documented in docs/API.md, read by src/core/trace/record.c; the
+ * lines both sides know in src/core/trace/record_format.h):
  *     # cupola record 1: pid P, device D, start_unix_ns N[, more]
  *     Thread,Time,Action,Pointer,Size,Stream,Device,Kind,Pool,Call
  *     4711,12.345,allocate,0x7f2a00000000,4194304,0x0,0,device,0x0,cudaMalloc
@@ -37,6 +38,9 @@
 
 #include <stdint.h>
 
+/* The magic, column and end lines, shared with the reader */
+#include "trace/record_format.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,10 +51,6 @@ enum { CP_REC_ALLOC = 0, CP_REC_FREE, CP_REC_ALLOC_FAIL, CP_REC_MAP, CP_REC_UNMA
 enum { CP_REC_DEVICE = 0, CP_REC_MANAGED, CP_REC_PINNED, CP_REC_VMM, CP_REC_UNKNOWN };
 
 #define CP_REC_MAX_DEVICES 64
-/* The column line (the reader's CP_RECORD_HEADER, src/core/trace/record.h) */
-/* The last line of a file its process closed (the reader warns without it) */
-#define CP_REC_END "# end"
-#define CP_REC_HEADER "Thread,Time,Action,Pointer,Size,Stream,Device,Kind,Pool,Call"
 
 typedef struct cp_rec cp_rec;
 

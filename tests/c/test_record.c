@@ -316,7 +316,7 @@ static void bad_line(const char *row, const char *want)
     cp_trace *t = NULL;
     snprintf(path, sizeof path, "%s/bad.csv", tmpdir);
     f = fopen(path, "w");
-    fprintf(f, "# cupola record 1: pid 1, device 0\n%s\n%s\n", CP_REC_HEADER, row);
+    fprintf(f, "# cupola record 1: pid 1, device 0\n%s\n%s\n", CP_RECORD_HEADER, row);
     fclose(f);
     ok(cp_trace_load(path, &t) == CP_ERR_INVALID && strstr(cp_error_msg(), want) &&
            strstr(cp_error_msg(), "bad.csv:3"),

@@ -1,46 +1,21 @@
 /*
- * trace/jax.c: JAX's memory events (jax.h), from JSON lines or from the
- * profile itself, read streaming.
- *
- * The profile is an XSpace (xla/tsl/profiler/protobuf/xplane.proto):
- *   XSpace       planes = 1
- *   XPlane       name = 2, lines = 3, event_metadata = 4 (map<int64,
- *                XEventMetadata>), stat_metadata = 5 (map<int64, XStatMetadata>)
- *   XLine        timestamp_ns = 3, events = 4
- *   XEvent       metadata_id = 1, offset_ps = 2, stats = 4
- *   XStat        metadata_id = 1, double = 2, uint64 = 3, int64 = 4,
- *                str = 5, bytes = 6, ref = 7 (the name of a stat metadata)
- *   XEventMetadata / XStatMetadata   id = 1, name = 2
- * A plane's metadata come after its lines in the file, so it is read twice:
- * the first pass keeps each plane's ids of the names that matter (the two
- * event names, the six stats, allocator names used by reference), skipping
- * the lines; the second decodes only the events of those ids.  Nothing but
- * those events is kept, whatever the profile's size.
+ * trace/jax.c: JAX's memory events (jax.h): what the two parsers share (the
+ * allocator names, the choice of one allocator) and the JSON lines; the
+ * profile itself is jax_xspace.c.
  */
 #include "jax.h"
 
-#include <dirent.h>
+#include "json.h"
+#include "text.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-enum { K_ALLOC_NAME, K_ADDR, K_REQ, K_CHUNK, K_INUSE, K_PEAK, K_N };
-static const char *const knames[K_N] = {"allocator_name", "addr", "requested_bytes",
-                                        "allocation_bytes", "bytes_allocated",
-                                        "peak_bytes_in_use"};
-
-/* allocator names seen, by index (events carry the index in `seq`'s place
- * until the allocator is chosen), found again through an open-addressing
- * table: a hostile file of a million distinct names would take hours to read
- * with a linear search per event. */
-typedef struct names {
-    char (*s)[128];
-    size_t n, cap;
-    uint32_t *slot; /* index + 1 of the name hashed there, 0: empty */
-    size_t nslot;   /* a power of 2, more than twice n */
-} names;
+const char *const cp_jax_stat_names[CP_JAX_K_N] = {"allocator_name", "addr", "requested_bytes",
+                                                   "allocation_bytes", "bytes_allocated",
+                                                   "peak_bytes_in_use"};
 
 static size_t name_hash(const char *s, size_t len)
 {
@@ -50,7 +25,7 @@ static size_t name_hash(const char *s, size_t len)
     return (size_t)h;
 }
 
-static int name_rehash(names *nm, size_t nslot)
+static int name_rehash(cp_jax_names *nm, size_t nslot)
 {
     uint32_t *slot = calloc(nslot, sizeof *slot);
     size_t k;
@@ -68,8 +43,7 @@ static int name_rehash(names *nm, size_t nslot)
     return 0;
 }
 
-/* The index of name s (cut at 127 bytes), added if new; -1: out of memory. */
-static int name_index(names *nm, const char *s, size_t len)
+int cp_jax_name_index(cp_jax_names *nm, const char *s, size_t len)
 {
     size_t i, mask;
     if (len > 127)
@@ -110,15 +84,7 @@ static long long gpu_bfc_number(const char *s)
     return p > s + 4 && strcmp(p, "_bfc") == 0 ? n : -1;
 }
 
-/* raw events before the allocator is chosen: `alloc` per event */
-typedef struct raw {
-    cp_jax_events *e;
-    int *alloc;
-    size_t cap;
-    names nm;
-} raw;
-
-static cp_status raw_push(raw *r, const cp_jax_event *ev, int alloc, const char *path)
+cp_status cp_jax_raw_push(cp_jax_raw *r, const cp_jax_event *ev, int alloc, const char *path)
 {
     cp_jax_events *e = r->e;
     if (e->n == e->cap) {
@@ -144,7 +110,7 @@ static cp_status raw_push(raw *r, const cp_jax_event *ev, int alloc, const char 
  * the lowest number (GPU_0_bfc where it is there): not the first in the
  * file, whose order among several GPUs' events is the order of the
  * profiler's threads (an XSpace's lines), not of anything the run did. */
-static cp_status choose(raw *r, const char *path, const char *want)
+cp_status cp_jax_choose(cp_jax_raw *r, const char *path, const char *want)
 {
     cp_jax_events *e = r->e;
     int pick = -1;
@@ -191,7 +157,7 @@ static cp_status choose(raw *r, const char *path, const char *want)
     return CP_OK;
 }
 
-static void raw_fini(raw *r)
+void cp_jax_raw_fini(cp_jax_raw *r)
 {
     free(r->alloc);
     free(r->nm.s);
@@ -200,118 +166,24 @@ static void raw_fini(raw *r)
 
 /* ---- JSON lines ------------------------------------------------------- */
 
-static const char *ws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-        p++;
-    return p;
-}
-
-/* A JSON string at p (after the quote): its end (the closing quote), or
- * NULL; escapes are skipped, not decoded (the names that matter have
- * none). */
-static const char *str_end(const char *p)
-{
-    for (; *p; p++) {
-        if (*p == '\\') {
-            if (!p[1])
-                return NULL;
-            p++;
-        } else if (*p == '"') {
-            return p;
-        }
-    }
-    return NULL;
-}
-
-/* Skips any JSON value; NULL if malformed. */
-static const char *skip_value(const char *p, int depth)
-{
-    p = ws(p);
-    if (depth > 64)
-        return NULL;
-    if (*p == '"') {
-        p = str_end(p + 1);
-        return p ? p + 1 : NULL;
-    }
-    if (*p == '{' || *p == '[') {
-        char close = *p == '{' ? '}' : ']';
-        p = ws(p + 1);
-        if (*p == close)
-            return p + 1;
-        for (;;) {
-            if (close == '}') {
-                if (*p != '"' || !(p = str_end(p + 1)))
-                    return NULL;
-                p = ws(p + 1);
-                if (*p != ':')
-                    return NULL;
-                p++;
-            }
-            if (!(p = skip_value(p, depth + 1)))
-                return NULL;
-            p = ws(p);
-            if (*p == ',') {
-                p = ws(p + 1);
-                continue;
-            }
-            return *p == close ? p + 1 : NULL;
-        }
-    }
-    if (strncmp(p, "-Infinity", 9) == 0)
-        return p + 9;
-    if (*p == '-' || (*p >= '0' && *p <= '9')) {
-        while (*p == '-' || *p == '+' || *p == '.' || *p == 'e' || *p == 'E' ||
-               (*p >= '0' && *p <= '9'))
-            p++;
-        return p;
-    }
-    if (strncmp(p, "true", 4) == 0 || strncmp(p, "null", 4) == 0)
-        return p + 4;
-    /* Python's json writes these for a stat like fragmentation (0/0) */
-    if (strncmp(p, "NaN", 3) == 0)
-        return p + 3;
-    if (strncmp(p, "Infinity", 8) == 0)
-        return p + 8;
-    if (strncmp(p, "-Infinity", 9) == 0)
-        return p + 9;
-    if (strncmp(p, "false", 5) == 0)
-        return p + 5;
-    return NULL;
-}
+/* Lines of any length to 1 GiB and more (the buffer doubles from 64 KiB, once
+ * more past 1 GiB); the gzip stream checked after every line. */
+static const cp_line_rule lines = {(size_t)1 << 16, (size_t)1 << 31, "a line longer than 1 GiB",
+                                   CP_CUT_NEVER, CP_LINE_NUL_ANY | CP_LINE_GZ_EACH};
 
 /* An unsigned integer value: a JSON number (no fraction) or a string of
  * decimal or 0x-hex digits.  0 ok, -1 not one. */
 static int json_u64(const char *p, const char *end, uint64_t *out)
 {
-    uint64_t v = 0;
-    int hex = 0, n = 0;
+    size_t n;
     if (*p == '"') {
         p++;
         end--;
     }
-    if (p + 1 < end && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
-        hex = 1;
-        p += 2;
-    }
-    for (; p < end; p++, n++) {
-        unsigned d;
-        if (*p >= '0' && *p <= '9')
-            d = (unsigned)(*p - '0');
-        else if (hex && *p >= 'a' && *p <= 'f')
-            d = (unsigned)(*p - 'a' + 10);
-        else if (hex && *p >= 'A' && *p <= 'F')
-            d = (unsigned)(*p - 'A' + 10);
-        else
-            return -1;
-        if (v > (UINT64_MAX - d) / (hex ? 16 : 10))
-            return -1;
-        v = v * (hex ? 16 : 10) + d;
-    }
-    if (!n)
-        return -1;
-    *out = v;
-    return 0;
+    n = (size_t)(end - p);
+    if (n >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))
+        return cp_parse_hex(p, n, 0, out) == CP_NUM_OK ? 0 : -1;
+    return cp_parse_dec(p, n, UINT64_MAX, out) == CP_NUM_OK ? 0 : -1;
 }
 
 static cp_status jbad(const char *path, size_t line, const char *why)
@@ -319,83 +191,83 @@ static cp_status jbad(const char *path, size_t line, const char *why)
     return cp_error_set(CP_ERR_INVALID, "%s:%zu: %s", path, line, why);
 }
 
-static cp_status parse_line(raw *r, const char *path, size_t line, const char *p)
+/* One member, its value [vs, ve): into ev (or the event's kind, allocator). */
+static cp_status member(cp_jax_raw *r, const char *path, size_t line, const cp_json_obj *o,
+                        const char *vs, const char *ve, cp_jax_event *ev, int *kind,
+                        int *alloc, int *has_ts)
 {
-    cp_jax_event ev;
-    int kind = -1, alloc = -1, has_ts = 0;
+    static const char *const nk[] = {"addr", "requested_bytes", "allocation_bytes",
+                                     "bytes_allocated", "peak_bytes_in_use"};
+    uint64_t *dst[] = {&ev->addr, &ev->requested, &ev->chunk, &ev->in_use, &ev->peak};
+    const char *k = o->key;
+    size_t klen = o->klen, i;
     uint64_t v;
+#define KEY(s) (klen == sizeof(s) - 1 && memcmp(k, s, sizeof(s) - 1) == 0)
+    if (KEY("event")) {
+        if ((size_t)(ve - vs) == 18 && memcmp(vs, "\"MemoryAllocation\"", 18) == 0)
+            *kind = 0;
+        else if ((size_t)(ve - vs) == 20 && memcmp(vs, "\"MemoryDeallocation\"", 20) == 0)
+            *kind = 1;
+        else
+            return jbad(path, line, "'event' must be \"MemoryAllocation\" or "
+                        "\"MemoryDeallocation\"");
+    } else if (KEY("allocator_name")) {
+        if (*vs != '"')
+            return jbad(path, line, "'allocator_name' must be a string");
+        if ((*alloc = cp_jax_name_index(&r->nm, vs + 1, (size_t)(ve - vs - 2))) < 0)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
+    } else if (KEY("ts")) {
+        char *e2;
+        long double d = strtold(*vs == '"' ? vs + 1 : vs, &e2);
+        if (e2 == vs || !(d == d) || d > 1e300L || d < -1e300L)
+            return jbad(path, line, "'ts' must be a finite number");
+        ev->ts = d;
+        *has_ts = 1;
+    } else {
+        for (i = 0; i < 5; i++)
+            if (klen == strlen(nk[i]) && memcmp(k, nk[i], klen) == 0)
+                break;
+        if (i < 5) {
+            if (json_u64(vs, ve, &v) != 0) {
+                char why[96];
+                snprintf(why, sizeof why, "'%s' must be a non-negative integer", nk[i]);
+                return jbad(path, line, why);
+            }
+            *dst[i] = v;
+        }
+        /* any other key: ignored */
+    }
+#undef KEY
+    return CP_OK;
+}
+
+static cp_status parse_line(cp_jax_raw *r, const char *path, size_t line, const char *p)
+{
+    static const char *const why[] = {
+        "", "expected a JSON object ({...}) a line", "expected a key in quotes",
+        "a key without its closing quote", "expected ':' after a key", "expected ',' or '}'",
+        "more after the object"};
+    cp_jax_event ev;
+    cp_json_obj o;
+    int kind = -1, alloc = -1, has_ts = 0, rc;
     memset(&ev, 0, sizeof ev);
     ev.addr = ev.requested = ev.chunk = ev.in_use = ev.peak = CP_JAX_NONE;
-    p = ws(p);
-    if (*p != '{')
-        return jbad(path, line, "expected a JSON object ({...}) a line");
-    p = ws(p + 1);
-    if (*p == '}')
+    rc = cp_json_open(&o, p, CP_JSON_PYTHON);
+    if (rc == CP_JSON_EMPTY)
         return jbad(path, line, "an empty object (no 'event')");
-    for (;;) {
-        const char *k, *ke, *vs, *ve;
-        if (*p != '"')
-            return jbad(path, line, "expected a key in quotes");
-        k = p + 1;
-        if (!(ke = str_end(k)))
-            return jbad(path, line, "a key without its closing quote");
-        p = ws(ke + 1);
-        if (*p != ':')
-            return jbad(path, line, "expected ':' after a key");
-        vs = ws(p + 1);
-        if (!(ve = skip_value(vs, 0)))
+    while (rc == CP_JSON_MEMBER) {
+        const char *vs = o.p, *ve = cp_json_skip(vs, CP_JSON_PYTHON);
+        cp_status st;
+        if (!ve)
             return jbad(path, line, "a value that is not JSON");
-#define KEY(s) ((size_t)(ke - k) == sizeof(s) - 1 && memcmp(k, s, sizeof(s) - 1) == 0)
-        if (KEY("event")) {
-            if ((size_t)(ve - vs) == 18 && memcmp(vs, "\"MemoryAllocation\"", 18) == 0)
-                kind = 0;
-            else if ((size_t)(ve - vs) == 20 && memcmp(vs, "\"MemoryDeallocation\"", 20) == 0)
-                kind = 1;
-            else
-                return jbad(path, line, "'event' must be \"MemoryAllocation\" or "
-                            "\"MemoryDeallocation\"");
-        } else if (KEY("allocator_name")) {
-            if (*vs != '"')
-                return jbad(path, line, "'allocator_name' must be a string");
-            if ((alloc = name_index(&r->nm, vs + 1, (size_t)(ve - vs - 2))) < 0)
-                return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
-        } else if (KEY("ts")) {
-            char *e2;
-            long double d = strtold(*vs == '"' ? vs + 1 : vs, &e2);
-            if (e2 == vs || !(d == d) || d > 1e300L || d < -1e300L)
-                return jbad(path, line, "'ts' must be a finite number");
-            ev.ts = d;
-            has_ts = 1;
-        } else {
-            static const char *const nk[] = {"addr", "requested_bytes", "allocation_bytes",
-                                             "bytes_allocated", "peak_bytes_in_use"};
-            uint64_t *dst[] = {&ev.addr, &ev.requested, &ev.chunk, &ev.in_use, &ev.peak};
-            size_t i;
-            for (i = 0; i < 5; i++)
-                if ((size_t)(ke - k) == strlen(nk[i]) && memcmp(k, nk[i], strlen(nk[i])) == 0)
-                    break;
-            if (i < 5) {
-                if (json_u64(vs, ve, &v) != 0) {
-                    char why[96];
-                    snprintf(why, sizeof why, "'%s' must be a non-negative integer", nk[i]);
-                    return jbad(path, line, why);
-                }
-                *dst[i] = v;
-            }
-            /* any other key: ignored */
-        }
-#undef KEY
-        p = ws(ve);
-        if (*p == ',') {
-            p = ws(p + 1);
-            continue;
-        }
-        if (*p != '}')
-            return jbad(path, line, "expected ',' or '}'");
-        if (*ws(p + 1))
-            return jbad(path, line, "more after the object");
-        break;
+        st = member(r, path, line, &o, vs, ve, &ev, &kind, &alloc, &has_ts);
+        if (st != CP_OK)
+            return st;
+        o.p = ve;
+        rc = cp_json_next(&o);
     }
+    if (rc < 0)
+        return jbad(path, line, why[-rc]);
     if (kind < 0)
         return jbad(path, line, "no 'event' key");
     if (alloc < 0)
@@ -409,574 +281,34 @@ static cp_status parse_line(raw *r, const char *path, size_t line, const char *p
     ev.is_free = (uint8_t)kind;
     if (!has_ts)
         r->e->has_ts = 0;
-    return raw_push(r, &ev, alloc, path);
+    return cp_jax_raw_push(r, &ev, alloc, path);
 }
 
-cp_status cp_jax_read_jsonl(gzFile gz, const char *path, const char *allocator,
+cp_status cp_jax_read_lines(gzFile gz, const char *path, const char *allocator,
                             cp_jax_events *out)
 {
-    raw r;
-    size_t cap = 1 << 16, len, line = 0;
-    uint64_t off = 0; /* the bytes of the lines before */
-    char *buf = malloc(cap);
-    cp_status st = CP_OK;
+    cp_jax_raw r;
+    cp_lines l;
+    cp_status st;
+    int rc;
     memset(&r, 0, sizeof r);
     memset(out, 0, sizeof *out);
     out->has_ts = 1;
     r.e = out;
-    if (!buf)
-        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
-    for (;;) {
-        int err;
-        len = 0;
-        buf[0] = '\0';
-        /* one line, however long */
-        for (;;) {
-            z_off_t pos;
-            if (!gzgets(gz, buf + len, (int)(cap - len)))
-                break;
-            len += strlen(buf + len);
-            /* gzgets stops at a newline, a full buffer or the end of the
-             * data, so a string shorter than the bytes it read was cut by a
-             * NUL byte: the rest of the line (or all of it) would be lost
-             * unseen, or run into the next line */
-            pos = gztell(gz);
-            if (pos >= 0 && (uint64_t)pos - off != len) {
-                st = jbad(path, line + 1, "a NUL byte in the line");
-                goto out;
-            }
-            if (buf[len - 1] == '\n' || len + 1 < cap)
-                break; /* a whole line, or the last one without its newline */
-            if (cap > ((size_t)1 << 30)) {
-                st = jbad(path, line + 1, "a line longer than 1 GiB");
-                goto out;
-            }
-            {
-                char *nb = realloc(buf, cap * 2);
-                if (!nb) {
-                    st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
-                    goto out;
-                }
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        gzerror(gz, &err);
-        if (err != Z_OK && err != Z_STREAM_END) {
-            st = cp_error_set(CP_ERR_INVALID, "%s:%zu: truncated or corrupt gzip data", path,
-                              line + 1);
-            goto out;
-        }
-        if (!len)
+    if ((st = cp_lines_init(&l, gz, path, &lines)) != CP_OK)
+        return st;
+    while ((rc = cp_lines_next(&l)) == CP_LINE_OK) {
+        if (*cp_json_ws(l.buf) == '\0')
+            continue;
+        if ((st = parse_line(&r, path, l.line, l.buf)) != CP_OK)
             break;
-        off += len;
-        line++;
-        if (*ws(buf) == '\0')
-            continue;
-        st = parse_line(&r, path, line, buf);
-        if (st != CP_OK)
-            goto out;
     }
-    st = choose(&r, path, allocator);
-out:
-    free(buf);
-    raw_fini(&r);
-    if (st != CP_OK)
-        cp_jax_events_free(out);
-    return st;
-}
-
-/* ---- the XSpace, streaming -------------------------------------------- */
-
-typedef struct pb {
-    gzFile gz;
-    const char *path;
-    unsigned char buf[1 << 16];
-    size_t pos, len;
-    uint64_t off; /* bytes consumed */
-    int eof;
-} pb;
-
-static int pb_byte(pb *b)
-{
-    if (b->pos == b->len) {
-        int got = gzread(b->gz, b->buf, sizeof b->buf);
-        if (got <= 0)
-            return -1;
-        b->len = (size_t)got;
-        b->pos = 0;
-    }
-    b->off++;
-    return b->buf[b->pos++];
-}
-
-static int pb_varint(pb *b, uint64_t *v)
-{
-    uint64_t x = 0;
-    int shift = 0, c;
-    do {
-        if ((c = pb_byte(b)) < 0)
-            return -1;
-        if (shift > 63)
-            return -2;
-        x |= (uint64_t)(c & 0x7f) << shift;
-        shift += 7;
-    } while (c & 0x80);
-    *v = x;
-    return 0;
-}
-
-static int pb_skip(pb *b, uint64_t n)
-{
-    while (n) {
-        size_t have = b->len - b->pos;
-        if (!have) {
-            if (pb_byte(b) < 0)
-                return -1;
-            n--;
-            continue;
-        }
-        if (have > n)
-            have = (size_t)n;
-        b->pos += have;
-        b->off += have;
-        n -= have;
-    }
-    return 0;
-}
-
-static int pb_read(pb *b, void *dst, size_t n)
-{
-    unsigned char *d = dst;
-    while (n--) {
-        int c = pb_byte(b);
-        if (c < 0)
-            return -1;
-        *d++ = (unsigned char)c;
-    }
-    return 0;
-}
-
-static cp_status pb_trunc(pb *b)
-{
-    return cp_error_set(CP_ERR_INVALID, "%s: truncated profile (the file ends inside a message, "
-                        "at byte %llu)", b->path, (unsigned long long)b->off);
-}
-
-static cp_status pb_garbage(pb *b)
-{
-    return cp_error_set(CP_ERR_INVALID, "%s: not a profile (XSpace protobuf): bad field at "
-                        "byte %llu", b->path, (unsigned long long)b->off);
-}
-
-/* The next field of the message ending at end: its number and wire type;
- * 0 at the end, 1 a field, <0 error (st set). */
-static int pb_field(pb *b, uint64_t end, uint32_t *num, int *wt, cp_status *st)
-{
-    uint64_t key;
-    int rc;
-    if (b->off >= end)
-        return 0;
-    if (end == UINT64_MAX) {
-        /* the XSpace itself ends where the file does, between fields */
-        int c = pb_byte(b);
-        if (c < 0)
-            return 0;
-        b->pos--;
-        b->off--;
-    }
-    if ((rc = pb_varint(b, &key)) != 0) {
-        *st = rc == -1 ? pb_trunc(b) : pb_garbage(b);
-        return -1;
-    }
-    *wt = (int)(key & 7);
-    *num = (uint32_t)(key >> 3);
-    if (*num == 0 || *wt == 3 || *wt == 4 || *wt > 5) {
-        *st = pb_garbage(b);
-        return -1;
-    }
-    return 1;
-}
-
-/* Skips a field's value; reads a varint into *v (wire type 0) or a
- * length-delimited field's length into *len (wire type 2, not skipped). */
-static cp_status pb_value(pb *b, int wt, uint64_t end, uint64_t *v, int skip)
-{
-    int rc;
-    uint64_t n = 0;
-    switch (wt) {
-    case 0:
-        rc = pb_varint(b, v);
-        return rc == 0 ? CP_OK : rc == -1 ? pb_trunc(b) : pb_garbage(b);
-    case 1:
-        n = 8;
-        break;
-    case 5:
-        n = 4;
-        break;
-    case 2:
-        rc = pb_varint(b, &n);
-        if (rc)
-            return rc == -1 ? pb_trunc(b) : pb_garbage(b);
-        if (n > end - b->off)
-            return end == UINT64_MAX ? pb_trunc(b) : pb_garbage(b);
-        *v = n;
-        if (!skip)
-            return CP_OK;
-        break;
-    }
-    if (wt == 1 && !skip)
-        return pb_read(b, v, 8) == 0 ? CP_OK : pb_trunc(b);
-    return pb_skip(b, n) == 0 ? CP_OK : pb_trunc(b);
-}
-
-/* What the first pass keeps of one plane. */
-typedef struct plane_ids {
-    uint64_t ev_alloc, ev_free; /* event metadata ids (0: absent) */
-    uint64_t stat[K_N];
-    struct pref {
-        uint64_t id;  /* a stat metadata id naming an allocator ... */
-        int name;     /* ... the name's index */
-        uint32_t seq; /* its order in the plane (the last of an id counts) */
-    } *ref;           /* sorted by id once the plane is read */
-    size_t nref, capref;
-} plane_ids;
-
-static int cmp_pref(const void *a, const void *b)
-{
-    const struct pref *x = a, *y = b;
-    if (x->id != y->id)
-        return x->id < y->id ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-/* The allocator name a reference stat names (sorted refs, binary search), or -1. */
-static int pref_name(const plane_ids *pi, uint64_t id)
-{
-    size_t lo = 0, hi = pi->nref;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (pi->ref[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < pi->nref && pi->ref[lo].id == id ? pi->ref[lo].name : -1;
-}
-
-/* A metadata map entry {1: key, 2: {1: id, 2: name}}: the id and the name
- * (up to 127 bytes, cut). */
-static cp_status read_meta(pb *b, uint64_t end, uint64_t *id, char *name, size_t *nlen)
-{
-    uint32_t num;
-    int wt, r;
-    uint64_t v = 0;
-    cp_status st = CP_OK;
-    *id = 0;
-    *nlen = 0;
-    name[0] = '\0'; /* an entry without its name: the callers compare it */
-    while ((r = pb_field(b, end, &num, &wt, &st)) > 0) {
-        if (num == 2 && wt == 2) {
-            uint64_t vend;
-            if ((st = pb_value(b, 2, end, &v, 0)) != CP_OK)
-                return st;
-            vend = b->off + v;
-            while ((r = pb_field(b, vend, &num, &wt, &st)) > 0) {
-                if (num == 1 && wt == 0) {
-                    if ((st = pb_value(b, 0, vend, id, 0)) != CP_OK)
-                        return st;
-                } else if (num == 2 && wt == 2) {
-                    uint64_t n;
-                    if ((st = pb_value(b, 2, vend, &n, 0)) != CP_OK)
-                        return st;
-                    *nlen = n > 127 ? 127 : (size_t)n;
-                    if (pb_read(b, name, *nlen) != 0 || pb_skip(b, n - *nlen) != 0)
-                        return pb_trunc(b);
-                    name[*nlen] = '\0';
-                } else if ((st = pb_value(b, wt, vend, &v, 1)) != CP_OK) {
-                    return st;
-                }
-            }
-            if (r < 0)
-                return st;
-        } else if ((st = pb_value(b, wt, end, &v, 1)) != CP_OK) {
-            return st;
-        }
-    }
-    return r < 0 ? st : CP_OK;
-}
-
-static int ref_allocator(const char *s)
-{
-    size_t n = strlen(s);
-    return (n >= 3 && strcmp(s + n - 3, "bfc") == 0) || strncmp(s, "XLA_backend", 11) == 0;
-}
-
-static cp_status pass1_plane(pb *b, uint64_t end, plane_ids *pi, names *nm)
-{
-    uint32_t num;
-    int wt, r;
-    uint64_t v = 0;
-    cp_status st = CP_OK;
-    while ((r = pb_field(b, end, &num, &wt, &st)) > 0) {
-        if ((num == 4 || num == 5) && wt == 2) {
-            uint64_t id;
-            char name[128];
-            size_t nlen;
-            if ((st = pb_value(b, 2, end, &v, 0)) != CP_OK)
-                return st;
-            if ((st = read_meta(b, b->off + v, &id, name, &nlen)) != CP_OK)
-                return st;
-            if (num == 4) {
-                if (strcmp(name, "MemoryAllocation") == 0)
-                    pi->ev_alloc = id;
-                else if (strcmp(name, "MemoryDeallocation") == 0)
-                    pi->ev_free = id;
-            } else {
-                int k;
-                for (k = 0; k < K_N; k++)
-                    if (strcmp(name, knames[k]) == 0)
-                        pi->stat[k] = id;
-                if (nlen && ref_allocator(name)) {
-                    int ix = name_index(nm, name, nlen);
-                    if (ix >= 0 && pi->nref == pi->capref && pi->nref < UINT32_MAX) {
-                        size_t nc = pi->capref ? 2 * pi->capref : 16;
-                        void *a = realloc(pi->ref, nc * sizeof *pi->ref);
-                        if (a) {
-                            pi->ref = a;
-                            pi->capref = nc;
-                        }
-                    }
-                    if (ix < 0 || pi->nref == pi->capref)
-                        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", b->path);
-                    pi->ref[pi->nref].id = id;
-                    pi->ref[pi->nref].name = ix;
-                    pi->ref[pi->nref].seq = (uint32_t)pi->nref;
-                    pi->nref++;
-                }
-            }
-        } else if ((st = pb_value(b, wt, end, &v, 1)) != CP_OK) {
-            return st;
-        }
-    }
-    if (r < 0)
-        return st;
-    /* one entry an id, the last of the plane's (as a map keeps it) */
-    if (pi->nref) {
-        size_t i, k = 0;
-        qsort(pi->ref, pi->nref, sizeof *pi->ref, cmp_pref);
-        for (i = 0; i < pi->nref; i++) {
-            if (k && pi->ref[k - 1].id == pi->ref[i].id)
-                k--;
-            pi->ref[k++] = pi->ref[i];
-        }
-        pi->nref = k;
-    }
-    return CP_OK;
-}
-
-static cp_status read_event(pb *b, uint64_t end, const plane_ids *pi, uint64_t line_ts, raw *r,
-                            names *nm)
-{
-    uint32_t num;
-    int wt, rc, alloc = -1;
-    uint64_t v = 0, meta = 0, offset_ps = 0;
-    cp_status st = CP_OK;
-    cp_jax_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.addr = ev.requested = ev.chunk = ev.in_use = ev.peak = CP_JAX_NONE;
-    while ((rc = pb_field(b, end, &num, &wt, &st)) > 0) {
-        if (num == 1 && wt == 0) {
-            if ((st = pb_value(b, 0, end, &meta, 0)) != CP_OK)
-                return st;
-            if (meta != pi->ev_alloc && meta != pi->ev_free)
-                return pb_skip(b, end - b->off) == 0 ? CP_OK : pb_trunc(b);
-        } else if (num == 2 && wt == 0) {
-            if ((st = pb_value(b, 0, end, &offset_ps, 0)) != CP_OK)
-                return st;
-        } else if (num == 4 && wt == 2) {
-            uint64_t send, sid = 0, val = CP_JAX_NONE;
-            int k, sref = -1;
-            if ((st = pb_value(b, 2, end, &v, 0)) != CP_OK)
-                return st;
-            send = b->off + v;
-            while ((rc = pb_field(b, send, &num, &wt, &st)) > 0) {
-                if (num == 1 && wt == 0) {
-                    if ((st = pb_value(b, 0, send, &sid, 0)) != CP_OK)
-                        return st;
-                } else if ((num == 3 || num == 4 || num == 7) && wt == 0) {
-                    if ((st = pb_value(b, 0, send, &val, 0)) != CP_OK)
-                        return st;
-                    if (num == 7)
-                        sref = pref_name(pi, val);
-                } else if (num == 5 && wt == 2) {
-                    uint64_t n;
-                    char s[128];
-                    size_t cut;
-                    if ((st = pb_value(b, 2, send, &n, 0)) != CP_OK)
-                        return st;
-                    cut = n > 127 ? 127 : (size_t)n;
-                    if (pb_read(b, s, cut) != 0 || pb_skip(b, n - cut) != 0)
-                        return pb_trunc(b);
-                    if (sid && sid == pi->stat[K_ALLOC_NAME] &&
-                        (sref = name_index(nm, s, cut)) < 0)
-                        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", b->path);
-                } else if (num == 2 && wt == 1) {
-                    double d;
-                    if ((st = pb_value(b, 1, send, (uint64_t *)(void *)&v, 0)) != CP_OK)
-                        return st;
-                    memcpy(&d, &v, sizeof d);
-                    val = d >= 0 && d < 1.8e19 ? (uint64_t)d : CP_JAX_NONE;
-                } else if ((st = pb_value(b, wt, send, &v, 1)) != CP_OK) {
-                    return st;
-                }
-            }
-            if (rc < 0)
-                return st;
-            for (k = 0; k < K_N; k++)
-                if (sid && sid == pi->stat[k])
-                    break;
-            switch (k) {
-            case K_ALLOC_NAME: alloc = sref; break;
-            case K_ADDR: ev.addr = val; break;
-            case K_REQ: ev.requested = val; break;
-            case K_CHUNK: ev.chunk = val; break;
-            case K_INUSE: ev.in_use = val; break;
-            case K_PEAK: ev.peak = val; break;
-            default: break;
-            }
-        } else if ((st = pb_value(b, wt, end, &v, 1)) != CP_OK) {
-            return st;
-        }
-    }
-    if (rc < 0)
-        return st;
-    if (!meta || (meta != pi->ev_alloc && meta != pi->ev_free))
-        return CP_OK;
-    if (ev.addr == CP_JAX_NONE || alloc < 0)
-        return CP_OK; /* not one of BFC's (no allocator or address) */
-    ev.is_free = meta == pi->ev_free;
-    if (ev.requested == CP_JAX_NONE)
-        ev.requested = ev.chunk;
-    if (!ev.is_free && ev.requested == CP_JAX_NONE)
-        return CP_OK;
-    ev.ts = (long double)line_ts + (long double)offset_ps / 1000.0L;
-    return raw_push(r, &ev, alloc, b->path);
-}
-
-static cp_status pass2_plane(pb *b, uint64_t end, const plane_ids *pi, raw *r, names *nm)
-{
-    uint32_t num;
-    int wt, rc;
-    uint64_t v = 0;
-    cp_status st = CP_OK;
-    while ((rc = pb_field(b, end, &num, &wt, &st)) > 0) {
-        if (num == 3 && wt == 2 && (pi->ev_alloc || pi->ev_free)) {
-            uint64_t lend, ts = 0;
-            if ((st = pb_value(b, 2, end, &v, 0)) != CP_OK)
-                return st;
-            lend = b->off + v;
-            while ((rc = pb_field(b, lend, &num, &wt, &st)) > 0) {
-                if (num == 3 && wt == 0) {
-                    if ((st = pb_value(b, 0, lend, &ts, 0)) != CP_OK)
-                        return st;
-                } else if (num == 4 && wt == 2) {
-                    if ((st = pb_value(b, 2, lend, &v, 0)) != CP_OK)
-                        return st;
-                    if ((st = read_event(b, b->off + v, pi, ts, r, nm)) != CP_OK)
-                        return st;
-                } else if ((st = pb_value(b, wt, lend, &v, 1)) != CP_OK) {
-                    return st;
-                }
-            }
-            if (rc < 0)
-                return st;
-        } else if ((st = pb_value(b, wt, end, &v, 1)) != CP_OK) {
-            return st;
-        }
-    }
-    return rc < 0 ? st : CP_OK;
-}
-
-cp_status cp_jax_read_xplane(gzFile gz, const char *path, const char *allocator,
-                             cp_jax_events *out)
-{
-    pb *b = calloc(1, sizeof *b);
-    raw r;
-    plane_ids *pl = NULL;
-    size_t npl = 0, k;
-    uint32_t num;
-    int wt, rc, pass;
-    uint64_t v = 0;
-    cp_status st = CP_OK;
-
-    memset(&r, 0, sizeof r);
-    memset(out, 0, sizeof *out);
-    out->has_ts = 1;
-    r.e = out;
-    if (!b)
-        return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
-    b->gz = gz;
-    b->path = path;
-    for (pass = 0; pass < 2 && st == CP_OK; pass++) {
-        if (pass == 1) {
-            if (gzrewind(gz) != 0) {
-                st = cp_error_set(CP_ERR_BACKEND, "%s: cannot rewind", path);
-                break;
-            }
-            b->pos = b->len = 0;
-            b->off = 0;
-        }
-        k = 0;
-        while ((rc = pb_field(b, UINT64_MAX, &num, &wt, &st)) > 0) {
-            if (num == 1 && wt == 2) {
-                uint64_t pend;
-                if ((st = pb_value(b, 2, UINT64_MAX, &v, 0)) != CP_OK)
-                    break;
-                pend = b->off + v;
-                if (pass == 0) {
-                    plane_ids *np = realloc(pl, (npl + 1) * sizeof *np);
-                    if (!np) {
-                        st = cp_error_set(CP_ERR_OOM, "out of host memory loading %s", path);
-                        break;
-                    }
-                    pl = np;
-                    memset(&pl[npl], 0, sizeof pl[npl]);
-                    st = pass1_plane(b, pend, &pl[npl++], &r.nm);
-                } else if (k < npl) {
-                    st = pass2_plane(b, pend, &pl[k++], &r, &r.nm);
-                } else {
-                    st = pb_skip(b, v) == 0 ? CP_OK : pb_trunc(b);
-                }
-                if (st != CP_OK)
-                    break;
-                if (b->off != pend) {
-                    st = pb_garbage(b);
-                    break;
-                }
-            } else if ((st = pb_value(b, wt, UINT64_MAX, &v, 1)) != CP_OK) {
-                break;
-            }
-        }
-        if (st == CP_OK && rc == 0 && b->off == 0)
-            st = cp_error_set(CP_ERR_INVALID, "%s: an empty file (no profile)", path);
-        if (st == CP_OK) {
-            int err;
-            gzerror(gz, &err);
-            if (err != Z_OK && err != Z_STREAM_END && err != Z_BUF_ERROR)
-                st = cp_error_set(CP_ERR_INVALID, "%s: truncated or corrupt gzip data", path);
-        }
-    }
-    if (st == CP_OK && npl == 0)
-        st = cp_error_set(CP_ERR_INVALID, "%s: not a profile: no planes", path);
-    if (st == CP_OK)
-        st = choose(&r, path, allocator);
-    for (k = 0; k < npl; k++) {
-        free(pl[k].ref);
-    }
-    free(pl);
-    free(b);
-    raw_fini(&r);
+    if (rc == CP_LINE_ERROR)
+        st = l.st;
+    else if (st == CP_OK)
+        st = cp_jax_choose(&r, path, allocator);
+    cp_lines_fini(&l);
+    cp_jax_raw_fini(&r);
     if (st != CP_OK)
         cp_jax_events_free(out);
     return st;
@@ -987,101 +319,4 @@ void cp_jax_events_free(cp_jax_events *e)
     free(e->ev);
     e->ev = NULL;
     e->n = e->cap = 0;
-}
-
-int cp_jax_sniff(const unsigned char *head, size_t n, const char *path)
-{
-    size_t i = 0, pl = strlen(path);
-    while (i < n && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t'))
-        i++;
-    if (i < n && head[i] == '{' && i + 1 < n && (head[i + 1] == '"' || head[i + 1] == ' '))
-        return 1;
-    if (pl >= 10 && (strcmp(path + pl - 10, ".xplane.pb") == 0 ||
-                     (pl >= 13 && strcmp(path + pl - 13, ".xplane.pb.gz") == 0)))
-        return 2;
-    /* XSpace: planes (field 1, length-delimited), and the plane starts with
-     * its id (field 1, varint) or its name (field 2) */
-    if (n >= 3 && head[0] == 0x0a) {
-        size_t j = 1;
-        while (j < n && (head[j] & 0x80))
-            j++;
-        if (j + 1 < n && (head[j + 1] == 0x08 || head[j + 1] == 0x12))
-            return 2;
-    }
-    return 0;
-}
-
-static int cmpname(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-char *cp_jax_find_profile(const char *dir)
-{
-    char *best = NULL, *base;
-    DIR *d;
-    struct dirent *de;
-    size_t n = strlen(dir);
-    struct stat sb;
-    /* the directory given, or its plugins/profile/<run>/ */
-    const char *tries[3] = {"", "/plugins/profile", NULL};
-    int t;
-    for (t = 0; tries[t] && !best; t++) {
-        char **runs = NULL;
-        size_t nr = 0, i;
-        base = malloc(n + 32);
-        if (!base)
-            return NULL;
-        snprintf(base, n + 32, "%s%s", dir, tries[t]);
-        d = opendir(base);
-        if (!d) {
-            free(base);
-            continue;
-        }
-        while ((de = readdir(d)) != NULL) {
-            size_t l = strlen(de->d_name);
-            char *full;
-            if (de->d_name[0] == '.')
-                continue;
-            full = malloc(strlen(base) + l + 2);
-            if (!full)
-                break;
-            sprintf(full, "%s/%s", base, de->d_name);
-            if (t == 0 && l >= 10 && strcmp(de->d_name + l - 10, ".xplane.pb") == 0) {
-                if (!best || strcmp(full, best) > 0) {
-                    free(best);
-                    best = full;
-                } else {
-                    free(full);
-                }
-                continue;
-            }
-            if (t == 1 && stat(full, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-                char **nr2 = realloc(runs, (nr + 1) * sizeof *runs);
-                if (!nr2) {
-                    free(full);
-                    break;
-                }
-                runs = nr2;
-                runs[nr++] = full;
-            } else {
-                free(full);
-            }
-        }
-        closedir(d);
-        if (nr) {
-            qsort(runs, nr, sizeof *runs, cmpname);
-            for (i = nr; i-- > 0 && !best;)
-                best = cp_jax_find_profile(runs[i]);
-            for (i = 0; i < nr; i++)
-                free(runs[i]);
-        }
-        free(runs);
-        free(base);
-        if (t == 0 && best)
-            break;
-        if (t == 0 && !best)
-            continue;
-    }
-    return best;
 }

@@ -4,7 +4,9 @@
  * *.xplane.pb) and JSON lines written from it (docs/API.md gives the
  * Python).  Both give the MemoryAllocation / MemoryDeallocation events that
  * tsl::BFCAllocator writes (AddTraceMe in bfc_allocator.cc) of one
- * allocator; trace.c turns them into rows.  Internal to trace/.
+ * allocator; their readers (jax_load.c) turn them into rows.  jax.c holds
+ * what both parsers share and the JSON lines, jax_xspace.c the profile.
+ * Internal to trace/.
  *
  * Plain C: never includes lua.h.
  */
@@ -37,16 +39,18 @@ typedef struct cp_jax_events {
     int has_ts;          /* every event had a time */
 } cp_jax_events;
 
-/* What the first bytes of a file say: 1 JSON lines, 2 an XSpace, 0 neither. */
-int cp_jax_sniff(const unsigned char *head, size_t n, const char *path);
+/* Whether a file is an XSpace: by its name (*.xplane.pb, *.xplane.pb.gz)
+ * or its first bytes (a plane: field 1, then its id or name), unless those
+ * start JSON lines ('{' and a quote or a blank). */
+int cp_jax_is_xspace(const unsigned char *head, size_t n, const char *path);
 
 /* Reads the events of allocator (NULL: the GPU_<n>_bfc of the lowest n) from gz;
  * CP_ERR_INVALID "path:line: reason" (JSON) or "path: reason" (xplane) for
  * malformed input, a truncated file, or no memory events of that
  * allocator. */
-cp_status cp_jax_read_jsonl(gzFile gz, const char *path, const char *allocator,
+cp_status cp_jax_read_lines(gzFile gz, const char *path, const char *allocator,
                             cp_jax_events *out);
-cp_status cp_jax_read_xplane(gzFile gz, const char *path, const char *allocator,
+cp_status cp_jax_read_xspace(gzFile gz, const char *path, const char *allocator,
                              cp_jax_events *out);
 void cp_jax_events_free(cp_jax_events *e);
 
@@ -54,5 +58,37 @@ void cp_jax_events_free(cp_jax_events *e);
  * (plugins/profile/<run>/<host>.xplane.pb, the last run in name order), or
  * NULL; malloc'd. */
 char *cp_jax_find_profile(const char *dir);
+
+/* ---- what the two parsers share (jax.c) -----------------------------------
+ * The stats an event carries, by name; allocator names seen, found again
+ * through an open-addressing table (a hostile file of a million distinct
+ * names would take hours with a linear search per event); the events of
+ * every allocator as read, until one is chosen. */
+enum { CP_JAX_K_ALLOC_NAME, CP_JAX_K_ADDR, CP_JAX_K_REQ, CP_JAX_K_CHUNK, CP_JAX_K_INUSE,
+       CP_JAX_K_PEAK, CP_JAX_K_N };
+extern const char *const cp_jax_stat_names[CP_JAX_K_N];
+
+typedef struct cp_jax_names {
+    char (*s)[128];
+    size_t n, cap;
+    uint32_t *slot; /* index + 1 of the name hashed there, 0: empty */
+    size_t nslot;   /* a power of 2, more than twice n */
+} cp_jax_names;
+
+typedef struct cp_jax_raw {
+    cp_jax_events *e;
+    int *alloc;     /* per event: its allocator's name index */
+    size_t cap;
+    cp_jax_names nm;
+} cp_jax_raw;
+
+/* The index of name s (cut at 127 bytes), added if new; -1: out of memory. */
+int cp_jax_name_index(cp_jax_names *nm, const char *s, size_t len);
+/* Appends an event of allocator `alloc` (a name index); CP_ERR_OOM. */
+cp_status cp_jax_raw_push(cp_jax_raw *r, const cp_jax_event *ev, int alloc, const char *path);
+/* Keeps the events of allocator want (NULL: the GPU_<n>_bfc of the lowest
+ * n); CP_ERR_INVALID naming the allocators there are when it has none. */
+cp_status cp_jax_choose(cp_jax_raw *r, const char *path, const char *want);
+void cp_jax_raw_fini(cp_jax_raw *r);
 
 #endif /* CUPOLA_JAX_H */

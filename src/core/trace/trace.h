@@ -1,15 +1,34 @@
 /*
- * trace.h: allocation traces in RMM's logging-adaptor CSV format, loaded into
- * compact arrays and replayed against any cp_resource entirely in C.
+ * trace.h: allocation traces, loaded into compact arrays and replayed
+ * against any cp_resource entirely in C.
+ *
+ * Five formats load, each by a reader of its own (reader.h, load.c has the
+ * table and the order they are recognised in), plain or gzip-compressed
+ * (read transparently):
+ *   rmm_csv         RMM's logging-adaptor CSV (csv.c), below
+ *   cupola_record   `cupola record` files (record.c): only their device
+ *                   memory becomes rows, and a cut file loads with a warning
+ *   torch_snapshot  PyTorch memory snapshots, the pickle
+ *                   torch.cuda.memory._dump_snapshot writes or cupola's
+ *                   compact form of one (snapshot_load.c; snapshot.h says
+ *                   how their entries become rows)
+ *   jax_memory      JAX memory profiles: the XSpace jax.profiler.trace writes
+ *                   (*.xplane.pb, or its folder) or JSON lines written from it
+ *                   (jax_load.c, jax.h)
+ *   cupy_hook       CuPy memory-hook logs, JSON lines (cupy_hook.c,
+ *                   trace_cupy.h)
+ * Every row passes one builder (builder.h) and its checks.
+ *
+ * RMM's CSV:
  *
  *     Thread,Time,Action,Pointer,Size,Stream
  *     0,2.000,allocate,0x7f76ec000000,154389504,0x0
  *
  * Time is microseconds (a decimal number), Action is "allocate" or "free",
- * Pointer and Stream are hexadecimal (with or without 0x).  Files may be
- * plain or gzip-compressed (read transparently).  A free's Size may be 0 or
- * missing (an empty field) in some logs; the loader takes the size from the
- * matching allocate.  An allocate's Size must be in 1..CP_TRACE_BYTES_MAX.
+ * Pointer and Stream are hexadecimal (with or without 0x).  A free's Size
+ * may be 0 or missing (an empty field) in some logs; the loader takes the
+ * size from the matching allocate.  An allocate's Size must be in
+ * 1..CP_TRACE_BYTES_MAX.
  *
  * Loading checks the whole file and fails with CP_ERR_INVALID and a message
  * naming the file, the line and the reason ("t.csv:17: size is not a
@@ -25,13 +44,6 @@
  * named in the free row.  An allocation the resource refuses (CP_ERR_OOM) is
  * counted in `failed`, the replay goes on, and the later free of that pointer
  * is skipped.  Time is measured with clock_gettime around the whole loop.
- *
- * `cupola record` files (record.h) load too, recognised by their first line;
- * only their device memory becomes rows, and a cut file loads with a warning.
- *
- * PyTorch memory snapshots (the pickle torch.cuda.memory._dump_snapshot
- * writes, plain or gzip) load too, recognised by their first bytes; how
- * their events become rows is in snapshot.h.
  *
  * Plain C: never includes lua.h.  Compiles as C and C++.
  */
@@ -246,7 +258,8 @@ void cp_trace_info_get(const cp_trace *t, cp_trace_info *out);
 /* Row i (0-based, < cp_trace_events); CP_ERR_INVALID when out of range. */
 cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out);
 const char *cp_trace_path(const cp_trace *t);
-/* "rmm_csv", "torch_snapshot", "jax_memory", "cupy_hook" or "cupola_record". */
+/* "rmm_csv", "torch_snapshot", "jax_memory", "cupy_hook" or "cupola_record"
+ * (above). */
 const char *cp_trace_format(const cp_trace *t);
 /* A recording that loaded although it was cut (record.h): where, and how
  * many events were read; NULL for a whole file. */

@@ -1,6 +1,7 @@
 /*
- * trace_cupy.h: a CuPy memory-hook log (cupy_hook.c reads it) as the
- * replay through kind "cupy" (replay_cupy.c) walks it; internal to trace/.
+ * trace_cupy.h: a CuPy memory-hook log (its reader, cupy_hook.c, attaches
+ * this to the trace) as the replay through kind "cupy" (replay_cupy.c)
+ * walks it; internal to trace/.
  *
  * The log's lines become two things: the rows every pool replays (trace.h:
  * an allocate per served `malloc`, a free per `free` of a live pointer, a
@@ -19,7 +20,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <zlib.h>
 
 #include "trace.h"
 
@@ -56,16 +56,6 @@ typedef struct cp_trace_cupy {
     int has_stream, has_preprocess, has_free_all, has_total;
     uint64_t peak_total;           /* the highest total_bytes logged (has_total) */
 } cp_trace_cupy;
-
-/* Whether the first bytes of a file look like a CuPy hook log (a JSON
- * object: optional blanks, then '{'). */
-int cp_cupy_hook_sniff(const unsigned char *head, size_t n);
-/* Reads the log from gz into t (rows, streams, info, t->cupy, t->ops):
- * device < 0, a log of one device; else the lines of that device (and
- * those that name none), info.devices the number the log names;
- * CP_ERR_INVALID with "path:line: reason" for malformed input. */
-cp_status cp_cupy_hook_load(gzFile gz, const char *path, int device, cp_trace *t);
-void cp_cupy_hook_free(cp_trace_cupy *c);
 
 /* The replay of a CuPy log through the cupy model (cp_trace_replay hands it
  * every replay of such a log whose pool is of kind "cupy"). */

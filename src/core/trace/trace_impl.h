@@ -1,25 +1,13 @@
 /*
- * trace_impl.h: a loaded trace as its loader (trace.c) leaves it and the
- * replay (replay.c and its hooks) reads it; internal to trace/.
+ * trace_impl.h: a loaded trace as the row builder (builder.c) and its
+ * reader leave it and the replay (replay.c and its hooks) reads it; internal
+ * to trace/.
  */
 #ifndef CUPOLA_TRACE_IMPL_H
 #define CUPOLA_TRACE_IMPL_H
 
 #include "trace.h"
 #include "trace_torch.h"
-
-#include <string.h>
-
-/* zlib's gzerror message without the path zlib puts before it ("f.gz:
- * unexpected end of file" -> "unexpected end of file"): the loaders'
- * messages name the path themselves. */
-static inline const char *cp_gz_reason(const char *msg, const char *path)
-{
-    size_t n = strlen(path);
-    if (msg && strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
-        return msg + n + 2;
-    return msg;
-}
 
 /* One row as the replay needs it, 16 bytes: sizes of frees are those of
  * their allocate, so the replay keeps no size table of its own. */
@@ -29,9 +17,6 @@ typedef struct replay_op {
     uint16_t stream;    /* index into streams[] */
     uint16_t is_free;
 } replay_op;
-
-/* What a trace was read from (cp_trace.format): each reader sets its own. */
-enum { TRACE_CSV = 0, TRACE_SNAPSHOT = 1, TRACE_JAX = 2, TRACE_CUPY = 3 };
 
 struct cp_trace {
     char *path;
@@ -48,15 +33,16 @@ struct cp_trace {
     uint64_t *streams;  /* distinct Stream values, in order of appearance */
     size_t nstreams;
     cp_trace_info info;
-    int format;         /* TRACE_CSV, TRACE_SNAPSHOT, TRACE_JAX or TRACE_CUPY */
-    int record;         /* format 0 read from a `cupola record` file (record.h) */
-    int cut;            /* ... that ended early: warning says where */
+    const char *format; /* cp_trace_format's answer (the reader's name) */
+    const struct cp_trace_reader *reader; /* what read it (reader.h; NULL: none) */
+    int cut;            /* the file ended early and loaded: warning says where */
     char warning[640];
-    /* PyTorch snapshots only (NULL / 0 for CSV): */
-    uint32_t *label;    /* per row: index + 1 into labels, 0 for none */
-    uint16_t *device;   /* per row */
+    /* per row where the trace has them (NULL: none) */
+    uint32_t *label;    /* index + 1 into labels, 0 for none */
+    uint16_t *device;
     char **labels;
     size_t nlabels;
+    /* PyTorch snapshots only (NULL / 0 for others): */
     double *seg_time;   /* PyTorch's own reserved bytes over time */
     uint64_t *seg_reserved;
     size_t nseg;
@@ -85,14 +71,5 @@ struct cp_trace {
     char torch_env[256];
     char torch_settings[1024];
 };
-
-/* Room for one more row in every per-row array (cap doubles, from 4096):
- * the readers that append rows share it (trace.c, cupy_hook.c); -1 when
- * out of host memory. */
-int cp_trace_grow_rows(cp_trace *t);
-
-/* A hexadecimal number of 1 to 16 digits, "0x" or not (RMM's pointers,
- * CuPy's pmem_id): 0, or -1 for anything else. */
-int cp_trace_parse_hex(const char *s, uint64_t *out);
 
 #endif /* CUPOLA_TRACE_IMPL_H */
