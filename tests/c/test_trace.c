@@ -7,7 +7,10 @@
  *  - malformed inputs, written to temporary files, fail with the file, the
  *    line number and the reason;
  *  - plain and gzip files read the same; a truncated gzip is an error;
- *  - the log adaptor's CSV loads back; failed allocations are counted.
+ *  - the log adaptor's CSV loads back; failed allocations are counted;
+ *  - a trace made from events in memory (cp_trace_from_events) has the
+ *    figures and rows of the same events read from a CSV, and the builder's
+ *    checks, naming the event.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -288,6 +291,90 @@ static void streams_replay(void)
     cp_be = NULL;
 }
 
+/* cp_trace_from_events: the same rows and figures as the CSV of the same
+ * events (one builder), labels and devices kept, the checks named by event. */
+static void from_events(void)
+{
+    static const cp_trace_event_in ev[] = {
+        {0, 0x1000, 4096, 0, 1.0, "a.py:3 f\n\na.py:3 f", 0},
+        {0, 0x3000, 100, 7, 2.5, NULL, 0},
+        {1, 0x1000, 0, 0, 3.0, NULL, 0},
+        {0, 0x1000, 512, 7, 4.0, "a.py:3 f\n\na.py:3 f", 1},
+        {1, 0x3000, 0, 7, 5.0, NULL, 0},
+    };
+    const char *csv = write_tmp("events.csv", HDR "0,1.0,allocate,0x1000,4096,0x0\n"
+                                              "0,2.5,allocate,0x3000,100,0x7\n"
+                                              "0,3.0,free,0x1000,,0x0\n"
+                                              "1,4.0,allocate,0x1000,512,0x7\n"
+                                              "0,5.0,free,0x3000,,0x7\n");
+    cp_trace *t = NULL, *c = NULL;
+    cp_trace_info a, b;
+    cp_trace_row r0, r3;
+    cp_replay_result ra, rb;
+    cp_resource *pa, *pb;
+    int same = 1;
+    size_t i;
+    ok(cp_trace_from_events("predicted", "scaled", ev, 5, &t) == CP_OK && t, "events: built");
+    ok(cp_trace_load(csv, &c) == CP_OK, "events: the CSV of them loads");
+    if (!t || !c) {
+        cp_trace_free(t);
+        cp_trace_free(c);
+        return;
+    }
+    cp_trace_info_get(t, &a);
+    cp_trace_info_get(c, &b);
+    ok(a.events == b.events && a.allocs == b.allocs && a.frees == b.frees &&
+           a.streams == b.streams && a.leaked == b.leaked && a.peak_live == b.peak_live &&
+           a.total_bytes == b.total_bytes && a.max_size == b.max_size &&
+           a.duration_us == b.duration_us && a.devices == 2 && a.threads == 2,
+       "events: the CSV's figures (devices %zu, threads %zu)", a.devices, a.threads);
+    for (i = 0; i < 5; i++) {
+        cp_trace_row x, y;
+        cp_trace_event(t, i, &x);
+        cp_trace_event(c, i, &y);
+        same = same && x.is_free == y.is_free && x.pointer == y.pointer && x.size == y.size &&
+               x.stream == y.stream && x.time_us == y.time_us;
+    }
+    ok(same, "events: the CSV's rows (free sizes taken from their allocations)");
+    cp_trace_event(t, 0, &r0);
+    cp_trace_event(t, 3, &r3);
+    ok(r0.label && r3.label == r0.label && strcmp(r0.label, "a.py:3 f\n\na.py:3 f") == 0 &&
+           r3.device == 1 && r0.device == 0,
+       "events: labels interned once, devices kept");
+    ok(strcmp(cp_trace_format(t), "scaled") == 0 && strcmp(cp_trace_path(t), "predicted") == 0,
+       "events: the format and name given");
+    pa = pool("tlsf", 0);
+    pb = pool("tlsf", 0);
+    ok(pa && pb && cp_trace_replay(t, pa, NULL, &ra) == CP_OK &&
+           cp_trace_replay(c, pb, NULL, &rb) == CP_OK && ra.peak_reserved == rb.peak_reserved &&
+           ra.peak_live == rb.peak_live && ra.events == 5,
+       "events: replays as the CSV does");
+    cp_resource_destroy(pa);
+    cp_resource_destroy(pb);
+    cp_trace_free(t);
+    cp_trace_free(c);
+    {
+        static const cp_trace_event_in bad1[] = {{0, 0x10, 8, 0, 0, NULL, 0},
+                                                 {1, 0x20, 0, 0, 1, NULL, 0}};
+        static const cp_trace_event_in bad2[] = {{0, 0x10, 0, 0, 0, NULL, 0}};
+        static const cp_trace_event_in bad3[] = {{0, 0x10, 8, 0, 0, NULL, 70000}};
+        t = NULL;
+        ok(cp_trace_from_events("p", "scaled", bad1, 2, &t) == CP_ERR_INVALID && !t &&
+               strstr(cp_error_msg(), "p: event 2: free of 0x20, which is not live"),
+           "events: a free of no allocation, named: %s", cp_error_msg());
+        ok(cp_trace_from_events("p", "scaled", bad2, 1, &t) == CP_ERR_INVALID &&
+               strstr(cp_error_msg(), "p: event 1: an allocate of size 0"),
+           "events: an allocation of 0 bytes: %s", cp_error_msg());
+        ok(cp_trace_from_events("p", "scaled", bad3, 1, &t) == CP_ERR_INVALID &&
+               strstr(cp_error_msg(), "p: event 1: device above 65535"),
+           "events: a device past 65535: %s", cp_error_msg());
+        ok(cp_trace_from_events("empty", "scaled", NULL, 0, &t) == CP_OK && t &&
+               cp_trace_events(t) == 0,
+           "events: none is an empty trace");
+        cp_trace_free(t);
+    }
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows even when piped */
@@ -301,6 +388,7 @@ int main(void)
     gzip_files();
     log_roundtrip();
     streams_replay();
+    from_events();
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

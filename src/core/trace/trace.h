@@ -17,6 +17,7 @@
  *                   (jax_load.c, jax.h)
  *   cupy_hook       CuPy memory-hook logs, JSON lines (cupy_hook.c,
  *                   trace_cupy.h)
+ * and a trace may also be made from events in memory (cp_trace_from_events).
  * Every row passes one builder (builder.h) and its checks.
  *
  * RMM's CSV:
@@ -253,13 +254,40 @@ const char *cp_trace_allocator(const cp_trace *t);
 int cp_trace_jax_row(const cp_trace *t, size_t i, uint64_t *chunk, uint64_t *in_use);
 void cp_trace_free(cp_trace *t);
 
+/* One event of a trace made in memory (cp_trace_from_events). */
+typedef struct cp_trace_event_in {
+    int is_free;        /* 0: an allocation; 1: the free of one */
+    uint64_t pointer;   /* names the block: unique among the blocks live at
+                           once (an allocation's own index + 1 will do); a
+                           free names its allocation's */
+    uint64_t size;      /* an allocation's: 1..CP_TRACE_BYTES_MAX; a free's:
+                           0 (its allocation's) */
+    uint64_t stream;    /* the stream value (0: the default stream) */
+    double time_us;     /* microseconds, finite */
+    const char *label;  /* an allocation's frames as a snapshot's label
+                           (cp_trace_row.label: lines), or NULL; copied */
+    uint32_t device;    /* 0..65535 */
+} cp_trace_event_in;
+
+/* A trace of events in memory instead of a file (a run predicted at another
+ * size: cupola.trace.scale), built by the same row builder as every reader:
+ * the same checks, each failure CP_ERR_INVALID "name: event K: reason" (K
+ * from 1), and the same figures in cp_trace_info (devices: the highest
+ * device + 1; threads: the devices used, as for a snapshot).  name is what
+ * cp_trace_path answers (copied); format what cp_trace_format does (a
+ * string constant, e.g. "scaled"); ev[0..n) is read, not kept.  The trace
+ * has no PyTorch figures, `oom` entries or settings; the torch model
+ * allocates and frees as its rows do.  Free it with cp_trace_free. */
+cp_status cp_trace_from_events(const char *name, const char *format,
+                               const cp_trace_event_in *ev, size_t n, cp_trace **out);
+
 size_t cp_trace_events(const cp_trace *t);
 void cp_trace_info_get(const cp_trace *t, cp_trace_info *out);
 /* Row i (0-based, < cp_trace_events); CP_ERR_INVALID when out of range. */
 cp_status cp_trace_event(const cp_trace *t, size_t i, cp_trace_row *out);
 const char *cp_trace_path(const cp_trace *t);
 /* "rmm_csv", "torch_snapshot", "jax_memory", "cupy_hook" or "cupola_record"
- * (above). */
+ * (above); a trace made from events, the format its maker named. */
 const char *cp_trace_format(const cp_trace *t);
 /* A recording that loaded although it was cut (record.h): where, and how
  * many events were read; NULL for a whole file. */
