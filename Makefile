@@ -571,8 +571,11 @@ test-nvtx: all
 # In memory, no replay: thousands of inputs a second (fuzz-trace covers the
 # same reader through cp_trace_load, a hundred a second).
 FUZZ_PICKLE_SECONDS ?= 30
-FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c src/core/trace/snapshot.c \
-                   src/core/pool/torch_conf.c
+# (the snapshot decoder, snapshot_impl.h's parts; not its reader, snapshot_load.c)
+FUZZ_PICKLE_SRC := tests/fuzz/fuzz_pickle.c src/core/error.c src/core/trace/pickle.c \
+                   src/core/trace/snapshot.c src/core/trace/snapshot_frames.c \
+                   src/core/trace/snapshot_rows.c src/core/trace/snapshot_ops.c \
+                   src/core/trace/cpsnap.c src/core/pool/torch_conf.c
 $(FUZZ_BUILD)/fuzz_pickle: $(FUZZ_PICKLE_SRC) $(wildcard src/core/*.h src/core/trace/*.h src/core/pool/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \

@@ -70,7 +70,7 @@ typedef struct cp_snap_event {
 
 /* The torch model's operations (their kinds: trace_torch.h), in order (one
  * device's: op_device); how the flags are read from the entries around each
- * call: snapshot.c. */
+ * call: snapshot_ops.c. */
 typedef struct cp_snap_top {
     uint64_t size, stream; /* OOM */
     size_t ref;            /* ALLOC, FREE, DONE */

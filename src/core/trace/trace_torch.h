@@ -28,7 +28,7 @@
  *            them in: an empty_cache(); flag 1: certainly one, flag 2: one
  *            unless the next malloc releases memory itself (the model
  *            decides: cp_torch_malloc_releases)
- * How a snapshot's entries become them: snapshot.c; other traces' rows are
+ * How a snapshot's entries become them: snapshot_ops.c; other traces' rows are
  * ALLOC and FREE operations (builder.c). */
 enum { CP_TOP_ALLOC = 0, CP_TOP_FREE, CP_TOP_DONE, CP_TOP_OOM, CP_TOP_RELEASE };
 
