@@ -101,7 +101,7 @@ int main(void)
         same &= eq;
     }
     ok(same, "four threads and one give the same figures, searches included (vmm aside)");
-    ok(a[0].res.peak_reserved == 1035993088 && !a[0].res.divergence.diverged,
+    ok(a[0].res.peak_reserved == 1035993088 && !a[0].res.torch.divergence.diverged,
        "the recorded setting: PyTorch's peak reserved, every device call PyTorch made");
     ok(a[1].searched && a[1].min_limit >= a[1].res.peak_allocated &&
            a[1].min_limit <= a[1].res.peak_reserved,

@@ -238,7 +238,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             o.recorded_addresses = !k;
             memset(&res, 0, sizeof res);
             if (cp_trace_replay(t, cp, &o, &res) == CP_OK)
-                EXPECT(res.cupy, "a CuPy log's replay through kind cupy is not the model's");
+                EXPECT(res.cupy.on, "a CuPy log's replay through kind cupy is not the model's");
             cp_replay_result_fini(&res);
             cp_resource_destroy(cp);
         }

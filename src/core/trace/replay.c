@@ -192,29 +192,214 @@ static cp_status free_live(const cp_trace *t, cp_resource *r, cp_stream *const *
     return st;
 }
 
-static cp_status replay_any(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
-                            cp_replay_result *out)
-{
-    cp_replay_opts def;
+/* What one replay holds beside the result. */
+typedef struct replay_state {
+    cp_stream **sv;            /* by trace stream index (NULL: the default stream) */
+    replay_blocks b;
     replay_recorder rec;
     replay_clock rclock;
     replay_integral integ;
     replay_hook hooks[REPLAY_MAX_HOOKS];
-    size_t nhooks = 0;
-    uint64_t total_events;
-    cp_stream **sv = NULL;
-    replay_blocks b = {NULL, NULL, NULL};
-    cp_status st = CP_OK;
-    size_t i, k, last_alloc = SIZE_MAX;
-    int rep, reps;
-    uint64_t live = 0;
-    double t0;
+    size_t nhooks;
+    size_t last_alloc;         /* the trace's last allocation row (SIZE_MAX: none) */
+    uint64_t total_events, live, bfc_regions0;
+    uint64_t *rec_addr;        /* recorded addresses: by ordinal (and JAX's chunks) */
+} replay_state;
+
+/* The walk's tables, its hooks, the replay's streams, the pool's counters
+ * before (subtracted at the end). */
+static cp_status prepare(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                         cp_replay_result *out, replay_state *s)
+{
     cp_stats stats;
-    uint64_t *rec_addr = NULL, bfc_regions0 = 0;
+    cp_status st;
+    size_t i, k;
+    if (cp_bfc_is(r)) {
+        cp_bfc_stats bs;
+        cp_bfc_figures(r, &bs);
+        out->bfc.on = 1;
+        s->bfc_regions0 = bs.regions;
+        out->bfc.reordered_frees = t->info.reordered;
+    }
+    s->sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *s->sv);
+    s->b.blk = calloc(t->nallocs ? t->nallocs : 1, sizeof *s->b.blk);
+    s->b.size = calloc(t->nallocs ? t->nallocs : 1, sizeof *s->b.size);
+    s->b.stream = calloc(t->nallocs ? t->nallocs : 1, sizeof *s->b.stream);
+    if (!s->sv || !s->b.blk || !s->b.size || !s->b.stream)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+    for (i = 0; i < t->n; i++)
+        if (!t->ops[i].is_free) {
+            s->b.size[t->ops[i].ord] = t->ops[i].size;
+            s->last_alloc = i;
+        }
+    if (o->record) {
+        st = replay_recorder_init(&s->rec, t, out);
+        if (st != CP_OK)
+            return st;
+        s->hooks[s->nhooks++] = replay_recorder_hook(&s->rec);
+    }
+    /* the trace's time (replay_time.h): the pool's clock */
+    if (o->trace_clock)
+        s->hooks[s->nhooks++] = replay_clock_hook(&s->rclock);
+    /* Stream 0 is the default stream; every other trace stream gets its own. */
+    for (k = 0; k < t->nstreams; k++) {
+        if (t->streams[k] == 0 || o->single_stream || !cp_be)
+            continue;
+        st = cp_be->stream_create(&s->sv[k], 0, 0);
+        if (st != CP_OK)
+            return st;
+    }
+    cp_resource_stats(r, &stats);
+    out->maps = stats.maps;
+    out->unmaps = stats.unmaps;
+    out->device_allocs = stats.device_allocs;
+    out->device_frees = stats.device_frees;
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value; /* subtracted at the end */
+    return CP_OK;
+}
+
+/* Each allocation's recorded address, by ordinal: a BFC region is placed
+ * where the recording's request that made it landed; a JAX recording's
+ * chunk and bytes_in_use after it are checked too. */
+static cp_status use_recorded(const cp_trace *t, cp_resource *r, cp_replay_result *out,
+                              replay_state *s)
+{
+    int jax = t->jax_chunk != NULL;
+    size_t i;
+    s->rec_addr = calloc((t->nallocs ? t->nallocs : 1) * (jax ? 3 : 1), sizeof *s->rec_addr);
+    if (!s->rec_addr)
+        return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
+    for (i = 0; i < t->n; i++)
+        if (!t->is_free[i]) {
+            s->rec_addr[t->ord[i]] = t->ptr[i];
+            if (jax) {
+                s->rec_addr[t->nallocs + t->ord[i]] = t->jax_chunk[t->ord[i]];
+                s->rec_addr[2 * t->nallocs + t->ord[i]] = t->jax_in_use[i];
+            }
+        }
+    cp_bfc_use_recorded(r, s->rec_addr, jax ? s->rec_addr + t->nallocs : NULL,
+                        jax ? s->rec_addr + 2 * t->nallocs : NULL, t->nallocs);
+    out->recorded = 1;
+    out->bfc.checked_chunks = jax;
+    return CP_OK;
+}
+
+/* The repetitions, each its hooks' begin, the walk, the blocks left live
+ * freed; the recorded addresses' figures after the first. */
+static cp_status repetitions(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                             cp_replay_result *out, replay_state *s)
+{
+    int rep, reps = o->repeat > 1 ? o->repeat : 1;
+    cp_status st = CP_OK;
+    for (rep = 0; rep < reps && st == CP_OK; rep++) {
+        replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep,
+                         .last_alloc = s->last_alloc};
+        replay_hook *follow[REPLAY_MAX_HOOKS] = {NULL};
+        size_t h, nfollow = 0;
+        cp_status fs;
+        for (h = 0; h < s->nhooks && st == CP_OK; h++) {
+            int f = 1;
+            if (s->hooks[h].begin)
+                st = s->hooks[h].begin(s->hooks[h].self, &w, &f);
+            if (f)
+                follow[nfollow++] = &s->hooks[h];
+        }
+        if (st != CP_OK)
+            break;
+        replay_integral_begin(&s->integ, r);
+        st = walk_events(&w, follow, nfollow, s->sv, &s->b, s->total_events, &s->live,
+                         &s->integ);
+        fs = free_live(t, r, s->sv, &s->b, &s->live);
+        if (st == CP_OK)
+            st = fs;
+        if (rep == 0 && s->rec_addr) {
+            cp_bfc_recorded rr;
+            cp_bfc_end_recorded(r, &rr);
+            out->bfc.addr_mismatches = rr.mismatches;
+            out->bfc.first_mismatch = rr.first_mismatch;
+            out->bfc.chunk_mismatches = rr.chunk_mismatches;
+            out->bfc.first_chunk_mismatch = rr.first_chunk_mismatch;
+        }
+        if (out->stopped)
+            break;
+    }
+    return st;
+}
+
+/* The pool's figures over the replay (its counters now minus before). */
+static cp_status figures(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                         cp_replay_result *out, replay_state *s, cp_status st)
+{
+    cp_stats stats;
+    size_t i, k;
+    cp_resource_stats(r, &stats);
+    if (stats.reserved_peak > CP_TRACE_BYTES_MAX && st == CP_OK) {
+        /* The trace's own figures are bounded at load; the pool's rounding
+         * may still take its reserved bytes past what is reported exactly. */
+        st = cp_error_set(CP_ERR_INVALID, "the pool's reserved peak (%llu bytes) is above "
+                          "2^63-1, the largest byte count a replay reports",
+                          (unsigned long long)stats.reserved_peak);
+    }
+    out->peak_reserved = stats.reserved_peak;
+    out->live_at_peak = s->integ.live_at_peak;
+    out->maps = stats.maps - out->maps;
+    out->unmaps = stats.unmaps - out->unmaps;
+    /* PyTorch's figures, as near as a pool of another kind has them */
+    out->peak_allocated = stats.used_peak;
+    out->device_allocs = stats.device_allocs - out->device_allocs;
+    out->device_frees = stats.device_frees - out->device_frees;
+    out->ooms = out->oom_attempts - out->oom_served;
+    /* a pool that counts retries of its own (cub) under that name */
+    for (i = 0; i < (size_t)stats.nextra; i++)
+        if (strcmp(stats.extra[i].name, "retries") == 0)
+            out->retries = stats.extra[i].value - out->retries;
+    if (out->bfc.on) {
+        /* BFC's figures: the peak of its chunk bytes, the regions made */
+        cp_bfc_stats bs;
+        cp_bfc_figures(r, &bs);
+        out->peak_allocated = bs.peak_bytes_in_use;
+        out->device_allocs = bs.regions - s->bfc_regions0;
+    }
+    out->reserved_over_live =
+        out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
+    if (o->synchronize && cp_be) {
+        for (k = 0; k < t->nstreams; k++)
+            cp_be->stream_synchronize(s->sv[k]);
+    }
+    return st;
+}
+
+static void release(const cp_trace *t, cp_resource *r, replay_state *s)
+{
+    size_t k;
+    replay_clock_stop(&s->rclock);
+    if (s->sv) {
+        for (k = 0; k < t->nstreams; k++)
+            if (s->sv[k])
+                cp_be->stream_destroy(s->sv[k]);
+    }
+    free(s->sv);
+    free(s->b.blk);
+    free(s->b.size);
+    free(s->b.stream);
+    if (s->rec_addr && cp_bfc_is(r)) {
+        cp_bfc_recorded rr;
+        cp_bfc_end_recorded(r, &rr); /* a failure before the end of the walk */
+    }
+    free(s->rec_addr);
+}
+
+static cp_status replay_any(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                            cp_replay_result *out)
+{
+    cp_replay_opts def;
+    replay_state s;
+    cp_status st;
+    double t0;
 
     memset(out, 0, sizeof *out);
-    replay_clock_init(&rclock);
-    replay_integral_init(&integ);
     memset(&def, 0, sizeof def);
     def.repeat = 1;
     if (!o)
@@ -244,159 +429,21 @@ static cp_status replay_any(const cp_trace *t, cp_resource *r, const cp_replay_o
     if (o->recorded_addresses && !cp_bfc_virtual(r))
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a bfc pool over "
                             "the \"virtual\" upstream (the device gives its own addresses)");
-    if (cp_bfc_is(r)) {
-        cp_bfc_stats bs;
-        cp_bfc_figures(r, &bs);
-        out->bfc = 1;
-        bfc_regions0 = bs.regions;
-        out->reordered_frees = t->info.reordered;
+    memset(&s, 0, sizeof s);
+    replay_clock_init(&s.rclock);
+    replay_integral_init(&s.integ);
+    s.last_alloc = SIZE_MAX;
+    s.total_events = (uint64_t)t->n * (uint64_t)(o->repeat > 1 ? o->repeat : 1);
+    st = prepare(t, r, o, out, &s);
+    if (st == CP_OK && o->recorded_addresses)
+        st = use_recorded(t, r, out, &s);
+    if (st == CP_OK) {
+        t0 = replay_now();
+        st = repetitions(t, r, o, out, &s);
+        replay_finish(&s.rclock, &s.integ, o, out, t0, s.total_events);
+        st = figures(t, r, o, out, &s, st);
     }
-    reps = o->repeat > 1 ? o->repeat : 1;
-    total_events = (uint64_t)t->n * (uint64_t)reps;
-    sv = calloc(t->nstreams ? t->nstreams : 1, sizeof *sv);
-    b.blk = calloc(t->nallocs ? t->nallocs : 1, sizeof *b.blk);
-    b.size = calloc(t->nallocs ? t->nallocs : 1, sizeof *b.size);
-    b.stream = calloc(t->nallocs ? t->nallocs : 1, sizeof *b.stream);
-    if (!sv || !b.blk || !b.size || !b.stream) {
-        st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
-        goto done;
-    }
-    for (i = 0; i < t->n; i++)
-        if (!t->ops[i].is_free) {
-            b.size[t->ops[i].ord] = t->ops[i].size;
-            last_alloc = i;
-        }
-    if (o->record) {
-        st = replay_recorder_init(&rec, t, out);
-        if (st != CP_OK)
-            goto done;
-        hooks[nhooks++] = replay_recorder_hook(&rec);
-    }
-    /* the trace's time (replay_time.h): the pool's clock */
-    if (o->trace_clock)
-        hooks[nhooks++] = replay_clock_hook(&rclock);
-    /* Stream 0 is the default stream; every other trace stream gets its own. */
-    for (k = 0; k < t->nstreams; k++) {
-        if (t->streams[k] == 0 || o->single_stream || !cp_be)
-            continue;
-        st = cp_be->stream_create(&sv[k], 0, 0);
-        if (st != CP_OK)
-            goto done;
-    }
-
-    cp_resource_stats(r, &stats);
-    out->maps = stats.maps;
-    out->unmaps = stats.unmaps;
-    out->device_allocs = stats.device_allocs;
-    out->device_frees = stats.device_frees;
-    for (i = 0; i < (size_t)stats.nextra; i++)
-        if (strcmp(stats.extra[i].name, "retries") == 0)
-            out->retries = stats.extra[i].value; /* subtracted at the end */
-    if (o->recorded_addresses) {
-        /* each allocation's recorded address, by ordinal: a BFC region is
-         * placed where the recording's request that made it landed; a JAX
-         * recording's chunk and bytes_in_use after it are checked too */
-        int jax = t->jax_chunk != NULL;
-        rec_addr = calloc((t->nallocs ? t->nallocs : 1) * (jax ? 3 : 1), sizeof *rec_addr);
-        if (!rec_addr) {
-            st = cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
-            goto done;
-        }
-        for (i = 0; i < t->n; i++)
-            if (!t->is_free[i]) {
-                rec_addr[t->ord[i]] = t->ptr[i];
-                if (jax) {
-                    rec_addr[t->nallocs + t->ord[i]] = t->jax_chunk[t->ord[i]];
-                    rec_addr[2 * t->nallocs + t->ord[i]] = t->jax_in_use[i];
-                }
-            }
-        cp_bfc_use_recorded(r, rec_addr, jax ? rec_addr + t->nallocs : NULL,
-                            jax ? rec_addr + 2 * t->nallocs : NULL, t->nallocs);
-        out->recorded = 1;
-        out->checked_chunks = jax;
-    }
-    t0 = replay_now();
-    for (rep = 0; rep < reps && st == CP_OK; rep++) {
-        replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep, .last_alloc = last_alloc};
-        replay_hook *follow[REPLAY_MAX_HOOKS] = {NULL};
-        size_t h, nfollow = 0;
-        cp_status fs;
-        for (h = 0; h < nhooks && st == CP_OK; h++) {
-            int f = 1;
-            if (hooks[h].begin)
-                st = hooks[h].begin(hooks[h].self, &w, &f);
-            if (f)
-                follow[nfollow++] = &hooks[h];
-        }
-        if (st != CP_OK)
-            break;
-        replay_integral_begin(&integ, r);
-        st = walk_events(&w, follow, nfollow, sv, &b, total_events, &live, &integ);
-        fs = free_live(t, r, sv, &b, &live);
-        if (st == CP_OK)
-            st = fs;
-        if (rep == 0 && rec_addr) {
-            cp_bfc_recorded rr;
-            cp_bfc_end_recorded(r, &rr);
-            out->addr_mismatches = rr.mismatches;
-            out->first_mismatch = rr.first_mismatch;
-            out->chunk_mismatches = rr.chunk_mismatches;
-            out->first_chunk_mismatch = rr.first_chunk_mismatch;
-        }
-        if (out->stopped)
-            break;
-    }
-    replay_finish(&rclock, &integ, o, out, t0, total_events);
-    cp_resource_stats(r, &stats);
-    if (stats.reserved_peak > CP_TRACE_BYTES_MAX && st == CP_OK) {
-        /* The trace's own figures are bounded at load; the pool's rounding
-         * may still take its reserved bytes past what is reported exactly. */
-        st = cp_error_set(CP_ERR_INVALID, "the pool's reserved peak (%llu bytes) is above "
-                          "2^63-1, the largest byte count a replay reports",
-                          (unsigned long long)stats.reserved_peak);
-    }
-    out->peak_reserved = stats.reserved_peak;
-    out->live_at_peak = integ.live_at_peak;
-    out->maps = stats.maps - out->maps;
-    out->unmaps = stats.unmaps - out->unmaps;
-    /* PyTorch's figures, as near as a pool of another kind has them */
-    out->peak_allocated = stats.used_peak;
-    out->device_allocs = stats.device_allocs - out->device_allocs;
-    out->device_frees = stats.device_frees - out->device_frees;
-    out->ooms = out->oom_attempts - out->oom_served;
-    /* a pool that counts retries of its own (cub) under that name */
-    for (i = 0; i < (size_t)stats.nextra; i++)
-        if (strcmp(stats.extra[i].name, "retries") == 0)
-            out->retries = stats.extra[i].value - out->retries;
-    if (out->bfc) {
-        /* BFC's figures: the peak of its chunk bytes, the regions made */
-        cp_bfc_stats bs;
-        cp_bfc_figures(r, &bs);
-        out->peak_allocated = bs.peak_bytes_in_use;
-        out->device_allocs = bs.regions - bfc_regions0;
-    }
-    out->reserved_over_live =
-        out->peak_live ? (double)out->peak_reserved / (double)out->peak_live : 0.0;
-    if (o->synchronize && cp_be) {
-        for (k = 0; k < t->nstreams; k++)
-            cp_be->stream_synchronize(sv[k]);
-    }
-done:
-    replay_clock_stop(&rclock);
-    if (sv) {
-        for (k = 0; k < t->nstreams; k++)
-            if (sv[k])
-                cp_be->stream_destroy(sv[k]);
-    }
-    free(sv);
-    free(b.blk);
-    free(b.size);
-    free(b.stream);
-    if (rec_addr && cp_bfc_is(r)) {
-        cp_bfc_recorded rr;
-        cp_bfc_end_recorded(r, &rr); /* a failure before the end of the walk */
-    }
-    free(rec_addr);
+    release(t, r, &s);
     if (st != CP_OK)
         cp_replay_result_fini(out);
     return st;

@@ -89,256 +89,308 @@ static const cp_trace_top *next_malloc(const cp_trace_torch_view *v, size_t i)
     return NULL;
 }
 
-cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
-                                cp_replay_result *out)
-{
-    cp_torch *m = cp_torch_of(r);
+/* One replay through the model: what its repetitions share. */
+typedef struct torch_run {
+    const cp_trace *t;
+    cp_resource *r;
+    const cp_replay_opts *o;
+    cp_replay_result *out;
+    cp_torch *m;
     cp_trace_torch_view v;
-    handle *h = NULL;
-    cp_torch_stats st0, st1;
-    cp_status st = CP_OK;
+    handle *h;                /* by allocation ordinal */
     recorder rc;
-    int rep, reps = o->repeat > 1 ? o->repeat : 1;
-    uint64_t total_events, live = 0, peak = 0, failed = 0, skipped = 0;
-    double t0;
-    size_t k;
     replay_clock rclock;
     replay_hook chook;
     replay_integral g;
-    size_t last_alloc; /* SIZE_MAX: none */
+    size_t last_alloc;        /* the last ALLOC operation (SIZE_MAX: none) */
+    uint64_t total_events, peak, failed, skipped;
+    int reps;
+} torch_run;
 
-    replay_clock_init(&rclock);
-    replay_integral_init(&g);
-    chook = replay_clock_hook(&rclock);
-    cp_trace_torch_view_get(t, &v);
-    total_events = (uint64_t)v.ntop * (uint64_t)reps;
-    if (o->recorded_addresses && !v.nsegev)
+/* The replay's tables, and its recording (opts.record). */
+static cp_status setup(torch_run *x)
+{
+    const cp_trace *t = x->t;
+    cp_replay_result *out = x->out;
+    size_t k;
+    cp_status st = CP_OK;
+    if (x->o->recorded_addresses && !x->v.nsegev)
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a PyTorch snapshot "
                             "with segment entries (%s has none)", cp_trace_path(t));
-    if (o->recorded_addresses && !cp_torch_is_virtual(m))
+    if (x->o->recorded_addresses && !cp_torch_is_virtual(x->m))
         return cp_error_set(CP_ERR_INVALID, "addresses = \"recorded\" needs a torch pool over "
                             "the \"virtual\" upstream (the device gives its own addresses)");
-    h = (handle *)calloc(v.nallocs ? v.nallocs : 1, sizeof *h);
-    if (!h)
+    x->h = (handle *)calloc(x->v.nallocs ? x->v.nallocs : 1, sizeof *x->h);
+    if (!x->h)
         return cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
-    memset(&rc, 0, sizeof rc);
-    if (o->record) {
-        out->rec_addr = (uint64_t *)calloc(v.nallocs ? v.nallocs : 1, sizeof *out->rec_addr);
-        st = out->rec_addr ? rec_init(&rc, t)
+    if (x->o->record) {
+        out->rec_addr = (uint64_t *)calloc(x->v.nallocs ? x->v.nallocs : 1, sizeof *out->rec_addr);
+        st = out->rec_addr ? rec_init(&x->rc, t)
                            : cp_error_set(CP_ERR_OOM, "out of host memory for the replay");
         if (st == CP_OK)
-            st = rec_point(out, &rc, cp_resource_reserved(r));
+            st = rec_point(out, &x->rc, cp_resource_reserved(x->r));
         if (st != CP_OK) {
-            free(h);
-            free(rc.alloc_row);
-            free(rc.free_row);
             cp_replay_result_fini(out);
             return st;
         }
-        out->naddr = v.nallocs;
+        out->naddr = x->v.nallocs;
     }
     /* the last allocation: an `oom` entry after it was one the program did
      * not survive (CP_STOP_NEEDED) */
-    for (k = v.ntop; k-- > 0;)
-        if (v.top[k].kind == CP_TOP_ALLOC)
+    for (k = x->v.ntop; k-- > 0;)
+        if (x->v.top[k].kind == CP_TOP_ALLOC)
             break;
-    last_alloc = k;
-    cp_torch_get_stats(m, &st0);
-    out->torch = 1;
-    t0 = replay_now();
-    for (rep = 0; rep < reps && st == CP_OK; rep++) {
-        const cp_trace_top *op = v.top, *end = v.top + v.ntop;
-        replay_walk w = {.t = t, .r = r, .o = o, .out = out, .rep = rep};
-        const uint32_t *top_row = v.top_row;
-        const double *time = v.time;
-        const uint64_t *reserved_now = cp_torch_reserved_now(m);
-        /* a snapshot may hold operations and no row at all (segment and oom
-         * entries only): no time then */
-        double time0 = v.ntop && v.entries ? time[0] : 0.0;
-        int follow = 1;
-        if (o->trace_clock) {
-            st = chook.begin(chook.self, &w, &follow);
+    x->last_alloc = k;
+    return CP_OK;
+}
+
+/* stop_at_oom: the program raised at operation i. */
+static void stop_at(cp_replay_result *out, size_t i, const cp_trace_top *op, int oom_entry)
+{
+    out->stopped = 1;
+    out->stop_oom_entry = oom_entry;
+    out->stop_event = i;
+    out->stop_alloc = oom_entry ? UINT64_MAX : op->ord;
+    out->stop_size = op->size;
+}
+
+/* Operation op (the i-th) on the model: CP_OK, a failure, or, where
+ * stop_at_oom stops the replay, CP_OK with out->stopped.  *live and *gi are
+ * the walk's (in registers: this is inlined into it). */
+static inline cp_status torch_op(torch_run *x, const cp_trace_top *op, size_t i, uint64_t stream,
+                                 uint64_t *live, replay_integral *gi, int rec_addr)
+{
+    handle *hx;
+    cp_torch_block *b;
+    cp_torch_pending *tok;
+    uint64_t addr;
+    cp_status ms;
+    switch (op->kind) {
+    case CP_TOP_ALLOC:
+        hx = &x->h[op->ord];
+        ms = cp_torch_malloc(x->m, op->size, stream, &b, &addr);
+        if (__builtin_expect(ms != CP_OK, 0)) {
+            if (ms != CP_ERR_OOM)
+                return ms;
+            x->failed++;
+            *hx = H_NONE;
+            if (x->o->stop_at_oom)
+                stop_at(x->out, i, op, 0);
+            return CP_OK;
+        }
+        *hx = (uintptr_t)b | H_LIVE;
+        if (__builtin_expect(rec_addr, 0))
+            x->out->rec_addr[op->ord] = addr;
+        *live += op->size;
+        if (*live > x->peak)
+            x->peak = *live;
+        gi->live_bus -= REPLAY_BYTES(op->size) * gi->t;
+        return CP_OK;
+    case CP_TOP_FREE:
+        hx = &x->h[op->ord];
+        if (__builtin_expect((*hx & H_TAG) != H_LIVE, 0)) {
+            x->skipped++;
+            return CP_OK;
+        }
+        *live -= op->size;
+        gi->live_bus += REPLAY_BYTES(op->size) * gi->t;
+        if (op->flag) {
+            tok = cp_torch_free_pending(x->m, (cp_torch_block *)H_PTR(*hx));
+            *hx = tok ? (uintptr_t)tok | H_PENDING : H_NONE;
+        } else {
+            cp_torch_free(x->m, (cp_torch_block *)H_PTR(*hx));
+            *hx = H_NONE;
+        }
+        return CP_OK;
+    case CP_TOP_DONE:
+        hx = &x->h[op->ord];
+        if ((*hx & H_TAG) == H_PENDING)
+            cp_torch_complete(x->m, (cp_torch_pending *)H_PTR(*hx), op->flag);
+        *hx = H_NONE;
+        return CP_OK;
+    case CP_TOP_OOM:
+        x->out->oom_attempts++;
+        if (cp_torch_malloc(x->m, op->size, stream, &b, &addr) == CP_OK) {
+            x->out->oom_served++;
+            cp_torch_free(x->m, b);
+        } else if (x->o->stop_at_oom == CP_STOP_ANY ||
+                   (x->o->stop_at_oom == CP_STOP_NEEDED &&
+                    (x->last_alloc == SIZE_MAX || i > x->last_alloc))) {
+            stop_at(x->out, i, op, 1);
+        }
+        return CP_OK;
+    case CP_TOP_RELEASE: {
+        const cp_trace_top *nx = op->flag == 2 ? next_malloc(&x->v, i) : NULL;
+        if (!nx || !cp_torch_malloc_releases(x->m, nx->size,
+                                             x->o->single_stream ? 0 : x->v.streams[nx->stream]))
+            cp_torch_empty_cache(x->m);
+        return CP_OK;
+    }
+    default:
+        return CP_OK;
+    }
+}
+
+/* The end of a repetition: what is still in use or pending goes back. */
+static void rep_end(torch_run *x, int rep)
+{
+    cp_torch_stats st1;
+    size_t k;
+    if (rep == 0 && x->o->recorded_addresses) {
+        cp_torch_end_recorded(x->m, &x->out->torch.divergence);
+        x->out->torch.divergence_event = cp_torch_divergence_event(x->m);
+    }
+    cp_torch_get_stats(x->m, &st1);
+    if (rep == 0)
+        x->out->torch.segments = (uint64_t)st1.segment[CP_TORCH_ALL].current;
+    for (k = 0; k < x->v.nallocs; k++) {
+        handle *hx = &x->h[k];
+        if ((*hx & H_TAG) == H_LIVE)
+            cp_torch_free(x->m, (cp_torch_block *)H_PTR(*hx));
+        else if ((*hx & H_TAG) == H_PENDING)
+            cp_torch_complete(x->m, (cp_torch_pending *)H_PTR(*hx), 0);
+        *hx = H_NONE;
+    }
+}
+
+/* One repetition of the operations, under the batched lock. */
+static cp_status repetition(torch_run *x, int rep)
+{
+    const cp_trace_torch_view *v = &x->v;
+    const cp_replay_opts *o = x->o;
+    cp_replay_result *out = x->out;
+    const cp_trace_top *op = v->top, *end = v->top + v->ntop;
+    replay_walk w = {.t = x->t, .r = x->r, .o = o, .out = out, .rep = rep};
+    const uint32_t *top_row = v->top_row;
+    const double *time = v->time;
+    const uint64_t *reserved_now = cp_torch_reserved_now(x->m);
+    /* a snapshot may hold operations and no row at all (segment and oom
+     * entries only): no time then */
+    double time0 = v->ntop && v->entries ? time[0] : 0.0;
+    int follow = 1, rec_addr = o->record && rep == 0;
+    /* the loop keeps to locals (the calls would make the compiler reload
+     * the options on every operation) */
+    const uint64_t *streams = v->streams;
+    int single = o->single_stream, note = o->recorded_addresses && rep == 0;
+    void (*progress)(void *, uint64_t, uint64_t) = o->progress;
+    uint64_t live = 0;
+    replay_integral gi;
+    replay_lock lk;
+    cp_status st = CP_OK;
+
+    if (o->trace_clock && (st = x->chook.begin(x->chook.self, &w, &follow)) != CP_OK)
+        return st;
+    replay_integral_begin(&x->g, x->r);
+    replay_lock_take(&lk, x->r);
+    if (rep == 0 && o->recorded_addresses) {
+        cp_torch_use_recorded(x->m, v->segev, v->nsegev);
+        out->recorded = 1;
+    }
+    /* the integrals in a copy whose address is never taken: in registers,
+     * where x->g (passed to the calls above) would be stored and reloaded
+     * around every call of the loop */
+    gi = x->g;
+    for (; op < end; op++) {
+        size_t i = (size_t)(op - v->top);
+        if (__builtin_expect(progress && (i & 0xffff) == 0, 0))
+            progress(o->progress_ud, out->events + (uint64_t)i, x->total_events);
+        if (__builtin_expect(note, 0))
+            cp_torch_set_event(x->m, i);
+        replay_lock_tick(&lk);
+        if (__builtin_expect(v->entries != 0, 1)) {
+            double tm = time[top_row[i]] - time0;
+            if (tm > gi.t)
+                gi.t = tm;
+        }
+        st = torch_op(x, op, i, single ? 0 : streams[op->stream], &live, &gi, rec_addr);
+        if (__builtin_expect(st != CP_OK || out->stopped, 0))
+            break;
+        if (__builtin_expect(*reserved_now != gi.reserved, 0)) {
+            gi.reserved_bus += REPLAY_BYTES(gi.reserved) * (gi.t - gi.t_res);
+            gi.t_res = gi.t;
+            gi.reserved = *reserved_now;
+            if (gi.reserved > gi.peak_seen) {
+                gi.peak_seen = gi.reserved;
+                gi.live_at_peak = live;
+            }
+        }
+        if (__builtin_expect(rec_addr, 0)) {
+            rec_row(&x->rc, op);
+            st = rec_point(out, &x->rc, cp_resource_reserved_locked(x->r));
             if (st != CP_OK)
                 break;
         }
-        replay_lock lk;
-        replay_integral_begin(&g, r);
-        replay_lock_take(&lk, r);
-        int rec_addr = o->record && rep == 0;
-        /* the loop keeps to locals (the calls would make the compiler
-         * reload the options on every operation) */
-        const uint64_t *streams = v.streams;
-        int single = o->single_stream, note = o->recorded_addresses && rep == 0;
-        void (*progress)(void *, uint64_t, uint64_t) = o->progress;
-        if (rep == 0 && o->recorded_addresses) {
-            cp_torch_use_recorded(m, v.segev, v.nsegev);
-            out->recorded = 1;
-        }
-        /* the integrals in a copy whose address is never taken: in
-         * registers, where g (passed to the calls above) would be stored
-         * and reloaded around every call of the loop */
-        replay_integral gi = g;
-        for (; op < end; op++) {
-            handle *x;
-            cp_torch_block *b;
-            cp_torch_pending *tok;
-            uint64_t addr;
-            cp_status ms;
-            uint64_t stream = single ? 0 : streams[op->stream];
-            if (__builtin_expect(progress && ((op - v.top) & 0xffff) == 0, 0))
-                progress(o->progress_ud, out->events + (uint64_t)(op - v.top), total_events);
-            if (__builtin_expect(note, 0))
-                cp_torch_set_event(m, (size_t)(op - v.top));
-            replay_lock_tick(&lk);
-            if (__builtin_expect(v.entries != 0, 1)) {
-                double tm = time[top_row[op - v.top]] - time0;
-                if (tm > gi.t)
-                    gi.t = tm;
-            }
-            switch (op->kind) {
-            case CP_TOP_ALLOC:
-                x = &h[op->ord];
-                ms = cp_torch_malloc(m, op->size, stream, &b, &addr);
-                if (__builtin_expect(ms != CP_OK, 0)) {
-                    if (ms != CP_ERR_OOM) {
-                        st = ms;
-                        goto stop;
-                    }
-                    failed++;
-                    *x = H_NONE;
-                    if (o->stop_at_oom) {
-                        out->stopped = 1;
-                        out->stop_event = (size_t)(op - v.top);
-                        out->stop_alloc = op->ord;
-                        out->stop_size = op->size;
-                        goto stop;
-                    }
-                    break;
-                }
-                *x = (uintptr_t)b | H_LIVE;
-                if (__builtin_expect(rec_addr, 0))
-                    out->rec_addr[op->ord] = addr;
-                live += op->size;
-                if (live > peak)
-                    peak = live;
-                gi.live_bus -= REPLAY_BYTES(op->size) * gi.t;
-                break;
-            case CP_TOP_FREE:
-                x = &h[op->ord];
-                if (__builtin_expect((*x & H_TAG) != H_LIVE, 0)) {
-                    skipped++;
-                    break;
-                }
-                live -= op->size;
-                gi.live_bus += REPLAY_BYTES(op->size) * gi.t;
-                if (op->flag) {
-                    tok = cp_torch_free_pending(m, (cp_torch_block *)H_PTR(*x));
-                    *x = tok ? (uintptr_t)tok | H_PENDING : H_NONE;
-                } else {
-                    cp_torch_free(m, (cp_torch_block *)H_PTR(*x));
-                    *x = H_NONE;
-                }
-                break;
-            case CP_TOP_DONE:
-                x = &h[op->ord];
-                if ((*x & H_TAG) == H_PENDING)
-                    cp_torch_complete(m, (cp_torch_pending *)H_PTR(*x), op->flag);
-                *x = H_NONE;
-                break;
-            case CP_TOP_OOM:
-                out->oom_attempts++;
-                if (cp_torch_malloc(m, op->size, stream, &b, &addr) == CP_OK) {
-                    out->oom_served++;
-                    cp_torch_free(m, b);
-                } else if (o->stop_at_oom == CP_STOP_ANY ||
-                           (o->stop_at_oom == CP_STOP_NEEDED &&
-                            (last_alloc == SIZE_MAX || (size_t)(op - v.top) > last_alloc))) {
-                    out->stopped = 1;
-                    out->stop_oom_entry = 1;
-                    out->stop_event = (size_t)(op - v.top);
-                    out->stop_alloc = UINT64_MAX;
-                    out->stop_size = op->size;
-                    goto stop;
-                }
-                break;
-            case CP_TOP_RELEASE: {
-                const cp_trace_top *nx = op->flag == 2 ? next_malloc(&v, (size_t)(op - v.top)) : NULL;
-                if (!nx ||
-                    !cp_torch_malloc_releases(m, nx->size, o->single_stream ? 0 : v.streams[nx->stream]))
-                    cp_torch_empty_cache(m);
-                break;
-            }
-            default:
-                break;
-            }
-            if (__builtin_expect(*reserved_now != gi.reserved, 0)) {
-                gi.reserved_bus += REPLAY_BYTES(gi.reserved) * (gi.t - gi.t_res);
-                gi.t_res = gi.t;
-                gi.reserved = *reserved_now;
-                if (gi.reserved > gi.peak_seen) {
-                    gi.peak_seen = gi.reserved;
-                    gi.live_at_peak = live;
-                }
-            }
-            if (__builtin_expect(rec_addr, 0)) {
-                rec_row(&rc, op);
-                st = rec_point(out, &rc, cp_resource_reserved_locked(r));
-                if (st != CP_OK)
-                    goto stop;
-            }
-        }
-    stop:
-        g = gi;
-        out->events += (uint64_t)(op - v.top);
-        if (op == end && st == CP_OK && v.ntop) {
-            g.live = live;
-            replay_integral_end(&g);
-            /* the clock reads the trace's last time */
-            if (o->trace_clock && follow && t->n >= 2)
-                chook.event(chook.self, &w, t->n - 2, NULL, NULL);
-        }
-        if (out->stopped)
-            reps = rep + 1;
-        if (rep == 0 && o->recorded_addresses) {
-            cp_torch_end_recorded(m, &out->divergence);
-            out->divergence_event = cp_torch_divergence_event(m);
-        }
-        /* the end of the trace: what is still in use or pending goes back */
-        cp_torch_get_stats(m, &st1);
-        if (rep == 0)
-            out->segments = (uint64_t)st1.segment[CP_TORCH_ALL].current;
-        live = 0;
-        for (k = 0; k < v.nallocs; k++) {
-            handle *x = &h[k];
-            if ((*x & H_TAG) == H_LIVE)
-                cp_torch_free(m, (cp_torch_block *)H_PTR(*x));
-            else if ((*x & H_TAG) == H_PENDING)
-                cp_torch_complete(m, (cp_torch_pending *)H_PTR(*x), 0);
-            *x = H_NONE;
-        }
-        replay_lock_drop(&lk);
     }
-    replay_finish(&rclock, &g, o, out, t0, total_events);
-    cp_torch_get_stats(m, &st1);
-    out->peak_live = peak;
-    out->failed = failed;
-    out->skipped_frees = skipped;
+    x->g = gi;
+    out->events += (uint64_t)(op - v->top);
+    if (op == end && st == CP_OK && v->ntop) {
+        x->g.live = live;
+        replay_integral_end(&x->g);
+        /* the clock reads the trace's last time */
+        if (o->trace_clock && follow && x->t->n >= 2)
+            x->chook.event(x->chook.self, &w, x->t->n - 2, NULL, NULL);
+    }
+    if (out->stopped)
+        x->reps = rep + 1;
+    rep_end(x, rep);
+    replay_lock_drop(&lk);
+    return st;
+}
+
+cp_status cp_trace_replay_torch(const cp_trace *t, cp_resource *r, const cp_replay_opts *o,
+                                cp_replay_result *out)
+{
+    torch_run x;
+    cp_torch_stats st0, st1;
+    cp_status st;
+    double t0;
+    int rep;
+
+    memset(&x, 0, sizeof x);
+    x.t = t;
+    x.r = r;
+    x.o = o;
+    x.out = out;
+    x.m = cp_torch_of(r);
+    x.reps = o->repeat > 1 ? o->repeat : 1;
+    replay_clock_init(&x.rclock);
+    replay_integral_init(&x.g);
+    x.chook = replay_clock_hook(&x.rclock);
+    cp_trace_torch_view_get(t, &x.v);
+    x.total_events = (uint64_t)x.v.ntop * (uint64_t)x.reps;
+    if ((st = setup(&x)) != CP_OK) {
+        free(x.h);
+        free(x.rc.alloc_row);
+        free(x.rc.free_row);
+        return st;
+    }
+    cp_torch_get_stats(x.m, &st0);
+    out->torch.on = 1;
+    t0 = replay_now();
+    for (rep = 0; rep < x.reps && st == CP_OK; rep++)
+        st = repetition(&x, rep);
+    replay_finish(&x.rclock, &x.g, o, out, t0, x.total_events);
+    cp_torch_get_stats(x.m, &st1);
+    out->peak_live = x.peak;
+    out->failed = x.failed;
+    out->skipped_frees = x.skipped;
     out->peak_reserved = (uint64_t)st1.reserved_bytes[CP_TORCH_ALL].peak;
-    out->live_at_peak = g.live_at_peak;
+    out->live_at_peak = x.g.live_at_peak;
     out->peak_allocated = (uint64_t)st1.allocated_bytes[CP_TORCH_ALL].peak;
     out->device_allocs = st1.num_device_alloc - st0.num_device_alloc;
     out->device_frees = st1.num_device_free - st0.num_device_free;
     out->retries = st1.num_alloc_retries - st0.num_alloc_retries;
     out->ooms = st1.num_ooms - st0.num_ooms;
-    out->reserved_over_live = peak ? (double)out->peak_reserved / (double)peak : 0.0;
+    out->reserved_over_live = x.peak ? (double)out->peak_reserved / (double)x.peak : 0.0;
     /* the resource's own counters, as its entry points would have kept them */
-    cp_torch_account(m, (uint64_t)(st1.allocation[CP_TORCH_ALL].allocated -
-                                   st0.allocation[CP_TORCH_ALL].allocated),
-                     (uint64_t)(st1.allocation[CP_TORCH_ALL].freed - st0.allocation[CP_TORCH_ALL].freed),
-                     failed, peak);
-    free(h);
-    free(rc.alloc_row);
-    free(rc.free_row);
+    cp_torch_account(x.m, (uint64_t)(st1.allocation[CP_TORCH_ALL].allocated -
+                                     st0.allocation[CP_TORCH_ALL].allocated),
+                     (uint64_t)(st1.allocation[CP_TORCH_ALL].freed -
+                                st0.allocation[CP_TORCH_ALL].freed),
+                     x.failed, x.peak);
+    free(x.h);
+    free(x.rc.alloc_row);
+    free(x.rc.free_row);
     if (st != CP_OK)
         cp_replay_result_fini(out);
     return st;

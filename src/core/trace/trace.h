@@ -153,6 +153,49 @@ typedef struct cp_replay_opts {
     int idle_streams;
 } cp_replay_opts;
 
+/* What a replay through the torch model adds (kind "torch", replay_torch.c). */
+typedef struct cp_replay_torch_result {
+    int on;                     /* the fields below hold */
+    cp_torch_divergence divergence; /* recorded addresses: where the model's
+                                   device calls first differed from PyTorch's */
+    size_t divergence_event;    /* the operation (0-based) running then */
+    uint64_t segments;          /* segments (or mapped ranges) held at the end */
+} cp_replay_torch_result;
+
+/* What a replay through BFC adds (kind "bfc", replay.c). */
+typedef struct cp_replay_bfc_result {
+    int on;                     /* the fields below hold */
+    uint64_t addr_mismatches;   /* recorded: allocations the model placed elsewhere */
+    uint64_t first_mismatch;    /* ... the first of them (allocation ordinal, 0-based) */
+    int checked_chunks;         /* the recording had BFC's chunks: the two below hold */
+    uint64_t chunk_mismatches;  /* allocations whose chunk or bytes_in_use after it differ */
+    uint64_t first_chunk_mismatch;
+    uint64_t reordered_frees;   /* frees the recording wrote after an allocation that
+                                   reused their memory, moved before it (the trace's) */
+} cp_replay_bfc_result;
+
+/* A CuPy hook log replayed through kind "cupy" (replay_cupy.c): the first
+ * operation where the model disagreed with the log (0: none; a
+ * CP_CUPY_MISMATCH_*), at the log's line, the model's and the log's figures
+ * (sizes, or total_bytes); with recorded addresses, the first cudaMalloc
+ * (from 0) whose size differed from the log's alloc line (sizes 0: that side
+ * made no more calls); the log line a stop came at; CuPy's used_bytes at its
+ * peak, and used_bytes and what free_all_blocks() would have given back when
+ * total_bytes peaked. */
+typedef struct cp_replay_cupy_result {
+    int on;                     /* the fields below hold */
+    int mismatch;
+    size_t mismatch_op;
+    uint32_t mismatch_line;
+    uint64_t mismatch_model, mismatch_log;
+    int diverged;
+    size_t div_call;
+    uint32_t div_line;
+    uint64_t div_model, div_log;
+    uint32_t stop_line;
+    uint64_t used_peak, used_at_peak, free_all_at_peak;
+} cp_replay_cupy_result;
+
 typedef struct cp_replay_result {
     uint64_t events;            /* events replayed (all repetitions) */
     double ns_per_event;        /* wall time of the loop / events */
@@ -180,19 +223,8 @@ typedef struct cp_replay_result {
     uint64_t device_allocs, device_frees, retries, ooms;
     uint64_t oom_attempts;      /* `oom` entries replayed */
     uint64_t oom_served;        /* ... that the pool served (freed at once) */
-    int torch;                  /* the fields below hold */
-    int recorded;               /* replayed with the recorded addresses */
-    int bfc;                    /* kind "bfc": the two fields below hold */
-    uint64_t addr_mismatches;   /* recorded: allocations the model placed elsewhere */
-    uint64_t first_mismatch;    /* ... the first of them (allocation ordinal, 0-based) */
-    int checked_chunks;         /* the recording had BFC's chunks: the two below hold */
-    uint64_t chunk_mismatches;  /* allocations whose chunk or bytes_in_use after it differ */
-    uint64_t first_chunk_mismatch;
-    uint64_t reordered_frees;   /* frees the recording wrote after an allocation that
-                                   reused their memory, moved before it (the trace's) */
-    cp_torch_divergence divergence;
-    size_t divergence_event;    /* the operation (0-based) running when the calls differed */
-    uint64_t segments;          /* segments (or mapped ranges) held at the end */
+    int recorded;               /* replayed with the recorded addresses (torch,
+                                   bfc, cupy: their results say how it went) */
     int stopped;                /* stop_at_oom: a refusal ended the replay */
     int stop_oom_entry;         /* ... at an `oom` entry (stop_alloc is then UINT64_MAX) */
     size_t stop_event;          /* ... at this event (0-based), */
@@ -204,25 +236,10 @@ typedef struct cp_replay_result {
      * the repetitions: a pool that holds memory longer shows it even when
      * its peak is the same. */
     double reserved_byte_seconds, live_byte_seconds;
-    /* A CuPy hook log replayed through kind "cupy" (replay_cupy.c): the
-     * first operation where the model disagreed with the log (0: none; a
-     * CP_CUPY_MISMATCH_*), at the log's line, the model's and the log's
-     * figures (sizes, or total_bytes); with recorded addresses, the first
-     * cudaMalloc (from 0) whose size differed from the log's alloc line
-     * (sizes 0: that side made no more calls); the log line a stop came at. */
-    int cupy;
-    int cupy_mismatch;
-    size_t cupy_mismatch_op;
-    uint32_t cupy_mismatch_line;
-    uint64_t cupy_mismatch_model, cupy_mismatch_log;
-    int cupy_diverged;
-    size_t cupy_div_call;
-    uint32_t cupy_div_line;
-    uint64_t cupy_div_model, cupy_div_log;
-    uint32_t cupy_stop_line;
-    /* ... CuPy's used_bytes at its peak, and used_bytes and what
-     * free_all_blocks() would have given back when total_bytes peaked */
-    uint64_t cupy_used_peak, cupy_used_at_peak, cupy_free_all_at_peak;
+    /* what only one framework's model reports (`on`: it replayed) */
+    cp_replay_torch_result torch;
+    cp_replay_bfc_result bfc;
+    cp_replay_cupy_result cupy;
 } cp_replay_result;
 
 enum {
