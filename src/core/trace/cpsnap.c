@@ -60,6 +60,41 @@ static cp_status cbad(const cbuf *b, const unsigned char *start, const char *why
                         (size_t)(b->p - start), why);
 }
 
+/* The settings: the flag, PyTorch's env string, the settings' conf string
+ * (kept only when it is one this parser reads); -1 when malformed. */
+static int settings(cp_snapshot *s, cbuf *b)
+{
+    uint64_t has, l1, l2;
+    size_t i, k;
+    cp_torch_conf c, e;
+    char tmp[512];
+    if (cvar(b, &has) != 0 || has > 1 || cvar(b, &l1) != 0 || l1 > (uint64_t)(b->end - b->p))
+        return -1;
+    s->has_settings = (int)has;
+    k = l1 < sizeof s->torch_env ? (size_t)l1 : sizeof s->torch_env - 1;
+    memcpy(s->torch_env, b->p, k);
+    s->torch_env[k] = '\0';
+    for (i = 0; i < k; i++) /* a NUL inside would cut the string */
+        if (!s->torch_env[i])
+            s->torch_env[i] = ' ';
+    b->p += l1;
+    if (cvar(b, &l2) != 0 || l2 > (uint64_t)(b->end - b->p))
+        return -1;
+    k = l2 < sizeof tmp ? (size_t)l2 : sizeof tmp - 1;
+    memcpy(tmp, b->p, k);
+    tmp[k] = '\0';
+    /* the env string has what the settings leave out */
+    if (memchr(tmp, '\0', k) == NULL && cp_torch_conf_parse(tmp, k, &c) == CP_OK) {
+        if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK) {
+            c.large_segment_size = e.large_segment_size;
+            c.max_non_split_rounding = e.max_non_split_rounding;
+        }
+        cp_torch_conf_format(&c, s->torch_settings, sizeof s->torch_settings);
+    }
+    b->p += l2;
+    return 0;
+}
+
 cp_status cp_snap_decode_compact(dec *d, const unsigned char *buf, size_t len)
 {
     cp_snapshot *s = d->s;
@@ -82,44 +117,9 @@ cp_status cp_snap_decode_compact(dec *d, const unsigned char *buf, size_t len)
             free(streams);
             return cbad(&b, buf, "truncated stream list");
         }
-    {
-        uint64_t has, l1, l2;
-        if (cvar(&b, &has) != 0 || has > 1 || cvar(&b, &l1) != 0 ||
-            l1 > (uint64_t)(b.end - b.p)) {
-            free(streams);
-            return cbad(&b, buf, "bad settings");
-        }
-        s->has_settings = (int)has;
-        {
-            size_t k = l1 < sizeof s->torch_env ? (size_t)l1 : sizeof s->torch_env - 1;
-            memcpy(s->torch_env, b.p, k);
-            s->torch_env[k] = '\0';
-            for (i = 0; i < k; i++) /* a NUL inside would cut the string */
-                if (!s->torch_env[i])
-                    s->torch_env[i] = ' ';
-        }
-        b.p += l1;
-        if (cvar(&b, &l2) != 0 || l2 > (uint64_t)(b.end - b.p)) {
-            free(streams);
-            return cbad(&b, buf, "bad settings");
-        }
-        {
-            cp_torch_conf c, e;
-            char tmp[512];
-            size_t k = l2 < sizeof tmp ? (size_t)l2 : sizeof tmp - 1;
-            memcpy(tmp, b.p, k);
-            tmp[k] = '\0';
-            /* kept only when it is a conf string this parser reads; the
-             * env string has what the settings leave out */
-            if (memchr(tmp, '\0', k) == NULL && cp_torch_conf_parse(tmp, k, &c) == CP_OK) {
-                if (cp_torch_conf_parse(s->torch_env, strlen(s->torch_env), &e) == CP_OK) {
-                    c.large_segment_size = e.large_segment_size;
-                    c.max_non_split_rounding = e.max_non_split_rounding;
-                }
-                cp_torch_conf_format(&c, s->torch_settings, sizeof s->torch_settings);
-            }
-            b.p += l2;
-        }
+    if (settings(s, &b) != 0) {
+        free(streams);
+        return cbad(&b, buf, "bad settings");
     }
     if (cvar(&b, &nsegs) != 0 || nsegs > (uint64_t)(b.end - b.p)) {
         free(streams);

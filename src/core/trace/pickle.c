@@ -400,11 +400,278 @@ static cp_status int_n(reader *r, size_t nbytes, int is_signed)
     return push(r, v);
 }
 
-static cp_status run(reader *r, cp_pk_value **root)
+/* The opcodes of the protocol, the stack and its marks; *known = 0 when op is none of them. */
+static cp_status stack_op(reader *r, unsigned char op, int *known)
+{
+    cp_status st = CP_OK;
+    size_t base, n;
+    switch (op) {
+    case 0x80: /* PROTO */
+        if (!need(r, 1))
+            return fail(r, "truncated PROTO");
+        if (r->b[r->pos] < 2 || r->b[r->pos] > 5)
+            return cp_error_set(CP_ERR_INVALID,
+                                "offset %zu: unsupported pickle protocol %u (2 to 5 are read)",
+                                r->op_at, (unsigned)r->b[r->pos]);
+        r->pos++;
+        break;
+    case 0x95: /* FRAME: a length hint for buffered readers */
+        if (!need(r, 8))
+            return fail(r, "truncated FRAME");
+        {
+            /* a frame's bytes must all be there (as for Python's reader);
+             * a stream reads them ahead, which its writer sized for */
+            uint64_t flen = le(r->b + r->pos, 8);
+            if (flen > SIZE_MAX / 2 || !need(r, 8 + (size_t)flen))
+                return fail(r, "FRAME runs past the end of the data");
+        }
+        r->pos += 8;
+        break;
+    case '(': /* MARK */
+        if (r->nmarks == r->mcap) {
+            size_t cap = r->mcap ? 2 * r->mcap : 32;
+            size_t *nm = (size_t *)realloc(r->marks, cap * sizeof *nm);
+            if (!nm)
+                return oom();
+            r->marks = nm;
+            r->mcap = cap;
+        }
+        r->marks[r->nmarks++] = r->sp;
+        break;
+    case '0': /* POP */
+        if (!r->sp)
+            return fail(r, "POP with an empty stack");
+        if (r->nmarks && r->marks[r->nmarks - 1] == r->sp)
+            return fail(r, "POP across a MARK");
+        r->sp--;
+        break;
+    case '1': /* POP_MARK */
+        st = pop_mark(r, &base, &n);
+        r->sp = st == CP_OK ? base : r->sp;
+        break;
+    case '2': /* DUP */
+        if (!r->sp)
+            return fail(r, "DUP with an empty stack");
+        st = push(r, r->stack[r->sp - 1]);
+        break;
+    default:
+        *known = 0;
+        break;
+    }
+    return st;
+}
+
+/* The opcodes that push a value: None, booleans, numbers, strings; *known = 0 when op is none of them. */
+static cp_status value_op(reader *r, unsigned char op, int *known)
+{
+    cp_status st = CP_OK;
+    cp_pk_value *v;
+    switch (op) {
+    case 'N':
+        st = push(r, newval(r, CP_PK_NONE));
+        break;
+    case 0x88: /* NEWTRUE */
+    case 0x89: /* NEWFALSE */
+        v = newval(r, CP_PK_BOOL);
+        if (v)
+            v->v.i = op == 0x88;
+        st = push(r, v);
+        break;
+    case 'J': /* BININT */
+        st = int_n(r, 4, 1);
+        break;
+    case 'K': /* BININT1 */
+        st = int_n(r, 1, 0);
+        break;
+    case 'M': /* BININT2 */
+        st = int_n(r, 2, 0);
+        break;
+    case 0x8a: /* LONG1 */
+        st = long_n(r, 1);
+        break;
+    case 0x8b: /* LONG4 */
+        st = long_n(r, 4);
+        break;
+    case 'G': { /* BINFLOAT: big-endian IEEE 754 double */
+        uint64_t bits = 0;
+        int k;
+        if (!need(r, 8))
+            return fail(r, "truncated BINFLOAT");
+        for (k = 0; k < 8; k++)
+            bits = (bits << 8) | r->b[r->pos + (size_t)k];
+        r->pos += 8;
+        v = newval(r, CP_PK_FLOAT);
+        if (v)
+            memcpy(&v->v.f, &bits, sizeof v->v.f);
+        st = push(r, v);
+        break;
+    }
+    case 0x8c: /* SHORT_BINUNICODE */
+        st = text(r, CP_PK_STR, 1);
+        break;
+    case 'X': /* BINUNICODE */
+        st = text(r, CP_PK_STR, 4);
+        break;
+    case 0x8d: /* BINUNICODE8 */
+        st = text(r, CP_PK_STR, 8);
+        break;
+    case 'C': /* SHORT_BINBYTES */
+    case 'U': /* SHORT_BINSTRING */
+        st = text(r, CP_PK_BYTES, 1);
+        break;
+    case 'B': /* BINBYTES */
+    case 'T': /* BINSTRING */
+        st = text(r, CP_PK_BYTES, 4);
+        break;
+    case 0x8e: /* BINBYTES8 */
+    case 0x96: /* BYTEARRAY8 */
+        st = text(r, CP_PK_BYTES, 8);
+        break;
+    default:
+        *known = 0;
+        break;
+    }
+    return st;
+}
+
+/* The opcodes that build tuples, lists and dicts; *known = 0 when op is none of them. */
+static cp_status container_op(reader *r, unsigned char op, int *known)
 {
     cp_status st = CP_OK;
     size_t base, n;
     cp_pk_value *v;
+    switch (op) {
+    case ')': /* EMPTY_TUPLE */
+        st = push(r, newval(r, CP_PK_TUPLE));
+        break;
+    case ']': /* EMPTY_LIST */
+        st = push(r, newval(r, CP_PK_LIST));
+        break;
+    case '}': /* EMPTY_DICT */
+        st = push(r, newval(r, CP_PK_DICT));
+        break;
+    case 0x85: /* TUPLE1 */
+    case 0x86: /* TUPLE2 */
+    case 0x87: /* TUPLE3 */
+        n = (size_t)(op - 0x84);
+        if (r->sp < n || (r->nmarks && r->marks[r->nmarks - 1] > r->sp - n))
+            return fail(r, "TUPLE with too few values on the stack");
+        st = make_seq(r, CP_PK_TUPLE, r->sp - n, n);
+        break;
+    case 't': /* TUPLE */
+    case 'l': /* LIST */
+        st = pop_mark(r, &base, &n);
+        if (st == CP_OK)
+            st = make_seq(r, op == 't' ? CP_PK_TUPLE : CP_PK_LIST, base, n);
+        break;
+    case 'd': /* DICT */
+        st = pop_mark(r, &base, &n);
+        if (st == CP_OK && n % 2)
+            return fail(r, "DICT with an odd number of values");
+        if (st == CP_OK)
+            st = make_seq(r, CP_PK_DICT, base, n);
+        if (st == CP_OK)
+            st = hook_pairs(r, r->stack[r->sp - 1], r->stack[r->sp - 1]->v.items, n);
+        break;
+    case 'a': /* APPEND */
+        if (r->sp < 2 || (r->nmarks && r->marks[r->nmarks - 1] > r->sp - 2))
+            return fail(r, "APPEND with too few values on the stack");
+        v = r->stack[r->sp - 2];
+        if (v->type != CP_PK_LIST)
+            return fail(r, "APPEND to something that is not a list");
+        st = add_items(v, r->stack + r->sp - 1, 1);
+        r->sp--;
+        break;
+    case 'e': /* APPENDS */
+    case 'u': /* SETITEMS */
+        st = pop_mark(r, &base, &n);
+        if (st != CP_OK)
+            break;
+        if (base == 0)
+            return fail(r, op == 'e' ? "APPENDS without a list below its MARK"
+                                     : "SETITEMS without a dict below its MARK");
+        v = r->stack[base - 1];
+        if (op == 'e' && v->type != CP_PK_LIST)
+            return fail(r, "APPENDS to something that is not a list");
+        if (op == 'u' && v->type != CP_PK_DICT)
+            return fail(r, "SETITEMS on something that is not a dict");
+        if (op == 'u' && n % 2)
+            return fail(r, "SETITEMS with an odd number of values");
+        if (n)
+            st = add_items(v, r->stack + base, n);
+        if (st == CP_OK && op == 'u')
+            st = hook_pairs(r, v, r->stack + base, n);
+        r->sp = base;
+        break;
+    case 's': /* SETITEM */
+        if (r->sp < 3 || (r->nmarks && r->marks[r->nmarks - 1] > r->sp - 3))
+            return fail(r, "SETITEM with too few values on the stack");
+        v = r->stack[r->sp - 3];
+        if (v->type != CP_PK_DICT)
+            return fail(r, "SETITEM on something that is not a dict");
+        st = add_items(v, r->stack + r->sp - 2, 2);
+        if (st == CP_OK)
+            st = hook_pairs(r, v, r->stack + r->sp - 2, 2);
+        r->sp -= 2;
+        break;
+    default:
+        *known = 0;
+        break;
+    }
+    return st;
+}
+
+/* The memo's opcodes; *known = 0 when op is none of them. */
+static cp_status memo_op(reader *r, unsigned char op, int *known)
+{
+    cp_status st = CP_OK;
+    switch (op) {
+    case 0x94: /* MEMOIZE */
+        st = memo_put(r, r->nmemo);
+        break;
+    case 'q': /* BINPUT */
+        if (!need(r, 1))
+            return fail(r, "truncated BINPUT");
+        st = memo_put(r, r->b[r->pos++]);
+        break;
+    case 'r': /* LONG_BINPUT */
+        if (!need(r, 4))
+            return fail(r, "truncated LONG_BINPUT");
+        st = memo_put(r, le(r->b + r->pos, 4));
+        r->pos += 4;
+        break;
+    case 'h': /* BINGET */
+        if (!need(r, 1))
+            return fail(r, "truncated BINGET");
+        st = memo_get(r, r->b[r->pos++]);
+        break;
+    case 'j': /* LONG_BINGET */
+        if (!need(r, 4))
+            return fail(r, "truncated LONG_BINGET");
+        st = memo_get(r, le(r->b + r->pos, 4));
+        r->pos += 4;
+        break;
+    default:
+        *known = 0;
+        break;
+    }
+    return st;
+}
+
+/* An opcode outside the subset (pickle.h): refused, named. */
+static cp_status refused(const reader *r, unsigned char op)
+{
+    const char *name = opname(op);
+    if (name)
+        return cp_error_set(CP_ERR_INVALID, "offset %zu: opcode %s (0x%02x) refused: "
+                            "a memory snapshot holds only plain data, and cupola "
+                            "never runs pickled code", r->op_at, name, op);
+    return cp_error_set(CP_ERR_INVALID, "offset %zu: unknown opcode 0x%02x", r->op_at, op);
+}
+
+static cp_status run(reader *r, cp_pk_value **root)
+{
+    cp_status st = CP_OK;
 
     if (!need(r, 2) || r->b[0] != 0x80) {
         if (r->eof < 0)
@@ -414,235 +681,35 @@ static cp_status run(reader *r, cp_pk_value **root)
     }
     while (st == CP_OK) {
         unsigned char op;
+        int known = 1;
         if (!need(r, 1)) {
             r->op_at = AT(r);
             return fail(r, "truncated: the data ends before STOP");
         }
         r->op_at = AT(r);
         op = r->b[r->pos++];
-        switch (op) {
-        case 0x80: /* PROTO */
-            if (!need(r, 1))
-                return fail(r, "truncated PROTO");
-            if (r->b[r->pos] < 2 || r->b[r->pos] > 5)
-                return cp_error_set(CP_ERR_INVALID,
-                                    "offset %zu: unsupported pickle protocol %u (2 to 5 are read)",
-                                    r->op_at, (unsigned)r->b[r->pos]);
-            r->pos++;
-            break;
-        case 0x95: /* FRAME: a length hint for buffered readers */
-            if (!need(r, 8))
-                return fail(r, "truncated FRAME");
-            {
-                /* a frame's bytes must all be there (as for Python's reader);
-                 * a stream reads them ahead, which its writer sized for */
-                uint64_t flen = le(r->b + r->pos, 8);
-                if (flen > SIZE_MAX / 2 || !need(r, 8 + (size_t)flen))
-                    return fail(r, "FRAME runs past the end of the data");
-            }
-            r->pos += 8;
-            break;
-        case '.': /* STOP */
+        if (op == '.') { /* STOP */
             if (r->sp != 1)
                 return fail(r, r->sp ? "STOP with more than one value on the stack"
                                      : "STOP with an empty stack");
             *root = r->stack[0];
             return CP_OK;
-        case '(': /* MARK */
-            if (r->nmarks == r->mcap) {
-                size_t cap = r->mcap ? 2 * r->mcap : 32;
-                size_t *nm = (size_t *)realloc(r->marks, cap * sizeof *nm);
-                if (!nm)
-                    return oom();
-                r->marks = nm;
-                r->mcap = cap;
-            }
-            r->marks[r->nmarks++] = r->sp;
-            break;
-        case '0': /* POP */
-            if (!r->sp)
-                return fail(r, "POP with an empty stack");
-            if (r->nmarks && r->marks[r->nmarks - 1] == r->sp)
-                return fail(r, "POP across a MARK");
-            r->sp--;
-            break;
-        case '1': /* POP_MARK */
-            st = pop_mark(r, &base, &n);
-            r->sp = st == CP_OK ? base : r->sp;
-            break;
-        case '2': /* DUP */
-            if (!r->sp)
-                return fail(r, "DUP with an empty stack");
-            st = push(r, r->stack[r->sp - 1]);
-            break;
-        case 'N':
-            st = push(r, newval(r, CP_PK_NONE));
-            break;
-        case 0x88: /* NEWTRUE */
-        case 0x89: /* NEWFALSE */
-            v = newval(r, CP_PK_BOOL);
-            if (v)
-                v->v.i = op == 0x88;
-            st = push(r, v);
-            break;
-        case 'J': /* BININT */
-            st = int_n(r, 4, 1);
-            break;
-        case 'K': /* BININT1 */
-            st = int_n(r, 1, 0);
-            break;
-        case 'M': /* BININT2 */
-            st = int_n(r, 2, 0);
-            break;
-        case 0x8a: /* LONG1 */
-            st = long_n(r, 1);
-            break;
-        case 0x8b: /* LONG4 */
-            st = long_n(r, 4);
-            break;
-        case 'G': { /* BINFLOAT: big-endian IEEE 754 double */
-            uint64_t bits = 0;
-            int k;
-            if (!need(r, 8))
-                return fail(r, "truncated BINFLOAT");
-            for (k = 0; k < 8; k++)
-                bits = (bits << 8) | r->b[r->pos + (size_t)k];
-            r->pos += 8;
-            v = newval(r, CP_PK_FLOAT);
-            if (v)
-                memcpy(&v->v.f, &bits, sizeof v->v.f);
-            st = push(r, v);
-            break;
         }
-        case 0x8c: /* SHORT_BINUNICODE */
-            st = text(r, CP_PK_STR, 1);
-            break;
-        case 'X': /* BINUNICODE */
-            st = text(r, CP_PK_STR, 4);
-            break;
-        case 0x8d: /* BINUNICODE8 */
-            st = text(r, CP_PK_STR, 8);
-            break;
-        case 'C': /* SHORT_BINBYTES */
-        case 'U': /* SHORT_BINSTRING */
-            st = text(r, CP_PK_BYTES, 1);
-            break;
-        case 'B': /* BINBYTES */
-        case 'T': /* BINSTRING */
-            st = text(r, CP_PK_BYTES, 4);
-            break;
-        case 0x8e: /* BINBYTES8 */
-        case 0x96: /* BYTEARRAY8 */
-            st = text(r, CP_PK_BYTES, 8);
-            break;
-        case ')': /* EMPTY_TUPLE */
-            st = push(r, newval(r, CP_PK_TUPLE));
-            break;
-        case ']': /* EMPTY_LIST */
-            st = push(r, newval(r, CP_PK_LIST));
-            break;
-        case '}': /* EMPTY_DICT */
-            st = push(r, newval(r, CP_PK_DICT));
-            break;
-        case 0x85: /* TUPLE1 */
-        case 0x86: /* TUPLE2 */
-        case 0x87: /* TUPLE3 */
-            n = (size_t)(op - 0x84);
-            if (r->sp < n || (r->nmarks && r->marks[r->nmarks - 1] > r->sp - n))
-                return fail(r, "TUPLE with too few values on the stack");
-            st = make_seq(r, CP_PK_TUPLE, r->sp - n, n);
-            break;
-        case 't': /* TUPLE */
-        case 'l': /* LIST */
-            st = pop_mark(r, &base, &n);
-            if (st == CP_OK)
-                st = make_seq(r, op == 't' ? CP_PK_TUPLE : CP_PK_LIST, base, n);
-            break;
-        case 'd': /* DICT */
-            st = pop_mark(r, &base, &n);
-            if (st == CP_OK && n % 2)
-                return fail(r, "DICT with an odd number of values");
-            if (st == CP_OK)
-                st = make_seq(r, CP_PK_DICT, base, n);
-            if (st == CP_OK)
-                st = hook_pairs(r, r->stack[r->sp - 1], r->stack[r->sp - 1]->v.items, n);
-            break;
-        case 'a': /* APPEND */
-            if (r->sp < 2 || (r->nmarks && r->marks[r->nmarks - 1] > r->sp - 2))
-                return fail(r, "APPEND with too few values on the stack");
-            v = r->stack[r->sp - 2];
-            if (v->type != CP_PK_LIST)
-                return fail(r, "APPEND to something that is not a list");
-            st = add_items(v, r->stack + r->sp - 1, 1);
-            r->sp--;
-            break;
-        case 'e': /* APPENDS */
-        case 'u': /* SETITEMS */
-            st = pop_mark(r, &base, &n);
-            if (st != CP_OK)
-                break;
-            if (base == 0)
-                return fail(r, op == 'e' ? "APPENDS without a list below its MARK"
-                                         : "SETITEMS without a dict below its MARK");
-            v = r->stack[base - 1];
-            if (op == 'e' && v->type != CP_PK_LIST)
-                return fail(r, "APPENDS to something that is not a list");
-            if (op == 'u' && v->type != CP_PK_DICT)
-                return fail(r, "SETITEMS on something that is not a dict");
-            if (op == 'u' && n % 2)
-                return fail(r, "SETITEMS with an odd number of values");
-            if (n)
-                st = add_items(v, r->stack + base, n);
-            if (st == CP_OK && op == 'u')
-                st = hook_pairs(r, v, r->stack + base, n);
-            r->sp = base;
-            break;
-        case 's': /* SETITEM */
-            if (r->sp < 3 || (r->nmarks && r->marks[r->nmarks - 1] > r->sp - 3))
-                return fail(r, "SETITEM with too few values on the stack");
-            v = r->stack[r->sp - 3];
-            if (v->type != CP_PK_DICT)
-                return fail(r, "SETITEM on something that is not a dict");
-            st = add_items(v, r->stack + r->sp - 2, 2);
-            if (st == CP_OK)
-                st = hook_pairs(r, v, r->stack + r->sp - 2, 2);
-            r->sp -= 2;
-            break;
-        case 0x94: /* MEMOIZE */
-            st = memo_put(r, r->nmemo);
-            break;
-        case 'q': /* BINPUT */
-            if (!need(r, 1))
-                return fail(r, "truncated BINPUT");
-            st = memo_put(r, r->b[r->pos++]);
-            break;
-        case 'r': /* LONG_BINPUT */
-            if (!need(r, 4))
-                return fail(r, "truncated LONG_BINPUT");
-            st = memo_put(r, le(r->b + r->pos, 4));
-            r->pos += 4;
-            break;
-        case 'h': /* BINGET */
-            if (!need(r, 1))
-                return fail(r, "truncated BINGET");
-            st = memo_get(r, r->b[r->pos++]);
-            break;
-        case 'j': /* LONG_BINGET */
-            if (!need(r, 4))
-                return fail(r, "truncated LONG_BINGET");
-            st = memo_get(r, le(r->b + r->pos, 4));
-            r->pos += 4;
-            break;
-        default: {
-            const char *name = opname(op);
-            if (name)
-                return cp_error_set(CP_ERR_INVALID, "offset %zu: opcode %s (0x%02x) refused: "
-                                    "a memory snapshot holds only plain data, and cupola "
-                                    "never runs pickled code", r->op_at, name, op);
-            return cp_error_set(CP_ERR_INVALID, "offset %zu: unknown opcode 0x%02x", r->op_at,
-                                op);
+        st = stack_op(r, op, &known);
+        if (!known) {
+            known = 1;
+            st = value_op(r, op, &known);
         }
+        if (!known) {
+            known = 1;
+            st = container_op(r, op, &known);
         }
+        if (!known) {
+            known = 1;
+            st = memo_op(r, op, &known);
+        }
+        if (!known)
+            return refused(r, op);
     }
     return st;
 }
