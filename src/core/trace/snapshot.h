@@ -1,6 +1,7 @@
 /*
  * snapshot.h: PyTorch memory snapshots (torch.cuda.memory._dump_snapshot, a
- * pickle) turned into a plain event list that trace.c loads like a CSV.
+ * pickle) turned into a plain event list, whose events the snapshot readers
+ * (snapshot_load.c) hand to the row builder like any reader's.
  *
  * What is read: `device_traces` (one list per device) and `segments`.
  *   - Entries with action "alloc" become allocations; "free_completed" (or,

@@ -95,7 +95,7 @@ typedef struct cp_trace_info {
     uint64_t bfc_peak_bytes_in_use; /* the largest peak_bytes_in_use the events recorded */
     size_t reordered;    /* events moved to BFC's own order: frees written after the
                             allocation that reused their chunk (moved before it), and events
-                            out of the chain of BFC's bytes_in_use (jax.c, trace.c) */
+                            out of the chain of BFC's bytes_in_use (jax_load.c) */
     size_t ooms;         /* requests PyTorch refused (`oom` entries): a replay attempts
                             them, and frees at once what a pool serves */
 } cp_trace_info;

@@ -46,20 +46,22 @@ struct cp_trace {
     double *seg_time;   /* PyTorch's own reserved bytes over time */
     uint64_t *seg_reserved;
     size_t nseg;
-    /* The torch model's operations (trace_torch.h); for CSV, the rows. */
+    /* The torch model's operations (trace_torch.h): a snapshot's own, for
+     * other traces the rows (builder.c) */
     cp_trace_top *top;
     uint32_t *top_row;  /* per operation: its row (the latest row before it
                            for those of no row), for the trace's time */
     size_t ntop;
     cp_torch_segev *segev;
     size_t nsegev;
-    /* requests PyTorch refused (`oom` entries): the row before which each
-     * came, its size and stream index, for the replay of any pool */
+    /* requests the program's allocator refused (PyTorch's `oom` entries,
+     * CuPy's refused mallocs): the row before which each came, its size and
+     * stream index, for the replay of any pool (builder.c adds them) */
     size_t *oom_row;
     uint64_t *oom_size;
     uint32_t *oom_stream;
     size_t nooms, oomcap;
-    /* JAX memory profiles (jax.c): per allocation ordinal, BFC's chunk
+    /* JAX memory profiles (jax_load.c): per allocation ordinal, BFC's chunk
      * bytes (allocation_bytes); per row, its bytes_in_use after the event
      * (bytes_allocated; UINT64_MAX: not recorded) */
     uint64_t *jax_chunk;
@@ -67,6 +69,7 @@ struct cp_trace {
     char allocator[128];
     /* CuPy hook logs only (trace_cupy.h): the model's operations */
     struct cp_trace_cupy *cupy;
+    /* PyTorch's settings (snapshots with allocator_settings) */
     int has_settings;
     char torch_env[256];
     char torch_settings[1024];
