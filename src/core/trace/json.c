@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "text.h"
+
 /* deeper nesting is refused: a hostile line cannot exhaust the stack */
 #define DEPTH_MAX 64
 
@@ -43,26 +45,21 @@ const char *cp_json_string(const char *p, unsigned dialect, char *out, size_t n)
 
 const char *cp_json_number(const char *p, uint64_t *v, int *neg, int *isint)
 {
-    const char *s = p;
+    const char *s = p, *digits;
     uint64_t x = 0;
-    int big = 0, digits = 0;
+    int big;
     *neg = 0;
     *isint = 1;
     if (*s == '-') {
         *neg = 1;
         s++;
     }
-    while (*s >= '0' && *s <= '9') {
-        uint64_t d = (uint64_t)(*s - '0');
-        if (big || x > (UINT64_MAX - d) / 10)
-            big = 1; /* past 2^64-1 (which itself is read) */
-        else
-            x = x * 10 + d;
-        s++;
-        digits++;
-    }
-    if (!digits)
+    for (digits = s; *s >= '0' && *s <= '9'; s++)
+        ;
+    if (s == digits)
         return NULL;
+    /* past 2^64-1 (which itself is read): not an integer of 64 bits */
+    big = cp_parse_dec(digits, (size_t)(s - digits), UINT64_MAX, &x) != CP_NUM_OK;
     if (*s == '.' || *s == 'e' || *s == 'E') {
         *isint = 0;
         if (*s == '.') {
