@@ -107,35 +107,11 @@ static const char *plugin_source(lua_State *L, size_t *len, const char **name)
     }
 }
 
-/* cupola.device_pool{kind=, capacity=} and, for kind = "plugin",
- * source= | path=, name=, options=, init_threads=, include= (folders: -I
- * options after the user's), compiler= ("nvrtc" or "nvcc") */
-static int devpool_new(lua_State *L)
+/* option 'capacity' of cupola.device_pool: a positive number of bytes, or a
+ * size string ("8GiB") */
+static lua_Integer devpool_capacity(lua_State *L)
 {
-    static const char *const opts[] = {"kind", "capacity", NULL};
-    static const char *const plugin_opts[] = {"kind", "capacity", "source", "path", "name",
-                                              "options", "init_threads", "include", "compiler", NULL};
-    const char *kname;
     lua_Integer cap;
-    int k;
-    l_devpool *d;
-    cp_status st;
-
-    l_checktable(L, 1);
-    kname = l_optstring_field(L, 1, "kind", NULL);
-    if (!kname) {
-        l_checkoptions(L, 1, "cupola.device_pool", plugin_opts);
-        l_pushnames(L, kind_name, " or ");
-        return luaL_error(L, "cupola.device_pool: option 'kind' is required (%s)", lua_tostring(L, -1));
-    }
-    for (k = 0; kind_name(k) && strcmp(kind_name(k), kname) != 0; k++)
-        ;
-    l_checkoptions(L, 1, "cupola.device_pool", k == KIND_PLUGIN ? plugin_opts : opts);
-    if (!kind_name(k)) {
-        l_pushnames(L, kind_name, " or ");
-        return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (%s)", kname,
-                          lua_tostring(L, -1));
-    }
     lua_getfield(L, 1, "capacity");
     if (lua_type(L, -1) == LUA_TNUMBER) {
         int isint;
@@ -153,131 +129,183 @@ static int devpool_new(lua_State *L)
                           l_pushtyped(L, -1));
     }
     lua_pop(L, 1);
-    check_supported(L);
+    return cap;
+}
 
-    if (k == KIND_PLUGIN) {
-        cp_dplugin_desc pd;
-        const char *options[65 + 16];
-        int nopt = 0, optpos;
-        lua_Integer nthreads = 1024;
-        char *log = NULL;
-        int top;
-        memset(&pd, 0, sizeof pd);
-        pd.source = plugin_source(L, &pd.len, &pd.name); /* at top */
-        top = lua_gettop(L);
-        lua_getfield(L, 1, "init_threads");
-        if (!lua_isnil(L, -1)) {
-            int isint;
-            nthreads = lua_tointegerx(L, -1, &isint);
-            if (!isint || nthreads < 1 || nthreads > (1 << 30))
-                return luaL_error(L, "cupola.device_pool: option 'init_threads' must be an integer "
-                                     "in 1..2^30, not %s", l_pushtyped(L, -1));
+/* A plugin's compiler options: the user's 'options' (at most 64, each
+ * checked), then each folder of 'include' (at most 16) as -I.  The strings
+ * stay valid while the values left on the stack do (the options table, then
+ * the -I strings, all below the top); returns their count. */
+static int plugin_compiler_options(lua_State *L, const char *options[65 + 16])
+{
+    int nopt = 0, optpos;
+    lua_getfield(L, 1, "options"); /* kept on the stack while the strings are used */
+    if (!lua_isnil(L, -1)) {
+        lua_Integer n;
+        if (!lua_istable(L, -1))
+            return luaL_error(L, "cupola.device_pool: option 'options' must be a list of strings, not %s",
+                              l_pushtyped(L, -1));
+        n = luaL_len(L, -1);
+        if (n > 64)
+            return luaL_error(L, "cupola.device_pool: option 'options': at most 64 compiler options");
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_geti(L, -1, i);
+            if (lua_type(L, -1) != LUA_TSTRING)
+                return luaL_error(L, "cupola.device_pool: option 'options': item %d is a %s, not a string%s",
+                                  (int)i, luaL_typename(L, -1), l_pushgot(L, -1));
+            options[i - 1] = lua_tostring(L, -1);
+            if (cp_cc_check_option(options[i - 1]) != CP_OK)
+                return luaL_error(L, "cupola.device_pool: %s", cp_error_msg());
+            lua_pop(L, 1);
         }
-        lua_pop(L, 1);
-        lua_getfield(L, 1, "options"); /* kept on the stack while the strings are used */
-        if (!lua_isnil(L, -1)) {
-            lua_Integer n;
-            if (!lua_istable(L, -1))
-                return luaL_error(L, "cupola.device_pool: option 'options' must be a list of strings, not %s",
-                                  l_pushtyped(L, -1));
-            n = luaL_len(L, -1);
-            if (n > 64)
-                return luaL_error(L, "cupola.device_pool: option 'options': at most 64 compiler options");
-            for (lua_Integer i = 1; i <= n; i++) {
-                lua_geti(L, -1, i);
-                if (lua_type(L, -1) != LUA_TSTRING)
-                    return luaL_error(L, "cupola.device_pool: option 'options': item %d is a %s, not a string%s",
-                                      (int)i, luaL_typename(L, -1), l_pushgot(L, -1));
-                options[i - 1] = lua_tostring(L, -1);
-                if (cp_cc_check_option(options[i - 1]) != CP_OK)
-                    return luaL_error(L, "cupola.device_pool: %s", cp_error_msg());
-                lua_pop(L, 1);
-            }
-            nopt = (int)n;
-        }
-        luaL_checkstack(L, 24, "include folders");
-        optpos = lua_gettop(L);
-        /* include: folders of the user's (a peer's checkout), as -I options */
-        lua_getfield(L, 1, "include");
-        if (!lua_isnil(L, -1)) {
-            lua_Integer n;
-            if (!lua_istable(L, -1))
-                return luaL_error(L, "cupola.device_pool: option 'include' must be a list of folders, not %s",
-                                  l_pushtyped(L, -1));
-            n = luaL_len(L, -1);
-            if (n > 16)
-                return luaL_error(L, "cupola.device_pool: option 'include': at most 16 folders");
-            for (lua_Integer i = 1; i <= n; i++) {
-                const char *dir;
-                struct stat sb;
-                lua_geti(L, -1, i);
-                if (lua_type(L, -1) != LUA_TSTRING)
-                    return luaL_error(L, "cupola.device_pool: option 'include': item %d is a %s, not a string%s",
-                                      (int)i, luaL_typename(L, -1), l_pushgot(L, -1));
-                dir = lua_tostring(L, -1);
-                if (!*dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-                    return luaL_error(L, "cupola.device_pool: option 'include': '%s' is not a folder", dir);
-                lua_pushfstring(L, "-I%s", dir); /* kept on the stack */
-                options[nopt++] = lua_tostring(L, -1);
-                lua_remove(L, -2);
-                lua_insert(L, optpos); /* below the include table */
-                optpos++;
-            }
-        }
-        lua_pop(L, 1);
-        if (nopt > 0) {
-            options[nopt] = NULL;
-            pd.options = options;
-        }
-        {
-            const char *c = l_optstring_field(L, 1, "compiler", "nvrtc");
-            if (strcmp(c, "nvcc") == 0)
-                pd.nvcc = 1;
-            else if (strcmp(c, "nvrtc") != 0)
-                return luaL_error(L, "cupola.device_pool: option 'compiler' must be \"nvrtc\" or \"nvcc\", not '%s'", c);
-        }
-        pd.include_dirs = l_include_dirs();
-        pd.capacity = (size_t)cap;
-        pd.init_threads = (uint64_t)nthreads;
-        d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 1);
-        memset(d, 0, sizeof *d);
-        luaL_setmetatable(L, L_DEVPOOL);
-        /* what the survey needs to compile the plugin into its kernels */
-        lua_createtable(L, 0, 4);
-        lua_pushvalue(L, top);
-        lua_setfield(L, -2, "source");
-        lua_pushstring(L, pd.name);
-        lua_setfield(L, -2, "name");
-        /* the options as compiled: the user's, then the include folders' -I */
-        lua_createtable(L, nopt, 0);
-        for (int i = 0; i < nopt; i++) {
-            lua_pushstring(L, options[i]);
-            lua_rawseti(L, -2, i + 1);
-        }
-        lua_setfield(L, -2, "options");
-        lua_pushstring(L, pd.nvcc ? "nvcc" : "nvrtc");
-        lua_setfield(L, -2, "compiler");
-        lua_setiuservalue(L, -2, 1);
-        st = cp_dplugin_create(&pd, &d->pl, &log);
-        if (st == CP_ERR_INVALID && log)
-            return l_fail_log(L, "cupola.device_pool: ", log);
-        free(log);
-        if (st == CP_ERR_OOM)
-            return l_alloc_result_info(L, st, "plugin", (uint64_t)cap, cp_be->get_device(), NULL);
-        if (st != CP_OK)
-            return luaL_error(L, "cupola.device_pool: %s", cp_error_msg());
-        d->dev = cp_dplugin_state(d->pl);
-    } else {
-        cp_devpool *p = NULL;
-        d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 1);
-        memset(d, 0, sizeof *d);
-        luaL_setmetatable(L, L_DEVPOOL);
-        st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
-        if (st != CP_OK)
-            return l_alloc_result_info(L, st, kind_name(k), (uint64_t)cap, cp_be->get_device(), NULL);
-        d->p = p;
-        d->dev = cp_be->dp_state(p);
+        nopt = (int)n;
     }
+    luaL_checkstack(L, 24, "include folders");
+    optpos = lua_gettop(L);
+    /* include: folders of the user's (a peer's checkout), as -I options */
+    lua_getfield(L, 1, "include");
+    if (!lua_isnil(L, -1)) {
+        lua_Integer n;
+        if (!lua_istable(L, -1))
+            return luaL_error(L, "cupola.device_pool: option 'include' must be a list of folders, not %s",
+                              l_pushtyped(L, -1));
+        n = luaL_len(L, -1);
+        if (n > 16)
+            return luaL_error(L, "cupola.device_pool: option 'include': at most 16 folders");
+        for (lua_Integer i = 1; i <= n; i++) {
+            const char *dir;
+            struct stat sb;
+            lua_geti(L, -1, i);
+            if (lua_type(L, -1) != LUA_TSTRING)
+                return luaL_error(L, "cupola.device_pool: option 'include': item %d is a %s, not a string%s",
+                                  (int)i, luaL_typename(L, -1), l_pushgot(L, -1));
+            dir = lua_tostring(L, -1);
+            if (!*dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+                return luaL_error(L, "cupola.device_pool: option 'include': '%s' is not a folder", dir);
+            lua_pushfstring(L, "-I%s", dir); /* kept on the stack */
+            options[nopt++] = lua_tostring(L, -1);
+            lua_remove(L, -2);
+            lua_insert(L, optpos); /* below the include table */
+            optpos++;
+        }
+    }
+    lua_pop(L, 1);
+    return nopt;
+}
+
+/* kind = "plugin": the peer's source compiled and its pool created; pushes
+ * the pool (or returns what out of memory returns) */
+static int devpool_new_plugin(lua_State *L, lua_Integer cap)
+{
+    cp_dplugin_desc pd;
+    const char *options[65 + 16];
+    int nopt, top;
+    lua_Integer nthreads = 1024;
+    char *log = NULL;
+    l_devpool *d;
+    cp_status st;
+    memset(&pd, 0, sizeof pd);
+    pd.source = plugin_source(L, &pd.len, &pd.name); /* at top */
+    top = lua_gettop(L);
+    lua_getfield(L, 1, "init_threads");
+    if (!lua_isnil(L, -1)) {
+        int isint;
+        nthreads = lua_tointegerx(L, -1, &isint);
+        if (!isint || nthreads < 1 || nthreads > (1 << 30))
+            return luaL_error(L, "cupola.device_pool: option 'init_threads' must be an integer "
+                                 "in 1..2^30, not %s", l_pushtyped(L, -1));
+    }
+    lua_pop(L, 1);
+    nopt = plugin_compiler_options(L, options);
+    if (nopt > 0) {
+        options[nopt] = NULL;
+        pd.options = options;
+    }
+    {
+        const char *c = l_optstring_field(L, 1, "compiler", "nvrtc");
+        if (strcmp(c, "nvcc") == 0)
+            pd.nvcc = 1;
+        else if (strcmp(c, "nvrtc") != 0)
+            return luaL_error(L, "cupola.device_pool: option 'compiler' must be \"nvrtc\" or \"nvcc\", not '%s'", c);
+    }
+    pd.include_dirs = l_include_dirs();
+    pd.capacity = (size_t)cap;
+    pd.init_threads = (uint64_t)nthreads;
+    d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 1);
+    memset(d, 0, sizeof *d);
+    luaL_setmetatable(L, L_DEVPOOL);
+    /* what the survey needs to compile the plugin into its kernels */
+    lua_createtable(L, 0, 4);
+    lua_pushvalue(L, top);
+    lua_setfield(L, -2, "source");
+    lua_pushstring(L, pd.name);
+    lua_setfield(L, -2, "name");
+    /* the options as compiled: the user's, then the include folders' -I */
+    lua_createtable(L, nopt, 0);
+    for (int i = 0; i < nopt; i++) {
+        lua_pushstring(L, options[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "options");
+    lua_pushstring(L, pd.nvcc ? "nvcc" : "nvrtc");
+    lua_setfield(L, -2, "compiler");
+    lua_setiuservalue(L, -2, 1);
+    st = cp_dplugin_create(&pd, &d->pl, &log);
+    if (st == CP_ERR_INVALID && log)
+        return l_fail_log(L, "cupola.device_pool: ", log);
+    free(log);
+    if (st == CP_ERR_OOM)
+        return l_alloc_result_info(L, st, "plugin", (uint64_t)cap, cp_be->get_device(), NULL);
+    if (st != CP_OK)
+        return luaL_error(L, "cupola.device_pool: %s", cp_error_msg());
+    d->dev = cp_dplugin_state(d->pl);
+    d->kind = KIND_PLUGIN;
+    d->capacity = (size_t)cap;
+    return 1;
+}
+
+/* cupola.device_pool{kind=, capacity=} and, for kind = "plugin",
+ * source= | path=, name=, options=, init_threads=, include= (folders: -I
+ * options after the user's), compiler= ("nvrtc" or "nvcc") */
+static int devpool_new(lua_State *L)
+{
+    static const char *const opts[] = {"kind", "capacity", NULL};
+    static const char *const plugin_opts[] = {"kind", "capacity", "source", "path", "name",
+                                              "options", "init_threads", "include", "compiler", NULL};
+    const char *kname;
+    lua_Integer cap;
+    int k;
+    l_devpool *d;
+    cp_status st;
+    cp_devpool *p = NULL;
+
+    l_checktable(L, 1);
+    kname = l_optstring_field(L, 1, "kind", NULL);
+    if (!kname) {
+        l_checkoptions(L, 1, "cupola.device_pool", plugin_opts);
+        l_pushnames(L, kind_name, " or ");
+        return luaL_error(L, "cupola.device_pool: option 'kind' is required (%s)", lua_tostring(L, -1));
+    }
+    for (k = 0; kind_name(k) && strcmp(kind_name(k), kname) != 0; k++)
+        ;
+    l_checkoptions(L, 1, "cupola.device_pool", k == KIND_PLUGIN ? plugin_opts : opts);
+    if (!kind_name(k)) {
+        l_pushnames(L, kind_name, " or ");
+        return luaL_error(L, "cupola.device_pool: option 'kind': unknown kind '%s' (%s)", kname,
+                          lua_tostring(L, -1));
+    }
+    cap = devpool_capacity(L);
+    check_supported(L);
+    if (k == KIND_PLUGIN)
+        return devpool_new_plugin(L, cap);
+    d = (l_devpool *)lua_newuserdatauv(L, sizeof *d, 1);
+    memset(d, 0, sizeof *d);
+    luaL_setmetatable(L, L_DEVPOOL);
+    st = cp_be->dp_create(&p, (cp_dp_kind)k, (size_t)cap);
+    if (st != CP_OK)
+        return l_alloc_result_info(L, st, kind_name(k), (uint64_t)cap, cp_be->get_device(), NULL);
+    d->p = p;
+    d->dev = cp_be->dp_state(p);
     d->kind = k;
     d->capacity = (size_t)cap;
     return 1;
