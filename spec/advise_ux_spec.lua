@@ -544,8 +544,26 @@ describe("advise (8): what a run over every shipped recording found", function()
   it("JAX under a limit: the line to paste says what it sets", function()
     local res = cupola.advise(JAX .. "mlp.grow.jsonl.gz", { progress = false, limit = "1GiB", device_memory = "80GB" })
     assert.equals("preallocated", res.recommended.setting)
-    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00347 python train.py   # preallocated at the least fraction that " ..
-      "runs it: a pool of 266.00 MiB", res.paste)
+    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00347 python train.py", res.paste)
+    assert.equals("preallocated at the least fraction that runs it: a pool of 266.00 MiB", res.paste_note)
+  end)
+
+  -- Bug fixed with this spec: --json's paste held a shell comment ("...
+  -- python train.py   # PyTorch's defaults"), which a program that runs
+  -- the line has to cut off; the note is a field of its own.
+  it("--json: paste is the command alone, its note a field of its own; the text puts the note above it", function()
+    for _, args in ipairs { DIR .. "twostream.default.cpsnap.gz --no-pools", JAX .. "mlp.grow.jsonl.gz --limit 1GiB " ..
+      "--device-memory 80GB", "examples/traces/cupy/fft.limit68089128.jsonl.gz" } do
+      local out, rc = run("advise " .. args .. " --json")
+      assert.equals(0, rc, out)
+      local paste = out:match "\n  \"paste\": ?\"(.-)\",?\n"
+      assert.is_truthy(paste, out)
+      assert.is_nil(paste:find("#", 1, true), paste)
+    end
+    local res = cupola.advise(JAX .. "mlp.grow.jsonl.gz", { progress = false, limit = "1GiB", device_memory = "80GB" })
+    local text = advise.text(res, 100)
+    assert.matches("\n    # preallocated at the least fraction that runs it: a pool of 266.00 MiB\n" ..
+      "    XLA_CLIENT_MEM_FRACTION=0.00347 python train.py\n", text, 1, true)
   end)
 
   it("JAX on a device too small for the program: said so, not a recommendation", function()

@@ -621,7 +621,8 @@ cupola.advise(trace_or_path [, {limit=, conf={...}, recorded=, pools={...},
   with limit: fits, fails_at (with the frames: label, python_frame,
   stack), min_memory (the least memory it runs in).  limit: bytes or
   "24GiB", "24G" (2^30 a GiB), "24GB" (10^9 a GB).
-  res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py.
+  res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py;
+  res.paste_note: what else it needs, where something does.
 A CuPy memory-hook log (help "cupy"): CuPy's MemoryPool replayed, the
   least set_limit that runs it (res.least_limit; paste:
   CUPY_GPU_MEMORY_LIMIT=N), res.peak_used_bytes, res.free_all_blocks_at_peak,

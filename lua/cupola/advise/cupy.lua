@@ -193,17 +193,17 @@ function cupy.fill(r, x, ctx)
   end
 end
 
---- cupy.paste(r) -> the line to run the program with row r.
+--- cupy.paste(r) -> the line to run the program with row r, and a note on it.
 function cupy.paste(r)
   if r.kind ~= "cupy" then
-    return "CUPOLA_CUPY_POOL=" .. r.pool .. " python run.py   # cupola's pool as CuPy's allocator " ..
-      "(CFunctionAllocator; docs/API.md)"
+    return "CUPOLA_CUPY_POOL=" .. r.pool .. " python run.py",
+      "cupola's pool as CuPy's allocator (CFunctionAllocator; docs/API.md)"
   end
   if r.min_memory then
-    return ("CUPY_GPU_MEMORY_LIMIT=%d python run.py   # the least set_limit(size=...) that runs it (%s)")
-        :format(r.min_memory, bytes(r.min_memory))
+    return ("CUPY_GPU_MEMORY_LIMIT=%d python run.py"):format(r.min_memory),
+      ("the least set_limit(size=...) that runs it (%s)"):format(bytes(r.min_memory))
   end
-  return "python run.py   # CuPy's defaults"
+  return "python run.py", "CuPy's defaults"
 end
 
 --- cupy.summary(res) -> lines for the head of the text report.

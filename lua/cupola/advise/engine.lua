@@ -234,10 +234,12 @@ local function advise_trace(t, o, state, mod)
   result.rows = out
   result.recommended = rec
   if rec then
-    result.paste = mod.paste(rec, ctx)
+    result.paste, result.paste_note = mod.paste(rec, ctx)
     result.conf = rec.setting
   end
-  for _, r in ipairs(out) do if r.aside and r.fits then r.paste = mod.paste(r, ctx) end end
+  for _, r in ipairs(out) do
+    if r.aside and r.fits then r.paste, r.paste_note = mod.paste(r, ctx) end
+  end
 
   -- what the figures mean, and what to watch
   if mod.notes then mod.notes(result, ctx) end

@@ -54,7 +54,9 @@ function html.html(res, src, path)
     if #panels == 0 then replay(res.rows[1], res.rows[1].description) end
     local head, rows = text.columns(res)
     local notes = {}
-    if res.paste then notes[#notes + 1] = "Recommended: " .. res.paste end
+    if res.paste then
+      notes[#notes + 1] = "Recommended: " .. res.paste .. (res.paste_note and ("   # " .. res.paste_note) or "")
+    end
     for _, w in ipairs(res.warnings) do notes[#notes + 1] = "Warning: " .. w end
     for _, n in ipairs(res.notes) do notes[#notes + 1] = n end
     return timeline.write(panels, path, {

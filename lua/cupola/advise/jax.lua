@@ -170,14 +170,14 @@ function jax.paste(r, ctx)
     local s = ("XLA_CLIENT_MEM_FRACTION=%s python train.py"):format(ftext(r.fraction))
     -- JAX's default row: the fraction is the least that runs it (the fraction's row)
     if r.family == "preallocated" and r.fraction_limit then
-      s = s .. ("   # preallocated at the least fraction that runs it: a pool of %s"):format(bytes(r.fraction_limit))
+      return s, ("preallocated at the least fraction that runs it: a pool of %s"):format(bytes(r.fraction_limit))
     end
     return s
   end
   if ctx and ctx.device_memory then
-    return ("python train.py   # no fraction of the device's %s runs it"):format(bytes(ctx.device_memory))
+    return "python train.py", ("no fraction of the device's %s runs it"):format(bytes(ctx.device_memory))
   end
-  return "python train.py   # give --device-memory SIZE for the fraction to set"
+  return "python train.py", "give --device-memory SIZE for the fraction to set"
 end
 
 --- jax.summary(res) -> lines for the head of the text report.

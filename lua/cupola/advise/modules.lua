@@ -61,7 +61,9 @@
 --   describe(row)   -> the row's name in the table
 --   paste(row, ctx) -> the line that runs the user's program with the row's
 --                   setting (the recommended row's, and each row set aside
---                   that fits)
+--                   that fits), and opt a note on it (what else the run
+--                   needs, what the setting is): a sentence, no shell
+--                   comment (the views put it beside the line)
 --   notes(res, ctx) opt: adds sentences to res.warnings and res.notes
 -- Its words in the views:
 --   summary(res)    opt -> lines for the text report's head (what was recorded)
@@ -91,8 +93,8 @@
 --                 figure is not the setting's (a default taken as a share
 --                 of a device of unknown size: "75 % of GPU")
 --   via           the environment variable (or the like) that carries it
--- The engine sets description (describe's), recommended, paste (on a row
--- set aside that fits), replay and the figures docs/API.md lists.
+-- The engine sets description (describe's), recommended, paste and
+-- paste_note (on a row set aside that fits), replay and the figures docs/API.md lists.
 --
 -- ctx, which setup, rows, baseline, fill, more, paste and notes get: t (the
 -- cupola.Trace), info (t:info()), o (the checked options), result, limited (a

@@ -69,14 +69,12 @@ text.wrap = wrap
 -- " \\" as a shell reads it; where it cannot fit after lead, at column 0;
 -- a word longer than a line is cut after a comma with a backslash at the
 -- end of the line and goes on at column 0, which a POSIX shell reads as
--- one word (the line must still run when pasted).
-local command_lines
-function command_lines(lead, s, width)
-  -- a comment after the command goes above it: a backslash in a comment
-  -- continues nothing, so its second line would run as a command
-  local cmd, comment = s:match "^(.-)%s+#%s+(.*)$"
-  if cmd then
-    return wrap(lead .. "# ", comment, width, lead .. "# ") .. "\n" .. command_lines(lead, cmd, width)
+-- one word (the line must still run when pasted).  Its note (the module's
+-- paste's second value) goes above it as a shell comment: a backslash in
+-- a comment continues nothing, so a note beside it could not wrap.
+local function command_lines(lead, s, width, note)
+  if note then
+    return wrap(lead .. "# ", note, width, lead .. "# ") .. "\n" .. command_lines(lead, s, width)
   end
   local words = {}
   for word in s:gmatch "%S+" do words[#words + 1] = word end
@@ -342,7 +340,7 @@ end
 local function run_with(d, rec, put, para, width)
   put("")
   para("  ", ("With %s or more, run:"):format(bytes(rec.min_memory)))
-  put(command_lines("    ", d.paste, width))
+  put(command_lines("    ", d.paste, width, d.paste_note))
 end
 
 -- The answer: what to run, or that nothing fits and what it needs.
@@ -372,7 +370,7 @@ local function verdict(d, put, para, width)
     if aside then
       para("  ", ("No setting runs the recorded requests in %s; %s does%s:"):format(lname,
         aside.description, aside.min_memory and (" (it needs %s)"):format(bytes(aside.min_memory)) or ""))
-      put(command_lines("    ", aside.paste, width))
+      put(command_lines("    ", aside.paste, width, aside.paste_note))
       if aside.caveat then para("    ", "but: " .. aside.caveat) end
       put("")
     else
@@ -428,7 +426,7 @@ local function verdict(d, put, para, width)
   if limit then facts[#facts + 1] = ("fits in %s"):format(lname) end
   if rec.min_memory then facts[#facts + 1] = ("runs in %s or more"):format(bytes(rec.min_memory)) end
   para("    ", table.concat(facts, "; "))
-  put(command_lines("    ", d.paste, width))
+  put(command_lines("    ", d.paste, width, d.paste_note))
   -- under a limit, the settings that do not fit, and where they run out, once
   if limit then
     local groups, order, n = {}, {}, 0

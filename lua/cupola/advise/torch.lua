@@ -314,16 +314,17 @@ function torch.more(ctx, rows)
   return combos
 end
 
---- torch.paste(r) -> the line to run the program with row r's setting.
+--- torch.paste(r) -> the line to run the program with row r's setting, and
+-- a note on it.
 function torch.paste(r)
   if r.kind ~= "torch" then
-    return "CUPOLA_TORCH_POOL=" .. r.pool .. " python train.py   # after make torch-allocator, with "
-      .. "torch.cuda.memory.CUDAPluggableAllocator (docs/API.md)"
+    return "CUPOLA_TORCH_POOL=" .. r.pool .. " python train.py",
+      "after make torch-allocator, with torch.cuda.memory.CUDAPluggableAllocator (docs/API.md)"
   end
   local v = r.setting
   -- PyTorch's defaults: the variable unset (an empty one is read as no
   -- keys, but a run that set it elsewhere must drop it)
-  if v == "" then return "env -u PYTORCH_CUDA_ALLOC_CONF python train.py   # PyTorch's defaults" end
+  if v == "" then return "env -u PYTORCH_CUDA_ALLOC_CONF python train.py", "PyTorch's defaults" end
   if v:find "[^%w_:,.%-]" then v = "'" .. v:gsub("'", "'\\''") .. "'" end
   return "PYTORCH_CUDA_ALLOC_CONF=" .. v .. " python train.py"
 end
