@@ -603,3 +603,57 @@ describe("cupola.advise on a snapshot that ran out under a limit, none given", f
     assert.equals(1852773580, given.limit)
   end)
 end)
+
+-- Bugs fixed with this spec (issue 43, item 1): under --limit 6GB the
+-- threshold was recommended over the recorded defaults although under that
+-- limit it changed nothing (its least memory was lower, at limits near it);
+-- and its line to paste omitted the call PyTorch runs it under
+-- (set_per_process_memory_fraction: without it the threshold does nothing).
+describe("cupola.advise: a setting that needs a memory fraction", function()
+  local MLP = "examples/traces/torch_snapshot_mlp.pickle"
+
+  it("one that changes nothing where everything fits is not recommended over the recorded setting", function()
+    local res = cupola.advise(MLP, { limit = "6GB", progress = false, pools = false })
+    local gc = row_of(res, "garbage_collection_threshold:0.8")
+    assert.is_true(gc.fits)
+    assert.is_true(gc.min_memory < row_of(res, "").min_memory) -- it would do better at a limit near 242 MiB
+    assert.is_true(res.recommended.recorded)
+    assert.equals("", res.recommended.setting)
+    -- as without a limit
+    assert.equals("", cupola.advise(MLP, { progress = false, pools = false }).recommended.setting)
+  end)
+
+  it("its line says to call set_per_process_memory_fraction, with the fraction of --device-memory", function()
+    local res = cupola.advise(MLP, { limit = "200MiB", progress = false, pools = false })
+    local rec = res.recommended
+    assert.matches("garbage_collection_threshold", rec.setting, 1, true)
+    assert.equals("PYTORCH_CUDA_ALLOC_CONF=" .. rec.setting .. " python train.py", res.paste)
+    assert.matches("torch.cuda.set_per_process_memory_fraction(F)", res.paste_note, 1, true)
+    assert.matches("F = 242.00 MiB / the device's memory (give --device-memory SIZE for F)", res.paste_note, 1, true)
+    res = cupola.advise(MLP, { limit = "200MiB", progress = false, pools = false, device_memory = "80GB" })
+    assert.equals(80e9, res.device_memory)
+    local f = tonumber(res.paste_note:match "set_per_process_memory_fraction%(([%d.]+)%)")
+    assert.equals(0.00318, f)
+    -- PyTorch allows floor(f x the device's memory): the least fraction of three digits that holds 242 MiB
+    assert.is_true(math.floor(f * 80e9) >= res.recommended.min_memory)
+    assert.is_true(math.floor((f - 0.00001) * 80e9) < res.recommended.min_memory)
+    -- the text puts it above the line, as a comment
+    local raw = require("cupola.advise").text(res, 100)
+    assert.matches("\n    # garbage_collection_threshold acts", raw, 1, true)
+    local text = raw:gsub("\n    # ", " ")
+    assert.matches("run: garbage_collection_threshold acts only under a memory fraction: call " ..
+      "torch.cuda.set_per_process_memory_fraction(0.00318) in train.py before its first allocation " ..
+      "(242.61 MiB of the device's 74.51 GiB)\n    PYTORCH_CUDA_ALLOC_CONF=", text, 1, true)
+  end)
+
+  it("the fraction of a limit it fits in: the most of the fewest digits within the limit", function()
+    local torch = require "cupola.advise.torch"
+    local dm = 85017493504
+    -- within [lo, hi]: 0.0706 x dm = 6002235041 > 6e9; 0.0705 x dm below 5.9e9 is not; more digits
+    local f = torch.fraction_for(5.99e9, 6e9, dm)
+    assert.is_true(math.floor(f * dm) <= 6e9 and math.floor(f * dm) >= 5.99e9, tostring(f))
+    assert.equals(f, torch.fraction_for(5.99e9, 6e9, dm)) -- the same each time
+    assert.equals(0.0705, torch.fraction_for(5e9, 6e9, dm))
+    assert.is_nil(torch.fraction_for(dm, nil, dm))
+  end)
+end)

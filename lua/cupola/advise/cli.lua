@@ -88,7 +88,10 @@ function cli.usage_text()
     return "\n" .. wrap("                    ", "(" .. table.concat(list, "; ") .. ")", 78)
   end
   local added = {}
-  for _, d in ipairs(modules.options()) do added[#added + 1] = option_lines(d.flag .. " " .. d.arg, d.help) end
+  for _, d in ipairs(modules.options()) do
+    local h = d.help .. (#d.uses > 0 and (" (" .. table.concat(d.uses, "; ") .. ")") or "")
+    added[#added + 1] = option_lines(d.flag .. " " .. d.arg, h)
+  end
   return usage_head .. table.concat(reads, "\n") ..
     usage_options:format(more(conf), more(recorded), more(pool)) ..
     option_lines("--device N", usage_device:format(table.concat(device))) .. table.concat(added) ..

@@ -202,13 +202,27 @@ local function advise_trace(t, o, state, mod)
     if r.aside then aside[#aside + 1] = r else order[#order + 1] = r end
   end
   table.sort(order, function(a, b) return better(a, b, limited) end)
-  local rec = order[1]
+  -- under a limit the recorded setting fits in, a row whose run there is the
+  -- recorded one's (the same peak reserved, device calls and retries)
+  -- changes nothing the run would see, whatever it would do under less: it
+  -- is not recommended over the recorded setting
+  local recorded_row
+  for _, r in ipairs(order) do if r.recorded and not r.error then recorded_row = r end end
+  local function unchanged(r)
+    local o = recorded_row
+    return limited and o and r ~= o and o.fits and r.fits and r.peak_reserved == o.peak_reserved and
+      r.device_allocs == o.device_allocs and r.retries == o.retries
+  end
+  local rec
+  for _, r in ipairs(order) do
+    if not rec and not unchanged(r) then rec = r end
+  end
   if rec and not rec.error then
     local m = metric(rec, limited)
     for _, r in ipairs(order) do
       local rm = metric(r, limited)
       if rm and m and rm <= m * (1 + TIE) and (r.keys or 0) < (rec.keys or 0) and
-          (not limited or r.fits == rec.fits) then
+          (not limited or r.fits == rec.fits) and not unchanged(r) then
         rec = r
       end
     end

@@ -31,8 +31,8 @@ local jax = {
   -- the device's memory, of which JAX's fractions are
   options = {
     { key = "device_memory", flag = "--device-memory", arg = "SIZE", type = "size", example = "80GiB",
-      help = "the device's memory, for JAX's XLA_CLIENT_MEM_FRACTION (default: what the profile says of it, " ..
-        "where it does)" },
+      help = "the device's memory",
+      use = "JAX: XLA_CLIENT_MEM_FRACTION is a fraction of it; default: what the profile says of it, where it does" },
   },
   reads = {
     "a JAX memory profile (jax.profiler.trace's *.xplane.pb or its directory) or JSON lines of its " ..

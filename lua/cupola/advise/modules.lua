@@ -28,12 +28,14 @@
 --                   engine checks it against the trace's count of devices)
 -- Its options (advise/options.lua, advise/cli.lua):
 --   options         opt: the options it adds, a list of {key =, flag =,
---                   arg =, type = "size", example =, help =}: option key of
---                   cupola.advise (checked by type: "size", a size above 0
---                   as parse_size reads it, in o[key]), flag and arg on the
---                   command line, example in the message for a bad value,
---                   help for --help.  Two modules may name one key: the
---                   first declaration stands
+--                   arg =, type = "size", example =, help =, use =}: option
+--                   key of cupola.advise (checked by type: "size", a size
+--                   above 0 as parse_size reads it, in o[key]), flag and arg
+--                   on the command line, example in the message for a bad
+--                   value, help (what it is) and use (what it is to this
+--                   framework) for --help.  Two modules may name one key:
+--                   the first declaration stands, with every module's use
+--                   (modules.options' uses)
 --   check(o)        opt: raises (util.raise) for what the options ask that
 --                   it does not take: o.conf (a list) and o.recorded are
 --                   the framework's setting strings, o.pools_given is true
@@ -189,15 +191,21 @@ function modules.needs_device(err)
 end
 
 --- modules.options() -> the options the modules add, by module order, one
--- per key (the first declaration stands).
+-- per key (a copy of the first declaration, with uses: each declaring
+-- module's use, in order, and modules: their names).
 function modules.options()
   local out, seen = {}, {}
   for _, m in ipairs((modules.installed())) do
     for _, d in ipairs(m.options or {}) do
-      if not seen[d.key] then
-        seen[d.key] = true
-        out[#out + 1] = d
+      local o = seen[d.key]
+      if not o then
+        o = { uses = {}, modules = {} }
+        for k, v in pairs(d) do o[k] = v end
+        seen[d.key] = o
+        out[#out + 1] = o
       end
+      o.uses[#o.uses + 1] = d.use
+      o.modules[#o.modules + 1] = m.name
     end
   end
   return out

@@ -22,7 +22,14 @@ local torch = {
   formats = { "torch_snapshot", "rmm_csv" },
   via = "PYTORCH_CUDA_ALLOC_CONF",
   -- the result's fields of this module that advise.json writes
-  json_fields = { "torch_peak_reserved", "peak_live", "tentative" },
+  json_fields = { "torch_peak_reserved", "peak_live", "tentative", "device_memory" },
+  -- the device's memory, of which set_per_process_memory_fraction is a fraction
+  options = {
+    { key = "device_memory", flag = "--device-memory", arg = "SIZE", type = "size", example = "80GiB",
+      help = "the device's memory",
+      use = "PyTorch: torch.cuda.set_per_process_memory_fraction, which garbage_collection_threshold needs, " ..
+        "is a fraction of it" },
+  },
   -- what it reads, for the refusal of a file of no known format
   reads = {
     "a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot: a pickle, plain or gzip): the file is " ..
@@ -193,6 +200,7 @@ function torch.setup(ctx)
   end
   result.torch_peak_reserved = info.torch_peak_reserved
   result.peak_live = info.peak_live
+  result.device_memory = o.device_memory
   ctx.seen = {}
 end
 
@@ -314,9 +322,73 @@ function torch.more(ctx, rows)
   return combos
 end
 
---- torch.paste(r) -> the line to run the program with row r's setting, and
--- a note on it.
-function torch.paste(r)
+-- PyTorch's limit under set_per_process_memory_fraction(f): floor(f x the
+-- device's memory) bytes (CUDACachingAllocator's setMemoryFraction).
+local function allowed(f, dm) return math.floor(f * dm) end
+
+-- A fraction of k significant digits of x, rounded up or down.
+local function digits(x, k, up)
+  local scale = 10 ^ (k - 1 - math.floor(math.log(x, 10)))
+  local v = x * scale
+  return (up and math.ceil(v - 1e-9) or math.floor(v + 1e-9)) / scale, 1 / scale
+end
+
+--- torch.fraction_for(lo, hi, dm) -> the fraction of the device's memory dm
+-- to give set_per_process_memory_fraction for a limit of lo to hi bytes:
+-- the least of three significant digits whose limit is lo or more where hi
+-- is nil (a limit as least as large as lo), else the most of the fewest
+-- digits (three or more) whose limit lies in [lo, hi]; nil where none is
+-- below 1.
+function torch.fraction_for(lo, hi, dm)
+  if lo >= dm then return nil end
+  if not hi then
+    local f, step = digits(lo / dm, 3, true)
+    while allowed(f, dm) < lo do f = f + step end
+    return f < 1 and f or nil
+  end
+  for k = 3, 15 do
+    local f, step = digits(math.min(hi, dm - 1) / dm, k, false)
+    while allowed(f, dm) > hi do f = f - step end
+    if allowed(f, dm) >= lo then return f end
+  end
+  return nil
+end
+
+local function ftext(f)
+  return (("%.12f"):format(f):gsub("0+$", ""):gsub("%.$", ""))
+end
+
+-- The note of a setting that acts only under a memory fraction
+-- (garbage_collection_threshold: PyTorch runs it only where
+-- set_per_process_memory_fraction was called): the call, with the fraction
+-- of the limit its figures are for (the limit where it fits in it, else
+-- the least memory it runs in).
+local function fraction_note(r, ctx)
+  local o = ctx and ctx.o or {}
+  local lo, hi = r.min_memory, nil
+  if o.limit and r.fits then lo, hi = r.min_memory or o.limit, o.limit end
+  local head = "garbage_collection_threshold acts only under a memory fraction: call " ..
+    "torch.cuda.set_per_process_memory_fraction(%s) in train.py before its first allocation"
+  if not lo then
+    return head:format("F") .. ", F = the limit / the device's memory (the advice had no limit: the setting " ..
+      "changed nothing in it)"
+  end
+  local dm = o.device_memory
+  local f = dm and torch.fraction_for(lo, hi, dm)
+  if f then
+    return head:format(ftext(f)) .. (" (%s of the device's %s)"):format(bytes(allowed(f, dm)), bytes(dm))
+  end
+  if dm then
+    return head:format("F") .. (", F = %s / the device's memory: no fraction below 1 of %s gives it"):format(
+      bytes(hi or lo), bytes(dm))
+  end
+  return head:format("F") .. (", F = %s / the device's memory (give --device-memory SIZE for F)"):format(
+    bytes(hi or lo))
+end
+
+--- torch.paste(r [, ctx]) -> the line to run the program with row r's
+-- setting, and a note on it.
+function torch.paste(r, ctx)
   if r.kind ~= "torch" then
     return "CUPOLA_TORCH_POOL=" .. r.pool .. " python train.py",
       "after make torch-allocator, with torch.cuda.memory.CUDAPluggableAllocator (docs/API.md)"
@@ -326,7 +398,8 @@ function torch.paste(r)
   -- keys, but a run that set it elsewhere must drop it)
   if v == "" then return "env -u PYTORCH_CUDA_ALLOC_CONF python train.py", "PyTorch's defaults" end
   if v:find "[^%w_:,.%-]" then v = "'" .. v:gsub("'", "'\\''") .. "'" end
-  return "PYTORCH_CUDA_ALLOC_CONF=" .. v .. " python train.py"
+  local note = (r.canonical or v):find("garbage_collection_threshold", 1, true) and fraction_note(r, ctx) or nil
+  return "PYTORCH_CUDA_ALLOC_CONF=" .. v .. " python train.py", note
 end
 
 --- torch.summary(res) -> lines for the head of the text report.
