@@ -449,6 +449,45 @@ describe("bin/cupola advise", function()
     assert.is_nil(html:find("<script src", 1, true))
   end)
 
+  -- Bug fixed with this spec (issue 43, item 2): under a limit the page
+  -- said "Recommended: ..." and nothing of what the terminal says first
+  -- (nothing fits, the limit, the least memory, where it runs out), and its
+  -- timelines drew the refused requests as live ("peak live 227.10 MiB"
+  -- above "peak reserved 200.00 MiB").
+  it("--html under a limit: the terminal's answer first, in its order; timelines of what was served", function()
+    local page = os.tmpname()
+    local cmd = "examples/traces/torch_snapshot_mlp.pickle --limit 200MiB --threads 2"
+    local out, rc = run(cmd .. " --html " .. page)
+    assert.equals(0, rc, out)
+    local f = assert(io.open(page))
+    local html = f:read "a"
+    f:close()
+    os.remove(page)
+    local pre = html:match '<pre class="text">(.-)</pre>'
+    assert.is_truthy(pre)
+    pre = pre:gsub("&gt;", ">"):gsub("&lt;", "<"):gsub("&amp;", "&")
+    -- the terminal's head and answer, to the line, above the table
+    local p = io.popen("COLUMNS=100 bin/cupola advise " .. cmd .. " 2>/dev/null")
+    local term = p:read "a":match "^(.-\n)\n +least\n"
+    p:close()
+    assert.is_truthy(term)
+    assert.equals(term, pre)
+    for _, s in ipairs { "Nothing fits: no setting runs the recorded requests in 200.00 MiB.", "Least memory: ",
+      "runs out at allocation 35 (16.00 MiB)", "With 242.00 MiB or more, run:" } do
+      assert.matches(s, pre, 1, true)
+    end
+    assert.is_true(html:find('<pre class="text">', 1, true) < html:find("<table", 1, true))
+    assert.is_nil(html:find("Recommended: ", 1, true))
+    -- each timeline: what its pool served, never more in use than it held
+    local n = 0
+    for live, reserved in html:gmatch "peak live ([%d.]+) MiB.-peak reserved ([%d.]+) MiB" do
+      n = n + 1
+      assert.is_true(tonumber(live) <= tonumber(reserved), live .. " > " .. reserved)
+    end
+    assert.equals(2, n)
+    assert.matches("34 allocations refused", html, 1, true)
+  end)
+
   it("--help, and errors as one line with a non-zero status", function()
     local out, rc = run "--help"
     assert.equals(0, rc)

@@ -36,6 +36,24 @@ describe("timeline", function()
     assert.matches("gen_snapshots.py:9 mlp_train", html, 1, true)
   end)
 
+  -- Bug fixed with this spec: a replay's panel counted the requests its
+  -- pool refused as live ("peak live 227.10 MiB" above a pool that held
+  -- 200 MiB at most).
+  it("a replay's live bytes are what its pool served, not what it refused", function()
+    local t <close> = cupola.trace.load(cupola.trace.find "torch_snapshot_mlp")
+    local pool <close> = cupola.pool { kind = "torch", upstream = "virtual", max = 200 * 2 ^ 20 }
+    local r = t:replay(pool, { record = true, progress = false })
+    assert.is_true(r.failed > 0)
+    assert.is_true(r.peak_reserved <= 200 * 2 ^ 20)
+    cupola.timeline(r, path, { trace = t })
+    local live = readfile(path):match 'peak live ([%d.]+) MiB'
+    assert.is_true(tonumber(live) * 2 ^ 20 <= r.peak_reserved, live)
+    assert.matches(r.failed .. " allocations refused", readfile(path), 1, true)
+    -- the trace's own: every request live
+    cupola.timeline(t, path)
+    assert.matches("peak live 227.10 MiB", readfile(path), 1, true)
+  end)
+
   it("draws a recorded replay with the pool's reserved line", function()
     local t <close> = cupola.trace.load(cupola.trace.find "gpt2_train")
     local p <close> = cupola.pool { kind = "tlsf", upstream = "virtual" }

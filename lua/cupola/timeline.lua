@@ -157,6 +157,7 @@ local option_checks = {
     return true
   end, "a table {headers = {strings}, rows = {{strings}, ...}}" },
   notes = { list_of "string", "a list of strings", list = true },
+  text = { function(v) return type(v) == "string" end, "a string" },
 }
 
 -- Raises at the caller of timeline.write (level 3 from here) for any option
@@ -246,6 +247,10 @@ function timeline.write(src, path, opts)
     .. "Hover a band for its block. x: event index (every allocation and free is one step).</p>")
   w("<p class=\"status\">drawn in <span id=\"draw-ms\">?</span> ms</p></header>\n")
   local function esc(x) return (tostring(x):gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
+  if opts.text then
+    -- text shown as it is, first (cupola.advise's answer, as the terminal says it)
+    w("<pre class=\"text\">" .. esc(opts.text) .. "</pre>\n")
+  end
   if opts.table then
     -- a table of text above the panels (cupola.advise's rows)
     w("<table class=\"figures\"><thead><tr>")
@@ -316,6 +321,7 @@ table.figures { border-collapse: collapse; margin: 8px 0; font: 12px/1.4 ui-mono
 table.figures th, table.figures td { padding: 1px 8px; border-bottom: 1px solid #eee; white-space: pre; }
 table.figures th { text-align: left; color: #444; } table.figures td.n { text-align: right; }
 ul.notes { color: #444; margin: 4px 0 8px; padding-left: 18px; max-width: 70em; }
+pre.text { margin: 8px 0; font: 12px/1.4 ui-monospace, monospace; }
 .chart, .bands { position: relative; }
 canvas { display: block; width: 100%; border: 1px solid #ccc; cursor: crosshair; }
 .peak-label { position: absolute; top: 2px; left: 0; font-weight: 600; color: #b00;

@@ -54,14 +54,13 @@ function html.html(res, src, path)
     if #panels == 0 then replay(res.rows[1], res.rows[1].description) end
     local head, rows = text.columns(res)
     local notes = {}
-    if res.paste then
-      notes[#notes + 1] = "Recommended: " .. res.paste .. (res.paste_note and ("   # " .. res.paste_note) or "")
-    end
     for _, w in ipairs(res.warnings) do notes[#notes + 1] = "Warning: " .. w end
     for _, n in ipairs(res.notes) do notes[#notes + 1] = n end
+    -- the answer first, as the terminal says it (in its 100 columns: the
+    -- lines to paste are continued as a shell reads them)
     return timeline.write(panels, path, {
       title = "cupola advise: " .. (res.trace:match "[^/\\]*$"), names = names, trace = t,
-      table = { headers = head, rows = rows }, notes = notes })
+      text = text.answer(res, 100), table = { headers = head, rows = rows }, notes = notes })
   end)
   if own then t:close() end
   if not ok then error(a, 0) end

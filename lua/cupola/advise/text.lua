@@ -470,6 +470,33 @@ local function display_path(p)
 end
 text.display_path = display_path
 
+-- The report's head (what was recorded, the limit) and its answer.
+local function answer(d, put, para, width, several)
+  local mod = modules.module(d.framework)
+  para("", ("cupola advise: %s%s"):format(display_path(d.trace), several and (" (device %d)"):format(d.device) or ""))
+  para("  ", ("%s: %d events (%d allocations), %d stream%s%s"):format(
+    d.title, d.events, d.allocations, d.streams,
+    d.streams == 1 and "" or "s", d.devices and d.devices > 1 and (", %d devices"):format(d.devices) or ""))
+  if mod and mod.summary then
+    for _, l in ipairs(mod.summary(d)) do put(wrap("  ", l, width, "    ")) end
+  end
+  if d.limit then put(wrap("  ", "limit: " .. (d.limit_read or bytes(d.limit)), width, "    ")) end
+  put("")
+  verdict(d, put, para, width)
+end
+
+--- text.answer(result [, width]) -> the report's head and its answer (what
+-- to run, or that nothing fits, the least memory, where the run runs out),
+-- as the text prints them above the table: what the HTML page says first.
+function text.answer(res, width)
+  width = width or text.width()
+  local out = {}
+  local function put(s) out[#out + 1] = s end
+  local function para(lead, s) put(wrap(lead, s, width)) end
+  answer(res, put, para, width)
+  return table.concat(out, "\n") .. "\n"
+end
+
 --- text.text(result [, width]) -> the report as text (what bin/cupola
 -- advise prints), every line at most width characters (text.width()).
 function text.text(res, width)
@@ -481,16 +508,7 @@ function text.text(res, width)
   for di, d in ipairs(results) do
     if di > 1 then put("") end
     local mod = modules.module(d.framework)
-    para("", ("cupola advise: %s%s"):format(display_path(d.trace), #results > 1 and (" (device %d)"):format(d.device) or ""))
-    para("  ", ("%s: %d events (%d allocations), %d stream%s%s"):format(
-      d.title, d.events, d.allocations, d.streams,
-      d.streams == 1 and "" or "s", d.devices and d.devices > 1 and (", %d devices"):format(d.devices) or ""))
-    if mod and mod.summary then
-      for _, l in ipairs(mod.summary(d)) do put(wrap("  ", l, width, "    ")) end
-    end
-    if d.limit then put(wrap("  ", "limit: " .. (d.limit_read or bytes(d.limit)), width, "    ")) end
-    put("")
-    verdict(d, put, para, width)
+    answer(d, put, para, width, #results > 1)
     put("")
     local lines, cols = table_lines(d, width, mod)
     for _, l in ipairs(lines) do put(l) end

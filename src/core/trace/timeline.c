@@ -29,6 +29,9 @@ typedef struct span {
     uint32_t block;
 } span;
 
+/* The live map's value of a request the replayed pool refused. */
+#define REFUSED ((void *)UINTPTR_MAX)
+
 static int by_addr(const void *a, const void *b)
 {
     const span *x = (const span *)a, *y = (const span *)b;
@@ -95,15 +98,16 @@ static cp_status band_label(build *bd, const char *label, uint32_t *index)
     return CP_OK;
 }
 
-/* An allocation (row i, address a; 0: refused by the replayed pool, no
- * band), its band from now to its free. */
-static cp_status allocation(build *bd, size_t i, const cp_trace_row *row, uint64_t a)
+/* An allocation (row i, address a; 0: no band: refused by the replayed
+ * pool, which its free must know), its band from now to its free. */
+static cp_status allocation(build *bd, size_t i, const cp_trace_row *row, uint64_t a, int refused)
 {
     cp_timeline *out = bd->out;
     uint32_t b = (uint32_t)out->nb;
     cp_status st;
     /* The trace's pointer finds the block again at its free. */
-    if (cp_ptrmap_put(&bd->live, row->pointer, (void *)(uintptr_t)(a ? b + 1 : 0)) != 0)
+    if (cp_ptrmap_put(&bd->live, row->pointer,
+                      refused ? REFUSED : (void *)(uintptr_t)(a ? b + 1 : 0)) != 0)
         return nomem();
     if (!a)
         return CP_OK;
@@ -210,18 +214,25 @@ cp_status cp_timeline_build(const cp_trace *t, const uint64_t *addr_by_ord, size
         out->time[i] = (float)(row.time_us - out->t0_us);
         if (!row.is_free) {
             size_t ord = nallocs++;
-            cur += row.size;
-            if (cur > out->peak_live) {
-                out->peak_live = cur;
-                out->peak_index = i;
+            uint64_t a = addr_by_ord ? (ord < naddr ? addr_by_ord[ord] : 0) : row.pointer;
+            /* A request the replayed pool refused was never live: its free
+             * (REFUSED in the map) takes nothing off either. */
+            int refused = addr_by_ord && !a;
+            if (!refused) {
+                cur += row.size;
+                if (cur > out->peak_live) {
+                    out->peak_live = cur;
+                    out->peak_index = i;
+                }
             }
-            st = allocation(&bd, i, &row,
-                            addr_by_ord ? (ord < naddr ? addr_by_ord[ord] : 0) : row.pointer);
+            st = allocation(&bd, i, &row, a, refused);
         } else {
             void *v = cp_ptrmap_del(&bd.live, row.pointer);
-            cur -= row.size <= cur ? row.size : cur;
-            if (v)
-                out->b_end[(uintptr_t)v - 1] = (uint32_t)i;
+            if (v != REFUSED) {
+                cur -= row.size <= cur ? row.size : cur;
+                if (v)
+                    out->b_end[(uintptr_t)v - 1] = (uint32_t)i;
+            }
         }
         out->live[i] = (float)cur;
     }
