@@ -52,12 +52,58 @@ describe("cupola.advise on a JAX profile", function()
     assert.matches("option 'device_memory'", err)
   end)
 
-  it("the fraction: the least of three significant digits whose 2 MiB-rounded limit holds the need", function()
-    local fraction_for = advise.module("jax").fraction_for
-    local f, limit = fraction_for(276824064, H100)
+  -- Bug fixed with this spec (issue 43, item 4): the fraction was the least
+  -- of three digits whose product held the need (0.00329 for a need of 266
+  -- MiB on an H100: a pool of 268 MiB), where jaxlib rounds the product up
+  -- to 2 MiB, so any fraction whose product lies within the 2 MiB below the
+  -- need's pool gets it (0.00326).
+  it("the fraction: the least whose pool, the product rounded up to 2 MiB, holds the need", function()
+    local jax = advise.module("jax")
+    local MiB = 1024 * 1024
+    -- jaxlib's pools of the recordings' fractions, as memory_stats() reported them
+    for name, s in pairs(stats) do
+      if s.setting == "pre" then assert.equals(s.bytes_limit, jax.pool_of(tonumber(s.fraction), H100), name) end
+    end
+    local f, pool, text = jax.fraction_for(266 * MiB, H100)
     assert.equals(0.00326, f)
-    assert.is_true(limit >= 276824064)
-    assert.equals(0, limit % (2 * 1024 * 1024))
-    assert.is_nil(fraction_for(H100 + 1, H100))
+    assert.equals("0.00326", text)
+    assert.equals(266 * MiB, pool)
+    assert.equals(266 * MiB, jax.pool_of(0.00326, H100))
+    assert.equals(264 * MiB, jax.pool_of(0.00325, H100))
+    assert.is_nil(jax.fraction_for(H100 + 1, H100))
+    -- the advice on the run at 0.00360: that fraction, and the recording replayed at its pool and one step below
+    local r = advise.run("examples/traces/jax/mlp.pre-0.00360.jsonl.gz", { device_memory = H100, progress = false })
+    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00326", r.recommended.setting)
+    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00326 python train.py", r.paste)
+    assert.equals(266 * MiB, r.recommended.min_memory)
+    local t <close> = cupola.trace.load "examples/traces/jax/mlp.pre-0.00360.jsonl.gz"
+    local function runs(fraction)
+      local p <close> = cupola.pool { kind = "bfc", upstream = "virtual", allow_growth = false,
+        memory_limit = jax.pool_of(fraction, H100) }
+      return t:replay(p, { progress = false, stop_at_oom = "needed" }).complete
+    end
+    assert.is_true(runs(0.00326))
+    assert.is_false(runs(0.00325))
+  end)
+
+  -- Bug fixed with this spec (issue 43, item 4): the run that ran out at
+  -- 0.00320 (260 MiB) was advised 0.00321 with no word that its profile
+  -- stops where it ran out (BFC traces no refused request).
+  it("a profile that ends with blocks allocated: said, with what the run had and what the advice changes", function()
+    local path = "examples/traces/jax/mlp.pre-0.00320.jsonl.gz"
+    local r = advise.run(path, { device_memory = H100, progress = false })
+    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00319", r.recommended.setting) -- the pool it had: 260 MiB
+    local w = table.concat(r.warnings, "\n")
+    assert.matches("the profile ends with 33 blocks still allocated", w, 1, true)
+    assert.matches("RESOURCE_EXHAUSTED", w, 1, true)
+    assert.matches("give the pool the run had with --limit", w, 1, true)
+    r = advise.run(path, { device_memory = H100, progress = false, limit = stats["mlp.pre-0.00320"].bytes_limit })
+    w = table.concat(r.warnings, "\n")
+    assert.matches("the run had 260.00 MiB (--limit), and the least pool for the requests recorded is 260.00 MiB " ..
+      "(XLA_CLIENT_MEM_FRACTION=0.00319: 260.00 MiB): no more than the run had, so if that run ran out this one " ..
+      "would too", w, 1, true)
+    -- a run that ended: no such warning
+    r = advise.run("examples/traces/jax/mlp.pre-0.00360.jsonl.gz", { device_memory = H100, progress = false })
+    assert.is_nil(table.concat(r.warnings, "\n"):find("still allocated", 1, true))
   end)
 end)

@@ -543,9 +543,14 @@ describe("advise (8): what a run over every shipped recording found", function()
 
   it("JAX under a limit: the line to paste says what it sets", function()
     local res = cupola.advise(JAX .. "mlp.grow.jsonl.gz", { progress = false, limit = "1GiB", device_memory = "80GB" })
-    assert.equals("preallocated", res.recommended.setting)
-    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00347 python train.py", res.paste)
-    assert.equals("preallocated at the least fraction that runs it: a pool of 266.00 MiB", res.paste_note)
+    -- the fraction's row: the least pool (264 MiB) at the least fraction that gets it (issue 43, item 4)
+    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00344", res.recommended.setting)
+    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00344 python train.py", res.paste)
+    local pre
+    for _, r in ipairs(res.rows) do if r.setting == "preallocated" then pre = r end end
+    local cmd, note = advise.module("jax").paste(pre)
+    assert.equals("XLA_CLIENT_MEM_FRACTION=0.00344 python train.py", cmd)
+    assert.equals("preallocated at the least fraction that runs it: a pool of 264.00 MiB", note)
   end)
 
   -- Bug fixed with this spec: --json's paste held a shell comment ("...
@@ -560,10 +565,10 @@ describe("advise (8): what a run over every shipped recording found", function()
       assert.is_truthy(paste, out)
       assert.is_nil(paste:find("#", 1, true), paste)
     end
-    local res = cupola.advise(JAX .. "mlp.grow.jsonl.gz", { progress = false, limit = "1GiB", device_memory = "80GB" })
+    local res = cupola.advise("examples/traces/torch_snapshot_mlp.pickle", { progress = false, pools = false })
+    assert.equals("env -u PYTORCH_CUDA_ALLOC_CONF python train.py", res.paste)
     local text = advise.text(res, 100)
-    assert.matches("\n    # preallocated at the least fraction that runs it: a pool of 266.00 MiB\n" ..
-      "    XLA_CLIENT_MEM_FRACTION=0.00347 python train.py\n", text, 1, true)
+    assert.matches("\n    # PyTorch's defaults\n    env -u PYTORCH_CUDA_ALLOC_CONF python train.py\n", text, 1, true)
   end)
 
   it("JAX on a device too small for the program: said so, not a recommendation", function()

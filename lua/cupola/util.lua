@@ -153,4 +153,18 @@ function util.pool_spec(spec)
   return c
 end
 
+--- util.fraction(x, k, up) -> x (in (0, 1)) as a decimal of k significant
+-- digits, rounded up (up) or down, as the number its text reads as (what a
+-- framework parses from an environment variable), and its text.
+function util.fraction(x, k, up)
+  local e = math.floor(math.log(x, 10))
+  local scale = 10 ^ (k - 1 - e)
+  local v = x * scale
+  -- a product that lies a rounding error past a whole number is that number
+  local n = up and math.ceil(v - 1e-9) or math.floor(v + 1e-9)
+  local text = ("%." .. math.max(k - 1 - e, 0) .. "f"):format(n / scale)
+  text = text:find "%." and text:gsub("0+$", ""):gsub("%.$", "") or text
+  return tonumber(text), text
+end
+
 return util

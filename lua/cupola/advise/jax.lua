@@ -12,10 +12,13 @@
 -- Each with its pool at the peak, the peak in use (BFC's chunk bytes) and
 -- the least memory_limit under which every recorded request is served.  The
 -- fraction is of --device-memory (option device_memory): a JSON lines file
--- says nothing of the device, so without it no fraction is given.  The
--- fraction is rounded up to three significant digits, and JAX 0.11.2 rounds
--- the limit it makes of a fraction up to 2 MiB (bfc.c): the row "at the
--- fraction" replays that limit to show it fits.  The caveat, always: XLA's
+-- says nothing of the device, so without it no fraction is given.  JAX
+-- 0.11.2 rounds the pool it makes of a fraction up to 2 MiB (pool_of): the
+-- fraction is the least of the fewest digits that gets the least pool the
+-- requests fit in, and the row "at the fraction" replays that pool to show
+-- it fits.  A profile that ends with blocks allocated may be of a run that
+-- ran out (BFC traces no refused request): a warning says what that means
+-- for the advice.  The caveat, always: XLA's
 -- compiler chooses algorithms (convolution workspaces, rematerialization)
 -- by the memory it has, so a run under less memory may ask for less, and
 -- one under more for more, than the recording.
@@ -51,6 +54,7 @@ local jax = {
 
 local bytes = report.bytes
 local MiB = 1024 * 1024
+local ran_out
 -- JAX's default memory fraction, and the limit of the unlimited replays
 -- where the device's memory is not known
 local DEFAULT_FRACTION = 0.75
@@ -110,14 +114,33 @@ function jax.rows(ctx)
   }
 end
 
---- The fraction for a limit: the least of three significant digits whose
--- limit (the product rounded up to 2 MiB, as JAX 0.11.2 made it) holds it.
+-- jaxlib 0.11.2's pool of XLA_CLIENT_MEM_FRACTION f: the double product
+-- f x the device's memory, truncated (CreateBFCAllocator), then rounded up
+-- to a multiple of 2 MiB.  The rounding is not in the XLA source read (its
+-- CreateBFCAllocator truncates and stops there); it is what memory_stats()
+-- reported as bytes_limit on all five preallocated recordings of
+-- examples/traces/jax (0.00161 -> 138,412,032: the product 136,879,852 is
+-- nearer 130.5 MiB than 132, so it is rounded up, not to the nearest).
+local GRAIN = 2 * MiB
+local function pool_of(f, dm)
+  return (math.floor(f * dm) + GRAIN - 1) // GRAIN * GRAIN
+end
+jax.pool_of = pool_of
+
+--- jax.fraction_for(need, dm) -> the least fraction whose pool holds need
+-- bytes, its pool, and its text: of the fewest significant digits (three or
+-- more) that reach the least pool JAX can make (need rounded up to 2 MiB;
+-- any fraction whose product lies within the 2 MiB below it rounds to it).
 local function fraction_for(need, dm)
-  local f = need / dm
-  if f >= 1 then return nil end
-  local scale = 10 ^ (2 - math.floor(math.log(f, 10)))
-  local fr = math.ceil(f * scale - 1e-9) / scale
-  return fr, ((math.floor(dm * fr) + 2 * MiB - 1) // (2 * MiB)) * (2 * MiB)
+  local want = (need + GRAIN - 1) // GRAIN * GRAIN
+  if want > dm then return nil end
+  -- floor(f x dm) > want - 2 MiB: f x dm >= want - 2 MiB + 1
+  local x = (want - GRAIN + 1) / dm
+  for k = 3, 15 do
+    local f, text = util.fraction(math.max(x, 1e-15), k, true)
+    if f and f < 1 and pool_of(f, dm) >= need and pool_of(f, dm) <= want then return f, want, text end
+  end
+  return nil
 end
 jax.fraction_for = fraction_for
 
@@ -133,7 +156,9 @@ function jax.fill(r, x, ctx)
   end
   -- the fraction's own row keeps the fraction it replays
   local need = r.min_memory or x.min_limit
-  if r.family ~= "fraction" and need and dm then r.fraction, r.fraction_limit = fraction_for(need, dm) end
+  if r.family ~= "fraction" and need and dm then
+    r.fraction, r.fraction_limit, r.fraction_text = fraction_for(need, dm)
+  end
   -- JAX's default takes 0.75 of a device of unknown size: no figure to show
   if not r.growth and not dm and not ctx.limited then r.reserved_text = "75 % of GPU" end
 end
@@ -145,9 +170,9 @@ function jax.more(ctx, rows)
   for _, r in ipairs(rows) do if not r.growth then pre = r end end
   if not (pre and pre.fraction and pre.fraction_limit) then return {} end
   return {
-    { setting = ("XLA_CLIENT_MEM_FRACTION=%s"):format(pre.fraction_text or tostring(pre.fraction)),
+    { setting = ("XLA_CLIENT_MEM_FRACTION=%s"):format(pre.fraction_text),
       family = "fraction", keys = 1, via = "XLA_CLIENT_MEM_FRACTION", kind = "bfc", growth = false,
-      fraction = pre.fraction, fraction_limit = pre.fraction_limit,
+      fraction = pre.fraction, fraction_limit = pre.fraction_limit, fraction_text = pre.fraction_text,
       job = { spec = ("bfc,memory_limit=%d,allow_growth=false"):format(pre.fraction_limit) },
       pool = { kind = "bfc", memory_limit = pre.fraction_limit, allow_growth = false } },
   }
@@ -155,19 +180,14 @@ end
 
 function jax.describe(r)
   if r.family == "growth" then return "growth (XLA_PYTHON_CLIENT_PREALLOCATE=false)" end
-  if r.family == "fraction" then return ("preallocated, XLA_CLIENT_MEM_FRACTION=%g"):format(r.fraction) end
+  if r.family == "fraction" then return "preallocated, XLA_CLIENT_MEM_FRACTION=" .. r.fraction_text end
   return "preallocated (JAX's default)"
-end
-
-local function ftext(f)
-  local s = ("%.6f"):format(f):gsub("0+$", ""):gsub("%.$", "")
-  return s
 end
 
 function jax.paste(r, ctx)
   if r.family == "growth" then return "XLA_PYTHON_CLIENT_PREALLOCATE=false python train.py" end
   if r.fraction then
-    local s = ("XLA_CLIENT_MEM_FRACTION=%s python train.py"):format(ftext(r.fraction))
+    local s = ("XLA_CLIENT_MEM_FRACTION=%s python train.py"):format(r.fraction_text)
     -- JAX's default row: the fraction is the least that runs it (the fraction's row)
     if r.family == "preallocated" and r.fraction_limit then
       return s, ("preallocated at the least fraction that runs it: a pool of %s"):format(bytes(r.fraction_limit))
@@ -192,6 +212,36 @@ function jax.summary(d)
   return lines
 end
 
+-- A profile that ends with blocks still allocated, as the profile of a run
+-- that stopped on an error does: XLA's BFC traces no request it refused,
+-- so where that error was RESOURCE_EXHAUSTED the profile ends before the
+-- request, and the program needs more than the figures show.  Said with
+-- what the run had (--limit) and what the advice changes for it.
+function ran_out(result, ctx)
+  local info = ctx.info
+  if (info.leaked or 0) == 0 then return end
+  local W = result.warnings
+  local s = ("the profile ends with %d block%s still allocated, as a run's does that stopped on an error: if it " ..
+    "ran out of memory (RESOURCE_EXHAUSTED), the request XLA's BFC refused is not in the profile (BFC " ..
+    "traces none), and the program needs more than these figures show"):format(info.leaked,
+    info.leaked > 1 and "s" or "")
+  local pre
+  for _, r in ipairs(result.rows) do if r.family == "preallocated" then pre = r end end
+  local L = ctx.o.limit
+  if L and pre and pre.min_memory and pre.min_memory <= L then
+    local pool = pre.fraction_limit or pre.min_memory
+    s = s .. ("; the run had %s (--limit), and the least pool for the requests recorded is %s%s: %s, so " ..
+      "if that run ran out this one would too; it needs at least the refused request (its size is in the " ..
+      "error) beyond what was in use when it was refused"):format(bytes(L), bytes(pre.min_memory),
+      pre.fraction_text and (" (XLA_CLIENT_MEM_FRACTION=%s: %s)"):format(pre.fraction_text, bytes(pool)) or "",
+      pool <= L and "no more than the run had" or ("%s more than the run had"):format(bytes(pool - L)))
+  elseif not L then
+    s = s .. "; give the pool the run had with --limit (option 'limit'; memory_stats()['bytes_limit']) to see the advice " ..
+      "against it"
+  end
+  W[#W + 1] = s
+end
+
 function jax.notes(result, ctx)
   local N = result.notes
   N[#N + 1] = "XLA's compiler picks algorithms (convolution workspaces, rematerialization) by the memory it " ..
@@ -199,9 +249,11 @@ function jax.notes(result, ctx)
   N[#N + 1] = "Growth (XLA_PYTHON_CLIENT_PREALLOCATE=false) keeps regions it no longer needs: its pool at " ..
     "the peak is what it held; preallocated, the pool is the limit, taken at the first allocation."
   if ctx and ctx.device_memory then
-    N[#N + 1] = "JAX 0.11.2 rounds the limit of a fraction up to a multiple of 2 MiB; the fraction's row " ..
-      "replays that limit."
+    N[#N + 1] = "JAX 0.11.2 makes a fraction's pool of the product rounded up to a multiple of 2 MiB, so " ..
+      "any fraction whose product lies within the 2 MiB below a pool gets that pool: the fraction given is " ..
+      "the least of the fewest digits that gets the least pool, and the fraction's row replays that pool."
   end
+  if ctx then ran_out(result, ctx) end
 end
 
 return jax

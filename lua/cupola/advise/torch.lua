@@ -326,36 +326,23 @@ end
 -- device's memory) bytes (CUDACachingAllocator's setMemoryFraction).
 local function allowed(f, dm) return math.floor(f * dm) end
 
--- A fraction of k significant digits of x, rounded up or down.
-local function digits(x, k, up)
-  local scale = 10 ^ (k - 1 - math.floor(math.log(x, 10)))
-  local v = x * scale
-  return (up and math.ceil(v - 1e-9) or math.floor(v + 1e-9)) / scale, 1 / scale
-end
-
 --- torch.fraction_for(lo, hi, dm) -> the fraction of the device's memory dm
--- to give set_per_process_memory_fraction for a limit of lo to hi bytes:
--- the least of three significant digits whose limit is lo or more where hi
--- is nil (a limit as least as large as lo), else the most of the fewest
--- digits (three or more) whose limit lies in [lo, hi]; nil where none is
--- below 1.
+-- to give set_per_process_memory_fraction for a limit of lo to hi bytes, and
+-- its text: where hi is nil, the least of three significant digits whose
+-- limit is lo or more; else the most of the fewest digits (three or more)
+-- whose limit lies in [lo, hi].  nil where none is below 1.
 function torch.fraction_for(lo, hi, dm)
   if lo >= dm then return nil end
-  if not hi then
-    local f, step = digits(lo / dm, 3, true)
-    while allowed(f, dm) < lo do f = f + step end
-    return f < 1 and f or nil
-  end
   for k = 3, 15 do
-    local f, step = digits(math.min(hi, dm - 1) / dm, k, false)
-    while allowed(f, dm) > hi do f = f - step end
-    if allowed(f, dm) >= lo then return f end
+    local f, text
+    if hi then
+      f, text = util.fraction(math.min(hi, dm - 1) / dm, k, false)
+    else
+      f, text = util.fraction(lo / dm, k, true)
+    end
+    if f and f < 1 and allowed(f, dm) >= lo and (not hi or allowed(f, dm) <= hi) then return f, text end
   end
   return nil
-end
-
-local function ftext(f)
-  return (("%.12f"):format(f):gsub("0+$", ""):gsub("%.$", ""))
 end
 
 -- The note of a setting that acts only under a memory fraction
@@ -374,9 +361,10 @@ local function fraction_note(r, ctx)
       "changed nothing in it)"
   end
   local dm = o.device_memory
-  local f = dm and torch.fraction_for(lo, hi, dm)
+  local f, text
+  if dm then f, text = torch.fraction_for(lo, hi, dm) end
   if f then
-    return head:format(ftext(f)) .. (" (%s of the device's %s)"):format(bytes(allowed(f, dm)), bytes(dm))
+    return head:format(text) .. (" (%s of the device's %s)"):format(bytes(allowed(f, dm)), bytes(dm))
   end
   if dm then
     return head:format("F") .. (", F = %s / the device's memory: no fraction below 1 of %s gives it"):format(
