@@ -441,7 +441,11 @@ describe("cupola.advise on a CuPy log", function()
     assert.equals(12239360, res.free_all_blocks_at_peak)
     -- CuPy ran out under set_limit(76769024) and ran under none: the least is between
     assert.is_true(res.least_limit > 76769024 and res.least_limit <= 86784000)
-    assert.matches("CUPY_GPU_MEMORY_LIMIT=" .. res.least_limit, res.paste, 1, true)
+    -- nothing ran out and no limit was asked: no change needed, the least limit as information
+    -- (issue 43, item 5: the least, 76 MiB, was pasted, below the pool's own 82.76 MiB peak)
+    assert.equals("python run.py", res.paste)
+    assert.matches("no change needed; the least set_limit that runs the recorded requests is 76.00 MiB (" ..
+      res.least_limit .. " bytes), below the pool's own peak of 82.76 MiB", res.paste_note, 1, true)
     local tl
     for _, r in ipairs(res.rows) do if r.pool == "tlsf" then tl = r end end
     assert.is_true(tl.aside)
@@ -450,6 +454,18 @@ describe("cupola.advise on a CuPy log", function()
     local text = advise.text(res, 100)
     assert.matches("free_all_blocks() at that peak would have given back", text, 1, true)
     assert.matches("the least set_limit that runs it", text, 1, true)
+  end)
+
+  -- Bug fixed with this spec (issue 43, item 5): under a limit CuPy's pool
+  -- fits in, the least limit was pasted, with no headroom, where the limit
+  -- asked for runs it.
+  it("under a limit it fits in: that limit to paste; under one it does not: the least that runs it", function()
+    local res = cupola.advise("cupy/fft.unlimited.jsonl.gz", { limit = "200MiB", pools = {}, progress = false })
+    assert.is_true(res.recommended.fits)
+    assert.equals("CUPY_GPU_MEMORY_LIMIT=209715200 python run.py", res.paste)
+    res = cupola.advise("cupy/fft.unlimited.jsonl.gz", { limit = "60MiB", pools = {}, progress = false })
+    assert.is_false(res.recommended.fits)
+    assert.equals(("CUPY_GPU_MEMORY_LIMIT=%d python run.py"):format(res.recommended.min_memory), res.paste)
   end)
 
   it("replays the recorded run under its limit, and takes no conf", function()
@@ -781,7 +797,7 @@ describe("advise on a CuPy log that ran under a limit, none given", function()
     assert.matches("limit: between 177.62 MiB and 181.19 MiB (read from the log", text, 1, true)
     assert.matches("In 177.62 MiB (the least the recorded run's limit can have been), CuPy's MemoryPool runs out "
       .. "at a request of 20.00 MiB, line 1785 of the log.", text, 1, true)
-    assert.matches("With 186.00 MiB or more, run:\n    # the least set_limit(size=...) that runs it (186.00 MiB)\n"
+    assert.matches("With 186.00 MiB or more, run:\n    # the least set_limit(size=...) that runs the recorded requests (186.00 MiB)\n"
       .. "    CUPY_GPU_MEMORY_LIMIT=195035136 python run.py", text, 1, true)
     assert.is_nil(text:find("Nothing runs", 1, true))
     -- given, the limit is the user's: every row judged in it

@@ -624,8 +624,8 @@ cupola.advise(trace_or_path [, {limit=, conf={...}, recorded=, pools={...},
   res.paste: the line to run, PYTORCH_CUDA_ALLOC_CONF=... python train.py;
   res.paste_note: what else it needs, where something does.
 A CuPy memory-hook log (help "cupy"): CuPy's MemoryPool replayed, the
-  least set_limit that runs it (res.least_limit; paste:
-  CUPY_GPU_MEMORY_LIMIT=N), res.peak_used_bytes, res.free_all_blocks_at_peak,
+  least set_limit that runs it (res.least_limit; paste: CUPY_GPU_MEMORY_LIMIT=N
+  under a limit, none without), res.peak_used_bytes, res.free_all_blocks_at_peak,
   and cupola's pools beside it (CUPOLA_CUPY_POOL).
 bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
   prints the same, the answer first, in $COLUMNS (100) columns

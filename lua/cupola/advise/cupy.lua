@@ -193,15 +193,34 @@ function cupy.fill(r, x, ctx)
   end
 end
 
---- cupy.paste(r) -> the line to run the program with row r, and a note on it.
-function cupy.paste(r)
+--- cupy.paste(r, ctx) -> the line to run the program with row r, and a
+-- note on it.  CuPy's pool under a limit it fits in: that limit; under one
+-- it does not: the least that runs it (the answer says "with that much or
+-- more"); without a limit nothing needs changing: the least limit is
+-- information, not a setting to paste (it lies below the pool's own peak,
+-- where CuPy frees its cache and retries, and a run that asks for a little
+-- more than the recording did runs out).
+function cupy.paste(r, ctx)
   if r.kind ~= "cupy" then
     return "CUPOLA_CUPY_POOL=" .. r.pool .. " python run.py",
       "cupola's pool as CuPy's allocator (CFunctionAllocator; docs/API.md)"
   end
-  if r.min_memory then
+  local limit = ctx and ctx.o.limit
+  if limit and r.fits then
+    return ("CUPY_GPU_MEMORY_LIMIT=%d python run.py"):format(limit),
+      ("set_limit(size=...) at the limit it runs in (%s)%s"):format(bytes(limit),
+        r.min_memory and ("; the least that runs it is %s"):format(bytes(r.min_memory)) or "")
+  end
+  if limit and r.min_memory then
     return ("CUPY_GPU_MEMORY_LIMIT=%d python run.py"):format(r.min_memory),
-      ("the least set_limit(size=...) that runs it (%s)"):format(bytes(r.min_memory))
+      ("the least set_limit(size=...) that runs the recorded requests (%s)"):format(bytes(r.min_memory))
+  end
+  if r.min_memory then
+    return "python run.py", ("CuPy's defaults: no change needed; the least set_limit that runs the recorded " ..
+      "requests is %s (%d bytes), %s: a limit so tight makes CuPy free its cache and retry, and a run that " ..
+      "asks for more than this one did runs out"):format(bytes(r.min_memory), r.min_memory,
+      r.peak_reserved and r.min_memory < r.peak_reserved and ("below the pool's own peak of %s"):format(
+        bytes(r.peak_reserved)) or "no headroom")
   end
   return "python run.py", "CuPy's defaults"
 end
