@@ -35,6 +35,29 @@ local function canonical(conf)
   return p:settings().conf
 end
 
+-- Bug fixed with this spec (issue 43, item 6): the 24 snapshots of the six
+-- CSV workloads had no allocator_settings (their sources had the key
+-- stripped), so advise said "recorded under: unknown (PyTorch before 2.4)"
+-- of runs PyTorch 2.11 made under the setting their name carries
+-- (tests/torch/settings_from_tag.py put them back).
+describe("every snapshot cupola ships says the setting it was recorded under", function()
+  for _, r in ipairs(truth) do
+    it(r.name, function()
+      local t <close> = cupola.trace.load(DIR .. r.name .. ".cpsnap.gz")
+      local conf = t:info().torch_conf
+      assert.is_truthy(conf, "no allocator_settings")
+      assert.equals(canonical(r.conf), canonical(conf))
+    end)
+  end
+
+  it("and advise reads it from there", function()
+    local res = cupola.advise(DIR .. "resnet50_train.pow2div4.cpsnap.gz", { progress = false, pools = false })
+    assert.equals("the snapshot's allocator_settings", res.recorded_from)
+    assert.equals("roundup_power2_divisions:4", res.recorded_setting)
+    for _, w in ipairs(res.warnings) do assert.is_nil(w:find("is unknown", 1, true), w) end
+  end)
+end)
+
 describe("cupola.advise on every snapshot cupola ships", function()
   for _, r in ipairs(truth) do
     it(r.name, function()
