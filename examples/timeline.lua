@@ -59,6 +59,17 @@ print(string.format("vmm maps a page only under live blocks: %d maps and %d unma
   rows[2].maps, rows[2].unmaps, R.bytes(rows[2].peak_reserved)))
 print(string.format("tlsf takes %d chunks from its upstream and gives %d back, %s at its peak.", rows[3].device_allocs,
   rows[3].device_frees, R.bytes(rows[3].peak_reserved)))
+-- cupola advise's "cupola tlsf inside PyTorch" row is the pool as
+-- libcupola_torch.so makes it, which keeps every idle chunk (the serving
+-- policy); this one has cupola.pool's default and returns them as it grows
+do
+  local served <close> = cupola.pool { kind = "tlsf", upstream = "virtual", release_threshold = math.maxinteger }
+  local r = t:replay(served, { clock = "trace" })
+  print("Serving PyTorch (libcupola_torch.so: cupola advise's row cupola tlsf inside PyTorch), tlsf keeps every")
+  print(string.format("idle chunk (release_threshold = 2^63 - 1) and reserves %s at its peak; this one returns idle",
+    R.bytes(r.peak_reserved)))
+  print("chunks as it grows (release_threshold 0, cupola.pool's default), and lays its blocks out otherwise.")
+end
 
 -- The pools that grow by chunks often agree on a small workload: say why
 -- when they do, from the trace itself.

@@ -146,6 +146,17 @@ describe("examples: seeing what happened", function()
     end
     -- and the pools that grow by chunks agree on this trace, with the reason
     assert.matches("tlsf, freelist and caching all reserve 242.00 MiB here: 97% of the bytes", text, 1, true)
+    -- Bug fixed with this spec (issue 43, item 7): advise said "cupola tlsf inside PyTorch 234.00 MiB" and
+    -- this example "tlsf 242.00 MiB" of the same snapshot, with no word why (the serving policy)
+    local res = cupola.advise("examples/traces/torch_snapshot_mlp.pickle", { pools = { "tlsf" }, progress = false })
+    local row
+    for _, r in ipairs(res.rows) do if r.pool == "tlsf" then row = r end end
+    local served = text:match "idle chunk %(release_threshold = 2%^63 %- 1%) and reserves ([%d.]+ MiB) at its peak"
+    assert.equals(require("cupola.report").bytes(row.peak_reserved), served)
+    assert.matches("this one returns idle\nchunks as it grows", text, 1, true)
+    local notes = table.concat(res.notes, " ")
+    assert.matches("keep every idle chunk (release_threshold = 2^63 - 1, the serving policy)", notes, 1, true)
+    assert.matches("examples/timeline.lua", notes, 1, true)
     assert.matches("timeline: " .. out_html .. " (3 panels, 849 blocks", text, 1, true)
     for _, ext in ipairs { ".html", ".csv", ".json" } do
       local f = assert(io.open(out .. ext))

@@ -256,8 +256,10 @@ function cupy.notes(result, ctx)
       "differs from it: see the row)"
   end
   if ctx.npools > 0 then
-    N[#N + 1] = "cupola rows: cupola's pools serving CuPy's requests (the log's sizes) in place of its pool; " ..
-      "device calls are their upstream calls (vmm: pages mapped)"
+    N[#N + 1] = "cupola rows: cupola's pools serving CuPy's requests (the log's sizes) in place of its pool, " ..
+      "each as libcupola_cupy.so makes it: tlsf, freelist and caching keep every idle chunk (release_threshold " ..
+      "= 2^63 - 1, the serving policy), where cupola.pool's default returns them as the pool grows; device " ..
+      "calls are their upstream calls (vmm: pages mapped)"
   end
 end
 

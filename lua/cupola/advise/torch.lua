@@ -453,7 +453,10 @@ function torch.notes(result, ctx)
   end
   if ctx.npools > 0 then
     N[#N + 1] = "cupola rows: cupola's pools serving PyTorch through its pluggable allocator (make torch-allocator, " ..
-      "CUPOLA_TORCH_POOL=SPEC); device calls are their upstream calls (vmm: pages mapped); vmm's default " ..
+      "CUPOLA_TORCH_POOL=SPEC), each as libcupola_torch.so makes it: tlsf, freelist and caching keep every " ..
+      "idle chunk (release_threshold = 2^63 - 1, the serving policy), where cupola.pool's default returns them " ..
+      "as the pool grows, so a replay of cupola.pool{kind = ...} with its defaults (examples/timeline.lua) " ..
+      "reserves otherwise; device calls are their upstream calls (vmm: pages mapped); vmm's default " ..
       "policy decides by time, and runs on the snapshot's clock (the program's own times); step time: " ..
       "tlsf and caching keep what they take once warm and ran at PyTorch's speed on an H100, vmm 5-18 % slower " ..
       "(it is offered only where neither fits)"
