@@ -257,6 +257,19 @@ describe("advise (4): columns a reader understands", function()
     assert.is_nil(text:find("unused at peak", 1, true))
   end)
 
+  -- Bug fixed with this spec (issue 43, item 8): on an RMM log, where no
+  -- setting was recorded, the answer compared with "the recorded run" and
+  -- the column said "vs recorded"; the baseline is a replay of the defaults.
+  it("an RMM log: the change is against the defaults replayed, named so", function()
+    local log = cupola.advise("examples/traces/gpt2_train.csv.gz", { progress = false, pools = false })
+    local text = advise.text(log, 100)
+    assert.is_nil(text:find("recorded run", 1, true))
+    assert.is_nil(text:find("vs recorded", 1, true))
+    assert.matches("1.1 % less than PyTorch's defaults, replayed (8.26 GiB)", text, 1, true)
+    assert.matches("\n     setting +reserved +overhead +calls +baseline\n", text)
+    assert.matches("    - vs baseline: peak reserved against PyTorch's defaults, replayed (8.26 GiB)", text, 1, true)
+  end)
+
   it("overhead is peak reserved less the most in use at once; a change under 1 % is 'same'", function()
     for _, r in ipairs(res.rows) do
       assert.equals(r.peak_reserved - res.peak_live, r.overhead)

@@ -122,6 +122,17 @@ local function name_lines(name, w)
   return out
 end
 
+-- What "vs" compares with: the recorded run where the result has a row of
+-- the setting it was recorded under, else the module's baseline (an RMM
+-- log says nothing of its setting: PyTorch's defaults, replayed).
+local function recorded_row(res)
+  for _, r in ipairs(res.rows) do if r.recorded then return r end end
+end
+local function versus(res)
+  if recorded_row(res) then return "recorded", "the recorded run" end
+  return "baseline", res.baseline_from or "the baseline"
+end
+
 -- The columns: key, header lines, right-aligned, and the cell of a row.
 local function column_set(res)
   local limited = res.limit ~= nil
@@ -149,7 +160,7 @@ local function column_set(res)
         return stopped(r) and "-" or r.reserved_text or bytes(r.peak_reserved)
       end)
       if compared then
-        col("change", { "vs", "recorded" }, function(r) return stopped(r) and "-" or pct(r.change_pct) end)
+        col("change", { "vs", (versus(res)) }, function(r) return stopped(r) and "-" or pct(r.change_pct) end)
       end
     end
   else
@@ -161,7 +172,7 @@ local function column_set(res)
     end)
     col("calls", { "device", "calls" }, function(r) return r.error and "-" or tostring(r.device_allocs) end)
     if compared then
-      col("change", { "vs", "recorded" }, function(r) return r.error and "-" or pct(r.change_pct) end)
+      col("change", { "vs", (versus(res)) }, function(r) return r.error and "-" or pct(r.change_pct) end)
     end
     if searched then
       col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
@@ -284,7 +295,7 @@ local function column_notes(res, cols, mod)
       "but not in use then, from rounding, split blocks and the cache"):format(
       res.peak_live and bytes(res.peak_live) or "?"),
     calls = terms.calls or "device calls: how many times the allocator asked the device for memory",
-    change = ("vs recorded: peak reserved against %s (%s); \"same\": less than 1 %% apart"):format(
+    change = ("vs %s: peak reserved against %s (%s); \"same\": less than 1 %% apart"):format((versus(res)),
       res.baseline_from or "the recorded run", res.baseline and bytes(res.baseline) or "unknown"),
   }
   local out = {}
@@ -413,12 +424,12 @@ local function verdict(d, put, para, width)
   local facts = {}
   if rec.change_pct and d.baseline then
     if math.abs(rec.change_pct) < SAME then
-      facts[#facts + 1] = ("peak reserved %s, the same as the recorded run (%s): no setting reserves 1 %% less")
-        :format(bytes(rec.peak_reserved), bytes(d.baseline))
+      facts[#facts + 1] = ("peak reserved %s, the same as %s (%s): no setting reserves 1 %% less")
+        :format(bytes(rec.peak_reserved), select(2, versus(d)), bytes(d.baseline))
     else
-      facts[#facts + 1] = ("peak reserved %s, %.1f %% %s than the recorded run (%s)"):format(
+      facts[#facts + 1] = ("peak reserved %s, %.1f %% %s than %s (%s)"):format(
         bytes(rec.peak_reserved), math.abs(rec.change_pct), rec.change_pct < 0 and "less" or "more",
-        bytes(d.baseline))
+        select(2, versus(d)), bytes(d.baseline))
     end
   else
     facts[#facts + 1] = ("peak reserved %s"):format(bytes(rec.peak_reserved))
