@@ -131,6 +131,19 @@ describe("bin/cupola record", function()
       "there is nothing to record\n", out)
   end)
 
+  -- Bug fixed with this spec (issue 43, item 9): on a host without a GPU,
+  -- and without the library, it first asked to `make record`, which could
+  -- not help there.
+  it("on the host backend says that first, before the library it lacks", function()
+    local out, rc = run "CUPOLA_RECORD_LIB=/nonexistent/lib.so CUPOLA_BACKEND=host bin/cupola record -- true"
+    assert.equals(1, rc)
+    assert.equals("cupola record: cupola runs on its host backend here (no usable CUDA device): " ..
+      "there is nothing to record\n", out)
+    out, rc = run "CUPOLA_BIN_LIBDIR=/nonexistent CUPOLA_BACKEND=host bin/cupola record -- true"
+    assert.equals(1, rc)
+    assert.is_nil(out:find("make record", 1, true))
+  end)
+
   it("says in one line that the output's folder cannot be written", function()
     local lib = write("fake.so", "")
     local out, rc = run("CUPOLA_RECORD_LIB=" .. lib ..
@@ -141,7 +154,7 @@ describe("bin/cupola record", function()
   end)
 
   it("says in one line that the library is missing", function()
-    local out, rc = run "CUPOLA_RECORD_LIB=/nonexistent/lib.so bin/cupola record -- true"
+    local out, rc = run "CUPOLA_RECORD_LIB=/nonexistent/lib.so CUPOLA_RECORD_ASSUME_DEVICE=1 bin/cupola record -- true"
     assert.equals(1, rc)
     assert.equals("cupola record: CUPOLA_RECORD_LIB names /nonexistent/lib.so, which is not a file\n", out)
   end)

@@ -180,6 +180,17 @@ function record.main(argv)
     io.stderr:write(record.usage)
     return 2
   end
+  -- The host first: without a CUDA device no build of the library would
+  -- record anything, so asking for `make record` there sends the user to
+  -- build what cannot help.  CUPOLA_RECORD_ASSUME_DEVICE=1: the specs run
+  -- the launcher on the host with a command that writes a recording itself
+  -- (no CUDA involved).
+  local b = os.getenv "CUPOLA_RECORD_ASSUME_DEVICE" == "1" and "cuda" or backend()
+  if b == "host" then
+    io.stderr:write("cupola record: cupola runs on its host backend here (no usable CUDA device): " ..
+      "there is nothing to record\n")
+    return 1
+  end
   local lib, why = record.library()
   if not lib then
     io.stderr:write("cupola record: ", why, "\n")
@@ -188,14 +199,6 @@ function record.main(argv)
   local miss = missing_libs(lib)
   if miss then
     io.stderr:write("cupola record: CUPTI is missing here: ", lib, " needs ", miss, "\n")
-    return 1
-  end
-  -- CUPOLA_RECORD_ASSUME_DEVICE=1: the specs run the launcher on the host
-  -- with a command that writes a recording itself (no CUDA involved).
-  local b = os.getenv "CUPOLA_RECORD_ASSUME_DEVICE" == "1" and "cuda" or backend()
-  if b == "host" then
-    io.stderr:write("cupola record: cupola runs on its host backend here (no usable CUDA device): " ..
-      "there is nothing to record\n")
     return 1
   end
   -- The out path as the processes will see it, from their own working folders.
