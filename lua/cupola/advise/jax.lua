@@ -49,6 +49,9 @@ local jax = {
   },
   terms = {
     calls = "device calls: the regions BFC asked the device for (cudaMalloc)",
+    least = "least memory: the smallest pool (to 2 MiB) in which XLA's BFC serves every request as recorded, " ..
+      "found by replaying under limits: the least for the requests as recorded, which XLA makes fewer of " ..
+      "under less memory (see below)",
   },
 }
 
@@ -245,7 +248,13 @@ end
 function jax.notes(result, ctx)
   local N = result.notes
   N[#N + 1] = "XLA's compiler picks algorithms (convolution workspaces, rematerialization) by the memory it " ..
-    "has: a run under less memory may ask for less than this recording, and one under more for more."
+    "has: a run under less memory may ask for less than this recording, and one under more for more. Eager " ..
+    "code too: XLA compiles each operation, and its autotuner's buffers (each with 8 MiB redzones on both " ..
+    "sides) and cuDNN's and cuFFT's scratch are asked for without BFC's wait-and-retry, so a pool that " ..
+    "refuses them makes XLA pick another algorithm, and the refusal is not in the profile (JAX 0.11.2 on an " ..
+    "H100: eager code ran in a pool of 132 MiB, where its growth run's requests need 142 MiB; the " ..
+    "preallocated run made 72 fewer requests). The least memory is for the requests as recorded; of a " ..
+    "profile recorded under the pool it ran in, it is that run's."
   N[#N + 1] = "Growth (XLA_PYTHON_CLIENT_PREALLOCATE=false) keeps regions it no longer needs: its pool at " ..
     "the peak is what it held; preallocated, the pool is the limit, taken at the first allocation."
   if ctx and ctx.device_memory then
