@@ -11,6 +11,7 @@ local str, dict, list, int = pickle.str, pickle.dict, pickle.list, pickle.int
 
 local MiB = 1024 * 1024
 local DIR = "examples/traces/torch/"
+local JAX_TINY = "examples/traces/jax/tiny.grow.jsonl.gz"
 
 local function tmpfile(data)
   local path = os.tmpname()
@@ -450,6 +451,30 @@ describe("advise: the framework module interface", function()
     advise.frameworks = saved
     assert.is_false(ok)
     assert.matches("no advice for traces of format 'jax_memory' (the framework modules: torch)", err, 1, true)
+  end)
+end)
+
+-- Polish of issue 43: --brief, the answer and the table without the prose
+-- below them (the answer was in the first 10 lines of 56-60).
+describe("advise --brief", function()
+  it("prints the head, the answer and the table, and counts what it leaves out", function()
+    local full = run("advise " .. DIR .. "twostream.default.cpsnap.gz --no-pools", "COLUMNS=100")
+    local out, rc = run("advise " .. DIR .. "twostream.default.cpsnap.gz --no-pools --brief", "COLUMNS=100")
+    assert.equals(0, rc, out)
+    local head = full:match "^(.-\n)\n  columns:\n"
+    assert.is_truthy(head)
+    assert.equals(head, out:sub(1, #head))
+    assert.is_nil(out:find("columns:", 1, true))
+    assert.is_nil(out:find("how to read it:", 1, true))
+    local _, n = out:gsub("\n", "")
+    assert.is_true(n < 30, n .. " lines")
+    -- the usage names it, and the modules' options in the synopsis
+    local help = run "advise --help"
+    assert.matches("[--brief]", help, 1, true)
+    assert.matches("[--device-memory SIZE]", help:match "^(.-)\n\n", 1, true)
+    local res = cupola.advise(JAX_TINY, { progress = false })
+    assert.matches("%(1 warning, the columns defined and how to read them: without %-%-brief%)",
+      advise.text(res, 100, { brief = true }))
   end)
 end)
 

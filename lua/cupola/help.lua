@@ -627,9 +627,11 @@ A CuPy memory-hook log (help "cupy"): CuPy's MemoryPool replayed, the
   least set_limit that runs it (res.least_limit; paste: CUPY_GPU_MEMORY_LIMIT=N
   under a limit, none without), res.peak_used_bytes, res.free_all_blocks_at_peak,
   and cupola's pools beside it (CUPOLA_CUPY_POOL).
-bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--json] [--html P]
-  prints the same, the answer first, in $COLUMNS (100) columns
-  (bin/cupola advise --help).]],
+bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--device-memory SIZE]
+  [--brief] [--json] [--html P] prints the same, the answer first, in the
+  terminal's width (--brief: the answer and the table only; --device-memory:
+  the device's size, of which PyTorch's and JAX's fractions are; bin/cupola
+  advise --help).]],
   },
   {
     name = "timeline",

@@ -18,10 +18,12 @@ local cli = {}
 -- module reads, its words for --conf, --recorded, --pool and --device (its
 -- usage table: reads, conf, recorded, pool, device, example), and the
 -- options it adds (after --device).
+-- the synopsis: the engine's options, the modules' after --device
+local synopsis_head = { "[--limit SIZE]", "[--conf CONF]...", "[--recorded CONF]", "[--pool SPEC]...",
+  "[--no-pools]", "[--search]", "[--device N]" }
+local synopsis_tail = { "[--threads N]", "[--brief]", "[--json]", "[--html PAGE]" }
+
 local usage_head = [[
-usage: cupola advise SNAPSHOT [--limit SIZE] [--conf CONF]... [--recorded CONF]
-                     [--pool SPEC]... [--no-pools] [--search] [--device N]
-                     [--threads N] [--json] [--html PAGE]
 
 Replays a recording of a program's allocations offline (no GPU) through
 cupola's model of its framework's allocator under a grid of settings, and
@@ -52,6 +54,8 @@ local usage_device = "only device N of a recording of several (default: each of 
 
 local usage_tail = [[
   --threads N       replay threads (default: one per core)
+  --brief           the answer and the table, without the definitions,
+                    warnings and notes below them (counted)
   --json            the result as JSON on stdout instead of the table
   --html PAGE       also write PAGE: the table and the timelines of the
                     recorded and the recommended settings
@@ -87,12 +91,27 @@ function cli.usage_text()
     if #list == 0 then return "" end
     return "\n" .. wrap("                    ", "(" .. table.concat(list, "; ") .. ")", 78)
   end
+  local tokens = {}
+  for _, w in ipairs(synopsis_head) do tokens[#tokens + 1] = w end
+  for _, d in ipairs(modules.options()) do tokens[#tokens + 1] = ("[%s %s]"):format(d.flag, d.arg) end
+  for _, w in ipairs(synopsis_tail) do tokens[#tokens + 1] = w end
+  -- in lines of 78, an option never cut from its argument
+  local lines, line = {}, "usage: cupola advise SNAPSHOT"
+  for _, w in ipairs(tokens) do
+    if #line + 1 + #w > 78 then
+      lines[#lines + 1] = line
+      line = string.rep(" ", 20)
+    end
+    line = line .. " " .. w
+  end
+  lines[#lines + 1] = line
+  local synopsis = table.concat(lines, "\n") .. "\n"
   local added = {}
   for _, d in ipairs(modules.options()) do
     local h = d.help .. (#d.uses > 0 and (" (" .. table.concat(d.uses, "; ") .. ")") or "")
     added[#added + 1] = option_lines(d.flag .. " " .. d.arg, h)
   end
-  return usage_head .. table.concat(reads, "\n") ..
+  return synopsis .. usage_head .. table.concat(reads, "\n") ..
     usage_options:format(more(conf), more(recorded), more(pool)) ..
     option_lines("--device N", usage_device:format(table.concat(device))) .. table.concat(added) ..
     usage_tail .. table.concat(example, "\n") .. "\n"
@@ -107,6 +126,21 @@ end
 function cli.parse_args(argv)
   local src, opts, out = nil, { conf = {} }, {}
   local pools
+  local tokens = {}
+  for _, w in ipairs(synopsis_head) do tokens[#tokens + 1] = w end
+  for _, d in ipairs(modules.options()) do tokens[#tokens + 1] = ("[%s %s]"):format(d.flag, d.arg) end
+  for _, w in ipairs(synopsis_tail) do tokens[#tokens + 1] = w end
+  -- in lines of 78, an option never cut from its argument
+  local lines, line = {}, "usage: cupola advise SNAPSHOT"
+  for _, w in ipairs(tokens) do
+    if #line + 1 + #w > 78 then
+      lines[#lines + 1] = line
+      line = string.rep(" ", 20)
+    end
+    line = line .. " " .. w
+  end
+  lines[#lines + 1] = line
+  local synopsis = table.concat(lines, "\n") .. "\n"
   local added = {}
   for _, d in ipairs(modules.options()) do added[d.flag] = d end
   local i = 1
@@ -152,6 +186,8 @@ function cli.parse_args(argv)
       opts[a:sub(3)] = n
     elseif a == "--json" then
       out.json = true
+    elseif a == "--brief" then
+      out.brief = true
     elseif a == "--html" then
       out.html = value(a)
     elseif a:sub(1, 1) == "-" and a ~= "-" then
@@ -232,7 +268,7 @@ function cli.main(argv)
   if out.json then
     io.stdout:write(json.json(res))
   else
-    io.stdout:write(text.text(res, width))
+    io.stdout:write(text.text(res, width, { brief = out.brief }))
     if out.html then io.stdout:write(wrap("\n  page: ", out.html, width), "\n") end
   end
   return 0

@@ -508,10 +508,12 @@ function text.answer(res, width)
   return table.concat(out, "\n") .. "\n"
 end
 
---- text.text(result [, width]) -> the report as text (what bin/cupola
--- advise prints), every line at most width characters (text.width()).
-function text.text(res, width)
+--- text.text(result [, width [, {brief = true}]]) -> the report as text
+-- (what bin/cupola advise prints), every line at most width characters
+-- (text.width()); brief: the answer and the table only (--brief).
+function text.text(res, width, opts)
   width = width or text.width()
+  local brief = opts and opts.brief
   local out = {}
   local function put(s) out[#out + 1] = s end
   local function para(lead, s) put(wrap(lead, s, width)) end
@@ -523,6 +525,15 @@ function text.text(res, width)
     put("")
     local lines, cols = table_lines(d, width, mod)
     for _, l in ipairs(lines) do put(l) end
+    if brief then
+      -- the answer and the table; what is left out, counted
+      if #d.warnings > 0 then
+        put("")
+        para("  ", ("(%d warning%s, the columns defined and how to read them: without --brief)"):format(
+          #d.warnings, #d.warnings > 1 and "s" or ""))
+      end
+      goto continue
+    end
     put("")
     put("  columns:")
     for _, n in ipairs(column_notes(d, cols, mod)) do para("    - ", n) end
@@ -536,6 +547,7 @@ function text.text(res, width)
       put("  how to read it:")
       for _, n in ipairs(d.notes) do para("    - ", n) end
     end
+    ::continue::
   end
   return table.concat(out, "\n") .. "\n"
 end
