@@ -478,6 +478,49 @@ describe("advise --brief", function()
   end)
 end)
 
+-- Polish of issue 43: a real terminal's width where COLUMNS is not
+-- exported (the text was 100 wide in a terminal of 83), and one unit per
+-- column of sizes ("59.38 GiB" above "266.00 MiB").
+describe("advise's text: the terminal's width, one unit a column", function()
+  it("fits the terminal it is printed in where COLUMNS is not exported", function()
+    if not os.execute "command -v script >/dev/null 2>&1" then
+      pending("needs script(1), to run under a terminal")
+      return
+    end
+    local p = io.popen("script -qc 'stty cols 83; env -u COLUMNS bin/cupola advise " .. DIR ..
+      "twostream.default.cpsnap.gz --no-pools --brief' /dev/null 2>&1")
+    local out = p:read "a":gsub("\r", "")
+    p:close()
+    local widest = 0
+    for l in out:gmatch "[^\n]+" do widest = math.max(widest, #l) end
+    assert.is_true(widest <= 83 and widest > 70, widest .. "\n" .. out)
+    -- not a terminal: 100
+    assert.equals(100, (function()
+      local q = io.popen "env -u COLUMNS lua5.4 -e 'package.path=\"lua/?.lua;\"..package.path; package.cpath=\"build/?.so;\"..package.cpath; print(require(\"cupola.advise\").width())'"
+      local w = tonumber(q:read "a")
+      q:close()
+      return w
+    end)())
+  end)
+
+  it("gives each column of sizes one unit", function()
+    local res = cupola.advise("examples/traces/jax/mlp.pre-0.00360.jsonl.gz", { progress = false,
+      device_memory = "80GB" })
+    local _, rows = advise.columns(res)
+    for c = 2, #rows[1] do
+      local units = {}
+      for _, r in ipairs(rows) do
+        local u = r[c]:match "%d ([KMGT]?i?B)%*?$"
+        if u then units[u] = true end
+      end
+      local n = 0
+      for _ in pairs(units) do n = n + 1 end
+      assert.is_true(n <= 1, "column " .. c)
+    end
+    assert.matches("\n     preallocated %(JAX's default%) +57220%.46 MiB ", advise.text(res, 100))
+  end)
+end)
+
 describe("advise: README's example output", function()
   it("is what bin/cupola advise prints now, to the byte", function()
     local readme = read_file "README.md"

@@ -61,8 +61,8 @@ local usage_tail = [[
                     recorded and the recommended settings
   -h, --help        this text
 
-Lines fit $COLUMNS (default 100).  Then run your program with the line it
-prints, e.g.
+Lines fit $COLUMNS, else the terminal (else 100).  Then run your program
+with the line it prints, e.g.
 ]]
 
 -- An option's lines in --help: the flag at column 2, its text at column 20

@@ -21,9 +21,14 @@ local function pct(x)
 end
 
 --- text.width() -> the width advise's text fits: $COLUMNS where it is a
--- number (at least 40), else 100.
+-- number, else the terminal's where the output goes to one (a shell sets
+-- COLUMNS without exporting it), else 100; at least 40.
 function text.width()
   local c = math.tointeger(tonumber(os.getenv "COLUMNS" or ""))
+  if not (c and c > 0) then
+    local ok, core = pcall(require, "cupola.core")
+    c = ok and core._columns and core._columns() or nil
+  end
   if c and c >= 40 then return c end
   if c and c > 0 then return 40 end
   return 100
@@ -133,9 +138,35 @@ local function versus(res)
   return "baseline", res.baseline_from or "the baseline"
 end
 
+-- One unit for a column of byte counts, so its figures compare at a
+-- glance ("59.38 GiB" over "266.00 MiB" reads as the smaller): the unit
+-- report.bytes gives the column's least figure (none shows below 1), one
+-- up where the largest would need more than five digits before the point.
+local UNITS = { "B", "KiB", "MiB", "GiB", "TiB" }
+local function unit_of(values)
+  local lo, hi
+  for _, v in pairs(values) do
+    if v > 0 then lo, hi = math.min(lo or v, v), math.max(hi or v, v) end
+  end
+  if not lo then return function(v) return bytes(v) end end
+  local k = 1
+  while lo >= 1024 and k < #UNITS do lo, k = lo / 1024, k + 1 end
+  while hi / 1024 ^ (k - 1) >= 100000 and k < #UNITS do k = k + 1 end
+  if k == 1 then return function(v) return bytes(v) end end
+  return function(v) return ("%.2f %s"):format(v / 1024 ^ (k - 1), UNITS[k]) end
+end
+
 -- The columns: key, header lines, right-aligned, and the cell of a row.
 local function column_set(res)
   local limited = res.limit ~= nil
+  -- the figures of each byte column, for its unit
+  local least_v, reserved_v, overhead_v = {}, {}, {}
+  for i, r in ipairs(res.rows) do
+    least_v[i] = r.min_memory
+    if not r.error and not r.reserved_text and (not limited or r.fits) then reserved_v[i] = r.peak_reserved end
+    if not r.error and not r.reserved_text and not limited then overhead_v[i] = r.overhead end
+  end
+  local least_b, reserved_b, overhead_b = unit_of(least_v), unit_of(reserved_v), unit_of(overhead_v)
   local searched = false
   for _, r in ipairs(res.rows) do if r.min_memory or r.search_steps then searched = true end end
   -- "vs recorded" where there is a recorded run to compare with (where the
@@ -148,7 +179,7 @@ local function column_set(res)
   local function col(key, head, f) cols[#cols + 1] = { key = key, head = head, right = true, cell = f } end
   if limited then
     if searched then
-      col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
+      col("least", { "least", "memory" }, function(r) return r.min_memory and least_b(r.min_memory) or "-" end)
     end
     col("fits", { "fits" }, function(r) return r.error and "error" or r.fits and "yes" or "no" end)
     local any = false
@@ -157,7 +188,7 @@ local function column_set(res)
     if any then
       col("retries", { "retries" }, function(r) return stopped(r) and "-" or tostring(r.retries) end)
       col("reserved", { "peak", "reserved" }, function(r)
-        return stopped(r) and "-" or r.reserved_text or bytes(r.peak_reserved)
+        return stopped(r) and "-" or r.reserved_text or reserved_b(r.peak_reserved)
       end)
       if compared then
         col("change", { "vs", (versus(res)) }, function(r) return stopped(r) and "-" or pct(r.change_pct) end)
@@ -165,17 +196,17 @@ local function column_set(res)
     end
   else
     col("reserved", { "peak", "reserved" }, function(r)
-      return r.error and "error" or r.reserved_text or bytes(r.peak_reserved) .. (r.complete and "" or "*")
+      return r.error and "error" or r.reserved_text or reserved_b(r.peak_reserved) .. (r.complete and "" or "*")
     end)
     col("overhead", { "overhead" }, function(r)
-      return r.error and "-" or r.reserved_text and "" or bytes(r.overhead)
+      return r.error and "-" or r.reserved_text and "" or overhead_b(r.overhead or 0)
     end)
     col("calls", { "device", "calls" }, function(r) return r.error and "-" or tostring(r.device_allocs) end)
     if compared then
       col("change", { "vs", (versus(res)) }, function(r) return r.error and "-" or pct(r.change_pct) end)
     end
     if searched then
-      col("least", { "least", "memory" }, function(r) return r.min_memory and bytes(r.min_memory) or "-" end)
+      col("least", { "least", "memory" }, function(r) return r.min_memory and least_b(r.min_memory) or "-" end)
     end
   end
   return cols
