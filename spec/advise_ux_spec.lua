@@ -521,6 +521,24 @@ describe("advise's text: the terminal's width, one unit a column", function()
   end)
 end)
 
+-- Polish of issue 43: --device-memory on a CuPy log was taken and ignored,
+-- where --conf on a JAX profile is refused.
+describe("advise: an option no module of the input declares", function()
+  it("is refused naming the input and the modules it is for", function()
+    local ok, err = pcall(cupola.advise, "examples/traces/cupy/fft.unlimited.jsonl.gz",
+      { device_memory = "80GB", progress = false })
+    assert.is_false(ok)
+    assert.matches("option 'device_memory' is not for a CuPy memory-hook log (an option of the 'torch' and " ..
+      "'jax' modules): remove it", err, 1, true)
+    local out, rc = run("advise examples/traces/cupy/fft.unlimited.jsonl.gz --device-memory 80GB", "COLUMNS=200")
+    assert.equals(2, rc)
+    assert.equals("cupola advise: --device-memory is not for a CuPy memory-hook log (an option of the 'torch' " ..
+      "and 'jax' modules): remove it\n", out)
+    -- the modules that declare it take it
+    assert.equals(80e9, cupola.advise(JAX_TINY, { device_memory = "80GB", progress = false }).device_memory)
+  end)
+end)
+
 describe("advise: README's example output", function()
   it("is what bin/cupola advise prints now, to the byte", function()
     local readme = read_file "README.md"

@@ -366,7 +366,18 @@ function engine.run(src, opts)
   local results = {}
   local ok, err = pcall(function()
     for i, x in ipairs(traces) do
-      local mod = modules.module_for(x.t:info())
+      local info = x.t:info()
+      local mod = modules.module_for(info)
+      -- an option only other modules declare means nothing to this one:
+      -- refused, as a module's check refuses what it does not take
+      for _, d in ipairs(modules.options()) do
+        local mine = false
+        for _, name in ipairs(d.modules) do mine = mine or name == mod.name end
+        if o[d.key] ~= nil and not mine then
+          raise(("cupola.advise: option '%s' is not for a %s (an option of the '%s' module%s): remove it")
+            :format(d.key, mod.title(info), table.concat(d.modules, "' and '"), #d.modules > 1 and "s" or ""))
+        end
+      end
       if mod.check then mod.check(o) end
       local oo = {}
       for k, v in pairs(o) do oo[k] = v end
