@@ -128,12 +128,27 @@ describe("docs/API.md as a reference", function()
     end
     local contents = text:match "\nContents:\n\n(.-)\n\n"
     assert.is_truthy(contents, "docs/API.md has no 'Contents:' list")
-    local listed = {}
-    for label, target in contents:gmatch "%- %[(.-)%]%(#(.-)%)" do
-      listed[#listed + 1] = label
+    -- a section at the left, a subsection of it indented under it (each a
+    -- heading of level 3 of that section)
+    local listed, under, section = {}, {}, nil
+    for _, h in ipairs(headings "docs/API.md") do
+      if h.level == 2 then section = h.text elseif h.level == 3 then under[h.text] = section end
+    end
+    for line in (contents .. "\n"):gmatch "(.-)\n" do
+      local indent, label, target = line:match "^(%s*)%- %[(.-)%]%(#(.-)%)$"
+      assert.is_truthy(label, "a line of the contents that is no link: " .. line)
       assert.equals(anchor(label), target, "the contents' link for " .. label)
+      if indent == "" then
+        listed[#listed + 1] = label
+      else
+        assert.equals(listed[#listed], under[label], "the contents list " .. label .. " under a section it is not in")
+      end
     end
     assert.same(sections, listed)
+    -- the frameworks' advice and recordings, under their own headings (issue 43, polish)
+    for _, sub in ipairs { "Advice for JAX users", "Advice for CuPy users", "JAX's memory profiles", "CuPy's logs" } do
+      assert.is_truthy(contents:find("  - [" .. sub .. "]", 1, true), sub)
+    end
   end)
 
   it("links only to headings that exist (README's links into it too)", function()
@@ -168,5 +183,21 @@ describe("docs/API.md as a reference", function()
         "docs/API.md's environment variables do not list " .. name)
     end
     assert.is_true(n >= 8, "found only " .. n .. " variables read by the code")
+  end)
+end)
+
+-- Polish of issue 43: examples/traces/README.md described the CSV files and
+-- jax/ only.
+describe("examples/traces/README.md", function()
+  it("describes every folder of examples/traces, and the compact form", function()
+    local text = read "examples/traces/README.md"
+    local p = assert(io.popen "find examples/traces -mindepth 1 -maxdepth 1 -type d")
+    for dir in p:lines() do
+      local name = dir:match "[^/]+$"
+      assert.is_truthy(text:find("\n- `" .. name .. "/`: ", 1, true), name)
+      assert.is_truthy(io.open(dir .. "/README.md"), dir .. " has no README.md")
+    end
+    p:close()
+    assert.matches("**The compact form** (`*.cpsnap.gz`)", text, 1, true)
   end)
 end)
