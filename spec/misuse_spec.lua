@@ -97,6 +97,20 @@ describe("misuse: pools", function()
       "option 'kind' must be one of arena, freelist, tlsf, caching, vmm, plugin, cub, torch, bfc, cupy, not 'buddy'")
   end)
 
+  -- Polish of issue 43: every option's refusal says cupola.pool ('max = -1'
+  -- said "option 'max': bad size" alone); a misspelt kind or choice gets
+  -- the one it most likely meant.
+  it("names cupola.pool on every option; a misspelt kind: did you mean", function()
+    raises(function() cupola.pool { kind = "tlsf", max = -1 } end,
+      "cupola.pool: option 'max': bad size '-1' (size must not be negative)")
+    raises(function() cupola.pool { kind = "tlsf", limit = "lots" } end, "cupola.pool: option 'limit': bad size 'lots'")
+    raises(function() cupola.pool { kind = "tlfs" } end, "not 'tlfs'; did you mean 'tlsf'?")
+    raises(function() cupola.pool { upstream = "virtal" } end, "not 'virtal'; did you mean 'virtual'?")
+    local ok, err = pcall(cupola.pool, { kind = "buddy" })
+    assert.is_false(ok)
+    assert.is_nil(err:find("did you mean", 1, true))
+  end)
+
   it("an unknown upstream lists the upstreams", function()
     raises(function() cupola.pool { upstream = "disk" } end, "option 'upstream' must be one of")
   end)

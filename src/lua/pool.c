@@ -196,7 +196,10 @@ static int pool_new(lua_State *L)
     ud = lua_gettop(L);
 
     p->kind = l_pool_opts(L, 1, &p->opts)->name;
-    limit = l_optsize_field(L, 1, "limit", 0);
+    limit = 0;
+    if (lua_getfield(L, 1, "limit") != LUA_TNIL)
+        limit = l_checksize_named(L, lua_gettop(L), "cupola.pool: option 'limit'");
+    lua_pop(L, 1);
     log = l_optstring_field(L, 1, "log", NULL);
     if (strcmp(p->kind, "plugin") == 0)
         plugin_source(L, p);

@@ -32,7 +32,11 @@ static int checkchoice(lua_State *L, int idx, const char *key, const char *def,
     l_pushnames(L, name, ", ");
     lua_pushliteral(L, ", not '");
     l_pushcut(L, v, strlen(v));
-    lua_pushliteral(L, "'");
+    n = cp_nearest_name(v, name);
+    if (n)
+        lua_pushfstring(L, "'; did you mean '%s'?", n);
+    else
+        lua_pushliteral(L, "'");
     lua_concat(L, 5);
     return l_error_here(L);
 }
@@ -94,7 +98,11 @@ static void read_opt(lua_State *L, int idx, cp_pool_opts *o, const cp_opt *d)
         return;
     switch (d->type) {
     case CP_OPT_SIZE:
-        u = l_optsize_field(L, idx, d->name, 0);
+        /* named as every other refusal of cupola.pool's names its option */
+        lua_getfield(L, idx, d->name);
+        i = lua_gettop(L);
+        u = l_checksize_named(L, i, lua_pushfstring(L, "cupola.pool: option '%s'", d->name));
+        lua_pop(L, 2);
         break;
     case CP_OPT_U32:
         lua_getfield(L, idx, d->name);

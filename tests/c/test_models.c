@@ -181,6 +181,15 @@ static void test_spec(void)
            strstr(spec_error("torch,conf=\"expandable:True\""), "option 'conf': unknown key "
                                                                 "'expandable'"),
        "an unclosed quote, a quote inside, a bad conf: refused, naming conf");
+    /* issue 43's polish: a misspelt kind or choice gets the one it most likely meant */
+    ok(strstr(spec_error("tlfs,max=1GiB"), "unknown pool kind 'tlfs' (") &&
+           strstr(spec_error("tlfs,max=1GiB"), "; did you mean 'tlsf'?") &&
+           strstr(spec_error("tlsf,upstream=virtal"), "not 'virtal'; did you mean 'virtual'?") &&
+           !strstr(spec_error("nothing"), "did you mean"),
+       "a misspelt kind or choice: did you mean the nearest (%s)", cp_error_msg());
+    ok(cp_nearest_name("tlfs", cp_model_name) && strcmp(cp_nearest_name("tlfs", cp_model_name), "tlsf") == 0 &&
+           cp_nearest_name("vm", cp_model_name) == NULL && cp_nearest_name("tlsf", cp_model_name) == NULL,
+       "cp_nearest_name: a swap is one edit; too short a word or an exact one gets none");
     ok(strstr(spec_error("torch,reuse=stream"), "option 'reuse' does not apply to kind 'torch'") &&
            strstr(spec_error("bfc,max=1GiB"), "option 'max' does not apply to kind 'bfc'") &&
            strstr(spec_error("torch,upstream=async"), "kind 'torch' takes upstream"),

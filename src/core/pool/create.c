@@ -19,7 +19,11 @@ static cp_status unknown_kind(const char *kind)
     list[0] = '\0';
     for (i = 0; (m = cp_model_at(i)) != NULL && n < sizeof list; i++)
         n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", m->name);
-    return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (%s)", kind, list);
+    {
+        const char *near = cp_nearest_name(kind, cp_model_name);
+        return cp_error_set(CP_ERR_INVALID, "unknown pool kind '%s' (%s)%s%s%s", kind, list,
+                            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    }
 }
 
 cp_status cp_pool_create(cp_resource **out, const cp_pool_opts *opts)

@@ -75,6 +75,61 @@ const cp_opt *cp_pool_common_opts(void)
     return common;
 }
 
+const char *cp_model_name(int i)
+{
+    const cp_model *m = cp_model_at(i);
+    return m ? m->name : NULL;
+}
+
+/* The edits between a and b (optimal string alignment: insert, delete,
+ * substitute, swap two neighbours), or more than max where they exceed it. */
+static size_t edits(const char *a, const char *b, size_t max)
+{
+    size_t la = strlen(a), lb = strlen(b), i, j;
+    size_t rows[3][33], *pp = rows[0], *p = rows[1], *c = rows[2];
+    if (la > 32 || lb > 32 || (la > lb ? la - lb : lb - la) > max)
+        return max + 1;
+    for (j = 0; j <= lb; j++)
+        p[j] = j;
+    for (i = 1; i <= la; i++) {
+        size_t *t;
+        c[0] = i;
+        for (j = 1; j <= lb; j++) {
+            size_t cost = a[i - 1] != b[j - 1], v = p[j] + 1;
+            if (c[j - 1] + 1 < v)
+                v = c[j - 1] + 1;
+            if (p[j - 1] + cost < v)
+                v = p[j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && pp[j - 2] + 1 < v)
+                v = pp[j - 2] + 1;
+            c[j] = v;
+        }
+        t = pp;
+        pp = p;
+        p = c;
+        c = t;
+    }
+    return p[lb];
+}
+
+const char *cp_nearest_name(const char *v, const char *(*name)(int i))
+{
+    const char *best = NULL, *n;
+    size_t bd = 3, len = strlen(v);
+    int i, tie = 0;
+    for (i = 0; (n = name(i)) != NULL; i++) {
+        size_t d = edits(v, n, 2);
+        if (d < bd) {
+            best = n;
+            bd = d;
+            tie = 0;
+        } else if (d == bd) {
+            tie = 1;
+        }
+    }
+    return best && !tie && bd > 0 && 2 * bd < len ? best : NULL;
+}
+
 const cp_model *cp_model_at(int i)
 {
     if (i < 0)

@@ -118,6 +118,14 @@ void cp_model_defaults(const cp_model *m, void *own);
  * given. */
 cp_status cp_pool_opt_set(cp_pool_opts *o, const cp_opt *d, const void *v);
 
+/* The name of the i-th model (cp_model_at's), NULL past the last. */
+const char *cp_model_name(int i);
+/* Of name(0), name(1), ... (NULL ends them), the one a misspelt v most
+ * likely meant: within two edits of it (a letter added, dropped, changed,
+ * or two swapped), fewer than half its letters, and nearer than every
+ * other; NULL where none is.  For "did you mean" in refusals. */
+const char *cp_nearest_name(const char *v, const char *(*name)(int i));
+
 /* The traits of the model behind r (0 for an adaptor or an upstream). */
 unsigned cp_model_traits_of(const cp_resource *r);
 /* The names of the models with every trait in `traits`, in order, each in

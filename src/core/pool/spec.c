@@ -161,8 +161,10 @@ static cp_status set_value(const char *spec, cp_pool_opts *o, const cp_opt *d, c
         for (v = 0; d->choice(v) && strcmp(val, d->choice(v)) != 0; v++)
             ;
         if (!d->choice(v)) {
-            return bad(spec, "option '%s' must be one of %s, not '%s'", key,
-                       names(list, sizeof list, d->choice), val);
+            const char *near = cp_nearest_name(val, d->choice);
+            return bad(spec, "option '%s' must be one of %s, not '%s'%s%s%s", key,
+                       names(list, sizeof list, d->choice), val, near ? "; did you mean '" : "",
+                       near ? near : "", near ? "'?" : "");
         }
         return cp_pool_opt_set(o, d, &v) == CP_OK ? CP_OK : bad_check(spec);
     default:
@@ -278,8 +280,11 @@ cp_status cp_pool_spec_parse(const char *spec, cp_pool_opts *o, char *buf, size_
     m = cp_model_find(kind);
     if (m && m->no_spec)
         return bad(spec, "kind '%s' %s (%s)", kind, m->no_spec, spec_kinds(list, sizeof list));
-    if (!m)
-        return bad(spec, "unknown pool kind '%s' (%s)", kind, spec_kinds(list, sizeof list));
+    if (!m) {
+        const char *near = cp_nearest_name(kind, cp_model_name);
+        return bad(spec, "unknown pool kind '%s' (%s)%s%s%s", kind, spec_kinds(list, sizeof list),
+                   near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+    }
     cp_pool_opts_init(o, kind);
     while (*p == ',') {
         b = p + 1;
