@@ -8,8 +8,8 @@ local path = arg and arg[1] or assert(cupola.trace.find "gpt2_train")
 local t <close> = cupola.trace.load(path)
 -- a shipped trace by its name; a path of the user's as given
 local shown = (arg and arg[1]) or path:match "[^/]+$"
-print(string.format("trace %s: %d events, %d streams, peak live %s, on backend %s", shown, #t, t.streams,
-  R.bytes(t.peak_live), cupola.backend()))
+print(string.format("trace %s: %d events, %d stream%s, peak live %s, on backend %s", shown, #t, t.streams,
+  t.streams == 1 and "" or "s", R.bytes(t.peak_live), cupola.backend()))
 
 local configs = {}
 for _, kind in ipairs { "tlsf", "freelist", "caching" } do

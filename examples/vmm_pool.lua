@@ -17,7 +17,8 @@ for _, kind in ipairs { "tlsf", "vmm" } do
       local p <close> = cupola.pool { kind = kind, upstream = "virtual", clock = "manual",
         release_threshold = thr or nil }
       local first = cupola.trace.replay(t, p, { clock = "trace" })
-      local again = cupola.trace.replay(t, p, { clock = "trace" }) -- a second pass: the steady state
+      -- a second pass: the steady state
+      local again = cupola.trace.replay(t, p, { clock = "trace" })
       rows[#rows + 1] = { kind, thr == false and "(by time)" or thr == 0 and "0" or "max",
         string.format("%.4f", first.reserved_over_live), first.maps, again.maps, again.unmaps,
         string.format("%.3f", first.reserved_byte_seconds / first.live_byte_seconds) }
@@ -26,8 +27,9 @@ for _, kind in ipairs { "tlsf", "vmm" } do
 end
 print(string.format("%s (%.2f s), replayed over the virtual upstream on the trace's clock", name,
   t:info().duration_us / 1e6))
-print(cupola.report.table({ "pool", "release_threshold", "reserved/live", "maps (1st pass)",
-  "maps (2nd)", "unmaps (2nd)", "byte-seconds reserved/live" }, rows))
+-- (in 100 columns: "byte-s" are byte-seconds, reserved over live)
+print(cupola.report.table({ "pool", "release_threshold", "reserved/live", "maps (1st)",
+  "maps (2nd)", "unmaps (2nd)", "byte-s reserved/live" }, rows))
 
 -- Real pages (the backend's virtual memory: the GPU, or mprotect'ed host pages).
 -- With release_threshold = 0 idle pages move at once to where a new block needs them.
@@ -39,7 +41,8 @@ cupola.synchronize() -- a's frees are complete: its pages may move
 local b = p:alloc(10 * MiB) -- larger than a's hole: a's idle pages move under it
 b:write("end", 10 * MiB - 3)
 local st = p:stats()
-print(string.format("pages of %s: %d mapped (%s), %d maps, %d unmaps", cupola.report.bytes(st.page_bytes),
-  st.pages_mapped, cupola.report.bytes(st.reserved), st.maps, st.unmaps))
+print(string.format("pages of %s: %d mapped (%s), %d maps, %d unmaps",
+  cupola.report.bytes(st.page_bytes), st.pages_mapped, cupola.report.bytes(st.reserved), st.maps,
+  st.unmaps))
 b:free(); keep:free()
 return rows

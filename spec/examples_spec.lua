@@ -35,6 +35,16 @@ describe("examples", function()
     assert.matches("summary: stream%-ordered allocation was [%d.]+x faster", out)
   end)
 
+  -- Polish of issue 43: its table was 109 columns wide.
+  it("vmm_pool.lua: tlsf and vmm on a trace, then real pages; every line within 100 columns", function()
+    local out = run "vmm_pool.lua"
+    assert.matches("\npool +release_threshold +reserved/live +maps %(1st%) +maps %(2nd%) +unmaps %(2nd%) " ..
+      "+byte%-s reserved/live\n", out)
+    assert.matches("\nvmm +%(by time%) ", out)
+    assert.matches("pages of [%d.]+ [KMG]iB: %d+ mapped", out)
+    for line in out:gmatch "[^\n]+" do assert.is_true(#line <= 100, line) end
+  end)
+
   it("stream_ordered_alloc.lua times both paths", function()
     local out = run("stream_ordered_alloc.lua", "5")
     assert.matches("5 x {alloc 4 MiB, sqrt_index, free}", out, 1, true)
@@ -96,6 +106,8 @@ describe("examples", function()
     -- Bug fixed with this: the first line named the trace by a 138-column
     -- path (".../lua/cupola/../../examples/traces/gpt2_train.csv.gz")
     assert.matches("^trace gpt2_train%.csv%.gz: 9486 events", out)
+    -- and said "1 streams" (issue 43, polish)
+    assert.matches("^trace gpt2_train%.csv%.gz: 9486 events, 1 stream, peak live", out)
     for line in out:gmatch "[^\n]+" do assert.is_true(#line <= 100, line) end
   end)
 

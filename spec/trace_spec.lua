@@ -70,6 +70,9 @@ describe("trace", function()
     ok, err = pcall(function() return cupola.trace.load "no_such_trace" end)
     assert.is_false(ok)
     assert.matches("cannot open 'no_such_trace' (no such file), and no trace named no_such_trace", err, 1, true)
+    -- the folders as people read them (issue 43, polish: "lua/cupola/../../examples/traces")
+    assert.is_nil(err:find("/../", 1, true), err)
+    assert.is_nil(select(2, cupola.trace.find "no_such_trace"):find("/../", 1, true))
   end)
 
   for name, want in pairs(known) do

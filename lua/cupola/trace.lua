@@ -106,7 +106,14 @@ function trace.find(name)
       end
     end
   end
-  return nil, "no trace named " .. name .. " ships with cupola; looked in " .. table.concat(dirs, ", ") ..
+  -- the folders as people read them ("lua/cupola/../../examples/traces"
+  -- is "examples/traces"), each once
+  local shown, seen = {}, {}
+  for _, d in ipairs(dirs) do
+    local td = tidy(d)
+    if not seen[td] then seen[td] = true; shown[#shown + 1] = td end
+  end
+  return nil, "no trace named " .. name .. " ships with cupola; looked in " .. table.concat(shown, ", ") ..
     " (set CUPOLA_TRACES to add a folder)"
 end
 
