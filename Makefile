@@ -17,12 +17,24 @@
 #                      from another directory (make test runs it too)
 #
 # Variables worth overriding: LUA (lua5.4), LUA_INCDIR, CUDA_HOME, NVCC (empty: no CUDA),
-# BUILD (the build folder), EXTRA_CFLAGS, EXTRA_LDFLAGS (sanitizer builds).
+# BUILD (the build folder), EXTRA_CFLAGS, EXTRA_LDFLAGS (sanitizer builds), V=1 (each
+# command printed whole, where the build prints a line per file).
 
 LUA        ?= lua5.4
 LUA_INCDIR ?= $(shell pkg-config --variable=includedir lua5.4 2>/dev/null || echo /usr/include)/lua5.4
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+
+# The build's output: a line per file ("  CC      build/obj/core/size.o");
+# make V=1 prints each command whole.
+V ?= 0
+ifeq ($(V),1)
+Q :=
+say =
+else
+Q := @
+say = @printf '  %-7s %s\n' '$(1)' '$(2)'
+endif
 
 BUILD  := build
 OBJ    := $(BUILD)/obj
@@ -91,26 +103,31 @@ $(CONFIG_STAMP): FORCE
 
 $(MODULE): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) src/lua/exports.map $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
 	    -Wl,--version-script=src/lua/exports.map -Wl,--no-undefined-version $(LDLIBS)
 
 # Header dependencies are written by the compilers (-MMD -MP) beside each
 # object and included below, so a changed header rebuilds what uses it.
 $(OBJ)/core/%.o: src/core/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(OBJ)/lua/%.o: src/lua/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) -I$(LUA_INCDIR) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CP_CPPFLAGS) -I$(LUA_INCDIR) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 
 $(OBJ)/cuda/%.o: cuda/%.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(NVCC_RDC) -MMD -MP -c -o $@ $<
+	$(call say,NVCC,$@)
+	$(Q)$(NVCC) $(NVCCFLAGS) $(NVCC_RDC) -MMD -MP -c -o $@ $<
 
 $(RDC_OBJ): NVCC_RDC := -rdc=true
 $(DLINK_OBJ): $(RDC_OBJ)
-	$(NVCC) $(NVCCFLAGS) -dlink -o $@ $(RDC_OBJ) -L$(CUDA_HOME)/lib64 -lcudadevrt
+	$(call say,LD,$@)
+	$(Q)$(NVCC) $(NVCCFLAGS) -dlink -o $@ $(RDC_OBJ) -L$(CUDA_HOME)/lib64 -lcudadevrt
 
 -include $(DEPFILES)
 
@@ -125,14 +142,17 @@ TORCH_LIB := $(BUILD)/libcupola_torch.so
 TORCH_C_OBJ := $(OBJ)/torch/pluggable.o
 $(OBJ)/torch/%.o: src/torch/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 $(OBJ)/torch/entry.o: src/torch/entry.cpp $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -fPIC -fvisibility=hidden -Wall -Wextra -pedantic -Wshadow -Wcast-qual -Wundef \
+	$(call say,CXX,$@)
+	$(Q)$(CXX) -std=c++17 -fPIC -fvisibility=hidden -Wall -Wextra -pedantic -Wshadow -Wcast-qual -Wundef \
 	    $(CFLAGS) $(EXTRA_CFLAGS) -Isrc/torch -MMD -MP -c -o $@ $<
 $(TORCH_LIB): $(TORCH_C_OBJ) $(OBJ)/torch/entry.o $(CORE_OBJ) $(CU_OBJ) src/torch/exports.map
 	@mkdir -p $(dir $@)
-	$(CXX) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(TORCH_C_OBJ) $(OBJ)/torch/entry.o \
+	$(call say,LD,$@)
+	$(Q)$(CXX) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(TORCH_C_OBJ) $(OBJ)/torch/entry.o \
 	    $(CORE_OBJ) $(CU_OBJ) -Wl,--version-script=src/torch/exports.map -Wl,--no-undefined $(LDLIBS)
 ifeq ($(HAVE_CUDA),1)
 torch-allocator: $(TORCH_LIB)
@@ -151,7 +171,8 @@ endif
 CUPY_LIB := $(BUILD)/libcupola_cupy.so
 $(CUPY_LIB): $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o $(CORE_OBJ) $(CU_OBJ) src/torch/cupy_exports.map
 	@mkdir -p $(dir $@)
-	$(CXX) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o \
+	$(call say,LD,$@)
+	$(Q)$(CXX) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(TORCH_C_OBJ) $(OBJ)/torch/cupy_entry.o \
 	    $(CORE_OBJ) $(CU_OBJ) -Wl,--version-script=src/torch/cupy_exports.map -Wl,--no-undefined $(LDLIBS)
 ifeq ($(HAVE_CUDA),1)
 cupy-allocator: $(CUPY_LIB)
@@ -178,13 +199,16 @@ CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extr
 CUPTI_SO := $(firstword $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so))
 $(RECORD_C_OBJ): src/record/record.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 $(OBJ)/record/inject.o: src/record/inject.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -Isrc/core -Isrc/record -isystem $(CUDA_HOME)/include -isystem $(dir $(CUPTI_H)) \
+	$(call say,CC,$@)
+	$(Q)$(CC) -Isrc/core -Isrc/record -isystem $(CUDA_HOME)/include -isystem $(dir $(CUPTI_H)) \
 	    $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 $(RECORD_LIB): $(RECORD_C_OBJ) $(OBJ)/record/inject.o src/record/exports.map
-	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(RECORD_C_OBJ) $(OBJ)/record/inject.o \
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(RECORD_C_OBJ) $(OBJ)/record/inject.o \
 	    -Wl,--version-script=src/record/exports.map -Wl,--no-undefined \
 	    -L$(dir $(CUPTI_SO)) -Wl,-rpath,$(abspath $(dir $(CUPTI_SO))) -lcupti \
 	    -L$(CUDA_HOME)/lib64/stubs -lcuda -lz -lpthread
@@ -193,17 +217,20 @@ $(RECORD_LIB): $(RECORD_C_OBJ) $(OBJ)/record/inject.o src/record/exports.map
 # recorder holds CUPTI.  Links neither libcupti nor CUDA.
 RECORD_PRELOAD := $(BUILD)/libcupola_record_preload.so
 $(RECORD_PRELOAD): src/record/preload.c src/record/preload.map $(CONFIG_STAMP)
-	$(CC) -isystem $(CUDA_HOME)/include -isystem $(dir $(CUPTI_H)) $(CP_CFLAGS) -shared \
+	$(call say,LD,$@)
+	$(Q)$(CC) -isystem $(CUDA_HOME)/include -isystem $(dir $(CUPTI_H)) $(CP_CFLAGS) -shared \
 	    $(EXTRA_LDFLAGS) -o $@ $< -Wl,--version-script=src/record/preload.map -ldl
 # build/libcupola_record_floor.so: inject.c with an empty callback and no
 # files (the floor bench/record_cost.sh measures); never installed.
 RECORD_FLOOR := $(BUILD)/libcupola_record_floor.so
 $(OBJ)/record/inject_floor.o: src/record/inject.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -DCP_RECORD_FLOOR=1 -Isrc/core -Isrc/record -isystem $(CUDA_HOME)/include \
+	$(call say,CC,$@)
+	$(Q)$(CC) -DCP_RECORD_FLOOR=1 -Isrc/core -Isrc/record -isystem $(CUDA_HOME)/include \
 	    -isystem $(dir $(CUPTI_H)) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 $(RECORD_FLOOR): $(RECORD_C_OBJ) $(OBJ)/record/inject_floor.o src/record/exports.map
-	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(RECORD_C_OBJ) $(OBJ)/record/inject_floor.o \
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(RECORD_C_OBJ) $(OBJ)/record/inject_floor.o \
 	    -Wl,--version-script=src/record/exports.map -Wl,--no-undefined \
 	    -L$(dir $(CUPTI_SO)) -Wl,-rpath,$(abspath $(dir $(CUPTI_SO))) -lcupti \
 	    -L$(CUDA_HOME)/lib64/stubs -lcuda -lz -lpthread
@@ -227,7 +254,8 @@ $(BUILD)/tests/test_record: $(RECORD_C_OBJ)
 $(BUILD)/tests/test_record: TEST_EXTRA_OBJ := $(RECORD_C_OBJ)
 $(BUILD)/tests/%: tests/c/%.c $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -Isrc/record -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -Itests/c -Isrc/torch -Isrc/record -MMD -MP -o $@ $< $(TEST_EXTRA_OBJ) $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(C_TESTS:=.d)
 
 # A pool kind that exists only in the tests (tests/c/model_bump.c), registered
@@ -238,45 +266,52 @@ TEST_MODEL_OBJ := $(BUILD)/tests/model_bump.o
 TEST_MODEL_MOD := $(BUILD)/testmod/models/cupola/core.so
 $(TEST_MODEL_OBJ): tests/c/model_bump.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) -MMD -MP -c -o $@ $<
 -include $(TEST_MODEL_OBJ:.o=.d)
 $(BUILD)/tests/test_models: $(TEST_MODEL_OBJ)
 $(BUILD)/tests/test_models: TEST_EXTRA_OBJ := $(TEST_MODEL_OBJ)
 $(TEST_MODEL_MOD): $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) $(TEST_MODEL_OBJ) src/lua/exports.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared $(EXTRA_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(CORE_OBJ) $(LUA_OBJ) $(CU_OBJ) \
 	    $(TEST_MODEL_OBJ) -Wl,--version-script=src/lua/exports.map -Wl,--no-undefined-version $(LDLIBS)
 
 # The stream-ordered allocation benchmark written directly in CUDA C
 # (cudaMalloc against cudaMallocAsync), beside the Lua version.
 $(BUILD)/bench/seed000: bench/seed000.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
+	$(call say,NVCC,$@)
+	$(Q)$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
 
 # bench/launch.c: cuLaunchKernel of an NVRTC-compiled empty kernel from C,
 # beside bench/launch.lua (the same launch from Lua).
 $(BUILD)/bench/launch: bench/launch.c
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
+	$(call say,NVCC,$@)
+	$(Q)$(NVCC) -O2 -o $@ $< -lnvrtc -lcuda
 
 # The atomic-offset device pool's kernel and CUDA's in-kernel malloc in
 # plain CUDA C, beside bench/device_alloc.lua.
 $(BUILD)/bench/device_alloc_seed: bench/device_alloc_seed.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
+	$(call say,NVCC,$@)
+	$(Q)$(NVCC) -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -o $@ $<
 
 # bench/speed.c: the C side of `make bench` (the same operations through the
 # core, beside the Lua figures), linked with the core like the C tests.
 $(BUILD)/bench/speed: bench/speed.c $(CORE_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(BUILD)/bench/speed.d
 
 # bench/floor.c: Lua's own cost for the same call shape with no allocator
 # behind it (a Lua module bench/speed.lua loads when present).
 $(BUILD)/bench_floor.so: bench/floor.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -I$(LUA_INCDIR) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $<
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared -I$(LUA_INCDIR) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -o $@ $<
 
 # make bench: every binding aim beside its C counterpart (bench/speed.lua),
 # then the multi-stream comparison of every pool (bench/multistream.lua), on the
@@ -304,7 +339,8 @@ deps:
 TESTMOD := $(BUILD)/testmod/cupola_testposix.so
 $(TESTMOD): tests/c/lua_testposix.c
 	@mkdir -p $(dir $@)
-	$(CC) -shared -fPIC -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -I$(LUA_INCDIR) -o $@ $< $(EXTRA_LDFLAGS)
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared -fPIC -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(EXTRA_CFLAGS) -I$(LUA_INCDIR) -o $@ $< $(EXTRA_LDFLAGS)
 
 test: deps all $(C_TESTS) $(TESTMOD) $(TEST_MODEL_MOD)
 	@$(LUA) spec/run.lua $(C_TESTS)
@@ -541,7 +577,8 @@ browser-deps:
 
 $(BUILD)/browser/pngcheck: tests/browser/pngcheck.c
 	@mkdir -p $(dir $@)
-	$(CC) -O2 -std=c11 $(WARN) $(EXTRA_CFLAGS) -o $@ $< -lz
+	$(call say,CC,$@)
+	$(Q)$(CC) -O2 -std=c11 $(WARN) $(EXTRA_CFLAGS) -o $@ $< -lz
 
 test-browser: deps browser-deps all $(BUILD)/browser/pngcheck
 	@echo "== test-browser: cupola.timeline pages in headless $(CHROMIUM)"
@@ -556,7 +593,8 @@ NVTX_LIB := $(BUILD)/nvtx/libnvtx_count.so
 .PHONY: test-nvtx
 $(NVTX_LIB): tests/nvtx/nvtx_count.c
 	@mkdir -p $(dir $@)
-	$(CC) -shared -fPIC -O1 -I$(CUDA_HOME)/include -o $@ $< -lpthread
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared -fPIC -O1 -I$(CUDA_HOME)/include -o $@ $< -lpthread
 
 test-nvtx: all
 	@if [ ! -f $(CUDA_HOME)/include/nvtx3/nvToolsExt.h ]; then \
