@@ -107,7 +107,7 @@ struct cp_cupy {
     uint64_t up_allocs, up_frees, up_fail, fab_calls, gc_rounds, ooms, ties;
     cupy_chunk *spare;
     /* recorded addresses (cp_cupy_use_recorded) */
-    int rec_on, rec_take, rec_div, rec_end;
+    int rec_on, rec_take, rec_div, rec_end, rec_left;
     const uint64_t *rec_size, *rec_addr;
     size_t rec_n, rec_next, div_call;
     uint64_t div_model, div_log, own_next;
@@ -367,7 +367,7 @@ static cp_status upstream_malloc(cp_cupy *m, uint64_t size, uint64_t *out)
 static cp_status device_malloc(cp_cupy *m, uint64_t size, uint64_t *out)
 {
     cp_status st;
-    if (m->rec_on && !m->rec_div && !m->rec_end) {
+    if (m->rec_on && !m->rec_div && !m->rec_end && !m->rec_left) {
         size_t k = m->rec_next;
         if (k < m->rec_n && m->rec_size[k] == size) {
             uint64_t a = m->rec_addr[k];
@@ -637,6 +637,7 @@ cp_status cp_cupy_use_recorded(cp_cupy *m, const uint64_t *size, const uint64_t 
     m->rec_take = take;
     m->rec_div = 0;
     m->rec_end = 0;
+    m->rec_left = 0;
     m->rec_size = size;
     m->rec_addr = addr;
     m->rec_n = n;
@@ -657,11 +658,18 @@ size_t cp_cupy_recorded_used(cp_cupy *m)
     return m->rec_next;
 }
 
+void cp_cupy_leave_recorded(cp_cupy *m)
+{
+    if (m->rec_on)
+        m->rec_left = 1;
+}
+
 int cp_cupy_end_recorded(cp_cupy *m)
 {
     int was = m->rec_on;
-    /* calls the log has and the model did not make */
-    if (m->rec_on && !m->rec_div && m->rec_next < m->rec_n)
+    /* calls the log has and the model did not make (not counted once the
+     * replay let go of the log: it compared no more) */
+    if (m->rec_on && !m->rec_div && !m->rec_left && m->rec_next < m->rec_n)
         diverge(m, 0);
     /* no longer held to the log (its arrays go with the trace); with the
      * recorded addresses the pool keeps making its own, above the log's */

@@ -77,6 +77,11 @@ cp_status cp_cupy_use_recorded(cp_cupy *m, const uint64_t *size, const uint64_t 
  * and the sizes, the model's (0: it made no more calls) and the log's (0:
  * the log has no more). */
 int cp_cupy_divergence(cp_cupy *m, size_t *call, uint64_t *model_size, uint64_t *log_size);
+/* From now on the pool's cudaMallocs are its own (with take, addresses
+ * above the log's), as after a divergence, without counting one: for a
+ * replay that stopped doing what the log shows (the recorded addresses say
+ * nothing of a pool that holds other blocks than the run's). */
+void cp_cupy_leave_recorded(cp_cupy *m);
 /* The log's alloc lines the model has matched. */
 size_t cp_cupy_recorded_used(cp_cupy *m);
 /* The end of the log: its calls the model did not make count as a

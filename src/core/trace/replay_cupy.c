@@ -12,7 +12,8 @@
  *   FREE_ALL  the user's free_all_blocks()
  * With opts->recorded_addresses the model's cudaMallocs take the log's
  * alloc lines while their sizes agree, and each malloc's tie between equal
- * free chunks goes to the chunk CuPy handed out.
+ * free chunks goes to the chunk CuPy handed out, while the replay does what
+ * the log shows: from its first difference (below) the model's own rule.
  *
  * Exactness is checked as the replay goes (result.cupy), in the first
  * repetition only (the later ones start from the pool the first left): the
@@ -116,6 +117,7 @@ typedef struct cupy_run {
     replay_integral g;
     gcstate gs;
     int reps;
+    int following;            /* the replay still does what the log shows */
 } cupy_run;
 
 /* The replay's tables, the recorded addresses, its recording (opts.record). */
@@ -142,6 +144,7 @@ static cp_status setup(cupy_run *x)
     if (st != CP_OK)
         return st;
     x->out->recorded = x->o->recorded_addresses;
+    x->following = x->o->recorded_addresses;
     if (x->o->record) {
         x->out->rec_addr = calloc(t->nallocs ? t->nallocs : 1, sizeof *x->out->rec_addr);
         x->out->naddr = t->nallocs;
@@ -179,13 +182,22 @@ static cp_status malloc_op(cupy_run *x, size_t i, int rep, size_t *next)
     cp_replay_result *out = x->out;
     const cp_replay_opts *o = x->o;
     int check = rep == 0;
-    uint64_t addr = 0, arena = o->single_stream ? 0 : op->arena;
+    uint64_t addr = 0, arena = o->single_stream ? 0 : op->arena, dms, dls;
+    size_t dcall;
     cp_status ms;
 
     x->gs.next = x->gs.end = i + 1;
     while (x->gs.end < c->nop && c->op[x->gs.end].kind == CP_CUPY_GCFREE)
         x->gs.end++;
-    ms = cp_cupy_malloc(x->m, op->size, arena, o->recorded_addresses && rep == 0 ? op->ptr : 0,
+    /* the recording's addresses and choices only while the replay does
+     * what it shows: from the first difference the pool holds other
+     * blocks than the run did, and the model's own rule places them (a
+     * limit below the run's collected and gave back where the run did not) */
+    if (x->following && (out->cupy.mismatch || cp_cupy_divergence(x->m, &dcall, &dms, &dls))) {
+        cp_cupy_leave_recorded(x->m);
+        x->following = 0;
+    }
+    ms = cp_cupy_malloc(x->m, op->size, arena, x->following && rep == 0 ? op->ptr : 0,
                         x->gs.end > x->gs.next ? gc_frees : NULL, &x->gs, &addr);
     if (ms != CP_OK && ms != CP_ERR_OOM)
         return ms;
