@@ -149,3 +149,35 @@ describe("JAX's least memory: for the requests as recorded", function()
     assert.matches("The least memory is for the requests as recorded", text, 1, true)
   end)
 end)
+
+-- Bug fixed with this spec (issue 43, item 3): the XSpace holds
+-- /device:GPU:0's memory_size, yet advise warned "the device's memory is
+-- unknown" and recommended growth, an answer that flipped to preallocated
+-- once the size was given.
+describe("JAX's device memory from its profile", function()
+  it("is read from the XSpace, and the advice is the one a given size gets", function()
+    local t <close> = cupola.trace.load "examples/traces/jax/tiny.grow.xplane.pb.gz"
+    assert.equals(85017493504, t:info().device_memory)
+    local r = advise.run("examples/traces/jax/tiny.grow.xplane.pb.gz", { progress = false })
+    assert.equals(85017493504, r.device_memory)
+    assert.equals("the profile", r.device_memory_from)
+    for _, w in ipairs(r.warnings) do assert.is_nil(w:find("unknown", 1, true), w) end
+    assert.matches("^XLA_CLIENT_MEM_FRACTION=0%.00%d+ python train%.py$", r.paste)
+    local given = advise.run("examples/traces/jax/tiny.grow.jsonl.gz", { progress = false, device_memory = 85017493504 })
+    assert.equals(given.recommended.setting, r.recommended.setting)
+    assert.matches("the profile's memory_size of the device", advise.text(r, 100), 1, true)
+  end)
+
+  it("without it (JSON lines), preallocated at its least pool is still the answer, its fraction left to make", function()
+    local r = advise.run("examples/traces/jax/tiny.grow.jsonl.gz", { progress = false })
+    local t <close> = cupola.trace.load "examples/traces/jax/tiny.grow.jsonl.gz"
+    assert.is_nil(t:info().device_memory)
+    assert.equals("fraction", r.recommended.family)
+    assert.equals("preallocated, a pool of 118.00 MiB", r.recommended.description)
+    assert.equals("XLA_CLIENT_MEM_FRACTION=F python train.py", r.paste)
+    assert.equals("F = 118.00 MiB / the device's memory, rounded up; give --device-memory SIZE for F", r.paste_note)
+    local growth
+    for _, row in ipairs(r.rows) do if row.growth then growth = row end end
+    assert.is_true(r.recommended.peak_reserved < growth.peak_reserved)
+  end)
+end)

@@ -121,6 +121,9 @@ static void push_info(lua_State *L, const cp_trace *t)
         if (in.bfc_peak_bytes_in_use) {
             SETI(bfc_peak_bytes_in_use);
         }
+        if (in.device_memory) {
+            SETI(device_memory);
+        }
     }
     if (in.torch_reserved) {
         SETI(torch_reserved_end);

@@ -30,7 +30,7 @@ local jax = {
   name = "jax",
   formats = { "jax_memory" },
   via = "XLA_CLIENT_MEM_FRACTION",
-  json_fields = { "device_memory", "peak_live", "bfc_peak_bytes_in_use" },
+  json_fields = { "device_memory", "device_memory_from", "peak_live", "bfc_peak_bytes_in_use" },
   -- the device's memory, of which JAX's fractions are
   options = {
     { key = "device_memory", flag = "--device-memory", arg = "SIZE", type = "size", example = "80GiB",
@@ -81,16 +81,20 @@ end
 
 function jax.setup(ctx)
   local o, result, info = ctx.o, ctx.result, ctx.info
-  ctx.device_memory = o.device_memory
-  result.device_memory = o.device_memory
+  -- the device's memory: given, else what the profile says of it (an
+  -- XSpace's memory_size of the allocator's /device:GPU:<n>)
+  ctx.device_memory = o.device_memory or info.device_memory
+  result.device_memory = ctx.device_memory
+  result.device_memory_from = o.device_memory and "--device-memory" or info.device_memory and "the profile"
   result.peak_live = info.peak_live
   result.bfc_peak_bytes_in_use = info.bfc_peak_bytes_in_use
   -- the least memory is the point of the advice: always searched
   o.search = true
   if not ctx.device_memory then
-    result.warnings[#result.warnings + 1] = "the device's memory is unknown (JSON lines do not say it), and " ..
-      "JAX's default preallocates 75 % of it: give --device-memory SIZE (option device_memory) for its size " ..
-      "and for XLA_CLIENT_MEM_FRACTION"
+    result.warnings[#result.warnings + 1] = "the device's memory is unknown (JSON lines do not say it; the " ..
+      "profile itself, *.xplane.pb, does), and JAX's default preallocates 75 % of it: the preallocated row at " ..
+      "the least pool has no fraction; give --device-memory SIZE (option device_memory) for " ..
+      "XLA_CLIENT_MEM_FRACTION"
   end
   if info.unmatched and info.unmatched > 0 then
     result.warnings[#result.warnings + 1] = ("%d frees of blocks allocated before the profile began were " ..
@@ -163,7 +167,7 @@ function jax.fill(r, x, ctx)
     r.fraction, r.fraction_limit, r.fraction_text = fraction_for(need, dm)
   end
   -- JAX's default takes 0.75 of a device of unknown size: no figure to show
-  if not r.growth and not dm and not ctx.limited then r.reserved_text = "75 % of GPU" end
+  if r.family == "preallocated" and not dm and not ctx.limited then r.reserved_text = "75 % of GPU" end
 end
 
 --- jax.more(ctx, rows): the preallocated pool at the fraction advised,
@@ -171,6 +175,17 @@ end
 function jax.more(ctx, rows)
   local pre
   for _, r in ipairs(rows) do if not r.growth then pre = r end end
+  if pre and pre.min_memory and not ctx.device_memory then
+    -- no device's size: preallocated at the least pool all the same (it
+    -- needs less than growth holds), its fraction that pool over the size
+    local pool = (pre.min_memory + GRAIN - 1) // GRAIN * GRAIN
+    return {
+      { setting = ("XLA_CLIENT_MEM_FRACTION for %s"):format(bytes(pool)), family = "fraction", keys = 1,
+        via = "XLA_CLIENT_MEM_FRACTION", kind = "bfc", growth = false, fraction_limit = pool,
+        job = { spec = ("bfc,memory_limit=%d,allow_growth=false"):format(pool) },
+        pool = { kind = "bfc", memory_limit = pool, allow_growth = false } },
+    }
+  end
   if not (pre and pre.fraction and pre.fraction_limit) then return {} end
   return {
     { setting = ("XLA_CLIENT_MEM_FRACTION=%s"):format(pre.fraction_text),
@@ -183,6 +198,9 @@ end
 
 function jax.describe(r)
   if r.family == "growth" then return "growth (XLA_PYTHON_CLIENT_PREALLOCATE=false)" end
+  if r.family == "fraction" and not r.fraction_text then
+    return ("preallocated, a pool of %s"):format(bytes(r.fraction_limit))
+  end
   if r.family == "fraction" then return "preallocated, XLA_CLIENT_MEM_FRACTION=" .. r.fraction_text end
   return "preallocated (JAX's default)"
 end
@@ -200,6 +218,11 @@ function jax.paste(r, ctx)
   if ctx and ctx.device_memory then
     return "python train.py", ("no fraction of the device's %s runs it"):format(bytes(ctx.device_memory))
   end
+  if r.family == "fraction" then
+    -- a pool without a device's size: the fraction is for the user to make
+    return "XLA_CLIENT_MEM_FRACTION=F python train.py", ("F = %s / the device's memory, rounded up; " ..
+      "give --device-memory SIZE for F"):format(bytes(r.fraction_limit))
+  end
   return "python train.py", "give --device-memory SIZE for the fraction to set"
 end
 
@@ -210,7 +233,8 @@ function jax.summary(d)
     lines[#lines + 1] = ("JAX's own peak_bytes_in_use in the profile: %s"):format(bytes(d.bfc_peak_bytes_in_use))
   end
   if d.device_memory then
-    lines[#lines + 1] = ("device memory: %s (XLA_CLIENT_MEM_FRACTION is of it)"):format(bytes(d.device_memory))
+    lines[#lines + 1] = ("device memory: %s (%s; XLA_CLIENT_MEM_FRACTION is of it)"):format(bytes(d.device_memory),
+      d.device_memory_from == "the profile" and "the profile's memory_size of the device" or "as given")
   end
   return lines
 end

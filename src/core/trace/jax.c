@@ -72,8 +72,7 @@ int cp_jax_name_index(cp_jax_names *nm, const char *s, size_t len)
     return (int)nm->n++;
 }
 
-/* n of a name GPU_<n>_bfc (a device's allocator), or -1 for any other. */
-static long long gpu_bfc_number(const char *s)
+long long cp_jax_gpu_number(const char *s)
 {
     const char *p;
     long long n = 0;
@@ -122,7 +121,7 @@ cp_status cp_jax_choose(cp_jax_raw *r, const char *path, const char *want)
                 pick = (int)i;
     } else {
         for (i = 0; i < e->n; i++) {
-            long long g = r->alloc[i] >= 0 ? gpu_bfc_number(r->nm.s[r->alloc[i]]) : -1;
+            long long g = r->alloc[i] >= 0 ? cp_jax_gpu_number(r->nm.s[r->alloc[i]]) : -1;
             if (g >= 0 && (best < 0 || g < best)) {
                 best = g;
                 pick = r->alloc[i];

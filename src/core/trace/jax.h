@@ -37,6 +37,8 @@ typedef struct cp_jax_events {
     size_t n, cap;
     char allocator[128]; /* the allocator read */
     int has_ts;          /* every event had a time */
+    uint64_t device_memory; /* the profile's memory_size of the allocator's device
+                               (/device:GPU:<n> of GPU_<n>_bfc); 0: not said */
 } cp_jax_events;
 
 /* Whether a file is an XSpace: by its name (*.xplane.pb, *.xplane.pb.gz)
@@ -90,5 +92,7 @@ cp_status cp_jax_raw_push(cp_jax_raw *r, const cp_jax_event *ev, int alloc, cons
  * n); CP_ERR_INVALID naming the allocators there are when it has none. */
 cp_status cp_jax_choose(cp_jax_raw *r, const char *path, const char *want);
 void cp_jax_raw_fini(cp_jax_raw *r);
+/* n of a name GPU_<n>_bfc (a device's allocator), or -1 for any other. */
+long long cp_jax_gpu_number(const char *s);
 
 #endif /* CUPOLA_JAX_H */

@@ -131,6 +131,7 @@ static cp_status rows(cp_trace_builder *b, cp_jax_events *e)
     size_t i;
 
     snprintf(t->allocator, sizeof t->allocator, "%s", e->allocator);
+    t->info.device_memory = e->device_memory;
     if (e->has_ts)
         qsort(e->ev, e->n, sizeof *e->ev, cmp_jax);
     resequence(e, &t->info.reordered);

@@ -172,6 +172,12 @@ static cp_status pb_value(pb *b, int wt, uint64_t end, uint64_t *v, int skip)
 typedef struct plane_ids {
     uint64_t ev_alloc, ev_free; /* event metadata ids (0: absent) */
     uint64_t stat[CP_JAX_K_N];
+    /* the device's memory: the plane of /device:GPU:<gpu> has a stat of
+     * the plane named memory_size (its metadata and value in either order) */
+    long long gpu;              /* -1: not a GPU's plane */
+    uint64_t memsize_id;        /* the stat metadata id of memory_size (0: none) */
+    uint64_t *pstat;            /* the plane's own stats: id, value pairs */
+    size_t npstat, cappstat;
     struct pref {
         uint64_t id;  /* a stat metadata id naming an allocator ... */
         int name;     /* ... the name's index */
@@ -250,14 +256,89 @@ static int ref_allocator(const char *s)
     return (n >= 3 && strcmp(s + n - 3, "bfc") == 0) || strncmp(s, "XLA_backend", 11) == 0;
 }
 
+/* A plane's own stat, XStat {1: metadata_id, 3: uint64, 4: int64}: kept
+ * as an id, value pair (other values are not sizes). */
+static cp_status plane_stat(pb *b, uint64_t end, plane_ids *pi)
+{
+    uint32_t num;
+    int wt, r;
+    uint64_t v = 0, id = 0, val = 0;
+    int has = 0;
+    cp_status st = CP_OK;
+    while ((r = pb_field(b, end, &num, &wt, &st)) > 0) {
+        if ((st = pb_value(b, wt, end, &v, !(wt == 0 && num <= 4))) != CP_OK)
+            return st;
+        if (num == 1 && wt == 0)
+            id = v;
+        else if ((num == 3 || num == 4) && wt == 0)
+            val = v, has = 1;
+    }
+    if (r < 0)
+        return st;
+    if (!has || !id)
+        return CP_OK;
+    if (pi->npstat == pi->cappstat) {
+        size_t nc = pi->cappstat ? 2 * pi->cappstat : 8;
+        uint64_t *a = nc < SIZE_MAX / (2 * sizeof *a) ? realloc(pi->pstat, nc * 2 * sizeof *a) : NULL;
+        if (!a)
+            return cp_error_set(CP_ERR_OOM, "out of host memory loading %s", b->path);
+        pi->pstat = a;
+        pi->cappstat = nc;
+    }
+    pi->pstat[2 * pi->npstat] = id;
+    pi->pstat[2 * pi->npstat + 1] = val;
+    pi->npstat++;
+    return CP_OK;
+}
+
+/* The plane's name: the n of "/device:GPU:<n>", or -1. */
+static cp_status plane_name(pb *b, uint64_t len, plane_ids *pi)
+{
+    static const char pre[] = "/device:GPU:";
+    char name[64];
+    size_t k = len < sizeof name - 1 ? (size_t)len : sizeof name - 1;
+    if (pb_read(b, name, k) != 0 || pb_skip(b, len - k) != 0)
+        return pb_trunc(b);
+    name[k] = '\0';
+    pi->gpu = -1;
+    if (k == len && strncmp(name, pre, sizeof pre - 1) == 0) {
+        const char *p = name + sizeof pre - 1;
+        long long n = 0;
+        while (*p >= '0' && *p <= '9' && n < 1000000)
+            n = n * 10 + (*p++ - '0');
+        if (!*p && p > name + sizeof pre - 1)
+            pi->gpu = n;
+    }
+    return CP_OK;
+}
+
+/* The memory_size of the plane of GPU n (0: none says it). */
+static uint64_t device_memory(const plane_ids *pl, size_t npl, long long n)
+{
+    size_t k, j;
+    uint64_t m = 0;
+    for (k = 0; n >= 0 && k < npl; k++)
+        for (j = 0; pl[k].gpu == n && pl[k].memsize_id && j < pl[k].npstat; j++)
+            if (pl[k].pstat[2 * j] == pl[k].memsize_id)
+                m = pl[k].pstat[2 * j + 1];
+    return m;
+}
+
 static cp_status pass1_plane(pb *b, uint64_t end, plane_ids *pi, cp_jax_names *nm)
 {
     uint32_t num;
     int wt, r;
     uint64_t v = 0;
     cp_status st = CP_OK;
+    pi->gpu = -1;
     while ((r = pb_field(b, end, &num, &wt, &st)) > 0) {
-        if ((num == 4 || num == 5) && wt == 2) {
+        if ((num == 2 || num == 6) && wt == 2) {
+            if ((st = pb_value(b, 2, end, &v, 0)) != CP_OK)
+                return st;
+            st = num == 2 ? plane_name(b, v, pi) : plane_stat(b, b->off + v, pi);
+            if (st != CP_OK)
+                return st;
+        } else if ((num == 4 || num == 5) && wt == 2) {
             uint64_t id;
             char name[128];
             size_t nlen;
@@ -275,6 +356,8 @@ static cp_status pass1_plane(pb *b, uint64_t end, plane_ids *pi, cp_jax_names *n
                 for (k = 0; k < CP_JAX_K_N; k++)
                     if (strcmp(name, cp_jax_stat_names[k]) == 0)
                         pi->stat[k] = id;
+                if (strcmp(name, "memory_size") == 0)
+                    pi->memsize_id = id;
                 if (nlen && ref_allocator(name)) {
                     int ix = cp_jax_name_index(nm, name, nlen);
                     if (ix >= 0 && pi->nref == pi->capref && pi->nref < UINT32_MAX) {
@@ -509,8 +592,12 @@ cp_status cp_jax_read_xspace(gzFile gz, const char *path, const char *allocator,
         st = cp_error_set(CP_ERR_INVALID, "%s: not a profile: no planes", path);
     if (st == CP_OK)
         st = cp_jax_choose(&r, path, allocator);
+    /* the chosen allocator's device: its plane's memory_size */
+    if (st == CP_OK)
+        out->device_memory = device_memory(pl, npl, cp_jax_gpu_number(out->allocator));
     for (k = 0; k < npl; k++) {
         free(pl[k].ref);
+        free(pl[k].pstat);
     }
     free(pl);
     free(b);

@@ -93,6 +93,8 @@ typedef struct cp_trace_info {
     uint64_t torch_peak_reserved; /* PyTorch's largest reserved figure over the trace */
     /* JAX memory profiles (format "jax_memory"; 0 otherwise): */
     uint64_t bfc_peak_bytes_in_use; /* the largest peak_bytes_in_use the events recorded */
+    uint64_t device_memory; /* the profile's memory_size of the allocator's device (an
+                               XSpace says it, JSON lines do not: 0) */
     size_t reordered;    /* events moved to BFC's own order: frees written after the
                             allocation that reused their chunk (moved before it), and events
                             out of the chain of BFC's bytes_in_use (jax_load.c) */
