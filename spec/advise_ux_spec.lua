@@ -144,6 +144,38 @@ describe("advise (1): frames as file.py:LINE function", function()
   end)
 end)
 
+-- Bug fixed with this spec (issue 43, item 10): where the recording itself
+-- ran out (its last entry PyTorch's `oom`), the answer said only "runs out
+-- at a request of 60.00 MiB"; the entry has the frames.
+describe("advise: where a run ran out, when the recording itself ran out", function()
+  it("names the user's frame and the innermost Python frame of the oom entry", function()
+    local base = 0x7f0000000000
+    local ev, t = {}, 0
+    local function add(action, addr, size, line)
+      t = t + 1
+      local kv = { "action", str(action), "addr", addr, "size", size, "stream", 0, "time_us", t }
+      if line then kv[#kv + 1] = "frames"; kv[#kv + 1] = stack(line) end
+      ev[#ev + 1] = dict(kv)
+    end
+    add("segment_alloc", base, 40 * MiB, 41)
+    add("alloc", base, 40 * MiB, 41)
+    add("segment_alloc", base + 64 * MiB, 40 * MiB, 42)
+    add("alloc", base + 64 * MiB, 40 * MiB, 42)
+    add("oom", 0, 60 * MiB, 57)
+    local path = tmpfile("\128\2" .. dict { "device_traces", list { list(ev) }, "segments", list {} } .. ".")
+    local res = cupola.advise(path, { limit = "100MiB", pools = false, progress = false })
+    local text = advise.text(res, 200)
+    assert.matches("runs out at a request of 60.00 MiB: train.py:57 step (in torch/nn/modules/linear.py:125 " ..
+      "forward).", text, 1, true)
+    local f = res.recommended.fails_at
+    assert.equals("train.py:57 step", f.label)
+    assert.equals(10, #f.stack)
+    local trace <close> = cupola.trace.load(path)
+    assert.is_nil(require("cupola.core").trace.oom_frames(trace, 2))
+    os.remove(path)
+  end)
+end)
+
 describe("advise (2): when nothing fits, the verdict first", function()
   it("says so before the table, with the least memory, and where it runs out once", function()
     local path = tmpfile(snapshot(6))

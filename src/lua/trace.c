@@ -284,6 +284,7 @@ void l_open_trace(lua_State *L)
                                      {"advise_facts", l_trace_advise_facts},
                                      {"serving", l_trace_serving},
                                      {"alloc_event", l_trace_alloc_event},
+                                     {"oom_frames", l_trace_oom_frames},
                                      {NULL, NULL}};
     l_newclass(L, L_TRACE, meta, methods);
     luaL_newlib(L, funcs);

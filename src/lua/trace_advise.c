@@ -286,6 +286,25 @@ int l_trace_advise_facts(lua_State *L)
     return 1;
 }
 
+/* cupola.core.trace.oom_frames(t, k) -> the label of the k-th `oom` entry
+ * (1-based) and {label =, python_frame =, stack =}, or nil where it has no
+ * frames: where a run ran out, in its program's words. */
+int l_trace_oom_frames(lua_State *L)
+{
+    l_trace *tr = l_totrace(L, 1);
+    lua_Integer k = l_checkinteger(L, 2);
+    const char *label = k >= 1 ? cp_trace_oom_label(tr->t, (size_t)k - 1) : NULL;
+    if (!label) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, 0, 3);
+    l_trace_push_label(L, label, lua_gettop(L));
+    lua_getfield(L, -1, "label");
+    lua_insert(L, -2);
+    return 2;
+}
+
 /* cupola.core.trace.alloc_event(t, k) -> the event (1-based) of the k-th
  * allocation, and its label (snapshots with frames); nil past the last. */
 int l_trace_alloc_event(lua_State *L)

@@ -43,6 +43,7 @@ int l_trace_advise_run(lua_State *L);
 int l_trace_advise_facts(lua_State *L);
 int l_trace_serving(lua_State *L);
 int l_trace_alloc_event(lua_State *L);
+int l_trace_oom_frames(lua_State *L);
 int l_trace_timeline_data(lua_State *L);
 
 #endif /* CUPOLA_TRACE_BINDING_H */

@@ -210,7 +210,7 @@ static void push_bfc(lua_State *L, const cp_replay_bfc_result *b, int recorded)
 }
 
 /* stop_at_oom: where the program would have raised (result.stopped). */
-static void push_stopped(lua_State *L, const cp_replay_result *res)
+static void push_stopped(lua_State *L, const cp_trace *t, const cp_replay_result *res)
 {
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, (lua_Integer)res->stop_event + 1);
@@ -221,6 +221,17 @@ static void push_stopped(lua_State *L, const cp_replay_result *res)
     }
     lua_pushinteger(L, (lua_Integer)res->stop_size);
     lua_setfield(L, -2, "size");
+    if (res->stop_oom_entry) {
+        /* which `oom` entry (trace.oom_frames gives its frames) */
+        size_t k, row;
+        uint64_t size, stream;
+        for (k = 0; cp_trace_oom_entry(t, k, &row, &size, &stream) == CP_OK; k++)
+            if (row == res->stop_event && size == res->stop_size) {
+                lua_pushinteger(L, (lua_Integer)k + 1);
+                lua_setfield(L, -2, "oom_entry");
+                break;
+            }
+    }
     if (res->cupy.stop_line) {
         lua_pushinteger(L, (lua_Integer)res->cupy.stop_line);
         lua_setfield(L, -2, "line");
@@ -314,7 +325,7 @@ void l_trace_push_result(lua_State *L, int trace_arg, const cp_trace *t,
     if (res->cupy.on)
         push_cupy(L, res);
     if (res->stopped)
-        push_stopped(L, res);
+        push_stopped(L, t, res);
     lua_pushnumber(L, res->reserved_byte_seconds);
     lua_setfield(L, -2, "reserved_byte_seconds");
     lua_pushnumber(L, res->live_byte_seconds);

@@ -111,6 +111,11 @@ local function fill(r, x, ctx)
         f.label = label
         f.trace_event = ev
         if frames then f.python_frame, f.stack = frames.python_frame, frames.stack end
+      elseif s.oom_entry then
+        -- a request the recorded run was refused too: its own frames
+        local label, frames = core.trace.oom_frames(t, s.oom_entry)
+        f.label = label
+        if frames then f.python_frame, f.stack = frames.python_frame, frames.stack end
       end
       r.fails_at = f
     end

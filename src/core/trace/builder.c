@@ -283,14 +283,15 @@ cp_status cp_tb_device_all(cp_trace_builder *b, uint16_t d)
     return CP_OK;
 }
 
-cp_status cp_tb_oom_entry(cp_trace_builder *b, size_t row, uint64_t size, uint32_t stream)
+cp_status cp_tb_oom_entry(cp_trace_builder *b, size_t row, uint64_t size, uint32_t stream,
+                          uint32_t label)
 {
     cp_trace *t = b->t;
     if (t->nooms == t->oomcap) {
         size_t cap = t->oomcap ? 2 * t->oomcap : 16;
         size_t *nr = realloc(t->oom_row, cap * sizeof *nr);
         uint64_t *ns;
-        uint32_t *nst;
+        uint32_t *nst, *nl;
         if (!nr)
             return cp_tb_nomem(b);
         t->oom_row = nr;
@@ -300,11 +301,15 @@ cp_status cp_tb_oom_entry(cp_trace_builder *b, size_t row, uint64_t size, uint32
         if (!(nst = realloc(t->oom_stream, cap * sizeof *nst)))
             return cp_tb_nomem(b);
         t->oom_stream = nst;
+        if (!(nl = realloc(t->oom_label, cap * sizeof *nl)))
+            return cp_tb_nomem(b);
+        t->oom_label = nl;
         t->oomcap = cap;
     }
     t->oom_row[t->nooms] = row;
     t->oom_size[t->nooms] = size;
     t->oom_stream[t->nooms] = stream;
+    t->oom_label[t->nooms] = label;
     t->nooms++;
     return CP_OK;
 }

@@ -81,7 +81,8 @@ cp_status cp_tb_device_all(cp_trace_builder *b, uint16_t d);
 /* A request the program's allocator refused (an `oom` entry), standing
  * before row `row` (the row count when after the last), of `size` bytes on
  * stream index `stream`: every pool's replay attempts it. */
-cp_status cp_tb_oom_entry(cp_trace_builder *b, size_t row, uint64_t size, uint32_t stream);
+cp_status cp_tb_oom_entry(cp_trace_builder *b, size_t row, uint64_t size, uint32_t stream,
+                          uint32_t label);
 
 /* The trace loaded although the file was cut: the warning, formatted
  * (cp_trace_warning). */

@@ -443,7 +443,7 @@ static cp_status malloc_line(cld *l, const jline *j, uint64_t stream, uint64_t t
         return st;
     if (ptr == 0) {
         /* refused: OutOfMemoryError; an `oom` entry for every pool */
-        if ((st = cp_tb_oom_entry(l->b, l->t->n, size, sidx)) != CP_OK ||
+        if ((st = cp_tb_oom_entry(l->b, l->t->n, size, sidx, 0)) != CP_OK ||
             (st = add_op(l, CP_CUPY_OOM, msize, 0, stream, total, 0)) != CP_OK)
             return st;
     } else if ((st = served(l, size, msize, ptr, stream, total)) != CP_OK) {

@@ -159,7 +159,8 @@ static cp_status add_entry(dec *d, cp_pk_value *e, uint16_t device, size_t entry
             return cp_error_set(CP_ERR_INVALID, "snapshot: device_traces[%u][%zu]: an "
                                 "allocation of size 0", (unsigned)device, entry);
     }
-    if (r->action == A_ALLOC) {
+    /* an oom entry's frames too: where the run ran out (advise names them) */
+    if (r->action == A_ALLOC || r->action == A_OOM) {
         st = cp_snap_frames_label(d, frames, &r->label);
         if (st != CP_OK)
             return st;

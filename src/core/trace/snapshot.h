@@ -74,6 +74,7 @@ typedef struct cp_snap_event {
  * call: snapshot_ops.c. */
 typedef struct cp_snap_top {
     uint64_t size, stream; /* OOM */
+    uint32_t label;        /* OOM: its frames' label (index + 1 into labels; 0: none) */
     size_t ref;            /* ALLOC, FREE, DONE */
     size_t entry;          /* its entry in device_traces[0] */
     uint8_t kind, flag;

@@ -71,7 +71,7 @@ static cp_status torch_view(cp_trace_builder *b, cp_snapshot *snap)
             while (row < snap->n && snap->ev[row].device == snap->op_device &&
                    snap->ev[row].entry < o->entry)
                 row++;
-            if ((st = cp_tb_oom_entry(b, row, o->size, sidx)) != CP_OK)
+            if ((st = cp_tb_oom_entry(b, row, o->size, sidx, o->label)) != CP_OK)
                 return st;
         }
         t->top_row[t->ntop] = last;

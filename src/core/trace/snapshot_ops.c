@@ -114,6 +114,7 @@ cp_status cp_snap_torch_ops(dec *d)
             o->op.kind = CP_TOP_OOM;
             o->op.size = e->size;
             o->op.stream = e->stream;
+            o->op.label = e->label;
             break;
         case A_SEG_UP:
         case A_SEG_DOWN:

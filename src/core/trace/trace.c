@@ -42,6 +42,7 @@ void cp_trace_free(cp_trace *t)
     free(t->oom_row);
     free(t->oom_size);
     free(t->oom_stream);
+    free(t->oom_label);
     free(t);
 }
 
@@ -91,6 +92,12 @@ cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t 
     *size = t->oom_size[k];
     *stream = t->streams[t->oom_stream[k]];
     return CP_OK;
+}
+
+const char *cp_trace_oom_label(const cp_trace *t, size_t k)
+{
+    uint32_t l = k < t->nooms && t->oom_label ? t->oom_label[k] : 0;
+    return l && l <= t->nlabels ? t->labels[l - 1] : NULL;
 }
 
 const char *cp_trace_format(const cp_trace *t)

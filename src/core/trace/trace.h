@@ -341,6 +341,9 @@ size_t cp_trace_torch_calls(const cp_trace *t);
  * after the last), its size and stream value.  CP_ERR_INVALID out of range. */
 cp_status cp_trace_oom_entry(const cp_trace *t, size_t k, size_t *row, uint64_t *size,
                              uint64_t *stream);
+/* The k-th `oom` entry's frames as a label (a snapshot with frames: where
+ * the run ran out), NULL where it has none or k is out of range. */
+const char *cp_trace_oom_label(const cp_trace *t, size_t k);
 
 /* Replays t against r.  The resource's statistics are read before and after;
  * peak_reserved is r's reserved_peak at the end (reset by nothing: replay a

@@ -60,6 +60,7 @@ struct cp_trace {
     size_t *oom_row;
     uint64_t *oom_size;
     uint32_t *oom_stream;
+    uint32_t *oom_label; /* each entry's frames (index + 1 into labels, 0: none) */
     size_t nooms, oomcap;
     /* JAX memory profiles (jax_load.c): per allocation ordinal, BFC's chunk
      * bytes (allocation_bytes); per row, its bytes_in_use after the event
