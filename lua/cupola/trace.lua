@@ -118,6 +118,39 @@ function trace.find(name)
 end
 
 
+--- trace.scale(recordings, at) -> Trace: the program the recordings are of, at
+-- size `at` (the batch, the sequence length, the image side: what grows from
+-- one recording to the next).  `recordings` maps a size to a Trace or a path
+-- ({[4] = "b4.pickle.gz", [8] = "b8.pickle.gz"}); two or more.  The result
+-- replays, advises and draws like any trace and carries t.scaled = {from,
+-- at, base, matched, by_rule, by_rule_bytes, left_out, fits, steeper,
+-- steeper_bytes, note}.  The rules: src/core/trace/scale.h, docs/API.md.
+function trace.scale(recordings, at)
+  if type(recordings) ~= "table" then
+    raise("bad argument #1 to 'scale' (a table mapping sizes to traces or paths expected, got " .. typed(recordings) .. ")")
+  end
+  if math.type(at) ~= "integer" or at < 1 then
+    raise("bad argument #2 to 'scale' (the size to predict must be a positive integer, got " .. typed(at) .. ")")
+  end
+  local sizes = {}
+  for size, rec in pairs(recordings) do
+    if math.type(size) ~= "integer" or size < 1 then
+      raise(("bad argument #1 to 'scale' (each key is a recording's size, a positive integer, got %s)"):format(typed(size)))
+    end
+    if type(rec) ~= "string" and not (type(rec) == "userdata" and tostring(rec):find "^cupola%.Trace") then
+      raise(("bad argument #1 to 'scale' (the recording at size %d must be a Trace or a path, got %s)"):format(size, typed(rec)))
+    end
+    sizes[#sizes + 1] = size
+  end
+  table.sort(sizes)
+  local traces = {}
+  for i, size in ipairs(sizes) do
+    local rec = recordings[size]
+    traces[i] = type(rec) == "string" and trace.load(rec) or rec
+  end
+  return at_caller(core.trace.scale, traces, sizes, at)
+end
+
 --- trace.compare(t, configs, opts) -> rows: replays t once per pool
 -- configuration (tables for cupola.pool{...}, each replayed on a fresh pool)
 -- and returns one row per configuration with its figures.

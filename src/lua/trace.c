@@ -17,14 +17,22 @@ l_trace *l_totrace(lua_State *L, int arg)
     return tr;
 }
 
+cp_trace **l_trace_new(lua_State *L)
+{
+    l_trace *tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
+    tr->t = NULL;
+    tr->busy = 0;
+    luaL_setmetatable(L, L_TRACE);
+    return &tr->t;
+}
+
 static int trace_load(lua_State *L)
 {
     static const char *const opts[] = {"device", "allocator", NULL};
     size_t plen;
     const char *allocator;
     const char *path = l_checklstring(L, 1, &plen);
-    l_trace *tr;
-    cp_trace *t = NULL;
+    cp_trace **slot;
     cp_status st;
     lua_Integer device;
     /* C sees the path up to its first NUL: "a\0b" would open "a". */
@@ -40,15 +48,11 @@ static int trace_load(lua_State *L)
                                                         "got %I", (LUAI_UACINT)device));
     }
     allocator = l_optstring_field(L, 2, "allocator", NULL);
-    tr = (l_trace *)lua_newuserdatauv(L, sizeof *tr, 0);
-    tr->t = NULL;
-    tr->busy = 0;
-    luaL_setmetatable(L, L_TRACE);
-    st = cp_trace_load_opts(path, (int)device, allocator, &t);
+    slot = l_trace_new(L);
+    st = cp_trace_load_opts(path, (int)device, allocator, slot);
     if (st == CP_ERR_OOM)
         return l_alloc_result(L, st);
     l_check(L, st);
-    tr->t = t;
     return 1;
 }
 
@@ -130,6 +134,7 @@ static void push_info(lua_State *L, const cp_trace *t)
         SETI(torch_peak_reserved);
     }
 #undef SETI
+    l_trace_push_scaled(L, t);
     {
         /* a CuPy hook log: what it says beyond its rows */
         cp_trace_cupy_info ci;
@@ -285,6 +290,8 @@ void l_open_trace(lua_State *L)
                                      {"serving", l_trace_serving},
                                      {"alloc_event", l_trace_alloc_event},
                                      {"oom_frames", l_trace_oom_frames},
+                                     {"scale", l_trace_scale},
+                                     {"rescale", l_trace_rescale},
                                      {NULL, NULL}};
     l_newclass(L, L_TRACE, meta, methods);
     luaL_newlib(L, funcs);

@@ -7,6 +7,7 @@
  *   trace_advise.c    cupola.advise's jobs on threads, and what it reads of
  *                     a trace besides its replays
  *   trace_timeline.c  the timeline's data (cupola.timeline)
+ *   trace_scale.c     cupola.trace.scale's predictions and their `scaled`
  */
 #ifndef CUPOLA_TRACE_BINDING_H
 #define CUPOLA_TRACE_BINDING_H
@@ -29,6 +30,9 @@ cp_resource *l_checkresource(lua_State *L, int arg); /* pool.c */
 
 /* The open Trace at arg (an error when closed). */
 l_trace *l_totrace(lua_State *L, int arg);
+/* A new Trace pushed in its released state: its slot takes the trace once
+ * made (an error before leaves nothing to free). */
+cp_trace **l_trace_new(lua_State *L);
 /* A label of the trace's into the table at index t: label, python_frame,
  * stack = {...} (trace.c). */
 void l_trace_push_label(lua_State *L, const char *label, int t);
@@ -45,5 +49,10 @@ int l_trace_serving(lua_State *L);
 int l_trace_alloc_event(lua_State *L);
 int l_trace_oom_frames(lua_State *L);
 int l_trace_timeline_data(lua_State *L);
+int l_trace_scale(lua_State *L);
+int l_trace_rescale(lua_State *L);
+/* A scaled trace's `scaled` table set in the table at the top of the stack
+ * (nothing for another trace; trace_scale.c). */
+void l_trace_push_scaled(lua_State *L, const cp_trace *t);
 
 #endif /* CUPOLA_TRACE_BINDING_H */

@@ -70,6 +70,8 @@ struct cp_trace {
     char allocator[128];
     /* CuPy hook logs only (trace_cupy.h): the model's operations */
     struct cp_trace_cupy *cupy;
+    /* a prediction at another size (scale.h): its fits; NULL otherwise */
+    struct cp_scale *scaled;
     /* PyTorch's settings (snapshots with allocator_settings) */
     int has_settings;
     char torch_env[256];
