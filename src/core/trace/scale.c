@@ -307,20 +307,17 @@ static int fit(pt *p, size_t n, size_t *keep, int *steeper)
             p[j] = p[j - 1];
             p[j - 1] = t;
         }
+    /* a law every recording follows exactly: one parameter */
+    k = cp_scale_growth(p[0].y, p[0].s, p[1].y, p[1].s);
+    for (i = 2; k >= 0 && i < n && cp_scale_growth(p[0].y, p[0].s, p[i].y, p[i].s) == k; i++)
+        ;
+    if (k >= 0 && i == n)
+        return CP_FIT_CONST + k;
     for (m = 1; m < n && !gives_all(p, m, n); m++)
         ;
     *keep = m;
     if (m == 1)
         return CP_FIT_CONST;
-    k = cp_scale_growth(p[0].y, p[0].s, p[1].y, p[1].s);
-    if (k >= 1 && (size_t)k + 1 == m) {
-        for (i = 2; i < m && cp_scale_growth(p[0].y, p[0].s, p[i].y, p[i].s) == k; i++)
-            ;
-        if (i == m) {
-            *keep = 1;
-            return CP_FIT_CONST + k;
-        }
-    }
     return m == 2 ? CP_FIT_AFFINE : CP_FIT_POLY;
 }
 

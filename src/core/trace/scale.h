@@ -24,9 +24,10 @@
  *     key in order, whatever the sizes.
  *   - Fitting: a matched allocation's size as a function of the size.  From
  *     two recordings: the law the strict match found, else the line through
- *     both.  From three or more: the polynomial of lowest degree, through the
- *     base and the recordings nearest it, that gives every recording's size
- *     to PyTorch's rounding (the next multiple of 512 bytes).  Two
+ *     both.  From three or more: a law every recording follows exactly,
+ *     else the polynomial of lowest degree, through the base and the
+ *     recordings nearest it, that gives every recording's size to PyTorch's
+ *     rounding (the next multiple of 512 bytes).  Two
  *     recordings cannot show a square plus a line (attention's scores plus
  *     the rest, as a sequence length grows): a line through two recordings
  *     that grows faster than in proportion to the size is counted
