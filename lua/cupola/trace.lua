@@ -125,6 +125,7 @@ end
 -- replays, advises and draws like any trace and carries t.scaled = {from,
 -- at, base, matched, by_rule, by_rule_bytes, left_out, fits, steeper,
 -- steeper_bytes, note}.  The rules: src/core/trace/scale.h, docs/API.md.
+local SIZE_MAX = 2147483647 -- scale.h: CP_SCALE_SIZE_MAX
 function trace.scale(recordings, at)
   if type(recordings) ~= "table" then
     raise("bad argument #1 to 'scale' (a table mapping sizes to traces or paths expected, got " .. typed(recordings) .. ")")
@@ -132,10 +133,14 @@ function trace.scale(recordings, at)
   if math.type(at) ~= "integer" or at < 1 then
     raise("bad argument #2 to 'scale' (the size to predict must be a positive integer, got " .. typed(at) .. ")")
   end
+  if at > SIZE_MAX then
+    raise(("bad argument #2 to 'scale' (the size to predict must be an integer in 1..%d, got %d)"):format(SIZE_MAX, at))
+  end
   local sizes = {}
   for size, rec in pairs(recordings) do
-    if math.type(size) ~= "integer" or size < 1 then
-      raise(("bad argument #1 to 'scale' (each key is a recording's size, a positive integer, got %s)"):format(typed(size)))
+    if math.type(size) ~= "integer" or size < 1 or size > SIZE_MAX then
+      raise(("bad argument #1 to 'scale' (each key is a recording's size, an integer in 1..%d, got %s)"):format(
+        SIZE_MAX, typed(size)))
     end
     if type(rec) ~= "string" and not (type(rec) == "userdata" and tostring(rec):find "^cupola%.Trace") then
       raise(("bad argument #1 to 'scale' (the recording at size %d must be a Trace or a path, got %s)"):format(size, typed(rec)))
