@@ -62,6 +62,29 @@ static size_t lcs(const uint64_t *a, size_t n, const uint64_t *b, size_t m)
     return r;
 }
 
+/* A tensor whose C++ path changed with the size: its whole key differs,
+ * its Python frames (the coarse key) do not; and frame-less requests of
+ * two streams pair within their stream. */
+static void coarse_keys(void)
+{
+    uint64_t ka[5] = {1, 2, 3, 4, 5}, kb[5] = {1, 2, 9, 4, 5};
+    uint64_t ca[5] = {1, 2, 3, 4, 5}, cb[5] = {1, 2, 3, 4, 5};
+    uint64_t sa[5] = {512, 1024, 3000, 512, 512}, sb[5] = {512, 2048, 3100, 512, 512};
+    uint32_t match[5];
+    size_t strict, fa, fb;
+    cp_scale_seq qa = {5, ka, ca, sa, 2}, qb = {5, kb, cb, sb, 4};
+    ok(cp_scale_match(&qa, &qb, match, &strict, &fa, &fb) == CP_OK && strict == 4 &&
+           match[2] == 3 && fa == 2 && fb == 2,
+       "another C++ path for one tensor: paired by its Python frames");
+    kb[2] = 3;
+    ok(cp_scale_match(&qa, &qb, match, &strict, &fa, &fb) == CP_OK && strict == 4 && match[2] == 3,
+       "the same stack, a size of no law: paired by the whole key");
+    cb[2] = 7;
+    kb[2] = 9;
+    ok(cp_scale_match(&qa, &qb, match, &strict, &fa, &fb) == CP_OK && match[2] == 0,
+       "another Python line: not paired");
+}
+
 static void matching(void)
 {
     int round, bad_lcs = 0, bad_order = 0;
@@ -86,11 +109,11 @@ static void matching(void)
         for (i = 0; i < m; i++)
             sb[i] = 1024; /* twice at twice the size: every equal key matches */
         qa.n = n;
-        qa.key = a;
+        qa.key = qa.coarse = a;
         qa.size = sa;
         qa.s = 2;
         qb.n = m;
-        qb.key = b;
+        qb.key = qb.coarse = b;
         qb.size = sb;
         qb.s = 4;
         if (cp_scale_match(&qa, &qb, match, &strict, &fa, &fb) != CP_OK) {
@@ -122,8 +145,8 @@ static void matching(void)
             s[i] = 4096;
         }
         qa.n = qb.n = n;
-        qa.key = a;
-        qb.key = b;
+        qa.key = qa.coarse = a;
+        qb.key = qb.coarse = b;
         qa.size = qb.size = s;
         qa.s = 1;
         qb.s = 2;
@@ -252,6 +275,7 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     growth();
+    coarse_keys();
     matching();
     predictions();
     return tap_finish();

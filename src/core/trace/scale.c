@@ -58,21 +58,64 @@ static int by_text(const void *p, const void *q)
     return strcmp(((const lref *)p)->s, ((const lref *)q)->s);
 }
 
+/* The Python frames of a label's stack (its lines from the third on that
+ * are "FILE.py:LINE name"), one a line: the coarse key's text ("" for a
+ * stack of C++ frames alone). */
+static char *python_part(const char *label)
+{
+    size_t n = strlen(label), k = 0;
+    char *out = (char *)malloc(n + 1);
+    const char *p = label;
+    int line = 0;
+    if (!out)
+        return NULL;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        const char *py = line >= 2 ? strstr(p, ".py:") : NULL;
+        if (py && py < p + len) {
+            memcpy(out + k, p, len);
+            k += len;
+            out[k++] = '\n';
+        }
+        line++;
+        p += len + (e ? 1 : 0);
+    }
+    out[k] = '\0';
+    return out;
+}
+
+/* texts[i] numbered by their order (equal texts one number, 1-based; an
+ * empty one 0), the numbers into id[rec[i]][idx[i]]. */
+static void number(lref *all, size_t total, uint32_t **id)
+{
+    size_t k;
+    uint32_t next = 0;
+    qsort(all, total, sizeof *all, by_text);
+    for (k = 0; k < total; k++) {
+        if (k == 0 || strcmp(all[k].s, all[k - 1].s) != 0)
+            next += all[k].s[0] != '\0';
+        id[all[k].rec][all[k].idx] = all[k].s[0] ? next : 0;
+    }
+}
+
 /* Every recording's labels as one numbering (1-based; 0: no frames):
- * gid[r][i] for label i of recording r. */
-static cp_status label_ids(const cp_trace *const *recs, size_t n, uint32_t **gid)
+ * gid[r][i] for label i of recording r, and cid[r][i] for its Python
+ * frames alone. */
+static cp_status label_ids(const cp_trace *const *recs, size_t n, uint32_t **gid, uint32_t **cid)
 {
     size_t r, i, total = 0, k = 0;
-    uint32_t id = 0;
     lref *all;
+    cp_status st = CP_OK;
     for (r = 0; r < n; r++)
         total += recs[r]->nlabels;
-    all = (lref *)malloc((total ? total : 1) * sizeof *all);
+    all = (lref *)calloc(total ? total : 1, sizeof *all);
     if (!all)
         return nomem();
     for (r = 0; r < n; r++) {
         gid[r] = (uint32_t *)calloc(recs[r]->nlabels ? recs[r]->nlabels : 1, sizeof **gid);
-        if (!gid[r]) {
+        cid[r] = (uint32_t *)calloc(recs[r]->nlabels ? recs[r]->nlabels : 1, sizeof **cid);
+        if (!gid[r] || !cid[r]) {
             free(all);
             return nomem();
         }
@@ -83,36 +126,42 @@ static cp_status label_ids(const cp_trace *const *recs, size_t n, uint32_t **gid
             k++;
         }
     }
-    qsort(all, total, sizeof *all, by_text);
-    for (k = 0; k < total; k++) {
-        if (k == 0 || strcmp(all[k].s, all[k - 1].s) != 0)
-            id++;
-        gid[all[k].rec][all[k].idx] = id;
-    }
+    number(all, total, gid);
+    for (k = 0; k < total; k++) /* the same labels, now by their Python frames */
+        if (!(all[k].s = python_part(all[k].s)))
+            st = nomem();
+    if (st == CP_OK)
+        number(all, total, cid);
+    for (k = 0; k < total; k++)
+        free((char *)(uintptr_t)all[k].s);
     free(all);
-    return CP_OK;
+    return st;
 }
 
-/* One recording's allocations, by ordinal: key and size. */
-static cp_status sequence(const cp_trace *t, const uint32_t *gid, uint64_t s, cp_scale_seq *q,
-                          uint64_t **key, uint64_t **size)
+/* One recording's allocations, by ordinal: keys and size. */
+static cp_status sequence(const cp_trace *t, const uint32_t *gid, const uint32_t *cid,
+                          uint64_t s, cp_scale_seq *q, uint64_t **key, uint64_t **coarse,
+                          uint64_t **size)
 {
-    size_t i;
-    *key = (uint64_t *)malloc((t->nallocs ? t->nallocs : 1) * sizeof **key);
-    *size = (uint64_t *)malloc((t->nallocs ? t->nallocs : 1) * sizeof **size);
-    if (!*key || !*size)
+    size_t i, n = t->nallocs ? t->nallocs : 1;
+    *key = (uint64_t *)malloc(n * sizeof **key);
+    *coarse = (uint64_t *)malloc(n * sizeof **coarse);
+    *size = (uint64_t *)malloc(n * sizeof **size);
+    if (!*key || !*coarse || !*size)
         return nomem();
     for (i = 0; i < t->n; i++) {
-        uint32_t o = t->ord[i], lab;
+        uint32_t o = t->ord[i], lab = t->label && !t->is_free[i] ? t->label[i] : 0;
+        uint64_t where = (uint64_t)(t->stream[i] & 0xffff) << 16 |
+                         (uint64_t)(t->device ? t->device[i] : 0);
         if (t->is_free[i])
             continue;
-        lab = t->label && t->label[i] ? gid[t->label[i] - 1] : 0;
-        (*key)[o] = (uint64_t)lab << 32 | (uint64_t)(t->stream[i] & 0xffff) << 16 |
-                    (uint64_t)(t->device ? t->device[i] : 0);
+        (*key)[o] = (uint64_t)(lab ? gid[lab - 1] : 0) << 32 | where;
+        (*coarse)[o] = (uint64_t)(lab ? cid[lab - 1] : 0) << 32 | where;
         (*size)[o] = t->size[i];
     }
     q->n = t->nallocs;
     q->key = *key;
+    q->coarse = *coarse;
     q->size = *size;
     q->s = s;
     return CP_OK;
@@ -444,8 +493,8 @@ static int by_u64(const void *p, const void *q)
 }
 
 typedef struct work {
-    uint32_t **gid, **match;
-    uint64_t **key, **size;
+    uint32_t **gid, **cid, **match;
+    uint64_t **key, **coarse, **size;
     cp_scale_seq *seq;
     size_t n;
 } work;
@@ -456,6 +505,10 @@ static void work_free(work *w)
     for (r = 0; r < w->n; r++) {
         if (w->gid)
             free(w->gid[r]);
+        if (w->cid)
+            free(w->cid[r]);
+        if (w->coarse)
+            free(w->coarse[r]);
         if (w->match)
             free(w->match[r]);
         if (w->key)
@@ -464,6 +517,8 @@ static void work_free(work *w)
             free(w->size[r]);
     }
     free(w->gid);
+    free(w->cid);
+    free(w->coarse);
     free(w->match);
     free(w->key);
     free(w->size);
@@ -476,9 +531,10 @@ static cp_status match_all(const cp_trace *const *recs, const uint64_t *sizes, s
                            work *w, size_t *left_out)
 {
     size_t r, n = w->n;
-    cp_status st = label_ids(recs, n, w->gid);
+    cp_status st = label_ids(recs, n, w->gid, w->cid);
     for (r = 0; st == CP_OK && r < n; r++)
-        st = sequence(recs[r], w->gid[r], sizes[r], &w->seq[r], &w->key[r], &w->size[r]);
+        st = sequence(recs[r], w->gid[r], w->cid[r], sizes[r], &w->seq[r], &w->key[r],
+                      &w->coarse[r], &w->size[r]);
     *left_out = 0;
     for (r = 0; st == CP_OK && r < n; r++) {
         size_t strict, fa, fb, small, i, got = 0;
@@ -515,6 +571,8 @@ cp_status cp_trace_scale(const cp_trace *const *recs, const uint64_t *sizes, siz
     memset(&w, 0, sizeof w);
     w.n = n;
     w.gid = (uint32_t **)calloc(n, sizeof *w.gid);
+    w.cid = (uint32_t **)calloc(n, sizeof *w.cid);
+    w.coarse = (uint64_t **)calloc(n, sizeof *w.coarse);
     w.match = (uint32_t **)calloc(n, sizeof *w.match);
     w.key = (uint64_t **)calloc(n, sizeof *w.key);
     w.size = (uint64_t **)calloc(n, sizeof *w.size);
@@ -522,7 +580,8 @@ cp_status cp_trace_scale(const cp_trace *const *recs, const uint64_t *sizes, siz
     sc = (struct cp_scale *)calloc(1, sizeof *sc);
     if (sc)
         sc->from = (uint64_t *)malloc(n * sizeof *sc->from);
-    if (!w.gid || !w.match || !w.key || !w.size || !w.seq || !sc || !sc->from) {
+    if (!w.gid || !w.cid || !w.coarse || !w.match || !w.key || !w.size || !w.seq || !sc ||
+        !sc->from) {
         work_free(&w);
         cp_scale_free(sc);
         return nomem();

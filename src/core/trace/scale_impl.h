@@ -14,11 +14,14 @@
 #include "scale.h"
 
 /* One recording's allocations in order, as matching reads them: a key
- * (stack, stream in order of first use, device) and the size asked, at
- * recorded size s. */
+ * (stack, stream in order of first use, device), a coarse key (the same
+ * with the stack's Python frames alone: C++ frames may differ from size to
+ * size where a library takes another path for the same tensor) and the
+ * size asked, at recorded size s. */
 typedef struct cp_scale_seq {
     size_t n;
     const uint64_t *key;
+    const uint64_t *coarse;
     const uint64_t *size;
     uint64_t s;
 } cp_scale_seq;

@@ -14,6 +14,8 @@
  *      strict matches), requests of the same key are paired in order: the
  *      same stack whose size follows no law (an affine size, a workspace),
  *      or, without frames, the same place in a run of frame-less requests.
+ *      Then, in the gaps left, the same by the coarse key (Python frames
+ *      alone): a tensor whose C++ path changed with the size.
  * The work is per request; nothing here allocates per comparison.
  */
 #include "scale_impl.h"
@@ -53,6 +55,7 @@ typedef struct differ {
     long *fd, *bd;     /* furthest points per diagonal, offset to allow negatives */
     long too_expensive;
     uint32_t *match;   /* a's index -> b's index + 1 (0: none) */
+    uint8_t *taken;    /* b's index: paired */
 } differ;
 
 static int same(const differ *d, long i, long j)
@@ -228,23 +231,30 @@ static int by_key(const void *p, const void *q)
     return x->j < y->j ? -1 : x->j > y->j;
 }
 
-/* Pass 2, one gap a[i1, i2) b[j1, j2): each request of a takes the first
- * request of b of its key after the last one taken. */
-static void pair_gap(differ *d, size_t i1, size_t i2, size_t j1, size_t j2, kj *buf)
+/* Pass 2, one gap a[i1, i2) b[j1, j2) of requests not yet paired: each
+ * request of a takes the first request of b of its key (ka / kb) after the
+ * last one taken. */
+static void pair_gap(differ *d, const uint64_t *ka, const uint64_t *kb, size_t i1, size_t i2,
+                     size_t j1, size_t j2, kj *buf)
 {
-    size_t n = j2 - j1, i, j;
+    size_t n = 0, i, j;
     uint32_t last = (uint32_t)j1; /* b's next index that may be taken */
-    if (i1 == i2 || n == 0)
+    if (i1 == i2 || j1 == j2)
         return;
-    for (j = 0; j < n; j++) {
-        buf[j].key = d->b->key[j1 + j];
-        buf[j].j = (uint32_t)(j1 + j);
+    for (j = j1; j < j2; j++) {
+        if (d->taken[j])
+            continue;
+        buf[n].key = kb[j];
+        buf[n].j = (uint32_t)j;
+        n++;
     }
     if (n > 1)
         qsort(buf, n, sizeof *buf, by_key);
     for (i = i1; i < i2; i++) {
-        uint64_t key = d->a->key[i];
+        uint64_t key = ka[i];
         size_t lo = 0, hi = n;
+        if (d->match[i])
+            continue;
         while (lo < hi) { /* the first entry >= (key, last) */
             size_t mid = lo + (hi - lo) / 2;
             if (buf[mid].key < key || (buf[mid].key == key && buf[mid].j < last))
@@ -254,23 +264,24 @@ static void pair_gap(differ *d, size_t i1, size_t i2, size_t j1, size_t j2, kj *
         }
         if (lo < n && buf[lo].key == key) {
             d->match[i] = buf[lo].j + 1;
+            d->taken[buf[lo].j] = 1;
             last = buf[lo].j + 1;
         }
     }
 }
 
-static cp_status gap_pairs(differ *d)
+/* Every gap between two pairs made so far, paired by the keys given. */
+static void gap_pairs(differ *d, const uint64_t *ka, const uint64_t *kb, kj *buf)
 {
     size_t i = 0, j = 0, na = d->a->n;
-    kj *buf = (kj *)malloc((d->b->n ? d->b->n : 1) * sizeof *buf);
-    if (!buf)
-        return cp_error_set(CP_ERR_OOM, "out of host memory matching recordings");
     while (i < na) {
         size_t i2 = i, j2;
         while (i2 < na && !d->match[i2])
             i2++;
         j2 = i2 < na ? d->match[i2] - 1 : d->b->n;
-        pair_gap(d, i, i2, j, j2, buf);
+        pair_gap(d, ka, kb, i, i2, j, j2, buf);
+        /* the gap's own pairs split it no further: step past the next pair
+         * made before this pass */
         if (i2 < na) {
             i = i2 + 1;
             j = j2 + 1;
@@ -278,14 +289,13 @@ static cp_status gap_pairs(differ *d)
             i = i2;
         }
     }
-    free(buf);
-    return CP_OK;
 }
 
 cp_status cp_scale_match(const cp_scale_seq *a, const cp_scale_seq *b, uint32_t *match,
                          size_t *strict, size_t *first_a, size_t *first_b)
 {
     differ d;
+    kj *buf;
     long total = (long)(a->n + b->n), bits = 0;
     size_t i;
     cp_status st;
@@ -322,5 +332,20 @@ cp_status cp_scale_match(const cp_scale_seq *a, const cp_scale_seq *b, uint32_t 
     for (i = 0; i < a->n && match[i] == *first_b + 1; i++)
         (*first_b)++;
     *first_a = i;
-    return gap_pairs(&d);
+    /* then the gaps: by the whole key, then by the coarse one */
+    d.taken = (uint8_t *)calloc(b->n, 1);
+    buf = (kj *)malloc(b->n * sizeof *buf);
+    if (!d.taken || !buf) {
+        free(d.taken);
+        free(buf);
+        return cp_error_set(CP_ERR_OOM, "out of host memory matching recordings");
+    }
+    for (i = 0; i < a->n; i++)
+        if (match[i])
+            d.taken[match[i] - 1] = 1;
+    gap_pairs(&d, a->key, b->key, buf);
+    gap_pairs(&d, a->coarse, b->coarse, buf);
+    free(d.taken);
+    free(buf);
+    return CP_OK;
 }
