@@ -366,7 +366,9 @@ PUBLIC_HEADERS := $(wildcard src/include/cupola/*.h cuda/include/cupola/*.h)
 TRACE_FILES    := $(filter-out examples/traces/torch examples/traces/jax examples/traces/cupy,\
                     $(wildcard examples/traces/*))
 # PyTorch's allocator's ground truth (snapshots and figures), in a folder of its own
-TORCH_TRACES   := $(wildcard examples/traces/torch/*)
+TORCH_TRACES   := $(filter-out examples/traces/torch/scaling,$(wildcard examples/traces/torch/*))
+# one program at several sizes (predictions at a size not recorded)
+SCALING_TRACES := $(wildcard examples/traces/torch/scaling/*)
 # JAX's (XLA's BFC allocator): recordings and JAX's figures
 JAX_TRACES     := $(wildcard examples/traces/jax/*)
 # CuPy's pool's ground truth (hook logs recorded on the GPU), likewise
@@ -383,6 +385,8 @@ install: all torch-allocator record
 	install -m 644 lua/cupola/advise/*.lua $(DESTDIR)$(LUADIR)/cupola/advise/
 	install -m 644 $(TRACE_FILES) $(DESTDIR)$(LUADIR)/cupola/traces/
 	install -m 644 $(TORCH_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/
+	install -d $(DESTDIR)$(LUADIR)/cupola/traces/torch/scaling
+	install -m 644 $(SCALING_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/torch/scaling/
 	install -m 644 $(JAX_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/jax/
 	$(if $(CUPY_TRACES),install -d $(DESTDIR)$(LUADIR)/cupola/traces/cupy && \
 	    install -m 644 $(CUPY_TRACES) $(DESTDIR)$(LUADIR)/cupola/traces/cupy/)

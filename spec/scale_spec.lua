@@ -151,3 +151,82 @@ describe("trace.scale", function()
     assert.matches("recordings of one size%?", e)
   end)
 end)
+
+local function run(args)
+  local p = io.popen("bin/cupola advise " .. args .. " 2>&1; echo \"rc=$?\"")
+  local out = p:read "a"
+  p:close()
+  local rc = tonumber(out:match "rc=(%d+)%s*$")
+  return (out:gsub("rc=%d+%s*$", "")), rc
+end
+
+local D = "examples/traces/torch/scaling/"
+local A, B = D .. "gpt2.b2.pickle.gz@2", D .. "gpt2.b4.pickle.gz@4"
+
+describe("bin/cupola advise A@SIZE B@SIZE", function()
+  it("--at gives the advice at that size, the recorded setting's row the prediction", function()
+    local out, rc = run(A .. " " .. B .. " --at 8 --json")
+    assert.equals(0, rc)
+    local res = require("dkjson").decode(out)
+    assert.same({ 2, 4 }, res.predicted.from)
+    assert.equals(8, res.predicted.at)
+    assert.equals(res.allocations, res.predicted.matched)
+    assert.equals(0, res.predicted.by_rule)
+    assert.equals(0, res.predicted.by_rule_bytes)
+    assert.is_nil(res.torch_peak_reserved)
+    local rec = res.rows[1]
+    assert.is_true(rec.recorded)
+    assert.equals("scaled", rec.prediction)
+    assert.equals(7258243072, rec.peak_reserved) -- PyTorch's own at batch 8 (spec above)
+    assert.equals(0, rec.change)
+    local text = run(A .. " " .. B .. " --at 8"):gsub("%s+", " ")
+    assert.matches("predicted at size 8 from the recordings at 2, 4", text, 1, true)
+  end)
+
+  it("--limit alone gives each setting's largest size, consistent with the predictions", function()
+    local out, rc = run(A .. " " .. B .. " --limit 12GiB --json --no-pools")
+    assert.equals(0, rc)
+    local res = require("dkjson").decode(out)
+    assert.is_string(res.largest_setting)
+    local predict = require "cupola.advise.predict"
+    local recs = { [2] = D .. "gpt2.b2.pickle.gz", [4] = D .. "gpt2.b4.pickle.gz" }
+    local best = 0
+    for _, r in ipairs(res.rows) do
+      assert.is_number(r.largest)
+      best = math.max(best, r.largest)
+      if r.recorded or r.setting == "expandable_segments:True" then
+        -- the prediction at largest fits, at largest + 1 not
+        for _, at in ipairs { r.largest, r.largest + 1 } do
+          local adv = predict.run(recs, at, { limit = "12GiB", pools = false, search = false })
+          for _, x in ipairs(adv.rows) do
+            if x.setting == r.setting then assert.equals(at == r.largest, x.fits) end
+          end
+        end
+      end
+    end
+    assert.equals(best, res.predicted.at)
+    local text = run(A .. " " .. B .. " --limit 12GiB --no-pools"):gsub("%s+", " ")
+    assert.matches("The largest size that fits in 12.00 GiB: " .. best, text, 1, true)
+  end)
+
+  it("answers misuse with a sentence", function()
+    local cases = {
+      { A .. " --at 8", 1, "a prediction needs recordings at two sizes or more" },
+      { A .. " " .. D .. "gpt2.b4.pickle.gz@2 --at 8", 1, "are of one size" },
+      { A .. " " .. D .. "resnet50.b16.pickle.gz@16 --at 8", 2, "are not recordings of one program at two sizes" },
+      { A .. " " .. B .. " --at 0", 1, "--at needs the size to predict, a positive whole number" },
+      { A .. " " .. B .. " --at eight", 1, "--at needs the size to predict, a positive whole number" },
+      { A .. " " .. B, 1, "--at SIZE gives the advice at that size, --limit SIZE the largest size" },
+      { A .. " " .. D .. "gpt2.b4.pickle.gz@four --at 8", 1, "the size after @ must be a whole number" },
+      { A .. " " .. D .. "gpt2.b4.pickle.gz --at 8", 1, "has no size: give each recording as PATH@SIZE" },
+    }
+    for _, c in ipairs(cases) do
+      local out, rc = run(c[1])
+      out = out:gsub("%s+", " ") -- lines wrapped at $COLUMNS
+      assert.equals(c[2], rc)
+      assert.matches(c[3], out, 1, true)
+      assert.not_matches("%.lua:%d+:", out)
+      assert.not_matches("traceback", out)
+    end
+  end)
+end)

@@ -11,6 +11,8 @@
 --                 (stated there once)
 --   search.lua    the limit a recorded run had, by bisection (for modules)
 --   text.lua, json.lua, html.lua   the views of a result
+--   predict.lua   a run not yet made: the advice at another size
+--                 (cupola.trace.scale), the largest size under a limit
 --   cli.lua       bin/cupola advise: arguments, --help, errors
 --   torch.lua, jax.lua, cupy.lua   the framework modules (torch.lua reads
 --                 RMM logs too)
@@ -27,6 +29,7 @@ local text = require "cupola.advise.text"
 local json = require "cupola.advise.json"
 local html = require "cupola.advise.html"
 local cli = require "cupola.advise.cli"
+local predict = require "cupola.advise.predict"
 
 local advise = {}
 
@@ -53,6 +56,8 @@ advise.display_path = text.display_path
 advise.json = json.json
 advise.html = html.html
 advise.main = cli.main
+advise.predict = predict.run
+advise.largest = predict.largest
 advise.parse_args = cli.parse_args
 advise.usage_text = cli.usage_text
 

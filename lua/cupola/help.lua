@@ -526,8 +526,7 @@ IPC: mp:export() -> text (a pool created with handle="posix_fd");
     names = { "trace", "find", "load", "replay", "compare", "cupola.Trace" },
     overview = {
       { "cupola.trace.load(path or name) -> Trace", "RMM CSV, PyTorch, JAX, CuPy, record" },
-      { "cupola.trace.replay(t, pool, opts) -> figures", "replayed in C, stream-ordered" },
-      { "cupola.trace.compare(t, {cfg, ...}) -> rows", "one replay per pool configuration" },
+      { "cupola.trace.replay(t, pool)  .compare(t, cfgs)", "replayed in C; one row per pool config" },
     },
     page = [[
 cupola.trace.find(name) -> path | nil, msg: "gpt2_train", "gpt2_train.csv.gz"
@@ -632,6 +631,35 @@ bin/cupola advise SNAPSHOT [--limit 24GiB] [--conf C]... [--device-memory SIZE]
   terminal's width (--brief: the answer and the table only; --device-memory:
   the device's size, of which PyTorch's and JAX's fractions are; bin/cupola
   advise --help).]],
+  },
+  {
+    name = "scale",
+    section = "Predicting a run not yet made (batch, sequence length)",
+    names = { "scale", "predict", "largest", "at" },
+    overview = {
+      { "cupola.trace.scale({[4]=a, [8]=b}, 32) -> Trace", "the program at a size not recorded" },
+    },
+    page = [[
+cupola.trace.scale(recordings, at) -> Trace: recordings maps each size (the
+  batch, the sequence length, the image side: a positive integer) to a Trace
+  or a path of one program's recording at it, two or more; at, the size to
+  predict.  The result replays, advises and draws like any trace; t.scaled =
+  {from, at, base, matched, by_rule, by_rule_bytes, left_out, fits =
+  {constant, linear, square, cube, affine, polynomial}, steeper,
+  steeper_bytes, note}.  It keeps the events of the recording nearest at
+  (base), in order, on their streams, with their frames; each allocation is
+  found in the others by stack (C++ frames too), stream and device, by
+  position among those without frames; its size fitted: a law from two
+  recordings (held, the size, its square, its cube) else a line; from three,
+  a law, else the lowest degree that gives each to 512 bytes.  One found in
+  no other recording keeps its size (by_rule).  No recorded addresses.
+  Refused with a sentence: one recording, two of one size, two programs
+  (where they first differ), two settings.
+bin/cupola advise A@4 B@8 --at 32 [--limit L] [--json]: the advice at 32,
+  the recorded setting's row the prediction for it (prediction "scaled");
+  the JSON's predicted = {from, at, matched, by_rule, by_rule_bytes}.
+  --limit L without --at: each row's largest (the largest size from 1 up
+  whose prediction fits in L), largest_setting, the advice at that size.]],
   },
   {
     name = "timeline",

@@ -9,10 +9,13 @@ local engine = require "cupola.advise.engine"
 local text = require "cupola.advise.text"
 local json = require "cupola.advise.json"
 local html = require "cupola.advise.html"
+local predict = require "cupola.advise.predict"
 local shown = util.shown
 local wrap = text.wrap
 
 local cli = {}
+
+local clean -- below
 
 -- The command line's help: the engine's options; what each framework
 -- module reads, its words for --conf, --recorded, --pool and --device (its
@@ -24,11 +27,16 @@ local synopsis_head = { "[--limit SIZE]", "[--conf CONF]...", "[--recorded CONF]
 local synopsis_tail = { "[--threads N]", "[--brief]", "[--json]", "[--html PAGE]" }
 
 local usage_head = [[
+       cupola advise A@SIZE B@SIZE... --at SIZE [options]
+       cupola advise A@SIZE B@SIZE... --limit SIZE [options]
 
 Replays a recording of a program's allocations offline (no GPU) through
 cupola's model of its framework's allocator under a grid of settings, and
 cupola's own pools, and says which setting to use and how much memory it
-needs.  It reads:
+needs.  From recordings of one program at two sizes or more (the batch, the
+sequence length: PATH@SIZE, split at the last @), the same for a run not yet
+made: --at SIZE gives the advice at that size, --limit alone the largest size
+each setting fits at.  It reads:
 ]]
 
 local usage_options = [[
@@ -47,6 +55,7 @@ local usage_options = [[
                     tlsf, vmm, caching)%s
   --no-pools        no rows for cupola's pools
   --search          the least-memory search without a limit
+  --at SIZE         with recordings as PATH@SIZE: the size to predict
 ]]
 
 -- --device's text: the modules' ways of picking a device follow the engine's
@@ -125,6 +134,7 @@ end
 -- raises {advise_usage = message} for a bad one).
 function cli.parse_args(argv)
   local src, opts, out = nil, { conf = {} }, {}
+  local inputs = {}
   local pools
   local tokens = {}
   for _, w in ipairs(synopsis_head) do tokens[#tokens + 1] = w end
@@ -190,12 +200,20 @@ function cli.parse_args(argv)
       out.brief = true
     elseif a == "--html" then
       out.html = value(a)
+    elseif a == "--at" then
+      local v = value(a)
+      local n = v:match "^%d+$" and math.tointeger(tonumber(v))
+      if not n or n < 1 then
+        fail("--at needs the size to predict, a positive whole number (the batch, the sequence length), not " ..
+          shown(v))
+      end
+      out.at = n
     elseif a:sub(1, 1) == "-" and a ~= "-" then
       fail("unknown option " .. shown(a))
-    elseif src then
-      fail("one snapshot at a time (got " .. shown(src) .. " and " .. shown(a) .. ")")
     else
-      src = a
+      local ok, path, size = pcall(predict.input, a)
+      if not ok then fail(clean(path)) end
+      inputs[#inputs + 1] = { path = path, size = size }
     end
     i = i + 1
   end
@@ -203,14 +221,37 @@ function cli.parse_args(argv)
     if opts.pools == false then fail("--pool and --no-pools together") end
     opts.pools = pools
   end
-  if not src and not out.help then fail("which snapshot? (cupola advise SNAPSHOT)") end
-  return src, opts, out
+  if out.help then return src, opts, out end
+  if #inputs == 0 then fail("which snapshot? (cupola advise SNAPSHOT)") end
+  local sized = 0
+  for _, x in ipairs(inputs) do if x.size then sized = sized + 1 end end
+  if #inputs == 1 and sized == 0 and not out.at then return inputs[1].path, opts, out end
+  -- recordings at several sizes: a prediction
+  if #inputs == 1 and sized == 0 then
+    fail("--at predicts from recordings at two sizes or more, each as PATH@SIZE (got " .. inputs[1].path .. ")")
+  end
+  if sized == 0 then
+    fail(("one snapshot at a time (got %s and %s), or recordings at several sizes as PATH@SIZE with --at SIZE")
+      :format(inputs[1].path, inputs[2].path))
+  end
+  local okr, recs = pcall(predict.recordings, inputs)
+  if not okr then fail(clean(recs)) end
+  if sized < 2 then
+    fail(("a prediction needs recordings at two sizes or more (got one: %s@%d): the sizes show how each request " ..
+      "grows"):format(inputs[1].path, inputs[1].size))
+  end
+  if not out.at and not opts.limit then
+    fail("recordings at several sizes: --at SIZE gives the advice at that size, --limit SIZE the largest size " ..
+      "that fits")
+  end
+  out.recordings = recs
+  return nil, opts, out
 end
 
 -- A message without the positions Lua puts before errors ("file.lua:12: ",
 -- "(command line):1: ": on the command line there is no line of the user's
 -- to point at), however many there are.
-local function clean(e)
+function clean(e)
   e = tostring(e)
   while true do
     local n1, n2
@@ -249,7 +290,14 @@ function cli.main(argv)
     return 0
   end
   opts.progress = not out.json or nil
-  local okr, res = pcall(engine.run, src, opts)
+  local okr, res
+  if out.recordings and out.at then
+    okr, res = pcall(predict.run, out.recordings, out.at, opts)
+  elseif out.recordings then
+    okr, res = pcall(predict.largest, out.recordings, opts)
+  else
+    okr, res = pcall(engine.run, src, opts)
+  end
   if not okr then
     complain(clean(res))
     return 2

@@ -128,6 +128,26 @@ end
 
 -- ---- the advice for one trace -------------------------------------------
 
+-- A scaled trace's advice (trace.scale, src/core/trace/scale.h): what it
+-- was predicted from, the recorded setting's row marked as the prediction,
+-- the comparisons said to be with it.
+local function predicted(result, s, rows)
+  result.predicted = { from = s.from, at = s.at, base = s.base, matched = s.matched, by_rule = s.by_rule,
+    by_rule_bytes = s.by_rule_bytes, left_out = s.left_out }
+  for _, r in ipairs(rows) do
+    if r.recorded then r.prediction = "scaled" end
+  end
+  if result.baseline_from == "the recorded setting's replay" then
+    result.baseline_from = "the recorded setting's prediction"
+  end
+  local from = {}
+  for i, v in ipairs(s.from) do from[i] = tostring(v) end
+  table.insert(result.notes, 1, ("a prediction at size %d from the recordings at sizes %s: the events of the one " ..
+    "at %d, each allocation's size fitted to the recordings it was found in (%d of %d), %d kept as recorded " ..
+    "by rule (%s in use at the peak); cupola.trace.scale states the rules"):format(s.at,
+    table.concat(from, ", "), s.base, s.matched, result.allocations, s.by_rule, bytes(s.by_rule_bytes)))
+end
+
 local function advise_trace(t, o, state, mod)
   local info = t:info()
   local result = {
@@ -260,9 +280,14 @@ local function advise_trace(t, o, state, mod)
     if r.aside and r.fits then r.paste, r.paste_note = mod.paste(r, ctx) end
   end
 
+  -- a prediction at another size (cupola.trace.scale): the recorded
+  -- setting's row is the prediction for that setting
+  if info.scaled then predicted(result, info.scaled, out) end
+
   -- what the figures mean, and what to watch
   if mod.notes then mod.notes(result, ctx) end
   local W = result.warnings
+  if info.scaled and info.scaled.note then W[#W + 1] = info.scaled.note end
   local rl = result.recorded_limit
   if rl and rl.high > rl.low then
     -- judged at the least limit the run can have had: the rows that need

@@ -6,7 +6,7 @@ local modules = require "cupola.advise.modules"
 
 local json = {}
 
-local json_order = { "rows", "recommended", "paste", "paste_note", "setting", "kind", "via", "description",
+local json_order = { "rows", "recommended", "paste", "paste_note", "setting", "largest", "kind", "via", "description",
   "peak_reserved", "overhead", "unused_at_peak", "live_at_peak", "peak_allocated", "device_allocs", "device_frees",
   "retries", "change", "change_pct", "fits", "min_memory", "fails_at", "complete", "warning" }
 
@@ -15,7 +15,7 @@ local function plain_row(r)
   for _, k in ipairs { "setting", "kind", "via", "description", "family", "recorded", "recommended",
     "peak_reserved", "peak_allocated", "live_at_peak", "unused_at_peak", "overhead", "device_allocs", "device_frees",
     "retries", "change", "change_pct", "complete", "warning", "prediction", "divergence", "fits",
-    "fails_at", "min_memory", "search_steps", "error", "pool", "seconds", "paste", "paste_note" } do
+    "fails_at", "min_memory", "search_steps", "error", "pool", "seconds", "paste", "paste_note", "largest" } do
     o[k] = r[k]
   end
   return o
@@ -26,7 +26,7 @@ local function plain_result(res)
   for _, k in ipairs { "trace", "format", "events", "allocations", "streams", "devices", "device", "limit",
     "limit_read", "recorded_limit",
     "framework", "title", "recorded_setting", "recorded_from", "baseline", "baseline_from",
-    "paste", "paste_note", "conf", "warnings", "notes" } do
+    "paste", "paste_note", "conf", "warnings", "notes", "predicted", "largest_setting" } do
     o[k] = res[k]
   end
   -- the framework's own fields

@@ -177,6 +177,9 @@ local function column_set(res)
   local function stopped(r) return r.error or (limited and not r.fits) end
   local cols = {}
   local function col(key, head, f) cols[#cols + 1] = { key = key, head = head, right = true, cell = f } end
+  if res.largest_search then
+    col("largest", { "largest", "size" }, function(r) return r.largest and tostring(r.largest) or "none" end)
+  end
   if limited then
     if searched then
       col("least", { "least", "memory" }, function(r) return r.min_memory and least_b(r.min_memory) or "-" end)
@@ -326,6 +329,9 @@ local function column_notes(res, cols, mod)
       "but not in use then, from rounding, split blocks and the cache"):format(
       res.peak_live and bytes(res.peak_live) or "?"),
     calls = terms.calls or "device calls: how many times the allocator asked the device for memory",
+    largest = ("largest size: the largest size from 1 up whose prediction fits in %s (\"none\": not even 1); " ..
+      "the other columns are at size %s"):format(res.limit and bytes(res.limit) or "the limit",
+      res.predicted and tostring(res.predicted.at) or "?"),
     change = ("vs %s: peak reserved against %s (%s); \"same\": less than 1 %% apart"):format((versus(res)),
       res.baseline_from or "the recorded run", res.baseline and bytes(res.baseline) or "unknown"),
   }
@@ -453,14 +459,16 @@ local function verdict(d, put, para, width)
   end
   para("  ", "recommended: " .. rec.description)
   local facts = {}
+  -- a prediction has no run of its own: its recorded setting's row is the comparison
+  local run = d.predicted and "the recorded setting at this size" or select(2, versus(d))
   if rec.change_pct and d.baseline then
     if math.abs(rec.change_pct) < SAME then
       facts[#facts + 1] = ("peak reserved %s, the same as %s (%s): no setting reserves 1 %% less")
-        :format(bytes(rec.peak_reserved), select(2, versus(d)), bytes(d.baseline))
+        :format(bytes(rec.peak_reserved), run, bytes(d.baseline))
     else
       facts[#facts + 1] = ("peak reserved %s, %.1f %% %s than %s (%s)"):format(
-        bytes(rec.peak_reserved), math.abs(rec.change_pct), rec.change_pct < 0 and "less" or "more",
-        select(2, versus(d)), bytes(d.baseline))
+        bytes(rec.peak_reserved), math.abs(rec.change_pct), rec.change_pct < 0 and "less" or "more", run,
+        bytes(d.baseline))
     end
   else
     facts[#facts + 1] = ("peak reserved %s"):format(bytes(rec.peak_reserved))
@@ -499,6 +507,33 @@ local function verdict(d, put, para, width)
   end
 end
 
+-- The answer of a search for the largest size that fits: the largest, the
+-- setting that reaches it, the recorded setting's beside it.
+local function largest_lines(d, para)
+  local lim = bytes(d.limit)
+  if not d.largest_size then
+    para("  ", ("No size from 1 up fits in %s with any setting: the advice below is at size %d, the smallest " ..
+      "recorded."):format(lim, d.predicted and d.predicted.at or 0))
+    return
+  end
+  local ref
+  for _, r in ipairs(d.rows) do if r.recorded then ref = r end end
+  local also = ""
+  if ref and ref.description ~= d.largest_row then
+    also = (" (%s, as recorded: %s)"):format(ref.description, ref.largest and tostring(ref.largest) or "none")
+  end
+  para("  ", ("The largest size that fits in %s: %d, with %s%s. The advice below is at size %d."):format(lim,
+    d.largest_size, d.largest_row, also, d.largest_size))
+end
+
+-- What a prediction at another size was made from, in a line.
+local function predicted_line(p)
+  local from = {}
+  for i, v in ipairs(p.from) do from[i] = tostring(v) end
+  return ("predicted at size %d from the recordings at %s (no run at %d: every figure below is a prediction)")
+    :format(p.at, table.concat(from, ", "), p.at)
+end
+
 -- A path as people read it: "dir/../" taken out, and relative to the
 -- working directory where it lies under it.
 local function display_path(p)
@@ -519,11 +554,16 @@ local function answer(d, put, para, width, several)
   para("  ", ("%s: %d events (%d allocations), %d stream%s%s"):format(
     d.title, d.events, d.allocations, d.streams,
     d.streams == 1 and "" or "s", d.devices and d.devices > 1 and (", %d devices"):format(d.devices) or ""))
+  if d.predicted then put(wrap("  ", predicted_line(d.predicted), width, "    ")) end
   if mod and mod.summary then
     for _, l in ipairs(mod.summary(d)) do put(wrap("  ", l, width, "    ")) end
   end
   if d.limit then put(wrap("  ", "limit: " .. (d.limit_read or bytes(d.limit)), width, "    ")) end
   put("")
+  if d.largest_search then
+    largest_lines(d, para)
+    put("")
+  end
   verdict(d, put, para, width)
 end
 
