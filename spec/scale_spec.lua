@@ -153,7 +153,9 @@ describe("trace.scale", function()
 end)
 
 local function run(args)
-  local p = io.popen("bin/cupola advise " .. args .. " 2>&1; echo \"rc=$?\"")
+  local env, rest = args:match "^(COLUMNS=%d+) (.*)$"
+  if env then args = rest end
+  local p = io.popen((env or "") .. " bin/cupola advise " .. args .. " 2>&1; echo \"rc=$?\"")
   local out = p:read "a"
   p:close()
   local rc = tonumber(out:match "rc=(%d+)%s*$")
@@ -228,5 +230,26 @@ describe("bin/cupola advise A@SIZE B@SIZE", function()
       assert.not_matches("%.lua:%d+:", out)
       assert.not_matches("traceback", out)
     end
+  end)
+end)
+
+describe("README's prediction example", function()
+  it("is what bin/cupola advise prints now, to the byte, and its figures hold", function()
+    local f = assert(io.open "README.md")
+    local readme = f:read "a"
+    f:close()
+    local cmd, shown = readme:match "\n%$ bin/cupola advise (torch/scaling/[^\n]*)\n(.-)\n%.%.%.\n```"
+    assert.is_truthy(cmd)
+    local out = run("COLUMNS=100 " .. cmd)
+    local got = {}
+    for l in out:gmatch "([^\n]*)\n" do got[#got + 1] = l end
+    local i = 0
+    for l in (shown .. "\n"):gmatch "([^\n]*)\n" do
+      i = i + 1
+      assert.equals(l, got[i])
+    end
+    assert.matches("7,258,243,072 bytes", readme, 1, true)
+    local real <close> = cupola.trace.load(rec "gpt2.b8")
+    assert.equals(7258243072, real.torch_peak_reserved)
   end)
 end)
