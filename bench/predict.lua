@@ -18,11 +18,17 @@
 -- max_memory_reserved (of the same setting) at the size predicted.
 -- Then the time of one prediction and its advice, and of the search for
 -- the largest size under a limit.
-local args, dirs, out = arg, {}, nil
+local args, dirs, out, devices = arg, {}, nil, {}
 local i = 1
 while args[i] do
   if args[i] == "--out" then
     out = args[i + 1]
+    i = i + 2
+  elseif args[i] == "--device" then
+    -- NAME=DEVICE: the device a program's runs were recorded on, where
+    -- truth.jsonl does not say
+    local name, dev = (args[i + 1] or ""):match "^([^=]+)=(.+)$"
+    if name then devices[name] = dev end
     i = i + 2
   else
     dirs[#dirs + 1] = args[i]
@@ -30,7 +36,7 @@ while args[i] do
   end
 end
 if #dirs == 0 then
-  io.stderr:write "usage: bin/cupola bench/predict.lua DIR [DIR ...] [--out OUT.md]\n"
+  io.stderr:write "usage: bin/cupola bench/predict.lua DIR [DIR ...] [--device NAME=DEVICE]... [--out OUT.md]\n"
   os.exit(2)
 end
 
@@ -63,9 +69,12 @@ for _, dir in ipairs(dirs) do
 end
 for _, w in pairs(runs) do table.sort(w.sizes) end
 
-local function peak(t, conf)
+-- As advise replays: the base recording's addresses while the model's
+-- device calls are that run's, then the driver model ("driver": the
+-- driver model alone).
+local function peak(t, conf, addresses)
   local p <close> = cupola.pool { kind = "torch", upstream = "virtual", conf = conf }
-  return t:replay(p).peak_reserved
+  return t:replay(p, { addresses = addresses or "recorded" }).peak_reserved
 end
 local CONF = { default = "", expandable = "expandable_segments:True" }
 local function err(x, truth) return 100 * (x - truth) / truth end
@@ -80,9 +89,14 @@ if not commit then
   commit = p and p:read "l" or "unknown"
   if p then p:close() end
 end
-local uname = io.popen "uname -m 2>/dev/null"
-local machine = uname and uname:read "l" or "?"
-if uname then uname:close() end
+local function first_line(cmd)
+  local p = io.popen(cmd .. " 2>/dev/null")
+  local v = p and p:read "l"
+  if p then p:close() end
+  return v
+end
+local machine = ("%s, %s cores (%s)"):format(first_line "uname -m" or "?", first_line "nproc" or "?",
+  (first_line "grep -m1 'model name' /proc/cpuinfo" or "?"):gsub("^model name%s*:%s*", ""))
 put "# Predictions at a size not recorded, against PyTorch's runs"
 put ""
 put(("Measured %s with `bin/cupola bench/predict.lua`, commit %s, on %s (%s backend; the predictions "):format(
@@ -91,15 +105,17 @@ put(("Measured %s with `bin/cupola bench/predict.lua`, commit %s, on %s (%s back
   "and expandable_segments:True, `max_memory_reserved()` at the end; the devices:")
 for _, name in ipairs(order) do
   local w = runs[name]
-  put(("- `%s`: %s (%s), stacks=\"%s\", sizes %s, recorded on %s"):format(name, w.grows,
-    w.grows == "seq" and "sequence length" or w.grows == "side" and "image side" or "the batch",
-    w.stacks, table.concat(w.sizes, ", "), w.device or "an NVIDIA H100 or H200"))
+  put(("- `%s`: %s at %s, stacks=\"%s\", recorded on %s"):format(name,
+    w.grows == "seq" and "sequence length" or w.grows == "side" and "image side" or "batch",
+    table.concat(w.sizes, ", "), w.stacks, devices[name] or w.device or "an NVIDIA H100 or H200 (not named)"))
 end
 put ""
 put "Every prediction is from default runs only: `cupola.trace.scale(recordings, at)` replayed through"
-put "cupola's model of PyTorch's allocator (`kind = \"torch\"`, upstream `virtual`, the driver's placement)"
-put "under the setting. Error: (prediction - PyTorch) / PyTorch. The bar: the straight line through the"
-put "same two runs' `max_memory_reserved` (of the setting predicted) at the size predicted."
+put "cupola's model of PyTorch's allocator (`kind = \"torch\"`, upstream `virtual`) under the setting, as"
+put "`cupola advise` replays it: the addresses CUDA gave the base recording's segments while the model's"
+put "device calls are that run's, then the driver model (beside: the driver model alone). Error:"
+put "(prediction - PyTorch) / PyTorch. The bar: the straight line through the same two runs'"
+put "`max_memory_reserved` (of the setting predicted) at the size predicted."
 put ""
 
 local function predict(w, from, at)
@@ -112,8 +128,8 @@ end
 
 put "## 1. A larger size from smaller ones"
 put ""
-put "| program | from | at | times the larger | setting | PyTorch | predicted | error | straight line | its error | matched | by rule (bytes at peak) |"
-put "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+put "| program | from | at | times the larger | setting | PyTorch | predicted | error | driver model alone | straight line | its error | matched | by rule (bytes at peak) |"
+put "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for _, name in ipairs(order) do
   local w = runs[name]
   local S = w.sizes
@@ -145,9 +161,10 @@ for _, name in ipairs(order) do
           bar[key].lo = math.min(bar[key].lo, le)
           bar[key].hi = math.max(bar[key].hi, le)
         end
-        put(("| %s | %s | %d | %gx | %s | %d | %d | %s | %d | %s | %d of %d | %d (%d) |"):format(name,
-          table.concat(from, ", "), at, ratio, conf, truth.reserved, x, pct(e), math.floor(line + 0.5), pct(le),
-          t.scaled.matched, t.allocs, t.scaled.by_rule, t.scaled.by_rule_bytes))
+        local xd = peak(t, CONF[conf], "model")
+        put(("| %s | %s | %d | %gx | %s | %d | %d | %s | %s | %d | %s | %d of %d | %d (%d) |"):format(name,
+          table.concat(from, ", "), at, ratio, conf, truth.reserved, x, pct(e), pct(err(xd, truth.reserved)),
+          math.floor(line + 0.5), pct(le), t.scaled.matched, t.allocs, t.scaled.by_rule, t.scaled.by_rule_bytes))
       end
     end
     if t.scaled.note then notes[#notes + 1] = ("- %s from %s: %s"):format(name, table.concat(from, ", "), t.scaled.note) end
@@ -158,6 +175,7 @@ put ""
 if #notes > 0 then
   put ""
   for _, n in ipairs(notes) do put(n) end
+  put ""
 end
 local seen4 = bar.four.lo ~= 0 or bar.four.hi ~= 0
 local function abs(x) return (pct(x):gsub("^%+", "")) end
@@ -217,10 +235,13 @@ put "## 4. Time"
 put ""
 put "One prediction from two recordings (loading them, matching, fitting, the trace) and `cupola.advise` on"
 put "it (every setting's replay), CPU seconds of this process (advise's replays run on threads: wall"
-put "seconds beside), the best of 3."
+put "seconds beside), the best of 3, at twice the larger size."
 put ""
-put "| program | allocations | predict | advise (cpu / wall) |"
-put "| --- | --- | --- | --- |"
+put "The search for the largest size under a limit (24 GiB, a 24 GiB card), every setting's row: CPU and wall"
+put "seconds, once."
+put ""
+put "| program | allocations | predict | advise (cpu / wall) | largest under 24 GiB (cpu / wall) | largest |"
+put "| --- | --- | --- | --- | --- | --- |"
 local function wall()
   local p = io.popen "date +%s.%N"
   local v = tonumber(p:read "l")
@@ -242,7 +263,15 @@ for _, name in ipairs(order) do
     best_w = math.min(best_w, wall() - w0)
     t:close()
   end
-  put(("| %s | %d | %.3f s | %.3f s / %.3f s |"):format(name, allocs, best_p, best_c, best_w))
+  local recs = { [S[1]] = w.conf.default[S[1]].path, [S[2]] = w.conf.default[S[2]].path }
+  local c0, w0 = os.clock(), wall()
+  local res = require("cupola.advise.predict").largest(recs, { limit = "24GiB" })
+  local lc, lw = os.clock() - c0, wall() - w0
+  local rec
+  for _, r in ipairs(res.rows) do if r.recorded then rec = r end end
+  put(("| %s | %d | %.3f s | %.3f s / %.3f s | %.3f s / %.3f s | %s: %s (%s: %s) |"):format(name, allocs, best_p,
+    best_c, best_w, lc, lw, res.largest_row or "none", tostring(res.largest_size),
+    rec and rec.description or "?", rec and tostring(rec.largest) or "?"))
 end
 put ""
 

@@ -194,7 +194,8 @@ function torch.setup(ctx)
   -- recorded addresses where the snapshot has PyTorch's device calls
   ctx.recorded_addresses = ctx.facts.torch_calls > 0
   -- a run PyTorch refused memory in, advised without a limit: the limit it had
-  if not o.limit and recorded and ctx.recorded_addresses and (info.ooms or 0) > 0 then
+  -- (a prediction at another size has no run whose limit it could read)
+  if not o.limit and recorded and ctx.recorded_addresses and (info.ooms or 0) > 0 and not info.scaled then
     local lim = torch.recorded_limit(t, recorded, ctx.facts)
     if lim then ctx.set_limit(lim, "snapshot") end
   end
@@ -414,7 +415,12 @@ function torch.notes(result, ctx)
   local o, info, facts = ctx.o, ctx.info, ctx.facts
   local recorded = ctx.recorded
   local rrow = recorded and ctx.seen[canonical(recorded, "setting")]
-  if rrow and not rrow.error and ctx.recorded_addresses then
+  if info.scaled then
+    N[#N + 1] = ("figures: cupola's model of PyTorch 2.11's caching allocator, replayed offline; each setting " ..
+      "with the addresses CUDA gave PyTorch in the recording at %d while the model's device calls are that " ..
+      "run's (the program's first calls, the same at every size), then the driver's placement"):format(
+      info.scaled.base)
+  elseif rrow and not rrow.error and ctx.recorded_addresses then
     if rrow.divergence then
       W[#W + 1] = ("the model's device calls differ from PyTorch's in the recorded run from operation %d on: "
         .. "even the recorded setting's figures are a prediction%s"):format(rrow.divergence,
@@ -426,7 +432,9 @@ function torch.notes(result, ctx)
         info.torch_peak_reserved and bytes(info.torch_peak_reserved) or "not in the snapshot")
     end
   end
-  if ctx.recorded_addresses then
+  if info.scaled then
+    -- said above
+  elseif ctx.recorded_addresses then
     N[#N + 1] = "figures: cupola's model of PyTorch 2.11's caching allocator, replayed offline; each setting with the " ..
       "addresses CUDA gave PyTorch in the recording while its device calls match PyTorch's, then the driver's " ..
       "placement (the most accurate prediction the model offers: exact for the recorded setting on every " ..

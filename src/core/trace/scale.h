@@ -45,8 +45,12 @@
  *     different allocator settings; a recording without allocations; two
  *     recordings of which fewer than half the smaller one's allocations match
  *     strictly (another program): the sentence says where they first differ.
- *   - A scaled trace has no recorded addresses, no device calls and no
- *     figures of PyTorch's: replays place new segments by the address model.
+ *   - A scaled trace has no figures of PyTorch's.  It keeps the base's
+ *     device calls (cudaMalloc and cudaFree of segments, with the addresses
+ *     CUDA gave them): a replay with addresses "recorded" takes those
+ *     addresses while the model's calls are the base's (the program's first
+ *     calls, the weights' and the optimizer's, are the same at every size,
+ *     and a driver places the same calls alike), then the address model.
  *
  * Plain C: never includes lua.h.
  */

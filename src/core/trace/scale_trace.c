@@ -111,6 +111,11 @@ static cp_status rest(cp_trace *t, const cp_trace *src, const uint64_t *nsz)
         if (t->top[i].kind == CP_TOP_ALLOC || t->top[i].kind == CP_TOP_FREE ||
             t->top[i].kind == CP_TOP_DONE)
             t->top[i].size = nsz[t->top[i].ord];
+    /* the base's device calls: a replay may take the addresses CUDA gave
+     * them while the model's calls are the same (a deterministic driver
+     * places the same calls alike), then the address model */
+    COPY(t->segev, src->segev, src->nsegev);
+    t->nsegev = src->nsegev;
     COPY(t->oom_row, src->oom_row, src->nooms);
     COPY(t->oom_size, src->oom_size, src->nooms);
     COPY(t->oom_stream, src->oom_stream, src->nooms);
