@@ -168,7 +168,13 @@ function predict.largest(recs, opts)
       if c ~= nil then fits[r] = c else todo[#todo + 1] = r end
     end
     if #todo == 0 then return fits end
-    local t, temp = at_size(s)
+    local okt, t, temp = pcall(at_size, s)
+    if not okt then
+      -- a size so large that a request passes 2^63-1 bytes fits nowhere
+      if not tostring(t):find("2^63-1", 1, true) then error(t, 0) end
+      for _, r in ipairs(todo) do fits[r], cache[key(r) .. "@" .. s] = false, false end
+      return fits
+    end
     if t.peak_live > limit then
       -- more in use at once than the limit: no setting holds it
       for _, r in ipairs(todo) do fits[r] = false end
