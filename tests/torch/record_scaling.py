@@ -28,8 +28,9 @@ Each program's four sizes double, so the two smaller predict the third (twice
 the larger) and the fourth (four times).
 
   python3 tests/torch/record_scaling.py OUTDIR [-j N] [--only NAME,...]
-        every run, N at a time (default 8), then OUTDIR/scaling.tgz (the
-        snapshots, truth.jsonl, the log) and OUTDIR/truth.jsonl
+        every run, N at a time (default 10), in a folder under /tmp, then
+        OUTDIR/scaling.tgz (the snapshots, truth.jsonl, each run's log) and
+        OUTDIR/truth.jsonl: two files
   python3 tests/torch/record_scaling.py --one NAME SIZE CONF WORKDIR
         one run (what the above starts per run; CONF "default" or "expandable")
   python3 tests/torch/record_scaling.py --dry-run [OUTDIR]
@@ -254,14 +255,18 @@ def child_env(conf):
     else:
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.setdefault("TORCH_SYMBOLIZE_MODE", "fast")
+    env.setdefault("TORCH_DISABLE_ADDR2LINE", "1")  # where the mode above is not read
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     return env
 
 
 def run_all(outdir, jobs, only, per_run=150):
-    work = os.path.join(outdir, "scaling")
+    # the runs' own files outside OUTDIR: only the archive and truth.jsonl come back
+    import tempfile
+    work = os.path.join(tempfile.mkdtemp(prefix="cupola_scaling_"), "scaling")
     os.makedirs(work, exist_ok=True)
+    os.makedirs(outdir, exist_ok=True)
     todo = list(runs(only))
     log = open(os.path.join(work, "record.log"), "w")
     running, failed = [], []
@@ -335,7 +340,7 @@ def main(argv):
     if not argv or argv[0].startswith("-"):
         print(__doc__)
         return 2
-    outdir, jobs, only = argv[0], 8, None
+    outdir, jobs, only = argv[0], 10, None
     rest = argv[1:]
     while rest:
         if rest[0] == "-j" and len(rest) > 1:
