@@ -211,6 +211,17 @@ describe("bin/cupola advise A@SIZE B@SIZE", function()
     assert.matches("The largest size that fits in 12.00 GiB: " .. best, text, 1, true)
   end)
 
+  it("--limit where no size fits says so, every row's largest nil", function()
+    local out, rc = run(A .. " " .. B .. " --limit 1GiB --json --no-pools")
+    assert.equals(0, rc)
+    local res = require("dkjson").decode(out)
+    assert.is_nil(res.largest_setting)
+    for _, r in ipairs(res.rows) do assert.is_nil(r.largest) end
+    assert.equals(2, res.predicted.at) -- the advice at the smallest recorded size
+    local text = run(A .. " " .. B .. " --limit 1GiB --no-pools"):gsub("%s+", " ")
+    assert.matches("No size from 1 up fits in 1.00 GiB with any setting", text, 1, true)
+  end)
+
   it("answers misuse with a sentence", function()
     local cases = {
       { A .. " --at 8", 1, "a prediction needs recordings at two sizes or more" },

@@ -209,7 +209,8 @@ function predict.largest(recs, opts)
     for _, r in ipairs(first.rows) do
       if r.largest and not r.aside and (not best or r.largest > best.largest) then best = r end
     end
-    local final = best and advise_at(best.largest) or first
+    -- where nothing fits, the advice at the smallest recorded size (the nearest to fitting)
+    local final = best and advise_at(best.largest) or (sizes[1] == sizes[#sizes] and first or advise_at(sizes[1]))
     local known = {}
     for _, r in ipairs(first.rows) do known[key(r)] = r end
     local rest = {}

@@ -530,6 +530,12 @@ end
 local function predicted_line(p)
   local from = {}
   for i, v in ipairs(p.from) do from[i] = tostring(v) end
+  for _, v in ipairs(p.from) do
+    if v == p.at then
+      return ("at size %d, one of the recordings (%s): its own requests, replayed"):format(p.at,
+        table.concat(from, ", "))
+    end
+  end
   return ("predicted at size %d from the recordings at %s (no run at %d: every figure below is a prediction)")
     :format(p.at, table.concat(from, ", "), p.at)
 end
