@@ -652,7 +652,8 @@ cupola.trace.scale(recordings, at) -> Trace: recordings maps each size (the
   position among those without frames; its size fitted: a law from two
   recordings (held, the size, its square, its cube) else a line; from three,
   a law, else the lowest degree that gives each to 512 bytes.  One found in
-  no other recording keeps its size (by_rule).  No recorded addresses.
+  no other recording keeps its size (by_rule).  It keeps the base's device
+  calls (addresses="recorded" follows them while the model's are the same).
   Refused with a sentence: one recording, two of one size, two programs
   (where they first differ), two settings.
 bin/cupola advise A@4 B@8 --at 32 [--limit L] [--json]: the advice at 32,
