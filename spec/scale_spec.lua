@@ -145,6 +145,93 @@ describe("trace.scale", function()
     assert.matches("closed", e)
   end)
 
+  it("keeps PyTorch's own operations: pending frees, empty_cache, a refused request, the device calls and the settings", function()
+    local pickle = require "spec.support.pickle"
+    local str, dict, list = pickle.str, pickle.dict, pickle.list
+    local MiB = 1024 * 1024
+    -- one program at size s: weights, an activation freed while another
+    -- stream still uses it (its free completes later: the next activation
+    -- cannot take its block), empty_cache(), a request PyTorch refused (its
+    -- frames kept);
+    -- `rows`: every free completed at once
+    local function snapshot(s, rows)
+      local ev, t = {}, 0
+      local function add(action, addr, size, line)
+        t = t + 1
+        local kv = { "action", str(action), "addr", addr, "size", size, "stream", 0, "time_us", t }
+        if line then
+          kv[#kv + 1] = "frames"
+          kv[#kv + 1] = list { dict { "filename", str "train.py", "line", line, "name", str "step" } }
+        end
+        ev[#ev + 1] = dict(kv)
+      end
+      local W, A, B = 0x7f0000000000, 0x7f0100000000, 0x7f0200000000
+      add("segment_alloc", W, 32 * MiB)
+      add("alloc", W, 32 * MiB, 10)
+      add("segment_alloc", A, 16 * MiB * s)
+      add("alloc", A, 16 * MiB * s, 11)
+      add("free_requested", A, 16 * MiB * s)
+      if rows then add("free_completed", A, 16 * MiB * s) end
+      add("segment_alloc", B, 16 * MiB * s)
+      add("alloc", B, 16 * MiB * s, 12)
+      if not rows then add("free_completed", A, 16 * MiB * s) end
+      add("free_requested", B, 16 * MiB * s)
+      add("free_completed", B, 16 * MiB * s)
+      add("segment_free", A, 16 * MiB * s)
+      add("segment_free", B, 16 * MiB * s)
+      add("oom", 0, 2 * MiB, 13)
+      add("free_requested", W, 32 * MiB)
+      add("free_completed", W, 32 * MiB)
+      local settings = dict { "PYTORCH_CUDA_ALLOC_CONF", str "max_split_size_mb:64", "max_split_size", 64 * MiB }
+      return "\128\2" .. dict { "device_traces", list { list(ev) }, "segments", list {},
+        "allocator_settings", settings } .. "."
+    end
+    local paths = {}
+    local function file(s, rows)
+      local path = os.tmpname()
+      local f = assert(io.open(path, "wb"))
+      f:write(snapshot(s, rows))
+      f:close()
+      paths[#paths + 1] = path
+      return path
+    end
+    local function replay(t, conf, addresses)
+      local p <close> = cupola.pool { kind = "torch", upstream = "virtual", conf = conf }
+      local r = t:replay(p, { addresses = addresses })
+      r.ns_per_event, r.seconds = nil, nil
+      -- PyTorch's own figures, which a recording has and a prediction not
+      r.torch_peak_reserved, r.torch_reserved_over_live = nil, nil
+      return r
+    end
+    local p1, p2 = file(1), file(2)
+    local real2 <close> = cupola.trace.load(p2)
+    local real4 <close> = cupola.trace.load(file(4))
+    local rows4 <close> = cupola.trace.load(file(4, true))
+    local at2 <close> = cupola.trace.scale({ [1] = p1, [2] = p2 }, 2)
+    local at4 <close> = cupola.trace.scale({ [1] = p1, [2] = p2 }, 4)
+    for _, path in ipairs(paths) do os.remove(path) end
+    assert.equals(1, real2.ooms)
+    assert.equals("max_split_size_mb:64", real2.torch_conf)
+    local oom_frames = require("cupola.core").trace.oom_frames
+    assert.equals("train.py:13 step", oom_frames(real2, 1))
+    for _, t in ipairs { at2, at4 } do
+      assert.equals(real2.ooms, t.ooms)
+      assert.equals(oom_frames(real2, 1), oom_frames(t, 1)) -- where the run ran out, in its words
+      assert.equals(real2.torch_conf, t.torch_conf)
+      assert.equals(real2.torch_settings, t.torch_settings)
+    end
+    -- the pending free is what the replay follows: at once, less is reserved
+    assert.is_true(replay(rows4, "", "model").peak_reserved < replay(real4, "", "model").peak_reserved)
+    for _, conf in ipairs { "", "expandable_segments:True" } do
+      -- at the base's size, the base's replay to the last figure, its
+      -- device calls' addresses included
+      for _, addresses in ipairs { "recorded", "model" } do
+        assert.same(replay(real2, conf, addresses), replay(at2, conf, addresses))
+      end
+      assert.same(replay(real4, conf, "model"), replay(at4, conf, "model"))
+    end
+  end)
+
   it("scales CSV traces by position", function()
     -- the same trace at two sizes asks the same bytes: refused as one size
     local e = err(cupola.trace.scale, { [1] = "gpt2_train", [2] = "gpt2_train" }, 4)

@@ -314,6 +314,90 @@ cp_status cp_tb_oom_entry(cp_trace_builder *b, size_t row, uint64_t size, uint32
     return CP_OK;
 }
 
+cp_status cp_tb_torch_begin(cp_trace_builder *b, size_t n)
+{
+    cp_trace *t = b->t;
+    if (t->top)
+        return CP_OK;
+    t->top = malloc((n ? n : 1) * sizeof *t->top);
+    t->top_row = malloc((n ? n : 1) * sizeof *t->top_row);
+    if (!t->top || !t->top_row)
+        return cp_tb_nomem(b);
+    b->topcap = n ? n : 1;
+    return CP_OK;
+}
+
+cp_status cp_tb_torch_op(cp_trace_builder *b, const cp_tb_top *op)
+{
+    cp_trace *t = b->t;
+    cp_trace_top *x;
+    uint32_t sidx = 0;
+    cp_status st;
+
+    if (!t->top && (st = cp_tb_torch_begin(b, 0)) != CP_OK)
+        return st;
+    if (op->row >= (t->n ? t->n : 1) ||
+        ((op->kind == CP_TOP_ALLOC || op->kind == CP_TOP_FREE || op->kind == CP_TOP_DONE) &&
+         op->ord >= t->nallocs))
+        return cp_error_set(CP_ERR_INVALID, "%s: PyTorch's operation %zu names a row or an "
+                            "allocation the trace does not have", b->path, t->ntop + 1);
+    if (t->ntop == b->topcap) {
+        size_t cap = 2 * b->topcap;
+        cp_trace_top *nt = realloc(t->top, cap * sizeof *nt);
+        uint32_t *nr;
+        if (!nt)
+            return cp_tb_nomem(b);
+        t->top = nt;
+        if (!(nr = realloc(t->top_row, cap * sizeof *nr)))
+            return cp_tb_nomem(b);
+        t->top_row = nr;
+        b->topcap = cap;
+    }
+    if (op->kind != CP_TOP_RELEASE) {
+        if ((st = cp_tb_stream(b, op->stream, &sidx)) != CP_OK)
+            return st;
+        if (t->nstreams > UINT16_MAX)
+            return cp_error_set(CP_ERR_INVALID, "%s: more than 65535 distinct streams", b->path);
+    }
+    x = &t->top[t->ntop];
+    memset(x, 0, sizeof *x);
+    x->kind = op->kind;
+    x->flag = op->flag;
+    if (op->kind == CP_TOP_ALLOC || op->kind == CP_TOP_FREE || op->kind == CP_TOP_DONE) {
+        x->ord = op->ord;
+        x->stream = (uint16_t)sidx;
+        x->size = b->osize[op->ord];
+    } else if (op->kind == CP_TOP_OOM) {
+        x->stream = (uint16_t)sidx;
+        x->size = op->size;
+        if ((st = cp_tb_oom_entry(b, op->before, op->size, sidx, op->label)) != CP_OK)
+            return st;
+    }
+    t->top_row[t->ntop++] = (uint32_t)op->row;
+    return CP_OK;
+}
+
+void cp_tb_take_torch_calls(cp_trace_builder *b, cp_torch_segev *calls, size_t n)
+{
+    free(b->t->segev);
+    b->t->segev = calls;
+    b->t->nsegev = n;
+}
+
+void cp_tb_torch_settings(cp_trace_builder *b, const char *env, const char *settings)
+{
+    cp_trace *t = b->t;
+    t->has_settings = 1;
+    snprintf(t->torch_env, sizeof t->torch_env, "%s", env);
+    snprintf(t->torch_settings, sizeof t->torch_settings, "%s", settings);
+}
+
+void cp_tb_scaled(cp_trace_builder *b, struct cp_scale *fits, void (*free_fits)(struct cp_scale *))
+{
+    b->t->scaled = fits;
+    b->t->scaled_free = free_fits;
+}
+
 void cp_tb_cut(cp_trace_builder *b, const char *fmt, ...)
 {
     va_list ap;

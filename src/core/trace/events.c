@@ -1,8 +1,8 @@
 /*
  * events.c: cp_trace_from_events (trace.h), a trace made from events in
- * memory rather than read from a file (a prediction of a run at another
- * size, issue 40): the same row builder as every reader (builder.h), so the
- * same checks and the same figures.
+ * memory rather than read from a file (a program that is not a recorder,
+ * a test): the same row builder as every reader (builder.h), so the same
+ * checks and the same figures.
  */
 #include "builder.h"
 

@@ -31,59 +31,49 @@ static void where(void *ud, char *buf, size_t n)
     snprintf(buf, n, "%s: device_traces[%u][%zu]", e->path, e->dev, e->entry);
 }
 
-/* The torch model's operations of a snapshot (snapshot.h), with rows
- * turned into allocation ordinals and stream values into indices, and where
- * each refused request (`oom`) stands among the rows. */
+/* The torch model's operations of a snapshot (snapshot.h), through the
+ * builder: rows turned into allocation ordinals, each at the latest row of
+ * an allocation or free so far, and where each refused request (`oom`)
+ * stands among the rows; then the device calls and the settings. */
 static cp_status torch_view(cp_trace_builder *b, cp_snapshot *snap)
 {
-    cp_trace *t = b->t;
+    const cp_trace *t = b->t;
     size_t i, row = 0;
     uint32_t last = 0;
-    t->top = malloc((snap->ntop ? snap->ntop : 1) * sizeof *t->top);
-    t->top_row = malloc((snap->ntop ? snap->ntop : 1) * sizeof *t->top_row);
-    if (!t->top || !t->top_row)
-        return cp_tb_nomem(b);
-    for (i = 0; i < snap->ntop; i++) {
+    cp_status st = cp_tb_torch_begin(b, snap->ntop);
+    for (i = 0; i < snap->ntop && st == CP_OK; i++) {
         const cp_snap_top *o = &snap->top[i];
-        cp_trace_top *x = &t->top[t->ntop];
-        memset(x, 0, sizeof *x);
-        x->kind = o->kind;
-        x->flag = o->flag;
+        cp_tb_top x;
+        memset(&x, 0, sizeof x);
+        x.kind = o->kind;
+        x.flag = o->flag;
         if (o->kind == CP_TOP_ALLOC || o->kind == CP_TOP_FREE || o->kind == CP_TOP_DONE) {
             if (o->ref >= t->n)
                 continue;
-            x->ord = t->ord[o->ref];
-            x->stream = (uint16_t)t->stream[o->ref];
-            x->size = t->size[o->ref];
+            x.ord = t->ord[o->ref];
+            x.stream = snap->ev[o->ref].stream;
             if (o->kind != CP_TOP_DONE && (uint32_t)o->ref > last)
                 last = (uint32_t)o->ref;
         } else if (o->kind == CP_TOP_OOM) {
-            uint32_t sidx;
-            cp_status st = cp_tb_stream(b, o->stream, &sidx);
-            if (st != CP_OK)
-                return st;
-            if (t->nstreams > UINT16_MAX)
-                return cp_error_set(CP_ERR_INVALID, "%s: more than 65535 distinct streams",
-                                    b->path);
-            x->stream = (uint16_t)sidx;
-            x->size = o->size;
+            x.stream = o->stream;
+            x.size = o->size;
             /* the first row after the oom entry */
             while (row < snap->n && snap->ev[row].device == snap->op_device &&
                    snap->ev[row].entry < o->entry)
                 row++;
-            if ((st = cp_tb_oom_entry(b, row, o->size, sidx, o->label)) != CP_OK)
-                return st;
+            x.before = row;
+            x.label = o->label;
         }
-        t->top_row[t->ntop] = last;
-        t->ntop++;
+        x.row = last;
+        st = cp_tb_torch_op(b, &x);
     }
-    t->segev = snap->segev;
-    t->nsegev = snap->nsegev;
+    if (st != CP_OK)
+        return st;
+    cp_tb_take_torch_calls(b, snap->segev, snap->nsegev);
     snap->segev = NULL;
     snap->nsegev = 0;
-    t->has_settings = snap->has_settings;
-    memcpy(t->torch_env, snap->torch_env, sizeof t->torch_env);
-    memcpy(t->torch_settings, snap->torch_settings, sizeof t->torch_settings);
+    if (snap->has_settings)
+        cp_tb_torch_settings(b, snap->torch_env, snap->torch_settings);
     return CP_OK;
 }
 
@@ -202,10 +192,8 @@ static void free_snapshot(cp_trace *t)
 {
     free(t->seg_time);
     free(t->seg_reserved);
-    free(t->segev);
     t->seg_time = NULL;
     t->seg_reserved = NULL;
-    t->segev = NULL;
 }
 
 const cp_trace_reader cp_reader_torch_pickle = {

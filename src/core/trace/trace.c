@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "reader.h"
-#include "scale_impl.h"
 #include "trace_cupy.h"
 #include "trace_torch.h"
 
@@ -44,7 +43,9 @@ void cp_trace_free(cp_trace *t)
     free(t->oom_size);
     free(t->oom_stream);
     free(t->oom_label);
-    cp_scale_free(t->scaled);
+    free(t->segev);
+    if (t->scaled)
+        t->scaled_free(t->scaled);
     free(t);
 }
 

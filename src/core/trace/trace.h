@@ -288,8 +288,8 @@ typedef struct cp_trace_event_in {
     uint32_t device;    /* 0..65535 */
 } cp_trace_event_in;
 
-/* A trace of events in memory instead of a file (a run predicted at another
- * size: cupola.trace.scale), built by the same row builder as every reader:
+/* A trace of events in memory instead of a file (a producer that is not a
+ * recorder), built by the same row builder as every reader:
  * the same checks, each failure CP_ERR_INVALID "name: event K: reason" (K
  * from 1), and the same figures in cp_trace_info (devices: the highest
  * device + 1; threads: the devices used, as for a snapshot).  name is what

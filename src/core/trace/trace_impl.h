@@ -52,7 +52,7 @@ struct cp_trace {
     uint32_t *top_row;  /* per operation: its row (the latest row before it
                            for those of no row), for the trace's time */
     size_t ntop;
-    cp_torch_segev *segev;
+    cp_torch_segev *segev; /* PyTorch's device calls (builder.c) */
     size_t nsegev;
     /* requests the program's allocator refused (PyTorch's `oom` entries,
      * CuPy's refused mallocs): the row before which each came, its size and
@@ -70,8 +70,10 @@ struct cp_trace {
     char allocator[128];
     /* CuPy hook logs only (trace_cupy.h): the model's operations */
     struct cp_trace_cupy *cupy;
-    /* a prediction at another size (scale.h): its fits; NULL otherwise */
+    /* a prediction at another size (scale.h): its fits and what frees
+     * them (builder.c's cp_tb_scaled); NULL otherwise */
     struct cp_scale *scaled;
+    void (*scaled_free)(struct cp_scale *);
     /* PyTorch's settings (snapshots with allocator_settings) */
     int has_settings;
     char torch_env[256];
