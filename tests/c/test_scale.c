@@ -85,6 +85,32 @@ static void coarse_keys(void)
        "another Python line: not paired");
 }
 
+/* The laws as the edit script compares them (each side's quotients):
+ * held, proportional, the square and no law at coprime sizes, and sizes
+ * whose cube passes 64 bits (the square still found). */
+static void laws_in_matching(void)
+{
+    uint64_t k[5] = {1, 1, 1, 1, 1};
+    uint64_t sa[5] = {45, 21, 100, 10, 100}, sb[5] = {20, 14, 100, 4, 100};
+    uint64_t big = (UINT64_C(1) << 31) - 1;
+    uint64_t ba[1] = {big * big}, bb[1] = {(big - 1) * (big - 1)};
+    uint32_t match[5];
+    size_t strict, fa, fb;
+    cp_scale_seq qa = {5, k, k, sa, 3}, qb = {5, k, k, sb, 2};
+    ok(cp_scale_match(&qa, &qb, match, &strict, &fa, &fb) == CP_OK && strict == 4 &&
+           match[0] == 1 && match[1] == 2 && match[2] == 3 && match[3] == 4 && match[4] == 5,
+       "the square, in proportion, held at sizes 3 and 2; no law paired in its gap");
+    qa = (cp_scale_seq){1, k, k, ba, big};
+    qb = (cp_scale_seq){1, k, k, bb, big - 1};
+    ok(cp_scale_match(&qa, &qb, match, &strict, &fa, &fb) == CP_OK && strict == 1 &&
+           match[0] == 1 && cp_scale_growth(ba[0], big, bb[0], big - 1) == 2,
+       "the square at sizes 2^31-1 and 2^31-2, whose cubes pass 64 bits");
+    bb[0]++;
+    ok(cp_scale_match(&qa, &qb, match, &strict, &fa, &fb) == CP_OK && strict == 0 &&
+           match[0] == 1,
+       "a byte off the square: no law, paired in the gap");
+}
+
 static void matching(void)
 {
     int round, bad_lcs = 0, bad_order = 0;
@@ -276,6 +302,7 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     growth();
     coarse_keys();
+    laws_in_matching();
     matching();
     predictions();
     return tap_finish();

@@ -50,8 +50,19 @@ int cp_scale_growth(uint64_t y1, uint64_t s1, uint64_t y2, uint64_t s2)
     return -1;
 }
 
+/* A request as the edit script compares it: its key, and its size over
+ * the k-th power of its side's part of the two sizes (cp_scale_growth's
+ * quotients, k in 0..3), or a value no quotient of the other side takes
+ * where it does not divide: two requests follow a law exactly when one
+ * quotient is equal, so the script's inner loop divides nothing. */
+typedef struct law {
+    uint64_t key;
+    uint64_t q[4];
+} law;
+
 typedef struct differ {
     const cp_scale_seq *a, *b;
+    law *la, *lb;      /* a's and b's requests as compared */
     long *fd, *bd;     /* furthest points per diagonal, offset to allow negatives */
     long too_expensive;
     uint32_t *match;   /* a's index -> b's index + 1 (0: none) */
@@ -60,8 +71,49 @@ typedef struct differ {
 
 static int same(const differ *d, long i, long j)
 {
-    return d->a->key[i] == d->b->key[j] &&
-           cp_scale_growth(d->a->size[i], d->a->s, d->b->size[j], d->b->s) >= 0;
+    const law *x = &d->la[i], *y = &d->lb[j];
+    return x->key == y->key && (x->q[0] == y->q[0] || x->q[1] == y->q[1] ||
+                                x->q[2] == y->q[2] || x->q[3] == y->q[3]);
+}
+
+/* The quotients of both sides (above); sizes are below 2^63, so a
+ * quotient never takes the two values that mark "does not divide". */
+static cp_status laws(differ *d)
+{
+    const cp_scale_seq *a = d->a, *b = d->b;
+    uint64_t pa[4] = {1, 0, 0, 0}, pb[4] = {1, 0, 0, 0}, ga = a->s, gb = b->s, g;
+    size_t i;
+    int k;
+    d->la = (law *)malloc((a->n + b->n) * sizeof *d->la);
+    if (!d->la)
+        return cp_error_set(CP_ERR_OOM, "out of host memory matching recordings");
+    d->lb = d->la + a->n;
+    for (g = ga; gb;) {
+        uint64_t r = g % gb;
+        g = gb;
+        gb = r;
+    }
+    ga = a->s / g;
+    gb = b->s / g;
+    /* as cp_scale_growth: a power that overflows ends the laws tried */
+    for (k = 1; k <= 3; k++)
+        if (!pa[k - 1] || __builtin_mul_overflow(pa[k - 1], ga, &pa[k]) ||
+            __builtin_mul_overflow(pb[k - 1], gb, &pb[k]))
+            pa[k] = pb[k] = 0;
+    for (i = 0; i < a->n; i++) {
+        d->la[i].key = a->key[i];
+        d->la[i].q[0] = a->size[i];
+        for (k = 1; k <= 3; k++)
+            d->la[i].q[k] = pa[k] && a->size[i] % pa[k] == 0 ? a->size[i] / pa[k] : UINT64_MAX;
+    }
+    for (i = 0; i < b->n; i++) {
+        d->lb[i].key = b->key[i];
+        d->lb[i].q[0] = b->size[i];
+        for (k = 1; k <= 3; k++)
+            d->lb[i].q[k] =
+                pb[k] && b->size[i] % pb[k] == 0 ? b->size[i] / pb[k] : UINT64_MAX - 1;
+    }
+    return CP_OK;
 }
 
 /* The heuristic split when the search costs too much: the forward
@@ -309,9 +361,13 @@ cp_status cp_scale_match(const cp_scale_seq *a, const cp_scale_seq *b, uint32_t 
     d.a = a;
     d.b = b;
     d.match = match;
+    if ((st = laws(&d)) != CP_OK)
+        return st;
     d.fd = (long *)malloc(2 * ((size_t)total + 3) * sizeof *d.fd);
-    if (!d.fd)
+    if (!d.fd) {
+        free(d.la);
         return cp_error_set(CP_ERR_OOM, "out of host memory matching recordings");
+    }
     d.bd = d.fd + total + 3;
     /* offsets so that diagonals from -(b->n + 1) to a->n + 1 are indices */
     d.fd += b->n + 1;
@@ -324,6 +380,7 @@ cp_status cp_scale_match(const cp_scale_seq *a, const cp_scale_seq *b, uint32_t 
         d.too_expensive = 4096;
     st = strict_matches(&d);
     free(d.fd - (b->n + 1));
+    free(d.la);
     if (st != CP_OK)
         return st;
     for (i = 0; i < a->n; i++)
