@@ -375,6 +375,52 @@ static void from_events(void)
     }
 }
 
+/* Labels by text, not by pointer: the same text from two pointers is one
+ * label, texts that differ in their last byte past a word (the hash reads
+ * eight bytes a step) are two, and a pointer given again keeps its label. */
+static void event_labels(void)
+{
+    static const char *texts[] = {"a.py:1 f",  "a.py:1 g",
+                                  "a.py:1 f2", "a.py:1 f3",
+                                  "abcdefg",   "abcdefh",
+                                  "a.py:10 long_enough_to_pass_16",
+                                  "a.py:10 long_enough_to_pass_17"};
+    enum { N = sizeof texts / sizeof *texts };
+    char *copy[N];
+    cp_trace_event_in ev[3 * N];
+    cp_trace *t = NULL;
+    size_t i;
+    int ok1 = 1;
+    memset(ev, 0, sizeof ev);
+    for (i = 0; i < N; i++) {
+        copy[i] = malloc(strlen(texts[i]) + 1);
+        strcpy(copy[i], texts[i]);
+        ev[i].pointer = i + 1;
+        ev[i].size = 64;
+        ev[i].label = texts[i];
+        ev[N + i].pointer = N + i + 1;
+        ev[N + i].size = 64;
+        ev[N + i].label = copy[i];
+        ev[2 * N + i].pointer = 2 * N + i + 1;
+        ev[2 * N + i].size = 64;
+        ev[2 * N + i].label = texts[i];
+    }
+    ok(cp_trace_from_events("labels", "test", ev, 3 * N, &t) == CP_OK, "labels: built");
+    for (i = 0; t && i < N; i++) {
+        cp_trace_row x, y, z, w;
+        cp_trace_event(t, i, &x);
+        cp_trace_event(t, N + i, &y);
+        cp_trace_event(t, 2 * N + i, &z);
+        cp_trace_event(t, (i + 1) % N, &w);
+        ok1 = ok1 && x.label && x.label == y.label && x.label == z.label && x.label != w.label &&
+              strcmp(x.label, texts[i]) == 0;
+    }
+    ok(t && ok1, "labels: one per text, whatever the pointer; texts a byte apart two");
+    cp_trace_free(t);
+    for (i = 0; i < N; i++)
+        free(copy[i]);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows even when piped */
@@ -389,6 +435,7 @@ int main(void)
     log_roundtrip();
     streams_replay();
     from_events();
+    event_labels();
     {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

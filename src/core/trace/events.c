@@ -22,13 +22,33 @@ static void where(void *ud, char *buf, size_t n)
     snprintf(buf, n, "%s: event %zu", e->name, e->k);
 }
 
+/* An allocation's label: interned once per pointer (a producer hands the
+ * same text by the same pointer, as a site's stack for each of its
+ * allocations; long C++ stacks are hashed once, not per allocation). */
+static cp_status label_of(cp_trace_builder *b, cp_ptrmap *seen, const char *s, uint32_t *label)
+{
+    uint64_t key = (uint64_t)(uintptr_t)s;
+    void *v = cp_ptrmap_get(seen, key);
+    cp_status st;
+    if (v) {
+        *label = (uint32_t)(uintptr_t)v;
+        return CP_OK;
+    }
+    if ((st = cp_tb_label(b, s, label)) != CP_OK)
+        return st;
+    return cp_ptrmap_put(seen, key, (void *)(uintptr_t)*label) == 0 ? CP_OK : cp_tb_nomem(b);
+}
+
 static cp_status add_events(cp_trace_builder *b, const cp_trace_event_in *ev, size_t n)
 {
     event_at at = {b->path, 0};
     cp_status st = CP_OK;
     uint32_t maxdev = 0;
+    cp_ptrmap seen;
     size_t i;
 
+    if (cp_ptrmap_init(&seen, 64) != 0)
+        return cp_tb_nomem(b);
     b->where = where;
     b->where_ud = &at;
     for (i = 0; i < n && st == CP_OK; i++) {
@@ -44,7 +64,7 @@ static cp_status add_events(cp_trace_builder *b, const cp_trace_event_in *ev, si
             st = cp_tb_bad(b, "time is not a finite number", NULL);
             break;
         }
-        if (e->label && !e->is_free && (st = cp_tb_label(b, e->label, &r.label)) != CP_OK)
+        if (e->label && !e->is_free && (st = label_of(b, &seen, e->label, &r.label)) != CP_OK)
             break;
         r.is_free = e->is_free != 0;
         r.ptr = e->pointer;
@@ -57,6 +77,7 @@ static cp_status add_events(cp_trace_builder *b, const cp_trace_event_in *ev, si
         if (e->device > maxdev)
             maxdev = e->device;
     }
+    cp_ptrmap_fini(&seen);
     b->where = NULL;
     b->t->info.devices = (size_t)maxdev + 1;
     return st;
