@@ -306,6 +306,13 @@ $(BUILD)/bench/speed: bench/speed.c $(CORE_OBJ) $(CU_OBJ)
 	$(Q)$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
 -include $(BUILD)/bench/speed.d
 
+# bench/scale_cost.c: a prediction at another size where it is slowest
+# (cupola.trace.scale's matching, a trace made from events with long stacks).
+$(BUILD)/bench/scale_cost: bench/scale_cost.c $(CORE_OBJ) $(CU_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CP_CPPFLAGS) $(CP_CFLAGS) $(EXTRA_LDFLAGS) -MMD -MP -o $@ $< $(CORE_OBJ) $(CU_OBJ) $(LDLIBS)
+-include $(BUILD)/bench/scale_cost.d
+
 # bench/floor.c: Lua's own cost for the same call shape with no allocator
 # behind it (a Lua module bench/speed.lua loads when present).
 $(BUILD)/bench_floor.so: bench/floor.c $(CONFIG_STAMP)
