@@ -136,21 +136,6 @@ function cli.parse_args(argv)
   local src, opts, out = nil, { conf = {} }, {}
   local inputs = {}
   local pools
-  local tokens = {}
-  for _, w in ipairs(synopsis_head) do tokens[#tokens + 1] = w end
-  for _, d in ipairs(modules.options()) do tokens[#tokens + 1] = ("[%s %s]"):format(d.flag, d.arg) end
-  for _, w in ipairs(synopsis_tail) do tokens[#tokens + 1] = w end
-  -- in lines of 78, an option never cut from its argument
-  local lines, line = {}, "usage: cupola advise SNAPSHOT"
-  for _, w in ipairs(tokens) do
-    if #line + 1 + #w > 78 then
-      lines[#lines + 1] = line
-      line = string.rep(" ", 20)
-    end
-    line = line .. " " .. w
-  end
-  lines[#lines + 1] = line
-  local synopsis = table.concat(lines, "\n") .. "\n"
   local added = {}
   for _, d in ipairs(modules.options()) do added[d.flag] = d end
   local i = 1
