@@ -91,13 +91,15 @@ describe("luarocks make", function()
     assert.is_truthy(io.open(doc), "missing " .. doc)
   end)
 
+  -- (the .cuh too: <cupola/device.h> includes the in-kernel allocators'
+  -- headers, the heap's parts among them)
   it("installs every public header there is", function()
-    local ls = assert(io.popen "ls src/include/cupola/*.h cuda/include/cupola/*.h 2>/dev/null")
+    local ls = assert(io.popen "ls src/include/cupola/*.h cuda/include/cupola/*.h cuda/include/cupola/*.cuh 2>/dev/null")
     local listing = ls:read "a"
     ls:close()
     local n = 0
     for h in listing:gmatch "[^\n]+" do
-      local name = h:match "([^/]+%.h)$"
+      local name = h:match "([^/]+%.cuh?)$"
       if name then
         n = n + 1
         local dst = tree .. "/share/lua/5.4/cupola/include/cupola/" .. name
@@ -153,6 +155,41 @@ describe("luarocks make", function()
     assert(ok, out)
     assert.matches("cupola %d+%.%d+%.%d+, backend %a+", out)
     assert.matches("cupola.pool{", out, 1, true)
+  end)
+
+  it("compiles a kernel that allocates from a heap against the installed <cupola/device.h>", function()
+    -- (the source tree is gone: every header device.h includes, the heap's
+    -- parts among them, comes from the tree)
+    local ok, out = lua_in_tree [[
+      local cupola = require "cupola"
+      print(table.concat(require("cupola.core")._include_path(), ":"))
+      local m = cupola.module { name = "installed_heap.cu", source = [=[
+        #include <cupola/device.h>
+        extern "C" __global__ void use(cupola_device_pool *pool, unsigned long long *out, unsigned long long n)
+        {
+            unsigned long long i = cupola_global_index();
+            if (i >= n)
+                return;
+            unsigned long long *p = (unsigned long long *)cupola_alloc(pool, 48 + 4096 * (i % 3));
+            out[i] = p ? 1 : 0;
+            if (p) {
+                *p = i;
+                out[i] = *p == i;
+                cupola_free(pool, p);
+            }
+        }
+      ]=] }
+      local use = m:kernel("use", { "device_pool", "ptr", "u64" })
+      local dp <close> = cupola.device_pool { kind = "heap", capacity = 16 << 20 }
+      local out = cupola.malloc(8 * 64)
+      use:launch({ threads = 64, block = 32 }, dp, out, 64)
+      local served = 0
+      for i = 0, 63 do served = served + string.unpack("<I8", out:read(8 * i, 8)) end
+      print("served " .. served)
+      out:free()]]
+    assert(ok, out)
+    assert.matches(tree .. "/share/lua/5.4/cupola/include\n", out, 1, true)
+    assert.matches("\nserved 64\n", out, 1, true)
   end)
 
   it("compiles a plugin allocator from source against the installed <cupola/allocator.h>", function()

@@ -1,8 +1,9 @@
 /*
  * test_compile.c: kernel/compile.c and cache.c, the compile-and-cache machinery: SHA-256
  * against FIPS vectors, the option allow-list, disk entries (a truncated or
- * corrupted one is rebuilt, never loaded), the cache directory's checks, and
- * a C shared object built by the system compiler, cached and loaded.
+ * corrupted one is rebuilt, never loaded), the cache directory's checks, the
+ * headers of cupola's in a module's cache key, and a C shared object built by
+ * the system compiler, cached and loaded.
  */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -453,6 +454,45 @@ static void test_nvcc(void)
     }
 }
 
+/* Every header of cupola's that device.h or a listed header includes is
+ * part of a module's cache key (CP_DEVICE_ALLOC_HEADERS): a header left out
+ * would let a cached module outlive a change to it. */
+static void test_key_headers(void)
+{
+    static const char *const listed[] = CP_DEVICE_ALLOC_HEADERS;
+    const char *todo[64];
+    int ntodo = 0, missing = 0;
+    todo[ntodo++] = "device.h";
+    for (int i = 0; i < CP_DEVICE_ALLOC_NHEADERS; i++)
+        todo[ntodo++] = listed[i];
+    for (int i = 0; i < ntodo; i++) {
+        char path[256], line[512];
+        FILE *f;
+        snprintf(path, sizeof path, "cuda/include/cupola/%s", todo[i]);
+        if (!(f = fopen(path, "r"))) {
+            tap_ok(0, "%s, in CP_DEVICE_ALLOC_HEADERS, is missing", path);
+            missing++;
+            continue;
+        }
+        while (fgets(line, sizeof line, f)) {
+            char name[128];
+            int known = 0;
+            if (sscanf(line, " #include \"cupola/%127[^\"]\"", name) != 1 &&
+                sscanf(line, " #include <cupola/%127[^>]>", name) != 1)
+                continue;
+            for (int k = 0; k < ntodo; k++)
+                known |= strcmp(todo[k], name) == 0;
+            if (!known) {
+                tap_ok(0, "%s includes cupola/%s, which is not in CP_DEVICE_ALLOC_HEADERS", todo[i], name);
+                missing++;
+            }
+        }
+        fclose(f);
+    }
+    tap_ok(missing == 0, "the %d headers device.h and the device pools' kernels include are in the cache key",
+           ntodo);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/cupola-test-cache-XXXXXX";
@@ -460,6 +500,7 @@ int main(void)
     test_sha256();
     test_options();
     test_scan();
+    test_key_headers();
     if (!mkdtemp(dir)) {
         tap_ok(0, "mkdtemp");
         return tap_finish();

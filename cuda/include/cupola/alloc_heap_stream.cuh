@@ -1,7 +1,7 @@
 /*
  * cupola/alloc_heap_stream.cuh: the heap's streams, a variant of its policy
- * (compiled with -DCPD_HEAP_STREAM; included by alloc_heap.cuh, whose
- * words this uses).
+ * (compiled with -DCPD_HEAP_STREAM; included by alloc_heap.cuh after
+ * alloc_heap_slab.cuh: it uses the words and functions of the parts before).
  *
  * Policy, exactly:
  *  - Which classes.  A class of 64 blocks a slab or more (16 B .. 1 KiB with

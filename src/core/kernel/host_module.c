@@ -273,7 +273,9 @@ static cp_status module_source(const cp_kmodule_desc *d, char **out, size_t *len
 /* The compiler's arguments and the files the build depends on (its cache
  * key), and the room their strings need. */
 typedef struct build_args {
-    const char *args[64], *deps[32];
+    /* deps: device.h of each include folder, the allocators' headers, the
+     * prelude, host_abi.h and the NULL */
+    const char *args[64], *deps[16 + CP_DEVICE_ALLOC_NHEADERS + 3];
     int na, nd;
     char incargs[16][4200], depbuf[16][4200];
     char allocbuf[CP_DEVICE_ALLOC_NHEADERS][4200];

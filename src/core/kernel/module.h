@@ -48,11 +48,13 @@ extern const unsigned char cp_ktype_sizes[CP_KT_COUNT];
 /* The headers under cupola/ that <cupola/device.h> includes (the in-kernel
  * allocators) and those the device pools' run-time compiled kernels include
  * (plugin pools, the survey): part of a module's cache key beside device.h. */
-#define CP_DEVICE_ALLOC_HEADERS                                                         \
-    {"device_alloc.cuh", "alloc_bump.cuh", "alloc_warp_bump.cuh", "alloc_slab.cuh",     \
-     "alloc_malloc.cuh", "alloc_heap.cuh", "alloc_heap_stream.cuh", "pattern.h",       \
-     "plugin.h", "dp_body.cuh", "dp_harness.cuh", "survey.cuh"}
-#define CP_DEVICE_ALLOC_NHEADERS 12
+#define CP_DEVICE_ALLOC_HEADERS                                                     \
+    {"device_alloc.cuh", "alloc_bump.cuh", "alloc_warp_bump.cuh", "alloc_slab.cuh", \
+     "alloc_malloc.cuh", "alloc_heap.cuh", "alloc_heap_variants.cuh",               \
+     "alloc_heap_defs.cuh", "alloc_heap_map.cuh", "alloc_heap_slab.cuh",            \
+     "alloc_heap_stream.cuh", "alloc_heap_slots.cuh", "alloc_heap_run.cuh",         \
+     "pattern.h", "plugin.h", "dp_body.cuh", "dp_harness.cuh", "survey.cuh"}
+#define CP_DEVICE_ALLOC_NHEADERS 18
 
 typedef enum cp_ksrc {
     CP_KSRC_SOURCE = 0, /* CUDA C */
