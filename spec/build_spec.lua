@@ -6,8 +6,9 @@ describe("make's output", function()
     local dir = os.tmpname()
     os.remove(dir)
     -- make is not built with the sanitizers: under make test-asan the
-    -- preloaded runtime would report make's own reads (LD_PRELOAD unset)
-    local p = assert(io.popen(("env -u LD_PRELOAD make --no-print-directory BUILD=%s %s %s/obj/core/size.o 2>&1; rm -rf %s")
+    -- preloaded runtime would report make's own reads (LD_PRELOAD unset);
+    -- and a parent make -j's jobserver is not this make's (MAKEFLAGS unset)
+    local p = assert(io.popen(("env -u LD_PRELOAD -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory BUILD=%s %s %s/obj/core/size.o 2>&1; rm -rf %s")
       :format(dir, args, dir, dir)))
     local out = p:read "a"
     p:close()

@@ -11,7 +11,7 @@ local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 -- (make test-asan): under it the system's own tools report their leaks
 -- and fail.
 local function sh(cmd)
-  local p = assert(io.popen("env -u LD_PRELOAD sh -c " .. q(cmd .. " 2>&1")))
+  local p = assert(io.popen("env -u LD_PRELOAD -u MAKEFLAGS -u MFLAGS -u MAKELEVEL sh -c " .. q(cmd .. " 2>&1")))
   local out = p:read "a"
   local ok, _, code = p:close()
   return ok, out, code
